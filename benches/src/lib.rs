@@ -1,0 +1,1 @@
+//! Benchmarks of the data path against baselines, in one run.

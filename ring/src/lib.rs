@@ -1,0 +1,1 @@
+//! Single-producer/single-consumer ring protocol over shared memory, both ends, and the doorbell wake-up handshake: the one place memory ordering lives.

@@ -1,0 +1,1 @@
+//! Cross-crate integration and conformance tests (run against every device backend).

@@ -1,0 +1,281 @@
+//! Task descriptors (command-ring slots, 64 bytes) and event records (event-ring slots,
+//! 32 bytes). Memory is named by device virtual addresses (`dev_addr` from `ALLOC_MEMORY`),
+//! never by physical addresses; the device checks every address against the submitting
+//! client's own allocations.
+
+use crate::layout::{abi_struct, ConstGroup};
+
+/// Size of a task descriptor.
+pub const TASK_DESC_SIZE: usize = 64;
+/// Size of an event record.
+pub const EVENT_RECORD_SIZE: usize = 32;
+
+/// What a task does. The wire field is `TaskDesc::opcode` (`u8`).
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Opcode {
+    /// Does nothing; completes with result 0.
+    Nop = 0,
+    /// Writes the low 32 bits of `imm` repeatedly over `len` bytes at `dst` (`len` a multiple
+    /// of 4, `dst` 4-byte aligned). Result: bytes written.
+    Fill = 1,
+    /// Copies `len` bytes from `src0` to `dst` (ranges may overlap; memmove semantics).
+    /// Result: bytes copied.
+    Copy = 2,
+    /// Elementwise `dst[i] = src0[i] + src1[i]` for `len` elements of type `dtype`
+    /// (u32/i32 wrap; f32 IEEE). Addresses 4-byte aligned. Result: elements added.
+    Add = 3,
+    /// Sets event `handle` (of the stream's context) to at least `imm` and wakes its waiters.
+    /// Result: the event's value afterwards.
+    EventRecord = 4,
+    /// The stream executes nothing further until event `handle` (same context) reaches `imm`.
+    /// Result: the event's value when the wait ended.
+    EventWait = 5,
+    /// Reserved for hardware: launch kernel `handle` over `imm` blocks with a parameter block
+    /// of `len` bytes at device address `src0`. The mock device completes it with `EOPNOTSUPP`
+    /// semantics reported as `EBADMSG`.
+    KernelLaunch = 6,
+}
+
+impl Opcode {
+    /// Every opcode.
+    pub const ALL: [Opcode; 7] = [
+        Opcode::Nop,
+        Opcode::Fill,
+        Opcode::Copy,
+        Opcode::Add,
+        Opcode::EventRecord,
+        Opcode::EventWait,
+        Opcode::KernelLaunch,
+    ];
+
+    /// Decodes a wire value.
+    pub const fn from_u8(v: u8) -> Option<Opcode> {
+        if (v as usize) < Self::ALL.len() {
+            Some(Self::ALL[v as usize])
+        } else {
+            None
+        }
+    }
+}
+
+/// Element type of `ADD` (`TaskDesc::dtype`).
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// Unsigned 32-bit, wrapping.
+    U32 = 0,
+    /// Signed 32-bit, wrapping.
+    I32 = 1,
+    /// IEEE-754 single precision.
+    F32 = 2,
+}
+
+impl Dtype {
+    /// Decodes a wire value.
+    pub const fn from_u8(v: u8) -> Option<Dtype> {
+        match v {
+            0 => Some(Dtype::U32),
+            1 => Some(Dtype::I32),
+            2 => Some(Dtype::F32),
+            _ => None,
+        }
+    }
+
+    /// Element size in bytes.
+    pub const fn size(self) -> u64 {
+        4
+    }
+}
+
+abi_struct! {
+    /// One task, as the host writes it into a command-ring slot (or passes it to
+    /// `SUBMIT_TASK`). Operand meaning depends on `opcode` (see `Opcode`); unused operands
+    /// must be zero. The device copies the whole descriptor out of shared memory once and
+    /// validates the copy.
+    #[c_name = "davinci_task_desc"]
+    pub struct TaskDesc {
+        /// `Opcode` (to device).
+        pub opcode: u8,
+        /// `Dtype` for `ADD`, else 0 (to device).
+        pub dtype: u8,
+        /// Reserved task flags, must be 0 (to device).
+        pub flags: u16,
+        /// Reserved, must be 0 (to device).
+        pub reserved0: u32,
+        /// Opaque cookie, echoed in the event record (to device).
+        pub user_data: u64,
+        /// Destination device address (to device).
+        pub dst: u64,
+        /// First source device address (to device).
+        pub src0: u64,
+        /// Second source device address (to device).
+        pub src1: u64,
+        /// Length: bytes for FILL/COPY, elements for ADD, parameter bytes for KERNEL_LAUNCH (to device).
+        pub len: u64,
+        /// Immediate: FILL pattern (low 32 bits), EVENT_* value, KERNEL_LAUNCH block count (to device).
+        pub imm: u64,
+        /// Event handle for EVENT_RECORD / EVENT_WAIT; kernel handle for KERNEL_LAUNCH (to device).
+        pub handle: u32,
+        /// Reserved, must be 0 (to device).
+        pub reserved1: u32,
+    }
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<TaskDesc>() == TASK_DESC_SIZE);
+    assert!(core::mem::offset_of!(TaskDesc, user_data) == 8);
+    assert!(core::mem::offset_of!(TaskDesc, dst) == 16);
+    assert!(core::mem::offset_of!(TaskDesc, imm) == 48);
+    assert!(core::mem::offset_of!(TaskDesc, handle) == 56);
+};
+
+impl TaskDesc {
+    const fn base(opcode: Opcode, user_data: u64) -> Self {
+        Self {
+            opcode: opcode as u8,
+            dtype: 0,
+            flags: 0,
+            reserved0: 0,
+            user_data,
+            dst: 0,
+            src0: 0,
+            src1: 0,
+            len: 0,
+            imm: 0,
+            handle: 0,
+            reserved1: 0,
+        }
+    }
+
+    /// `NOP`.
+    pub const fn nop(user_data: u64) -> Self {
+        Self::base(Opcode::Nop, user_data)
+    }
+
+    /// `FILL` `len` bytes at `dst` with `pattern`.
+    pub const fn fill(user_data: u64, dst: u64, len: u64, pattern: u32) -> Self {
+        let mut d = Self::base(Opcode::Fill, user_data);
+        d.dst = dst;
+        d.len = len;
+        d.imm = pattern as u64;
+        d
+    }
+
+    /// `COPY` `len` bytes from `src` to `dst`.
+    pub const fn copy(user_data: u64, dst: u64, src: u64, len: u64) -> Self {
+        let mut d = Self::base(Opcode::Copy, user_data);
+        d.dst = dst;
+        d.src0 = src;
+        d.len = len;
+        d
+    }
+
+    /// `ADD` `count` elements: `dst = a + b`.
+    pub const fn add(user_data: u64, dtype: Dtype, dst: u64, a: u64, b: u64, count: u64) -> Self {
+        let mut d = Self::base(Opcode::Add, user_data);
+        d.dtype = dtype as u8;
+        d.dst = dst;
+        d.src0 = a;
+        d.src1 = b;
+        d.len = count;
+        d
+    }
+
+    /// `EVENT_RECORD`: set `event` to at least `value`.
+    pub const fn event_record(user_data: u64, event: u32, value: u64) -> Self {
+        let mut d = Self::base(Opcode::EventRecord, user_data);
+        d.handle = event;
+        d.imm = value;
+        d
+    }
+
+    /// `EVENT_WAIT`: wait until `event` reaches `value`.
+    pub const fn event_wait(user_data: u64, event: u32, value: u64) -> Self {
+        let mut d = Self::base(Opcode::EventWait, user_data);
+        d.handle = event;
+        d.imm = value;
+        d
+    }
+
+    /// `KERNEL_LAUNCH` (hardware only).
+    pub const fn kernel_launch(user_data: u64, kernel: u32, blocks: u64, params: u64, params_len: u64) -> Self {
+        let mut d = Self::base(Opcode::KernelLaunch, user_data);
+        d.handle = kernel;
+        d.imm = blocks;
+        d.src0 = params;
+        d.len = params_len;
+        d
+    }
+}
+
+abi_struct! {
+    /// One completion, as the device writes it into an event-ring slot. Every descriptor the
+    /// device takes produces exactly one record, in stream order.
+    #[c_name = "davinci_event_record"]
+    pub struct EventRecord {
+        /// The descriptor's `user_data` (from device).
+        pub user_data: u64,
+        /// 0 on success, else a negative errno (`-EACCES`, `-EBADMSG`, ...) (from device).
+        pub status: i32,
+        /// The descriptor's opcode (from device).
+        pub opcode: u8,
+        /// Reserved, zero (from device).
+        pub pad: [u8; 3],
+        /// Opcode-specific result (bytes, elements, event value) (from device).
+        pub result: u64,
+        /// Device time of completion, nanoseconds on the device's monotonic clock (from device).
+        pub timestamp_ns: u64,
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<EventRecord>() == EVENT_RECORD_SIZE);
+
+/// Wire constants of this module, for the C header.
+pub const CONSTS: &[ConstGroup] = &[
+    ConstGroup {
+        title: "Task opcodes (davinci_task_desc.opcode)",
+        c_prefix: "DAVINCI_OP_",
+        items: &[
+            ("NOP", Opcode::Nop as u64, "do nothing"),
+            ("FILL", Opcode::Fill as u64, "fill len bytes at dst with the 32-bit pattern imm"),
+            ("COPY", Opcode::Copy as u64, "copy len bytes from src0 to dst"),
+            ("ADD", Opcode::Add as u64, "dst[i] = src0[i] + src1[i], len elements of dtype"),
+            ("EVENT_RECORD", Opcode::EventRecord as u64, "set event handle to at least imm"),
+            ("EVENT_WAIT", Opcode::EventWait as u64, "wait until event handle reaches imm"),
+            ("KERNEL_LAUNCH", Opcode::KernelLaunch as u64, "reserved for hardware"),
+        ],
+    },
+    ConstGroup {
+        title: "Element types of ADD (davinci_task_desc.dtype)",
+        c_prefix: "DAVINCI_DTYPE_",
+        items: &[
+            ("U32", Dtype::U32 as u64, "unsigned 32-bit, wrapping"),
+            ("I32", Dtype::I32 as u64, "signed 32-bit, wrapping"),
+            ("F32", Dtype::F32 as u64, "IEEE-754 single"),
+        ],
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcode_decode() {
+        for op in Opcode::ALL {
+            assert_eq!(Opcode::from_u8(op as u8), Some(op));
+        }
+        assert_eq!(Opcode::from_u8(7), None);
+        assert_eq!(Opcode::from_u8(255), None);
+        assert_eq!(Dtype::from_u8(3), None);
+    }
+
+    #[test]
+    fn constructors_fill_the_right_fields() {
+        let d = TaskDesc::add(9, Dtype::F32, 1, 2, 3, 4);
+        assert_eq!((d.opcode, d.dtype, d.dst, d.src0, d.src1, d.len, d.user_data), (3, 2, 1, 2, 3, 4, 9));
+        let e = TaskDesc::event_wait(1, 5, 7);
+        assert_eq!((e.opcode, e.handle, e.imm), (5, 5, 7));
+    }
+}

@@ -1,0 +1,78 @@
+//! Golden values: every ioctl request number and every struct size, pinned in hex. A change
+//! here is an ABI break (bump `ABI_VERSION_MAJOR`) or a new command (bump the minor).
+
+use davinci_uapi::*;
+
+#[test]
+fn ioctl_request_numbers() {
+    assert_eq!(DRIVER_CMD_CREATE_CONTEXT, 0xC010_6401);
+    assert_eq!(DRIVER_CMD_DESTROY_CONTEXT, 0x4008_6402);
+    assert_eq!(DRIVER_CMD_SUBMIT_TASK, 0xC050_6403);
+    assert_eq!(DRIVER_CMD_ALLOC_MEMORY, 0xC028_6404);
+    assert_eq!(DRIVER_CMD_FREE_MEMORY, 0x4008_6405);
+    assert_eq!(DRIVER_CMD_WAIT_EVENT, 0xC028_6406);
+    assert_eq!(DRIVER_CMD_CREATE_STREAM, 0xC0B8_6407);
+    assert_eq!(DRIVER_CMD_DESTROY_STREAM, 0x4008_6408);
+    assert_eq!(DRIVER_CMD_GET_INFO, 0x8070_6409);
+    assert_eq!(DRIVER_CMD_QUERY_DEVICE_SHARE, 0x8010_640A);
+    assert_eq!(DRIVER_CMD_SET_DEVICE_SHARE, 0x4010_640B);
+    assert_eq!(DRIVER_CMD_LIST_CLIENTS, 0xC018_640C);
+    assert_eq!(DRIVER_CMD_CREATE_EVENT, 0xC010_640D);
+    assert_eq!(DRIVER_CMD_DESTROY_EVENT, 0x4008_640E);
+    assert_eq!(DRIVER_CMD_NOTIFY, 0x4008_640F);
+    assert_eq!(COMMANDS.len(), 15, "a new command needs a golden value here");
+}
+
+#[test]
+fn struct_sizes() {
+    let expect: &[(&str, usize)] = &[
+        ("davinci_ring_header", 0xC0),
+        ("davinci_ring_offsets", 0x28),
+        ("davinci_ring_mapping", 0x40),
+        ("davinci_task_desc", 0x40),
+        ("davinci_event_record", 0x20),
+        ("davinci_handle_args", 0x08),
+        ("davinci_create_context_args", 0x10),
+        ("davinci_submit_task_args", 0x50),
+        ("davinci_alloc_memory_args", 0x28),
+        ("davinci_wait_event_args", 0x28),
+        ("davinci_create_stream_args", 0xB8),
+        ("davinci_create_event_args", 0x10),
+        ("davinci_device_info", 0x70),
+        ("davinci_device_share_args", 0x10),
+        ("davinci_list_clients_args", 0x18),
+        ("davinci_client_usage", 0x78),
+    ];
+    assert_eq!(STRUCTS.len(), expect.len());
+    for (info, (name, size)) in STRUCTS.iter().zip(expect) {
+        assert_eq!(info.c_name, *name);
+        assert_eq!(info.size, *size, "{name}");
+    }
+}
+
+#[test]
+fn abi_version() {
+    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 0));
+    assert!(abi_compatible(1));
+    assert!(!abi_compatible(2));
+}
+
+#[test]
+fn every_struct_is_8_byte_aligned_or_smaller_and_padded_explicitly() {
+    for s in STRUCTS {
+        let sum: usize = s.fields.iter().map(|f| f.size).sum();
+        assert_eq!(sum, s.size, "{} has implicit padding", s.c_name);
+        // Fields are contiguous and in order.
+        let mut at = 0;
+        for f in s.fields {
+            assert_eq!(f.offset, at, "{}.{}", s.c_name, f.name);
+            at += f.size;
+        }
+        // u64 fields are naturally aligned, so i386 and x86_64 agree.
+        for f in s.fields {
+            if f.ty == "u64" {
+                assert_eq!(f.offset % 8, 0, "{}.{} misaligned", s.c_name, f.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Workspace tasks: generate the C header (gen-header).
+
+fn main() {}
