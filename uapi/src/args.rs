@@ -6,7 +6,7 @@
 //! "from driver" fields are written by it; the driver ignores the incoming value of a
 //! "from driver" field.
 
-use crate::ioctl::{iow, iowr, ior};
+use crate::ioctl::{ior, iow, iowr};
 use crate::layout::{abi_flags, abi_struct, ConstGroup};
 use crate::rings::RingMapping;
 use crate::task::TaskDesc;
@@ -435,7 +435,11 @@ pub const CONSTS: &[ConstGroup] = &[
         title: "Device sharing modes (davinci_device_share_args.mode)",
         c_prefix: "DAVINCI_SHARE_",
         items: &[
-            ("EXCLUSIVE", ShareMode::Exclusive as u64, "one client at a time (default)"),
+            (
+                "EXCLUSIVE",
+                ShareMode::Exclusive as u64,
+                "one client at a time (default)",
+            ),
             ("SHARED", ShareMode::Shared as u64, "many isolated clients"),
         ],
     },
@@ -443,7 +447,11 @@ pub const CONSTS: &[ConstGroup] = &[
         title: "What WAIT_EVENT waits on (davinci_wait_event_args.kind)",
         c_prefix: "DAVINCI_WAIT_",
         items: &[
-            ("STREAM", WaitKind::Stream as u64, "a stream's completion count"),
+            (
+                "STREAM",
+                WaitKind::Stream as u64,
+                "a stream's completion count",
+            ),
             ("EVENT", WaitKind::Event as u64, "an event's value"),
         ],
     },

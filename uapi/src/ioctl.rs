@@ -44,7 +44,10 @@ pub const IOC_SIZE_MAX: usize = (1 << IOC_SIZEBITS) - 1;
 
 /// `_IOC(dir, ty, nr, size)`. Fails to compile (in const context) if `size` does not fit.
 pub const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
-    assert!(size <= IOC_SIZE_MAX, "ioctl argument too large for the size field");
+    assert!(
+        size <= IOC_SIZE_MAX,
+        "ioctl argument too large for the size field"
+    );
     (dir << IOC_DIRSHIFT)
         | ((ty as u32) << IOC_TYPESHIFT)
         | ((nr as u32) << IOC_NRSHIFT)

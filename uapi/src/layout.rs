@@ -80,6 +80,77 @@ impl<T: ZeroInit + Copy, const N: usize> ZeroInit for [T; N] {
     const ZERO: Self = [T::ZERO; N];
 }
 
+/// Byte-level codec of an ABI type in native byte order, without `unsafe` and without
+/// zerocopy, so the kernel build (nothing but `core`) can decode argument bytes too.
+pub trait Wire: Sized {
+    /// Encoded size (equals `size_of::<Self>()`).
+    const SIZE: usize;
+    /// Decodes from `b`; bytes missing from a short `b` read as zero.
+    fn decode(b: &[u8]) -> Self;
+    /// Encodes into `b`; bytes beyond a short `b` are dropped.
+    fn encode(&self, b: &mut [u8]);
+
+    /// Decodes exactly `Self::SIZE` bytes; `None` for any other length.
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() == Self::SIZE {
+            Some(Self::decode(b))
+        } else {
+            None
+        }
+    }
+}
+
+macro_rules! wire_int {
+    ($($t:ty),*) => { $(
+        impl Wire for $t {
+            const SIZE: usize = core::mem::size_of::<$t>();
+            fn decode(b: &[u8]) -> Self {
+                let mut raw = [0u8; core::mem::size_of::<$t>()];
+                for (d, s) in raw.iter_mut().zip(b) {
+                    *d = *s;
+                }
+                <$t>::from_ne_bytes(raw)
+            }
+            fn encode(&self, b: &mut [u8]) {
+                for (d, s) in b.iter_mut().zip(self.to_ne_bytes()) {
+                    *d = s;
+                }
+            }
+        }
+    )* };
+}
+wire_int!(u8, u16, u32, u64, i32, i64);
+
+impl<T: Wire + ZeroInit + Copy, const N: usize> Wire for [T; N] {
+    const SIZE: usize = T::SIZE * N;
+    fn decode(b: &[u8]) -> Self {
+        let mut out = [T::ZERO; N];
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = T::decode(sub(b, i * T::SIZE, T::SIZE));
+        }
+        out
+    }
+    fn encode(&self, b: &mut [u8]) {
+        for (i, v) in self.iter().enumerate() {
+            v.encode(sub_mut(b, i * T::SIZE, T::SIZE));
+        }
+    }
+}
+
+/// `b[off..off + len]`, clipped to what `b` has (never panics).
+pub fn sub(b: &[u8], off: usize, len: usize) -> &[u8] {
+    let start = off.min(b.len());
+    let end = off.saturating_add(len).min(b.len());
+    &b[start..end]
+}
+
+/// `&mut b[off..off + len]`, clipped to what `b` has (never panics).
+pub fn sub_mut(b: &mut [u8], off: usize, len: usize) -> &mut [u8] {
+    let start = off.min(b.len());
+    let end = off.saturating_add(len).min(b.len());
+    &mut b[start..end]
+}
+
 /// Defines a `#[repr(C)]` ABI struct, records its layout for the generator and asserts that it
 /// has no implicit padding (the sum of the field sizes must equal its size).
 macro_rules! abi_struct {
@@ -113,6 +184,24 @@ macro_rules! abi_struct {
         impl Default for $name {
             fn default() -> Self {
                 <Self as $crate::layout::ZeroInit>::ZERO
+            }
+        }
+
+        impl $crate::layout::Wire for $name {
+            const SIZE: usize = core::mem::size_of::<$name>();
+            fn decode(b: &[u8]) -> Self {
+                Self { $( $field: <$fty as $crate::layout::Wire>::decode($crate::layout::sub(
+                    b,
+                    core::mem::offset_of!($name, $field),
+                    core::mem::size_of::<$fty>(),
+                )), )* }
+            }
+            fn encode(&self, b: &mut [u8]) {
+                $( <$fty as $crate::layout::Wire>::encode(&self.$field, $crate::layout::sub_mut(
+                    b,
+                    core::mem::offset_of!($name, $field),
+                    core::mem::size_of::<$fty>(),
+                )); )*
             }
         }
 
@@ -234,6 +323,16 @@ macro_rules! abi_flags {
 
         impl $crate::layout::ZeroInit for $name {
             const ZERO: Self = Self(0);
+        }
+
+        impl $crate::layout::Wire for $name {
+            const SIZE: usize = 4;
+            fn decode(b: &[u8]) -> Self {
+                Self(<u32 as $crate::layout::Wire>::decode(b))
+            }
+            fn encode(&self, b: &mut [u8]) {
+                <u32 as $crate::layout::Wire>::encode(&self.0, b)
+            }
         }
 
         impl Default for $name {

@@ -26,7 +26,7 @@ pub mod task;
 
 pub use args::*;
 pub use errno::Errno;
-pub use layout::{AbiStruct, ZeroInit};
+pub use layout::{AbiStruct, Wire, ZeroInit};
 pub use mmap::{decode_mmap_offset, mmap_offset, MmapKind, DOORBELL_SIZE};
 pub use rings::{RingFlags, RingHeader, RingMapping, RingOffsets};
 pub use task::{Dtype, EventRecord, Opcode, TaskDesc};
@@ -69,20 +69,80 @@ pub const CONST_GROUPS: &[&[layout::ConstGroup]] = &[task::CONSTS, args::CONSTS]
 
 /// Scalar constants for the C header: `(name without DAVINCI_, value, doc)`.
 pub const SCALARS: &[(&str, u64, &str)] = &[
-    ("ABI_VERSION_MAJOR", ABI_VERSION_MAJOR as u64, "ABI major version"),
-    ("ABI_VERSION_MINOR", ABI_VERSION_MINOR as u64, "ABI minor version"),
+    (
+        "ABI_VERSION_MAJOR",
+        ABI_VERSION_MAJOR as u64,
+        "ABI major version",
+    ),
+    (
+        "ABI_VERSION_MINOR",
+        ABI_VERSION_MINOR as u64,
+        "ABI minor version",
+    ),
     ("IOCTL_MAGIC", DRIVER_MAGIC as u64, "ioctl type byte ('d')"),
-    ("RING_HEADER_SIZE", rings::RING_HEADER_SIZE as u64, "bytes before slot 0"),
-    ("RING_MIN_ENTRIES", rings::RING_MIN_ENTRIES as u64, "smallest ring depth"),
-    ("RING_MAX_ENTRIES", rings::RING_MAX_ENTRIES as u64, "hard bound on ring depth"),
-    ("TASK_DESC_SIZE", task::TASK_DESC_SIZE as u64, "bytes per command slot"),
-    ("EVENT_RECORD_SIZE", task::EVENT_RECORD_SIZE as u64, "bytes per event slot"),
-    ("MMAP_KIND_SHIFT", mmap::MMAP_KIND_SHIFT as u64, "mmap cookie: kind shift"),
-    ("MMAP_HANDLE_SHIFT", mmap::MMAP_HANDLE_SHIFT as u64, "mmap cookie: handle shift"),
-    ("MMAP_KIND_CMD_RING", MmapKind::CmdRing as u64, "mmap cookie kind: command ring"),
-    ("MMAP_KIND_EVENT_RING", MmapKind::EventRing as u64, "mmap cookie kind: event ring"),
-    ("MMAP_KIND_DOORBELL", MmapKind::Doorbell as u64, "mmap cookie kind: doorbell page"),
-    ("MMAP_KIND_MEMORY", MmapKind::Memory as u64, "mmap cookie kind: allocation host view"),
-    ("DOORBELL_SIZE", mmap::DOORBELL_SIZE, "bytes of the doorbell mapping"),
-    ("DOORBELL_REG_OFFSET", mmap::DOORBELL_REG_OFFSET, "offset of the doorbell register"),
+    (
+        "RING_HEADER_SIZE",
+        rings::RING_HEADER_SIZE as u64,
+        "bytes before slot 0",
+    ),
+    (
+        "RING_MIN_ENTRIES",
+        rings::RING_MIN_ENTRIES as u64,
+        "smallest ring depth",
+    ),
+    (
+        "RING_MAX_ENTRIES",
+        rings::RING_MAX_ENTRIES as u64,
+        "hard bound on ring depth",
+    ),
+    (
+        "TASK_DESC_SIZE",
+        task::TASK_DESC_SIZE as u64,
+        "bytes per command slot",
+    ),
+    (
+        "EVENT_RECORD_SIZE",
+        task::EVENT_RECORD_SIZE as u64,
+        "bytes per event slot",
+    ),
+    (
+        "MMAP_KIND_SHIFT",
+        mmap::MMAP_KIND_SHIFT as u64,
+        "mmap cookie: kind shift",
+    ),
+    (
+        "MMAP_HANDLE_SHIFT",
+        mmap::MMAP_HANDLE_SHIFT as u64,
+        "mmap cookie: handle shift",
+    ),
+    (
+        "MMAP_KIND_CMD_RING",
+        MmapKind::CmdRing as u64,
+        "mmap cookie kind: command ring",
+    ),
+    (
+        "MMAP_KIND_EVENT_RING",
+        MmapKind::EventRing as u64,
+        "mmap cookie kind: event ring",
+    ),
+    (
+        "MMAP_KIND_DOORBELL",
+        MmapKind::Doorbell as u64,
+        "mmap cookie kind: doorbell page",
+    ),
+    (
+        "MMAP_KIND_MEMORY",
+        MmapKind::Memory as u64,
+        "mmap cookie kind: allocation host view",
+    ),
+    (
+        "DOORBELL_SIZE",
+        mmap::DOORBELL_SIZE,
+        "bytes of the doorbell mapping",
+    ),
+    (
+        "DOORBELL_REG_OFFSET",
+        mmap::DOORBELL_REG_OFFSET,
+        "offset of the doorbell register",
+    ),
 ];

@@ -62,7 +62,12 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        for kind in [MmapKind::CmdRing, MmapKind::EventRing, MmapKind::Doorbell, MmapKind::Memory] {
+        for kind in [
+            MmapKind::CmdRing,
+            MmapKind::EventRing,
+            MmapKind::Doorbell,
+            MmapKind::Memory,
+        ] {
             for h in [0u32, 1, 0xffff, u32::MAX] {
                 let off = mmap_offset(kind, h);
                 assert_eq!(off % 4096, 0);
@@ -70,7 +75,10 @@ mod tests {
             }
         }
         assert_eq!(decode_mmap_offset(0), None);
-        assert_eq!(decode_mmap_offset(mmap_offset(MmapKind::Memory, 3) + 8), None);
+        assert_eq!(
+            decode_mmap_offset(mmap_offset(MmapKind::Memory, 3) + 8),
+            None
+        );
         assert_eq!(decode_mmap_offset(5 << 48), None);
     }
 }

@@ -181,6 +181,9 @@ mod tests {
     #[test]
     fn standard_offsets_match_header() {
         let o = RingOffsets::standard(64);
-        assert_eq!((o.tail, o.head, o.entries, o.flags, o.slots), (0, 64, 128, 136, 192));
+        assert_eq!(
+            (o.tail, o.head, o.entries, o.flags, o.slots),
+            (0, 64, 128, 136, 192)
+        );
     }
 }

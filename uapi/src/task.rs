@@ -199,7 +199,13 @@ impl TaskDesc {
     }
 
     /// `KERNEL_LAUNCH` (hardware only).
-    pub const fn kernel_launch(user_data: u64, kernel: u32, blocks: u64, params: u64, params_len: u64) -> Self {
+    pub const fn kernel_launch(
+        user_data: u64,
+        kernel: u32,
+        blocks: u64,
+        params: u64,
+        params_len: u64,
+    ) -> Self {
         let mut d = Self::base(Opcode::KernelLaunch, user_data);
         d.handle = kernel;
         d.imm = blocks;
@@ -238,12 +244,36 @@ pub const CONSTS: &[ConstGroup] = &[
         c_prefix: "DAVINCI_OP_",
         items: &[
             ("NOP", Opcode::Nop as u64, "do nothing"),
-            ("FILL", Opcode::Fill as u64, "fill len bytes at dst with the 32-bit pattern imm"),
-            ("COPY", Opcode::Copy as u64, "copy len bytes from src0 to dst"),
-            ("ADD", Opcode::Add as u64, "dst[i] = src0[i] + src1[i], len elements of dtype"),
-            ("EVENT_RECORD", Opcode::EventRecord as u64, "set event handle to at least imm"),
-            ("EVENT_WAIT", Opcode::EventWait as u64, "wait until event handle reaches imm"),
-            ("KERNEL_LAUNCH", Opcode::KernelLaunch as u64, "reserved for hardware"),
+            (
+                "FILL",
+                Opcode::Fill as u64,
+                "fill len bytes at dst with the 32-bit pattern imm",
+            ),
+            (
+                "COPY",
+                Opcode::Copy as u64,
+                "copy len bytes from src0 to dst",
+            ),
+            (
+                "ADD",
+                Opcode::Add as u64,
+                "dst[i] = src0[i] + src1[i], len elements of dtype",
+            ),
+            (
+                "EVENT_RECORD",
+                Opcode::EventRecord as u64,
+                "set event handle to at least imm",
+            ),
+            (
+                "EVENT_WAIT",
+                Opcode::EventWait as u64,
+                "wait until event handle reaches imm",
+            ),
+            (
+                "KERNEL_LAUNCH",
+                Opcode::KernelLaunch as u64,
+                "reserved for hardware",
+            ),
         ],
     },
     ConstGroup {
@@ -274,7 +304,10 @@ mod tests {
     #[test]
     fn constructors_fill_the_right_fields() {
         let d = TaskDesc::add(9, Dtype::F32, 1, 2, 3, 4);
-        assert_eq!((d.opcode, d.dtype, d.dst, d.src0, d.src1, d.len, d.user_data), (3, 2, 1, 2, 3, 4, 9));
+        assert_eq!(
+            (d.opcode, d.dtype, d.dst, d.src0, d.src1, d.len, d.user_data),
+            (3, 2, 1, 2, 3, 4, 9)
+        );
         let e = TaskDesc::event_wait(1, 5, 7);
         assert_eq!((e.opcode, e.handle, e.imm), (5, 5, 7));
     }

@@ -20,7 +20,11 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_CREATE_EVENT, 0xC010_640D);
     assert_eq!(DRIVER_CMD_DESTROY_EVENT, 0x4008_640E);
     assert_eq!(DRIVER_CMD_NOTIFY, 0x4008_640F);
-    assert_eq!(COMMANDS.len(), 15, "a new command needs a golden value here");
+    assert_eq!(
+        COMMANDS.len(),
+        15,
+        "a new command needs a golden value here"
+    );
 }
 
 #[test]
@@ -75,4 +79,32 @@ fn every_struct_is_8_byte_aligned_or_smaller_and_padded_explicitly() {
             }
         }
     }
+}
+
+#[test]
+fn wire_codec_matches_memory_layout() {
+    use zerocopy::IntoBytes;
+    let mut d = TaskDesc::add(0x1122_3344_5566_7788, Dtype::F32, 0x10, 0x20, 0x30, 0x40);
+    d.handle = 0xdead_beef;
+    let mut buf = [0u8; 64];
+    d.encode(&mut buf);
+    assert_eq!(&buf[..], d.as_bytes());
+    assert_eq!(TaskDesc::from_bytes(&buf), Some(d));
+    assert_eq!(TaskDesc::from_bytes(&buf[..63]), None);
+
+    let mut a = CreateStreamArgs::default();
+    a.cmd_ring.offsets.slot_size = 64;
+    a.event_ring.mmap_offset = 7;
+    a.reserved[1] = 9;
+    let mut b = [0u8; core::mem::size_of::<CreateStreamArgs>()];
+    a.encode(&mut b);
+    assert_eq!(&b[..], a.as_bytes());
+    assert_eq!(CreateStreamArgs::decode(&b), a);
+
+    let mut h = RingHeader::default();
+    h.flags = RingFlags::NEED_WAKEUP | RingFlags::ERROR;
+    h.pad_tail[59] = 1;
+    let mut hb = [0u8; 192];
+    h.encode(&mut hb);
+    assert_eq!(&hb[..], h.as_bytes());
 }
