@@ -1,0 +1,252 @@
+//! The host's ends: [`Producer`] of the command ring, [`Consumer`] of the event ring.
+//!
+//! The host trusts the device, but still never follows an index that no correct device
+//! writes: such a ring simply shows no space / no entries (the device reports its own error).
+#![forbid(unsafe_code)]
+
+use davinci_uapi::RingFlags;
+
+use crate::region::Field;
+use crate::slot::{Slot, Typed};
+use crate::sync::{fence_at, ord, Ordering, Site};
+use crate::{RingError, RingRegion};
+
+/// Host side of the command ring (and generally: the trusted producer end).
+///
+/// Keeps its own tail and a cached head; slots are written by [`push`](Self::push) and made
+/// visible to the device in batches by [`publish`](Self::publish).
+pub struct Producer<T: Slot> {
+    ring: Typed<T>,
+    /// Next index to write (includes pushed but unpublished entries).
+    tail: u32,
+    /// Last tail stored to shared memory.
+    published: u32,
+    /// Last head read from shared memory (or `tail - entries`, "full", when unknown).
+    cached_head: u32,
+}
+
+impl<T: Slot> Producer<T> {
+    /// The producer end of `region`, starting from the tail currently in the header.
+    ///
+    /// # Panics
+    /// If `size_of::<T>()` differs from the region's slot size (a programming error: slot
+    /// sizes are ABI constants). [`try_new`](Self::try_new) reports it instead.
+    pub fn new(region: RingRegion) -> Self {
+        match Self::try_new(region) {
+            Ok(p) => p,
+            Err(e) => panic!("Producer::new: {e}"),
+        }
+    }
+
+    /// Like [`new`](Self::new), but `Err(BadLength)` / `Err(Misaligned)` if `T` does not fit
+    /// the region's slots.
+    pub fn try_new(region: RingRegion) -> Result<Self, RingError> {
+        let ring = Typed::new(region)?;
+        // Relaxed: the tail is this side's own index. Whoever stored it before (the driver's
+        // init, a previous producer, SUBMIT_TASK) is ordered before us by whatever handed us
+        // the mapping (mmap, the ioctl's return), not by this load.
+        let tail = ring.region().field(Field::Tail).load(Ordering::Relaxed);
+        let entries = ring.region().entries();
+        Ok(Self {
+            ring,
+            tail,
+            published: tail,
+            cached_head: tail.wrapping_sub(entries),
+        })
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u32 {
+        self.ring.region().entries()
+    }
+
+    fn cached_free(&self) -> u32 {
+        let used = self.tail.wrapping_sub(self.cached_head);
+        self.capacity().saturating_sub(used)
+    }
+
+    fn refresh_free(&mut self) -> u32 {
+        // Acquire: pairs with the device's Release store of head after it copied the slots
+        // out, so the slot writes that follow cannot overwrite a descriptor being read.
+        self.cached_head = self
+            .ring
+            .region()
+            .field(Field::Head)
+            .load(ord(Site::ProducerHeadAcquire, Ordering::Acquire));
+        // A head ahead of our tail or more than `entries` behind it is not something a correct
+        // device writes: `saturating_sub` shows it as "no space" (and the next call re-reads).
+        self.cached_free()
+    }
+
+    /// Free slots. Reads the shared head (Acquire) only when the cached head says full.
+    pub fn free(&mut self) -> u32 {
+        match self.cached_free() {
+            0 => self.refresh_free(),
+            n => n,
+        }
+    }
+
+    /// Copies `item` into the next slot and bumps the local tail. Not visible to the device
+    /// until [`publish`](Self::publish). `Err(*item)` when the ring is full.
+    pub fn push(&mut self, item: &T) -> Result<(), T> {
+        if self.free() == 0 {
+            return Err(*item);
+        }
+        self.ring.write(self.tail, item);
+        self.tail = self.tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Pushes as many of `items` as fit (re-reading the head if the cached space is too small),
+    /// in order; returns how many. Not published.
+    pub fn push_slice(&mut self, items: &[T]) -> usize {
+        let mut free = self.cached_free();
+        if (free as usize) < items.len() {
+            free = self.refresh_free();
+        }
+        let n = items.len().min(free as usize);
+        for item in items.iter().take(n) {
+            self.ring.write(self.tail, item);
+            self.tail = self.tail.wrapping_add(1);
+        }
+        n
+    }
+
+    /// Entries pushed but not yet published.
+    pub fn pending(&self) -> u32 {
+        self.tail.wrapping_sub(self.published)
+    }
+
+    /// Publishes every pushed entry with one Release store of the tail, then `fence(SeqCst)`
+    /// and a Relaxed load of the flags. Returns `true` iff NEED_WAKEUP is set: the caller must
+    /// then ring the doorbell (with [`tail`](Self::tail)). `false` if nothing was pending.
+    ///
+    /// The fence is the host half of the Dekker pair with `DeviceConsumer::prepare_sleep`:
+    /// either this load sees NEED_WAKEUP, or the device's re-load of the tail sees this store.
+    pub fn publish(&mut self) -> bool {
+        if self.pending() == 0 {
+            return false;
+        }
+        let region = self.ring.region();
+        // Release: pairs with the device's Acquire load of the tail; orders the slot writes.
+        region
+            .field(Field::Tail)
+            .store(self.tail, ord(Site::ProducerTailRelease, Ordering::Release));
+        self.published = self.tail;
+        // SeqCst fence: store(tail) -> load(flags) must not be reordered (store-load).
+        fence_at(Site::ProducerDekkerFence, Ordering::SeqCst);
+        // Relaxed: the fence above orders it; no data is read on the strength of this flag.
+        let flags = region.field(Field::Flags).load(Ordering::Relaxed);
+        flags & RingFlags::NEED_WAKEUP.bits() != 0
+    }
+
+    /// The local tail: every pushed entry, published or not. After `publish`, the value to
+    /// write to the doorbell.
+    pub fn tail(&self) -> u32 {
+        self.tail
+    }
+
+    /// Re-reads the shared tail, after a `SUBMIT_TASK` ioctl placed a descriptor on the
+    /// client's behalf. Unpublished entries are discarded (publish first). The cached head is
+    /// forgotten, so the next `free` re-reads it.
+    pub fn resync_tail(&mut self) {
+        // Relaxed: our own index; the ioctl's return orders the driver's store before us, and
+        // we read no slot on the strength of it.
+        self.tail = self
+            .ring
+            .region()
+            .field(Field::Tail)
+            .load(Ordering::Relaxed);
+        self.published = self.tail;
+        self.cached_head = self.tail.wrapping_sub(self.capacity());
+    }
+
+    /// The region.
+    pub fn region(&self) -> &RingRegion {
+        self.ring.region()
+    }
+}
+
+/// Host side of the event ring (the consumer end on the trusted side).
+pub struct Consumer<T: Slot> {
+    ring: Typed<T>,
+    head: u32,
+}
+
+impl<T: Slot> Consumer<T> {
+    /// The consumer end of `region`, starting from the head currently in the header.
+    ///
+    /// # Panics
+    /// If `size_of::<T>()` differs from the region's slot size; see [`try_new`](Self::try_new).
+    pub fn new(region: RingRegion) -> Self {
+        match Self::try_new(region) {
+            Ok(c) => c,
+            Err(e) => panic!("Consumer::new: {e}"),
+        }
+    }
+
+    /// Like [`new`](Self::new), but reports a slot type that does not fit the region.
+    pub fn try_new(region: RingRegion) -> Result<Self, RingError> {
+        let ring = Typed::new(region)?;
+        // Relaxed: our own index (see `Producer::try_new`).
+        let head = ring.region().field(Field::Head).load(Ordering::Relaxed);
+        Ok(Self { ring, head })
+    }
+
+    fn filled(&self, tail: u32) -> u32 {
+        let n = tail.wrapping_sub(self.head);
+        // More than `entries` ahead (or behind the head): no correct device writes that; show
+        // nothing rather than follow it.
+        if n > self.ring.region().entries() {
+            0
+        } else {
+            n
+        }
+    }
+
+    /// Entries the device has published and this side has not consumed (Acquire load of the
+    /// tail). Acquire because a completion count is itself information: once it shows a
+    /// completion, the device's writes before that completion (results in device memory) are
+    /// visible, even if the record is never consumed.
+    pub fn available(&mut self) -> u32 {
+        let tail = self
+            .ring
+            .region()
+            .field(Field::Tail)
+            .load(ord(Site::ConsumerAvailableAcquire, Ordering::Acquire));
+        self.filled(tail)
+    }
+
+    /// Copies out up to `max` entries, each read once and passed to `f` in order; then one
+    /// Release store of the head. One Acquire load of the tail. Returns the number consumed.
+    pub fn consume(&mut self, max: usize, mut f: impl FnMut(T)) -> usize {
+        let region = self.ring.region();
+        // Acquire: pairs with the device's Release store of the tail; orders the slot reads.
+        let tail = region
+            .field(Field::Tail)
+            .load(ord(Site::ConsumerTailAcquire, Ordering::Acquire));
+        let n = (self.filled(tail) as usize).min(max);
+        for i in 0..n {
+            f(self.ring.read(self.head.wrapping_add(i as u32)));
+        }
+        if n > 0 {
+            self.head = self.head.wrapping_add(n as u32);
+            // Release: pairs with the device's Acquire load of head; the slot reads above are
+            // done before the device may overwrite those slots.
+            region
+                .field(Field::Head)
+                .store(self.head, ord(Site::ConsumerHeadRelease, Ordering::Release));
+        }
+        n
+    }
+
+    /// The local head (every consumed entry).
+    pub fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// The region.
+    pub fn region(&self) -> &RingRegion {
+        self.ring.region()
+    }
+}

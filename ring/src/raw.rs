@@ -1,0 +1,221 @@
+//! Raw access to shared memory and to the doorbell (ordinary builds): the only module of the
+//! non-loom build with `unsafe` blocks that touch memory.
+//!
+//! Rules kept here:
+//! * no `&`/`&mut` to shared bytes is ever formed; header fields are reached with
+//!   [`AtomicU32::from_ptr`] (an atomic view is what the other side's concurrent writes
+//!   require), slots are copied whole with one volatile read or write;
+//! * every offset is computed from the locally checked [`Geometry`], never from shared fields.
+#![allow(unsafe_code)]
+
+use core::ptr::{self, NonNull};
+
+use crate::region::{Field, Geometry};
+use crate::slot::Slot;
+use crate::sync::{fence_at, ord, AtomicU32, Ordering, Site};
+use crate::RingError;
+
+/// Raw view of one mapped ring: header and slots.
+///
+/// Not `Clone`: each ring end owns its region, so there is one producer end and one consumer
+/// end per region value (build one region per end over the same mapping).
+#[derive(Debug)]
+pub struct RingRegion {
+    base: NonNull<u8>,
+    geom: Geometry,
+}
+
+// SAFETY: a `RingRegion` is a pointer plus constants. Everything done through it is an atomic
+// access to a header field or a whole-slot volatile copy made by the single end that owns the
+// region (`&mut self` methods), with the protocol's acquire/release ordering the slot copies.
+// The memory stays valid wherever the region is moved, per the contract of `new`.
+unsafe impl Send for RingRegion {}
+// SAFETY: the only `&self` operations that other threads could run concurrently are atomic
+// header accesses (`flags`, `error`, `dropped`, `init`); slot copies need the owning end's
+// `&mut` or happen on indices the protocol gives to exactly one side at a time.
+unsafe impl Sync for RingRegion {}
+
+impl RingRegion {
+    /// A view of the ring mapped at `base`: `len` bytes, `entries` slots of `slot_size` bytes.
+    ///
+    /// Checks that `entries` is a power of two within uapi's bounds, that `len` holds the
+    /// 192-byte header plus `entries * slot_size` (checked arithmetic), and that `base` is
+    /// non-null and 64-byte aligned. Nothing is read from the memory.
+    ///
+    /// # Safety
+    /// `base` is valid for reads and writes of `len` bytes for the lifetime of the region (and
+    /// of every end built on it), and 64-byte aligned. The memory may be written concurrently
+    /// by the other side (another process or the device, possibly hostile); within this
+    /// address space, no other code accesses it except through ring ends built on regions over
+    /// the same memory, at most one producer end and one consumer end at a time.
+    pub unsafe fn new(
+        base: *mut u8,
+        len: usize,
+        entries: u32,
+        slot_size: usize,
+    ) -> Result<Self, RingError> {
+        let geom = Geometry::new(len, entries, slot_size)?;
+        let base = NonNull::new(base).ok_or(RingError::Misaligned)?;
+        if base.as_ptr().align_offset(64) != 0 {
+            return Err(RingError::Misaligned);
+        }
+        Ok(Self { base, geom })
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.geom
+    }
+
+    /// The header field `f`, as an atomic.
+    pub(crate) fn field(&self, f: Field) -> &AtomicU32 {
+        // SAFETY: `f.offset() + 4 <= 192 <= len` (const-asserted in `region`, and `Geometry::new`
+        // checked `len >= 192 + ...`), so the pointer is in bounds of the mapping; it is 4-byte
+        // aligned because `base` is 64-byte aligned and the offset is a multiple of 4. The
+        // memory is valid for reads and writes for the region's lifetime (contract of `new`),
+        // which bounds the returned reference. Every access to header fields, from this crate
+        // and from the other side, is atomic (4-byte aligned word accesses).
+        unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(f.offset()).cast::<u32>()) }
+    }
+
+    /// Copies the slot of index `index` (masked with the local mask) out, with one volatile read.
+    ///
+    /// # Safety
+    /// `size_of::<T>() == self.geom.slot_size` and `align_of::<T>() <= 64` (see `slot::Typed`).
+    pub(crate) unsafe fn read_slot<T: Slot>(&self, index: u32) -> T {
+        let offset = self.geom.slot_offset(index);
+        // SAFETY: `offset + slot_size <= 192 + entries * slot_size <= len` (Geometry::new), and
+        // `size_of::<T>() == slot_size` (caller), so the read stays inside the mapping; the slot
+        // address is `base (64-aligned) + 192 + k * size_of::<T>()`, aligned for `T` because
+        // `align_of::<T>()` divides 64 and `size_of::<T>()`. `T: Slot` makes any bytes a valid
+        // `T`. Volatile: the copy is made exactly once and never re-read, whatever the other
+        // side writes meanwhile. The protocol (acquire of the peer's tail) orders it after the
+        // peer's write of this slot.
+        unsafe { ptr::read_volatile(self.base.as_ptr().add(offset).cast::<T>()) }
+    }
+
+    /// Copies `item` into the slot of index `index` (masked), with one volatile write.
+    ///
+    /// # Safety
+    /// As for [`read_slot`](Self::read_slot).
+    pub(crate) unsafe fn write_slot<T: Slot>(&self, index: u32, item: &T) {
+        let offset = self.geom.slot_offset(index);
+        // SAFETY: in bounds and aligned as in `read_slot`; the memory is writable (contract of
+        // `new`). The protocol (acquire of the peer's head) orders this write after the peer's
+        // last read of the slot.
+        unsafe { ptr::write_volatile(self.base.as_ptr().add(offset).cast::<T>(), *item) }
+    }
+}
+
+/// The doorbell register: the one audited MMIO write of the host.
+///
+/// [`ring`](Self::ring) is `fence(Release)` followed by one volatile 32-bit write.
+///
+/// * **Ordering.** A Release fence followed by a *non-atomic* volatile write orders nothing in
+///   Rust's memory model; what publishes the descriptors is the Release store of the tail (and
+///   `Producer::publish`'s `fence(SeqCst)` right after it). The fence is kept for the CPU: it
+///   keeps the slot and tail stores ahead of the doorbell store on weakly ordered machines
+///   (x86: a compiler barrier; aarch64: `dmb ish`).
+/// * **aarch64 and real DMA.** A device that reads the ring by DMA needs the stores visible to
+///   the *outer-shareable* domain before the doorbell: Linux uses `dma_wmb()` = `dmb oshst`
+///   (or `wmb()` = `dsb st`), stronger than the `dmb ish` Rust emits for fences. This crate
+///   does not emit `dmb oshst` (inline asm we cannot test here): the kernel module must use
+///   its own `writel()` (which has the barrier) instead of this type, and a user-space driver
+///   for real hardware must add the barrier. The mock device, and coherent devices on x86,
+///   need nothing more.
+/// * **`volatile-register` caveat** (feature `mmio`, the default): `WO<u32>` is used through a
+///   `&WO<u32>`, i.e. a reference to MMIO. References are `dereferenceable`, so LLVM may insert
+///   spurious (non-volatile) reads of the register (rust-embedded/volatile-register#10,
+///   japaric/vcell#10). For our doorbell that is harmless (a RAM-backed page in the mock; a
+///   read of a write-only register has no side effect), but it is a reason to migrate to a
+///   pointer-based volatile API (the `volatile` 0.5+ crate's `VolatilePtr`). Without `mmio`,
+///   the write is `core::ptr::write_volatile` on the raw pointer, with no reference.
+/// * In the embedded mock the doorbell is ordinary memory that the device thread reads with
+///   atomic loads ([`DoorbellWatch`]); the mixed volatile write / atomic read is outside Rust's
+///   model like all MMIO, and is a single aligned 32-bit store in practice.
+#[derive(Debug)]
+pub struct Doorbell {
+    reg: *mut u32,
+}
+
+// SAFETY: the doorbell is a register address; writing it from another thread is as valid as
+// from this one (the contract of `new` covers the whole lifetime). Not `Sync`: two threads
+// ringing one doorbell through `&Doorbell` would race; ring ends are single-owner anyway.
+unsafe impl Send for Doorbell {}
+
+impl Doorbell {
+    /// A doorbell at `reg`.
+    ///
+    /// # Safety
+    /// `reg` points at the mapped doorbell register (4-byte aligned, writable) for the
+    /// doorbell's lifetime, and nothing else in this address space writes it non-atomically
+    /// concurrently.
+    pub unsafe fn new(reg: *mut u32) -> Self {
+        Self { reg }
+    }
+
+    /// Writes `value` (the new command-ring tail) to the doorbell, after `fence(Release)`.
+    pub fn ring(&self, value: u32) {
+        fence_at(Site::DoorbellRelease, Ordering::Release);
+        #[cfg(feature = "mmio")]
+        {
+            // SAFETY: `WO<u32>` is `repr(transparent)` over `VolatileCell<u32>`, itself
+            // `repr(transparent)` over `UnsafeCell<u32>`, so it has the layout of a `u32`; the
+            // pointer is aligned and valid for the doorbell's lifetime (contract of `new`). The
+            // reference is `dereferenceable`: see the type docs for why that is tolerable here.
+            let reg = unsafe { &*self.reg.cast::<volatile_register::WO<u32>>() };
+            // SAFETY: `WO::write` is unsafe only because register writes have side effects;
+            // the side effect of this one (waking the device) is the point, and it has no
+            // effect on this process's memory.
+            unsafe { reg.write(value) };
+        }
+        #[cfg(not(feature = "mmio"))]
+        {
+            // SAFETY: aligned and writable for the doorbell's lifetime (contract of `new`).
+            unsafe { ptr::write_volatile(self.reg, value) };
+        }
+    }
+
+    /// The register's address (for `FUTEX_WAKE` by the shim on futex doorbells).
+    pub fn as_ptr(&self) -> *mut u32 {
+        self.reg
+    }
+}
+
+/// The device side of a doorbell that is memory (the mock device's "MMIO register", or a
+/// futex word): reads the last value written.
+#[derive(Debug)]
+pub struct DoorbellWatch {
+    reg: *mut u32,
+}
+
+// SAFETY: only atomic loads are made through the pointer, valid for the watch's lifetime.
+unsafe impl Send for DoorbellWatch {}
+// SAFETY: as for `Send`: concurrent atomic loads are fine.
+unsafe impl Sync for DoorbellWatch {}
+
+impl DoorbellWatch {
+    /// A watch of the doorbell word at `reg`.
+    ///
+    /// # Safety
+    /// `reg` is 4-byte aligned and valid for reads and writes for the watch's lifetime (atomic
+    /// loads require writable memory), and every access to it is atomic or a single aligned
+    /// 32-bit volatile write (`Doorbell::ring`).
+    pub unsafe fn new(reg: *const u32) -> Self {
+        Self {
+            reg: reg.cast_mut(),
+        }
+    }
+
+    /// The doorbell's current value.
+    pub fn value(&self) -> u32 {
+        // SAFETY: aligned and valid for reads and writes for `self`'s lifetime (contract of
+        // `new`), which bounds the reference; only atomic accesses are made through it.
+        let word = unsafe { AtomicU32::from_ptr(self.reg) };
+        word.load(ord(Site::DoorbellAcquire, Ordering::Acquire))
+    }
+
+    /// The word's address (for `FUTEX_WAIT`).
+    pub fn as_ptr(&self) -> *const u32 {
+        self.reg
+    }
+}
