@@ -1,0 +1,166 @@
+//! The checked-in header and the generated blocks of docs/abi.md must be exactly what
+//! `cargo xtask gen-header` would write from the Rust definitions today.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use davinci_uapi::layout::{FieldInfo, StructInfo};
+use xtask::{
+    c_header, generated_files, render_header, workspace_root, Abi, ABI_DOC_PATH, BANNER,
+    HEADER_PATH,
+};
+
+fn stale_message(g: &xtask::Generated) -> String {
+    let diff = match g.first_difference() {
+        Some((line, have, want)) => {
+            format!("first difference at line {line}:\n  checked in: {have}\n  generated:  {want}")
+        }
+        None => "missing or unreadable".to_string(),
+    };
+    format!(
+        "{} is stale: it is not what the Rust definitions in uapi/src generate ({diff}).\n\
+         Run `cargo xtask gen-header` and commit the result together with the ABI change.",
+        g.path
+    )
+}
+
+#[test]
+fn checked_in_header_is_up_to_date() {
+    let files = generated_files(&workspace_root()).expect("metadata renders");
+    let header = files
+        .iter()
+        .find(|g| g.path == HEADER_PATH)
+        .expect("header is always generated");
+    assert!(
+        header.actual.is_some(),
+        "{HEADER_PATH} is missing: run `cargo xtask gen-header`"
+    );
+    assert!(header.is_fresh(), "{}", stale_message(header));
+    assert_eq!(header.expected, c_header());
+    assert_eq!(c_header().lines().next(), Some(BANNER));
+}
+
+#[test]
+fn abi_doc_generated_blocks_are_up_to_date() {
+    let files = generated_files(&workspace_root()).expect("metadata renders");
+    let doc = files
+        .iter()
+        .find(|g| g.path == ABI_DOC_PATH)
+        .unwrap_or_else(|| panic!("{ABI_DOC_PATH} is missing"));
+    assert!(doc.is_fresh(), "{}", stale_message(doc));
+}
+
+/// `uapi/src` after someone changed a field's type but did not regenerate: the header that
+/// metadata renders differs from the checked-in one, so the freshness test above fails.
+#[test]
+fn changing_a_field_type_changes_the_header() {
+    let checked_in = c_header();
+    let mut structs: Vec<StructInfo> = davinci_uapi::STRUCTS.to_vec();
+    let args = structs
+        .iter_mut()
+        .find(|s| s.c_name == "davinci_create_event_args")
+        .expect("struct exists");
+    let fields: Vec<FieldInfo> = args
+        .fields
+        .iter()
+        .map(|f| {
+            if f.name == "flags" {
+                FieldInfo { ty: "i32", ..*f }
+            } else {
+                *f
+            }
+        })
+        .collect();
+    args.fields = Box::leak(fields.into_boxed_slice());
+    let changed = render_header(&Abi {
+        structs: &structs,
+        ..Abi::current()
+    })
+    .expect("renders");
+    assert_ne!(changed, checked_in);
+    let diff: Vec<_> = changed
+        .lines()
+        .zip(checked_in.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(
+        diff,
+        vec![("\t__s32 flags;", "\t__u32 flags;")],
+        "exactly the changed field differs"
+    );
+}
+
+fn xtask_cmd(root: &Path, check: bool) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.arg("gen-header");
+    if check {
+        cmd.arg("--check");
+    }
+    cmd.env("XTASK_WORKSPACE_ROOT", root)
+        .output()
+        .expect("run xtask")
+}
+
+#[test]
+fn cli_check_fails_on_a_stale_copy_and_gen_header_fixes_it() {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("xtask-cli");
+    let _ = std::fs::remove_dir_all(&root);
+    let header = root.join(HEADER_PATH);
+    std::fs::create_dir_all(header.parent().expect("has parent")).expect("mkdir");
+    std::fs::create_dir_all(root.join("docs")).expect("mkdir");
+    let real = workspace_root();
+    let h = std::fs::read_to_string(real.join(HEADER_PATH)).expect("read header");
+    std::fs::write(
+        &header,
+        h.replacen("__u32 slot_size;", "__u16 slot_size;", 1),
+    )
+    .expect("write");
+    std::fs::copy(real.join(ABI_DOC_PATH), root.join(ABI_DOC_PATH)).expect("copy doc");
+
+    let out = xtask_cmd(&root, true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--check must fail on a stale header: {stderr}"
+    );
+    assert!(
+        stderr.contains(HEADER_PATH) && stderr.contains("__u16 slot_size;"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("run `cargo xtask gen-header`"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&header).expect("read"),
+        h.replacen("__u32 slot_size;", "__u16 slot_size;", 1)
+    );
+
+    let out = xtask_cmd(&root, false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&header).expect("read"), c_header());
+    let out = xtask_cmd(&root, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn cli_check_passes_on_the_workspace_and_rejects_unknown_arguments() {
+    let out = xtask_cmd(&workspace_root(), true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("gen-headers")
+        .output()
+        .expect("run xtask");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cargo xtask gen-header"));
+}
