@@ -1,0 +1,382 @@
+//! `SOCK_SEQPACKET` Unix sockets for the `davinci-mockd` protocol: listen, connect, send and
+//! receive one frame with its file descriptors (`SCM_RIGHTS`), peer credentials.
+//!
+//! The daemon receives with no control buffer, so descriptors a client tries to pass are
+//! never installed (the kernel drops them and reports `MSG_CTRUNC`).
+
+use std::io;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::socket::{
+    accept4, bind, connect, getsockopt, listen, recvmsg, sendmsg, shutdown, socket, sockopt,
+    AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, Shutdown, SockFlag,
+    SockType, UnixAddr,
+};
+
+use crate::proto::MAX_FDS;
+
+fn nix_io(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// Credentials of the peer process as the kernel recorded them at `connect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Process id.
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// One received frame.
+#[derive(Debug)]
+pub struct Received {
+    /// Bytes received (the frame is `buf[..len]`); 0 means the peer closed.
+    pub len: usize,
+    /// Descriptors that came with it (only when receiving with fds allowed).
+    pub fds: Vec<OwnedFd>,
+    /// The frame was longer than the buffer (the rest is lost).
+    pub truncated: bool,
+    /// The peer sent descriptors that were not accepted (or did not fit).
+    pub fds_dropped: bool,
+}
+
+/// A connected `SOCK_SEQPACKET` socket.
+#[derive(Debug)]
+pub struct SeqPacket {
+    fd: OwnedFd,
+}
+
+impl SeqPacket {
+    /// Connects to the socket at `path`.
+    ///
+    /// # Errors
+    /// The `connect(2)` error (`ENOENT`: no socket there; `ECONNREFUSED`: no daemon).
+    pub fn connect(path: &Path) -> io::Result<SeqPacket> {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(nix_io)?;
+        let addr = UnixAddr::new(path).map_err(nix_io)?;
+        loop {
+            match connect(fd.as_raw_fd(), &addr) {
+                Ok(()) => return Ok(SeqPacket { fd }),
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+
+    /// A connected pair (for tests).
+    ///
+    /// # Errors
+    /// `socketpair(2)` errors.
+    pub fn pair() -> io::Result<(SeqPacket, SeqPacket)> {
+        let (a, b) = nix::sys::socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(nix_io)?;
+        Ok((SeqPacket { fd: a }, SeqPacket { fd: b }))
+    }
+
+    /// Sends one frame with `fds` attached.
+    ///
+    /// # Errors
+    /// `sendmsg(2)` errors (`EPIPE` once the peer is gone; `EMSGSIZE` for an oversized frame).
+    pub fn send(&self, frame: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let cmsg = [ControlMessage::ScmRights(&raw)];
+        let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsg };
+        let iov = [IoSlice::new(frame)];
+        loop {
+            match sendmsg::<UnixAddr>(
+                self.fd.as_raw_fd(),
+                &iov,
+                cmsgs,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
+                Ok(n) if n == frame.len() => return Ok(()),
+                Ok(_) => return Err(io::Error::other("short send of a seqpacket frame")),
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+
+    /// Receives one frame into `buf` (its length is the largest frame accepted). With
+    /// `accept_fds`, up to [`MAX_FDS`] descriptors are installed (close-on-exec) and returned;
+    /// without, any the peer sent are discarded by the kernel and `fds_dropped` is set.
+    ///
+    /// # Errors
+    /// `recvmsg(2)` errors.
+    pub fn recv(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
+        let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+        loop {
+            let mut iov = [IoSliceMut::new(buf)];
+            let cmsg_buf = if accept_fds {
+                Some(&mut space[..])
+            } else {
+                None
+            };
+            let msg = match recvmsg::<UnixAddr>(
+                self.fd.as_raw_fd(),
+                &mut iov,
+                cmsg_buf,
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Ok(m) => m,
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(nix_io(e)),
+            };
+            let mut out = Received {
+                len: msg.bytes,
+                fds: Vec::new(),
+                truncated: msg.flags.contains(MsgFlags::MSG_TRUNC),
+                fds_dropped: msg.flags.contains(MsgFlags::MSG_CTRUNC),
+            };
+            if accept_fds {
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let ControlMessageOwned::ScmRights(fds) = c {
+                            for fd in fds {
+                                // SAFETY: the kernel just installed `fd` in this process's
+                                // descriptor table for this message; nothing else knows it,
+                                // so it is open and this is its only owner.
+                                out.fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                            }
+                        }
+                    }
+                }
+            }
+            return Ok(out);
+        }
+    }
+
+    /// Credentials of the peer (`SO_PEERCRED`).
+    ///
+    /// # Errors
+    /// `getsockopt(2)` errors.
+    pub fn peer_cred(&self) -> io::Result<PeerCred> {
+        let c = getsockopt(&self.fd, sockopt::PeerCredentials).map_err(nix_io)?;
+        Ok(PeerCred {
+            pid: c.pid() as u32,
+            uid: c.uid(),
+            gid: c.gid(),
+        })
+    }
+
+    /// Shuts both directions down (wakes a thread blocked in `recv` on this socket).
+    pub fn shutdown(&self) {
+        let _ = shutdown(self.fd.as_raw_fd(), Shutdown::Both);
+    }
+}
+
+impl AsFd for SeqPacket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// A listening `SOCK_SEQPACKET` socket bound to a path; the path is removed on drop.
+#[derive(Debug)]
+pub struct SeqListener {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl SeqListener {
+    /// Binds `path` (removing a stale socket file there first) with permissions `mode`.
+    ///
+    /// # Errors
+    /// `EADDRINUSE` if a live daemon already listens there; other `bind`/`listen` errors;
+    /// `EEXIST` if `path` exists and is not a socket.
+    pub fn bind(path: &Path, mode: u32) -> io::Result<SeqListener> {
+        use std::os::unix::fs::FileTypeExt;
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ));
+            }
+            // A socket file: live if someone accepts connections on it.
+            if SeqPacket::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{}: another daemon is listening there", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(nix_io)?;
+        let addr = UnixAddr::new(path).map_err(nix_io)?;
+        bind(fd.as_raw_fd(), &addr).map_err(nix_io)?;
+        let listener = SeqListener {
+            fd,
+            path: path.to_path_buf(),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        let backlog = Backlog::new(128).map_err(nix_io)?;
+        listen(&listener.fd, backlog).map_err(nix_io)?;
+        Ok(listener)
+    }
+
+    /// The bound path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts one connection (retrying on `EINTR` and on transient per-connection errors).
+    ///
+    /// # Errors
+    /// Errors that say the listener itself is broken or shut down (`EINVAL`, `EBADF`).
+    pub fn accept(&self) -> io::Result<SeqPacket> {
+        loop {
+            match accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
+                Ok(raw) => {
+                    // SAFETY: accept4 returned a new descriptor that this process now owns
+                    // and nothing else refers to.
+                    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+                    return Ok(SeqPacket { fd });
+                }
+                Err(
+                    nix::Error::EINTR
+                    | nix::Error::ECONNABORTED
+                    | nix::Error::EPROTO
+                    | nix::Error::EMFILE
+                    | nix::Error::ENFILE
+                    | nix::Error::ENOBUFS
+                    | nix::Error::ENOMEM,
+                ) => {
+                    // Out of descriptors or memory: back off instead of spinning.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+
+    /// Stops accepting: a thread blocked in [`accept`](Self::accept) returns an error.
+    pub fn shutdown(&self) {
+        let _ = shutdown(self.fd.as_raw_fd(), Shutdown::Both);
+    }
+}
+
+impl Drop for SeqListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    #[test]
+    fn frames_and_fds_cross_a_pair() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        let mut f = tempfile_like();
+        f.write_all(b"hello fd").unwrap();
+        a.send(b"frame-one", &[f.as_fd()]).unwrap();
+        a.send(b"two", &[]).unwrap();
+        let mut buf = [0u8; 64];
+        let r = b.recv(&mut buf, true).unwrap();
+        assert_eq!(&buf[..r.len], b"frame-one");
+        assert_eq!(r.fds.len(), 1);
+        let mut got = std::fs::File::from(r.fds.into_iter().next().unwrap());
+        got.seek(SeekFrom::Start(0)).unwrap();
+        let mut s = String::new();
+        got.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello fd");
+        let r = b.recv(&mut buf, true).unwrap();
+        assert_eq!((&buf[..r.len], r.fds.len()), (&b"two"[..], 0));
+        let me = b.peer_cred().unwrap();
+        assert_eq!(me.pid, std::process::id());
+    }
+
+    #[test]
+    fn oversized_frames_and_unwanted_fds_are_flagged() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        let f = tempfile_like();
+        a.send(&[7u8; 100], &[f.as_fd()]).unwrap();
+        let mut small = [0u8; 10];
+        let r = b.recv(&mut small, false).unwrap();
+        assert!(r.truncated);
+        assert!(r.fds_dropped);
+        assert!(r.fds.is_empty());
+        drop(a);
+        let r = b.recv(&mut small, false).unwrap();
+        assert_eq!(r.len, 0, "EOF after the peer closed");
+    }
+
+    #[test]
+    fn listener_binds_accepts_and_cleans_up() {
+        let dir = std::env::temp_dir().join(format!("davinci-sockio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("davinci0.sock");
+        let l = SeqListener::bind(&path, 0o660).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+        // A second daemon on the same path is refused.
+        let e = SeqListener::bind(&path, 0o660).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        // The liveness probe of the refused bind was a connection: it arrives closed.
+        let probe = l.accept().unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(probe.recv(&mut buf, false).unwrap().len, 0);
+        let c = SeqPacket::connect(&path).unwrap();
+        let s = l.accept().unwrap();
+        c.send(b"x", &[]).unwrap();
+        assert_eq!(s.recv(&mut buf, false).unwrap().len, 1);
+        drop(l);
+        assert!(!path.exists());
+        // A stale socket file (bound, nobody listening: a killed daemon) is replaced.
+        let stale = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        bind(stale.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        drop(stale);
+        assert!(path.exists());
+        let l = SeqListener::bind(&path, 0o660).unwrap();
+        drop(l);
+        // A non-socket file is never removed.
+        std::fs::write(&path, b"not a socket").unwrap();
+        assert_eq!(
+            SeqListener::bind(&path, 0o660).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        assert!(path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_like() -> std::fs::File {
+        let fd =
+            nix::sys::memfd::memfd_create(c"sockio-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                .unwrap();
+        std::fs::File::from(fd)
+    }
+}
