@@ -12,7 +12,7 @@ use core::ptr::{self, NonNull};
 
 use crate::region::{Field, Geometry};
 use crate::slot::Slot;
-use crate::sync::{fence_at, ord, AtomicU32, Ordering, Site};
+use crate::sync::{doorbell_hardware_fence, AtomicU32, Ordering};
 use crate::RingError;
 
 /// Raw view of one mapped ring: header and slots.
@@ -155,7 +155,7 @@ impl Doorbell {
 
     /// Writes `value` (the new command-ring tail) to the doorbell, after `fence(Release)`.
     pub fn ring(&self, value: u32) {
-        fence_at(Site::DoorbellRelease, Ordering::Release);
+        doorbell_hardware_fence();
         #[cfg(feature = "mmio")]
         {
             // SAFETY: `WO<u32>` is `repr(transparent)` over `VolatileCell<u32>`, itself
@@ -207,11 +207,16 @@ impl DoorbellWatch {
     }
 
     /// The doorbell's current value.
+    ///
+    /// Relaxed: the doorbell is a wake-up hint and publishes nothing. After waking, the device
+    /// reads the tail with Acquire, and before sleeping again `prepare_sleep`'s fence makes it
+    /// see any tail published before the doorbell was rung (loom checks the handshake with a
+    /// Relaxed doorbell).
     pub fn value(&self) -> u32 {
         // SAFETY: aligned and valid for reads and writes for `self`'s lifetime (contract of
         // `new`), which bounds the reference; only atomic accesses are made through it.
         let word = unsafe { AtomicU32::from_ptr(self.reg) };
-        word.load(ord(Site::DoorbellAcquire, Ordering::Acquire))
+        word.load(Ordering::Relaxed)
     }
 
     /// The word's address (for `FUTEX_WAIT`).
