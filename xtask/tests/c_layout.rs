@@ -303,6 +303,7 @@ fn a_rust_side_change_without_regeneration_fails_the_c_check() {
             "missing `{expected}` in:\n{stdout}"
         );
     }
+    // Nothing but these differences (the header itself is fine).
     assert!(
         stdout.contains(&format!("{} checks, 6 failures", prog.checks)),
         "{stdout}"
@@ -321,13 +322,26 @@ fn tampered_header(name: &str, edit: impl Fn(String) -> String) -> PathBuf {
     dir.join("include")
 }
 
-fn replace_once(s: String, from: &str, to: &str) -> String {
+fn replace_once(s: &str, from: &str, to: &str) -> String {
     assert_eq!(
         s.matches(from).count(),
         1,
-        "`{from}` must occur exactly once in the header"
+        "`{from}` must occur exactly once"
     );
     s.replacen(from, to, 1)
+}
+
+/// `header` with `edit` applied to the body of `struct name { ... };` only.
+fn edit_struct(header: &str, name: &str, edit: impl Fn(&str) -> String) -> String {
+    let open = format!("struct {name} {{\n");
+    let start = header.find(&open).unwrap_or_else(|| panic!("no {open}")) + open.len();
+    let end = start + header[start..].find("\n};\n").expect("struct is closed");
+    format!(
+        "{}{}{}",
+        &header[..start],
+        edit(&header[start..end]),
+        &header[end..]
+    )
 }
 
 fn strip_layout_asserts(s: String) -> String {
@@ -340,21 +354,48 @@ fn strip_layout_asserts(s: String) -> String {
 #[test]
 fn an_edited_header_copy_fails_the_c_check() {
     let prog = render_layout_check_program(&Abi::current()).expect("metadata renders");
-    let edits: [(&str, &str, &str, &str); 4] = [
-        // The struct keeps its size (tail padding) and every offset: only the field size check sees it.
-        ("field-type", "\t__u64 timestamp_ns;", "\t__u32 timestamp_ns;", "MISMATCH sizeof(struct davinci_event_record.timestamp_ns)"),
+    type Edit = fn(&str) -> String;
+    let edits: [(&str, Edit, &str); 4] = [
+        // The struct keeps its size (tail padding) and every offset: only the field size check
+        // sees this one.
+        (
+            "field-type",
+            |h| {
+                edit_struct(h, "davinci_event_record", |b| {
+                    replace_once(b, "\t__u64 timestamp_ns;", "\t__u32 timestamp_ns;")
+                })
+            },
+            "MISMATCH sizeof(struct davinci_event_record.timestamp_ns)",
+        ),
         (
             "field-order",
-            "\t__u32 max_streams;\n\t/* Most events on the device (from driver). */\n\t__u32 max_events;",
-            "\t__u32 max_events;\n\t/* Most events on the device (from driver). */\n\t__u32 max_streams;",
+            |h| {
+                edit_struct(h, "davinci_device_info", |b| {
+                    let b = replace_once(b, "\t__u32 max_streams;", "\t__u32 SWAP;");
+                    let b = replace_once(&b, "\t__u32 max_events;", "\t__u32 max_streams;");
+                    replace_once(&b, "\t__u32 SWAP;", "\t__u32 max_events;")
+                })
+            },
             "MISMATCH offsetof(struct davinci_device_info, max_streams)",
         ),
-        ("signedness", "\t__s32 status;", "\t__u32 status;", "MISMATCH struct davinci_event_record.status is signed"),
-        ("request", "_IOW('d', 0x0f,", "_IOR('d', 0x0f,", "MISMATCH DAVINCI_IOCTL_NOTIFY"),
+        (
+            "signedness",
+            |h| {
+                edit_struct(h, "davinci_event_record", |b| {
+                    replace_once(b, "\t__s32 status;", "\t__u32 status;")
+                })
+            },
+            "MISMATCH struct davinci_event_record.status is signed",
+        ),
+        (
+            "request",
+            |h| replace_once(h, "_IOW('d', 0x0f,", "_IOR('d', 0x0f,"),
+            "MISMATCH DAVINCI_IOCTL_NOTIFY",
+        ),
     ];
-    for (name, from, to, expect) in edits {
+    for (name, edit, expect) in edits {
         // With its own layout asserts stripped, the copy compiles and the program must object.
-        let inc = tampered_header(name, |h| strip_layout_asserts(replace_once(h, from, to)));
+        let inc = tampered_header(name, |h| strip_layout_asserts(edit(&h)));
         let r = compile_and_run(&prog.source, &inc, &[], &inc.join(".."));
         let Some((code, stdout)) = &r.run else {
             panic!("{name}: should compile:\n{}", r.compile_log)
@@ -371,7 +412,9 @@ fn an_edited_header_copy_fails_the_c_check() {
     }
     // With the asserts kept, a layout edit already fails to compile.
     let inc = tampered_header("asserts", |h| {
-        replace_once(h, "\t__s32 status;", "\t__s64 status;")
+        edit_struct(&h, "davinci_event_record", |b| {
+            replace_once(b, "\t__s32 status;", "\t__s64 status;")
+        })
     });
     let r = compile_and_run(&prog.source, &inc, &[], &inc.join(".."));
     assert!(

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The project's test command, run by developers and by CI (.ci/run):
+#   formatting, clippy (warnings are errors), the whole workspace test suite (which includes the
+#   C header checks: they need a C compiler), and the loom model of the ring protocol.
+# Every step runs even if an earlier one failed; a summary at the end says which failed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The ABI tests compile C against uapi/include/davinci/uapi.h with `cc` (or `gcc`).
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> no C compiler: installing gcc"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc </dev/null
+    else
+        echo "scripts/test.sh: no C compiler (cc or gcc) found; the ABI tests compile C." >&2
+        echo "Install one (Debian/Ubuntu: sudo apt-get install gcc) and re-run." >&2
+        exit 1
+    fi
+fi
+
+log_dir=$(mktemp -d)
+trap 'rm -rf "$log_dir"' EXIT
+
+summary=()
+failed_steps=0
+tests_passed=0
+tests_failed=0
+
+# step NAME CMD...: runs CMD with its output shown and kept, and records the outcome.
+step() {
+    local name=$1
+    shift
+    local log="$log_dir/step-${#summary[@]}.log"
+    local start=$SECONDS
+    echo
+    echo "==> $name: $*"
+    local status=0
+    "$@" 2>&1 | tee "$log" || status=$?
+    local secs=$((SECONDS - start))
+    # Count what cargo's test harness reported ("test result: ok. N passed; M failed; ...").
+    local p f
+    p=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+    f=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p' "$log" | awk '{s+=$1} END {print s+0}')
+    tests_passed=$((tests_passed + p))
+    tests_failed=$((tests_failed + f))
+    if [ "$status" -eq 0 ]; then
+        summary+=("ok     $name (${secs}s)")
+    else
+        summary+=("FAILED $name (${secs}s, exit $status)")
+        failed_steps=$((failed_steps + 1))
+    fi
+}
+
+step "rustfmt" cargo fmt --all -- --check
+step "clippy" cargo clippy --workspace --all-targets -- -D warnings
+step "tests" cargo test --workspace
+
+# The loom model of the ring protocol (ring/tests/loom.rs) runs once it exists. It has its own
+# target directory so `--cfg loom` does not invalidate the main build.
+if [ -f ring/tests/loom.rs ]; then
+    step "loom (davinci-ring)" env RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+        cargo test -p davinci-ring --release --test loom
+else
+    summary+=("skip   loom (davinci-ring): ring/tests/loom.rs does not exist yet")
+fi
+
+echo
+echo "==> summary"
+for line in "${summary[@]}"; do
+    echo "    $line"
+done
+if [ "$failed_steps" -ne 0 ]; then
+    echo "scripts/test.sh: $failed_steps step(s) FAILED"
+else
+    echo "scripts/test.sh: all steps passed"
+fi
+echo "tests: $tests_passed passed, $tests_failed failed"
+[ "$failed_steps" -eq 0 ]
