@@ -30,7 +30,7 @@
 //! | `DeviceProducer::publish`: tail Release | `Consumer::consume` / `available`: tail Acquire | records (and the device's work before them) visible |
 //! | `Consumer::consume`: head Release     | `DeviceProducer::free`: head Acquire  | the host's record reads finish before the device overwrites |
 //! | `DeviceConsumer::set_error`: ERROR flag Release | `RingRegion::error`: flags Acquire | `error`/`error_index` visible |
-//! | `Doorbell::ring`: fence(Release) + volatile write | `DoorbellWatch::value`: Acquire | a wake-up hint only (see below) |
+//! | `Doorbell::ring`: fence(Release) + volatile write | `DoorbellWatch::value`: Relaxed | a wake-up hint only: publishes nothing (see below) |
 //!
 //! Everything else is `Relaxed`, each with its reason in a comment: own-index loads at
 //! construction, `init`, `flags()`, `dropped`, clearing NEED_WAKEUP, the error fields.

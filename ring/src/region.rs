@@ -41,6 +41,8 @@ impl RingError {
     }
 }
 
+impl core::error::Error for RingError {}
+
 impl fmt::Display for RingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
