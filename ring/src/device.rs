@@ -10,6 +10,37 @@ use crate::slot::{Slot, Typed};
 use crate::sync::{fence_at, ord, Ordering, Site};
 use crate::{RingError, RingRegion};
 
+/// Why [`DeviceConsumer::submit_on_behalf`] placed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The command ring is full (`EAGAIN`: reap completions and retry).
+    Full,
+    /// The shared tail is more than `entries` ahead of the device's head (or behind it): the
+    /// ring is corrupt (`EPROTO`), nothing was written.
+    Corrupt,
+}
+
+impl SubmitError {
+    /// The errno that reports this error.
+    pub const fn errno(self) -> davinci_uapi::Errno {
+        match self {
+            SubmitError::Full => davinci_uapi::Errno::EAGAIN,
+            SubmitError::Corrupt => davinci_uapi::Errno::EPROTO,
+        }
+    }
+}
+
+impl core::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            SubmitError::Full => "command ring is full",
+            SubmitError::Corrupt => "command ring indices are corrupt",
+        })
+    }
+}
+
+impl core::error::Error for SubmitError {}
+
 /// Device side of the command ring: never trusts shared memory.
 ///
 /// Keeps its own head and never reads the shared head back (after construction). Usage per
@@ -96,6 +127,43 @@ impl<T: Slot> DeviceConsumer<T> {
     /// The device's own head.
     pub fn head(&self) -> u32 {
         self.head
+    }
+
+    /// `SUBMIT_TASK`, the slow path: the driver places `item` on the client's behalf, as the
+    /// client's producer would. Reads the shared tail once, checks space against the device's
+    /// own head (`tail - head == entries`: [`SubmitError::Full`]; more:
+    /// [`SubmitError::Corrupt`], not followed), writes the slot and stores `tail + 1`.
+    /// Returns the ring index used. The caller then wakes the device.
+    ///
+    /// This makes the driver a second producer: the client must have published its own slots
+    /// first and must not push concurrently (ABI: a client MUST NOT mix SUBMIT_TASK with its own
+    /// unpublished slots). In a single address space that is part of `RingRegion::new`'s
+    /// contract.
+    ///
+    /// Both tail accesses are Relaxed (see docs/ordering.md; the loom model
+    /// `submit_on_behalf_slow_path` passes with them):
+    /// * the load: the ioctl comes after the client's publish in the client's own order (the
+    ///   syscall, or the daemon's socket message), which already orders the client's slot
+    ///   writes before this call; an Acquire would add nothing;
+    /// * the store: the only reader that reads slots on the strength of this tail is this same
+    ///   `DeviceConsumer` (`available`/`peek`), and `&mut self` already orders this call before
+    ///   its next use, on whatever thread. The client re-reads the tail with
+    ///   `Producer::resync_tail` and reads no slot.
+    pub fn submit_on_behalf(&mut self, item: &T) -> Result<u32, SubmitError> {
+        let region = self.ring.region();
+        let tail = region.field(Field::Tail).load(Ordering::Relaxed);
+        let used = tail.wrapping_sub(self.head);
+        if used > region.entries() {
+            return Err(SubmitError::Corrupt);
+        }
+        if used == region.entries() {
+            return Err(SubmitError::Full);
+        }
+        self.ring.write(tail, item);
+        region
+            .field(Field::Tail)
+            .store(tail.wrapping_add(1), Ordering::Relaxed);
+        Ok(tail)
     }
 
     /// The device half of the Dekker pair, before sleeping: set NEED_WAKEUP, `fence(SeqCst)`,

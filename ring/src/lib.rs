@@ -11,6 +11,9 @@
 //! | command | host: [`Producer`]`<TaskDesc>`       | device: [`DeviceConsumer`]`<TaskDesc>` |
 //! | event   | device: [`DeviceProducer`]`<EventRecord>` | host: [`Consumer`]`<EventRecord>` |
 //!
+//! `SUBMIT_TASK` (the slow path) is [`DeviceConsumer::submit_on_behalf`]: the driver places a
+//! descriptor as the client's producer would; the client then calls [`Producer::resync_tail`].
+//!
 //! # Shared-memory discipline
 //! * No `&`/`&mut` to shared bytes: header fields are atomics made from raw pointers
 //!   (`AtomicU32::from_ptr`), slots are copied whole, once, with a volatile read or write.
@@ -96,7 +99,7 @@ mod sync;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub use device::{DeviceConsumer, DeviceProducer};
+pub use device::{DeviceConsumer, DeviceProducer, SubmitError};
 pub use host::{Consumer, Producer};
 #[cfg(loom)]
 pub use loom_mem::{doorbell_pair, Doorbell, DoorbellWatch, RingRegion, LOOM_MAX_SLOT};

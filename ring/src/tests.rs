@@ -598,3 +598,41 @@ fn pipeline_over_threads_with_sleeping_device() {
     assert_eq!(host_cmd.pending(), 0);
     assert_eq!(host_evt.available(), 0);
 }
+
+#[test]
+fn submit_on_behalf_slow_path() {
+    use crate::SubmitError;
+    let mut buf = cmd_buf(4);
+    let (mut prod, mut cons) = cmd_ring(&mut buf, 4, u32::MAX - 1);
+    prod.push(&TaskDesc::nop(0)).unwrap();
+    prod.publish();
+    // The driver places three on the client's behalf: indices continue from the shared tail.
+    assert_eq!(cons.submit_on_behalf(&TaskDesc::nop(1)), Ok(u32::MAX));
+    assert_eq!(cons.submit_on_behalf(&TaskDesc::nop(2)), Ok(0));
+    assert_eq!(cons.submit_on_behalf(&TaskDesc::nop(3)), Ok(1));
+    assert_eq!(
+        cons.submit_on_behalf(&TaskDesc::nop(4)),
+        Err(SubmitError::Full)
+    );
+    assert_eq!(SubmitError::Full.errno(), davinci_uapi::Errno::EAGAIN);
+    assert_eq!(cons.available(), Ok(4));
+    let got: Vec<u64> = (0..4).map(|i| cons.peek(i).unwrap().user_data).collect();
+    assert_eq!(got, [0, 1, 2, 3]);
+    cons.advance(2);
+    // The client resynchronises and continues on the ring.
+    prod.resync_tail();
+    assert_eq!((prod.tail(), prod.free()), (2, 2));
+    prod.push(&TaskDesc::nop(5)).unwrap();
+    prod.publish();
+    assert_eq!(cons.available(), Ok(3));
+    assert_eq!(cons.peek(2).map(|d| d.user_data), Some(5));
+    // A hostile tail: reported, nothing written, the tail left as it was.
+    let evil = buf.region(4, 64);
+    evil.field(Field::Tail).store(1000, Ordering::Relaxed);
+    assert_eq!(
+        cons.submit_on_behalf(&TaskDesc::nop(6)),
+        Err(SubmitError::Corrupt)
+    );
+    assert_eq!(SubmitError::Corrupt.errno(), davinci_uapi::Errno::EPROTO);
+    assert_eq!(evil.field(Field::Tail).load(Ordering::Relaxed), 1000);
+}
