@@ -95,7 +95,7 @@ if [[ -z "$bin" || ! -x "$bin" ]]; then
     exit 2
 fi
 
-mapfile -t models < <("$bin" --list 2>/dev/null | sed -n 's/: test$//p' | grep -v '^list_sites$')
+mapfile -t models < <("$bin" --list 2>/dev/null | sed -n 's/: test$//p')
 
 # run <mutant or empty> -> prints "model<TAB>verdict" for each model
 run() {

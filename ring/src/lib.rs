@@ -57,7 +57,7 @@
 //! host rings nothing (the lost wake-up of liburing#541). `d0` is read *before* NEED_WAKEUP
 //! is set, so a doorbell rung at any point after that changes the value and ends the sleep.
 //! The device worker's loop:
-//! ```ignore
+//! ```text
 //! loop {
 //!     let n = cons.available()?;          // Acquire
 //!     if n > 0 { /* peek, validate, execute, advance */ continue; }
@@ -107,5 +107,3 @@ pub use loom_mem::{doorbell_pair, Doorbell, DoorbellWatch, RingRegion, LOOM_MAX_
 pub use raw::{Doorbell, DoorbellWatch, RingRegion};
 pub use region::RingError;
 pub use slot::Slot;
-#[cfg(loom)]
-pub use sync::mutation_sites;

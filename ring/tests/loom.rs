@@ -265,14 +265,6 @@ fn error_state_published() {
     });
 }
 
-/// Lists the ordering sites (for the mutation script): `--ignored --nocapture list_sites`.
-#[test]
-#[ignore]
-fn list_sites() {
-    let sites: Vec<&str> = davinci_ring::mutation_sites().collect();
-    println!("SITES {}", sites.join(" "));
-}
-
 /// SUBMIT_TASK: the client publishes one descriptor on the ring, then (same thread, as a
 /// syscall is) asks the driver to place one on its behalf, resynchronises its tail and
 /// publishes a third; the device worker, which shares the `DeviceConsumer` with the ioctl path
