@@ -1,1 +1,35 @@
-//! Device-side semantics shared by the kernel module and the mock device: clients, contexts, streams, memory, events, ioctl dispatch and validation, device sharing, the software engine.
+//! Device-side semantics of a davinci device, shared by the kernel module and the mock device:
+//! clients (one per open file), contexts, streams with their rings, events, the device memory
+//! allocator, ioctl dispatch with full validation, device sharing, and the software engine
+//! that executes task descriptors.
+//!
+//! `no_std`, no heap allocation (fixed-capacity tables; exceeding one is `ENOSPC`), nothing
+//! beyond `core`, `davinci-uapi` (no default features) and `davinci-ring`. What differs between
+//! kernel and user space sits behind [`Platform`]. No `unsafe` here: raw shared memory is
+//! reached only through `davinci-ring` and the platform.
+//!
+//! Locking: the caller (platform) serialises all calls on one [`Device`] (a mutex); blocking
+//! (WAIT_EVENT, a worker waiting for its doorbell or an event) happens outside, per the
+//! [`Reply`] and [`Run`] values returned.
+#![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod device;
+pub mod dispatch;
+pub mod engine;
+pub mod error;
+pub mod memory;
+pub mod platform;
+pub mod table;
+
+pub use device::{
+    Config, Device, MmapTarget, OpenError, OpenParams, Role, StreamState, CONTAINER_LEN,
+    MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS, MAX_EVENT_ENTRIES,
+    MAX_STREAMS,
+};
+pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
+pub use engine::Run;
+pub use error::{Error, Result};
+pub use memory::DVA_BASE;
+pub use platform::{Platform, StreamRegions};

@@ -1,0 +1,344 @@
+//! ioctl dispatch: (request number, argument bytes) -> (errno, argument bytes). Every field is
+//! validated: unknown command or wrong size -> `ENOTTY`, reserved fields/bits -> `EINVAL`,
+//! a foreign or stale handle -> `ENOENT`, a control open using resources -> `EPERM`.
+
+use davinci_uapi::ioctl::ioc_size;
+use davinci_uapi::*;
+
+use crate::device::{Device, StreamState};
+use crate::error::{ensure, fail, Error, Result};
+use crate::platform::Platform;
+
+/// Writes into the caller's memory at a user pointer (`copy_to_user` in the kernel; the reply
+/// payload in the mock daemon).
+pub trait UserMem {
+    /// Writes `data` at user address `addr`; `EFAULT` if it cannot.
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<()>;
+}
+
+/// A `UserMem` that refuses every write (for callers with no user pointers to serve).
+pub struct NoUserMem;
+
+impl UserMem for NoUserMem {
+    fn write(&mut self, _addr: u64, _data: &[u8]) -> Result<()> {
+        Err(Error::new(Errno::EFAULT, "no user memory on this path"))
+    }
+}
+
+/// A blocking WAIT_EVENT the platform must finish: sleep (with the device unlocked) until
+/// [`Device::check_wait`] says ready, or until `timeout_ns` passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitSpec {
+    /// Stream or event.
+    pub kind: WaitKind,
+    /// Its handle.
+    pub handle: u32,
+    /// The value awaited.
+    pub value: u64,
+    /// How long to wait.
+    pub timeout_ns: u64,
+}
+
+/// Result of a successful dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Done; the argument bytes hold the reply.
+    Done,
+    /// WAIT_EVENT must block: wait per the spec, then re-run [`Device::check_wait`] and write
+    /// its result with [`Device::finish_wait`].
+    Wait(WaitSpec),
+    /// A stream was created (argument bytes hold its description); start its worker.
+    StreamCreated(u32),
+    /// The stream needs a kick (SUBMIT_TASK, NOTIFY).
+    Kick(u32),
+}
+
+/// Where a wait stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitState {
+    /// Reached; the current value.
+    Ready(u64),
+    /// Not yet; the current value.
+    NotYet(u64),
+}
+
+fn decode<T: Wire>(arg: &[u8]) -> Result<T> {
+    match T::from_bytes(arg) {
+        Some(v) => Ok(v),
+        None => Err(Error::new(
+            Errno::ENOTTY,
+            "argument size does not match the command",
+        )),
+    }
+}
+
+impl<P: Platform> Device<P> {
+    /// Dispatches one ioctl for `client`. `arg` holds exactly the bytes the caller passed
+    /// (`_IOC_SIZE(request)` of them); reply fields are written back into it.
+    pub fn ioctl(
+        &mut self,
+        client: u32,
+        request: u32,
+        arg: &mut [u8],
+        user: &mut dyn UserMem,
+    ) -> Result<Reply> {
+        let Some(cmd) = command_by_request(request) else {
+            fail!(ENOTTY, "unknown ioctl command");
+        };
+        ensure!(
+            arg.len() == ioc_size(request),
+            ENOTTY,
+            "argument size does not match the command"
+        );
+        let Some(c) = self.clients.get(client) else {
+            fail!(ENODEV, "client is not attached");
+        };
+        match cmd.caller {
+            Caller::Client => self.require_client(client)?,
+            Caller::Admin => ensure!(
+                c.params.admin,
+                EPERM,
+                "changing device sharing needs uid 0 or the admin group"
+            ),
+            Caller::Any => {}
+        }
+        match request {
+            DRIVER_CMD_CREATE_CONTEXT => {
+                let mut a: CreateContextArgs = decode(arg)?;
+                ensure!(
+                    a.flags == 0 && a.reserved == 0,
+                    EINVAL,
+                    "context flags and reserved must be 0"
+                );
+                a.handle = self.create_context(client)?;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_DESTROY_CONTEXT => {
+                let a: HandleArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                self.destroy_context(client, a.handle)?;
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_SUBMIT_TASK => {
+                let mut a: SubmitTaskArgs = decode(arg)?;
+                ensure!(
+                    a.flags == 0 && a.pad == 0,
+                    EINVAL,
+                    "submit flags and pad must be 0"
+                );
+                a.index = self.submit_slow(client, a.stream, &a.desc)?;
+                a.encode(arg);
+                Ok(Reply::Kick(a.stream))
+            }
+            DRIVER_CMD_ALLOC_MEMORY => {
+                let mut a: AllocMemoryArgs = decode(arg)?;
+                self.alloc_memory(client, &mut a)?;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_FREE_MEMORY => {
+                let a: HandleArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                self.free_memory(client, a.handle)?;
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_WAIT_EVENT => {
+                let mut a: WaitEventArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                let Some(kind) = WaitKind::from_u32(a.kind) else {
+                    fail!(EINVAL, "wait kind must be 1 (stream) or 2 (event)");
+                };
+                let spec = WaitSpec {
+                    kind,
+                    handle: a.handle,
+                    value: a.value,
+                    timeout_ns: a.timeout_ns,
+                };
+                let state = self.check_wait(client, &spec, &mut a);
+                a.encode(arg);
+                match state? {
+                    WaitState::Ready(_) => Ok(Reply::Done),
+                    WaitState::NotYet(_) if a.timeout_ns == 0 => {
+                        fail!(EAGAIN, "not reached yet (timeout 0 polls)")
+                    }
+                    WaitState::NotYet(_) => Ok(Reply::Wait(spec)),
+                }
+            }
+            DRIVER_CMD_CREATE_STREAM => {
+                let mut a: CreateStreamArgs = decode(arg)?;
+                self.create_stream(client, &mut a)?;
+                a.encode(arg);
+                Ok(Reply::StreamCreated(a.handle))
+            }
+            DRIVER_CMD_DESTROY_STREAM => {
+                let a: HandleArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                self.destroy_stream(client, a.handle)?;
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_GET_INFO => {
+                self.info().encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_QUERY_DEVICE_SHARE => {
+                DeviceShareArgs {
+                    mode: self.share as u32,
+                    clients: self.client_count(),
+                    reserved: 0,
+                }
+                .encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_SET_DEVICE_SHARE => {
+                let a: DeviceShareArgs = decode(arg)?;
+                ensure!(
+                    a.clients == 0 && a.reserved == 0,
+                    EINVAL,
+                    "only mode may be set; clients and reserved must be 0"
+                );
+                let Some(mode) = ShareMode::from_u32(a.mode) else {
+                    fail!(EINVAL, "share mode must be 0 (exclusive) or 1 (shared)");
+                };
+                self.set_share_mode(client, mode)?;
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_LIST_CLIENTS => {
+                let mut a: ListClientsArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                ensure!(
+                    a.entry_size as usize == core::mem::size_of::<ClientUsage>(),
+                    EINVAL,
+                    "entry_size does not match this driver's davinci_client_usage"
+                );
+                ensure!(
+                    a.capacity == 0 || a.buf != 0,
+                    EFAULT,
+                    "buf is NULL with a non-zero capacity"
+                );
+                let mut count = 0u32;
+                let mut bytes = [0u8; core::mem::size_of::<ClientUsage>()];
+                for u in self.clients() {
+                    if count < a.capacity {
+                        u.encode(&mut bytes);
+                        let Some(addr) = (count as u64)
+                            .checked_mul(bytes.len() as u64)
+                            .and_then(|o| a.buf.checked_add(o))
+                        else {
+                            fail!(EFAULT, "buf + capacity overflows");
+                        };
+                        user.write(addr, &bytes)?;
+                    }
+                    count += 1;
+                }
+                a.count = count;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_CREATE_EVENT => {
+                let mut a: CreateEventArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                a.handle = self.create_event(client, a.ctx, a.flags)?;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_DESTROY_EVENT => {
+                let a: HandleArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                self.destroy_event(client, a.handle)?;
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_NOTIFY => {
+                let a: HandleArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                self.stream_state(client, a.handle)?;
+                Ok(Reply::Kick(a.handle))
+            }
+            _ => fail!(ENOTTY, "unknown ioctl command"),
+        }
+    }
+
+    /// Where `spec` stands for `client`; fills `current` and `status` of `out`.
+    pub fn check_wait(
+        &self,
+        client: u32,
+        spec: &WaitSpec,
+        out: &mut WaitEventArgs,
+    ) -> Result<WaitState> {
+        match spec.kind {
+            WaitKind::Stream => {
+                let s = match self.streams.get(spec.handle) {
+                    Some(s) if s.owner == client => s,
+                    _ => fail!(ENOENT, "no such stream for this client"),
+                };
+                let cur = s.evt.tail();
+                out.current = cur as u64;
+                if let StreamState::Error(e) = s.state {
+                    out.status = e.code() as u32;
+                    fail!(
+                        EIO,
+                        "the stream is in the error state (status holds the errno)"
+                    );
+                }
+                out.status = 0;
+                let reached = (cur.wrapping_sub(spec.value as u32) as i32) >= 0;
+                Ok(if reached {
+                    WaitState::Ready(cur as u64)
+                } else {
+                    WaitState::NotYet(cur as u64)
+                })
+            }
+            WaitKind::Event => {
+                let e = match self.events.get(spec.handle) {
+                    Some(e) if e.owner == client => e,
+                    _ => fail!(ENOENT, "no such event for this client"),
+                };
+                out.current = e.value;
+                out.status = 0;
+                Ok(if e.value >= spec.value {
+                    WaitState::Ready(e.value)
+                } else {
+                    WaitState::NotYet(e.value)
+                })
+            }
+        }
+    }
+
+    /// Completes a blocking WAIT_EVENT after the platform slept: writes the reply into `arg`;
+    /// `ETIMEDOUT` if `timed_out` and still not reached.
+    pub fn finish_wait(
+        &self,
+        client: u32,
+        spec: &WaitSpec,
+        arg: &mut [u8],
+        timed_out: bool,
+    ) -> Result<Option<()>> {
+        let mut a: WaitEventArgs = decode(arg)?;
+        let state = self.check_wait(client, spec, &mut a);
+        a.encode(arg);
+        match state? {
+            WaitState::Ready(_) => Ok(Some(())),
+            WaitState::NotYet(_) if timed_out => fail!(ETIMEDOUT, "wait timed out"),
+            WaitState::NotYet(_) => Ok(None),
+        }
+    }
+
+    /// SUBMIT_TASK: places `desc` into the stream's command ring as the client's producer
+    /// would, reading the shared tail once. Returns the ring index used.
+    fn submit_slow(&mut self, client: u32, stream: u32, desc: &TaskDesc) -> Result<u32> {
+        let s = match self.streams.get_mut(stream) {
+            Some(s) if s.owner == client => s,
+            _ => fail!(ENOENT, "no such stream for this client"),
+        };
+        if let StreamState::Error(_) = s.state {
+            fail!(EIO, "the stream is in the error state");
+        }
+        match s.cmd.submit_on_behalf(desc) {
+            Ok(index) => Ok(index),
+            Err(davinci_ring::SubmitError::Full) => fail!(EAGAIN, "command ring is full"),
+            Err(davinci_ring::SubmitError::Corrupt) => {
+                fail!(EIO, "command ring indices are corrupt")
+            }
+        }
+    }
+}

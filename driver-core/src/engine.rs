@@ -1,0 +1,436 @@
+//! The software engine: takes descriptors from a stream's command ring, validates each copy,
+//! executes it against the submitting client's device memory, and writes one event record per
+//! descriptor, in order. Like `null_blk` for block devices: the hardware we do not have. The
+//! kernel module and the mock device run this same code.
+//!
+//! Flow control: a descriptor is taken only while an event slot is free, so the event ring
+//! never overflows and nothing is buffered. An invalid descriptor gets an error completion and
+//! puts the stream in the error state; a corrupt ring (indices the protocol cannot produce)
+//! puts it in the error state with `EPROTO`. Other streams and clients are unaffected.
+
+use davinci_ring::RingError;
+use davinci_uapi::{Dtype, Errno, EventRecord, Opcode, TaskDesc};
+
+use crate::device::{Allocation, Device, Event, Pending, StreamState};
+use crate::error::{ensure, fail, Error, Result};
+use crate::memory::{Allocator, DVA_BASE};
+use crate::platform::Platform;
+use crate::table::Table;
+
+/// What one `run_stream` call achieved, and what the worker should wait for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// This many descriptors were completed (more may be waiting: call again).
+    Progress(u32),
+    /// The command ring is empty: spin briefly, then sleep until the doorbell.
+    Idle,
+    /// The event ring is full: the host has not consumed completions yet.
+    Stalled,
+    /// Waiting for `event` to reach `value` (an EVENT_WAIT): sleep until an event is recorded.
+    Blocked {
+        /// Event handle.
+        event: u32,
+        /// Value awaited.
+        value: u64,
+    },
+    /// The stream is in the error state.
+    Failed(Errno),
+    /// The stream no longer exists.
+    Gone,
+}
+
+/// Elements per chunk of ADD (stack buffers, no allocation).
+const CHUNK: usize = 256;
+
+struct Exec<'a, P: Platform> {
+    platform: &'a mut P,
+    allocations: &'a Table<Allocation, { crate::device::MAX_ALLOCATIONS }>,
+    memory: &'a Allocator<{ 2 * crate::device::MAX_ALLOCATIONS + 1 }>,
+    events: &'a mut Table<Event, { crate::device::MAX_EVENTS }>,
+    owner: u32,
+    ctx: u32,
+    recorded: bool,
+}
+
+/// Outcome of executing one descriptor.
+enum Done {
+    /// Completed with this result.
+    Complete(u64),
+    /// EVENT_WAIT not yet satisfied.
+    Wait(Pending),
+}
+
+impl<P: Platform> Exec<'_, P> {
+    /// Device-memory offset of `[addr, addr + len)` if it lies inside one allocation of the
+    /// submitting client.
+    fn range(&self, addr: u64, len: u64) -> Result<u64> {
+        ensure!(
+            addr.checked_add(len).is_some(),
+            ERANGE,
+            "address + length overflows"
+        );
+        let Some(offset) = addr.checked_sub(DVA_BASE) else {
+            fail!(EACCES, "device address below the device address space");
+        };
+        match self.memory.owner_of(offset, len) {
+            Some(h)
+                if self
+                    .allocations
+                    .get(h)
+                    .is_some_and(|a| a.owner == self.owner) =>
+            {
+                Ok(offset)
+            }
+            _ => Err(Error::new(
+                Errno::EACCES,
+                "address range is not inside one of this client's allocations",
+            )),
+        }
+    }
+
+    fn event(&mut self, handle: u32) -> Result<&mut Event> {
+        let (owner, ctx) = (self.owner, self.ctx);
+        match self.events.get_mut(handle) {
+            Some(e) if e.owner == owner && e.ctx == ctx => Ok(e),
+            _ => Err(Error::new(
+                Errno::ENOENT,
+                "no such event in this stream's context",
+            )),
+        }
+    }
+
+    fn execute(&mut self, d: &TaskDesc) -> Result<Done> {
+        ensure!(
+            d.flags == 0 && d.reserved0 == 0 && d.reserved1 == 0,
+            EBADMSG,
+            "reserved descriptor fields must be 0"
+        );
+        let Some(op) = Opcode::from_u8(d.opcode) else {
+            fail!(EBADMSG, "unknown opcode");
+        };
+        let zero = |fields: &[u64]| fields.iter().all(|&f| f == 0);
+        ensure!(
+            op == Opcode::Add || d.dtype == 0,
+            EBADMSG,
+            "dtype must be 0 except for ADD"
+        );
+        match op {
+            Opcode::Nop => {
+                ensure!(
+                    zero(&[d.dst, d.src0, d.src1, d.len, d.imm, d.handle as u64]),
+                    EBADMSG,
+                    "NOP operands must be 0"
+                );
+                Ok(Done::Complete(0))
+            }
+            Opcode::Fill => {
+                ensure!(
+                    zero(&[d.src0, d.src1, d.handle as u64]) && d.imm >> 32 == 0,
+                    EBADMSG,
+                    "FILL uses only dst, len and a 32-bit imm"
+                );
+                ensure!(
+                    d.len % 4 == 0 && d.dst % 4 == 0,
+                    EINVAL,
+                    "FILL needs dst and len 4-byte aligned"
+                );
+                let dst = self.range(d.dst, d.len)?;
+                self.platform
+                    .mem_fill(self.owner, dst, d.len, d.imm as u32)?;
+                Ok(Done::Complete(d.len))
+            }
+            Opcode::Copy => {
+                ensure!(
+                    zero(&[d.src1, d.imm, d.handle as u64]),
+                    EBADMSG,
+                    "COPY uses only dst, src0 and len"
+                );
+                let dst = self.range(d.dst, d.len)?;
+                let src = self.range(d.src0, d.len)?;
+                self.platform.mem_copy(self.owner, dst, src, d.len)?;
+                Ok(Done::Complete(d.len))
+            }
+            Opcode::Add => {
+                ensure!(
+                    zero(&[d.imm, d.handle as u64]),
+                    EBADMSG,
+                    "ADD uses only dtype, dst, src0, src1 and len"
+                );
+                let Some(dtype) = Dtype::from_u8(d.dtype) else {
+                    fail!(EBADMSG, "unknown ADD dtype");
+                };
+                let Some(bytes) = d.len.checked_mul(dtype.size()) else {
+                    fail!(ERANGE, "ADD element count overflows");
+                };
+                ensure!(
+                    d.dst % 4 == 0 && d.src0 % 4 == 0 && d.src1 % 4 == 0,
+                    EINVAL,
+                    "ADD addresses must be 4-byte aligned"
+                );
+                let dst = self.range(d.dst, bytes)?;
+                let a = self.range(d.src0, bytes)?;
+                let b = self.range(d.src1, bytes)?;
+                self.add(dtype, dst, a, b, bytes)?;
+                Ok(Done::Complete(d.len))
+            }
+            Opcode::EventRecord => {
+                ensure!(
+                    zero(&[d.dst, d.src0, d.src1, d.len]),
+                    EBADMSG,
+                    "EVENT_RECORD uses only handle and imm"
+                );
+                let e = self.event(d.handle)?;
+                e.value = e.value.max(d.imm);
+                let v = e.value;
+                self.recorded = true;
+                Ok(Done::Complete(v))
+            }
+            Opcode::EventWait => {
+                ensure!(
+                    zero(&[d.dst, d.src0, d.src1, d.len]),
+                    EBADMSG,
+                    "EVENT_WAIT uses only handle and imm"
+                );
+                let e = self.event(d.handle)?;
+                if e.value >= d.imm {
+                    Ok(Done::Complete(e.value))
+                } else {
+                    Ok(Done::Wait(Pending {
+                        event: d.handle,
+                        value: d.imm,
+                        user_data: d.user_data,
+                    }))
+                }
+            }
+            Opcode::KernelLaunch => {
+                fail!(
+                    EBADMSG,
+                    "KERNEL_LAUNCH needs hardware; the software engine has no kernels"
+                )
+            }
+        }
+    }
+
+    fn add(&mut self, dtype: Dtype, dst: u64, a: u64, b: u64, bytes: u64) -> Result<()> {
+        let mut ba = [0u8; CHUNK * 4];
+        let mut bb = [0u8; CHUNK * 4];
+        let mut done = 0u64;
+        while done < bytes {
+            let n = (bytes - done).min((CHUNK * 4) as u64) as usize;
+            let (xa, xb) = (&mut ba[..n], &mut bb[..n]);
+            self.platform.mem_read(self.owner, a + done, xa)?;
+            self.platform.mem_read(self.owner, b + done, xb)?;
+            for (x, y) in xa.chunks_exact_mut(4).zip(xb.chunks_exact(4)) {
+                let p = [x[0], x[1], x[2], x[3]];
+                let q = [y[0], y[1], y[2], y[3]];
+                let r = match dtype {
+                    Dtype::U32 => u32::from_ne_bytes(p)
+                        .wrapping_add(u32::from_ne_bytes(q))
+                        .to_ne_bytes(),
+                    Dtype::I32 => i32::from_ne_bytes(p)
+                        .wrapping_add(i32::from_ne_bytes(q))
+                        .to_ne_bytes(),
+                    Dtype::F32 => (f32::from_ne_bytes(p) + f32::from_ne_bytes(q)).to_ne_bytes(),
+                };
+                x.copy_from_slice(&r);
+            }
+            self.platform.mem_write(self.owner, dst + done, xa)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}
+
+fn record(
+    user_data: u64,
+    opcode: u8,
+    status: core::result::Result<u64, Errno>,
+    now: u64,
+) -> EventRecord {
+    let (status, result) = match status {
+        Ok(r) => (0, r),
+        Err(e) => (-e.code(), 0),
+    };
+    EventRecord {
+        user_data,
+        status,
+        opcode,
+        pad: [0; 3],
+        result,
+        timestamp_ns: now,
+    }
+}
+
+impl<P: Platform> Device<P> {
+    /// Runs `stream` for up to `budget` descriptors. Call with the device locked; the worker
+    /// sleeps according to the result.
+    pub fn run_stream(&mut self, stream: u32, budget: u32) -> Run {
+        let Device {
+            platform,
+            streams,
+            events,
+            allocations,
+            memory,
+            clients,
+            ..
+        } = self;
+        let Some(s) = streams.get_mut(stream) else {
+            return Run::Gone;
+        };
+        if let StreamState::Error(e) = s.state {
+            return Run::Failed(e);
+        }
+        let fail_stream =
+            |s: &mut crate::device::Stream<P::StreamMem>, errno: Errno, index: u32| {
+                s.state = StreamState::Error(errno);
+                s.cmd.set_error(errno.code() as u32, index);
+                Run::Failed(errno)
+            };
+
+        let mut free = match s.evt.free() {
+            Ok(f) => f,
+            Err(_) => {
+                let head = s.cmd.head();
+                return fail_stream(s, Errno::EPROTO, head);
+            }
+        };
+        let mut completed = 0u32;
+        let mut taken = 0u32;
+
+        // A pending EVENT_WAIT completes first (its event slot was reserved when taken).
+        if let Some(p) = s.pending {
+            let value = events.get(p.event).map(|e| e.value);
+            match value {
+                Some(v) if v < p.value => {
+                    return Run::Blocked {
+                        event: p.event,
+                        value: p.value,
+                    }
+                }
+                _ => {}
+            }
+            if free == 0 {
+                return Run::Stalled;
+            }
+            let status = match value {
+                Some(v) => Ok(v),
+                None => Err(Errno::ECANCELED),
+            };
+            let rec = record(
+                p.user_data,
+                Opcode::EventWait as u8,
+                status,
+                platform.now_ns(),
+            );
+            let _ = s.evt.push(&rec);
+            s.pending = None;
+            free -= 1;
+            completed += 1;
+        }
+
+        let avail = match s.cmd.available() {
+            Ok(a) => a,
+            Err(_) => {
+                s.evt.publish();
+                let head = s.cmd.head();
+                return fail_stream(s, Errno::EPROTO, head);
+            }
+        };
+        let n = avail.min(free).min(budget);
+        let mut exec = Exec {
+            platform,
+            allocations,
+            memory,
+            events,
+            owner: s.owner,
+            ctx: s.ctx,
+            recorded: false,
+        };
+        let mut failed = None;
+        let mut blocked = None;
+        while taken < n {
+            // Copied out of shared memory once; everything below looks only at the copy.
+            let Some(d) = s.cmd.peek(taken) else {
+                break;
+            };
+            let index = s.cmd.head().wrapping_add(taken);
+            taken += 1;
+            match exec.execute(&d) {
+                Ok(Done::Complete(r)) => {
+                    let rec = record(d.user_data, d.opcode, Ok(r), exec.platform.now_ns());
+                    let _ = s.evt.push(&rec);
+                    completed += 1;
+                }
+                Ok(Done::Wait(p)) => {
+                    s.pending = Some(p);
+                    blocked = Some(Run::Blocked {
+                        event: p.event,
+                        value: p.value,
+                    });
+                    break;
+                }
+                Err(e) => {
+                    let rec = record(d.user_data, d.opcode, Err(e.errno), exec.platform.now_ns());
+                    let _ = s.evt.push(&rec);
+                    completed += 1;
+                    failed = Some((e.errno, index));
+                    break;
+                }
+            }
+        }
+        let recorded = exec.recorded;
+        if taken > 0 {
+            s.cmd.advance(taken);
+        }
+        if completed > 0 {
+            s.evt.publish();
+        }
+        if let Some(c) = clients.get_mut(s.owner) {
+            c.submitted += taken as u64;
+            c.completed += completed as u64;
+        }
+        if completed > 0 || recorded {
+            platform.notify_waiters();
+        }
+        if let Some((errno, index)) = failed {
+            return fail_stream(s, errno, index);
+        }
+        if let Some(b) = blocked {
+            if completed > 0 {
+                return Run::Progress(completed);
+            }
+            return b;
+        }
+        if completed > 0 {
+            Run::Progress(completed)
+        } else if avail > 0 && free == 0 {
+            Run::Stalled
+        } else {
+            Run::Idle
+        }
+    }
+
+    /// Before the worker sleeps on the doorbell: arms NEED_WAKEUP and re-checks the ring.
+    /// `true` = nothing arrived, sleep until the doorbell changes; `false` = run again.
+    pub fn stream_prepare_sleep(&mut self, stream: u32) -> bool {
+        match self.streams.get_mut(stream) {
+            Some(s) if s.state == StreamState::Running && s.pending.is_none() => {
+                s.cmd.prepare_sleep()
+            }
+            _ => false,
+        }
+    }
+
+    /// After the worker woke up: disarms NEED_WAKEUP (the producer stops ringing).
+    pub fn stream_woke(&mut self, stream: u32) {
+        if let Some(s) = self.streams.get(stream) {
+            s.cmd.clear_need_wakeup();
+        }
+    }
+}
+
+impl From<RingError> for Error {
+    fn from(_: RingError) -> Self {
+        Error::new(Errno::EPROTO, "ring indices are corrupt")
+    }
+}

@@ -1,0 +1,629 @@
+//! driver-core against a fake platform: dispatch validation, sharing, isolation, the engine,
+//! flow control, corruption handling, teardown.
+
+mod common;
+
+use common::*;
+use davinci_driver_core::{Device, NoUserMem, Reply, Role, Run, StreamState, UserMem, DVA_BASE};
+use davinci_ring::{Consumer, Producer, RingRegion};
+use davinci_uapi::*;
+
+fn call<T: Wire>(
+    dev: &mut Device<FakePlatform>,
+    client: u32,
+    request: u32,
+    args: &mut T,
+) -> Result<Reply, Errno> {
+    let mut b = vec![0u8; T::SIZE];
+    args.encode(&mut b);
+    let r = dev.ioctl(client, request, &mut b, &mut NoUserMem);
+    *args = T::decode(&b);
+    r.map_err(|e| e.errno)
+}
+
+fn ctx(dev: &mut Device<FakePlatform>, c: u32) -> u32 {
+    let mut a = CreateContextArgs::default();
+    call(dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut a).unwrap();
+    a.handle
+}
+
+fn alloc(dev: &mut Device<FakePlatform>, c: u32, size: u64) -> AllocMemoryArgs {
+    let mut a = AllocMemoryArgs {
+        size,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+    a
+}
+
+struct Host {
+    handle: u32,
+    prod: Producer<TaskDesc>,
+    cons: Consumer<EventRecord>,
+    cmd_ptr: *mut u8,
+}
+
+fn stream(dev: &mut Device<FakePlatform>, c: u32, ctx: u32, ce: u32, ee: u32) -> Host {
+    let mut a = CreateStreamArgs {
+        ctx,
+        cmd_entries: ce,
+        event_entries: ee,
+        ..Default::default()
+    };
+    let r = call(dev, c, DRIVER_CMD_CREATE_STREAM, &mut a).unwrap();
+    assert_eq!(r, Reply::StreamCreated(a.handle));
+    assert_eq!(a.cmd_ring.entries, ce);
+    assert_eq!(a.cmd_ring.offsets.slots, 192);
+    let m = dev.stream_mem(c, a.handle).unwrap();
+    // SAFETY: the fake platform's buffers live as long as the stream, which outlives `Host`
+    // in every test; both sides only touch them through the ring protocol.
+    let (cr, er) = unsafe {
+        (
+            RingRegion::new(m.cmd_ptr, m.cmd.len(), ce, 64).unwrap(),
+            RingRegion::new(m.event_ptr, m.event.len(), ee, 32).unwrap(),
+        )
+    };
+    Host {
+        handle: a.handle,
+        prod: Producer::new(cr),
+        cons: Consumer::new(er),
+        cmd_ptr: m.cmd_ptr,
+    }
+}
+
+fn drain(h: &mut Host) -> Vec<EventRecord> {
+    let mut v = Vec::new();
+    h.cons.consume(usize::MAX, |r| v.push(r));
+    v
+}
+
+fn mem(dev: &mut Device<FakePlatform>, c: u32, a: &AllocMemoryArgs, len: usize) -> Vec<u8> {
+    use davinci_driver_core::Platform;
+    let mut b = vec![0; len];
+    dev.platform_mut()
+        .mem_read(c, a.dev_addr - DVA_BASE, &mut b)
+        .unwrap();
+    b
+}
+
+#[test]
+fn dispatch_rejects_bad_requests() {
+    let mut dev = device();
+    let c = dev.open(params(100, 1000, Role::Client)).unwrap();
+    // Unknown command number and a known number with the wrong size.
+    let mut b = [0u8; 16];
+    assert_eq!(
+        dev.ioctl(
+            c,
+            ioctl::iowr::<[u8; 16]>(b'd', 0x7f),
+            &mut b,
+            &mut NoUserMem
+        )
+        .unwrap_err()
+        .errno,
+        Errno::ENOTTY
+    );
+    assert_eq!(
+        dev.ioctl(
+            c,
+            ioctl::iowr::<[u8; 24]>(b'd', 0x01),
+            &mut [0u8; 24],
+            &mut NoUserMem
+        )
+        .unwrap_err()
+        .errno,
+        Errno::ENOTTY
+    );
+    assert_eq!(
+        dev.ioctl(c, DRIVER_CMD_CREATE_CONTEXT, &mut [0u8; 8], &mut NoUserMem)
+            .unwrap_err()
+            .errno,
+        Errno::ENOTTY,
+        "arg slice shorter than the command's size"
+    );
+    // Reserved fields.
+    let mut a = CreateContextArgs {
+        flags: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut a),
+        Err(Errno::EINVAL)
+    );
+    let k = ctx(&mut dev, c);
+    let mut s = CreateStreamArgs {
+        ctx: k,
+        cmd_entries: 48,
+        event_entries: 64,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_CREATE_STREAM, &mut s),
+        Err(Errno::EINVAL)
+    );
+    s.cmd_entries = 128;
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_CREATE_STREAM, &mut s),
+        Err(Errno::EINVAL),
+        "event ring smaller than command ring"
+    );
+    s.cmd_entries = 64;
+    s.reserved[1] = 1;
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_CREATE_STREAM, &mut s),
+        Err(Errno::EINVAL)
+    );
+    // Unknown handles.
+    let mut h = HandleArgs {
+        handle: 0x0001_0005,
+        pad: 0,
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_DESTROY_STREAM, &mut h),
+        Err(Errno::ENOENT)
+    );
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_FREE_MEMORY, &mut h),
+        Err(Errno::ENOENT)
+    );
+    let mut w = WaitEventArgs {
+        kind: 3,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EINVAL)
+    );
+    let mut al = AllocMemoryArgs::default();
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut al),
+        Err(Errno::EINVAL)
+    );
+    al.size = 64 << 20;
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut al),
+        Err(Errno::ENOMEM),
+        "over the per-client limit"
+    );
+}
+
+#[test]
+fn exclusive_sharing_and_admin() {
+    let mut dev = device();
+    let a = dev.open(params(100, 1000, Role::Client)).unwrap();
+    let e = dev.open(params(200, 1000, Role::Client)).unwrap_err();
+    assert_eq!(e.error.errno, Errno::EBUSY);
+    let holder = e.holder.unwrap();
+    assert_eq!(holder.pid, 100);
+    assert!(holder.container.starts_with(b"ctr-100"));
+    // Control opens are always allowed and are not clients.
+    let ctl = dev.open(params(300, 1000, Role::Control)).unwrap();
+    let root = dev.open(params(301, 0, Role::Control)).unwrap();
+    assert_eq!(dev.client_count(), 1);
+    let mut x = CreateContextArgs::default();
+    assert_eq!(
+        call(&mut dev, ctl, DRIVER_CMD_CREATE_CONTEXT, &mut x),
+        Err(Errno::EPERM)
+    );
+    let mut q = DeviceShareArgs::default();
+    call(&mut dev, ctl, DRIVER_CMD_QUERY_DEVICE_SHARE, &mut q).unwrap();
+    assert_eq!((q.mode, q.clients), (0, 1));
+    // Non-admin set: EPERM. Admin set to the current mode: no-op.
+    let mut set = DeviceShareArgs {
+        mode: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, ctl, DRIVER_CMD_SET_DEVICE_SHARE, &mut set),
+        Err(Errno::EPERM)
+    );
+    let mut same = DeviceShareArgs::default();
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut same).unwrap();
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut set).unwrap();
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut set).unwrap();
+    let b = dev.open(params(200, 1000, Role::Client)).unwrap();
+    assert_eq!(dev.client_count(), 2);
+    // Going exclusive would strand one of them.
+    assert_eq!(
+        call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut same),
+        Err(Errno::EBUSY)
+    );
+    let mut bad = DeviceShareArgs {
+        mode: 2,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut bad),
+        Err(Errno::EINVAL)
+    );
+    dev.close(b);
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut same).unwrap();
+    dev.close(a);
+    assert_eq!(dev.client_count(), 0);
+}
+
+struct Collect(Vec<(u64, Vec<u8>)>);
+
+impl UserMem for Collect {
+    fn write(&mut self, addr: u64, data: &[u8]) -> davinci_driver_core::Result<()> {
+        self.0.push((addr, data.to_vec()));
+        Ok(())
+    }
+}
+
+#[test]
+fn list_clients_reports_usage() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let k = ctx(&mut dev, a);
+    let _m = alloc(&mut dev, a, 10_000);
+    let mut h = stream(&mut dev, a, k, 8, 8);
+    h.prod.push(&TaskDesc::nop(1)).unwrap();
+    h.prod.publish();
+    assert_eq!(dev.run_stream(h.handle, 64), Run::Progress(1));
+    let _ = b;
+    let args = ListClientsArgs {
+        buf: 0x1000,
+        capacity: 8,
+        entry_size: core::mem::size_of::<ClientUsage>() as u32,
+        ..Default::default()
+    };
+    let mut raw = vec![0u8; ListClientsArgs::SIZE];
+    args.encode(&mut raw);
+    let mut out = Collect(Vec::new());
+    dev.ioctl(a, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+        .unwrap();
+    let args = ListClientsArgs::decode(&raw);
+    assert_eq!(args.count, 2);
+    assert_eq!(out.0.len(), 2);
+    assert_eq!(out.0[1].0, 0x1000 + 120);
+    let ua = ClientUsage::decode(&out.0[0].1);
+    assert_eq!(
+        (ua.pid, ua.uid, ua.contexts, ua.streams, ua.allocations),
+        (10, 1000, 1, 1, 1)
+    );
+    assert_eq!(ua.memory_bytes, 12288);
+    assert_eq!((ua.tasks_submitted, ua.tasks_completed), (1, 1));
+    // Capacity 0 only counts; wrong entry size is refused.
+    let mut probe = ListClientsArgs {
+        entry_size: 120,
+        ..Default::default()
+    };
+    call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe).unwrap();
+    assert_eq!(probe.count, 2);
+    probe.entry_size = 100;
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe),
+        Err(Errno::EINVAL)
+    );
+}
+
+#[test]
+fn engine_executes_fill_copy_add_and_events_in_order() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let a = alloc(&mut dev, c, 4096);
+    let b = alloc(&mut dev, c, 4096);
+    let out = alloc(&mut dev, c, 4096);
+    let mut s1 = stream(&mut dev, c, k, 16, 16);
+    let mut s2 = stream(&mut dev, c, k, 16, 16);
+    let mut ev = CreateEventArgs {
+        ctx: k,
+        ..Default::default()
+    };
+    call(&mut dev, c, DRIVER_CMD_CREATE_EVENT, &mut ev).unwrap();
+
+    // Stream 2 waits for the event before adding; stream 1 fills, then records.
+    s2.prod
+        .push(&TaskDesc::event_wait(20, ev.handle, 1))
+        .unwrap();
+    s2.prod
+        .push(&TaskDesc::add(
+            21,
+            Dtype::U32,
+            out.dev_addr,
+            a.dev_addr,
+            b.dev_addr,
+            1024,
+        ))
+        .unwrap();
+    s2.prod.publish();
+    assert_eq!(
+        dev.run_stream(s2.handle, 64),
+        Run::Blocked {
+            event: ev.handle,
+            value: 1
+        }
+    );
+    assert!(drain(&mut s2).is_empty());
+
+    s1.prod
+        .push(&TaskDesc::fill(10, a.dev_addr, 4096, 7))
+        .unwrap();
+    s1.prod
+        .push(&TaskDesc::fill(11, b.dev_addr, 4096, 0xFFFF_FFFF))
+        .unwrap();
+    s1.prod
+        .push(&TaskDesc::copy(12, b.dev_addr, a.dev_addr, 8))
+        .unwrap();
+    s1.prod
+        .push(&TaskDesc::event_record(13, ev.handle, 1))
+        .unwrap();
+    s1.prod.publish();
+    assert_eq!(dev.run_stream(s1.handle, 64), Run::Progress(4));
+    let r1 = drain(&mut s1);
+    assert_eq!(
+        r1.iter().map(|r| r.user_data).collect::<Vec<_>>(),
+        [10, 11, 12, 13]
+    );
+    assert!(r1.iter().all(|r| r.status == 0));
+    assert_eq!(r1[0].result, 4096);
+
+    assert_eq!(dev.run_stream(s2.handle, 64), Run::Progress(2));
+    let r2 = drain(&mut s2);
+    assert_eq!(
+        r2.iter()
+            .map(|r| (r.user_data, r.status))
+            .collect::<Vec<_>>(),
+        [(20, 0), (21, 0)]
+    );
+    let o = mem(&mut dev, c, &out, 4096);
+    let words: Vec<u32> = o
+        .chunks_exact(4)
+        .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    // First two words of b were overwritten by the copy of a (7), the rest are 0xFFFFFFFF.
+    assert_eq!(words[0], 14);
+    assert_eq!(words[1], 14);
+    assert!(
+        words[2..].iter().all(|&w| w == 6),
+        "7 + u32::MAX wraps to 6"
+    );
+    assert_eq!(dev.run_stream(s2.handle, 64), Run::Idle);
+}
+
+#[test]
+fn flow_control_never_overflows_the_event_ring() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let mut s = stream(&mut dev, c, k, 8, 8);
+    let mut next = 0u64;
+    for _ in 0..8 {
+        s.prod.push(&TaskDesc::nop(next)).unwrap();
+        next += 1;
+    }
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(8));
+    // Event ring is full now; 8 more commands wait.
+    for _ in 0..8 {
+        s.prod.push(&TaskDesc::nop(next)).unwrap();
+        next += 1;
+    }
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Stalled);
+    let first = drain(&mut s);
+    assert_eq!(first.len(), 8);
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(8));
+    let second = drain(&mut s);
+    let ids: Vec<u64> = first.iter().chain(&second).map(|r| r.user_data).collect();
+    assert_eq!(ids, (0..16).collect::<Vec<_>>());
+}
+
+#[test]
+fn invalid_descriptors_fail_only_their_stream() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let a = alloc(&mut dev, c, 4096);
+    let mut good = stream(&mut dev, c, k, 8, 8);
+
+    let cases: [(TaskDesc, Errno); 6] = [
+        (
+            TaskDesc {
+                opcode: 99,
+                ..TaskDesc::nop(1)
+            },
+            Errno::EBADMSG,
+        ),
+        (
+            TaskDesc {
+                reserved1: 5,
+                ..TaskDesc::nop(1)
+            },
+            Errno::EBADMSG,
+        ),
+        (TaskDesc::fill(1, a.dev_addr + 4000, 200, 0), Errno::EACCES),
+        (TaskDesc::copy(1, a.dev_addr, 0x1234, 8), Errno::EACCES),
+        (TaskDesc::fill(1, u64::MAX - 3, 8, 0), Errno::ERANGE),
+        (TaskDesc::event_record(1, 0x0001_0001, 1), Errno::ENOENT),
+    ];
+    for (desc, errno) in cases {
+        let mut bad = stream(&mut dev, c, k, 8, 8);
+        bad.prod.push(&TaskDesc::nop(0)).unwrap();
+        bad.prod.push(&desc).unwrap();
+        bad.prod.push(&TaskDesc::nop(2)).unwrap();
+        bad.prod.publish();
+        assert_eq!(
+            dev.run_stream(bad.handle, 64),
+            Run::Failed(errno),
+            "{desc:?}"
+        );
+        let recs = drain(&mut bad);
+        assert_eq!(
+            recs.len(),
+            2,
+            "the bad one completes with an error, nothing after it"
+        );
+        assert_eq!(recs[1].status, -errno.code());
+        assert_eq!(bad.prod.region().error(), Some((errno.code() as u32, 1)));
+        assert_eq!(
+            dev.stream_state(c, bad.handle),
+            Ok(StreamState::Error(errno))
+        );
+        let mut w = WaitEventArgs {
+            kind: 1,
+            handle: bad.handle,
+            value: 3,
+            timeout_ns: 0,
+            ..Default::default()
+        };
+        assert_eq!(
+            call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+            Err(Errno::EIO)
+        );
+        assert_eq!(w.status, errno.code() as u32);
+        // The healthy stream still works.
+        good.prod
+            .push(&TaskDesc::fill(7, a.dev_addr, 64, 9))
+            .unwrap();
+        good.prod.publish();
+        assert_eq!(dev.run_stream(good.handle, 64), Run::Progress(1));
+        assert_eq!(drain(&mut good)[0].status, 0);
+    }
+}
+
+#[test]
+fn corrupt_indices_stop_the_stream_with_eproto() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let s = stream(&mut dev, c, k, 8, 8);
+    // A hostile producer writes a tail 1000 slots ahead.
+    // SAFETY: `cmd_ptr` points at the live command ring; offset 0 is the u32 tail.
+    unsafe { s.cmd_ptr.cast::<u32>().write_volatile(1000) };
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(Errno::EPROTO));
+    assert_eq!(
+        s.prod.region().error().map(|e| e.0),
+        Some(Errno::EPROTO.code() as u32)
+    );
+    // A hostile consumer head on the event ring.
+    let mut t = stream(&mut dev, c, k, 8, 8);
+    t.prod.push(&TaskDesc::nop(1)).unwrap();
+    t.prod.publish();
+    let m = dev.stream_mem(c, t.handle).unwrap();
+    // SAFETY: `event_ptr` points at the live event ring; offset 64 is the u32 head.
+    unsafe {
+        m.event_ptr
+            .add(64)
+            .cast::<u32>()
+            .write_volatile(0x8000_0000)
+    };
+    assert_eq!(dev.run_stream(t.handle, 64), Run::Failed(Errno::EPROTO));
+}
+
+#[test]
+fn isolation_between_clients() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let ka = ctx(&mut dev, a);
+    let kb = ctx(&mut dev, b);
+    let ma = alloc(&mut dev, a, 4096);
+    let mut sb = stream(&mut dev, b, kb, 8, 8);
+    // b cannot use a's handles...
+    let mut h = HandleArgs {
+        handle: ma.handle,
+        pad: 0,
+    };
+    assert_eq!(
+        call(&mut dev, b, DRIVER_CMD_FREE_MEMORY, &mut h),
+        Err(Errno::ENOENT)
+    );
+    h.handle = ka;
+    assert_eq!(
+        call(&mut dev, b, DRIVER_CMD_DESTROY_CONTEXT, &mut h),
+        Err(Errno::ENOENT)
+    );
+    assert!(dev.mmap_target(b, ma.mmap_offset, 4096).is_err());
+    assert!(dev.mmap_target(a, ma.mmap_offset, 4096).is_ok());
+    assert!(
+        dev.mmap_target(a, ma.mmap_offset, 8192).is_err(),
+        "longer than the object"
+    );
+    // ...nor a's memory through a descriptor.
+    sb.prod
+        .push(&TaskDesc::fill(1, ma.dev_addr, 64, 1))
+        .unwrap();
+    sb.prod.publish();
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Failed(Errno::EACCES));
+    assert_eq!(mem(&mut dev, a, &ma, 64), vec![0; 64]);
+}
+
+#[test]
+fn close_releases_everything_and_slow_submit_works() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let _m = alloc(&mut dev, c, 1 << 20);
+    let mut s = stream(&mut dev, c, k, 4, 4);
+    let mut sub = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::nop(42),
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub),
+        Ok(Reply::Kick(s.handle))
+    );
+    assert_eq!(sub.index, 0);
+    s.prod.resync_tail();
+    assert_eq!(s.prod.tail(), 1);
+    for i in 0..3 {
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
+        assert_eq!(sub.index, i + 1);
+    }
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub),
+        Err(Errno::EAGAIN)
+    );
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(4));
+    assert_eq!(drain(&mut s).len(), 4);
+    let mut w = WaitEventArgs {
+        kind: 1,
+        handle: s.handle,
+        value: 4,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Ok(Reply::Done)
+    );
+    assert_eq!(w.current, 4);
+    w.value = 5;
+    w.timeout_ns = 1000;
+    assert!(matches!(
+        call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Ok(Reply::Wait(_))
+    ));
+    assert_eq!(dev.info().memory_used, 1 << 20);
+    dev.close(c);
+    assert_eq!(dev.info().memory_used, 0);
+    assert_eq!(dev.platform().released_streams, 1);
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Gone);
+    assert_eq!(dev.client_count(), 0);
+}
+
+#[test]
+fn tables_are_bounded() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let mut n = 0;
+    loop {
+        let mut a = CreateContextArgs::default();
+        match call(&mut dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut a) {
+            Ok(_) => n += 1,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert_eq!(n, davinci_driver_core::MAX_CONTEXTS);
+}
