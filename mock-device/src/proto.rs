@@ -421,10 +421,10 @@ pub struct HelloReply {
     pub abi_minor: u16,
     /// N of davinciN.
     pub device_id: u32,
-    /// The client id LIST_CLIENTS reports for this open.
-    pub client_id: u32,
-    /// The pid the daemon saw (SO_PEERCRED).
+    /// The pid the daemon saw (SO_PEERCRED): the one LIST_CLIENTS reports.
     pub pid: u32,
+    /// The uid the daemon saw (SO_PEERCRED).
+    pub uid: u32,
 }
 
 impl HelloReply {
@@ -437,8 +437,8 @@ impl HelloReply {
         v.extend_from_slice(&self.abi_major.to_le_bytes());
         v.extend_from_slice(&self.abi_minor.to_le_bytes());
         v.extend_from_slice(&self.device_id.to_le_bytes());
-        v.extend_from_slice(&self.client_id.to_le_bytes());
         v.extend_from_slice(&self.pid.to_le_bytes());
+        v.extend_from_slice(&self.uid.to_le_bytes());
         v
     }
 
@@ -451,8 +451,8 @@ impl HelloReply {
             abi_major: u16_at(b, 0),
             abi_minor: u16_at(b, 2),
             device_id: u32_at(b, 4),
-            client_id: u32_at(b, 8),
-            pid: u32_at(b, 12),
+            pid: u32_at(b, 8),
+            uid: u32_at(b, 12),
         })
     }
 }
@@ -674,8 +674,8 @@ mod tests {
             abi_major: 1,
             abi_minor: 2,
             device_id: 3,
-            client_id: 0x1_0004,
             pid: 99,
+            uid: 1000,
         };
         assert_eq!(HelloReply::decode(&h.encode()), Some(h));
         let m = MmapReply {

@@ -3,6 +3,9 @@
 //!
 //! The daemon receives with no control buffer, so descriptors a client tries to pass are
 //! never installed (the kernel drops them and reports `MSG_CTRUNC`).
+//
+// The only `unsafe` here adopts descriptors the kernel just installed (accept4, SCM_RIGHTS).
+#![allow(unsafe_code)]
 
 use std::io;
 use std::io::{IoSlice, IoSliceMut};

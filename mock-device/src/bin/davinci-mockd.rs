@@ -1,0 +1,6 @@
+//! `davinci-mockd`: mock davinci devices served on Unix sockets. See `--help` and
+//! `docs/operators.md`.
+
+fn main() {
+    std::process::exit(davinci_mock_device::mockd_cli::main());
+}

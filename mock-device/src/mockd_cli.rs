@@ -1,0 +1,293 @@
+//! The `davinci-mockd` command line: options, logging, signals. The binary is one call to
+//! [`main`]; tests reach the same code through a wrapper binary.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use nix::sys::signal::{SigSet, Signal};
+use tracing::{error, info};
+
+use crate::daemon::{default_socket_dir, Daemon, DaemonConfig};
+use crate::peer::AdminPolicy;
+
+/// `--help` text.
+pub const USAGE: &str = "\
+davinci-mockd: mock davinci devices served on Unix sockets (one per device)
+
+Usage: davinci-mockd [OPTIONS]
+
+Options:
+  -n, --devices <N>              Devices to host: davinci0 .. davinci<N-1> [default: 1]
+  -m, --memory <SIZE>            Memory of each device; bytes, or with a K/M/G/T suffix
+                                 (powers of 1024) [default: 256M]
+      --client-memory-limit <SIZE>
+                                 Most memory one client may hold [default: the whole device]
+  -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
+                                 else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
+                                 else /tmp/davinci-$UID]
+      --socket-mode <OCTAL>      Permissions of each socket [default: 0660]
+      --admin-group <GROUP>      Members of this group (name or gid) may change device sharing;
+                                 repeatable
+      --admin-uid <UID>          This uid may change device sharing; repeatable
+      --no-root-admin            uid 0 is not an admin by itself (only --admin-uid/--admin-group
+                                 are; for tests and for hosts that delegate to a group)
+  -h, --help                     Print help
+  -V, --version                  Print version
+
+The daemon runs in the foreground and logs to stderr (RUST_LOG, default info). Once every
+socket listens it prints one line to stdout:
+  davinci-mockd: ready: <N> device(s) in <DIR>
+SIGTERM or SIGINT: stop accepting, remove the sockets, close every client, exit 0.
+
+Exit status: 0 clean shutdown, 1 cannot start (socket in use, directory not writable), 2 usage.
+";
+
+/// Parses a size: decimal bytes with an optional `K`, `M`, `G` or `T` suffix (powers of 1024,
+/// optionally followed by `i`/`iB`/`B`).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    if num.is_empty() {
+        return Err(format!("invalid size '{s}': expected a number like 256M"));
+    }
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size '{s}': number too large"))?;
+    let shift = match suffix.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KI" | "KIB" => 10,
+        "M" | "MB" | "MI" | "MIB" => 20,
+        "G" | "GB" | "GI" | "GIB" => 30,
+        "T" | "TB" | "TI" | "TIB" => 40,
+        _ => return Err(format!("invalid size '{s}': unknown suffix '{suffix}'")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("invalid size '{s}': too large"))
+}
+
+fn parse_group(s: &str) -> Result<u32, String> {
+    if let Ok(g) = s.parse::<u32>() {
+        return Ok(g);
+    }
+    match nix::unistd::Group::from_name(s) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        _ => Err(format!("unknown group '{s}'")),
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Run the daemon.
+    Run(DaemonConfig),
+    /// Print this text to stdout and exit 0.
+    Print(String),
+}
+
+/// Parses the arguments (without the program name).
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
+    let mut cfg = DaemonConfig {
+        socket_dir: PathBuf::new(),
+        admin: AdminPolicy::default(),
+        ..DaemonConfig::default()
+    };
+    let mut dir = None;
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |what: &str| -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value ({what})"))
+        };
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Command::Print(USAGE.to_string())),
+            "-V" | "--version" => {
+                return Ok(Command::Print(format!(
+                    "davinci-mockd {}\n",
+                    env!("CARGO_PKG_VERSION")
+                )))
+            }
+            "-n" | "--devices" => {
+                let v = value("a count")?;
+                cfg.devices = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| (1..=64).contains(&n))
+                    .ok_or_else(|| format!("--devices '{v}': expected 1..=64"))?;
+            }
+            "-m" | "--memory" => {
+                cfg.memory = parse_size(&value("a size")?)?;
+                if cfg.memory < 4096 {
+                    return Err("--memory must be at least 4K".into());
+                }
+            }
+            "--client-memory-limit" => cfg.client_memory_limit = parse_size(&value("a size")?)?,
+            "-d" | "--socket-dir" => dir = Some(PathBuf::from(value("a directory")?)),
+            "--socket-mode" => {
+                let v = value("octal permissions")?;
+                cfg.socket_mode = u32::from_str_radix(v.trim_start_matches("0o"), 8)
+                    .ok()
+                    .filter(|m| *m <= 0o777)
+                    .ok_or_else(|| format!("--socket-mode '{v}': expected octal like 0660"))?;
+            }
+            "--admin-group" => cfg.admin.gids.push(parse_group(&value("a group")?)?),
+            "--admin-uid" => {
+                let v = value("a uid")?;
+                cfg.admin.uids.push(
+                    v.parse()
+                        .map_err(|_| format!("--admin-uid '{v}': expected a number"))?,
+                );
+            }
+            "--no-root-admin" => cfg.admin.root = false,
+            other => return Err(format!("unexpected argument '{other}'")),
+        }
+    }
+    cfg.socket_dir = dir.unwrap_or_else(default_socket_dir);
+    Ok(Command::Run(cfg))
+}
+
+/// Runs `davinci-mockd` with the process's arguments; returns the exit status.
+pub fn main() -> i32 {
+    let cmd = match parse_args(std::env::args().skip(1)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("davinci-mockd: {e}\n\nUsage: davinci-mockd [OPTIONS]  (see --help)");
+            return 2;
+        }
+    };
+    let cfg = match cmd {
+        Command::Print(s) => {
+            print!("{s}");
+            return 0;
+        }
+        Command::Run(cfg) => cfg,
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+
+    // Block the shutdown signals before any thread starts (threads inherit the mask); this
+    // thread then takes them synchronously with sigwait.
+    let mut sigs = SigSet::empty();
+    sigs.add(Signal::SIGTERM);
+    sigs.add(Signal::SIGINT);
+    if let Err(e) = sigs.thread_block() {
+        eprintln!("davinci-mockd: cannot block signals: {e}");
+        return 1;
+    }
+    let daemon = match Daemon::start(&cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            error!("{e}");
+            eprintln!("davinci-mockd: {e}");
+            return 1;
+        }
+    };
+    info!(
+        devices = cfg.devices,
+        dir = %cfg.socket_dir.display(),
+        admin_root = cfg.admin.root,
+        admin_uids = ?cfg.admin.uids,
+        admin_groups = ?cfg.admin.gids,
+        "davinci-mockd ready"
+    );
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "davinci-mockd: ready: {} device(s) in {}",
+            cfg.devices,
+            cfg.socket_dir.display()
+        );
+        let _ = out.flush();
+    }
+    let sig = sigs.wait();
+    info!(signal = ?sig.ok(), "shutting down");
+    daemon.stop();
+    info!("sockets removed; bye");
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<DaemonConfig, String> {
+        match parse_args(args.iter().map(|s| s.to_string()))? {
+            Command::Run(c) => Ok(c),
+            Command::Print(_) => Err("printed".into()),
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000T").is_err());
+    }
+
+    #[test]
+    fn options() {
+        let c = run(&[
+            "--devices",
+            "3",
+            "-m",
+            "64M",
+            "--socket-dir=/tmp/x",
+            "--socket-mode",
+            "0600",
+            "--admin-group",
+            "4242",
+            "--admin-uid=1000",
+            "--no-root-admin",
+        ])
+        .unwrap();
+        assert_eq!(c.devices, 3);
+        assert_eq!(c.memory, 64 << 20);
+        assert_eq!(c.socket_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.socket_mode, 0o600);
+        assert_eq!(
+            c.admin,
+            AdminPolicy {
+                root: false,
+                uids: vec![1000],
+                gids: vec![4242]
+            }
+        );
+        assert_eq!(parse_group("root"), Ok(0));
+        for bad in [
+            &["--devices", "0"][..],
+            &["--devices"],
+            &["--memory", "1"],
+            &["--socket-mode", "999"],
+            &["--admin-uid", "x"],
+            &["--admin-group", "no-such-group-davinci"],
+            &["--frobnicate"],
+        ] {
+            assert!(run(bad).is_err(), "{bad:?}");
+        }
+        assert!(matches!(
+            parse_args(["--help".to_string()]),
+            Ok(Command::Print(s)) if s.contains("--socket-dir")
+        ));
+    }
+}
