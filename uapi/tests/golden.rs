@@ -92,17 +92,21 @@ fn wire_codec_matches_memory_layout() {
     assert_eq!(TaskDesc::from_bytes(&buf), Some(d));
     assert_eq!(TaskDesc::from_bytes(&buf[..63]), None);
 
-    let mut a = CreateStreamArgs::default();
+    let mut a = CreateStreamArgs {
+        reserved: [0, 9],
+        ..Default::default()
+    };
     a.cmd_ring.offsets.slot_size = 64;
     a.event_ring.mmap_offset = 7;
-    a.reserved[1] = 9;
     let mut b = [0u8; core::mem::size_of::<CreateStreamArgs>()];
     a.encode(&mut b);
     assert_eq!(&b[..], a.as_bytes());
     assert_eq!(CreateStreamArgs::decode(&b), a);
 
-    let mut h = RingHeader::default();
-    h.flags = RingFlags::NEED_WAKEUP | RingFlags::ERROR;
+    let mut h = RingHeader {
+        flags: RingFlags::NEED_WAKEUP | RingFlags::ERROR,
+        ..Default::default()
+    };
     h.pad_tail[59] = 1;
     let mut hb = [0u8; 192];
     h.encode(&mut hb);
