@@ -314,7 +314,14 @@ impl<P: Platform> Device<P> {
         timed_out: bool,
     ) -> Result<Option<()>> {
         let mut a: WaitEventArgs = decode(arg)?;
-        let state = self.check_wait(client, spec, &mut a);
+        let state = match self.check_wait(client, spec, &mut a) {
+            // It existed when the wait began: it was destroyed meanwhile.
+            Err(e) if e.errno == Errno::ENOENT => Err(Error::new(
+                Errno::ECANCELED,
+                "the stream or event was destroyed while waiting",
+            )),
+            other => other,
+        };
         a.encode(arg);
         match state? {
             WaitState::Ready(_) => Ok(Some(())),

@@ -627,3 +627,36 @@ fn tables_are_bounded() {
     }
     assert_eq!(n, davinci_driver_core::MAX_CONTEXTS);
 }
+
+#[test]
+fn wait_on_a_destroyed_stream_is_cancelled() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let s = stream(&mut dev, c, k, 4, 4);
+    let mut w = WaitEventArgs {
+        kind: 1,
+        handle: s.handle,
+        value: 1,
+        timeout_ns: 1_000_000,
+        ..Default::default()
+    };
+    let spec = match call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w) {
+        Ok(Reply::Wait(spec)) => spec,
+        other => panic!("expected a blocking wait, got {other:?}"),
+    };
+    let mut raw = vec![0u8; WaitEventArgs::SIZE];
+    w.encode(&mut raw);
+    assert_eq!(dev.finish_wait(c, &spec, &mut raw, false), Ok(None));
+    let mut h = HandleArgs {
+        handle: s.handle,
+        pad: 0,
+    };
+    call(&mut dev, c, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+    assert_eq!(
+        dev.finish_wait(c, &spec, &mut raw, false)
+            .unwrap_err()
+            .errno,
+        Errno::ECANCELED
+    );
+}
