@@ -1,1 +1,30 @@
-//! The device without hardware: runs the driver-core engine on threads, embedded in-process or as the davinci-mockd daemon.
+//! The device without hardware: runs the driver-core engine on threads, embedded in-process
+//! (the shim's `Device::embedded()`) or, later, behind the `davinci-mockd` daemon.
+//!
+//! * [`MockPlatform`]: driver-core's `Platform` over memfds: per-client device-memory
+//!   arenas (sparse memfds; freed ranges are punched out), per-stream ring and doorbell
+//!   memfds, a condition variable for sleepers, `FUTEX_WAKE` for stream kicks.
+//! * [`MockDevice`]: the device behind a mutex, one worker thread per stream (run, spin,
+//!   arm NEED_WAKEUP, futex-wait on the doorbell), the blocking half of WAIT_EVENT, and
+//!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors.
+//!
+//! All `unsafe` (memfd mappings, raw-pointer copies, ring views, futex syscalls) is in the
+//! private `sys` module; every other module is `#![forbid(unsafe_code)]`.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+mod device;
+mod platform;
+mod sys;
+
+// davinci-mockd: wire protocol, sockets, peers, server, command line (see daemon.rs).
+pub mod daemon;
+pub mod mockd_cli;
+pub mod peer;
+pub mod proto;
+pub mod sockio;
+
+pub use davinci_driver_core::{OpenError, OpenParams, Role};
+pub use device::{local_open_params, MapSource, MockConfig, MockDevice};
+pub use platform::MockPlatform;
+pub use sys::StreamMem;

@@ -1,0 +1,214 @@
+//! [`MockPlatform`]: driver-core's [`Platform`] over memfds and threads.
+//!
+//! Device memory is backed *per client*: each client that allocates gets an arena, a sparse
+//! memfd of the device's `memory_size`, and its allocation `[offset, offset + len)` lives at
+//! the same offset in its own arena. A client is only ever given descriptors of its own
+//! arena, so no mapping can reach another client's memory (the isolation the daemon relies
+//! on). Freed ranges are punched out of the arena: the pages are released and read as zero.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar};
+use std::time::Instant;
+
+use davinci_driver_core::{Error, Platform, Result, StreamRegions};
+use davinci_uapi::Errno;
+
+use crate::sys::{OutOfBounds, SharedRegion, StreamMem, StreamPart};
+
+/// The mock device's platform: arenas, stream memory, time, and the wake-ups.
+pub struct MockPlatform {
+    memory_size: u64,
+    arenas: HashMap<u32, SharedRegion>,
+    /// Live streams' memory, by stream handle (registered once the core assigned the handle),
+    /// to kick their workers.
+    streams: HashMap<u32, Arc<StreamMem>>,
+    /// Threads sleeping on `cond` (WAIT_EVENT callers, event-blocked workers). Changed only
+    /// with the device locked, like everything here.
+    waiters: usize,
+    cond: Arc<Condvar>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for MockPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockPlatform")
+            .field("memory_size", &self.memory_size)
+            .field("arenas", &self.arenas.len())
+            .field("streams", &self.streams.len())
+            .field("waiters", &self.waiters)
+            .finish()
+    }
+}
+
+fn oob(_: OutOfBounds) -> Error {
+    Error::new(
+        Errno::EFAULT,
+        "device memory access outside the client's arena",
+    )
+}
+
+impl MockPlatform {
+    /// A platform for a device of `memory_size` bytes whose sleepers wait on `cond` (paired
+    /// with the device mutex).
+    pub(crate) fn new(memory_size: u64, cond: Arc<Condvar>) -> Self {
+        Self {
+            memory_size,
+            arenas: HashMap::new(),
+            streams: HashMap::new(),
+            waiters: 0,
+            cond,
+            epoch: Instant::now(),
+        }
+    }
+
+    fn arena(&self, client: u32) -> Result<&SharedRegion> {
+        self.arenas.get(&client).ok_or(Error::new(
+            Errno::EFAULT,
+            "client has no device memory backing",
+        ))
+    }
+
+    /// Remembers a new stream's memory under its handle (after `CREATE_STREAM`).
+    pub(crate) fn register_stream(&mut self, stream: u32, mem: Arc<StreamMem>) {
+        self.streams.insert(stream, mem);
+    }
+
+    /// Drops a closed client's arena (its allocations were freed by the core already).
+    pub(crate) fn forget_client(&mut self, client: u32) {
+        self.arenas.remove(&client);
+    }
+
+    /// A descriptor of `client`'s arena, for mapping an allocation's host view.
+    pub(crate) fn arena_fd(&self, client: u32) -> Result<OwnedFd> {
+        self.arena(client)?
+            .dup_fd()
+            .map_err(|_| Error::new(Errno::ENOMEM, "could not duplicate the arena descriptor"))
+    }
+
+    /// A descriptor of one part of a stream's memory.
+    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> Result<OwnedFd> {
+        mem.dup_fd(part).map_err(|_| {
+            Error::new(
+                Errno::ENOMEM,
+                "could not duplicate the stream memory descriptor",
+            )
+        })
+    }
+
+    /// One more thread is about to sleep on the condition variable.
+    pub(crate) fn add_waiter(&mut self) {
+        self.waiters += 1;
+    }
+
+    /// A sleeper woke up.
+    pub(crate) fn remove_waiter(&mut self) {
+        self.waiters = self.waiters.saturating_sub(1);
+    }
+
+    /// Number of arenas (clients with device memory), for tests.
+    pub fn arenas(&self) -> usize {
+        self.arenas.len()
+    }
+}
+
+impl Platform for MockPlatform {
+    type StreamMem = Arc<StreamMem>;
+
+    fn create_stream(
+        &mut self,
+        _client: u32,
+        cmd_entries: u32,
+        cmd_bytes: usize,
+        event_entries: u32,
+        event_bytes: usize,
+    ) -> Result<StreamRegions<Self::StreamMem>> {
+        let mem =
+            StreamMem::new(cmd_entries, cmd_bytes, event_entries, event_bytes).map_err(|_| {
+                Error::new(
+                    Errno::ENOMEM,
+                    "could not create the stream's shared memory (memfd)",
+                )
+            })?;
+        let (cmd, event) = mem
+            .ring_regions()
+            .map_err(|_| Error::new(Errno::EINVAL, "ring geometry does not fit its mapping"))?;
+        Ok(StreamRegions {
+            mem: Arc::new(mem),
+            cmd,
+            event,
+        })
+    }
+
+    fn release_stream(&mut self, _client: u32, stream: u32, mem: Self::StreamMem) {
+        self.streams.remove(&stream);
+        // Wake a worker that may sleep on the doorbell: its stream is gone.
+        mem.kick();
+    }
+
+    fn alloc_backing(&mut self, client: u32, offset: u64, len: u64) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .ok_or(Error::new(Errno::ERANGE, "allocation range overflows"))?;
+        if end > self.memory_size {
+            return Err(Error::new(
+                Errno::ENOMEM,
+                "allocation beyond the device memory",
+            ));
+        }
+        if !self.arenas.contains_key(&client) {
+            let size = usize::try_from(self.memory_size).map_err(|_| {
+                Error::new(Errno::ENOMEM, "device memory larger than the address space")
+            })?;
+            let arena = SharedRegion::new("davinci-device-memory", size).map_err(|_| {
+                Error::new(
+                    Errno::ENOMEM,
+                    "could not create the client's device memory (memfd)",
+                )
+            })?;
+            self.arenas.insert(client, arena);
+        }
+        Ok(())
+    }
+
+    fn free_backing(&mut self, client: u32, offset: u64, len: u64) {
+        if let Some(arena) = self.arenas.get(&client) {
+            // Out of range cannot happen for a range the core allocated; nothing to release then.
+            let _ = arena.discard(offset, len);
+        }
+    }
+
+    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.arena(client)?.read(offset, buf).map_err(oob)
+    }
+
+    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
+        self.arena(client)?.write(offset, data).map_err(oob)
+    }
+
+    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+        self.arena(client)?.copy_within(dst, src, len).map_err(oob)
+    }
+
+    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
+        self.arena(client)?.fill(dst, len, pattern).map_err(oob)
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn kick_stream(&mut self, stream: u32) {
+        if let Some(mem) = self.streams.get(&stream) {
+            mem.kick();
+        }
+    }
+
+    fn notify_waiters(&mut self) {
+        // No syscall when nobody sleeps (the common case on the data path).
+        if self.waiters > 0 {
+            self.cond.notify_all();
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The only module of this crate with `unsafe`: memfd-backed shared regions mapped with
+//! memmap2 [`MmapRaw`], bounds-checked copies through raw pointers, ring and doorbell views
+//! over the stream mappings, and the futex syscalls of the doorbell.
+//!
+//! Rules kept here:
+//! * No `&`/`&mut` is ever formed to mapped bytes. The same pages are mapped by the host
+//!   (another thread in embedded mode, another process with the daemon), which writes them
+//!   whenever it likes; every access from this side is therefore an atomic load or store
+//!   (`Relaxed`: the ring protocol's acquire/release orders the data, this only keeps
+//!   concurrent access defined). A host racing with the device sees torn *values*, never
+//!   undefined behaviour on this side.
+//! * Every copy is bounds-checked against the mapping here, whatever the caller validated.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
+
+use davinci_ring::{DoorbellWatch, RingError, RingRegion};
+use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
+use davinci_uapi::DOORBELL_SIZE;
+use memmap2::{MmapOptions, MmapRaw};
+use nix::fcntl::{fallocate, FallocateFlags};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+
+/// Bytes moved per step of a bounce-buffered copy or fill.
+const CHUNK: usize = 4096;
+
+/// A memfd of a fixed length, mapped shared (read/write) in this process.
+#[derive(Debug)]
+pub(crate) struct SharedRegion {
+    map: MmapRaw,
+    file: File,
+    len: usize,
+}
+
+/// A range outside the mapping (or an offset that does not fit the address space).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutOfBounds;
+
+impl SharedRegion {
+    /// A zero-filled (sparse) memfd of `len` bytes named `name`, mapped shared.
+    pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "shared region of 0 bytes",
+            ));
+        }
+        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC).map_err(io::Error::from)?;
+        let file = File::from(fd);
+        file.set_len(len as u64)?;
+        // The length is given explicitly (never taken from fstat), as for a device node.
+        let map = MmapOptions::new().len(len).map_raw(&file)?;
+        if map.len() != len {
+            return Err(io::Error::other("mapping length differs from the request"));
+        }
+        Ok(Self { map, file, len })
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A new descriptor of the memfd (for the host's mmap).
+    pub(crate) fn dup_fd(&self) -> io::Result<OwnedFd> {
+        Ok(OwnedFd::from(self.file.try_clone()?))
+    }
+
+    /// `[offset, offset + len)` as a pointer into the mapping, if it lies inside it.
+    fn range(&self, offset: u64, len: usize) -> Result<*mut u8, OutOfBounds> {
+        let start = usize::try_from(offset).map_err(|_| OutOfBounds)?;
+        let end = start.checked_add(len).ok_or(OutOfBounds)?;
+        if end > self.len {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: `start <= end <= self.len`, the length of the live mapping, so the
+        // resulting pointer is within (or one past the end of) the same allocation.
+        Ok(unsafe { self.map.as_mut_ptr().add(start) })
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), OutOfBounds> {
+        let src = self.range(offset, buf.len())?;
+        // SAFETY: `range` checked that `[src, src + buf.len())` lies in the live mapping,
+        // which is readable and writable (atomic loads need writable memory).
+        unsafe { copy_out(src, buf) };
+        Ok(())
+    }
+
+    /// Copies `data` to `offset`.
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) -> Result<(), OutOfBounds> {
+        let dst = self.range(offset, data.len())?;
+        // SAFETY: `range` checked that `[dst, dst + data.len())` lies in the live, writable
+        // mapping; `data` is ordinary memory, not inside the mapping.
+        unsafe { copy_in(dst, data) };
+        Ok(())
+    }
+
+    /// `memmove` of `len` bytes from `src` to `dst` within the region.
+    pub(crate) fn copy_within(&self, dst: u64, src: u64, len: u64) -> Result<(), OutOfBounds> {
+        let len = usize::try_from(len).map_err(|_| OutOfBounds)?;
+        let d = self.range(dst, len)?;
+        let s = self.range(src, len)?;
+        let mut buf = [0u8; CHUNK];
+        let step = |off: usize, n: usize, buf: &mut [u8; CHUNK]| {
+            // SAFETY: `off + n <= len` (callers below), and both `[s, s + len)` and
+            // `[d, d + len)` were checked by `range`; the bounce buffer makes each step a
+            // complete read before its write, so overlap is handled by the step order.
+            unsafe {
+                copy_out(s.add(off), &mut buf[..n]);
+                copy_in(d.add(off), &buf[..n]);
+            }
+        };
+        if (d as usize) <= (s as usize) || (d as usize) >= (s as usize).wrapping_add(len) {
+            // Forward: a step never overwrites source bytes a later step still needs.
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(CHUNK);
+                step(off, n, &mut buf);
+                off += n;
+            }
+        } else {
+            // Destination above an overlapping source: backwards.
+            let mut end = len;
+            while end > 0 {
+                let n = end.min(CHUNK);
+                step(end - n, n, &mut buf);
+                end -= n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `dst` with the native-endian bytes of `pattern`, repeated from
+    /// `dst` on (a trailing partial pattern is written as its first bytes).
+    pub(crate) fn fill(&self, dst: u64, len: u64, pattern: u32) -> Result<(), OutOfBounds> {
+        let len = usize::try_from(len).map_err(|_| OutOfBounds)?;
+        let d = self.range(dst, len)?;
+        let bytes = pattern.to_ne_bytes();
+        let mut buf = [0u8; CHUNK];
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = bytes[i % 4];
+        }
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(CHUNK);
+            // SAFETY: `off + n <= len` and `[d, d + len)` was checked by `range`. CHUNK is a
+            // multiple of 4, so every step starts at pattern phase 0.
+            unsafe { copy_in(d.add(off), &buf[..n]) };
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Releases the pages of `[offset, offset + len)`: afterwards they read as zero. Punches
+    /// a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`); if the kernel refuses, writes
+    /// zeros instead, so the contents are gone either way.
+    pub(crate) fn discard(&self, offset: u64, len: u64) -> Result<(), OutOfBounds> {
+        let ulen = usize::try_from(len).map_err(|_| OutOfBounds)?;
+        self.range(offset, ulen)?;
+        let (Ok(o), Ok(l)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(OutOfBounds);
+        };
+        let punched = fallocate(
+            &self.file,
+            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            o,
+            l,
+        );
+        if punched.is_err() {
+            self.fill(offset, len, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The base of the mapping (64-byte aligned: mappings are page aligned).
+    fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+}
+
+/// Copies `buf.len()` bytes from shared memory at `src` into `buf`, with relaxed atomic loads
+/// (8 bytes at a time where aligned).
+///
+/// # Safety
+/// `[src, src + buf.len())` is valid for reads and writes (a live shared mapping) and is not
+/// accessed non-atomically by this process while the copy runs.
+unsafe fn copy_out(src: *const u8, buf: &mut [u8]) {
+    let n = buf.len();
+    let mut i = 0;
+    while i < n && (src as usize).wrapping_add(i) % 8 != 0 {
+        // SAFETY: `i < n`: in bounds per the contract; bytes are always aligned.
+        buf[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
+        i += 1;
+    }
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n`: in bounds; `src + i` is 8-byte aligned (loop above).
+        let w = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast::<u64>()) }
+            .load(Ordering::Relaxed);
+        buf[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: `i < n`: in bounds.
+        buf[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
+        i += 1;
+    }
+}
+
+/// Copies `data` into shared memory at `dst`, with relaxed atomic stores.
+///
+/// # Safety
+/// `[dst, dst + data.len())` is valid for writes (a live shared mapping), does not overlap
+/// `data`, and is not accessed non-atomically by this process while the copy runs.
+unsafe fn copy_in(dst: *mut u8, data: &[u8]) {
+    let n = data.len();
+    let mut i = 0;
+    while i < n && (dst as usize).wrapping_add(i) % 8 != 0 {
+        // SAFETY: `i < n`: in bounds per the contract.
+        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
+        i += 1;
+    }
+    while i + 8 <= n {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&data[i..i + 8]);
+        // SAFETY: `i + 8 <= n`: in bounds; `dst + i` is 8-byte aligned (loop above).
+        unsafe { AtomicU64::from_ptr(dst.add(i).cast::<u64>()) }
+            .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: `i < n`: in bounds.
+        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
+        i += 1;
+    }
+}
+
+/// Which memfd of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamPart {
+    /// The command ring.
+    Cmd,
+    /// The event ring.
+    Event,
+    /// The doorbell page.
+    Doorbell,
+}
+
+/// The shared memory of one stream: command ring, event ring and doorbell page, each its own
+/// memfd (so the host maps exactly what the cookie names), plus the device's watch of the
+/// doorbell word. Shared (`Arc`) between the device table and the stream's worker, which keeps
+/// the doorbell mapped while it sleeps on it.
+#[derive(Debug)]
+pub struct StreamMem {
+    // Field order = drop order: the watch (a raw pointer into `doorbell`) goes first.
+    watch: DoorbellWatch,
+    cmd: SharedRegion,
+    event: SharedRegion,
+    doorbell: SharedRegion,
+    cmd_entries: u32,
+    event_entries: u32,
+}
+
+impl StreamMem {
+    /// Creates the three memfds (zeroed) and maps them.
+    pub(crate) fn new(
+        cmd_entries: u32,
+        cmd_bytes: usize,
+        event_entries: u32,
+        event_bytes: usize,
+    ) -> io::Result<Self> {
+        let cmd = SharedRegion::new("davinci-cmd-ring", cmd_bytes)?;
+        let event = SharedRegion::new("davinci-event-ring", event_bytes)?;
+        let doorbell = SharedRegion::new("davinci-doorbell", DOORBELL_SIZE as usize)?;
+        // SAFETY: the doorbell register is the first word of the doorbell page (offset
+        // DOORBELL_REG_OFFSET = 0), 4-byte aligned (page aligned) and readable/writable for as
+        // long as `doorbell` is mapped. The watch is a field of the same struct declared before
+        // `doorbell`, so it is dropped first and never outlives the mapping. Every access to
+        // the word from this process is atomic (the watch, `kick`), or the host's single
+        // aligned volatile store (`Doorbell::ring`), as the watch's contract requires.
+        let watch = unsafe { DoorbellWatch::new(doorbell.base().cast::<u32>()) };
+        Ok(Self {
+            watch,
+            cmd,
+            event,
+            doorbell,
+            cmd_entries,
+            event_entries,
+        })
+    }
+
+    /// Device-side views of the two rings.
+    ///
+    /// The views point into this `StreamMem`'s mappings: they must not outlive it. The device
+    /// core keeps the views in its stream entry next to the `Arc<StreamMem>` it was given, and
+    /// drops the views before handing the `Arc` back (`Platform::release_stream`); the `Arc`
+    /// keeps the mappings alive for as long as any holder (e.g. a sleeping worker) has one.
+    pub(crate) fn ring_regions(&self) -> Result<(RingRegion, RingRegion), RingError> {
+        // SAFETY: `cmd` is a live read/write mapping of `cmd.len()` bytes, page (so 64-byte)
+        // aligned. Its lifetime: see the doc comment (the core drops ring views before the
+        // `Arc<StreamMem>` that owns the mapping). Within this process nothing else touches it
+        // except the host's ring ends (one producer) over its own mapping of the same memfd.
+        let cmd = unsafe {
+            RingRegion::new(
+                self.cmd.base(),
+                self.cmd.len(),
+                self.cmd_entries,
+                TASK_DESC_SIZE,
+            )
+        }?;
+        // SAFETY: as above, for the event ring (the host holds one consumer end).
+        let event = unsafe {
+            RingRegion::new(
+                self.event.base(),
+                self.event.len(),
+                self.event_entries,
+                EVENT_RECORD_SIZE,
+            )
+        }?;
+        Ok((cmd, event))
+    }
+
+    /// A new descriptor of one part's memfd, for the host's mmap.
+    pub(crate) fn dup_fd(&self, part: StreamPart) -> io::Result<OwnedFd> {
+        match part {
+            StreamPart::Cmd => self.cmd.dup_fd(),
+            StreamPart::Event => self.event.dup_fd(),
+            StreamPart::Doorbell => self.doorbell.dup_fd(),
+        }
+    }
+
+    /// The doorbell word's current value (Acquire).
+    pub(crate) fn doorbell_value(&self) -> u32 {
+        self.watch.value()
+    }
+
+    /// Sleeps until the doorbell word differs from `expected`, a `FUTEX_WAKE` arrives, or
+    /// `timeout` passes (a safety net: the ring protocol does not rely on it). Returns at once
+    /// if the word already differs.
+    pub(crate) fn wait_doorbell(&self, expected: u32, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT reads the 4-byte aligned word at `as_ptr()`, which lies in the
+        // doorbell mapping owned by `self` (alive for the call). The timeout points at a local
+        // timespec. Not FUTEX_PRIVATE: the host may be another process sharing the memfd. The
+        // result (woken, EAGAIN because the value changed, ETIMEDOUT, EINTR) needs no handling:
+        // the caller re-checks the ring either way.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.watch.as_ptr(),
+                libc::FUTEX_WAIT,
+                expected,
+                &ts as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    /// Wakes the stream's worker from the device side (SUBMIT_TASK, NOTIFY, teardown): changes
+    /// the doorbell word, so a worker about to wait on the old value does not sleep, then
+    /// `FUTEX_WAKE`s it.
+    pub(crate) fn kick(&self) {
+        // SAFETY: the doorbell word is 4-byte aligned and readable/writable while `self` lives
+        // (it is the first word of the `doorbell` mapping). All accesses to it from this
+        // process are atomic or the host's single aligned volatile store.
+        let word = unsafe { AtomicU32::from_ptr(self.watch.as_ptr().cast_mut()) };
+        word.fetch_add(1, Ordering::AcqRel);
+        futex_wake(self.watch.as_ptr());
+    }
+}
+
+/// `FUTEX_WAKE` (shared) of every waiter on the word at `word`.
+fn futex_wake(word: *const u32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key (the kernel does not access the
+    // word); callers pass the address of a word inside a mapping they keep alive.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_write_copy_fill_and_discard() {
+        let r = SharedRegion::new("test", 3 * 4096).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        r.write(3, &data).unwrap();
+        let mut back = vec![0u8; 5000];
+        r.read(3, &mut back).unwrap();
+        assert_eq!(back, data);
+        // Overlapping moves, both directions, with chunks larger than the bounce buffer.
+        r.copy_within(7, 3, 5000).unwrap();
+        r.read(7, &mut back).unwrap();
+        assert_eq!(back, data);
+        r.copy_within(1, 7, 5000).unwrap();
+        r.read(1, &mut back).unwrap();
+        assert_eq!(back, data);
+        r.fill(8, 4100, 0xa1b2_c3d4).unwrap();
+        let mut f = vec![0u8; 4100];
+        r.read(8, &mut f).unwrap();
+        for c in f.chunks(4) {
+            assert_eq!(c, &0xa1b2_c3d4u32.to_ne_bytes()[..c.len()]);
+        }
+        r.discard(0, 8192).unwrap();
+        r.read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        // Bounds.
+        assert_eq!(r.write(3 * 4096 - 1, &[1, 2]), Err(OutOfBounds));
+        assert_eq!(r.read(u64::MAX, &mut [0u8; 1]), Err(OutOfBounds));
+        assert_eq!(r.copy_within(0, 4096 * 2, 4097), Err(OutOfBounds));
+        assert_eq!(r.fill(4096 * 3, 4, 0), Err(OutOfBounds));
+        assert_eq!(r.discard(4096, u64::MAX), Err(OutOfBounds));
+        assert!(r.read(3 * 4096, &mut []).is_ok());
+    }
+
+    #[test]
+    fn kick_changes_the_doorbell_and_ends_a_wait() {
+        let m = StreamMem::new(8, 4096, 8, 4096).unwrap();
+        let d0 = m.doorbell_value();
+        m.kick();
+        assert_ne!(m.doorbell_value(), d0);
+        // The value differs: FUTEX_WAIT returns at once instead of sleeping 10 s.
+        let t = std::time::Instant::now();
+        m.wait_doorbell(d0, Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+}
