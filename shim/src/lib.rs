@@ -1,1 +1,47 @@
-//! The runtime author's library: open a device, contexts, streams, submit, doorbell, poll/wait, events, device memory.
+//! The runtime author's library for davinci devices: open a device, create contexts and
+//! streams, submit tasks without system calls, poll or wait for completions, record and wait
+//! for events, and manage device memory. Shaped so ACL/CUDA users feel at home:
+//!
+//! | davinci-shim                         | ACL                         | CUDA                    |
+//! |--------------------------------------|-----------------------------|-------------------------|
+//! | [`Device::embedded`], [`Device::open`] | `aclrtSetDevice`          | `cudaSetDevice`         |
+//! | [`Device::create_context`]           | `aclrtCreateContext`        | `cuCtxCreate`           |
+//! | [`Context::create_stream`]           | `aclrtCreateStream`         | `cudaStreamCreate`      |
+//! | [`Stream::submit`] / [`Stream::submit_batch`] | (task launch)      | (kernel launch)         |
+//! | [`Stream::synchronize`]              | `aclrtSynchronizeStream`    | `cudaStreamSynchronize` |
+//! | [`Context::create_event`], [`Event::record`] | `aclrtRecordEvent`  | `cudaEventRecord`       |
+//! | [`Stream::wait_event`]               | `aclrtStreamWaitEvent`      | `cudaStreamWaitEvent`   |
+//! | [`Device::alloc`] / [`MemPool`]      | `aclrtMalloc` / mem pools   | `cudaMalloc` / caching allocators |
+//!
+//! Submitting writes descriptors into the stream's mapped command ring and publishes them
+//! with one release store; the doorbell is written only while the device is asleep
+//! (NEED_WAKEUP), and completions are read from the mapped event ring ([`Stream::poll`]).
+//! Everything is released on drop (streams and events before their context, buffers before
+//! the open). Errors are one type, [`Error`]: the errno, what failed, and the driver's message.
+//!
+//! Backends: this build has the embedded mock device (the device engine on threads of this
+//! process, over the same shared memory the daemon will use). The `davinci-mockd` socket and
+//! the kernel node (`/dev/davinciN`) come next, behind the same API.
+//!
+//! `unsafe` is confined to the private `mapping` module (the mappings, the ring ends over
+//! them, the doorbell); every other module is `#![forbid(unsafe_code)]`.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+mod backend;
+mod device;
+mod error;
+mod event;
+mod mapping;
+mod memory;
+mod pool;
+mod stream;
+
+pub use davinci_mock_device::{MockConfig, MockDevice};
+pub use davinci_uapi::{DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc};
+pub use device::{Context, Device, DeviceStats};
+pub use error::{Error, Result};
+pub use event::Event;
+pub use memory::{DeviceBuffer, DeviceMem};
+pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
+pub use stream::{Completion, Stream, StreamError, StreamOptions};

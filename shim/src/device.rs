@@ -1,0 +1,370 @@
+//! [`Device`] (one open of a davinci device) and [`Context`].
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use davinci_mock_device::{MockConfig, MockDevice};
+use davinci_uapi::*;
+
+use crate::backend::{parse_path, Backend, Embedded, Target};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::mapping::SharedMap;
+use crate::memory::DeviceBuffer;
+use crate::stream::{Stream, StreamOptions};
+
+/// Counters of the data path, kept by the shim (per [`Device`], over all its streams).
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) tasks: AtomicU64,
+    pub(crate) doorbells: AtomicU64,
+    pub(crate) futex_wakes: AtomicU64,
+    pub(crate) notifies: AtomicU64,
+    pub(crate) slow_submits: AtomicU64,
+    pub(crate) full_waits: AtomicU64,
+}
+
+/// A snapshot of the data-path counters of a [`Device`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Descriptors published through stream rings (fast path) and SUBMIT_TASK.
+    pub tasks_submitted: u64,
+    /// Doorbell register writes (one per publish that found NEED_WAKEUP set).
+    pub doorbells: u64,
+    /// `FUTEX_WAKE`s after a doorbell write (software devices).
+    pub futex_wakes: u64,
+    /// NOTIFY ioctls (devices with neither an MMIO nor a futex doorbell; explicit `notify`).
+    pub notify_ioctls: u64,
+    /// SUBMIT_TASK ioctls (the slow path).
+    pub slow_submits: u64,
+    /// Times a submit found the command ring full and had to wait for the device.
+    pub ring_full_waits: u64,
+}
+
+impl DeviceStats {
+    /// Doorbell writes per 1000 tasks submitted (0 if none were).
+    pub fn doorbells_per_1000_tasks(&self) -> f64 {
+        if self.tasks_submitted == 0 {
+            0.0
+        } else {
+            self.doorbells as f64 * 1000.0 / self.tasks_submitted as f64
+        }
+    }
+
+    /// The counters accumulated since `earlier`.
+    pub fn since(&self, earlier: &DeviceStats) -> DeviceStats {
+        DeviceStats {
+            tasks_submitted: self.tasks_submitted.wrapping_sub(earlier.tasks_submitted),
+            doorbells: self.doorbells.wrapping_sub(earlier.doorbells),
+            futex_wakes: self.futex_wakes.wrapping_sub(earlier.futex_wakes),
+            notify_ioctls: self.notify_ioctls.wrapping_sub(earlier.notify_ioctls),
+            slow_submits: self.slow_submits.wrapping_sub(earlier.slow_submits),
+            ring_full_waits: self.ring_full_waits.wrapping_sub(earlier.ring_full_waits),
+        }
+    }
+}
+
+pub(crate) struct DeviceInner {
+    backend: Box<dyn Backend>,
+    info: DeviceInfo,
+    mock: Option<MockDevice>,
+    pub(crate) stats: Stats,
+}
+
+/// One open of a davinci device, as a client: the handle everything else hangs from.
+///
+/// Cheap to clone (clones share the open). Contexts, streams, events and buffers keep the
+/// open alive; when the last of them and the last clone are gone, the open is closed and the
+/// driver releases whatever is left.
+///
+/// ```
+/// # fn main() -> davinci_shim::Result<()> {
+/// use davinci_shim::{Device, DeviceMem};
+/// use std::time::Duration;
+/// let dev = Device::embedded()?;
+/// let ctx = dev.create_context()?;
+/// let mut stream = ctx.create_stream()?;
+/// let buf = dev.alloc(4096)?;
+/// stream.submit(&davinci_shim::TaskDesc::fill(1, buf.dev_addr(), 4096, 7))?;
+/// stream.synchronize(Duration::from_secs(5))?;
+/// assert_eq!(buf.read_vec::<u32>(0, 4)?, vec![7; 4]);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("backend", &self.inner.backend.describe())
+            .field("device_id", &self.inner.info.device_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn encode<T: Wire>(v: &T) -> Vec<u8> {
+    let mut b = vec![0u8; T::SIZE];
+    v.encode(&mut b);
+    b
+}
+
+impl Device {
+    /// A new mock device running in this process (default configuration), opened as a
+    /// client. No hardware, no daemon: the device engine runs on threads of this process
+    /// over the same shared memory a daemon would use.
+    pub fn embedded() -> Result<Device> {
+        Self::embedded_with(MockConfig::default())
+    }
+
+    /// Like [`embedded`](Self::embedded), with a configuration (memory size, limits, ...).
+    pub fn embedded_with(config: MockConfig) -> Result<Device> {
+        Self::attach(&MockDevice::new(config))
+    }
+
+    /// Opens another client on an existing in-process mock device (e.g. to exercise device
+    /// sharing: the device must be in shared mode for a second client, else `EBUSY`).
+    pub fn attach(mock: &MockDevice) -> Result<Device> {
+        let backend = Embedded::open(mock.clone())?;
+        Self::from_backend(Box::new(backend), Some(mock.clone()))
+    }
+
+    /// Opens the device at `path`: `"embedded"` (a new in-process mock device);
+    /// `"/dev/davinciN"` (kernel driver) and `"mock:SOCKET"` (the `davinci-mockd` daemon) are
+    /// not supported by this build yet and fail with `ENODEV` saying so.
+    pub fn open(path: &str) -> Result<Device> {
+        match parse_path(path)? {
+            Target::Embedded => Self::embedded(),
+        }
+    }
+
+    fn from_backend(backend: Box<dyn Backend>, mock: Option<MockDevice>) -> Result<Device> {
+        let mut info = DeviceInfo::default();
+        let mut arg = encode(&info);
+        if let Err(e) = backend.ioctl("GET_INFO", DRIVER_CMD_GET_INFO, &mut arg) {
+            return Err(if e.is(Errno::ENOTTY) {
+                Error::new(
+                    Errno::EPROTO,
+                    "open",
+                    format!(
+                        "{} does not understand this shim's GET_INFO (ABI {}.{}): another ABI \
+                         major? ({})",
+                        backend.describe(),
+                        ABI_VERSION_MAJOR,
+                        ABI_VERSION_MINOR,
+                        e.msg
+                    ),
+                )
+            } else {
+                e
+            });
+        }
+        info = DeviceInfo::decode(&arg);
+        if !abi_compatible(info.abi_major) {
+            return Err(Error::new(
+                Errno::EPROTO,
+                "open",
+                format!(
+                    "{} speaks ABI {}.{}, this shim speaks ABI {}.{}: majors differ, refusing",
+                    backend.describe(),
+                    info.abi_major,
+                    info.abi_minor,
+                    ABI_VERSION_MAJOR,
+                    ABI_VERSION_MINOR
+                ),
+            ));
+        }
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                backend,
+                info,
+                mock,
+                stats: Stats::default(),
+            }),
+        })
+    }
+
+    /// One ioctl with a typed argument; the reply fields are decoded back into `args` (also
+    /// when the call fails).
+    pub(crate) fn call<T: Wire>(&self, op: &'static str, request: u32, args: &mut T) -> Result<()> {
+        let mut arg = encode(args);
+        let r = self.inner.backend.ioctl(op, request, &mut arg);
+        *args = T::decode(&arg);
+        r
+    }
+
+    /// Maps `len` bytes of the object behind `cookie`.
+    pub(crate) fn map(&self, op: &'static str, cookie: u64, len: u64) -> Result<SharedMap> {
+        let src = self.inner.backend.map(cookie, len).map_err(|mut e| {
+            e.op = op;
+            e
+        })?;
+        let ulen = usize::try_from(len).map_err(|_| {
+            Error::new(
+                Errno::EOVERFLOW,
+                op,
+                "mapping larger than the address space",
+            )
+        })?;
+        SharedMap::new(&src, ulen).map_err(|e| Error::io(op, "mmap", &e))
+    }
+
+    /// The GET_INFO reply read when the device was opened (limits, features, ABI version).
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// A fresh GET_INFO (memory in use, clients attached, share mode now).
+    pub fn query_info(&self) -> Result<DeviceInfo> {
+        let mut info = DeviceInfo::default();
+        self.call("GET_INFO", DRIVER_CMD_GET_INFO, &mut info)?;
+        Ok(info)
+    }
+
+    /// Device memory allocated by all clients now (GET_INFO).
+    pub fn memory_used(&self) -> Result<u64> {
+        Ok(self.query_info()?.memory_used)
+    }
+
+    /// The device's feature bits.
+    pub fn features(&self) -> Features {
+        self.inner.info.features
+    }
+
+    /// Which backend this open goes through, for messages.
+    pub fn describe(&self) -> String {
+        self.inner.backend.describe()
+    }
+
+    /// The in-process mock device behind an embedded open (to [`attach`](Self::attach) more
+    /// clients to it); `None` for other backends.
+    pub fn mock_device(&self) -> Option<&MockDevice> {
+        self.inner.mock.as_ref()
+    }
+
+    /// Creates a context (`aclrtCreateContext` / `cuCtxCreate`).
+    pub fn create_context(&self) -> Result<Context> {
+        let mut a = CreateContextArgs::default();
+        self.call("CREATE_CONTEXT", DRIVER_CMD_CREATE_CONTEXT, &mut a)?;
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                dev: self.clone(),
+                handle: a.handle,
+            }),
+        })
+    }
+
+    /// Allocates `len` bytes of device memory (`aclrtMalloc` / `cudaMalloc`), zeroed, with a
+    /// host view. Each call is a driver round trip; for many small buffers use a
+    /// [`MemPool`](crate::MemPool).
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
+        DeviceBuffer::new(self, len)
+    }
+
+    /// SET_DEVICE_SHARE: exclusive (one client) or shared (many isolated clients). Admin only.
+    pub fn set_share_mode(&self, mode: ShareMode) -> Result<()> {
+        let mut a = DeviceShareArgs {
+            mode: mode as u32,
+            ..Default::default()
+        };
+        self.call("SET_DEVICE_SHARE", DRIVER_CMD_SET_DEVICE_SHARE, &mut a)
+    }
+
+    /// QUERY_DEVICE_SHARE: the sharing mode and the clients attached.
+    pub fn share_mode(&self) -> Result<(ShareMode, u32)> {
+        let mut a = DeviceShareArgs::default();
+        self.call("QUERY_DEVICE_SHARE", DRIVER_CMD_QUERY_DEVICE_SHARE, &mut a)?;
+        let mode = ShareMode::from_u32(a.mode).ok_or_else(|| {
+            Error::new(
+                Errno::EPROTO,
+                "QUERY_DEVICE_SHARE",
+                format!("driver reported unknown share mode {}", a.mode),
+            )
+        })?;
+        Ok((mode, a.clients))
+    }
+
+    /// The data-path counters (doorbells, tasks, ...) of this open so far.
+    pub fn stats(&self) -> DeviceStats {
+        let s = &self.inner.stats;
+        DeviceStats {
+            tasks_submitted: s.tasks.load(Ordering::Relaxed),
+            doorbells: s.doorbells.load(Ordering::Relaxed),
+            futex_wakes: s.futex_wakes.load(Ordering::Relaxed),
+            notify_ioctls: s.notifies.load(Ordering::Relaxed),
+            slow_submits: s.slow_submits.load(Ordering::Relaxed),
+            ring_full_waits: s.full_waits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) dev: Device,
+    pub(crate) handle: u32,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        let mut a = HandleArgs {
+            handle: self.handle,
+            pad: 0,
+        };
+        // Nothing to do on failure: the open's close releases it anyway.
+        let _ = self
+            .dev
+            .call("DESTROY_CONTEXT", DRIVER_CMD_DESTROY_CONTEXT, &mut a);
+    }
+}
+
+/// A context: groups streams and events (events are visible to the streams of their own
+/// context only). Streams and events keep their context alive: it is destroyed when the
+/// context value and all of them are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("handle", &self.inner.handle)
+            .finish()
+    }
+}
+
+impl Context {
+    /// The driver's handle of this context.
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// Creates a stream with the default ring depths (`aclrtCreateStream` /
+    /// `cudaStreamCreate`).
+    pub fn create_stream(&self) -> Result<Stream> {
+        self.create_stream_with(StreamOptions::default())
+    }
+
+    /// Creates a stream with explicit ring depths and options.
+    pub fn create_stream_with(&self, options: StreamOptions) -> Result<Stream> {
+        Stream::new(self.inner.clone(), options)
+    }
+
+    /// Creates an event (`aclrtCreateEvent` / `cudaEventCreate`).
+    pub fn create_event(&self) -> Result<Event> {
+        Event::new(self.inner.clone())
+    }
+
+    /// Allocates device memory (memory belongs to the open, not the context; same as
+    /// [`Device::alloc`]).
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
+        self.inner.dev.alloc(len)
+    }
+}

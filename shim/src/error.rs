@@ -1,0 +1,99 @@
+//! The shim's one error type: what failed, the errno, and what the driver said.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use davinci_uapi::Errno;
+
+/// A failed operation: `op` names it (`"ALLOC_MEMORY"`, `"Stream::synchronize"`), `errno` is
+/// the errno the driver or the system returned (`None` for errors found by the shim itself
+/// that have no errno), and `msg` says what was wrong (the driver's message when it gave one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The errno, if the failure has one.
+    pub errno: Option<Errno>,
+    /// What failed.
+    pub op: &'static str,
+    /// What was wrong.
+    pub msg: String,
+}
+
+impl Error {
+    /// An error with an errno.
+    pub fn new(errno: Errno, op: &'static str, msg: impl Into<String>) -> Self {
+        Self {
+            errno: Some(errno),
+            op,
+            msg: msg.into(),
+        }
+    }
+
+    /// An error found by the shim that has no errno.
+    pub fn other(op: &'static str, msg: impl Into<String>) -> Self {
+        Self {
+            errno: None,
+            op,
+            msg: msg.into(),
+        }
+    }
+
+    /// An error from a system call (`mmap`, ...), keeping its errno when the ABI knows it.
+    pub(crate) fn io(op: &'static str, what: &str, e: &std::io::Error) -> Self {
+        Self {
+            errno: e.raw_os_error().and_then(Errno::from_code),
+            op,
+            msg: format!("{what}: {e}"),
+        }
+    }
+
+    /// A driver error (errno and its static message).
+    pub(crate) fn driver(op: &'static str, e: davinci_driver_core::Error) -> Self {
+        Self::new(e.errno, op, e.msg)
+    }
+
+    /// Whether the errno is `e`.
+    pub fn is(&self, e: Errno) -> bool {
+        self.errno == Some(e)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.errno {
+            Some(e) => write!(f, "{} failed: {}: {}", self.op, e.name(), self.msg),
+            None => write!(f, "{} failed: {}", self.op, self.msg),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The shim's result type.
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_op_errno_and_message() {
+        let e = Error::new(
+            Errno::ENOMEM,
+            "ALLOC_MEMORY",
+            "out of memory for this client",
+        );
+        assert_eq!(
+            e.to_string(),
+            "ALLOC_MEMORY failed: ENOMEM: out of memory for this client"
+        );
+        assert!(e.is(Errno::ENOMEM));
+        let o = Error::other("Stream::submit", "nothing");
+        assert_eq!(o.to_string(), "Stream::submit failed: nothing");
+        let io = Error::io(
+            "mmap",
+            "mapping the ring",
+            &std::io::Error::from_raw_os_error(22),
+        );
+        assert_eq!(io.errno, Some(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,173 @@
+//! [`Event`]: a point in a stream that other streams (and the host) can wait for.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use davinci_uapi::*;
+
+use crate::device::ContextInner;
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+
+/// An event (`aclrtEvent` / `cudaEvent_t`).
+///
+/// On the device an event is a monotonically increasing 64-bit value. The shim keeps a
+/// counter per event: [`record`](Self::record) submits `EVENT_RECORD(++n)` on a stream, and
+/// [`Stream::wait_event`] / [`synchronize`](Self::synchronize) / [`query`](Self::query) wait
+/// for the value of the latest record, so "wait for the last record" means what it means in
+/// CUDA. Events work between streams of the same context only.
+pub struct Event {
+    ctx: Arc<ContextInner>,
+    handle: u32,
+    recorded: AtomicU64,
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("handle", &self.handle)
+            .field("recorded", &self.recorded())
+            .finish()
+    }
+}
+
+impl Event {
+    pub(crate) fn new(ctx: Arc<ContextInner>) -> Result<Event> {
+        let mut a = CreateEventArgs {
+            ctx: ctx.handle,
+            ..Default::default()
+        };
+        ctx.dev
+            .call("CREATE_EVENT", DRIVER_CMD_CREATE_EVENT, &mut a)?;
+        Ok(Event {
+            ctx,
+            handle: a.handle,
+            recorded: AtomicU64::new(0),
+        })
+    }
+
+    /// The driver's handle of this event.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The value of the latest record handed to a stream (0: never recorded).
+    pub fn recorded(&self) -> u64 {
+        self.recorded.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn check_context(&self, stream: &Stream, op: &'static str) -> Result<()> {
+        if stream.same_context(&self.ctx) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                Errno::EINVAL,
+                op,
+                format!(
+                    "event {:#x} belongs to context {:#x}, stream {:#x} to context {:#x}: \
+                     events work within one context",
+                    self.handle,
+                    self.ctx.handle,
+                    stream.handle(),
+                    stream.context_handle()
+                ),
+            ))
+        }
+    }
+
+    /// Records the event on `stream` (`aclrtRecordEvent` / `cudaEventRecord`): once the
+    /// stream reaches this point, the event's value becomes the returned one. The task's
+    /// `user_data` is 0.
+    pub fn record(&self, stream: &mut Stream) -> Result<u64> {
+        self.record_with(stream, 0)
+    }
+
+    /// Like [`record`](Self::record), with the task's `user_data`.
+    pub fn record_with(&self, stream: &mut Stream, user_data: u64) -> Result<u64> {
+        self.check_context(stream, "Event::record")?;
+        let value = self.recorded.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        if let Err(e) = stream.submit(&TaskDesc::event_record(user_data, self.handle, value)) {
+            // Not recorded: give the value back unless another record took a later one.
+            let _ = self.recorded.compare_exchange(
+                value,
+                value - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            return Err(e);
+        }
+        Ok(value)
+    }
+
+    fn wait(&self, op: &'static str, timeout_ns: u64) -> Result<WaitEventArgs> {
+        let mut a = WaitEventArgs {
+            kind: WaitKind::Event as u32,
+            handle: self.handle,
+            value: self.recorded(),
+            timeout_ns,
+            ..Default::default()
+        };
+        self.ctx
+            .dev
+            .call(op, DRIVER_CMD_WAIT_EVENT, &mut a)
+            .map(|()| a)
+    }
+
+    /// Blocks until the latest record has happened on the device (`aclrtSynchronizeEvent`),
+    /// at most `timeout` (`ETIMEDOUT`).
+    pub fn synchronize(&self, timeout: Duration) -> Result<()> {
+        let t = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        if t == 0 {
+            return match self.query()? {
+                true => Ok(()),
+                false => Err(Error::new(
+                    Errno::ETIMEDOUT,
+                    "Event::synchronize",
+                    "not reached (timeout 0)",
+                )),
+            };
+        }
+        self.wait("Event::synchronize", t).map(|_| ())
+    }
+
+    /// Whether the latest record has happened (`aclrtQueryEventStatus` / `cudaEventQuery`),
+    /// without blocking.
+    pub fn query(&self) -> Result<bool> {
+        match self.wait("Event::query", 0) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is(Errno::EAGAIN) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The event's value on the device now.
+    pub fn value(&self) -> Result<u64> {
+        let mut a = WaitEventArgs {
+            kind: WaitKind::Event as u32,
+            handle: self.handle,
+            value: 0,
+            timeout_ns: 0,
+            ..Default::default()
+        };
+        self.ctx
+            .dev
+            .call("Event::value", DRIVER_CMD_WAIT_EVENT, &mut a)?;
+        Ok(a.current)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let mut a = HandleArgs {
+            handle: self.handle,
+            pad: 0,
+        };
+        let _ = self
+            .ctx
+            .dev
+            .call("DESTROY_EVENT", DRIVER_CMD_DESTROY_EVENT, &mut a);
+    }
+}

@@ -1,0 +1,189 @@
+//! Device memory: [`DeviceBuffer`] (one ALLOC_MEMORY allocation with its host view) and the
+//! [`DeviceMem`] trait shared with pool blocks.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use davinci_uapi::*;
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::mapping::SharedMap;
+
+/// Device memory with a host view: a device address for descriptors, and copies in and out.
+///
+/// The host view is shared with the device, which may write it at any time; reads and writes
+/// copy (the shim never hands out references into it). Offsets are in bytes.
+pub trait DeviceMem {
+    /// Device address of the first byte (what descriptors name).
+    fn dev_addr(&self) -> u64;
+
+    /// Length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the length is 0 (never, for memory the shim hands out).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `data` to `offset`. `ERANGE` if it does not fit.
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
+
+    /// Copies `out.len()` bytes from `offset`. `ERANGE` if out of bounds.
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+
+    /// Device address of byte `offset` (may equal `len`); `ERANGE` beyond.
+    fn addr(&self, offset: usize) -> Result<u64> {
+        if offset > self.len() {
+            return Err(Error::new(
+                Errno::ERANGE,
+                "DeviceMem::addr",
+                format!("offset {offset} beyond the {}-byte buffer", self.len()),
+            ));
+        }
+        Ok(self.dev_addr() + offset as u64)
+    }
+
+    /// Copies a slice of plain values (`u32`, `i32`, `f32`, ...) to byte `offset`.
+    fn write_slice<T: IntoBytes + Immutable>(&self, offset: usize, data: &[T]) -> Result<()> {
+        self.write(offset, data.as_bytes())
+    }
+
+    /// Reads `count` plain values from byte `offset`.
+    fn read_vec<T: FromBytes + IntoBytes + Copy>(
+        &self,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<T>> {
+        let mut v = vec![T::new_zeroed(); count];
+        self.read(offset, v.as_mut_bytes())?;
+        Ok(v)
+    }
+}
+
+pub(crate) fn range_error(op: &'static str, offset: usize, n: usize, len: usize) -> Error {
+    Error::new(
+        Errno::ERANGE,
+        op,
+        format!("bytes [{offset}, {offset} + {n}) are outside the {len}-byte buffer"),
+    )
+}
+
+/// One device allocation (`aclrtMalloc` / `cudaMalloc`) and its host view. Freed on drop.
+pub struct DeviceBuffer {
+    map: SharedMap,
+    dev: Device,
+    handle: u32,
+    dev_addr: u64,
+    len: usize,
+    alloc_size: u64,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("handle", &self.handle)
+            .field("dev_addr", &format_args!("{:#x}", self.dev_addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    pub(crate) fn new(dev: &Device, len: usize) -> Result<DeviceBuffer> {
+        const OP: &str = "ALLOC_MEMORY";
+        if len == 0 {
+            return Err(Error::new(Errno::EINVAL, OP, "allocation of 0 bytes"));
+        }
+        let mut a = AllocMemoryArgs {
+            size: len as u64,
+            ..Default::default()
+        };
+        dev.call(OP, DRIVER_CMD_ALLOC_MEMORY, &mut a)?;
+        let free = |e: Error| {
+            let mut h = HandleArgs {
+                handle: a.handle,
+                pad: 0,
+            };
+            let _ = dev.call("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, &mut h);
+            e
+        };
+        if a.alloc_size < len as u64 {
+            return Err(free(Error::new(
+                Errno::EPROTO,
+                OP,
+                format!(
+                    "driver reserved {} bytes for a {len}-byte request",
+                    a.alloc_size
+                ),
+            )));
+        }
+        let map = dev.map(OP, a.mmap_offset, a.alloc_size).map_err(free)?;
+        Ok(DeviceBuffer {
+            map,
+            dev: dev.clone(),
+            handle: a.handle,
+            dev_addr: a.dev_addr,
+            len,
+            alloc_size: a.alloc_size,
+        })
+    }
+
+    /// The driver's handle of this allocation.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// Bytes the driver reserved (the length rounded up to the device's alignment).
+    pub fn capacity(&self) -> u64 {
+        self.alloc_size
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+}
+
+impl DeviceMem for DeviceBuffer {
+    fn dev_addr(&self) -> u64 {
+        self.dev_addr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        const OP: &str = "DeviceBuffer::write";
+        if offset.checked_add(data.len()).is_none_or(|e| e > self.len) {
+            return Err(range_error(OP, offset, data.len(), self.len));
+        }
+        self.map
+            .write(offset, data)
+            .map_err(|_| range_error(OP, offset, data.len(), self.map.len()))
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        const OP: &str = "DeviceBuffer::read";
+        if offset.checked_add(out.len()).is_none_or(|e| e > self.len) {
+            return Err(range_error(OP, offset, out.len(), self.len));
+        }
+        self.map
+            .read(offset, out)
+            .map_err(|_| range_error(OP, offset, out.len(), self.map.len()))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let mut a = HandleArgs {
+            handle: self.handle,
+            pad: 0,
+        };
+        // On failure the open's close frees it anyway. The host view is unmapped right after
+        // (field drop); the device has released the pages, so it reads zeros meanwhile.
+        let _ = self.dev.call("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, &mut a);
+    }
+}

@@ -1,0 +1,357 @@
+//! [`MemPool`]: a caching sub-allocator over big device allocations, so that small buffers
+//! cost no driver round trip each (the design of the Ascend backends' memory pools: reserve
+//! big chunks, carve 64-byte aligned blocks, reuse freed blocks, lock around it all).
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use davinci_uapi::Errno;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::memory::{range_error, DeviceBuffer, DeviceMem};
+
+/// Sizes and bounds of a [`MemPool`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Bytes reserved per driver allocation (larger requests get a chunk of their own size).
+    pub chunk_size: usize,
+    /// Most device memory the pool holds at once; beyond it `alloc` fails with `ENOMEM`.
+    pub max_bytes: u64,
+    /// Block alignment and granularity (a power of two, at least 64).
+    pub align: usize,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        Self {
+            chunk_size: 4 << 20,
+            max_bytes: 256 << 20,
+            align: 64,
+        }
+    }
+}
+
+/// What a [`MemPool`] holds and has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Chunks reserved from the driver now.
+    pub chunks: usize,
+    /// Bytes reserved from the driver now.
+    pub reserved_bytes: u64,
+    /// Bytes handed out in live blocks (rounded to the alignment).
+    pub in_use_bytes: u64,
+    /// Live blocks.
+    pub blocks: usize,
+    /// Blocks handed out so far.
+    pub allocs: u64,
+    /// ALLOC_MEMORY calls made so far (one per chunk).
+    pub driver_allocs: u64,
+    /// Chunks given back to the driver so far (`trim`).
+    pub driver_frees: u64,
+}
+
+struct Chunk {
+    id: u64,
+    buf: Arc<DeviceBuffer>,
+    /// Free ranges `(offset, len)`, sorted by offset, never adjacent (coalesced).
+    free: Vec<(usize, usize)>,
+    used: usize,
+}
+
+impl Chunk {
+    fn take(&mut self, size: usize) -> Option<usize> {
+        let i = self.free.iter().position(|&(_, l)| l >= size)?;
+        let (off, l) = self.free[i];
+        if l == size {
+            self.free.remove(i);
+        } else {
+            self.free[i] = (off + size, l - size);
+        }
+        self.used += size;
+        Some(off)
+    }
+
+    fn give(&mut self, off: usize, size: usize) {
+        let i = self.free.partition_point(|&(o, _)| o < off);
+        self.free.insert(i, (off, size));
+        // Merge with the next range, then with the previous one.
+        if i + 1 < self.free.len() && self.free[i].0 + self.free[i].1 == self.free[i + 1].0 {
+            self.free[i].1 += self.free[i + 1].1;
+            self.free.remove(i + 1);
+        }
+        if i > 0 && self.free[i - 1].0 + self.free[i - 1].1 == self.free[i].0 {
+            self.free[i - 1].1 += self.free[i].1;
+            self.free.remove(i);
+        }
+        self.used -= size;
+    }
+}
+
+struct State {
+    chunks: Vec<Chunk>,
+    next_id: u64,
+    stats: PoolStats,
+}
+
+struct PoolInner {
+    dev: Device,
+    opts: PoolOptions,
+    state: Mutex<State>,
+}
+
+impl PoolInner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent between statements that can panic (none do): keep going.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A thread-safe caching allocator of device memory. Cheap to clone (clones share the pool).
+///
+/// Blocks are carved from chunks reserved with ALLOC_MEMORY; a freed block (dropped
+/// [`PoolBuffer`]) goes back to its chunk's free list and is reused by later allocations
+/// (first fit, neighbours merged). Chunks stay reserved until [`trim`](Self::trim) or until
+/// the pool and all its blocks are gone. The pool never holds more than `max_bytes`.
+#[derive(Clone)]
+pub struct MemPool {
+    inner: Arc<PoolInner>,
+}
+
+impl fmt::Debug for MemPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemPool")
+            .field("options", &self.inner.opts)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn round_up(n: usize, align: usize) -> Option<usize> {
+    Some(n.checked_add(align - 1)? & !(align - 1))
+}
+
+impl MemPool {
+    /// A pool on `dev` with default options (4 MiB chunks, at most 256 MiB, 64-byte blocks).
+    pub fn new(dev: &Device) -> MemPool {
+        Self::with_options(dev, PoolOptions::default())
+    }
+
+    /// A pool with explicit options. An alignment that is not a power of two of at least 64
+    /// is raised to the next one that is.
+    pub fn with_options(dev: &Device, mut opts: PoolOptions) -> MemPool {
+        opts.align = opts.align.max(64).checked_next_power_of_two().unwrap_or(64);
+        opts.chunk_size = opts.chunk_size.max(opts.align);
+        MemPool {
+            inner: Arc::new(PoolInner {
+                dev: dev.clone(),
+                opts,
+                state: Mutex::new(State {
+                    chunks: Vec::new(),
+                    next_id: 1,
+                    stats: PoolStats::default(),
+                }),
+            }),
+        }
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> PoolOptions {
+        self.inner.opts
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> PoolStats {
+        let s = self.inner.lock();
+        PoolStats {
+            chunks: s.chunks.len(),
+            ..s.stats
+        }
+    }
+
+    /// A block of at least `len` bytes (64-byte aligned device address, zeroed only if never
+    /// used before: reused blocks keep old contents, as with any caching allocator).
+    pub fn alloc(&self, len: usize) -> Result<PoolBuffer> {
+        const OP: &str = "MemPool::alloc";
+        let opts = self.inner.opts;
+        if len == 0 {
+            return Err(Error::new(Errno::EINVAL, OP, "allocation of 0 bytes"));
+        }
+        let size = round_up(len, opts.align)
+            .ok_or_else(|| Error::new(Errno::EOVERFLOW, OP, "size overflows"))?;
+        let mut s = self.inner.lock();
+        let found = s
+            .chunks
+            .iter_mut()
+            .find_map(|c| c.take(size).map(|off| (c.id, c.buf.clone(), off)));
+        let (chunk_id, buf, offset) = match found {
+            Some(v) => v,
+            None => {
+                let chunk_len = round_up(size.max(opts.chunk_size), 4096)
+                    .ok_or_else(|| Error::new(Errno::EOVERFLOW, OP, "size overflows"))?;
+                if s.stats.reserved_bytes + chunk_len as u64 > opts.max_bytes {
+                    Self::release_empty(&mut s);
+                }
+                if s.stats.reserved_bytes + chunk_len as u64 > opts.max_bytes {
+                    return Err(Error::new(
+                        Errno::ENOMEM,
+                        OP,
+                        format!(
+                            "a {len}-byte block needs a new {chunk_len}-byte chunk, but the pool \
+                             already holds {} of its {} bytes",
+                            s.stats.reserved_bytes, opts.max_bytes
+                        ),
+                    ));
+                }
+                let buf = Arc::new(self.inner.dev.alloc(chunk_len)?);
+                let id = s.next_id;
+                s.next_id += 1;
+                s.stats.driver_allocs += 1;
+                s.stats.reserved_bytes += chunk_len as u64;
+                let mut chunk = Chunk {
+                    id,
+                    buf: buf.clone(),
+                    free: vec![(0, chunk_len)],
+                    used: 0,
+                };
+                // Cannot fail: the chunk is at least `size` bytes and empty.
+                let off = chunk.take(size).unwrap_or(0);
+                s.chunks.push(chunk);
+                (id, buf, off)
+            }
+        };
+        s.stats.allocs += 1;
+        s.stats.blocks += 1;
+        s.stats.in_use_bytes += size as u64;
+        Ok(PoolBuffer {
+            pool: self.inner.clone(),
+            chunk: buf,
+            chunk_id,
+            offset,
+            len,
+            size,
+        })
+    }
+
+    fn release_empty(s: &mut State) -> usize {
+        let before = s.chunks.len();
+        let mut freed = 0u64;
+        s.chunks.retain(|c| {
+            let empty = c.used == 0;
+            if empty {
+                freed += c.buf.capacity();
+            }
+            !empty
+        });
+        let n = before - s.chunks.len();
+        s.stats.reserved_bytes -= freed;
+        s.stats.driver_frees += n as u64;
+        n
+    }
+
+    /// Gives chunks with no live block back to the driver; returns how many.
+    pub fn trim(&self) -> usize {
+        Self::release_empty(&mut self.inner.lock())
+    }
+}
+
+/// A block of a [`MemPool`]. Returns to the pool on drop.
+pub struct PoolBuffer {
+    pool: Arc<PoolInner>,
+    chunk: Arc<DeviceBuffer>,
+    chunk_id: u64,
+    offset: usize,
+    len: usize,
+    size: usize,
+}
+
+impl fmt::Debug for PoolBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBuffer")
+            .field("dev_addr", &format_args!("{:#x}", self.dev_addr()))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl PoolBuffer {
+    /// Bytes reserved for this block (the length rounded up to the pool's alignment).
+    pub fn capacity(&self) -> usize {
+        self.size
+    }
+}
+
+impl DeviceMem for PoolBuffer {
+    fn dev_addr(&self) -> u64 {
+        self.chunk.dev_addr() + self.offset as u64
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        if offset.checked_add(data.len()).is_none_or(|e| e > self.len) {
+            return Err(range_error(
+                "PoolBuffer::write",
+                offset,
+                data.len(),
+                self.len,
+            ));
+        }
+        self.chunk.write(self.offset + offset, data)
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        if offset.checked_add(out.len()).is_none_or(|e| e > self.len) {
+            return Err(range_error("PoolBuffer::read", offset, out.len(), self.len));
+        }
+        self.chunk.read(self.offset + offset, out)
+    }
+}
+
+impl Drop for PoolBuffer {
+    fn drop(&mut self) {
+        let mut s = self.pool.lock();
+        if let Some(c) = s.chunks.iter_mut().find(|c| c.id == self.chunk_id) {
+            c.give(self.offset, self.size);
+        }
+        s.stats.blocks = s.stats.blocks.saturating_sub(1);
+        s.stats.in_use_bytes = s.stats.in_use_bytes.saturating_sub(self.size as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_free_list_splits_and_merges() {
+        let dev = Device::embedded().unwrap();
+        let buf = Arc::new(dev.alloc(4096).unwrap());
+        let mut c = Chunk {
+            id: 1,
+            buf,
+            free: vec![(0, 4096)],
+            used: 0,
+        };
+        let a = c.take(64).unwrap();
+        let b = c.take(128).unwrap();
+        let d = c.take(64).unwrap();
+        assert_eq!((a, b, d), (0, 64, 192));
+        c.give(b, 128);
+        assert_eq!(c.free, vec![(64, 128), (256, 3840)]);
+        // First fit reuses the hole.
+        assert_eq!(c.take(64), Some(64));
+        c.give(64, 64);
+        c.give(a, 64);
+        assert_eq!(c.free, vec![(0, 192), (256, 3840)]);
+        c.give(d, 64);
+        assert_eq!(c.free, vec![(0, 4096)], "everything merged back");
+        assert_eq!(c.used, 0);
+        assert_eq!(c.take(8192), None);
+    }
+}

@@ -1,0 +1,667 @@
+//! [`Stream`]: an ordered queue of tasks with a command ring, an event (completion) ring and a
+//! doorbell, all mapped into this process. Submitting is a memory write, not a system call.
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::Backoff;
+use davinci_uapi::rings::RingOffsets;
+use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
+use davinci_uapi::*;
+
+use crate::device::ContextInner;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::mapping::StreamRings;
+
+/// Ring depths and behaviour of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Command-ring slots (a power of two within the device's limits).
+    pub cmd_entries: u32,
+    /// Event-ring slots (a power of two, at least `cmd_entries`).
+    pub event_entries: u32,
+    /// Keep completions that `submit` (ring full) and `synchronize` take off the event ring
+    /// so that `poll` still returns them (`true`, the default), or drop them after noting
+    /// errors (`false`: for callers that never poll, CUDA style).
+    pub keep_completions: bool,
+    /// Most completions kept that way before `submit`/`synchronize` fail with `EAGAIN`
+    /// asking the caller to poll (bounded, like everything).
+    pub backlog_limit: usize,
+    /// Longest `submit`/`submit_batch` waits for room in a full command ring before it fails
+    /// with `ETIMEDOUT`.
+    pub submit_timeout: Duration,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            cmd_entries: 256,
+            event_entries: 512,
+            keep_completions: true,
+            backlog_limit: 1 << 18,
+            submit_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl StreamOptions {
+    /// Default options with these ring depths.
+    pub fn depths(cmd_entries: u32, event_entries: u32) -> Self {
+        Self {
+            cmd_entries,
+            event_entries,
+            ..Self::default()
+        }
+    }
+}
+
+/// One task's completion, copied out of the event ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The descriptor's `user_data`.
+    pub user_data: u64,
+    /// 0 on success, else a negative errno.
+    pub status: i32,
+    /// The descriptor's opcode.
+    pub opcode: u8,
+    /// Opcode-specific result (bytes, elements, event value).
+    pub result: u64,
+    /// Device time of completion (ns).
+    pub timestamp_ns: u64,
+}
+
+impl From<EventRecord> for Completion {
+    fn from(r: EventRecord) -> Self {
+        Self {
+            user_data: r.user_data,
+            status: r.status,
+            opcode: r.opcode,
+            result: r.result,
+            timestamp_ns: r.timestamp_ns,
+        }
+    }
+}
+
+impl Completion {
+    /// Whether the task succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.status == 0
+    }
+
+    /// The errno of a failed task (`None` on success or for an errno this ABI does not use).
+    pub fn errno(&self) -> Option<Errno> {
+        self.status
+            .checked_neg()
+            .filter(|&c| c > 0)
+            .and_then(Errno::from_code)
+    }
+
+    /// The result, or the task's error.
+    pub fn result(&self) -> Result<u64> {
+        if self.is_ok() {
+            Ok(self.result)
+        } else {
+            Err(self.to_error("task"))
+        }
+    }
+
+    fn describe_status(&self) -> String {
+        match self.errno() {
+            Some(e) => format!("{} ({})", e.name(), e.describe()),
+            None => format!("status {}", self.status),
+        }
+    }
+
+    fn to_error(self, op: &'static str) -> Error {
+        Error {
+            errno: self.errno(),
+            op,
+            msg: format!(
+                "task user_data={:#x} opcode {} failed: {}",
+                self.user_data,
+                self.opcode,
+                self.describe_status()
+            ),
+        }
+    }
+}
+
+/// Why a stream stopped, as the device wrote it in the command ring's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamError {
+    /// The errno (`EPROTO` for a corrupt ring, `EBADMSG`/`EINVAL`/`EACCES`/`ENOENT` for a bad
+    /// descriptor); `None` if the device wrote a value this ABI does not define.
+    pub errno: Option<Errno>,
+    /// The raw value of the `error` field.
+    pub raw: u32,
+    /// Free-running command-ring index of the descriptor (or ring position) that failed.
+    pub index: u32,
+}
+
+impl fmt::Display for StreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.errno {
+            Some(e) => write!(
+                f,
+                "{} ({}) at command index {}",
+                e.name(),
+                e.describe(),
+                self.index
+            ),
+            None => write!(f, "error {} at command index {}", self.raw, self.index),
+        }
+    }
+}
+
+/// An in-order queue of tasks on the device (`aclrtStream` / `cudaStream_t`).
+///
+/// * [`submit`](Self::submit) / [`submit_batch`](Self::submit_batch) write descriptors into the
+///   mapped command ring and publish them with one release store; the doorbell is written only
+///   when the device said it is going to sleep (NEED_WAKEUP), so a busy device costs no
+///   system call per task.
+/// * [`poll`](Self::poll) copies completions out of the mapped event ring (no system call).
+/// * [`synchronize`](Self::synchronize) blocks in the driver until everything submitted has
+///   completed.
+///
+/// A stream is used by one thread at a time (`&mut self`); it may move between threads.
+/// Dropping it destroys the stream (tasks not yet executed are discarded).
+pub struct Stream {
+    rings: StreamRings,
+    ctx: Arc<ContextInner>,
+    handle: u32,
+    opts: StreamOptions,
+    backlog: VecDeque<Completion>,
+    first_error: Option<Completion>,
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("handle", &self.handle)
+            .field("context", &self.ctx.handle)
+            .field("rings", &self.rings)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `Instant::now() + d`, or a century away if that overflows.
+pub(crate) fn deadline(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
+}
+
+impl Stream {
+    pub(crate) fn new(ctx: Arc<ContextInner>, opts: StreamOptions) -> Result<Stream> {
+        const OP: &str = "CREATE_STREAM";
+        let dev = ctx.dev.clone();
+        let mut a = CreateStreamArgs {
+            ctx: ctx.handle,
+            cmd_entries: opts.cmd_entries,
+            event_entries: opts.event_entries,
+            ..Default::default()
+        };
+        dev.call(OP, DRIVER_CMD_CREATE_STREAM, &mut a)?;
+        let handle = a.handle;
+        // From here on a failure must destroy the stream again.
+        let destroy = |e: Error| {
+            let mut h = HandleArgs { handle, pad: 0 };
+            let _ = dev.call("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, &mut h);
+            e
+        };
+        if a.cmd_ring.offsets != RingOffsets::standard(TASK_DESC_SIZE as u32)
+            || a.event_ring.offsets != RingOffsets::standard(EVENT_RECORD_SIZE as u32)
+        {
+            return Err(destroy(Error::new(
+                Errno::EPROTO,
+                OP,
+                "the driver lays its rings out differently from this ABI version",
+            )));
+        }
+        let cmd = dev
+            .map(OP, a.cmd_ring.mmap_offset, a.cmd_ring.mmap_size)
+            .map_err(destroy)?;
+        let event = dev
+            .map(OP, a.event_ring.mmap_offset, a.event_ring.mmap_size)
+            .map_err(destroy)?;
+        let bell = dev
+            .map(OP, a.doorbell_offset, a.doorbell_size)
+            .map_err(destroy)?;
+        let futex = dev.features().contains(Features::DOORBELL_FUTEX);
+        let rings = StreamRings::new(
+            cmd,
+            a.cmd_ring.entries,
+            event,
+            a.event_ring.entries,
+            bell,
+            futex,
+        )
+        .map_err(|m| destroy(Error::new(Errno::EPROTO, OP, m)))?;
+        Ok(Stream {
+            rings,
+            ctx,
+            handle,
+            opts,
+            backlog: VecDeque::new(),
+            first_error: None,
+        })
+    }
+
+    /// The driver's handle of this stream.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The handle of the stream's context.
+    pub fn context_handle(&self) -> u32 {
+        self.ctx.handle
+    }
+
+    pub(crate) fn same_context(&self, ctx: &Arc<ContextInner>) -> bool {
+        Arc::ptr_eq(&self.ctx, ctx)
+    }
+
+    /// The options the stream was created with.
+    pub fn options(&self) -> &StreamOptions {
+        &self.opts
+    }
+
+    /// Command-ring slots.
+    pub fn cmd_entries(&self) -> u32 {
+        self.rings.cmd_entries()
+    }
+
+    /// Event-ring slots.
+    pub fn event_entries(&self) -> u32 {
+        self.rings.event_entries()
+    }
+
+    /// Free command slots now (a submit of this many will not wait).
+    pub fn free_slots(&mut self) -> u32 {
+        self.rings.free()
+    }
+
+    /// Tasks submitted whose completions were not yet taken off the event ring.
+    pub fn in_flight(&self) -> u32 {
+        self.rings.tail().wrapping_sub(self.rings.head())
+    }
+
+    /// Completions taken off the ring but not yet returned by `poll`.
+    pub fn backlog(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// The device's error state of this stream, if it stopped.
+    pub fn error_state(&self) -> Option<StreamError> {
+        self.rings.cmd_error().map(|(raw, index)| StreamError {
+            errno: i32::try_from(raw).ok().and_then(Errno::from_code),
+            raw,
+            index,
+        })
+    }
+
+    fn check_error(&self, op: &'static str) -> Result<()> {
+        if !self.rings.cmd_flags().contains(RingFlags::ERROR) {
+            return Ok(());
+        }
+        let what = self
+            .error_state()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "unknown error".into());
+        Err(Error::new(
+            Errno::EIO,
+            op,
+            format!(
+                "stream {:#x} is in the error state: {what}; it executes nothing more",
+                self.handle
+            ),
+        ))
+    }
+
+    fn stats(&self) -> &crate::device::Stats {
+        &self.ctx.dev.inner.stats
+    }
+
+    /// Publishes what was pushed; rings the doorbell if the device asked for it.
+    fn publish(&mut self, op: &'static str, pushed: usize) -> Result<()> {
+        if pushed == 0 {
+            return Ok(());
+        }
+        self.stats()
+            .tasks
+            .fetch_add(pushed as u64, Ordering::Relaxed);
+        if !self.rings.publish() {
+            return Ok(());
+        }
+        let features = self.ctx.dev.features();
+        if features.contains(Features::DOORBELL_MMIO) || features.contains(Features::DOORBELL_FUTEX)
+        {
+            let woke = self.rings.ring_doorbell();
+            let s = self.stats();
+            s.doorbells.fetch_add(1, Ordering::Relaxed);
+            if woke {
+                s.futex_wakes.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        } else {
+            self.notify_as(op)
+        }
+    }
+
+    /// Submits one task. Returns once it is in the command ring (not when it ran). If the
+    /// ring is full, waits for room (taking completions off the event ring into the backlog
+    /// if the device is stalled on it), at most `submit_timeout`.
+    pub fn submit(&mut self, desc: &TaskDesc) -> Result<()> {
+        self.submit_batch(std::slice::from_ref(desc))
+    }
+
+    /// Submits tasks in order with one publish (and at most one doorbell) per ring-full of
+    /// them; waits for room like [`submit`](Self::submit).
+    pub fn submit_batch(&mut self, descs: &[TaskDesc]) -> Result<()> {
+        const OP: &str = "Stream::submit";
+        self.check_error(OP)?;
+        let mut rest = descs;
+        let mut until = None;
+        loop {
+            let n = self.rings.push_slice(rest);
+            rest = &rest[n..];
+            self.publish(OP, n)?;
+            if rest.is_empty() {
+                return Ok(());
+            }
+            let d = *until.get_or_insert_with(|| deadline(self.opts.submit_timeout));
+            self.stats().full_waits.fetch_add(1, Ordering::Relaxed);
+            self.wait_for_room(OP, d)?;
+        }
+    }
+
+    /// Submits as many of `descs` as fit without waiting (in order); returns how many.
+    pub fn try_submit_batch(&mut self, descs: &[TaskDesc]) -> Result<usize> {
+        const OP: &str = "Stream::try_submit";
+        self.check_error(OP)?;
+        let n = self.rings.push_slice(descs);
+        self.publish(OP, n)?;
+        Ok(n)
+    }
+
+    fn wait_for_room(&mut self, op: &'static str, until: Instant) -> Result<()> {
+        let backoff = Backoff::new();
+        loop {
+            if self.rings.free() > 0 {
+                return Ok(());
+            }
+            self.check_error(op)?;
+            // The device takes a descriptor only with an event slot free: make room there.
+            let (drained, _) = self.drain(op, false)?;
+            if drained > 0 {
+                continue;
+            }
+            if !backoff.is_completed() {
+                backoff.snooze();
+                continue;
+            }
+            let now = Instant::now();
+            if now >= until {
+                let full = if self.backlog.len() >= self.opts.backlog_limit {
+                    format!(
+                        "; the completion backlog is full ({} kept): poll the stream",
+                        self.backlog.len()
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(Error::new(
+                    Errno::ETIMEDOUT,
+                    op,
+                    format!(
+                        "command ring of stream {:#x} stayed full for {:?}: the device made no \
+                         progress (blocked on an event nobody records?){full}",
+                        self.handle, self.opts.submit_timeout
+                    ),
+                ));
+            }
+            // Sleep in the driver until the device completes one more task (or 20 ms).
+            let next = self
+                .rings
+                .head()
+                .wrapping_add(self.rings.available())
+                .wrapping_add(1);
+            let slice = (until - now).min(Duration::from_millis(20));
+            match self.wait_stream(op, next, slice) {
+                Ok(_) => {}
+                Err(e) if e.is(Errno::ETIMEDOUT) || e.is(Errno::EAGAIN) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Takes completions off the event ring into the backlog (or drops them after noting
+    /// errors, per `keep_completions`). Returns `(taken, backlog_full)`. With `must`, a full
+    /// backlog with completions waiting is an `EAGAIN` error.
+    fn drain(&mut self, op: &'static str, must: bool) -> Result<(usize, bool)> {
+        let room = if self.opts.keep_completions {
+            self.opts.backlog_limit.saturating_sub(self.backlog.len())
+        } else {
+            usize::MAX
+        };
+        let keep = self.opts.keep_completions;
+        let (backlog, first_error) = (&mut self.backlog, &mut self.first_error);
+        let n = self.rings.consume(room, |r| {
+            let c = Completion::from(r);
+            if !c.is_ok() && first_error.is_none() {
+                *first_error = Some(c);
+            }
+            if keep {
+                backlog.push_back(c);
+            }
+        });
+        let full = room == 0 || (keep && self.backlog.len() >= self.opts.backlog_limit);
+        if must && full && self.rings.available() > 0 {
+            return Err(Error::new(
+                Errno::EAGAIN,
+                op,
+                format!(
+                    "{} completions are kept unpolled (the backlog limit): poll the stream, or \
+                     create it with keep_completions = false",
+                    self.backlog.len()
+                ),
+            ));
+        }
+        Ok((n, full))
+    }
+
+    /// WAIT_EVENT on this stream: until its completion count reaches `value` (wrapping).
+    fn wait_stream(
+        &self,
+        op: &'static str,
+        value: u32,
+        timeout: Duration,
+    ) -> Result<WaitEventArgs> {
+        let mut a = WaitEventArgs {
+            kind: WaitKind::Stream as u32,
+            handle: self.handle,
+            value: value as u64,
+            timeout_ns: ns(timeout),
+            ..Default::default()
+        };
+        match self.ctx.dev.call(op, DRIVER_CMD_WAIT_EVENT, &mut a) {
+            Ok(()) => Ok(a),
+            Err(e) if e.is(Errno::EIO) => {
+                let what = self
+                    .error_state()
+                    .map(|s| s.to_string())
+                    .or_else(|| Errno::from_code(a.status as i32).map(|s| s.name().to_string()))
+                    .unwrap_or_else(|| format!("status {}", a.status));
+                Err(Error::new(
+                    Errno::EIO,
+                    op,
+                    format!(
+                        "stream {:#x} is in the error state: {what}; it executes nothing more ({})",
+                        self.handle, e.msg
+                    ),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Copies every available completion into `out` (kept backlog first, then the event
+    /// ring), in stream order. No system call. Returns how many were added.
+    pub fn poll(&mut self, out: &mut Vec<Completion>) -> usize {
+        self.poll_with(|c| out.push(c))
+    }
+
+    /// Like [`poll`](Self::poll), handing each completion to `f`.
+    pub fn poll_with(&mut self, mut f: impl FnMut(Completion)) -> usize {
+        let mut n = 0;
+        while let Some(c) = self.backlog.pop_front() {
+            f(c);
+            n += 1;
+        }
+        let first_error = &mut self.first_error;
+        n + self.rings.consume(usize::MAX, |r| {
+            let c = Completion::from(r);
+            if !c.is_ok() && first_error.is_none() {
+                *first_error = Some(c);
+            }
+            f(c)
+        })
+    }
+
+    /// Blocks until every task submitted so far has completed (`aclrtSynchronizeStream` /
+    /// `cudaStreamSynchronize`), at most `timeout` (`ETIMEDOUT`).
+    ///
+    /// Completions it takes off the event ring stay available to [`poll`](Self::poll) (unless
+    /// `keep_completions` is off). Fails with the first failed task's errno if a task failed
+    /// since the last `synchronize` (whether `poll` already returned it or not), with `EIO` if
+    /// the device put the stream in the error state.
+    pub fn synchronize(&mut self, timeout: Duration) -> Result<()> {
+        const OP: &str = "Stream::synchronize";
+        let until = deadline(timeout);
+        let target = self.rings.tail();
+        loop {
+            let head = self.rings.head();
+            let entries = self.rings.event_entries();
+            // The device cannot run more than an event ring ahead of what was taken off it.
+            let value = if target.wrapping_sub(head) <= entries {
+                target
+            } else {
+                head.wrapping_add(entries)
+            };
+            let remaining = until.saturating_duration_since(Instant::now());
+            let waited = self.wait_stream(OP, value, remaining);
+            // Whatever happened, take what completed (error completions included).
+            self.drain(OP, false)?;
+            match waited {
+                Ok(_) => {}
+                Err(e) if e.is(Errno::EAGAIN) || e.is(Errno::ETIMEDOUT) => {
+                    return Err(Error::new(
+                        Errno::ETIMEDOUT,
+                        OP,
+                        format!(
+                            "{} of stream {:#x}'s tasks still running after {:?}",
+                            target.wrapping_sub(self.rings.head()),
+                            self.handle,
+                            timeout
+                        ),
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+            if value == target {
+                break;
+            }
+            // More to wait for: the event ring must have room again.
+            self.drain(OP, true)?;
+        }
+        if let Some(c) = self.first_error.take() {
+            return Err(c.to_error(OP));
+        }
+        Ok(())
+    }
+
+    /// Makes this stream wait (on the device) until `event` reaches the value of its latest
+    /// [`record`](Event::record) (`aclrtStreamWaitEvent` / `cudaStreamWaitEvent`). Nothing is
+    /// waited for if the event was never recorded. `user_data` of the task is 0.
+    pub fn wait_event(&mut self, event: &Event) -> Result<()> {
+        self.wait_event_with(event, 0)
+    }
+
+    /// Like [`wait_event`](Self::wait_event), with the task's `user_data`.
+    pub fn wait_event_with(&mut self, event: &Event, user_data: u64) -> Result<()> {
+        event.check_context(self, "Stream::wait_event")?;
+        self.submit(&TaskDesc::event_wait(
+            user_data,
+            event.handle(),
+            event.recorded(),
+        ))
+    }
+
+    /// The slow path: SUBMIT_TASK has the driver place `desc` in the ring for us (one system
+    /// call per task; for debugging and for clients that cannot map the rings). Returns the
+    /// ring index used.
+    pub fn submit_slow(&mut self, desc: &TaskDesc) -> Result<u32> {
+        const OP: &str = "SUBMIT_TASK";
+        let mut a = SubmitTaskArgs {
+            stream: self.handle,
+            desc: *desc,
+            ..Default::default()
+        };
+        self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
+        self.rings.resync_tail();
+        let s = self.stats();
+        s.slow_submits.fetch_add(1, Ordering::Relaxed);
+        s.tasks.fetch_add(1, Ordering::Relaxed);
+        Ok(a.index)
+    }
+
+    fn notify_as(&self, op: &'static str) -> Result<()> {
+        let mut a = HandleArgs {
+            handle: self.handle,
+            pad: 0,
+        };
+        self.ctx.dev.call(op, DRIVER_CMD_NOTIFY, &mut a)?;
+        self.stats().notifies.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// NOTIFY: wakes the device for this stream through the driver (never needed with a
+    /// doorbell; harmless).
+    pub fn notify(&self) -> Result<()> {
+        self.notify_as("NOTIFY")
+    }
+
+    /// Test hook: overwrites the shared command-ring tail with `tail` (as a buggy or hostile
+    /// producer could) and wakes the device. The device must detect it and stop this stream
+    /// with `EPROTO`; nothing else may be affected.
+    #[doc(hidden)]
+    pub fn debug_store_cmd_tail(&mut self, tail: u32) -> Result<()> {
+        self.rings.store_raw_cmd_tail(tail);
+        self.notify_as("debug_store_cmd_tail")
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut a = HandleArgs {
+            handle: self.handle,
+            pad: 0,
+        };
+        // On failure the context's (or the open's) teardown releases it anyway.
+        let _ = self
+            .ctx
+            .dev
+            .call("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, &mut a);
+        // The ring ends and mappings are released after this (field drops).
+    }
+}
