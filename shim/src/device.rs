@@ -212,6 +212,14 @@ impl Device {
         SharedMap::new(&src, ulen).map_err(|e| Error::io(op, "mmap", &e))
     }
 
+    /// Issues any ioctl with raw argument bytes (`arg.len()` must be `_IOC_SIZE(request)`,
+    /// else `ENOTTY`); the reply fields come back in `arg`. An escape hatch for commands the
+    /// shim does not wrap (and for conformance tests): handles and addresses are checked by
+    /// the driver like any others.
+    pub fn raw_ioctl(&self, request: u32, arg: &mut [u8]) -> Result<()> {
+        self.inner.backend.ioctl("ioctl", request, arg)
+    }
+
     /// The GET_INFO reply read when the device was opened (limits, features, ABI version).
     pub fn info(&self) -> &DeviceInfo {
         &self.inner.info
