@@ -1,1 +1,43 @@
-//! Cross-crate integration and conformance tests (run against every device backend).
+//! Cross-crate integration and conformance tests, run against every device backend, and the
+//! `davinci-workload` demo (the README's main job: no hardware needed).
+//!
+//! The tests build their devices with [`open_backend`], named by `DAVINCI_TEST_BACKEND`
+//! (default `embedded`, the in-process mock device; the daemon and the kernel node join when
+//! their backends exist), so the same assertions run against each. [`model`] holds the CPU
+//! reference the results are checked against; [`workload`] the workload itself.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod model;
+pub mod workload;
+
+use davinci_shim::{Device, MockConfig, Result};
+
+/// The backend the tests run against: `DAVINCI_TEST_BACKEND`, default `"embedded"`.
+pub fn backend_name() -> String {
+    std::env::var("DAVINCI_TEST_BACKEND").unwrap_or_else(|_| "embedded".to_string())
+}
+
+/// Opens a device on the backend `name`: `"embedded"` (a new in-process mock device with
+/// `config`), or a device path for the others (`/dev/davinciN`, `mock:SOCKET`), where
+/// `config` does not apply.
+pub fn open_backend(name: &str, config: MockConfig) -> Result<Device> {
+    match name {
+        "embedded" => Device::embedded_with(config),
+        path => Device::open(path),
+    }
+}
+
+/// A device on the configured backend with the default configuration.
+pub fn open_default() -> Result<Device> {
+    open_backend(&backend_name(), MockConfig::default())
+}
+
+/// A second client of the same device as `dev` (for isolation tests): on the embedded
+/// backend another open of the same in-process device; elsewhere another open of the path.
+pub fn second_client(dev: &Device) -> Result<Device> {
+    match dev.mock_device() {
+        Some(mock) => Device::attach(mock),
+        None => Device::open(&backend_name()),
+    }
+}

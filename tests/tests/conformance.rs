@@ -1,0 +1,752 @@
+//! Conformance of a device backend through the shim: corrupted rings and garbage descriptors
+//! are contained, the slow path, event ordering, isolation between clients, the memory pool,
+//! bounded waits, and that dropping everything gives all memory back.
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use davinci_shim::{
+    Completion, Device, DeviceMem, Dtype, Errno, MemPool, PoolOptions, ShareMode, Stream,
+    StreamOptions, TaskDesc,
+};
+use davinci_tests::model::{self, Rng};
+use davinci_tests::workload::{self, WorkloadConfig};
+use davinci_tests::{backend_name, open_default, second_client};
+use davinci_uapi::{
+    HandleArgs, WaitEventArgs, WaitKind, Wire, DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_FREE_MEMORY,
+    DRIVER_CMD_WAIT_EVENT,
+};
+
+const T: Duration = Duration::from_secs(20);
+
+fn dev() -> Device {
+    open_default().expect("open the test device")
+}
+
+fn poll_all(s: &mut Stream) -> Vec<Completion> {
+    let mut v = Vec::new();
+    s.poll(&mut v);
+    v
+}
+
+/// Proves `s` still executes tasks correctly: a FILL, an ADD of each dtype and a COPY on
+/// fresh buffers, checked against the CPU.
+fn assert_works(dev: &Device, s: &mut Stream, seed: u64) {
+    let n = 512usize;
+    let a = dev.alloc(n * 4).unwrap();
+    let b = dev.alloc(n * 4).unwrap();
+    let c = dev.alloc(n * 4).unwrap();
+    let d = dev.alloc(n * 4).unwrap();
+    let mut rng = Rng::new(seed);
+    let ha: Vec<u32> = (0..n).map(|_| rng.float_bits()).collect();
+    let hb: Vec<u32> = (0..n).map(|_| rng.float_bits()).collect();
+    a.write_slice(0, &ha).unwrap();
+    b.write_slice(0, &hb).unwrap();
+    for (i, dt) in [Dtype::U32, Dtype::I32, Dtype::F32].into_iter().enumerate() {
+        s.submit_batch(&[
+            TaskDesc::fill(1, d.dev_addr(), (n * 4) as u64, 0x0bad_f00d ^ i as u32),
+            TaskDesc::add(2, dt, c.dev_addr(), a.dev_addr(), b.dev_addr(), n as u64),
+            TaskDesc::copy(3, d.dev_addr() + 64, c.dev_addr(), 256),
+        ])
+        .unwrap();
+        s.synchronize(T).unwrap();
+        let want = model::add(dt, &ha, &hb);
+        assert_eq!(c.read_vec::<u32>(0, n).unwrap(), want, "{dt:?} add");
+        let dv = d.read_vec::<u32>(0, n).unwrap();
+        assert_eq!(&dv[..16], &[0x0bad_f00d ^ i as u32; 16][..]);
+        assert_eq!(&dv[16..80], &want[..64], "copy");
+        assert_eq!(&dv[80..], &vec![0x0bad_f00d ^ i as u32; n - 80][..]);
+    }
+    let done = poll_all(s);
+    assert_eq!(done.len(), 9);
+    assert!(done.iter().all(Completion::is_ok), "{done:?}");
+}
+
+fn wait_for_error(s: &Stream) -> davinci_shim::StreamError {
+    let until = Instant::now() + T;
+    loop {
+        if let Some(e) = s.error_state() {
+            return e;
+        }
+        assert!(
+            Instant::now() < until,
+            "stream never entered the error state"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn corrupted_command_ring_stops_only_its_stream() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let other_ctx = dev.create_context().unwrap();
+    let mut bad = ctx.create_stream().unwrap();
+    let mut same_ctx = ctx.create_stream().unwrap();
+    let mut other = other_ctx.create_stream().unwrap();
+    let buf = dev.alloc(4096).unwrap();
+
+    bad.submit_batch(&[TaskDesc::nop(1), TaskDesc::fill(2, buf.dev_addr(), 64, 5)])
+        .unwrap();
+    bad.synchronize(T).unwrap();
+    // A tail no correct producer writes: far more than `entries` past the device's head.
+    bad.debug_store_cmd_tail(0x4000_0000).unwrap();
+    let e = wait_for_error(&bad);
+    assert_eq!(e.errno, Some(Errno::EPROTO), "{e}");
+    assert_eq!(e.index, 2, "the device's head when it found the corruption");
+    let err = bad.synchronize(T).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
+    assert!(err.msg.contains("EPROTO"), "message names the cause: {err}");
+    let err = bad.submit(&TaskDesc::nop(3)).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
+    // Nothing of the corrupt range was executed or completed.
+    assert_eq!(poll_all(&mut bad).len(), 2);
+
+    assert_works(&dev, &mut same_ctx, 1);
+    assert_works(&dev, &mut other, 2);
+    // A new stream of the same context works too.
+    let mut fresh = ctx.create_stream().unwrap();
+    assert_works(&dev, &mut fresh, 3);
+}
+
+#[test]
+fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let other_ctx = dev.create_context().unwrap();
+    let mut healthy = ctx.create_stream().unwrap();
+    let mut other = other_ctx.create_stream().unwrap();
+    let mine = dev.alloc(8192).unwrap();
+    let neighbour = dev.alloc(4096).unwrap();
+    let foreign_event = other_ctx.create_event().unwrap();
+    let base = mine.dev_addr();
+
+    let mut unknown_opcode = TaskDesc::nop(0);
+    unknown_opcode.opcode = 200;
+    let mut reserved_flags = TaskDesc::nop(0);
+    reserved_flags.flags = 1;
+    let mut reserved_word = TaskDesc::fill(0, base, 64, 1);
+    reserved_word.reserved1 = 7;
+    let mut bad_dtype = TaskDesc::add(0, Dtype::U32, base, base, base, 4);
+    bad_dtype.dtype = 9;
+    let mut nop_operand = TaskDesc::nop(0);
+    nop_operand.dst = base;
+    let cases: Vec<(&str, TaskDesc, Errno)> = vec![
+        ("unknown opcode", unknown_opcode, Errno::EBADMSG),
+        ("reserved flags", reserved_flags, Errno::EBADMSG),
+        ("reserved word", reserved_word, Errno::EBADMSG),
+        ("unknown ADD dtype", bad_dtype, Errno::EBADMSG),
+        ("operand a NOP does not use", nop_operand, Errno::EBADMSG),
+        (
+            "kernel launch without hardware",
+            TaskDesc::kernel_launch(0, 1, 1, base, 64),
+            Errno::EBADMSG,
+        ),
+        (
+            "fill beyond the allocation",
+            TaskDesc::fill(0, base + 8192 - 64, 128, 1),
+            Errno::EACCES,
+        ),
+        (
+            "copy spanning two allocations",
+            TaskDesc::copy(0, base, neighbour.dev_addr() - 64, 128),
+            Errno::EACCES,
+        ),
+        (
+            "address below device memory",
+            TaskDesc::fill(0, 0x1000, 64, 1),
+            Errno::EACCES,
+        ),
+        (
+            "address far beyond device memory",
+            TaskDesc::fill(0, base + (1 << 40), 64, 1),
+            Errno::EACCES,
+        ),
+        (
+            "unaligned fill length",
+            TaskDesc::fill(0, base, 6, 1),
+            Errno::EINVAL,
+        ),
+        (
+            "event of another context",
+            TaskDesc::event_wait(0, foreign_event.handle(), 1),
+            Errno::ENOENT,
+        ),
+        (
+            "no such event",
+            TaskDesc::event_record(0, 0xdead, 1),
+            Errno::ENOENT,
+        ),
+    ];
+    for (i, (what, mut garbage, errno)) in cases.into_iter().enumerate() {
+        garbage.user_data = 0xbad;
+        let mut s = ctx.create_stream().unwrap();
+        let marker = (i as u32 + 1) * 0x0101_0101;
+        s.submit_batch(&[
+            TaskDesc::fill(1, base, 64, marker),
+            garbage,
+            TaskDesc::fill(3, base + 64, 64, marker),
+        ])
+        .unwrap();
+        let err = s.synchronize(T).unwrap_err();
+        assert_eq!(err.errno, Some(Errno::EIO), "{what}: {err}");
+        assert!(err.msg.contains(errno.name()), "{what}: {err}");
+        let done = poll_all(&mut s);
+        assert_eq!(
+            done.len(),
+            2,
+            "{what}: nothing after the bad descriptor runs"
+        );
+        assert!(
+            done[0].is_ok() && done[0].user_data == 1,
+            "{what}: {:?}",
+            done[0]
+        );
+        assert_eq!(done[1].user_data, 0xbad, "{what}");
+        assert_eq!(done[1].status, -errno.code(), "{what}: {:?}", done[1]);
+        assert_eq!(done[1].errno(), Some(errno), "{what}");
+        let state = s.error_state().expect("error state");
+        assert_eq!((state.errno, state.index), (Some(errno), 1), "{what}");
+        assert_eq!(
+            mine.read_vec::<u32>(0, 16).unwrap(),
+            vec![marker; 16],
+            "{what}"
+        );
+        assert_eq!(
+            mine.read_vec::<u32>(64, 16).unwrap(),
+            vec![if i == 0 { 0 } else { i as u32 * 0x0101_0101 }; 16],
+            "{what}: the FILL after the bad descriptor must not run"
+        );
+        // Later submissions are refused with the stream's error.
+        assert_eq!(
+            s.submit(&TaskDesc::nop(4)).unwrap_err().errno,
+            Some(Errno::EIO)
+        );
+        // Keep the previous marker at +64 for the next case's check.
+        mine.write_slice(64, &[marker; 16]).unwrap();
+        // Another stream of the same context and a stream of another context still work.
+        if i % 4 == 0 {
+            assert_works(&dev, &mut healthy, 10 + i as u64);
+            assert_works(&dev, &mut other, 20 + i as u64);
+        }
+    }
+    assert_eq!(
+        neighbour.read_vec::<u32>(0, 1024).unwrap(),
+        vec![0; 1024],
+        "no bad descriptor touched the neighbouring allocation"
+    );
+}
+
+#[test]
+fn slow_path_submit_task_interleaves_with_the_ring() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx.create_stream().unwrap();
+    let a = dev.alloc(4096).unwrap();
+    let b = dev.alloc(4096).unwrap();
+    let before = dev.stats();
+    s.submit(&TaskDesc::nop(0)).unwrap();
+    assert_eq!(
+        s.submit_slow(&TaskDesc::fill(1, a.dev_addr(), 4096, 0x1234_5678))
+            .unwrap(),
+        1
+    );
+    s.submit(&TaskDesc::copy(2, b.dev_addr(), a.dev_addr(), 2048))
+        .unwrap();
+    assert_eq!(s.submit_slow(&TaskDesc::nop(3)).unwrap(), 3);
+    s.synchronize(T).unwrap();
+    let done = poll_all(&mut s);
+    assert_eq!(
+        done.iter().map(|c| c.user_data).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(done.iter().all(Completion::is_ok));
+    let bv = b.read_vec::<u32>(0, 1024).unwrap();
+    assert_eq!(&bv[..512], &[0x1234_5678; 512][..]);
+    assert_eq!(&bv[512..], &[0; 512][..]);
+    let st = dev.stats().since(&before);
+    assert_eq!((st.slow_submits, st.tasks_submitted), (2, 4));
+    // The slow path validates too: a bad descriptor fails the stream like on the ring.
+    s.submit_slow(&TaskDesc::fill(4, 0x10, 4, 0)).unwrap();
+    let err = s.synchronize(T).unwrap_err();
+    assert!(err.msg.contains("EACCES"), "{err}");
+    let err = s.submit_slow(&TaskDesc::nop(5)).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
+}
+
+#[test]
+fn event_orders_work_across_streams() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let mut producer = ctx.create_stream().unwrap();
+    let mut consumer = ctx.create_stream().unwrap();
+    let mut opener = ctx.create_stream().unwrap();
+    let gate = ctx.create_event().unwrap();
+    let ready = ctx.create_event().unwrap();
+    let n = 1 << 20;
+    let src = dev.alloc(n).unwrap();
+    let dst = dev.alloc(n).unwrap();
+
+    // The producer is held at a gate only the host opens, so the consumer's copy is
+    // submitted (and would run) long before the data exists, unless it waits for the event.
+    producer
+        .submit(&TaskDesc::event_wait(1, gate.handle(), 1))
+        .unwrap();
+    producer
+        .submit(&TaskDesc::fill(2, src.dev_addr(), n as u64, 0xfeed_beef))
+        .unwrap();
+    assert_eq!(ready.record_with(&mut producer, 3).unwrap(), 1);
+    consumer.wait_event_with(&ready, 10).unwrap();
+    consumer
+        .submit(&TaskDesc::copy(
+            11,
+            dst.dev_addr(),
+            src.dev_addr(),
+            n as u64,
+        ))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!ready.query().unwrap(), "recorded before the producer ran");
+    assert_eq!(poll_all(&mut consumer), vec![], "the consumer did not wait");
+    assert_eq!(
+        consumer
+            .synchronize(Duration::from_millis(20))
+            .unwrap_err()
+            .errno,
+        Some(Errno::ETIMEDOUT)
+    );
+    // Open the gate (from a third stream of the same context).
+    opener
+        .submit(&TaskDesc::event_record(20, gate.handle(), 1))
+        .unwrap();
+    consumer.synchronize(T).unwrap();
+    assert!(ready.query().unwrap());
+    ready.synchronize(T).unwrap();
+    assert_eq!(ready.value().unwrap(), 1);
+    let got = dst.read_vec::<u32>(0, n / 4).unwrap();
+    assert!(
+        got.iter().all(|&v| v == 0xfeed_beef),
+        "the copy ran before the fill it waited for"
+    );
+    let c = poll_all(&mut consumer);
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.user_data, c.status))
+            .collect::<Vec<_>>(),
+        vec![(10, 0), (11, 0)]
+    );
+    assert_eq!(c[0].result, 1, "EVENT_WAIT reports the event's value");
+    producer.synchronize(T).unwrap();
+
+    // Events work within one context only: the shim refuses, without submitting.
+    let other_ctx = dev.create_context().unwrap();
+    let mut foreign = other_ctx.create_stream().unwrap();
+    assert_eq!(
+        foreign.wait_event(&ready).unwrap_err().errno,
+        Some(Errno::EINVAL)
+    );
+    assert_eq!(
+        ready.record(&mut foreign).unwrap_err().errno,
+        Some(Errno::EINVAL)
+    );
+    // Waiting for an event never recorded waits for nothing (CUDA semantics).
+    let never = ctx.create_event().unwrap();
+    consumer.wait_event(&never).unwrap();
+    consumer.synchronize(T).unwrap();
+    never.synchronize(T).unwrap();
+}
+
+fn raw_handle(dev: &Device, request: u32, handle: u32) -> davinci_shim::Result<()> {
+    let mut arg = vec![0u8; HandleArgs::SIZE];
+    HandleArgs { handle, pad: 0 }.encode(&mut arg);
+    dev.raw_ioctl(request, &mut arg)
+}
+
+#[test]
+fn clients_are_isolated_in_shared_mode() {
+    let one = dev();
+    // Exclusive by default: a second client is refused, naming the holder.
+    let err = second_client(&one).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::EBUSY), "{err}");
+    assert!(err.msg.contains("held by"), "{err}");
+    one.set_share_mode(ShareMode::Shared).unwrap();
+    let two = second_client(&one).unwrap();
+    assert_eq!(two.share_mode().unwrap(), (ShareMode::Shared, 2));
+
+    let secret = one.alloc(4096).unwrap();
+    secret.write_slice(0, &[0x5ec2_e700u32; 1024]).unwrap();
+    let ctx1 = one.create_context().unwrap();
+    let ev1 = ctx1.create_event().unwrap();
+    let mut s1 = ctx1.create_stream().unwrap();
+    let mine = two.alloc(4096).unwrap();
+    let ctx2 = two.create_context().unwrap();
+
+    // Device addresses of another client: EACCES completions, nothing read or written.
+    let attempts = [
+        (
+            "read",
+            TaskDesc::copy(1, mine.dev_addr(), secret.dev_addr(), 4096),
+        ),
+        ("write", TaskDesc::fill(1, secret.dev_addr(), 4096, 0)),
+        (
+            "add",
+            TaskDesc::add(
+                1,
+                Dtype::U32,
+                mine.dev_addr(),
+                secret.dev_addr(),
+                mine.dev_addr(),
+                8,
+            ),
+        ),
+    ];
+    for (what, d) in attempts {
+        let mut s = ctx2.create_stream().unwrap();
+        s.submit(&d).unwrap();
+        let err = s.synchronize(T).unwrap_err();
+        assert!(err.msg.contains("EACCES"), "{what}: {err}");
+        let c = poll_all(&mut s);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].errno(), Some(Errno::EACCES), "{what}");
+    }
+    assert_eq!(mine.read_vec::<u32>(0, 1024).unwrap(), vec![0; 1024]);
+    assert_eq!(
+        secret.read_vec::<u32>(0, 1024).unwrap(),
+        vec![0x5ec2_e700; 1024]
+    );
+
+    // Another client's handles look exactly like stale ones: ENOENT.
+    let err = raw_handle(&two, DRIVER_CMD_FREE_MEMORY, secret.handle()).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    let err = raw_handle(&two, DRIVER_CMD_DESTROY_CONTEXT, ctx1.handle()).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s1.handle(),
+        value: 0,
+        timeout_ns: 0,
+        ..Default::default()
+    };
+    let mut arg = vec![0u8; WaitEventArgs::SIZE];
+    w.encode(&mut arg);
+    let err = two.raw_ioctl(DRIVER_CMD_WAIT_EVENT, &mut arg).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    w.kind = WaitKind::Event as u32;
+    w.handle = ev1.handle();
+    w.encode(&mut arg);
+    let err = two.raw_ioctl(DRIVER_CMD_WAIT_EVENT, &mut arg).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    let mut s = ctx2.create_stream().unwrap();
+    s.submit(&TaskDesc::event_record(1, ev1.handle(), 5))
+        .unwrap();
+    assert!(s.synchronize(T).unwrap_err().msg.contains("ENOENT"));
+    assert_eq!(ev1.value().unwrap(), 0);
+
+    // The first client is unaffected.
+    assert_works(&one, &mut s1, 7);
+    assert_eq!(secret.read_vec::<u32>(0, 4).unwrap(), vec![0x5ec2_e700; 4]);
+    // Going back to exclusive would strand the second client.
+    assert_eq!(
+        one.set_share_mode(ShareMode::Exclusive).unwrap_err().errno,
+        Some(Errno::EBUSY)
+    );
+}
+
+#[test]
+fn pool_reuses_blocks_without_driver_round_trips() {
+    let dev = dev();
+    let pool = MemPool::new(&dev);
+    let a = pool.alloc(100).unwrap();
+    let b = pool.alloc(1000).unwrap();
+    assert_eq!(pool.stats().driver_allocs, 1);
+    assert_eq!(a.dev_addr() % 64, 0);
+    assert_eq!(b.dev_addr() % 64, 0);
+    assert_eq!(
+        b.dev_addr() - a.dev_addr(),
+        128,
+        "blocks rounded to 64 bytes, packed"
+    );
+    let freed = a.dev_addr();
+    drop(a);
+    let c = pool.alloc(64).unwrap();
+    assert_eq!(c.dev_addr(), freed, "a freed block is reused");
+    // A thousand small buffers: no driver round trip each.
+    let used_before = dev.memory_used().unwrap();
+    let many: Vec<_> = (0..1000)
+        .map(|i| pool.alloc(64 + i % 200).unwrap())
+        .collect();
+    assert_eq!(pool.stats().driver_allocs, 1);
+    assert_eq!(dev.memory_used().unwrap(), used_before);
+    let mut addrs: Vec<(u64, u64)> = many
+        .iter()
+        .map(|m| (m.dev_addr(), m.dev_addr() + m.capacity() as u64))
+        .collect();
+    addrs.sort_unstable();
+    assert!(addrs.windows(2).all(|w| w[0].1 <= w[1].0), "blocks overlap");
+
+    // Blocks are device memory like any other: tasks on them, neighbours untouched.
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx.create_stream().unwrap();
+    let target = &many[500];
+    s.submit(&TaskDesc::fill(1, target.dev_addr(), 64, 0xabcd_0123))
+        .unwrap();
+    s.synchronize(T).unwrap();
+    assert_eq!(
+        target.read_vec::<u32>(0, 16).unwrap(),
+        vec![0xabcd_0123; 16]
+    );
+    assert!(many[499]
+        .read_vec::<u32>(0, 16)
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0));
+    assert!(many[501]
+        .read_vec::<u32>(0, 16)
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0));
+    // Host-view bounds are the block's, not the chunk's.
+    assert_eq!(
+        target.write(target.len() - 4, &[0u8; 8]).unwrap_err().errno,
+        Some(Errno::ERANGE)
+    );
+
+    drop(many);
+    drop((b, c));
+    let st = pool.stats();
+    assert_eq!((st.blocks, st.in_use_bytes), (0, 0));
+    assert_eq!(pool.trim(), 1);
+    assert_eq!(dev.memory_used().unwrap(), used_before - (4 << 20));
+}
+
+#[test]
+fn pool_is_thread_safe_and_bounded() {
+    let dev = dev();
+    let pool = MemPool::with_options(
+        &dev,
+        PoolOptions {
+            chunk_size: 64 << 10,
+            max_bytes: 256 << 10,
+            align: 64,
+        },
+    );
+    std::thread::scope(|sc| {
+        for t in 0..4u64 {
+            let pool = pool.clone();
+            sc.spawn(move || {
+                let mut rng = Rng::new(t);
+                let mut live = Vec::new();
+                for i in 0..2000 {
+                    if live.len() > 20 || (rng.next_u32() % 3 == 0 && !live.is_empty()) {
+                        let k = rng.next_u32() as usize % live.len();
+                        let (b, tag): (davinci_shim::PoolBuffer, u32) = live.swap_remove(k);
+                        assert_eq!(b.read_vec::<u32>(0, 1).unwrap(), vec![tag], "clobbered");
+                    } else {
+                        let b = pool.alloc(4 + rng.next_u32() as usize % 700).unwrap();
+                        let tag = (t as u32) << 24 | i;
+                        b.write_slice(0, &[tag]).unwrap();
+                        live.push((b, tag));
+                    }
+                }
+            });
+        }
+    });
+    let st = pool.stats();
+    assert_eq!(st.blocks, 0);
+    assert!(st.reserved_bytes <= 256 << 10);
+    // The bound is an error, not growth.
+    let mut hold = Vec::new();
+    let err = loop {
+        match pool.alloc(60 << 10) {
+            Ok(b) => hold.push(b),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.errno, Some(Errno::ENOMEM), "{err}");
+    assert_eq!(hold.len(), 4);
+    assert_eq!(pool.alloc(0).unwrap_err().errno, Some(Errno::EINVAL));
+}
+
+#[test]
+fn a_full_ring_waits_instead_of_failing() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx.create_stream_with(StreamOptions::depths(4, 8)).unwrap();
+    let buf = dev.alloc(4096).unwrap();
+    let descs: Vec<TaskDesc> = (0..2000u64)
+        .map(|i| {
+            if i % 10 == 0 {
+                TaskDesc::fill(i, buf.dev_addr() + (i % 64) * 64, 64, i as u32)
+            } else {
+                TaskDesc::nop(i)
+            }
+        })
+        .collect();
+    let before = dev.stats();
+    s.submit_batch(&descs).unwrap();
+    s.synchronize(T).unwrap();
+    let st = dev.stats().since(&before);
+    assert!(st.ring_full_waits > 0);
+    assert_eq!(st.tasks_submitted, 2000);
+    let done = poll_all(&mut s);
+    assert_eq!(
+        done.iter().map(|c| c.user_data).collect::<Vec<_>>(),
+        (0..2000).collect::<Vec<_>>(),
+        "every completion once, in order (kept while the host was not polling)"
+    );
+    assert!(done.iter().all(Completion::is_ok));
+    // Each 64-byte slot holds the last FILL aimed at it.
+    let mut model = vec![0u32; 64];
+    for i in (0..2000u64).filter(|i| i % 10 == 0) {
+        model[(i % 64) as usize] = i as u32;
+    }
+    let got: Vec<u32> = (0..64)
+        .map(|k| buf.read_vec::<u32>(k * 64, 16).unwrap())
+        .map(|v| {
+            assert!(v.iter().all(|&x| x == v[0]), "a slot was filled partially");
+            v[0]
+        })
+        .collect();
+    assert_eq!(got, model);
+}
+
+#[test]
+fn a_stuck_stream_fails_submit_after_the_timeout() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let never = ctx.create_event().unwrap();
+    let mut s = ctx
+        .create_stream_with(StreamOptions {
+            submit_timeout: Duration::from_millis(200),
+            ..StreamOptions::depths(2, 2)
+        })
+        .unwrap();
+    let mut descs = vec![TaskDesc::event_wait(0, never.handle(), 1)];
+    descs.extend((1..10).map(TaskDesc::nop));
+    let t = Instant::now();
+    let err = s.submit_batch(&descs).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::ETIMEDOUT), "{err}");
+    assert!(err.msg.contains("no progress"), "{err}");
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        s.synchronize(Duration::from_millis(50)).unwrap_err().errno,
+        Some(Errno::ETIMEDOUT)
+    );
+    // Destroying the event releases the waiter with ECANCELED.
+    drop(never);
+    let err = s.synchronize(T).unwrap_err();
+    assert!(err.msg.contains("ECANCELED"), "{err}");
+}
+
+#[test]
+fn dropping_everything_releases_all_device_memory() {
+    let dev = dev();
+    let mock = dev.mock_device().cloned();
+    assert_eq!(dev.memory_used().unwrap(), 0);
+    {
+        let ctx = dev.create_context().unwrap();
+        let mut s = ctx.create_stream().unwrap();
+        let ev = ctx.create_event().unwrap();
+        let bufs: Vec<_> = (1..=5).map(|i| dev.alloc(i * 5000).unwrap()).collect();
+        let pool = MemPool::new(&dev);
+        let blocks: Vec<_> = (0..10).map(|_| pool.alloc(300).unwrap()).collect();
+        for b in &bufs {
+            s.submit(&TaskDesc::fill(0, b.dev_addr(), 4096, 9)).unwrap();
+        }
+        s.submit(&TaskDesc::fill(0, blocks[3].dev_addr(), 64, 9))
+            .unwrap();
+        ev.record(&mut s).unwrap();
+        s.synchronize(T).unwrap();
+        let used = dev.memory_used().unwrap();
+        assert_eq!(used, (8192 + 12288 + 16384 + 20480 + 28672) + (4 << 20));
+        // Buffers dropped while the stream and pool still live give their memory back.
+        drop(bufs);
+        assert_eq!(dev.memory_used().unwrap(), 4 << 20);
+        drop(blocks);
+    }
+    assert_eq!(
+        dev.memory_used().unwrap(),
+        0,
+        "pool chunks are freed with the pool"
+    );
+    // Freed memory reads as zero for the next owner.
+    let b = dev.alloc(8192).unwrap();
+    assert_eq!(b.read_vec::<u32>(0, 2048).unwrap(), vec![0; 2048]);
+    drop(b);
+    if let Some(mock) = mock {
+        assert_eq!(mock.clients().len(), 1);
+        drop(dev);
+        let info = mock.info();
+        assert_eq!((info.memory_used, info.clients), (0, 0));
+        assert!(mock.clients().is_empty());
+        assert_eq!(mock.workers(), 0, "every stream worker stopped and joined");
+    }
+}
+
+#[test]
+fn device_paths_and_errors_are_clear() {
+    let dev = dev();
+    let info = dev.info();
+    assert_eq!(info.abi_major, davinci_uapi::ABI_VERSION_MAJOR);
+    let e = Device::open("/dev/davinci0").unwrap_err();
+    assert_eq!(e.errno, Some(Errno::ENODEV));
+    assert!(e.msg.contains("not supported"), "{e}");
+    let e = Device::open("mock:/run/davinci/davinci0.sock").unwrap_err();
+    assert_eq!(e.errno, Some(Errno::ENODEV));
+    let e = Device::open("davinci0").unwrap_err();
+    assert_eq!(e.errno, Some(Errno::EINVAL));
+    // Memory errors carry the errno, the operation and the driver's message.
+    let e = dev.alloc(0).unwrap_err();
+    assert_eq!((e.errno, e.op), (Some(Errno::EINVAL), "ALLOC_MEMORY"));
+    let e = dev.alloc(1 << 40).unwrap_err();
+    assert_eq!(e.errno, Some(Errno::ENOMEM), "{e}");
+    assert!(
+        e.to_string().starts_with("ALLOC_MEMORY failed: ENOMEM: "),
+        "{e}"
+    );
+    let b = dev.alloc(100).unwrap();
+    assert_eq!(b.len(), 100);
+    assert_eq!(
+        b.write(90, &[0; 11]).unwrap_err().errno,
+        Some(Errno::ERANGE)
+    );
+    assert_eq!(
+        b.read(usize::MAX, &mut [0; 2]).unwrap_err().errno,
+        Some(Errno::ERANGE)
+    );
+    assert_eq!(b.addr(100).unwrap(), b.dev_addr() + 100);
+    assert!(b.addr(101).is_err());
+    // Ring depths are validated by the driver.
+    let ctx = dev.create_context().unwrap();
+    let e = ctx
+        .create_stream_with(StreamOptions::depths(3, 8))
+        .unwrap_err();
+    assert_eq!((e.errno, e.op), (Some(Errno::EINVAL), "CREATE_STREAM"));
+    let e = ctx
+        .create_stream_with(StreamOptions::depths(16, 8))
+        .unwrap_err();
+    assert!(e.msg.contains("event_entries"), "{e}");
+}
+
+#[test]
+fn workload_runs_clean() {
+    let dev = dev();
+    let cfg = WorkloadConfig {
+        tasks: 20_000,
+        latency_samples: 200,
+        ..WorkloadConfig::default()
+    };
+    let mut last = 0;
+    let r = workload::run(&dev, &cfg, |n| {
+        assert!(n >= last);
+        last = n;
+    })
+    .unwrap();
+    assert_eq!(r.mismatches, 0, "{:?}", r.first_mismatches);
+    assert!(r.tasks >= 20_000);
+    assert!(r.values_checked > 0);
+    assert_eq!(r.latency.samples, 200);
+    assert!(r.latency.p50_ns <= r.latency.p99_ns);
+    assert_eq!(last, r.tasks + 200);
+    let _ = backend_name();
+}
