@@ -93,7 +93,7 @@ impl Event {
             // Not recorded: give the value back unless another record took a later one.
             let _ = self.recorded.compare_exchange(
                 value,
-                value - 1,
+                value.wrapping_sub(1),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );

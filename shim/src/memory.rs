@@ -42,7 +42,7 @@ pub trait DeviceMem {
                 format!("offset {offset} beyond the {}-byte buffer", self.len()),
             ));
         }
-        Ok(self.dev_addr() + offset as u64)
+        Ok(self.dev_addr().wrapping_add(offset as u64))
     }
 
     /// Copies a slice of plain values (`u32`, `i32`, `f32`, ...) to byte `offset`.

@@ -247,7 +247,7 @@ impl MemPool {
             !empty
         });
         let n = before - s.chunks.len();
-        s.stats.reserved_bytes -= freed;
+        s.stats.reserved_bytes = s.stats.reserved_bytes.saturating_sub(freed);
         s.stats.driver_frees += n as u64;
         n
     }
@@ -286,7 +286,7 @@ impl PoolBuffer {
 
 impl DeviceMem for PoolBuffer {
     fn dev_addr(&self) -> u64 {
-        self.chunk.dev_addr() + self.offset as u64
+        self.chunk.dev_addr().wrapping_add(self.offset as u64)
     }
 
     fn len(&self) -> usize {
