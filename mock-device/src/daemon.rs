@@ -390,8 +390,11 @@ fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
                 None,
             ),
             Kind::Close => {
+                // Released before the reply: a client that saw it knows its resources are gone.
+                shared.dev.close(client);
+                info!(device = %shared.name, pid = cred.pid, client, "closed");
                 send_reply(conn, &Reply::ok(Kind::Close, req.tag, Vec::new()), None);
-                break;
+                return;
             }
             Kind::Mmap => mmap(shared, conn, client, &req),
             Kind::Ioctl => {

@@ -14,7 +14,6 @@
 
 use davinci_driver_core::NoUserMem;
 use davinci_mock_device::{local_open_params, MockDevice, Role};
-use davinci_uapi::Errno;
 
 use crate::error::{Error, Result};
 use crate::mapping::MapFd;
@@ -96,39 +95,18 @@ impl Backend for Embedded {
 pub(crate) enum Target {
     /// `"embedded"`: a new in-process mock device.
     Embedded,
+    /// A kernel device node (`/dev/davinciN`).
+    Kernel(std::path::PathBuf),
+    /// `mock:SOCKET`: a `davinci-mockd` device.
+    Mock(std::path::PathBuf),
 }
 
-/// Parses a device path: `"embedded"`; `/dev/davinciN` and `mock:SOCKET` are recognised but
-/// not available in this build yet.
+/// Parses a device path: `"embedded"`, `/dev/davinciN` (any absolute path) or `mock:SOCKET`.
 pub(crate) fn parse_path(path: &str) -> Result<Target> {
-    if path == "embedded" {
-        Ok(Target::Embedded)
-    } else if path.starts_with("/dev/") {
-        Err(Error::new(
-            Errno::ENODEV,
-            "Device::open",
-            format!(
-                "{path}: the kernel driver backend is not supported by this build yet; \
-                 use Device::embedded() (the in-process mock device)"
-            ),
-        ))
-    } else if let Some(sock) = path.strip_prefix("mock:") {
-        Err(Error::new(
-            Errno::ENODEV,
-            "Device::open",
-            format!(
-                "mock:{sock}: the davinci-mockd socket backend is not supported by this build \
-                 yet; use Device::embedded() (the in-process mock device)"
-            ),
-        ))
-    } else {
-        Err(Error::new(
-            Errno::EINVAL,
-            "Device::open",
-            format!(
-                "{path:?} is not a device path: use \"embedded\", \"/dev/davinciN\" or \
-                 \"mock:SOCKET\""
-            ),
-        ))
-    }
+    use crate::control::DevicePath;
+    Ok(match DevicePath::parse(path)? {
+        DevicePath::Embedded => Target::Embedded,
+        DevicePath::Kernel(p) => Target::Kernel(p.to_path_buf()),
+        DevicePath::Mock(p) => Target::Mock(p.to_path_buf()),
+    })
 }

@@ -132,13 +132,37 @@ impl Device {
         Self::from_backend(Box::new(backend), Some(mock.clone()))
     }
 
-    /// Opens the device at `path`: `"embedded"` (a new in-process mock device);
-    /// `"/dev/davinciN"` (kernel driver) and `"mock:SOCKET"` (the `davinci-mockd` daemon) are
-    /// not supported by this build yet and fail with `ENODEV` saying so.
+    /// Opens the device at `path`: `"embedded"` (a new in-process mock device),
+    /// `"/dev/davinciN"` (the kernel driver) or `"mock:SOCKET"` (a `davinci-mockd` device).
+    /// In exclusive mode a second client gets `EBUSY` naming the holder (pid, container).
     pub fn open(path: &str) -> Result<Device> {
         match parse_path(path)? {
             Target::Embedded => Self::embedded(),
+            Target::Kernel(node) => Self::from_backend(
+                Box::new(crate::backend_kernel::KernelBackend::open(&node, false)?),
+                None,
+            ),
+            Target::Mock(sock) => Self::from_backend(
+                Box::new(crate::backend_socket::SocketBackend::open(
+                    &sock,
+                    davinci_mock_device::proto::WireRole::Client,
+                )?),
+                None,
+            ),
         }
+    }
+
+    /// Opens the device named by `DAVINCI_DEVICE` (any [`open`](Self::open) path), or
+    /// `/dev/davinci0` when it is not set.
+    pub fn from_env() -> Result<Device> {
+        Self::open(
+            &crate::control::device_path_from_env().unwrap_or_else(|| "/dev/davinci0".into()),
+        )
+    }
+
+    /// An operator's (control) open of `path`: see [`Control`](crate::Control).
+    pub fn open_control(path: &str) -> Result<crate::Control> {
+        crate::Control::open(path)
     }
 
     fn from_backend(backend: Box<dyn Backend>, mock: Option<MockDevice>) -> Result<Device> {

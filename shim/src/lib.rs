@@ -19,16 +19,21 @@
 //! Everything is released on drop (streams and events before their context, buffers before
 //! the open). Errors are one type, [`Error`]: the errno, what failed, and the driver's message.
 //!
-//! Backends: this build has the embedded mock device (the device engine on threads of this
-//! process, over the same shared memory the daemon will use). The `davinci-mockd` socket and
-//! the kernel node (`/dev/davinciN`) come next, behind the same API.
+//! Backends, one API: the embedded mock device (the device engine on threads of this
+//! process), `mock:SOCKET` (a `davinci-mockd` device, over the same shared memory, passed as
+//! memfds) and `/dev/davinciN` (the kernel driver). [`Device::from_env`] reads
+//! `DAVINCI_DEVICE`. [`Control`] is the operators' (control) open behind `davinci-smi`.
 //!
 //! `unsafe` is confined to the private `mapping` module (the mappings, the ring ends over
-//! them, the doorbell); every other module is `#![forbid(unsafe_code)]`.
+//! them, the doorbell) and the `ioctl(2)` call of the kernel backend; every other module is
+//! `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_kernel;
+mod backend_socket;
+mod control;
 mod device;
 mod error;
 mod event;
@@ -37,6 +42,7 @@ mod memory;
 mod pool;
 mod stream;
 
+pub use control::{device_path_from_env, Control, DevicePath, ShareState, DEVICE_ENV};
 pub use davinci_mock_device::{MockConfig, MockDevice};
 pub use davinci_uapi::{DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc};
 pub use device::{Context, Device, DeviceStats};

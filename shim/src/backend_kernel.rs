@@ -1,0 +1,250 @@
+//! The kernel driver backend (`/dev/davinciN`): `open(2)` of the device node (read/write
+//! for a client, read-only for a control open, as docs/abi.md specifies), `ioctl(2)` with
+//! the argument bytes in place, and mappings of the node itself at the cookie the driver
+//! returned.
+//!
+//! No kernel module ships with this repository yet; this backend is what a runtime uses once
+//! one is loaded. When the node is missing the error says so and names the alternatives.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use davinci_uapi::ioctl::ioc_size;
+use davinci_uapi::{ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS};
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::mapping::MapFd;
+
+/// An open of a kernel device node.
+pub(crate) struct KernelBackend {
+    file: File,
+    path: PathBuf,
+    control: bool,
+}
+
+fn errno_error(op: &'static str, path: &Path, e: &std::io::Error) -> Error {
+    match e.raw_os_error().and_then(Errno::from_code) {
+        Some(errno) => Error::new(
+            errno,
+            op,
+            format!("{}: {}", path.display(), errno.describe()),
+        ),
+        None => Error::other(op, format!("{}: {e}", path.display())),
+    }
+}
+
+impl KernelBackend {
+    /// Opens the node: read/write for a client, read-only for a control (operator) open.
+    ///
+    /// # Errors
+    /// `ENODEV` when the node does not exist (no driver loaded), `EPERM` when its permissions
+    /// refuse this user, `EBUSY` when a client open meets a device in exclusive use (the
+    /// message names the holder when a control open can find out who it is).
+    pub(crate) fn open(path: &Path, control: bool) -> Result<KernelBackend> {
+        let opened = OpenOptions::new().read(true).write(!control).open(path);
+        match opened {
+            Ok(file) => Ok(KernelBackend {
+                file,
+                path: path.to_path_buf(),
+                control,
+            }),
+            Err(e) => Err(match e.kind() {
+                std::io::ErrorKind::NotFound => Error::new(
+                    Errno::ENODEV,
+                    "open",
+                    format!(
+                        "{}: no such device node (is the davinci kernel driver loaded? For the \
+                         mock device use mock:SOCKET, e.g. DAVINCI_DEVICE=mock:/run/davinci/davinci0.sock)",
+                        path.display()
+                    ),
+                ),
+                std::io::ErrorKind::PermissionDenied => Error::new(
+                    Errno::EPERM,
+                    "open",
+                    format!(
+                        "{}: permission denied (the node's owner/group must grant {} access)",
+                        path.display(),
+                        if control { "read" } else { "read/write" }
+                    ),
+                ),
+                _ if e.raw_os_error() == Some(libc::EBUSY) => {
+                    Error::new(Errno::EBUSY, "open", busy_message(path))
+                }
+                _ => errno_error("open", path, &e),
+            }),
+        }
+    }
+
+    /// The raw ioctl: `arg` must be exactly `_IOC_SIZE(request)` bytes and contain no user
+    /// pointer the kernel would write through (LIST_CLIENTS goes through `list_clients`).
+    fn raw_ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        if arg.len() != ioc_size(request) {
+            return Err(Error::new(
+                Errno::EINVAL,
+                op,
+                "argument size does not match the request number",
+            ));
+        }
+        // SAFETY: `arg` is a live, exclusively borrowed buffer of exactly `_IOC_SIZE(request)`
+        // bytes, which is all the driver copies in or out for `request`; no argument handed
+        // to this function carries a user pointer the driver would follow (checked by the
+        // callers: `ioctl` refuses LIST_CLIENTS with a buffer, `list_clients` passes its own
+        // live buffer). The descriptor is owned by `self.file` and open.
+        let rc = unsafe {
+            libc::ioctl(
+                self.file.as_raw_fd(),
+                request as _,
+                arg.as_mut_ptr().cast::<libc::c_void>(),
+            )
+        };
+        if rc < 0 {
+            return Err(errno_error(
+                op,
+                &self.path,
+                &std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// LIST_CLIENTS into a buffer owned here.
+    pub(crate) fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+        let mut capacity = 64u32;
+        loop {
+            let mut buf = vec![0u8; capacity as usize * ClientUsage::SIZE];
+            let a = ListClientsArgs {
+                buf: buf.as_mut_ptr() as u64,
+                capacity,
+                count: 0,
+                entry_size: ClientUsage::SIZE as u32,
+                pad: 0,
+            };
+            let mut arg = vec![0u8; ListClientsArgs::SIZE];
+            a.encode(&mut arg);
+            self.raw_ioctl("LIST_CLIENTS", DRIVER_CMD_LIST_CLIENTS, &mut arg)?;
+            let out = ListClientsArgs::decode(&arg);
+            if out.count <= capacity {
+                return Ok(buf
+                    .chunks_exact(ClientUsage::SIZE)
+                    .take(out.count as usize)
+                    .map(ClientUsage::decode)
+                    .collect());
+            }
+            if capacity >= 1 << 16 {
+                return Err(Error::new(
+                    Errno::E2BIG,
+                    "LIST_CLIENTS",
+                    "the driver reports more clients than any table holds",
+                ));
+            }
+            capacity = out.count.next_power_of_two();
+        }
+    }
+}
+
+/// The EBUSY message for a client open: names the holder if a control open can see it.
+fn busy_message(path: &Path) -> String {
+    let holder = KernelBackend::open(path, true)
+        .ok()
+        .and_then(|c| c.list_clients().ok())
+        .and_then(|l| l.into_iter().next());
+    match holder {
+        Some(h) => format!(
+            "{}: the device is in exclusive mode and held by {}",
+            path.display(),
+            davinci_mock_device::proto::describe_client(&h)
+        ),
+        None => format!(
+            "{}: the device is in exclusive mode and held by another client",
+            path.display()
+        ),
+    }
+}
+
+impl Backend for KernelBackend {
+    fn describe(&self) -> String {
+        format!(
+            "kernel device {} ({} open)",
+            self.path.display(),
+            if self.control { "control" } else { "client" }
+        )
+    }
+
+    fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        if request == DRIVER_CMD_LIST_CLIENTS {
+            // The driver would write through the buffer pointer in `arg`; only
+            // `list_clients` (which owns that buffer) may issue it with one.
+            let a = ListClientsArgs::decode(arg);
+            if a.capacity != 0 || a.buf != 0 {
+                return Err(Error::new(
+                    Errno::EINVAL,
+                    op,
+                    "LIST_CLIENTS with a buffer goes through the control API's clients()",
+                ));
+            }
+        }
+        self.raw_ioctl(op, request, arg)
+    }
+
+    fn map(&self, cookie: u64, _len: u64) -> Result<MapFd> {
+        let fd: OwnedFd = self
+            .file
+            .try_clone()
+            .map_err(|e| errno_error("mmap", &self.path, &e))?
+            .into();
+        Ok(MapFd { fd, offset: cookie })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use davinci_uapi::{DeviceInfo, DRIVER_CMD_GET_INFO};
+
+    #[test]
+    fn missing_node_is_enodev_with_a_hint() {
+        let e = KernelBackend::open(Path::new("/dev/davinci-does-not-exist"), false)
+            .err()
+            .unwrap();
+        assert!(e.is(Errno::ENODEV));
+        assert!(e.msg.contains("kernel driver loaded"), "{e}");
+        assert!(e.msg.contains("mock:"), "{e}");
+    }
+
+    #[test]
+    fn ioctls_reach_the_kernel() {
+        // /dev/null is a real character device without our ioctls: the syscall path runs and
+        // the kernel answers ENOTTY, exactly what an old or foreign driver would.
+        let b = KernelBackend::open(Path::new("/dev/null"), true).unwrap();
+        assert!(b.describe().contains("control open"));
+        let mut arg = vec![0u8; DeviceInfo::SIZE];
+        let e = b
+            .ioctl("GET_INFO", DRIVER_CMD_GET_INFO, &mut arg)
+            .unwrap_err();
+        assert!(e.is(Errno::ENOTTY), "{e}");
+        let e = b
+            .ioctl("GET_INFO", DRIVER_CMD_GET_INFO, &mut arg[..3])
+            .unwrap_err();
+        assert!(e.is(Errno::EINVAL), "{e}");
+        let e = b.list_clients().unwrap_err();
+        assert!(e.is(Errno::ENOTTY), "{e}");
+        // A LIST_CLIENTS with a caller-chosen buffer pointer is refused before the syscall.
+        let mut la = vec![0u8; ListClientsArgs::SIZE];
+        ListClientsArgs {
+            buf: 0xdead_0000,
+            capacity: 4,
+            count: 0,
+            entry_size: ClientUsage::SIZE as u32,
+            pad: 0,
+        }
+        .encode(&mut la);
+        let e = b
+            .ioctl("LIST_CLIENTS", DRIVER_CMD_LIST_CLIENTS, &mut la)
+            .unwrap_err();
+        assert!(e.is(Errno::EINVAL), "{e}");
+        assert!(b.map(1 << 48, 4096).is_ok());
+    }
+}

@@ -1,0 +1,344 @@
+//! The `davinci-mockd` backend (`mock:SOCKET`): one `SOCK_SEQPACKET` connection is one open
+//! of the device; ioctls travel as frames (see `davinci_mock_device::proto`), mmap cookies
+//! come back as memfds.
+//!
+//! Several threads may use one open at once (a thread blocked in WAIT_EVENT does not hold up
+//! another's submit): each request carries a tag, one caller at a time reads the socket and
+//! hands every reply to the caller whose tag it carries.
+#![forbid(unsafe_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use davinci_mock_device::proto::{
+    Hello, HelloReply, Kind, MmapArgs, MmapReply, Reply, Request, WireRole, MAX_PAYLOAD, MAX_REPLY,
+};
+use davinci_mock_device::sockio::SeqPacket;
+use davinci_uapi::{
+    ClientUsage, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
+    DRIVER_CMD_LIST_CLIENTS,
+};
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::mapping::MapFd;
+
+/// A reply and the descriptors that came with it.
+struct Incoming {
+    reply: Reply,
+    fds: Vec<OwnedFd>,
+}
+
+#[derive(Default)]
+struct Rx {
+    /// Someone is blocked reading the socket.
+    reading: bool,
+    /// Tags sent and not yet answered.
+    pending: HashSet<u32>,
+    /// Replies read for callers that have not picked them up yet.
+    done: HashMap<u32, Incoming>,
+    /// Why the connection is unusable, once it is.
+    dead: Option<String>,
+}
+
+/// An open of a device served by `davinci-mockd`.
+pub(crate) struct SocketBackend {
+    conn: SeqPacket,
+    path: PathBuf,
+    hello: HelloReply,
+    role: WireRole,
+    next_tag: AtomicU32,
+    rx: Mutex<Rx>,
+    cv: Condvar,
+    buf: Mutex<Vec<u8>>,
+}
+
+fn relock<T>(r: std::sync::LockResult<T>) -> T {
+    // Nothing here panics while holding a lock; if something did, the state is still whole.
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn errno_of(code: i32) -> Errno {
+    Errno::from_code(code).unwrap_or(Errno::EPROTO)
+}
+
+impl SocketBackend {
+    /// Connects to the socket at `path` and opens the device as `role`.
+    ///
+    /// # Errors
+    /// `ENODEV` if there is no socket or no daemon behind it, `EPERM` if the socket's
+    /// permissions refuse this user, `EBUSY` (naming the holder) if a client open meets a
+    /// device in exclusive use, `EPROTO` if the daemon speaks another ABI major.
+    pub(crate) fn open(path: &Path, role: WireRole) -> Result<SocketBackend> {
+        let conn = SeqPacket::connect(path).map_err(|e| connect_error(path, &e))?;
+        let mut s = SocketBackend {
+            conn,
+            path: path.to_path_buf(),
+            hello: HelloReply::default(),
+            role,
+            next_tag: AtomicU32::new(1),
+            rx: Mutex::new(Rx::default()),
+            cv: Condvar::new(),
+            buf: Mutex::new(vec![0u8; MAX_REPLY + 1]),
+        };
+        let h = Hello {
+            abi_major: ABI_VERSION_MAJOR,
+            abi_minor: ABI_VERSION_MINOR,
+            role: role as u32,
+            reserved: 0,
+        };
+        let got = s.call("open", Kind::Hello, 0, h.encode())?;
+        if got.reply.errno != 0 {
+            return Err(Error::new(
+                errno_of(got.reply.errno),
+                "open",
+                format!("mock:{}: {}", path.display(), got.reply.msg),
+            ));
+        }
+        s.hello = HelloReply::decode(&got.reply.arg).ok_or_else(|| {
+            Error::new(
+                Errno::EPROTO,
+                "open",
+                "malformed HELLO reply from the daemon",
+            )
+        })?;
+        Ok(s)
+    }
+
+    /// Sends one request and waits for its reply.
+    fn call(&self, op: &'static str, kind: Kind, request: u32, arg: Vec<u8>) -> Result<Incoming> {
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        let frame = Request {
+            kind,
+            tag,
+            request,
+            arg,
+        }
+        .encode()
+        .map_err(|e| Error::new(Errno::E2BIG, op, e.to_string()))?;
+        {
+            let mut g = relock(self.rx.lock());
+            if let Some(why) = &g.dead {
+                return Err(Error::new(Errno::ENODEV, op, why.clone()));
+            }
+            g.pending.insert(tag);
+        }
+        if let Err(e) = self.conn.send(&frame, &[]) {
+            let mut g = relock(self.rx.lock());
+            g.pending.remove(&tag);
+            return Err(Error::new(
+                Errno::ENODEV,
+                op,
+                format!(
+                    "mock:{}: cannot send to davinci-mockd: {e}",
+                    self.path.display()
+                ),
+            ));
+        }
+        let mut g = relock(self.rx.lock());
+        loop {
+            if let Some(inc) = g.done.remove(&tag) {
+                return Ok(inc);
+            }
+            if let Some(why) = &g.dead {
+                let why = why.clone();
+                g.pending.remove(&tag);
+                return Err(Error::new(Errno::ENODEV, op, why));
+            }
+            if g.reading {
+                g = relock(self.cv.wait(g));
+                continue;
+            }
+            g.reading = true;
+            drop(g);
+            let got = self.recv_one();
+            g = relock(self.rx.lock());
+            g.reading = false;
+            match got {
+                Ok(inc) => {
+                    // Only replies someone waits for are kept (bounded by the callers).
+                    if g.pending.remove(&inc.reply.tag) {
+                        g.done.insert(inc.reply.tag, inc);
+                    }
+                }
+                Err(why) => g.dead = Some(why),
+            }
+            self.cv.notify_all();
+        }
+    }
+
+    /// Reads one reply frame (the caller holds the reader role).
+    fn recv_one(&self) -> std::result::Result<Incoming, String> {
+        let mut buf = relock(self.buf.lock());
+        let r = self.conn.recv(&mut buf, true).map_err(|e| {
+            format!(
+                "mock:{}: connection to davinci-mockd failed: {e}",
+                self.path.display()
+            )
+        })?;
+        if r.len == 0 {
+            return Err(format!(
+                "mock:{}: davinci-mockd closed the connection (daemon stopped?)",
+                self.path.display()
+            ));
+        }
+        if r.truncated || r.fds_dropped {
+            return Err(format!(
+                "mock:{}: oversized reply from davinci-mockd",
+                self.path.display()
+            ));
+        }
+        let reply = Reply::decode(&buf[..r.len])
+            .map_err(|e| format!("mock:{}: bad reply: {e}", self.path.display()))?;
+        if reply.nfds as usize != r.fds.len() {
+            return Err(format!(
+                "mock:{}: reply announced {} descriptors, {} arrived",
+                self.path.display(),
+                reply.nfds,
+                r.fds.len()
+            ));
+        }
+        Ok(Incoming { reply, fds: r.fds })
+    }
+
+    /// LIST_CLIENTS: the usage of every attached client. The daemon returns what it would
+    /// write through the user pointer as the reply payload; no pointer is dereferenced here.
+    pub(crate) fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+        let capacity = (MAX_PAYLOAD / ClientUsage::SIZE) as u32;
+        let a = ListClientsArgs {
+            // Any non-zero base: the payload is addressed relative to it.
+            buf: 1 << 12,
+            capacity,
+            count: 0,
+            entry_size: ClientUsage::SIZE as u32,
+            pad: 0,
+        };
+        let mut arg = vec![0u8; ListClientsArgs::SIZE];
+        a.encode(&mut arg);
+        let got = self.call("LIST_CLIENTS", Kind::Ioctl, DRIVER_CMD_LIST_CLIENTS, arg)?;
+        if got.reply.errno != 0 {
+            return Err(Error::new(
+                errno_of(got.reply.errno),
+                "LIST_CLIENTS",
+                got.reply.msg,
+            ));
+        }
+        let out = ListClientsArgs::from_bytes(&got.reply.arg)
+            .ok_or_else(|| Error::new(Errno::EPROTO, "LIST_CLIENTS", "malformed reply argument"))?;
+        let n = out.count.min(capacity) as usize;
+        let entries: Vec<ClientUsage> = got
+            .reply
+            .payload
+            .chunks_exact(ClientUsage::SIZE)
+            .take(n)
+            .map(ClientUsage::decode)
+            .collect();
+        if entries.len() != n {
+            return Err(Error::new(
+                Errno::EPROTO,
+                "LIST_CLIENTS",
+                format!("daemon reported {n} clients but sent {}", entries.len()),
+            ));
+        }
+        Ok(entries)
+    }
+}
+
+fn connect_error(path: &Path, e: &std::io::Error) -> Error {
+    let p = path.display();
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => Error::new(
+            Errno::ENODEV,
+            "open",
+            format!("mock:{p}: no such socket (is davinci-mockd running with this --socket-dir?)"),
+        ),
+        Some(libc::ECONNREFUSED) => Error::new(
+            Errno::ENODEV,
+            "open",
+            format!("mock:{p}: nobody listens on this socket (davinci-mockd stopped?)"),
+        ),
+        Some(libc::EACCES) | Some(libc::EPERM) => Error::new(
+            Errno::EPERM,
+            "open",
+            format!(
+                "mock:{p}: permission denied (connecting needs write permission on the socket)"
+            ),
+        ),
+        _ => Error::new(
+            Errno::ENODEV,
+            "open",
+            format!("mock:{p}: cannot connect: {e}"),
+        ),
+    }
+}
+
+impl Backend for SocketBackend {
+    fn describe(&self) -> String {
+        let role = match self.role {
+            WireRole::Client => "client",
+            WireRole::Control => "control",
+        };
+        format!(
+            "davinci-mockd device {} at mock:{} ({role} open)",
+            self.hello.device_id,
+            self.path.display()
+        )
+    }
+
+    fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        let got = self.call(op, Kind::Ioctl, request, arg.to_vec())?;
+        let r = got.reply;
+        if r.arg.len() == arg.len() {
+            arg.copy_from_slice(&r.arg);
+        } else if r.errno == 0 {
+            return Err(Error::new(
+                Errno::EPROTO,
+                op,
+                "daemon replied with an argument of another size",
+            ));
+        }
+        if r.errno != 0 {
+            return Err(Error::new(errno_of(r.errno), op, r.msg));
+        }
+        Ok(())
+    }
+
+    fn map(&self, cookie: u64, len: u64) -> Result<MapFd> {
+        let got = self.call("mmap", Kind::Mmap, 0, MmapArgs { cookie, len }.encode())?;
+        if got.reply.errno != 0 {
+            return Err(Error::new(errno_of(got.reply.errno), "mmap", got.reply.msg));
+        }
+        let reply = MmapReply::decode(&got.reply.arg)
+            .ok_or_else(|| Error::new(Errno::EPROTO, "mmap", "malformed MMAP reply"))?;
+        let mut fds = got.fds.into_iter();
+        match (fds.next(), fds.next()) {
+            (Some(fd), None) => Ok(MapFd {
+                fd,
+                offset: reply.offset,
+            }),
+            _ => Err(Error::new(
+                Errno::EPROTO,
+                "mmap",
+                "MMAP reply must carry exactly one descriptor",
+            )),
+        }
+    }
+}
+
+impl Drop for SocketBackend {
+    fn drop(&mut self) {
+        // Closing the socket closes the open; the daemon releases everything it held. A CLOSE
+        // frame first makes that orderly (and synchronous) when the daemon is still there.
+        let idle = {
+            let g = relock(self.rx.lock());
+            g.dead.is_none() && !g.reading && g.pending.is_empty()
+        };
+        if idle {
+            let _ = self.call("close", Kind::Close, 0, Vec::new());
+        }
+        self.conn.shutdown();
+    }
+}
