@@ -361,12 +361,7 @@ pub fn run(
         } else {
             let rows: Vec<Vec<String>> = devices
                 .iter()
-                .map(|d| {
-                    vec![
-                        d.id.map_or("-".into(), |i| i.to_string()),
-                        d.path.clone(),
-                    ]
-                })
+                .map(|d| vec![d.id.map_or("-".into(), |i| i.to_string()), d.path.clone()])
                 .collect();
             let _ = write!(out, "{}", table(&["Device", "Path"], &rows));
         }
@@ -506,7 +501,12 @@ fn board(targets: &[Target]) -> (Doc, String) {
         .map(|d| {
             vec![
                 id_text(d.id),
-                if d.health == "ok" { "OK" } else { "Unreachable" }.to_string(),
+                if d.health == "ok" {
+                    "OK"
+                } else {
+                    "Unreachable"
+                }
+                .to_string(),
                 d.memory.map_or("-".into(), |m| {
                     format!("{} / {}", mib(m.used_bytes), mib(m.total_bytes))
                 }),
@@ -517,7 +517,14 @@ fn board(targets: &[Target]) -> (Doc, String) {
         })
         .collect();
     let mut text = table(
-        &["Device", "Health", "Memory MiB used / total", "Clients", "Share", "Path"],
+        &[
+            "Device",
+            "Health",
+            "Memory MiB used / total",
+            "Clients",
+            "Share",
+            "Path",
+        ],
         &rows,
     );
     for (d, e) in devices.iter().zip(&errors) {
@@ -529,7 +536,13 @@ fn board(targets: &[Target]) -> (Doc, String) {
         text += "No clients attached.\n";
     } else {
         text += &table(
-            &["Device", "PID", "Container", "Memory MiB", "Tasks done/submitted"],
+            &[
+                "Device",
+                "PID",
+                "Container",
+                "Memory MiB",
+                "Tasks done/submitted",
+            ],
             &clients_rows,
         );
     }
@@ -548,7 +561,12 @@ fn share(targets: &[Target]) -> (Doc, String) {
                     ("Device ID", id_text(t.entry.id)),
                     (
                         "Device-share Status",
-                        if mode == ShareMode::Shared { "True" } else { "False" }.into(),
+                        if mode == ShareMode::Shared {
+                            "True"
+                        } else {
+                            "False"
+                        }
+                        .into(),
                     ),
                     ("Share Mode", mode_name(mode).into()),
                     ("Clients", clients.to_string()),
@@ -705,7 +723,13 @@ fn set(targets: &[Target], mode: ShareMode) -> (Doc, String) {
     let mut results = Vec::new();
     let mut errors = Vec::new();
     let mut text = String::new();
-    let word = |m: ShareMode| if m == ShareMode::Shared { "enabled" } else { "disabled" };
+    let word = |m: ShareMode| {
+        if m == ShareMode::Shared {
+            "enabled"
+        } else {
+            "disabled"
+        }
+    };
     for t in targets {
         let (previous, r) = match &t.dev {
             Err(e) => (None, Err(e.clone())),
@@ -775,7 +799,13 @@ pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().collect();
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
-    let code = run(&args, &Discovery::from_env(), &ShimOpener, &mut out, &mut err);
+    let code = run(
+        &args,
+        &Discovery::from_env(),
+        &ShimOpener,
+        &mut out,
+        &mut err,
+    );
     let _ = out.flush();
     code
 }
