@@ -400,3 +400,69 @@ impl Context {
         self.inner.dev.alloc(len)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::MapFd;
+
+    /// A driver that answers GET_INFO with a given ABI major (or not at all).
+    struct FakeDriver {
+        major: Option<u16>,
+    }
+
+    impl Backend for FakeDriver {
+        fn describe(&self) -> String {
+            "fake driver".into()
+        }
+
+        fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+            match (request, self.major) {
+                (DRIVER_CMD_GET_INFO, Some(major)) => {
+                    DeviceInfo {
+                        abi_major: major,
+                        abi_minor: 7,
+                        ..Default::default()
+                    }
+                    .encode(arg);
+                    Ok(())
+                }
+                _ => Err(Error::new(Errno::ENOTTY, op, "unknown ioctl command")),
+            }
+        }
+
+        fn map(&self, _cookie: u64, _len: u64) -> Result<MapFd> {
+            Err(Error::new(Errno::EINVAL, "mmap", "nothing to map"))
+        }
+    }
+
+    #[test]
+    fn another_abi_major_is_refused_with_eproto() {
+        let e = Device::from_backend(
+            Box::new(FakeDriver {
+                major: Some(ABI_VERSION_MAJOR + 1),
+            }),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!((e.errno, e.op), (Some(Errno::EPROTO), "open"));
+        assert!(
+            e.msg
+                .contains(&format!("speaks ABI {}.7", ABI_VERSION_MAJOR + 1)),
+            "{e}"
+        );
+        // A driver that does not even understand GET_INFO's size: also EPROTO, explained.
+        let e = Device::from_backend(Box::new(FakeDriver { major: None }), None).unwrap_err();
+        assert_eq!(e.errno, Some(Errno::EPROTO), "{e}");
+        assert!(e.msg.contains("another ABI major"), "{e}");
+        // The same major (another minor) is accepted.
+        let dev = Device::from_backend(
+            Box::new(FakeDriver {
+                major: Some(ABI_VERSION_MAJOR),
+            }),
+            None,
+        )
+        .unwrap();
+        assert_eq!(dev.info().abi_minor, 7);
+    }
+}

@@ -301,6 +301,13 @@ impl Stream {
         self.backlog.len()
     }
 
+    /// Whether the device has asked for a doorbell (NEED_WAKEUP is set: its worker for this
+    /// stream is asleep or about to be). While it is not, submits write no doorbell at all.
+    /// A snapshot, for diagnostics and tests.
+    pub fn device_asleep(&self) -> bool {
+        self.rings.cmd_flags().contains(RingFlags::NEED_WAKEUP)
+    }
+
     /// The device's error state of this stream, if it stopped.
     pub fn error_state(&self) -> Option<StreamError> {
         self.rings.cmd_error().map(|(raw, index)| StreamError {

@@ -568,6 +568,33 @@ fn pool_is_thread_safe_and_bounded() {
 }
 
 #[test]
+fn a_sleeping_device_gets_exactly_one_doorbell() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx.create_stream().unwrap();
+    for round in 0..3u64 {
+        // Wait until the worker has armed NEED_WAKEUP (it sleeps after a short spin).
+        let until = Instant::now() + T;
+        while !s.device_asleep() {
+            assert!(Instant::now() < until, "the device never went to sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let before = dev.stats();
+        s.submit_batch(&[TaskDesc::nop(round), TaskDesc::nop(round)])
+            .unwrap();
+        let st = dev.stats().since(&before);
+        assert_eq!(
+            (st.doorbells, st.futex_wakes, st.tasks_submitted),
+            (1, 1, 2),
+            "one publish to a sleeping device: one doorbell (and its FUTEX_WAKE)"
+        );
+        // ... and it wakes up and runs them.
+        s.synchronize(T).unwrap();
+        assert_eq!(poll_all(&mut s).len(), 2);
+    }
+}
+
+#[test]
 fn a_full_ring_waits_instead_of_failing() {
     let dev = dev();
     let ctx = dev.create_context().unwrap();
