@@ -1,0 +1,175 @@
+//! MockDevice at the ioctl/mmap level (what the shim's embedded backend and the daemon build
+//! on): cookie ownership, blocking waits, worker lifetimes, shutdown.
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use davinci_driver_core::NoUserMem;
+use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Role};
+use davinci_uapi::*;
+
+fn call<T: Wire>(dev: &MockDevice, client: u32, request: u32, args: &mut T) -> Result<(), Errno> {
+    let mut arg = vec![0u8; T::SIZE];
+    args.encode(&mut arg);
+    let r = dev.ioctl(client, request, &mut arg, &mut NoUserMem);
+    *args = T::decode(&arg);
+    r.map_err(|e| e.errno)
+}
+
+fn client(dev: &MockDevice) -> u32 {
+    dev.open(local_open_params(Role::Client, true))
+        .expect("open a client")
+}
+
+fn stream(dev: &MockDevice, c: u32) -> CreateStreamArgs {
+    let mut ctx = CreateContextArgs::default();
+    call(dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut ctx).unwrap();
+    let mut s = CreateStreamArgs {
+        ctx: ctx.handle,
+        cmd_entries: 8,
+        event_entries: 8,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
+    s
+}
+
+#[test]
+fn cookies_map_only_for_their_owner_and_within_the_object() {
+    let dev = MockDevice::new(MockConfig::default());
+    let one = client(&dev);
+    let mut share = DeviceShareArgs {
+        mode: ShareMode::Shared as u32,
+        ..Default::default()
+    };
+    call(&dev, one, DRIVER_CMD_SET_DEVICE_SHARE, &mut share).unwrap();
+    let two = client(&dev);
+    let mut a = AllocMemoryArgs {
+        size: 10_000,
+        ..Default::default()
+    };
+    call(&dev, one, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+    assert_eq!(a.alloc_size, 12_288);
+    let s = stream(&dev, one);
+
+    let m = dev.map(one, a.mmap_offset, a.alloc_size).unwrap();
+    assert_eq!(m.offset, a.dev_addr - davinci_driver_core::DVA_BASE);
+    assert!(dev
+        .map(one, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
+        .is_ok());
+    assert!(dev.map(one, s.doorbell_offset, s.doorbell_size).is_ok());
+    // Another client: as if the objects did not exist.
+    for cookie in [
+        a.mmap_offset,
+        s.cmd_ring.mmap_offset,
+        s.event_ring.mmap_offset,
+    ] {
+        assert_eq!(dev.map(two, cookie, 4096).unwrap_err().errno, Errno::ENOENT);
+    }
+    // Longer than the object, or not a cookie at all.
+    assert_eq!(
+        dev.map(one, a.mmap_offset, a.alloc_size + 4096)
+            .unwrap_err()
+            .errno,
+        Errno::EINVAL
+    );
+    assert_eq!(
+        dev.map(one, s.doorbell_offset, 8192).unwrap_err().errno,
+        Errno::EINVAL
+    );
+    assert_eq!(dev.map(one, 12345, 4096).unwrap_err().errno, Errno::EINVAL);
+}
+
+#[test]
+fn wait_event_blocks_until_the_deadline_then_times_out() {
+    let dev = MockDevice::new(MockConfig::default());
+    let c = client(&dev);
+    let s = stream(&dev, c);
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s.handle,
+        value: 1,
+        timeout_ns: 30_000_000,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    assert_eq!(
+        call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::ETIMEDOUT)
+    );
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    assert_eq!(w.current, 0);
+    w.timeout_ns = 0;
+    assert_eq!(
+        call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EAGAIN)
+    );
+    w.value = 0;
+    assert_eq!(call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w), Ok(()));
+}
+
+#[test]
+fn slow_path_task_runs_on_the_worker() {
+    let dev = MockDevice::new(MockConfig::default());
+    let c = client(&dev);
+    let s = stream(&dev, c);
+    let mut a = AllocMemoryArgs {
+        size: 4096,
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+    let mut t = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::fill(7, a.dev_addr, 4096, 0x77),
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut t).unwrap();
+    assert_eq!(t.index, 0);
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s.handle,
+        value: 1,
+        timeout_ns: 10_000_000_000,
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
+    assert_eq!((w.current, w.status), (1, 0));
+}
+
+#[test]
+fn close_and_shutdown_stop_the_workers() {
+    let dev = MockDevice::new(MockConfig::default());
+    let one = client(&dev);
+    for _ in 0..3 {
+        stream(&dev, one);
+    }
+    assert_eq!((dev.workers(), dev.client_workers(one)), (3, 3));
+    let s = stream(&dev, one);
+    let mut h = HandleArgs {
+        handle: s.handle,
+        pad: 0,
+    };
+    call(&dev, one, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+    assert_eq!(dev.workers(), 3, "a destroyed stream's worker is joined");
+    dev.close(one);
+    assert_eq!(dev.workers(), 0);
+    assert_eq!(dev.info().clients, 0);
+
+    let two = client(&dev);
+    stream(&dev, two);
+    assert_eq!(dev.workers(), 1);
+    dev.shutdown();
+    assert_eq!(dev.workers(), 0);
+    let mut info = DeviceInfo::default();
+    assert_eq!(
+        call(&dev, two, DRIVER_CMD_GET_INFO, &mut info),
+        Err(Errno::ENODEV)
+    );
+    assert_eq!(
+        dev.open(local_open_params(Role::Client, false))
+            .unwrap_err()
+            .error
+            .errno,
+        Errno::ENODEV
+    );
+}
