@@ -672,3 +672,23 @@ impl Drop for Stream {
         // The ring ends and mappings are released after this (field drops).
     }
 }
+
+#[cfg(test)]
+mod tests {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_can_cross_threads() {
+        // Compile-time: a stream moves between threads (one user at a time, `&mut self`);
+        // everything else may be shared.
+        send::<super::Stream>();
+        send_sync::<crate::Device>();
+        send_sync::<crate::Context>();
+        send_sync::<crate::Event>();
+        send_sync::<crate::DeviceBuffer>();
+        send_sync::<crate::MemPool>();
+        send_sync::<crate::PoolBuffer>();
+        send_sync::<crate::Error>();
+    }
+}

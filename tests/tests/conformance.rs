@@ -638,6 +638,40 @@ fn a_full_ring_waits_instead_of_failing() {
 }
 
 #[test]
+fn completions_can_be_discarded_cuda_style() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx
+        .create_stream_with(StreamOptions {
+            keep_completions: false,
+            ..StreamOptions::depths(16, 32)
+        })
+        .unwrap();
+    let buf = dev.alloc(4096).unwrap();
+    let descs: Vec<TaskDesc> = (0..3000u64)
+        .map(|i| TaskDesc::fill(i, buf.dev_addr() + (i % 16) * 256, 256, i as u32))
+        .collect();
+    // Never polled: submit and synchronize drain the event ring themselves, keep nothing.
+    s.submit_batch(&descs).unwrap();
+    s.synchronize(T).unwrap();
+    assert_eq!(s.backlog(), 0);
+    assert_eq!(poll_all(&mut s), vec![]);
+    let got: Vec<u32> = (0..16)
+        .map(|k| buf.read_vec::<u32>(k * 256, 1).unwrap()[0])
+        .collect();
+    let want: Vec<u32> = (0..16u32)
+        .map(|k| (0..3000u32).rev().find(|i| i % 16 == k).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    // A failure is still reported, once.
+    s.submit_batch(&[TaskDesc::nop(1), TaskDesc::fill(2, 0x40, 4, 0)])
+        .unwrap();
+    let err = s.synchronize(T).unwrap_err();
+    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
+    assert!(err.msg.contains("EACCES"), "{err}");
+}
+
+#[test]
 fn a_stuck_stream_fails_submit_after_the_timeout() {
     let dev = dev();
     let ctx = dev.create_context().unwrap();
