@@ -381,7 +381,7 @@ impl Stream {
         let mut until = None;
         loop {
             let n = self.rings.push_slice(rest);
-            rest = &rest[n..];
+            rest = rest.get(n..).unwrap_or_default();
             self.publish(OP, n)?;
             if rest.is_empty() {
                 return Ok(());
