@@ -117,6 +117,8 @@ struct Served {
 pub struct Daemon {
     served: Vec<Served>,
     dir: PathBuf,
+    /// The directory did not exist before: removed again at stop (if empty).
+    created_dir: bool,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -141,6 +143,7 @@ impl Daemon {
                 "--devices must be at least 1",
             ));
         }
+        let created_dir = !cfg.socket_dir.exists();
         std::fs::create_dir_all(&cfg.socket_dir).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -185,6 +188,7 @@ impl Daemon {
         Ok(Daemon {
             served,
             dir: cfg.socket_dir.clone(),
+            created_dir,
         })
     }
 
@@ -227,6 +231,10 @@ impl Daemon {
                 c.shutdown();
             }
             s.shared.dev.shutdown();
+        }
+        if self.created_dir && !self.served.is_empty() {
+            // Only if empty: never removes anything but what the daemon created.
+            let _ = std::fs::remove_dir(&self.dir);
         }
         self.served.clear();
     }
@@ -739,8 +747,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let paths = d.sockets();
+        let dir = d.socket_dir().to_path_buf();
         d.stop();
         assert!(paths.iter().all(|p| !p.exists()), "sockets removed on stop");
+        assert!(!dir.exists(), "the directory it created is removed too");
     }
 
     #[test]

@@ -32,6 +32,8 @@ Options:
       --admin-uid <UID>          This uid may change device sharing; repeatable
       --no-root-admin            uid 0 is not an admin by itself (only --admin-uid/--admin-group
                                  are; for tests and for hosts that delegate to a group)
+      --exit-with-parent         Shut down (as on SIGTERM) when the process that started the daemon
+                                 exits (test harnesses)
   -h, --help                     Print help
   -V, --version                  Print version
 
@@ -80,8 +82,8 @@ fn parse_group(s: &str) -> Result<u32, String> {
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Command {
-    /// Run the daemon.
-    Run(DaemonConfig),
+    /// Run the daemon (and whether to exit with the parent).
+    Run(DaemonConfig, bool),
     /// Print this text to stdout and exit 0.
     Print(String),
 }
@@ -94,6 +96,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         ..DaemonConfig::default()
     };
     let mut dir = None;
+    let mut with_parent = false;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -146,11 +149,12 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 );
             }
             "--no-root-admin" => cfg.admin.root = false,
+            "--exit-with-parent" => with_parent = true,
             other => return Err(format!("unexpected argument '{other}'")),
         }
     }
     cfg.socket_dir = dir.unwrap_or_else(default_socket_dir);
-    Ok(Command::Run(cfg))
+    Ok(Command::Run(cfg, with_parent))
 }
 
 /// Runs `davinci-mockd` with the process's arguments; returns the exit status.
@@ -162,12 +166,12 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let cfg = match cmd {
+    let (cfg, with_parent) = match cmd {
         Command::Print(s) => {
             print!("{s}");
             return 0;
         }
-        Command::Run(cfg) => cfg,
+        Command::Run(cfg, with_parent) => (cfg, with_parent),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -185,6 +189,16 @@ pub fn main() -> i32 {
     if let Err(e) = sigs.thread_block() {
         eprintln!("davinci-mockd: cannot block signals: {e}");
         return 1;
+    }
+    if with_parent {
+        // SIGTERM (taken by sigwait below) when the parent exits; a parent already gone
+        // (reparented to init) means there is nobody to serve.
+        if nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_err()
+            || nix::unistd::getppid().as_raw() == 1
+        {
+            eprintln!("davinci-mockd: --exit-with-parent: the parent is already gone");
+            return 1;
+        }
     }
     let daemon = match Daemon::start(&cfg) {
         Ok(d) => d,
@@ -225,7 +239,7 @@ mod tests {
 
     fn run(args: &[&str]) -> Result<DaemonConfig, String> {
         match parse_args(args.iter().map(|s| s.to_string()))? {
-            Command::Run(c) => Ok(c),
+            Command::Run(c, _) => Ok(c),
             Command::Print(_) => Err("printed".into()),
         }
     }

@@ -20,23 +20,22 @@ const PREFIXES: &[&str] = &[
     "containerd-",
 ];
 
-fn is_container_id(s: &str) -> bool {
-    // Runtimes use 64 hex digits; accept 12.. for shortened ids some setups write.
-    (12..=CONTAINER_LEN).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+fn is_hex(s: &str, len: std::ops::RangeInclusive<usize>) -> bool {
+    len.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The container id in one cgroup path component, if it names a container.
+/// The container id in one cgroup path component, if it names a container: a runtime's
+/// `<prefix><hex id>[.scope]`, or a bare 64-hex-digit id (`/docker/<id>`, kubepods).
 fn component_id(comp: &str) -> Option<&str> {
     let comp = comp.strip_suffix(".scope").unwrap_or(comp);
     // `libpod-conmon-<id>.scope` is podman's monitor, not the container.
     if comp.starts_with("libpod-conmon-") {
         return None;
     }
-    let id = PREFIXES
-        .iter()
-        .find_map(|p| comp.strip_prefix(p))
-        .unwrap_or(comp);
-    is_container_id(id).then_some(id)
+    match PREFIXES.iter().find_map(|p| comp.strip_prefix(p)) {
+        Some(id) => is_hex(id, 12..=CONTAINER_LEN).then_some(id),
+        None => is_hex(comp, 64..=64).then_some(comp),
+    }
 }
 
 /// The container id named by the contents of a `/proc/<pid>/cgroup` file: the innermost
@@ -158,6 +157,8 @@ mod tests {
             "0::/system.slice/docker.service\n",
             &format!("0::/machine.slice/libpod-conmon-{ID}.scope\n"),
             "0::/system.slice/docker-xyz.scope\n",
+            // Hex, but not a container runtime's id: a sandbox's 32-digit cgroup name.
+            "4:memory:/process_api/9de88d3c74547f98b91b60b33cc5d239\n",
         ] {
             assert_eq!(container_id_from_cgroup(c), "", "{c}");
         }

@@ -2,12 +2,14 @@
 //! `davinci-workload` demo (the README's main job: no hardware needed).
 //!
 //! The tests build their devices with [`open_backend`], named by `DAVINCI_TEST_BACKEND`
-//! (default `embedded`, the in-process mock device; the daemon and the kernel node join when
-//! their backends exist), so the same assertions run against each. [`model`] holds the CPU
+//! (default `embedded`, the in-process mock device; `mockd`: a fresh device of a
+//! `davinci-mockd` process started for the test run, see [`mockd`]; or any device path), so
+//! the same assertions run against each. [`model`] holds the CPU
 //! reference the results are checked against; [`workload`] the workload itself.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod mockd;
 pub mod model;
 pub mod workload;
 
@@ -24,6 +26,9 @@ pub fn backend_name() -> String {
 pub fn open_backend(name: &str, config: MockConfig) -> Result<Device> {
     match name {
         "embedded" => Device::embedded_with(config),
+        "mockd" => {
+            Device::open(&mockd::next_device().map_err(|e| davinci_shim::Error::other("open", e))?)
+        }
         path => Device::open(path),
     }
 }
@@ -38,6 +43,10 @@ pub fn open_default() -> Result<Device> {
 pub fn second_client(dev: &Device) -> Result<Device> {
     match dev.mock_device() {
         Some(mock) => Device::attach(mock),
+        None if backend_name() == "mockd" => Device::open(
+            &mockd::shared_path(dev.info().device_id)
+                .map_err(|e| davinci_shim::Error::other("open", e))?,
+        ),
         None => Device::open(&backend_name()),
     }
 }

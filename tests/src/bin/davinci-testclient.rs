@@ -1,0 +1,194 @@
+//! `davinci-testclient`: a client process for the daemon acceptance tests. It opens a device
+//! through the shim (`--device PATH`, else `DAVINCI_DEVICE`), does work whose results it
+//! checks against the CPU, and reports on stdout as JSON lines:
+//!
+//! * `{"event":"ready","pid":P,...}` once it holds a context, a stream and memory;
+//! * `{"event":"progress","round":R}` after the first round (`spin`);
+//! * `{"event":"done","pid":P,"ok":true,"rounds":R,"tasks":T,"mismatches":0}` (`work`);
+//! * `{"event":"error","errno":"EBUSY","message":"..."}` (exit status 1) if anything fails.
+//!
+//! Modes: `hold` (set up, report ready, wait for stdin to close), `work` (R rounds of FILL +
+//! ADD + COPY, each checked; with `--hold` then waits for stdin to close), `spin` (rounds
+//! until killed).
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use davinci_shim::{Device, DeviceMem, Dtype, TaskDesc};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+
+struct Opts {
+    mode: String,
+    device: Option<String>,
+    elems: usize,
+    rounds: u64,
+    hold: bool,
+    mem: usize,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut args = std::env::args().skip(1);
+    let mode = args
+        .next()
+        .ok_or("usage: davinci-testclient hold|work|spin [options]")?;
+    let mut o = Opts {
+        mode,
+        device: None,
+        elems: 1024,
+        rounds: 50,
+        hold: false,
+        mem: 64 << 10,
+    };
+    while let Some(a) = args.next() {
+        let mut num = |what: &str| -> Result<u64, String> {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("{what} needs a number"))
+        };
+        match a.as_str() {
+            "--device" => o.device = Some(args.next().ok_or("--device needs a path")?),
+            "--elems" => o.elems = num("--elems")? as usize,
+            "--rounds" => o.rounds = num("--rounds")?,
+            "--mem" => o.mem = num("--mem")? as usize,
+            "--hold" => o.hold = true,
+            other => return Err(format!("unexpected argument {other}")),
+        }
+    }
+    Ok(o)
+}
+
+fn say(v: serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+fn wait_stdin_closed() {
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    let mut lock = stdin.lock();
+    while matches!(lock.read_line(&mut line), Ok(n) if n > 0) {
+        line.clear();
+    }
+}
+
+fn fail(e: davinci_shim::Error) -> ! {
+    say(json!({
+        "event": "error",
+        "pid": std::process::id(),
+        "errno": e.errno.map(|x| x.name()),
+        "message": e.to_string(),
+    }));
+    std::process::exit(1);
+}
+
+fn a_val(pid: u32, r: u64, i: usize) -> u32 {
+    pid.wrapping_mul(31)
+        .wrapping_add((i as u32).wrapping_mul(7))
+        .wrapping_add(r as u32)
+}
+
+fn b_val(r: u64, i: usize) -> u32 {
+    (i as u32) ^ (r as u32).wrapping_mul(0x9e37_79b9)
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("davinci-testclient: {e}");
+            std::process::exit(2);
+        }
+    };
+    let pid = std::process::id();
+    let dev = match &o.device {
+        Some(p) => Device::open(p),
+        None => Device::from_env(),
+    }
+    .unwrap_or_else(|e| fail(e));
+    let ctx = dev.create_context().unwrap_or_else(|e| fail(e));
+    let mut s = ctx.create_stream().unwrap_or_else(|e| fail(e));
+    if o.mode == "hold" {
+        let m = dev.alloc(o.mem).unwrap_or_else(|e| fail(e));
+        s.submit(&TaskDesc::fill(
+            1,
+            m.dev_addr(),
+            (o.mem & !3) as u64,
+            0x5a5a_5a5a,
+        ))
+        .unwrap_or_else(|e| fail(e));
+        s.synchronize(T).unwrap_or_else(|e| fail(e));
+        say(json!({"event": "ready", "pid": pid, "memory_bytes": m.len()}));
+        wait_stdin_closed();
+        return;
+    }
+    let n = o.elems.max(64);
+    let bytes = n * 4;
+    let a = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
+    let b = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
+    let c = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
+    let memory: usize = a.len() + b.len() + c.len();
+    say(json!({"event": "ready", "pid": pid, "memory_bytes": memory}));
+    let rounds = if o.mode == "spin" { u64::MAX } else { o.rounds };
+    let mut mismatches = 0u64;
+    let mut tasks = 0u64;
+    for r in 0..rounds {
+        let ha: Vec<u32> = (0..n).map(|i| a_val(pid, r, i)).collect();
+        let hb: Vec<u32> = (0..n).map(|i| b_val(r, i)).collect();
+        a.write_slice(0, &ha).unwrap_or_else(|e| fail(e));
+        b.write_slice(0, &hb).unwrap_or_else(|e| fail(e));
+        let pattern = (r as u32) ^ pid;
+        s.submit_batch(&[
+            TaskDesc::fill(3 * r, c.dev_addr(), bytes as u64, pattern),
+            TaskDesc::add(
+                3 * r + 1,
+                Dtype::U32,
+                c.dev_addr(),
+                a.dev_addr(),
+                b.dev_addr(),
+                n as u64,
+            ),
+            // c[0..16] <- a[0..16]: ordered after the ADD on the same stream.
+            TaskDesc::copy(3 * r + 2, c.dev_addr(), a.dev_addr(), 64),
+        ])
+        .unwrap_or_else(|e| fail(e));
+        s.synchronize(T).unwrap_or_else(|e| fail(e));
+        tasks += 3;
+        let got = c.read_vec::<u32>(0, n).unwrap_or_else(|e| fail(e));
+        for (i, g) in got.iter().enumerate() {
+            let want = if i < 16 {
+                ha[i]
+            } else {
+                ha[i].wrapping_add(hb[i])
+            };
+            if *g != want {
+                mismatches += 1;
+            }
+        }
+        let mut done = Vec::new();
+        s.poll(&mut done);
+        for d in &done {
+            if !d.is_ok() {
+                mismatches += 1;
+            }
+        }
+        if r == 0 && o.mode == "spin" {
+            say(json!({"event": "progress", "round": r}));
+        }
+    }
+    say(json!({
+        "event": "done",
+        "pid": pid,
+        "ok": mismatches == 0,
+        "rounds": o.rounds,
+        "tasks": tasks,
+        "mismatches": mismatches,
+        "memory_bytes": memory,
+    }));
+    if o.hold {
+        wait_stdin_closed();
+    }
+}

@@ -1,0 +1,431 @@
+//! Acceptance of device sharing with real processes: a `davinci-mockd` daemon, client
+//! processes (`davinci-testclient`) and `davinci-smi`, each its own process, talking over the
+//! daemon's sockets exactly as they would to a kernel driver.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use davinci_shim::{Device, Errno};
+use davinci_tests::mockd::{bin, Mockd};
+use serde_json::Value;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// A `davinci-testclient` process and its JSON-line reports.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    pid: u32,
+}
+
+fn client(device: &str, args: &[&str]) -> Client {
+    let mut child = Command::new(bin("davinci-testclient"))
+        .args(args)
+        .arg("--device")
+        .arg(device)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start davinci-testclient");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<Value>(&line) {
+                Ok(v) => {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => panic!("testclient printed non-JSON {line:?}: {e}"),
+            }
+        }
+    });
+    let pid = child.id();
+    Client {
+        stdin: child.stdin.take(),
+        child,
+        lines: rx,
+        pid,
+    }
+}
+
+impl Client {
+    /// The next report; panics unless it is `event` (or on timeout).
+    fn expect(&self, event: &str) -> Value {
+        let v = self
+            .lines
+            .recv_timeout(LONG)
+            .unwrap_or_else(|_| panic!("client {}: no {event:?} report", self.pid));
+        assert_eq!(v["event"], event, "client {}: {v}", self.pid);
+        v
+    }
+
+    /// Closes stdin (the client drops its device and exits); returns the exit code.
+    fn release(mut self) -> i32 {
+        drop(self.stdin.take());
+        self.child.wait().expect("wait").code().unwrap_or(-1)
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn smi_cmd(d: &Mockd, args: &[&str]) -> Command {
+    let mut c = Command::new(bin("testbin-davinci-smi"));
+    c.arg("--socket-dir").arg(d.dir()).args(args);
+    c
+}
+
+fn run(mut c: Command) -> (i32, String) {
+    let out = c.output().expect("run davinci-smi");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `davinci-smi ARGS --json`: exit code and the document (schema checked).
+fn smi(d: &Mockd, args: &[&str]) -> (i32, Value) {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let (code, out) = run(smi_cmd(d, &a));
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["schema"], "davinci-smi/v1");
+    assert_eq!(v["exit_code"], code, "{v}");
+    (code, v)
+}
+
+/// Per-pid usage of device 0.
+fn usage(d: &Mockd) -> HashMap<u64, Value> {
+    let (code, v) = smi(d, &["info", "-t", "usage", "-i", "0"]);
+    assert_eq!(code, 0, "{v}");
+    v["devices"][0]["clients"]
+        .as_array()
+        .expect("clients array")
+        .iter()
+        .map(|c| (c["pid"].as_u64().expect("pid"), c.clone()))
+        .collect()
+}
+
+fn device0(d: &Mockd) -> Value {
+    let (code, v) = smi(d, &["info", "-i", "0"]);
+    assert_eq!(code, 0, "{v}");
+    v["devices"][0].clone()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < LONG, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn set_share(d: &Mockd, on: bool) -> (i32, Value) {
+    smi(
+        d,
+        &[
+            "set",
+            "-t",
+            "device-share",
+            "-i",
+            "0",
+            "-d",
+            if on { "1" } else { "0" },
+        ],
+    )
+}
+
+#[test]
+fn exclusive_mode_second_client_gets_ebusy_naming_the_first() {
+    let d = Mockd::start(&["--memory", "64M"]).unwrap();
+    let a = client(&d.path(0), &["hold"]);
+    a.expect("ready");
+    // Another process: refused, and told who holds the device.
+    let b = client(&d.path(0), &["hold"]);
+    let err = b.expect("error");
+    assert_eq!(err["errno"], "EBUSY", "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(msg.contains(&format!("held by pid {}", a.pid)), "{msg}");
+    assert_eq!(b.release(), 1);
+    // The same through the shim in this process.
+    let e = Device::open(&d.path(0)).unwrap_err();
+    assert!(e.is(Errno::EBUSY), "{e}");
+    assert!(e.msg.contains(&format!("pid {}", a.pid)), "{e}");
+    // The operator sees the one holder.
+    let dev = device0(&d);
+    assert_eq!(
+        (dev["clients"].as_u64(), dev["share_mode"].as_str()),
+        (Some(1), Some("exclusive"))
+    );
+    let u = usage(&d);
+    assert_eq!(u.keys().copied().collect::<Vec<_>>(), vec![a.pid as u64]);
+    assert_eq!(u[&(a.pid as u64)]["streams"], 1);
+    // Once it leaves, the next client gets in.
+    assert_eq!(a.release(), 0);
+    let c = client(&d.path(0), &["hold"]);
+    c.expect("ready");
+    assert_eq!(c.release(), 0);
+}
+
+#[test]
+fn shared_mode_four_processes_submit_concurrently_and_usage_lists_each() {
+    let d = Mockd::start(&["--memory", "64M"]).unwrap();
+    let (code, v) = set_share(&d, true);
+    assert_eq!(code, 0, "{v}");
+    let rounds = 60u64;
+    let clients: Vec<Client> = (0..4)
+        .map(|i| {
+            let elems = (1024 * (i + 1)).to_string();
+            client(
+                &d.path(0),
+                &[
+                    "work",
+                    "--rounds",
+                    &rounds.to_string(),
+                    "--elems",
+                    &elems,
+                    "--hold",
+                ],
+            )
+        })
+        .collect();
+    let mut expect_mem = HashMap::new();
+    for c in &clients {
+        c.expect("ready");
+    }
+    for c in &clients {
+        let done = c.expect("done");
+        assert_eq!(done["ok"], true, "client {}: {done}", c.pid);
+        assert_eq!(done["tasks"], 3 * rounds);
+        expect_mem.insert(c.pid as u64, done["memory_bytes"].as_u64().unwrap());
+    }
+    let u = usage(&d);
+    assert_eq!(u.len(), 4, "{u:?}");
+    for c in &clients {
+        let e = &u[&(c.pid as u64)];
+        assert_eq!(e["tasks_submitted"], 3 * rounds, "{e}");
+        assert_eq!(e["tasks_completed"], 3 * rounds, "{e}");
+        assert_eq!(
+            (e["contexts"].as_u64(), e["streams"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(e["allocations"], 3);
+        assert_eq!(e["memory_bytes"], expect_mem[&(c.pid as u64)]);
+        assert_eq!(e["uid"], nix::unistd::getuid().as_raw());
+        let cg = std::fs::read_to_string(format!("/proc/{}/cgroup", c.pid)).unwrap();
+        assert_eq!(
+            e["container_id"],
+            davinci_mock_device::peer::container_id_from_cgroup(&cg)
+        );
+    }
+    let dev = device0(&d);
+    assert_eq!(dev["clients"], 4);
+    assert_eq!(
+        dev["memory"]["used_bytes"],
+        expect_mem.values().sum::<u64>()
+    );
+    for c in clients {
+        assert_eq!(c.release(), 0);
+    }
+    wait_until("every client is gone", || usage(&d).is_empty());
+    assert_eq!(device0(&d)["memory"]["used_bytes"], 0);
+}
+
+#[test]
+fn set_device_share_needs_admin_is_idempotent_and_refuses_to_strand_clients() {
+    const GROUP: u32 = 4242;
+    let d = Mockd::start(&["--no-root-admin", "--admin-group", &GROUP.to_string()]).unwrap();
+    let root = nix::unistd::getuid().is_root();
+    // This process (root here, but not in the admin group): EPERM, exit 4, nothing changes.
+    let (code, v) = set_share(&d, true);
+    assert_eq!(code, 4, "{v}");
+    assert_eq!(v["results"][0]["status"], "error");
+    assert_eq!(v["results"][0]["error"]["errno"], "EPERM");
+    assert_eq!(device0(&d)["share_mode"], "exclusive");
+    if !root {
+        eprintln!("not root: cannot run davinci-smi with gid {GROUP}; admin cases skipped");
+        return;
+    }
+    let admin = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let mut c = smi_cmd(&d, &a);
+        c.gid(GROUP);
+        let (code, out) = run(c);
+        (code, serde_json::from_str::<Value>(&out).unwrap())
+    };
+    let set = ["set", "-t", "device-share", "-i", "0", "-d"];
+    let (code, v) = admin(&[&set[..], &["1"]].concat());
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["results"][0]["changed"], true);
+    // Twice: a no-op success.
+    let (code, v) = admin(&[&set[..], &["1"]].concat());
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["results"][0]["changed"], false);
+    // Two clients attached: going exclusive would strand one: EBUSY, exit 5.
+    let a = client(&d.path(0), &["hold"]);
+    let b = client(&d.path(0), &["hold"]);
+    a.expect("ready");
+    b.expect("ready");
+    let (code, v) = admin(&[&set[..], &["0"]].concat());
+    assert_eq!(code, 5, "{v}");
+    assert_eq!(v["results"][0]["error"]["errno"], "EBUSY");
+    assert_eq!(device0(&d)["share_mode"], "shared");
+    // One left: allowed.
+    assert_eq!(b.release(), 0);
+    wait_until("one client left", || usage(&d).len() == 1);
+    let (code, v) = admin(&[&set[..], &["0"]].concat());
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(device0(&d)["share_mode"], "exclusive");
+    assert_eq!(a.release(), 0);
+}
+
+#[test]
+fn kill_9_mid_submission_releases_everything_and_others_finish() {
+    let d = Mockd::start(&["--memory", "64M"]).unwrap();
+    assert_eq!(set_share(&d, true).0, 0);
+    let workers: Vec<Client> = (0..2)
+        .map(|_| client(&d.path(0), &["work", "--rounds", "150", "--hold"]))
+        .collect();
+    let victim = client(&d.path(0), &["spin", "--elems", "4096"]);
+    victim.expect("ready");
+    victim.expect("progress");
+    let vpid = victim.pid as u64;
+    let before = usage(&d);
+    assert_eq!(before[&vpid]["allocations"], 3);
+    assert!(before[&vpid]["memory_bytes"].as_u64().unwrap() >= 3 * 16384);
+    // A hostile connection sends garbage meanwhile; nobody else notices.
+    {
+        use davinci_mock_device::sockio::SeqPacket;
+        let sock = SeqPacket::connect(std::path::Path::new(
+            d.path(0).strip_prefix("mock:").unwrap(),
+        ))
+        .unwrap();
+        for junk in [&b"\0\0\0\0"[..], &[0xff; 300], b"DVMD garbage frame"] {
+            let _ = sock.send(junk, &[]);
+        }
+    }
+    victim.kill9();
+    wait_until("the killed client's usage disappears", || {
+        !usage(&d).contains_key(&vpid)
+    });
+    let mut mem = 0;
+    for w in &workers {
+        w.expect("ready");
+        let done = w.expect("done");
+        assert_eq!(done["ok"], true, "{done}");
+        mem += done["memory_bytes"].as_u64().unwrap();
+    }
+    let u = usage(&d);
+    assert_eq!(u.len(), 2);
+    assert_eq!(device0(&d)["memory"]["used_bytes"], mem);
+    for w in workers {
+        assert_eq!(w.release(), 0);
+    }
+    wait_until("all clients gone", || usage(&d).is_empty());
+    assert_eq!(device0(&d)["memory"]["used_bytes"], 0);
+}
+
+fn proc_count(pid: u32, what: &str) -> usize {
+    match what {
+        "fds" => std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
+        _ => std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|t| t.trim().parse().ok())
+            })
+            .unwrap_or(0),
+    }
+}
+
+#[test]
+fn two_hundred_connect_kill_cycles_leave_the_counters_where_they_started() {
+    let d = Mockd::start(&["--memory", "64M"]).unwrap();
+    // Before any connection: the listeners, the acceptor threads, nothing else.
+    let (fds0, threads0) = (proc_count(d.pid(), "fds"), proc_count(d.pid(), "threads"));
+    assert_eq!(set_share(&d, true).0, 0);
+    let base = device0(&d);
+    assert_eq!(
+        (
+            base["clients"].as_u64(),
+            base["memory"]["used_bytes"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    for i in 0..200u32 {
+        let c = client(&d.path(0), &["hold", "--mem", "40000"]);
+        if i % 2 == 0 {
+            // Killed while holding a context, a stream and memory.
+            c.expect("ready");
+        } else {
+            // Killed somewhere during open or setup.
+            std::thread::sleep(Duration::from_micros(u64::from(i % 7) * 300));
+        }
+        c.kill9();
+    }
+    wait_until("no clients and no memory in use", || {
+        let dev = device0(&d);
+        dev["clients"] == 0 && dev["memory"]["used_bytes"] == 0
+    });
+    assert!(usage(&d).is_empty());
+    let mut now = (0, 0);
+    wait_until("the daemon's descriptors and threads are back", || {
+        now = (proc_count(d.pid(), "fds"), proc_count(d.pid(), "threads"));
+        now == (fds0, threads0)
+    });
+    assert_eq!(now, (fds0, threads0));
+    let end = device0(&d);
+    assert_eq!(end["share_mode"], base["share_mode"]);
+    assert_eq!(end["memory"], base["memory"]);
+    // Still fully usable, exclusive again included.
+    assert_eq!(set_share(&d, false).0, 0);
+    let c = client(&d.path(0), &["work", "--rounds", "5"]);
+    c.expect("ready");
+    assert_eq!(c.expect("done")["ok"], true);
+}
+
+#[test]
+fn sigterm_removes_the_sockets_and_clients_see_the_device_go() {
+    let mut d = Mockd::start(&["--devices", "2"]).unwrap();
+    let dir = d.dir().to_path_buf();
+    let c = client(&d.path(1), &["hold"]);
+    c.expect("ready");
+    let st = d.terminate().unwrap();
+    assert!(st.success(), "{st}");
+    assert!(!dir.exists(), "sockets and their directory removed");
+    let (code, out) = run({
+        let mut c = Command::new(bin("testbin-davinci-smi"));
+        c.args(["--device", &d.path(1), "info", "--json"]);
+        c
+    });
+    assert_eq!(code, 3, "{out}");
+    let e = Device::open(&d.path(0)).unwrap_err();
+    assert!(e.is(Errno::ENODEV), "{e}");
+    assert!(e.msg.contains("davinci-mockd"), "{e}");
+    assert_eq!(
+        c.release(),
+        0,
+        "a client whose daemon went away still exits cleanly"
+    );
+}
