@@ -72,6 +72,9 @@ pub struct DaemonConfig {
     pub socket_dir: PathBuf,
     /// Permission bits of each socket (connecting needs write permission).
     pub socket_mode: u32,
+    /// Group of each socket (so its members may connect with mode 0660); `None` keeps the
+    /// daemon's group.
+    pub socket_group: Option<u32>,
     /// Who may change device sharing.
     pub admin: AdminPolicy,
 }
@@ -84,6 +87,7 @@ impl Default for DaemonConfig {
             client_memory_limit: 0,
             socket_dir: default_socket_dir(),
             socket_mode: 0o660,
+            socket_group: None,
             admin: AdminPolicy::default(),
         }
     }
@@ -159,6 +163,16 @@ impl Daemon {
                     format!("cannot listen on {}: {e}", path.display()),
                 )
             })?);
+            if let Some(gid) = cfg.socket_group {
+                nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(gid))).map_err(
+                    |e| {
+                        io::Error::new(
+                            io::ErrorKind::PermissionDenied,
+                            format!("cannot give {} to group {gid}: {e}", path.display()),
+                        )
+                    },
+                )?;
+            }
             let dev = MockDevice::new(MockConfig {
                 device_id: n,
                 memory_size: cfg.memory,
@@ -355,11 +369,11 @@ fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
         return;
     };
     let len = frame.as_ref().map_or(buf.len(), |&n| n);
-    let client = match frame
+    let (client, role) = match frame
         .and_then(|n| Request::decode(&buf[..n]))
         .and_then(|req| hello(shared, conn, &cred, &req))
     {
-        Ok(Some(client)) => client,
+        Ok(Some(opened)) => opened,
         Ok(None) => return,
         Err(e) => {
             // Before HELLO: one EPROTO reply, then the connection is closed.
@@ -400,7 +414,7 @@ fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
             Kind::Close => {
                 // Released before the reply: a client that saw it knows its resources are gone.
                 shared.dev.close(client);
-                info!(device = %shared.name, pid = cred.pid, client, "closed");
+                log_closed(shared, &cred, client, role);
                 send_reply(conn, &Reply::ok(Kind::Close, req.tag, Vec::new()), None);
                 return;
             }
@@ -428,7 +442,16 @@ fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
         }
     }
     shared.dev.close(client);
-    info!(device = %shared.name, pid = cred.pid, client, "closed");
+    log_closed(shared, &cred, client, role);
+}
+
+/// Client opens and closes are logged at `info`, control opens (davinci-smi) at `debug`.
+fn log_closed(shared: &Shared, cred: &PeerCred, client: u32, role: Role) {
+    if role == Role::Client {
+        info!(device = %shared.name, pid = cred.pid, client, "client closed");
+    } else {
+        debug!(device = %shared.name, pid = cred.pid, client, "control closed");
+    }
 }
 
 fn is_blocking_wait(req: &Request) -> bool {
@@ -436,14 +459,14 @@ fn is_blocking_wait(req: &Request) -> bool {
         && WaitEventArgs::from_bytes(&req.arg).is_some_and(|a| a.timeout_ns != 0)
 }
 
-/// Handles HELLO: `Ok(Some(client))` when the open succeeded (reply sent), `Ok(None)` when
-/// it was refused (reply sent, connection to be closed).
+/// Handles HELLO: `Ok(Some((client, role)))` when the open succeeded (reply sent), `Ok(None)`
+/// when it was refused (reply sent, connection to be closed).
 fn hello(
     shared: &Shared,
     conn: &SeqPacket,
     cred: &PeerCred,
     req: &Request,
-) -> Result<Option<u32>, ProtoError> {
+) -> Result<Option<(u32, Role)>, ProtoError> {
     if req.kind != Kind::Hello {
         return Err(ProtoError("the first frame must be HELLO"));
     }
@@ -487,12 +510,22 @@ fn hello(
                 uid: cred.uid,
             };
             send_reply(conn, &Reply::ok(Kind::Hello, req.tag, r.encode()), None);
-            info!(
-                device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
-                role = ?role, container = %String::from_utf8_lossy(&params.container).trim_end_matches('\0'),
-                "opened"
-            );
-            Ok(Some(client))
+            let container = crate::proto::container_of(&davinci_uapi::ClientUsage {
+                container: params.container,
+                ..davinci_uapi::ClientUsage::default()
+            });
+            if role == Role::Client {
+                info!(
+                    device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
+                    container = %container, client, "client opened"
+                );
+            } else {
+                debug!(
+                    device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
+                    container = %container, client, "control opened"
+                );
+            }
+            Ok(Some((client, role)))
         }
         Err(e) => {
             let mut r = Reply::err(Kind::Hello as u16, req.tag, e.error.errno, e.error.msg);
@@ -864,6 +897,26 @@ mod tests {
             Errno::EPERM.code()
         };
         assert_eq!(r.errno, expect, "{}", r.msg);
+    }
+
+    #[test]
+    fn sockets_get_the_requested_group() {
+        use std::os::unix::fs::MetadataExt;
+        // Only root may give a file to a group it is not in.
+        if !nix::unistd::getuid().is_root() {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("davinci-d-{}-group", std::process::id()));
+        let d = Daemon::start(&DaemonConfig {
+            devices: 1,
+            memory: 1 << 20,
+            socket_dir: dir,
+            socket_group: Some(4242),
+            ..DaemonConfig::default()
+        })
+        .unwrap();
+        let meta = std::fs::metadata(&d.sockets()[0]).unwrap();
+        assert_eq!((meta.gid(), meta.mode() & 0o777), (4242, 0o660));
     }
 
     #[test]

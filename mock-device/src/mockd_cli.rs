@@ -27,6 +27,8 @@ Options:
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
                                  else /tmp/davinci-$UID]
       --socket-mode <OCTAL>      Permissions of each socket [default: 0660]
+      --socket-group <GROUP>     Group (name or gid) of each socket, so its members may connect
+                                 [default: the daemon's group]
       --admin-group <GROUP>      Members of this group (name or gid) may change device sharing;
                                  repeatable
       --admin-uid <UID>          This uid may change device sharing; repeatable
@@ -140,6 +142,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                     .filter(|m| *m <= 0o777)
                     .ok_or_else(|| format!("--socket-mode '{v}': expected octal like 0660"))?;
             }
+            "--socket-group" => cfg.socket_group = Some(parse_group(&value("a group")?)?),
             "--admin-group" => cfg.admin.gids.push(parse_group(&value("a group")?)?),
             "--admin-uid" => {
                 let v = value("a uid")?;
@@ -269,6 +272,7 @@ mod tests {
             "--socket-dir=/tmp/x",
             "--socket-mode",
             "0600",
+            "--socket-group=12",
             "--admin-group",
             "4242",
             "--admin-uid=1000",
@@ -279,6 +283,7 @@ mod tests {
         assert_eq!(c.memory, 64 << 20);
         assert_eq!(c.socket_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.socket_mode, 0o600);
+        assert_eq!(c.socket_group, Some(12));
         assert_eq!(
             c.admin,
             AdminPolicy {

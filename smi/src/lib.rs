@@ -91,10 +91,10 @@ enum Cmd {
     /// Show devices (default), device sharing (-t device-share) or usage per client (-t usage)
     Info {
         /// What to show
-        #[arg(short = 't', long = "type", value_enum)]
+        #[arg(short = 't', long = "type", value_enum, value_name = "TYPE")]
         ty: Option<InfoType>,
         /// Device id N (of davinciN), or `all` [default: all]
-        #[arg(short = 'i', long = "id", value_parser = parse_id)]
+        #[arg(short = 'i', long = "id", value_name = "ID", value_parser = parse_id)]
         id: Option<IdSel>,
         /// List the devices
         #[arg(short = 'l', long = "list")]
@@ -103,13 +103,13 @@ enum Cmd {
     /// Set device sharing: -t device-share -i ID|all -d 0|1 (never prompts)
     Set {
         /// What to set
-        #[arg(short = 't', long = "type", value_enum)]
+        #[arg(short = 't', long = "type", value_enum, value_name = "TYPE")]
         ty: SetType,
         /// Device id N (of davinciN), or `all`
-        #[arg(short = 'i', long = "id", value_parser = parse_id)]
+        #[arg(short = 'i', long = "id", value_name = "ID", value_parser = parse_id)]
         id: IdSel,
         /// 1 = shared (many isolated clients), 0 = exclusive (one client)
-        #[arg(short = 'd', long = "data", value_parser = clap::value_parser!(u8).range(0..=1))]
+        #[arg(short = 'd', long = "data", value_name = "0|1", value_parser = clap::value_parser!(u8).range(0..=1))]
         data: u8,
         /// Accepted for scripts written for tools that prompt; davinci-smi never prompts
         #[arg(short = 'y', long = "yes")]
