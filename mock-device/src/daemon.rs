@@ -448,9 +448,9 @@ fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
 /// Client opens and closes are logged at `info`, control opens (davinci-smi) at `debug`.
 fn log_closed(shared: &Shared, cred: &PeerCred, client: u32, role: Role) {
     if role == Role::Client {
-        info!(device = %shared.name, pid = cred.pid, client, "client closed");
+        info!(device = %shared.name, pid = cred.pid, handle = client, "client closed");
     } else {
-        debug!(device = %shared.name, pid = cred.pid, client, "control closed");
+        debug!(device = %shared.name, pid = cred.pid, handle = client, "control closed");
     }
 }
 
@@ -517,12 +517,12 @@ fn hello(
             if role == Role::Client {
                 info!(
                     device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
-                    container = %container, client, "client opened"
+                    container = %container, handle = client, "client opened"
                 );
             } else {
                 debug!(
                     device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
-                    container = %container, client, "control opened"
+                    container = %container, handle = client, "control opened"
                 );
             }
             Ok(Some((client, role)))

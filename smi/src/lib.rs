@@ -533,7 +533,9 @@ fn board(targets: &[Target]) -> (Doc, String) {
         }
     }
     if clients_rows.is_empty() {
-        text += "No clients attached.\n";
+        if errors.iter().any(Option::is_none) {
+            text += "No clients attached.\n";
+        }
     } else {
         text += &table(
             &[

@@ -1,0 +1,64 @@
+#!/bin/bash
+# Regenerates docs/operators.md from real runs: starts davinci-mockd in /run/davinci (so it
+# needs root, a free /run/davinci and setpriv), runs clients and davinci-smi, captures their
+# output and fills docs/tools/operators.md.in. Build first:
+#   cargo build -p davinci-smi -p davinci-mock-device -p davinci-tests --bins
+# Usage: docs/tools/operators-capture.sh   (from the repository root)
+set -u
+ROOT=$(pwd)
+B=$(realpath "${CARGO_TARGET_DIR:-target}")/debug
+WORK=$(mktemp -d)
+cd "$WORK"
+mkdir -p out
+export PATH=$B:$PATH
+D=/run/davinci
+rm -rf $D
+cap() { # name, command...
+  local name=$1; shift
+  { echo "\$ $*"; "$@"; echo "[exit status $?]"; } > out/$name.txt 2>&1
+}
+$B/davinci-mockd --help > out/mockd-help.txt
+$B/davinci-smi --help > out/smi-help.txt
+$B/davinci-smi info --help > out/smi-info-help.txt
+$B/davinci-smi set --help > out/smi-set-help.txt
+cap nodev davinci-smi info
+cap nonode davinci-workload --device /dev/davinci0
+davinci-mockd --devices 2 --memory 256M --socket-group 4243 --admin-group 4242 > out/mockd-stdout.txt 2> out/mockd-stderr.txt &
+MPID=$!
+sleep 0.5
+ls -l $D > out/ls.txt
+cap list davinci-smi list
+cap info0 davinci-smi info
+cap share0 davinci-smi info -t device-share -i 0
+# One client holds davinci0 (exclusive): a second one is refused.
+exec 3> >($B/davinci-testclient hold --device mock:$D/davinci0.sock --mem 1048576 > out/c1.txt)
+sleep 0.5
+cap busy env DAVINCI_DEVICE=mock:$D/davinci0.sock $B/davinci-testclient hold
+cap set1 davinci-smi set -t device-share -i 0 -d 1
+cap set1again davinci-smi set -t device-share -i 0 -d 1 --json
+exec 4> >($B/davinci-testclient work --device mock:$D/davinci0.sock --rounds 100 --elems 65536 --hold > out/c2.txt)
+exec 5> >($B/davinci-testclient work --device mock:$D/davinci0.sock --rounds 50 --hold > out/c3.txt)
+sleep 2
+cap info1 davinci-smi info
+cap infojson davinci-smi info -i 0 --json
+cap share1 davinci-smi info -t device-share -i 0
+cap sharejson davinci-smi info -t device-share -i 0 --json
+cap usage davinci-smi info -t usage -i 0
+cap usagejson davinci-smi info -t usage -i 0 --json
+cap setbusy davinci-smi set -t device-share -i all -d 0
+cap setbusyjson davinci-smi set -t device-share -i all -d 0 --json
+cap setperm setpriv --reuid 1000 --regid 1000 --groups 4243 davinci-smi --socket-dir /run/davinci set -t device-share -i 1 -d 1
+cap setgroup setpriv --reuid 1000 --regid 1000 --groups 4243,4242 davinci-smi --socket-dir /run/davinci set -t device-share -i 1 -d 1 --yes
+cap nosock setpriv --reuid 1000 --regid 1000 --clear-groups davinci-smi --socket-dir /run/davinci info -i 1
+cap list1 davinci-smi -l --json
+cap badid davinci-smi info -t usage -i 7
+cap usageerr davinci-smi set -t device-share -i 0 -d 2
+exec 3>&- 4>&- 5>&-
+sleep 1
+cap after davinci-smi info
+cap workload davinci-workload --device mock:$D/davinci1.sock --tasks 20000
+kill -TERM $MPID; wait $MPID; echo "[exit status $?]" >> out/mockd-stderr.txt
+ls -l $D >> out/ls.txt 2>&1
+cap gone davinci-smi --device mock:$D/davinci0.sock info --json
+python3 "$ROOT/docs/tools/operators-gen.py" "$WORK/out" "$ROOT/docs/tools/operators.md.in" "$ROOT/docs/operators.md" "$B/"
+rm -rf "$WORK"
