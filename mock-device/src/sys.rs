@@ -15,9 +15,10 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use davinci_ring::shared::{copy_from_shared, copy_to_shared};
 use davinci_ring::{DoorbellWatch, RingError, RingRegion};
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::DOORBELL_SIZE;
@@ -87,7 +88,7 @@ impl SharedRegion {
         let src = self.range(offset, buf.len())?;
         // SAFETY: `range` checked that `[src, src + buf.len())` lies in the live mapping,
         // which is readable and writable (atomic loads need writable memory).
-        unsafe { copy_out(src, buf) };
+        unsafe { copy_from_shared(src, buf) };
         Ok(())
     }
 
@@ -96,7 +97,7 @@ impl SharedRegion {
         let dst = self.range(offset, data.len())?;
         // SAFETY: `range` checked that `[dst, dst + data.len())` lies in the live, writable
         // mapping; `data` is ordinary memory, not inside the mapping.
-        unsafe { copy_in(dst, data) };
+        unsafe { copy_to_shared(dst, data) };
         Ok(())
     }
 
@@ -111,8 +112,8 @@ impl SharedRegion {
             // `[d, d + len)` were checked by `range`; the bounce buffer makes each step a
             // complete read before its write, so overlap is handled by the step order.
             unsafe {
-                copy_out(s.add(off), &mut buf[..n]);
-                copy_in(d.add(off), &buf[..n]);
+                copy_from_shared(s.add(off), &mut buf[..n]);
+                copy_to_shared(d.add(off), &buf[..n]);
             }
         };
         if (d as usize) <= (s as usize) || (d as usize) >= (s as usize).wrapping_add(len) {
@@ -150,7 +151,7 @@ impl SharedRegion {
             let n = (len - off).min(CHUNK);
             // SAFETY: `off + n <= len` and `[d, d + len)` was checked by `range`. CHUNK is a
             // multiple of 4, so every step starts at pattern phase 0.
-            unsafe { copy_in(d.add(off), &buf[..n]) };
+            unsafe { copy_to_shared(d.add(off), &buf[..n]) };
             off += n;
         }
         Ok(())
@@ -180,62 +181,6 @@ impl SharedRegion {
     /// The base of the mapping (64-byte aligned: mappings are page aligned).
     fn base(&self) -> *mut u8 {
         self.map.as_mut_ptr()
-    }
-}
-
-/// Copies `buf.len()` bytes from shared memory at `src` into `buf`, with relaxed atomic loads
-/// (8 bytes at a time where aligned).
-///
-/// # Safety
-/// `[src, src + buf.len())` is valid for reads and writes (a live shared mapping) and is not
-/// accessed non-atomically by this process while the copy runs.
-unsafe fn copy_out(src: *const u8, buf: &mut [u8]) {
-    let n = buf.len();
-    let mut i = 0;
-    while i < n && (src as usize).wrapping_add(i) % 8 != 0 {
-        // SAFETY: `i < n`: in bounds per the contract; bytes are always aligned.
-        buf[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
-        i += 1;
-    }
-    while i + 8 <= n {
-        // SAFETY: `i + 8 <= n`: in bounds; `src + i` is 8-byte aligned (loop above).
-        let w = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast::<u64>()) }
-            .load(Ordering::Relaxed);
-        buf[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-        i += 8;
-    }
-    while i < n {
-        // SAFETY: `i < n`: in bounds.
-        buf[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
-        i += 1;
-    }
-}
-
-/// Copies `data` into shared memory at `dst`, with relaxed atomic stores.
-///
-/// # Safety
-/// `[dst, dst + data.len())` is valid for writes (a live shared mapping), does not overlap
-/// `data`, and is not accessed non-atomically by this process while the copy runs.
-unsafe fn copy_in(dst: *mut u8, data: &[u8]) {
-    let n = data.len();
-    let mut i = 0;
-    while i < n && (dst as usize).wrapping_add(i) % 8 != 0 {
-        // SAFETY: `i < n`: in bounds per the contract.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
-        i += 1;
-    }
-    while i + 8 <= n {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&data[i..i + 8]);
-        // SAFETY: `i + 8 <= n`: in bounds; `dst + i` is 8-byte aligned (loop above).
-        unsafe { AtomicU64::from_ptr(dst.add(i).cast::<u64>()) }
-            .store(u64::from_ne_bytes(w), Ordering::Relaxed);
-        i += 8;
-    }
-    while i < n {
-        // SAFETY: `i < n`: in bounds.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
-        i += 1;
     }
 }
 

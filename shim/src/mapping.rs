@@ -9,7 +9,7 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use davinci_ring::{Consumer, Doorbell, Producer, RingRegion};
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
@@ -75,7 +75,7 @@ impl SharedMap {
         let src = self.range(offset, out.len())?;
         // SAFETY: `[src, src + out.len())` lies in the live read/write mapping (`range`), and
         // `out` is ordinary memory outside it.
-        unsafe { copy_out(src, out) };
+        unsafe { davinci_ring::shared::copy_from_shared(src, out) };
         Ok(())
     }
 
@@ -84,67 +84,12 @@ impl SharedMap {
         let dst = self.range(offset, data.len())?;
         // SAFETY: `[dst, dst + data.len())` lies in the live read/write mapping (`range`), and
         // `data` is ordinary memory outside it.
-        unsafe { copy_in(dst, data) };
+        unsafe { davinci_ring::shared::copy_to_shared(dst, data) };
         Ok(())
     }
 
     fn base(&self) -> *mut u8 {
         self.map.as_mut_ptr()
-    }
-}
-
-/// Copies from shared memory with relaxed atomic loads (8 bytes at a time where aligned).
-///
-/// # Safety
-/// `[src, src + out.len())` is valid for reads and writes for the duration of the call and is
-/// accessed by this process only atomically meanwhile.
-unsafe fn copy_out(src: *const u8, out: &mut [u8]) {
-    let n = out.len();
-    let mut i = 0;
-    while i < n && (src as usize).wrapping_add(i) % 8 != 0 {
-        // SAFETY: `i < n`: in bounds per the contract.
-        out[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
-        i += 1;
-    }
-    while i + 8 <= n {
-        // SAFETY: `i + 8 <= n`: in bounds; `src + i` is 8-byte aligned (loop above).
-        let w = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast::<u64>()) }
-            .load(Ordering::Relaxed);
-        out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-        i += 8;
-    }
-    while i < n {
-        // SAFETY: `i < n`: in bounds.
-        out[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
-        i += 1;
-    }
-}
-
-/// Copies into shared memory with relaxed atomic stores.
-///
-/// # Safety
-/// `[dst, dst + data.len())` is valid for writes for the duration of the call, does not
-/// overlap `data`, and is accessed by this process only atomically meanwhile.
-unsafe fn copy_in(dst: *mut u8, data: &[u8]) {
-    let n = data.len();
-    let mut i = 0;
-    while i < n && (dst as usize).wrapping_add(i) % 8 != 0 {
-        // SAFETY: `i < n`: in bounds per the contract.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
-        i += 1;
-    }
-    while i + 8 <= n {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&data[i..i + 8]);
-        // SAFETY: `i + 8 <= n`: in bounds; `dst + i` is 8-byte aligned (loop above).
-        unsafe { AtomicU64::from_ptr(dst.add(i).cast::<u64>()) }
-            .store(u64::from_ne_bytes(w), Ordering::Relaxed);
-        i += 8;
-    }
-    while i < n {
-        // SAFETY: `i < n`: in bounds.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
-        i += 1;
     }
 }
 
