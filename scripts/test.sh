@@ -55,6 +55,9 @@ step() {
 step "rustfmt" cargo fmt --all -- --check
 step "clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "tests" cargo test --workspace
+# The data-path tests again, against a davinci-mockd process instead of the embedded device.
+step "tests (davinci-mockd backend)" env DAVINCI_TEST_BACKEND=mockd \
+    cargo test -p davinci-tests --test conformance --test million
 
 # The loom model of the ring protocol (ring/tests/loom.rs) runs once it exists. It has its own
 # target directory so `--cfg loom` does not invalidate the main build.

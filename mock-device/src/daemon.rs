@@ -37,6 +37,8 @@ use crate::{MockConfig, MockDevice};
 pub const MAX_WAITS_PER_CONN: usize = 32;
 /// Connections (including ones that have not sent HELLO yet) per device.
 pub const MAX_CONNECTIONS: usize = 256;
+/// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
+pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// File name of device `n`'s socket.
 pub fn socket_name(n: u32) -> String {
@@ -77,6 +79,8 @@ pub struct DaemonConfig {
     pub socket_group: Option<u32>,
     /// Who may change device sharing.
     pub admin: AdminPolicy,
+    /// How long a new connection may take to send HELLO before it is closed.
+    pub hello_timeout: std::time::Duration,
 }
 
 impl Default for DaemonConfig {
@@ -89,6 +93,7 @@ impl Default for DaemonConfig {
             socket_mode: 0o660,
             socket_group: None,
             admin: AdminPolicy::default(),
+            hello_timeout: HELLO_TIMEOUT,
         }
     }
 }
@@ -97,6 +102,7 @@ struct Shared {
     dev: MockDevice,
     name: String,
     admin: AdminPolicy,
+    hello_timeout: std::time::Duration,
     stopping: AtomicBool,
     conns: Mutex<HashMap<u64, Arc<SeqPacket>>>,
     next_conn: AtomicU64,
@@ -183,6 +189,7 @@ impl Daemon {
                 dev,
                 name: format!("davinci{n}"),
                 admin: cfg.admin.clone(),
+                hello_timeout: cfg.hello_timeout,
                 stopping: AtomicBool::new(false),
                 conns: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(1),
@@ -364,10 +371,18 @@ fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
         }
     };
     let mut buf = vec![0u8; MAX_REQUEST + 1];
+    // A connection that never says HELLO does not keep its thread (and connection slot).
+    if let Err(e) = conn.set_recv_timeout(Some(shared.hello_timeout)) {
+        debug!(error = %e, "cannot bound the wait for HELLO");
+    }
     let Some(frame) = recv_frame(conn, &mut buf) else {
-        debug!(device = %shared.name, pid = cred.pid, "closed before HELLO");
+        debug!(device = %shared.name, pid = cred.pid, "closed (or silent) before HELLO");
         return;
     };
+    if let Err(e) = conn.set_recv_timeout(None) {
+        debug!(error = %e, "cannot clear the HELLO timeout; closing");
+        return;
+    }
     let len = frame.as_ref().map_or(buf.len(), |&n| n);
     let (client, role) = match frame
         .and_then(|n| Request::decode(&buf[..n]))
@@ -917,6 +932,34 @@ mod tests {
         .unwrap();
         let meta = std::fs::metadata(&d.sockets()[0]).unwrap();
         assert_eq!((meta.gid(), meta.mode() & 0o777), (4242, 0o660));
+    }
+
+    #[test]
+    fn a_silent_connection_is_closed_after_the_hello_timeout() {
+        let dir = std::env::temp_dir().join(format!("davinci-d-{}-silent", std::process::id()));
+        let d = Daemon::start(&DaemonConfig {
+            devices: 1,
+            memory: 1 << 20,
+            socket_dir: dir,
+            hello_timeout: std::time::Duration::from_millis(100),
+            ..DaemonConfig::default()
+        })
+        .unwrap();
+        let silent = SeqPacket::connect(&d.sockets()[0]).unwrap();
+        let t0 = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            silent.recv(&mut buf, false).unwrap().len,
+            0,
+            "closed by the daemon"
+        );
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(90));
+        // A prompt HELLO is unaffected, and the open does not time out afterwards.
+        let (mut ok, r) = Raw::open(&d.sockets()[0], WireRole::Control);
+        assert_eq!(r.errno, 0);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let (r, _) = ok.call(Kind::Ioctl, DRIVER_CMD_GET_INFO, vec![0; DeviceInfo::SIZE]);
+        assert_eq!(r.errno, 0);
     }
 
     #[test]

@@ -180,6 +180,25 @@ impl SeqPacket {
         })
     }
 
+    /// Bounds how long `recv` blocks (`None`: forever). A timed-out `recv` fails with
+    /// `WouldBlock`.
+    ///
+    /// # Errors
+    /// `setsockopt(2)` errors.
+    pub fn set_recv_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        use nix::sys::time::TimeVal;
+        let tv = match t {
+            None => TimeVal::new(0, 0),
+            // A zero timeval would mean "forever": round a zero duration up to 1 µs.
+            Some(d) if d.is_zero() => TimeVal::new(0, 1),
+            Some(d) => TimeVal::new(
+                d.as_secs().min(i32::MAX as u64) as _,
+                d.subsec_micros() as _,
+            ),
+        };
+        nix::sys::socket::setsockopt(&self.fd, sockopt::ReceiveTimeout, &tv).map_err(nix_io)
+    }
+
     /// Shuts both directions down (wakes a thread blocked in `recv` on this socket).
     pub fn shutdown(&self) {
         let _ = shutdown(self.fd.as_raw_fd(), Shutdown::Both);

@@ -429,3 +429,45 @@ fn sigterm_removes_the_sockets_and_clients_see_the_device_go() {
         "a client whose daemon went away still exits cleanly"
     );
 }
+
+#[test]
+fn one_open_serves_other_threads_while_one_waits() {
+    let d = Mockd::start(&[]).unwrap();
+    let dev = Device::open(&d.path(0)).unwrap();
+    let ctx = dev.create_context().unwrap();
+    let ev = ctx.create_event().unwrap();
+    let mut waiting = ctx.create_stream().unwrap();
+    let mut other = ctx.create_stream().unwrap();
+    // The stream stalls until the event's first record; its synchronize blocks in WAIT_EVENT
+    // on the one socket.
+    waiting
+        .submit(&davinci_shim::TaskDesc::event_wait(9, ev.handle(), 1))
+        .unwrap();
+    let waiter = std::thread::spawn(move || waiting.synchronize(Duration::from_secs(30)));
+    std::thread::sleep(Duration::from_millis(100));
+    // Were requests serialised behind that wait, these would hang until it timed out and the
+    // waiter would then fail with ETIMEDOUT.
+    for _ in 0..20 {
+        assert_eq!(dev.query_info().unwrap().clients, 1);
+    }
+    assert!(
+        !waiter.is_finished(),
+        "the stream must still be stalled on the event"
+    );
+    let buf = dev.alloc(4096).unwrap();
+    other
+        .submit(&davinci_shim::TaskDesc::fill(
+            1,
+            davinci_shim::DeviceMem::dev_addr(&buf),
+            4096,
+            7,
+        ))
+        .unwrap();
+    ev.record(&mut other).unwrap();
+    other.synchronize(Duration::from_secs(30)).unwrap();
+    waiter.join().unwrap().unwrap();
+    assert_eq!(
+        davinci_shim::DeviceMem::read_vec::<u32>(&buf, 0, 4).unwrap(),
+        vec![7; 4]
+    );
+}
