@@ -21,8 +21,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 #[derive(Debug, Parser)]
 #[command(name = "davinci-workload", version)]
 struct Args {
-    /// Device: "embedded" (in-process mock device); "/dev/davinciN" and "mock:SOCKET" come
-    /// with their backends.
+    /// Device: "embedded" (in-process mock device), "mock:SOCKET" (a davinci-mockd device) or
+    /// "/dev/davinciN" (the kernel driver).
     #[arg(long, default_value = "embedded")]
     device: String,
     /// Tasks in the throughput phase (rounded up to whole rounds).
