@@ -6,8 +6,8 @@
 //! `davinci-smi/v1`, documented in docs/operators.md; only additions within v1). Exit status
 //! says what kind of failure happened ([`exit`]).
 //!
-//! Everything below [`main`] takes its environment as arguments ([`Env`], a [`Opener`]) so
-//! the command logic is tested without devices or processes.
+//! Everything below [`main`] takes its environment as arguments ([`discover::Discovery`], an
+//! [`Opener`]) so the command logic is tested without devices or processes.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
