@@ -1,17 +1,17 @@
-//! Cross-crate integration and conformance tests, run against every device backend, and the
-//! `davinci-workload` demo (the README's main job: no hardware needed).
+//! Cross-crate integration and conformance tests, run against every device backend.
 //!
 //! The tests build their devices with [`open_backend`], named by `DAVINCI_TEST_BACKEND`
 //! (default `embedded`, the in-process mock device; `mockd`: a fresh device of a
 //! `davinci-mockd` process started for the test run, see [`mockd`]; or any device path), so
-//! the same assertions run against each. [`model`] holds the CPU
-//! reference the results are checked against; [`workload`] the workload itself.
+//! the same assertions run against each. [`model`] (from
+//! `davinci-workload`) holds the CPU reference the results are checked against; [`workload`]
+//! the workload itself.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod mockd;
-pub mod model;
-pub mod workload;
+pub use davinci_workload::model;
+pub use davinci_workload::run as workload;
 
 use davinci_shim::{Device, MockConfig, Result};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use davinci_shim::{Device, MockConfig};
-use davinci_tests::workload::{self, Report, WorkloadConfig};
+use davinci_workload::run::{self as workload, Report, WorkloadConfig};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Run a checked workload on a davinci device (the embedded mock device by default) and
