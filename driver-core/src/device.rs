@@ -574,11 +574,19 @@ impl<P: Platform> Device<P> {
                 .create_stream(client, ce, cmd_bytes, ee, event_bytes)?;
         cmd.init();
         event.init();
+        // The platform built the regions; a wrong slot size is its bug, reported, not a panic.
+        let views = (DeviceConsumer::try_new(cmd), DeviceProducer::try_new(event));
+        let (Ok(cmd), Ok(evt)) = views else {
+            // Ring views go first: they point into `mem`.
+            drop(views);
+            self.platform.release_stream(client, 0, mem);
+            fail!(EINVAL, "platform created rings with the wrong slot size");
+        };
         let stream = Stream {
             owner: client,
             ctx: args.ctx,
-            cmd: DeviceConsumer::new(cmd),
-            evt: DeviceProducer::new(event),
+            cmd,
+            evt,
             cmd_bytes: cmd_bytes as u64,
             event_bytes: event_bytes as u64,
             mem: Some(mem),
