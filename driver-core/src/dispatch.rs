@@ -9,6 +9,10 @@ use crate::device::{Device, StreamState};
 use crate::error::{ensure, fail, Error, Result};
 use crate::platform::Platform;
 
+/// Largest `davinci_list_clients_args.entry_size` accepted.
+const LIST_ENTRY_MAX: u64 = 4096;
+static ZEROS: [u8; 256] = [0; 256];
+
 /// Writes into the caller's memory at a user pointer (`copy_to_user` in the kernel; the reply
 /// payload in the mock daemon).
 pub trait UserMem {
@@ -206,28 +210,39 @@ impl<P: Platform> Device<P> {
             DRIVER_CMD_LIST_CLIENTS => {
                 let mut a: ListClientsArgs = decode(arg)?;
                 ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                let stride = a.entry_size as u64;
                 ensure!(
-                    a.entry_size as usize == core::mem::size_of::<ClientUsage>(),
+                    (8..=LIST_ENTRY_MAX).contains(&stride) && stride % 8 == 0,
                     EINVAL,
-                    "entry_size does not match this driver's davinci_client_usage"
+                    "entry_size must be a multiple of 8 between 8 and 4096"
                 );
                 ensure!(
                     a.capacity == 0 || a.buf != 0,
                     EFAULT,
                     "buf is NULL with a non-zero capacity"
                 );
+                // An older caller (smaller entry) gets the prefix it knows; a newer one
+                // (larger entry) gets zeros in the fields this driver does not have.
                 let mut count = 0u32;
                 let mut bytes = [0u8; core::mem::size_of::<ClientUsage>()];
+                let known = (stride as usize).min(bytes.len());
                 for u in self.clients() {
                     if count < a.capacity {
                         u.encode(&mut bytes);
                         let Some(addr) = (count as u64)
-                            .checked_mul(bytes.len() as u64)
+                            .checked_mul(stride)
                             .and_then(|o| a.buf.checked_add(o))
+                            .filter(|at| at.checked_add(stride).is_some())
                         else {
-                            fail!(EFAULT, "buf + capacity overflows");
+                            fail!(EFAULT, "buf + capacity * entry_size overflows");
                         };
-                        user.write(addr, &bytes)?;
+                        user.write(addr, &bytes[..known])?;
+                        let mut at = known as u64;
+                        while at < stride {
+                            let n = (stride - at).min(ZEROS.len() as u64);
+                            user.write(addr + at, &ZEROS[..n as usize])?;
+                            at += n;
+                        }
                     }
                     count += 1;
                 }

@@ -294,11 +294,51 @@ fn list_clients_reports_usage() {
     };
     call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe).unwrap();
     assert_eq!(probe.count, 2);
-    probe.entry_size = 100;
-    assert_eq!(
-        call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe),
-        Err(Errno::EINVAL)
-    );
+    for bad in [0, 4, 100, 4104] {
+        probe.entry_size = bad;
+        assert_eq!(
+            call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe),
+            Err(Errno::EINVAL),
+            "entry_size {bad}"
+        );
+    }
+    // An older caller with a 16-byte entry gets the prefix; a newer one with a 136-byte entry
+    // gets our 120 bytes and 16 zero bytes, at its stride.
+    for (stride, known) in [(16usize, 16usize), (136, 120)] {
+        let args = ListClientsArgs {
+            buf: 0x2000,
+            capacity: 8,
+            entry_size: stride as u32,
+            ..Default::default()
+        };
+        let mut raw = vec![0u8; ListClientsArgs::SIZE];
+        args.encode(&mut raw);
+        let mut out = Collect(Vec::new());
+        dev.ioctl(a, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+            .unwrap();
+        let mut flat = std::collections::BTreeMap::new();
+        for (addr, data) in &out.0 {
+            for (i, b) in data.iter().enumerate() {
+                assert!(
+                    flat.insert(addr + i as u64, *b).is_none(),
+                    "byte written twice"
+                );
+            }
+        }
+        assert_eq!(
+            flat.len(),
+            2 * stride,
+            "exactly two entries of {stride} bytes"
+        );
+        let second: Vec<u8> = (0..stride as u64)
+            .map(|i| flat[&(0x2000 + stride as u64 + i)])
+            .collect();
+        assert_eq!(&second[4..8], &20u32.to_ne_bytes(), "pid of client b");
+        assert!(second[known..].iter().all(|&b| b == 0));
+        if stride > 120 {
+            assert_eq!(ClientUsage::decode(&second[..120]).uid, 1001);
+        }
+    }
 }
 
 #[test]

@@ -216,7 +216,9 @@ abi_struct! {
         pub capacity: u32,
         /// Clients attached; entries written = min(count, capacity) (from driver).
         pub count: u32,
-        /// `sizeof(struct davinci_client_usage)` as the caller knows it; must match (to driver).
+        /// Stride of the caller's entries, normally `sizeof(struct davinci_client_usage)`: a
+        /// multiple of 8 from 8 to 4096. The driver writes the first `min(entry_size, its own
+        /// size)` bytes of each entry and zeroes the rest, so the entry can grow (to driver).
         pub entry_size: u32,
         /// Reserved, must be 0 (to driver).
         pub pad: u32,

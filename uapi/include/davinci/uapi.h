@@ -461,7 +461,11 @@ struct davinci_list_clients_args {
 	__u32 capacity;
 	/* Clients attached; entries written = min(count, capacity) (from driver). */
 	__u32 count;
-	/* `sizeof(struct davinci_client_usage)` as the caller knows it; must match (to driver). */
+	/*
+	 * Stride of the caller's entries, normally `sizeof(struct davinci_client_usage)`: a
+	 * multiple of 8 from 8 to 4096. The driver writes the first `min(entry_size, its own
+	 * size)` bytes of each entry and zeroes the rest, so the entry can grow (to driver).
+	 */
 	__u32 entry_size;
 	/* Reserved, must be 0 (to driver). */
 	__u32 pad;
