@@ -220,6 +220,11 @@ impl Device {
         r
     }
 
+    /// A command whose argument is a single handle (destroy, free, notify).
+    pub(crate) fn call_handle(&self, op: &'static str, request: u32, handle: u32) -> Result<()> {
+        self.call(op, request, &mut HandleArgs { handle, pad: 0 })
+    }
+
     /// Maps `len` bytes of the object behind `cookie`.
     pub(crate) fn map(&self, op: &'static str, cookie: u64, len: u64) -> Result<SharedMap> {
         let src = self.inner.backend.map(cookie, len).map_err(|mut e| {
@@ -340,14 +345,10 @@ pub(crate) struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        let mut a = HandleArgs {
-            handle: self.handle,
-            pad: 0,
-        };
         // Nothing to do on failure: the open's close releases it anyway.
         let _ = self
             .dev
-            .call("DESTROY_CONTEXT", DRIVER_CMD_DESTROY_CONTEXT, &mut a);
+            .call_handle("DESTROY_CONTEXT", DRIVER_CMD_DESTROY_CONTEXT, self.handle);
     }
 }
 

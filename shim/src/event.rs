@@ -161,13 +161,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let mut a = HandleArgs {
-            handle: self.handle,
-            pad: 0,
-        };
         let _ = self
             .ctx
             .dev
-            .call("DESTROY_EVENT", DRIVER_CMD_DESTROY_EVENT, &mut a);
+            .call_handle("DESTROY_EVENT", DRIVER_CMD_DESTROY_EVENT, self.handle);
     }
 }

@@ -102,11 +102,7 @@ impl DeviceBuffer {
         };
         dev.call(OP, DRIVER_CMD_ALLOC_MEMORY, &mut a)?;
         let free = |e: Error| {
-            let mut h = HandleArgs {
-                handle: a.handle,
-                pad: 0,
-            };
-            let _ = dev.call("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, &mut h);
+            let _ = dev.call_handle("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, a.handle);
             e
         };
         if a.alloc_size < len as u64 {
@@ -178,12 +174,10 @@ impl DeviceMem for DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let mut a = HandleArgs {
-            handle: self.handle,
-            pad: 0,
-        };
         // On failure the open's close frees it anyway. The host view is unmapped right after
         // (field drop); the device has released the pages, so it reads zeros meanwhile.
-        let _ = self.dev.call("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, &mut a);
+        let _ = self
+            .dev
+            .call_handle("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, self.handle);
     }
 }

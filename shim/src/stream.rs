@@ -215,8 +215,7 @@ impl Stream {
         let handle = a.handle;
         // From here on a failure must destroy the stream again.
         let destroy = |e: Error| {
-            let mut h = HandleArgs { handle, pad: 0 };
-            let _ = dev.call("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, &mut h);
+            let _ = dev.call_handle("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, handle);
             e
         };
         if a.cmd_ring.offsets != RingOffsets::standard(TASK_DESC_SIZE as u32)
@@ -633,11 +632,9 @@ impl Stream {
     }
 
     fn notify_as(&self, op: &'static str) -> Result<()> {
-        let mut a = HandleArgs {
-            handle: self.handle,
-            pad: 0,
-        };
-        self.ctx.dev.call(op, DRIVER_CMD_NOTIFY, &mut a)?;
+        self.ctx
+            .dev
+            .call_handle(op, DRIVER_CMD_NOTIFY, self.handle)?;
         self.stats().notifies.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -660,15 +657,11 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        let mut a = HandleArgs {
-            handle: self.handle,
-            pad: 0,
-        };
         // On failure the context's (or the open's) teardown releases it anyway.
         let _ = self
             .ctx
             .dev
-            .call("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, &mut a);
+            .call_handle("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, self.handle);
         // The ring ends and mappings are released after this (field drops).
     }
 }
