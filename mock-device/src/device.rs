@@ -41,6 +41,10 @@ pub struct MockConfig {
     /// How long a worker whose event ring is full sleeps between looks (the host drains the
     /// event ring without telling the device).
     pub stall_sleep: Duration,
+    /// How long an idle worker keeps looking (spinning, then yielding) before it arms
+    /// NEED_WAKEUP and sleeps: while it looks, the host rings no doorbell (like SQPOLL's
+    /// `sq_thread_idle`). Longer = fewer doorbells and more CPU burnt while idle.
+    pub idle_spin: Duration,
 }
 
 impl Default for MockConfig {
@@ -53,6 +57,7 @@ impl Default for MockConfig {
             doorbell_timeout: Duration::from_millis(50),
             event_timeout: Duration::from_millis(50),
             stall_sleep: Duration::from_millis(1),
+            idle_spin: Duration::from_millis(2),
         }
     }
 }
@@ -166,11 +171,13 @@ impl Core {
         stop.load(Ordering::Acquire) || self.shutdown.load(Ordering::Acquire)
     }
 
-    /// The worker of one stream: runs descriptors while there are any, then spins a little,
-    /// then sleeps on the doorbell (NEED_WAKEUP armed), an event, or a full event ring.
+    /// The worker of one stream: runs descriptors while there are any, then keeps looking for
+    /// `idle_spin` (spinning, then yielding), then sleeps on the doorbell (NEED_WAKEUP armed),
+    /// an event, or a full event ring.
     fn run_worker(&self, stream: u32, mem: &StreamMem, stop: &AtomicBool) {
         let budget = self.config.run_budget.max(1);
         let backoff = Backoff::new();
+        let mut idle_since: Option<Instant> = None;
         loop {
             if self.stopping(stop) {
                 return;
@@ -180,13 +187,16 @@ impl Core {
                 Run::Progress(_) => {
                     drop(g);
                     backoff.reset();
+                    idle_since = None;
                 }
                 Run::Idle => {
                     drop(g);
-                    if !backoff.is_completed() {
+                    let since = *idle_since.get_or_insert_with(Instant::now);
+                    if !backoff.is_completed() || since.elapsed() < self.config.idle_spin {
                         backoff.snooze();
                         continue;
                     }
+                    idle_since = None;
                     // d0 before NEED_WAKEUP is armed: a doorbell rung after that changes it.
                     let d0 = mem.doorbell_value();
                     if self.lock().stream_prepare_sleep(stream) {
