@@ -1,0 +1,403 @@
+//! Shared harness pieces for the davinci fuzz targets: a deterministic heap platform for
+//! `driver_core::Device` that also *checks* the core (every device-memory access must lie in
+//! a range the core backed for that client; every release must match a backing), and raw
+//! access to a stream's shared ring memory so a target can play a hostile host.
+//!
+//! The mock device (`davinci_mock_device::MockDevice`) runs a worker thread per stream and
+//! backs memory with memfds; for fuzzing we want one thread and no system calls, so the
+//! targets drive `driver_core::Device` over this platform instead. It mirrors
+//! `driver-core/tests/common/mod.rs`.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use davinci_driver_core::{
+    Config, Device, Error, OpenParams, Platform, Result, Role, StreamRegions, CONTAINER_LEN,
+};
+use davinci_ring::{Consumer, Producer, RingRegion};
+use davinci_uapi::{Errno, EventRecord, Features, TaskDesc};
+
+/// Device memory of the fuzz device (small: arenas are real heap buffers).
+pub const MEM: u64 = 1 << 20;
+/// Per-client limit.
+pub const CLIENT_LIMIT: u64 = 512 << 10;
+/// Page size (allocation alignment).
+pub const PAGE: u32 = 4096;
+
+/// Ring header field offsets (`davinci_ring_header`).
+pub mod hdr {
+    /// Producer index.
+    pub const TAIL: usize = 0;
+    /// Consumer index.
+    pub const HEAD: usize = 64;
+    /// Slot count.
+    pub const ENTRIES: usize = 128;
+    /// `entries - 1`.
+    pub const MASK: usize = 132;
+    /// RingFlags.
+    pub const FLAGS: usize = 136;
+    /// Dropped counter.
+    pub const DROPPED: usize = 140;
+    /// Errno of the error state.
+    pub const ERROR: usize = 144;
+    /// Index of the failing descriptor.
+    pub const ERROR_INDEX: usize = 148;
+    /// Header size.
+    pub const SIZE: usize = 192;
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+/// A 64-byte-aligned zeroed heap buffer whose address never changes.
+pub struct Buf {
+    lines: Vec<Line>,
+}
+
+impl Buf {
+    fn new(len: usize) -> Self {
+        Self {
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
+        }
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.lines.as_mut_ptr().cast()
+    }
+    fn len(&self) -> usize {
+        self.lines.len() * 64
+    }
+}
+
+/// A stream's shared memory: both rings, owned by the device's stream entry.
+pub struct StreamMem {
+    _cmd: Buf,
+    _event: Buf,
+    /// Base of the command ring (header + slots).
+    pub cmd_ptr: *mut u8,
+    /// Bytes of the command ring mapping.
+    pub cmd_len: usize,
+    /// Base of the event ring.
+    pub event_ptr: *mut u8,
+    /// Bytes of the event ring mapping.
+    pub event_len: usize,
+    /// Command ring depth.
+    pub cmd_entries: u32,
+    /// Event ring depth.
+    pub event_entries: u32,
+}
+
+/// Heap platform that checks what the core asks of it.
+#[derive(Default)]
+pub struct HeapPlatform {
+    arenas: HashMap<u32, Vec<u8>>,
+    /// Backed ranges per client: `(offset, len)`.
+    pub backed: HashMap<u32, Vec<(u64, u64)>>,
+    /// Streams created and not yet released.
+    pub live_streams: u32,
+    /// Fake clock.
+    pub now: u64,
+    /// Kicks seen.
+    pub kicks: u64,
+    /// notify_waiters calls seen.
+    pub notifies: u64,
+}
+
+impl HeapPlatform {
+    /// Total bytes currently backed (all clients).
+    pub fn backed_bytes(&self) -> u64 {
+        self.backed.values().flatten().map(|&(_, l)| l).sum()
+    }
+
+    /// Bytes backed for `client`.
+    pub fn backed_of(&self, client: u32) -> u64 {
+        self.backed
+            .get(&client)
+            .map_or(0, |v| v.iter().map(|&(_, l)| l).sum())
+    }
+
+    /// A copy of `client`'s arena (empty if never backed).
+    pub fn arena_copy(&self, client: u32) -> Vec<u8> {
+        self.arenas.get(&client).cloned().unwrap_or_default()
+    }
+
+    /// The arena of `client`; it grows to cover every range backed for it, so the ranges
+    /// `check` accepts are always inside it.
+    fn arena(&mut self, client: u32) -> &mut Vec<u8> {
+        self.arenas.entry(client).or_default()
+    }
+
+    /// The core promised this range was validated: it must lie inside one backed range of
+    /// `client`. A violation is a driver-core bug, so it panics (the fuzzer reports it).
+    fn check(&self, client: u32, offset: u64, len: u64, what: &str) {
+        if len == 0 {
+            return;
+        }
+        let end = offset.checked_add(len);
+        let ok = end.is_some_and(|end| {
+            self.backed.get(&client).is_some_and(|v| {
+                v.iter()
+                    .any(|&(o, l)| offset >= o && end <= o.saturating_add(l))
+            })
+        });
+        assert!(
+            ok,
+            "driver-core asked for {what} of [{offset:#x}, +{len:#x}) of client {client}, \
+             outside every range backed for it: {:?}",
+            self.backed.get(&client)
+        );
+    }
+}
+
+impl Platform for HeapPlatform {
+    type StreamMem = StreamMem;
+
+    fn create_stream(
+        &mut self,
+        _client: u32,
+        cmd_entries: u32,
+        cmd_bytes: usize,
+        event_entries: u32,
+        event_bytes: usize,
+    ) -> Result<StreamRegions<StreamMem>> {
+        let mut cmd = Buf::new(cmd_bytes);
+        let mut event = Buf::new(event_bytes);
+        // SAFETY: both buffers are 64-byte aligned, `len()` bytes long, never reallocated,
+        // and owned by the `StreamMem` the device keeps as long as these regions. The fuzz
+        // targets touch this memory only through atomics, `copy_to_shared` and ring ends
+        // (one producer and one consumer per ring), all on the one fuzzing thread.
+        let (c, e) = unsafe {
+            (
+                RingRegion::new(cmd.ptr(), cmd.len(), cmd_entries, 64),
+                RingRegion::new(event.ptr(), event.len(), event_entries, 32),
+            )
+        };
+        let (Ok(c), Ok(e)) = (c, e) else {
+            return Err(Error::new(Errno::EINVAL, "bad region"));
+        };
+        self.live_streams += 1;
+        Ok(StreamRegions {
+            mem: StreamMem {
+                cmd_ptr: cmd.ptr(),
+                cmd_len: cmd.len(),
+                event_ptr: event.ptr(),
+                event_len: event.len(),
+                _cmd: cmd,
+                _event: event,
+                cmd_entries,
+                event_entries,
+            },
+            cmd: c,
+            event: e,
+        })
+    }
+
+    fn release_stream(&mut self, _client: u32, _stream: u32, _mem: StreamMem) {
+        assert!(self.live_streams > 0, "stream released twice");
+        self.live_streams -= 1;
+    }
+
+    fn alloc_backing(&mut self, client: u32, offset: u64, len: u64) -> Result<()> {
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= MEM) && len > 0,
+            "backing [{offset:#x}, +{len:#x}) outside device memory"
+        );
+        for v in self.backed.values() {
+            for &(o, l) in v {
+                assert!(
+                    offset >= o + l || offset + len <= o,
+                    "backing [{offset:#x}, +{len:#x}) overlaps live [{o:#x}, +{l:#x})"
+                );
+            }
+        }
+        self.backed.entry(client).or_default().push((offset, len));
+        let a = self.arena(client);
+        if a.len() < (offset + len) as usize {
+            a.resize((offset + len) as usize, 0);
+        }
+        a[offset as usize..(offset + len) as usize].fill(0);
+        Ok(())
+    }
+
+    fn free_backing(&mut self, client: u32, offset: u64, len: u64) {
+        let v = self.backed.entry(client).or_default();
+        let Some(i) = v.iter().position(|&r| r == (offset, len)) else {
+            panic!("free_backing [{offset:#x}, +{len:#x}) of client {client} was never backed");
+        };
+        v.swap_remove(i);
+        self.arena(client)[offset as usize..(offset + len) as usize].fill(0xEE);
+    }
+
+    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check(client, offset, buf.len() as u64, "a read");
+        let o = offset as usize;
+        let n = buf.len();
+        buf.copy_from_slice(&self.arena(client)[o..o + n]);
+        Ok(())
+    }
+
+    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
+        self.check(client, offset, data.len() as u64, "a write");
+        let o = offset as usize;
+        self.arena(client)[o..o + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+        self.check(client, dst, len, "a copy destination");
+        self.check(client, src, len, "a copy source");
+        let (d, s, n) = (dst as usize, src as usize, len as usize);
+        self.arena(client).copy_within(s..s + n, d);
+        Ok(())
+    }
+
+    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
+        assert!(len % 4 == 0, "fill length {len} not a multiple of 4");
+        self.check(client, dst, len, "a fill");
+        let (d, n) = (dst as usize, len as usize);
+        for c in self.arena(client)[d..d + n].chunks_exact_mut(4) {
+            c.copy_from_slice(&pattern.to_ne_bytes());
+        }
+        Ok(())
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    fn kick_stream(&mut self, _stream: u32) {
+        self.kicks += 1;
+    }
+
+    fn notify_waiters(&mut self) {
+        self.notifies += 1;
+    }
+}
+
+/// A fresh device over a [`HeapPlatform`].
+pub fn device() -> Device<HeapPlatform> {
+    Device::new(
+        Config {
+            device_id: 0,
+            memory_size: MEM,
+            client_memory_limit: CLIENT_LIMIT,
+            page_size: PAGE,
+            platform_features: Features::DOORBELL_FUTEX,
+        },
+        HeapPlatform::default(),
+    )
+}
+
+/// Open parameters for `pid`.
+pub fn params(pid: u32, role: Role, admin: bool) -> OpenParams {
+    let mut container = [0u8; CONTAINER_LEN];
+    let name = format!("fuzz-{pid}");
+    container[..name.len()].copy_from_slice(name.as_bytes());
+    OpenParams {
+        role,
+        pid,
+        uid: if admin { 0 } else { 1000 + pid },
+        admin,
+        container,
+    }
+}
+
+/// Raw pointers to one stream's shared memory, copied out of the device's `StreamMem` (the
+/// memory stays put while the stream lives).
+#[derive(Clone, Copy, Debug)]
+pub struct RingMem {
+    /// Command ring base.
+    pub cmd: *mut u8,
+    /// Command ring bytes.
+    pub cmd_len: usize,
+    /// Event ring base.
+    pub event: *mut u8,
+    /// Event ring bytes.
+    pub event_len: usize,
+    /// Command ring depth.
+    pub cmd_entries: u32,
+    /// Event ring depth.
+    pub event_entries: u32,
+}
+
+impl RingMem {
+    /// The memory of `client`'s `stream`.
+    pub fn of(dev: &Device<HeapPlatform>, client: u32, stream: u32) -> Option<RingMem> {
+        dev.stream_mem(client, stream).map(|m| RingMem {
+            cmd: m.cmd_ptr,
+            cmd_len: m.cmd_len,
+            event: m.event_ptr,
+            event_len: m.event_len,
+            cmd_entries: m.cmd_entries,
+            event_entries: m.event_entries,
+        })
+    }
+
+    fn word(base: *mut u8, off: usize) -> &'static AtomicU32 {
+        assert!(off + 4 <= hdr::SIZE && off % 4 == 0);
+        // SAFETY: `base` is a live, 64-byte-aligned ring mapping of at least `hdr::SIZE`
+        // bytes (callers use a `RingMem` only while its stream exists), `off` is a 4-aligned
+        // header offset, and every access to header words anywhere is atomic.
+        unsafe { AtomicU32::from_ptr(base.add(off).cast::<u32>()) }
+    }
+
+    /// Reads a command-ring header word.
+    pub fn cmd_hdr(&self, off: usize) -> u32 {
+        Self::word(self.cmd, off).load(Ordering::Acquire)
+    }
+    /// Writes a command-ring header word (the host's side, hostile or not).
+    pub fn set_cmd_hdr(&self, off: usize, v: u32) {
+        Self::word(self.cmd, off).store(v, Ordering::Release)
+    }
+    /// Reads an event-ring header word.
+    pub fn event_hdr(&self, off: usize) -> u32 {
+        Self::word(self.event, off).load(Ordering::Acquire)
+    }
+    /// Writes an event-ring header word.
+    pub fn set_event_hdr(&self, off: usize, v: u32) {
+        Self::word(self.event, off).store(v, Ordering::Release)
+    }
+
+    /// Writes raw bytes into command slot `index & (entries - 1)`.
+    pub fn write_cmd_slot(&self, index: u32, bytes: &[u8; 64]) {
+        let i = (index & (self.cmd_entries - 1)) as usize;
+        let off = hdr::SIZE + i * 64;
+        assert!(off + 64 <= self.cmd_len);
+        // SAFETY: `off + 64` lies inside the live command ring mapping (checked above); the
+        // copy is made of relaxed atomic stores, like every other access to shared memory.
+        unsafe { davinci_ring::shared::copy_to_shared(self.cmd.add(off), bytes) }
+    }
+
+    /// Scribbles `bytes` over the event ring's slot area starting at byte `at` (wrapping).
+    pub fn scribble_event_slots(&self, at: usize, bytes: &[u8]) {
+        let area = self.event_len - hdr::SIZE;
+        if area == 0 || bytes.is_empty() {
+            return;
+        }
+        let start = at % area;
+        let n = bytes.len().min(area - start);
+        // SAFETY: `[hdr::SIZE + start, + n)` lies inside the live event ring mapping; the
+        // copy is made of relaxed atomic stores.
+        unsafe {
+            davinci_ring::shared::copy_to_shared(self.event.add(hdr::SIZE + start), &bytes[..n])
+        }
+    }
+
+    /// A host producer end on the command ring. Build at most one at a time per stream, and
+    /// drop it before the stream is destroyed.
+    pub fn host_producer(&self) -> Producer<TaskDesc> {
+        // SAFETY: the mapping is live and aligned (see `create_stream`); the device holds
+        // the only consumer end and this is the only producer end.
+        let r = unsafe { RingRegion::new(self.cmd, self.cmd_len, self.cmd_entries, 64) };
+        Producer::new(r.expect("command ring region the device accepted"))
+    }
+
+    /// A host consumer end on the event ring (same rules as [`host_producer`](Self::host_producer)).
+    pub fn host_consumer(&self) -> Consumer<EventRecord> {
+        // SAFETY: as for `host_producer`; the device holds the only producer end of the
+        // event ring and this is the only consumer end.
+        let r = unsafe { RingRegion::new(self.event, self.event_len, self.event_entries, 32) };
+        Consumer::new(r.expect("event ring region the device accepted"))
+    }
+}
