@@ -55,20 +55,26 @@ pub struct SeqPacket {
     fd: OwnedFd,
 }
 
+/// A new close-on-exec `SOCK_SEQPACKET` Unix socket and the address of `path`.
+fn seqpacket_socket(path: &Path) -> io::Result<(OwnedFd, UnixAddr)> {
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(nix_io)?;
+    let addr = UnixAddr::new(path).map_err(nix_io)?;
+    Ok((fd, addr))
+}
+
 impl SeqPacket {
     /// Connects to the socket at `path`.
     ///
     /// # Errors
     /// The `connect(2)` error (`ENOENT`: no socket there; `ECONNREFUSED`: no daemon).
     pub fn connect(path: &Path) -> io::Result<SeqPacket> {
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .map_err(nix_io)?;
-        let addr = UnixAddr::new(path).map_err(nix_io)?;
+        let (fd, addr) = seqpacket_socket(path)?;
         loop {
             match connect(fd.as_raw_fd(), &addr) {
                 Ok(()) => return Ok(SeqPacket { fd }),
@@ -242,14 +248,7 @@ impl SeqListener {
             }
             std::fs::remove_file(path)?;
         }
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .map_err(nix_io)?;
-        let addr = UnixAddr::new(path).map_err(nix_io)?;
+        let (fd, addr) = seqpacket_socket(path)?;
         bind(fd.as_raw_fd(), &addr).map_err(nix_io)?;
         let listener = SeqListener {
             fd,
