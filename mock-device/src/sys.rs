@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use davinci_ring::{DoorbellWatch, RingError, RingRegion};
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::DOORBELL_SIZE;
 use memmap2::{MmapOptions, MmapRaw};
-use nix::fcntl::{fallocate, FallocateFlags};
+use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 
 /// Bytes moved per step of a bounce-buffered copy or fill.
@@ -37,12 +37,71 @@ pub(crate) struct SharedRegion {
     len: usize,
 }
 
+/// The seals every shared region carries from before its first descriptor is handed out:
+/// its size can neither shrink nor grow, and no seal can be added or removed.
+pub(crate) const REQUIRED_SEALS: SealFlag = SealFlag::F_SEAL_SHRINK
+    .union(SealFlag::F_SEAL_GROW)
+    .union(SealFlag::F_SEAL_SEAL);
+
+/// `MFD_NOEXEC_SEAL` (Linux 6.3): the memfd is not executable and cannot be made so. Not in
+/// nix's flags yet; libc has the value.
+const MFD_NOEXEC_SEAL: MFdFlags = MFdFlags::from_bits_retain(libc::MFD_NOEXEC_SEAL);
+
+/// A new close-on-exec memfd that accepts seals: not executable where the kernel knows
+/// `MFD_NOEXEC_SEAL` (6.3+, and required where `vm.memfd_noexec` is 2), plain before.
+fn sealable_memfd(name: &str) -> io::Result<OwnedFd> {
+    let base = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    match memfd_create(name, base | MFD_NOEXEC_SEAL) {
+        Ok(fd) => Ok(fd),
+        // Kernels before 6.3 reject the unknown flag.
+        Err(nix::Error::EINVAL) => memfd_create(name, base).map_err(io::Error::from),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// Adds [`REQUIRED_SEALS`] to `file` and checks they are all in place.
+fn seal(file: &File) -> io::Result<()> {
+    fcntl(file, FcntlArg::F_ADD_SEALS(REQUIRED_SEALS)).map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("cannot seal the shared memory (F_ADD_SEALS): {e}"),
+        )
+    })?;
+    let now = seals(file)?;
+    if !now.contains(REQUIRED_SEALS) {
+        return Err(io::Error::other(format!(
+            "shared memory seals are {now:?} after F_ADD_SEALS, need {REQUIRED_SEALS:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The seals of a memfd (`F_GET_SEALS`).
+pub(crate) fn seals(fd: impl AsFd) -> io::Result<SealFlag> {
+    let raw = fcntl(fd, FcntlArg::F_GET_SEALS).map_err(io::Error::from)?;
+    Ok(SealFlag::from_bits_retain(raw))
+}
+
 /// A range outside the mapping (or an offset that does not fit the address space).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OutOfBounds;
 
 impl SharedRegion {
-    /// A zero-filled (sparse) memfd of `len` bytes named `name`, mapped shared.
+    /// A zero-filled (sparse) memfd of `len` bytes named `name`, sealed at that size, mapped
+    /// shared.
+    ///
+    /// The memfd's descriptors are handed to clients, which may do anything a file allows to
+    /// them. Had a client been able to shrink the file, this process's mapping would reach past
+    /// its end and the next access would raise SIGBUS here (the whole daemon, every tenant);
+    /// grown, it would cost memory nobody accounts. So the size is sealed before the first
+    /// descriptor leaves: [`REQUIRED_SEALS`] (no shrinking, no growing, no further seals, so
+    /// a client can neither undo them nor add a write seal that would fail the device's
+    /// stores). What a client can still do, punch holes or write anywhere in the file, changes
+    /// only bytes, which the device reads as untrusted anyway (docs/abi.md §9).
+    ///
+    /// # Errors
+    /// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or
+    /// are not all in place afterwards): never an unsealed region.
     pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::new(
@@ -50,9 +109,9 @@ impl SharedRegion {
                 "shared region of 0 bytes",
             ));
         }
-        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC).map_err(io::Error::from)?;
-        let file = File::from(fd);
+        let file = File::from(sealable_memfd(name)?);
         file.set_len(len as u64)?;
+        seal(&file)?;
         // The length is given explicitly (never taken from fstat), as for a device node.
         let map = MmapOptions::new().len(len).map_raw(&file)?;
         if map.len() != len {
@@ -366,6 +425,41 @@ mod tests {
         assert_eq!(r.fill(4096 * 3, 4, 0), Err(OutOfBounds));
         assert_eq!(r.discard(4096, u64::MAX), Err(OutOfBounds));
         assert!(r.read(3 * 4096, &mut []).is_ok());
+    }
+
+    #[test]
+    fn regions_are_sealed_before_anyone_sees_them_and_holes_read_zero() {
+        let r = SharedRegion::new("test-sealed", 2 * 4096).unwrap();
+        for fd in [
+            r.dup_fd().unwrap(),
+            OwnedFd::from(r.file.try_clone().unwrap()),
+        ] {
+            assert!(seals(&fd).unwrap().contains(REQUIRED_SEALS));
+            for len in [0, 4096, 3 * 4096] {
+                assert_eq!(nix::unistd::ftruncate(&fd, len), Err(nix::Error::EPERM));
+            }
+            assert_eq!(
+                fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_WRITE)),
+                Err(nix::Error::EPERM)
+            );
+        }
+        // What a client may still do: punch a hole. This side's mapping then reads zeros (and
+        // can be written again); it never faults.
+        r.fill(0, 8192, 0xdead_beef).unwrap();
+        let fd = r.dup_fd().unwrap();
+        fallocate(
+            &fd,
+            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            0,
+            8192,
+        )
+        .unwrap();
+        let mut back = [0xffu8; 8192];
+        r.read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        r.write(4, &[1, 2, 3]).unwrap();
+        r.read(4, &mut back[..3]).unwrap();
+        assert_eq!(&back[..3], &[1, 2, 3]);
     }
 
     #[test]

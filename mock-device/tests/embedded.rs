@@ -173,3 +173,68 @@ fn close_and_shutdown_stop_the_workers() {
         Errno::ENODEV
     );
 }
+
+/// The embedded device hands out the same sealed memory as the daemon: every descriptor
+/// `MockDevice::map` returns refuses to change size, however the client asks.
+#[test]
+fn every_descriptor_map_returns_is_sealed_against_resizing() {
+    use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
+    let dev = MockDevice::new(MockConfig::default());
+    let c = client(&dev);
+    let mut a = AllocMemoryArgs {
+        size: 8192,
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+    let s = stream(&dev, c);
+    for (what, cookie, len) in [
+        ("cmd ring", s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size),
+        (
+            "event ring",
+            s.event_ring.mmap_offset,
+            s.event_ring.mmap_size,
+        ),
+        ("doorbell", s.doorbell_offset, s.doorbell_size),
+        ("memory", a.mmap_offset, a.alloc_size),
+    ] {
+        let fd = dev.map(c, cookie, len).unwrap().fd;
+        let seals = SealFlag::from_bits_retain(fcntl(&fd, FcntlArg::F_GET_SEALS).unwrap());
+        let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        assert!(seals.contains(want), "{what}: {seals:?}");
+        let size = nix::sys::stat::fstat(&fd).unwrap().st_size;
+        for to in [0, size - 1, size + 4096] {
+            assert_eq!(
+                nix::unistd::ftruncate(&fd, to),
+                Err(nix::errno::Errno::EPERM),
+                "{what}: ftruncate to {to}"
+            );
+        }
+        assert_eq!(
+            fallocate(&fd, FallocateFlags::empty(), size, 4096),
+            Err(nix::errno::Errno::EPERM),
+            "{what}: fallocate past the end"
+        );
+        assert_eq!(
+            fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_WRITE)),
+            Err(nix::errno::Errno::EPERM),
+            "{what}: a client cannot add seals"
+        );
+        assert_eq!(nix::sys::stat::fstat(&fd).unwrap().st_size, size);
+    }
+    // The device works on.
+    let mut sub = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::fill(1, a.dev_addr, 8192, 3),
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s.handle,
+        value: 1,
+        timeout_ns: 10_000_000_000,
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
+    assert_eq!(w.status, 0);
+}

@@ -9,8 +9,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{channel, Receiver};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -109,9 +110,32 @@ impl Mockd {
         format!("mock:{}/davinci{n}.sock", self.dir.display())
     }
 
+    /// The socket of davinci`n`.
+    pub fn socket(&self, n: u32) -> PathBuf {
+        self.dir.join(format!("davinci{n}.sock"))
+    }
+
     /// The daemon's pid.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Whether the daemon is still running; `Err` with how it ended if it is not (a signal
+    /// such as SIGBUS shows here).
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        let Some(child) = self.child.as_mut() else {
+            return Err("davinci-mockd was terminated by the test".into());
+        };
+        match child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(st)) => Err(format!("davinci-mockd died: {st}")),
+            Err(e) => Err(format!("cannot wait for davinci-mockd: {e}")),
+        }
+    }
+
+    /// The daemon's descriptors, threads and shared-memory mappings now.
+    pub fn stats(&self) -> ProcStats {
+        ProcStats::of(self.pid())
     }
 
     /// Sends SIGTERM and waits for the exit (at most 10 s, then SIGKILL).
@@ -207,4 +231,140 @@ pub fn next_device() -> Result<String, String> {
 /// The daemon cannot be started.
 pub fn shared_path(id: u32) -> Result<String, String> {
     Ok(format!("mock:{}/davinci{id}.sock", shared()?.dir.display()))
+}
+
+/// What a process holds, from `/proc/PID`: a resource leak shows as a count that does not
+/// come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStats {
+    /// Open file descriptors.
+    pub fds: usize,
+    /// Threads.
+    pub threads: usize,
+    /// Mappings of davinci memfds (rings, doorbells, device-memory arenas).
+    pub memfd_maps: usize,
+}
+
+impl ProcStats {
+    /// Reads the counts of process `pid` (0 for what cannot be read).
+    pub fn of(pid: u32) -> ProcStats {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+        let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|t| t.trim().parse().ok())
+            })
+            .unwrap_or(0);
+        let memfd_maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_or(0, |m| {
+            m.lines().filter(|l| l.contains("/memfd:davinci")).count()
+        });
+        ProcStats {
+            fds,
+            threads,
+            memfd_maps,
+        }
+    }
+}
+
+/// How long [`TestClient::expect`] waits for a report.
+pub const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A `davinci-testclient` process and its JSON-line reports (see that program's docs).
+#[derive(Debug)]
+pub struct TestClient {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<serde_json::Value>,
+    /// Its pid.
+    pub pid: u32,
+}
+
+impl TestClient {
+    /// Starts `davinci-testclient ARGS --device DEVICE`.
+    ///
+    /// # Panics
+    /// If the program cannot be started (a test setup failure).
+    pub fn start(device: &str, args: &[&str]) -> TestClient {
+        let mut child = Command::new(bin("davinci-testclient"))
+            .args(args)
+            .arg("--device")
+            .arg(device)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start davinci-testclient");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<serde_json::Value>(&line) {
+                    Ok(v) => {
+                        if tx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => panic!("testclient printed non-JSON {line:?}: {e}"),
+                }
+            }
+        });
+        let pid = child.id();
+        TestClient {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            pid,
+        }
+    }
+
+    /// The next report.
+    ///
+    /// # Panics
+    /// Unless it is `event` (or on timeout).
+    pub fn expect(&self, event: &str) -> serde_json::Value {
+        let v = self
+            .lines
+            .recv_timeout(REPORT_TIMEOUT)
+            .unwrap_or_else(|_| panic!("client {}: no {event:?} report", self.pid));
+        assert_eq!(v["event"], event, "client {}: {v}", self.pid);
+        v
+    }
+
+    /// Every report already received and not yet read.
+    pub fn drain(&self) -> Vec<serde_json::Value> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Closes stdin (the client finishes, drops its device and exits); returns the exit code.
+    pub fn release(mut self) -> i32 {
+        drop(self.stdin.take());
+        self.child.wait().map_or(-1, |st| st.code().unwrap_or(-1))
+    }
+
+    /// Closes stdin and returns every report after that, and the exit code.
+    pub fn finish(mut self) -> (Vec<serde_json::Value>, i32) {
+        drop(self.stdin.take());
+        let code = self.child.wait().map_or(-1, |st| st.code().unwrap_or(-1));
+        let mut rest = Vec::new();
+        while let Ok(v) = self.lines.recv_timeout(REPORT_TIMEOUT) {
+            rest.push(v);
+        }
+        (rest, code)
+    }
+
+    /// SIGKILL, and reaps it.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for TestClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

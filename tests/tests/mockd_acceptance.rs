@@ -4,89 +4,15 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use davinci_shim::{Device, Errno};
-use davinci_tests::mockd::{bin, Mockd};
+use davinci_tests::mockd::{bin, Mockd, TestClient as Client};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// A `davinci-testclient` process and its JSON-line reports.
-struct Client {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<Value>,
-    pid: u32,
-}
-
-fn client(device: &str, args: &[&str]) -> Client {
-    let mut child = Command::new(bin("davinci-testclient"))
-        .args(args)
-        .arg("--device")
-        .arg(device)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start davinci-testclient");
-    let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<Value>(&line) {
-                Ok(v) => {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => panic!("testclient printed non-JSON {line:?}: {e}"),
-            }
-        }
-    });
-    let pid = child.id();
-    Client {
-        stdin: child.stdin.take(),
-        child,
-        lines: rx,
-        pid,
-    }
-}
-
-impl Client {
-    /// The next report; panics unless it is `event` (or on timeout).
-    fn expect(&self, event: &str) -> Value {
-        let v = self
-            .lines
-            .recv_timeout(LONG)
-            .unwrap_or_else(|_| panic!("client {}: no {event:?} report", self.pid));
-        assert_eq!(v["event"], event, "client {}: {v}", self.pid);
-        v
-    }
-
-    /// Closes stdin (the client drops its device and exits); returns the exit code.
-    fn release(mut self) -> i32 {
-        drop(self.stdin.take());
-        self.child.wait().expect("wait").code().unwrap_or(-1)
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn smi_cmd(d: &Mockd, args: &[&str]) -> Command {
     let mut c = Command::new(bin("testbin-davinci-smi"));
@@ -157,10 +83,10 @@ fn set_share(d: &Mockd, on: bool) -> (i32, Value) {
 #[test]
 fn exclusive_mode_second_client_gets_ebusy_naming_the_first() {
     let d = Mockd::start(&["--memory", "64M"]).unwrap();
-    let a = client(&d.path(0), &["hold"]);
+    let a = Client::start(&d.path(0), &["hold"]);
     a.expect("ready");
     // Another process: refused, and told who holds the device.
-    let b = client(&d.path(0), &["hold"]);
+    let b = Client::start(&d.path(0), &["hold"]);
     let err = b.expect("error");
     assert_eq!(err["errno"], "EBUSY", "{err}");
     let msg = err["message"].as_str().unwrap();
@@ -181,7 +107,7 @@ fn exclusive_mode_second_client_gets_ebusy_naming_the_first() {
     assert_eq!(u[&(a.pid as u64)]["streams"], 1);
     // Once it leaves, the next client gets in.
     assert_eq!(a.release(), 0);
-    let c = client(&d.path(0), &["hold"]);
+    let c = Client::start(&d.path(0), &["hold"]);
     c.expect("ready");
     assert_eq!(c.release(), 0);
 }
@@ -195,7 +121,7 @@ fn shared_mode_four_processes_submit_concurrently_and_usage_lists_each() {
     let clients: Vec<Client> = (0..4)
         .map(|i| {
             let elems = (1024 * (i + 1)).to_string();
-            client(
+            Client::start(
                 &d.path(0),
                 &[
                     "work",
@@ -282,8 +208,8 @@ fn set_device_share_needs_admin_is_idempotent_and_refuses_to_strand_clients() {
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["results"][0]["changed"], false);
     // Two clients attached: going exclusive would strand one: EBUSY, exit 5.
-    let a = client(&d.path(0), &["hold"]);
-    let b = client(&d.path(0), &["hold"]);
+    let a = Client::start(&d.path(0), &["hold"]);
+    let b = Client::start(&d.path(0), &["hold"]);
     a.expect("ready");
     b.expect("ready");
     let (code, v) = admin(&[&set[..], &["0"]].concat());
@@ -304,9 +230,9 @@ fn kill_9_mid_submission_releases_everything_and_others_finish() {
     let d = Mockd::start(&["--memory", "64M"]).unwrap();
     assert_eq!(set_share(&d, true).0, 0);
     let workers: Vec<Client> = (0..2)
-        .map(|_| client(&d.path(0), &["work", "--rounds", "150", "--hold"]))
+        .map(|_| Client::start(&d.path(0), &["work", "--rounds", "150", "--hold"]))
         .collect();
-    let victim = client(&d.path(0), &["spin", "--elems", "4096"]);
+    let victim = Client::start(&d.path(0), &["spin", "--elems", "4096"]);
     victim.expect("ready");
     victim.expect("progress");
     let vpid = victim.pid as u64;
@@ -345,25 +271,11 @@ fn kill_9_mid_submission_releases_everything_and_others_finish() {
     assert_eq!(device0(&d)["memory"]["used_bytes"], 0);
 }
 
-fn proc_count(pid: u32, what: &str) -> usize {
-    match what {
-        "fds" => std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
-        _ => std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Threads:"))
-                    .and_then(|t| t.trim().parse().ok())
-            })
-            .unwrap_or(0),
-    }
-}
-
 #[test]
 fn two_hundred_connect_kill_cycles_leave_the_counters_where_they_started() {
     let d = Mockd::start(&["--memory", "64M"]).unwrap();
     // Before any connection: the listeners, the acceptor threads, nothing else.
-    let (fds0, threads0) = (proc_count(d.pid(), "fds"), proc_count(d.pid(), "threads"));
+    let s0 = d.stats();
     assert_eq!(set_share(&d, true).0, 0);
     let base = device0(&d);
     assert_eq!(
@@ -374,7 +286,7 @@ fn two_hundred_connect_kill_cycles_leave_the_counters_where_they_started() {
         (Some(0), Some(0))
     );
     for i in 0..200u32 {
-        let c = client(&d.path(0), &["hold", "--mem", "40000"]);
+        let c = Client::start(&d.path(0), &["hold", "--mem", "40000"]);
         if i % 2 == 0 {
             // Killed while holding a context, a stream and memory.
             c.expect("ready");
@@ -389,18 +301,21 @@ fn two_hundred_connect_kill_cycles_leave_the_counters_where_they_started() {
         dev["clients"] == 0 && dev["memory"]["used_bytes"] == 0
     });
     assert!(usage(&d).is_empty());
-    let mut now = (0, 0);
-    wait_until("the daemon's descriptors and threads are back", || {
-        now = (proc_count(d.pid(), "fds"), proc_count(d.pid(), "threads"));
-        now == (fds0, threads0)
-    });
-    assert_eq!(now, (fds0, threads0));
+    let mut now = d.stats();
+    wait_until(
+        "the daemon's descriptors, threads and mappings are back",
+        || {
+            now = d.stats();
+            now == s0
+        },
+    );
+    assert_eq!(now, s0);
     let end = device0(&d);
     assert_eq!(end["share_mode"], base["share_mode"]);
     assert_eq!(end["memory"], base["memory"]);
     // Still fully usable, exclusive again included.
     assert_eq!(set_share(&d, false).0, 0);
-    let c = client(&d.path(0), &["work", "--rounds", "5"]);
+    let c = Client::start(&d.path(0), &["work", "--rounds", "5"]);
     c.expect("ready");
     assert_eq!(c.expect("done")["ok"], true);
 }
@@ -409,7 +324,7 @@ fn two_hundred_connect_kill_cycles_leave_the_counters_where_they_started() {
 fn sigterm_removes_the_sockets_and_clients_see_the_device_go() {
     let mut d = Mockd::start(&["--devices", "2"]).unwrap();
     let dir = d.dir().to_path_buf();
-    let c = client(&d.path(1), &["hold"]);
+    let c = Client::start(&d.path(1), &["hold"]);
     c.expect("ready");
     let st = d.terminate().unwrap();
     assert!(st.success(), "{st}");

@@ -8,11 +8,14 @@
 //! * `{"event":"error","errno":"EBUSY","message":"..."}` (exit status 1) if anything fails.
 //!
 //! Modes: `hold` (set up, report ready, wait for stdin to close), `work` (R rounds of FILL +
-//! ADD + COPY, each checked; with `--hold` then waits for stdin to close), `spin` (rounds
+//! ADD + COPY, each checked; with `--hold` then waits for stdin to close; with `--until-eof`
+//! rounds go on until stdin closes, with a `progress` report every 8 rounds), `spin` (rounds
 //! until killed).
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use davinci_shim::{Device, DeviceMem, Dtype, TaskDesc};
@@ -26,6 +29,7 @@ struct Opts {
     elems: usize,
     rounds: u64,
     hold: bool,
+    until_eof: bool,
     mem: usize,
 }
 
@@ -40,6 +44,7 @@ fn parse() -> Result<Opts, String> {
         elems: 1024,
         rounds: 50,
         hold: false,
+        until_eof: false,
         mem: 64 << 10,
     };
     while let Some(a) = args.next() {
@@ -54,6 +59,7 @@ fn parse() -> Result<Opts, String> {
             "--rounds" => o.rounds = num("--rounds")?,
             "--mem" => o.mem = num("--mem")? as usize,
             "--hold" => o.hold = true,
+            "--until-eof" => o.until_eof = true,
             other => return Err(format!("unexpected argument {other}")),
         }
     }
@@ -132,10 +138,27 @@ fn main() {
     let c = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
     let memory: usize = a.len() + b.len() + c.len();
     say(json!({"event": "ready", "pid": pid, "memory_bytes": memory}));
-    let rounds = if o.mode == "spin" { u64::MAX } else { o.rounds };
+    let rounds = if o.mode == "spin" || o.until_eof {
+        u64::MAX
+    } else {
+        o.rounds
+    };
+    // --until-eof: a thread watches stdin and says when it closed.
+    let eof = Arc::new(AtomicBool::new(false));
+    if o.until_eof {
+        let flag = eof.clone();
+        std::thread::spawn(move || {
+            wait_stdin_closed();
+            flag.store(true, Ordering::Release);
+        });
+    }
     let mut mismatches = 0u64;
     let mut tasks = 0u64;
+    let mut done_rounds = 0u64;
     for r in 0..rounds {
+        if eof.load(Ordering::Acquire) {
+            break;
+        }
         let ha: Vec<u32> = (0..n).map(|i| a_val(pid, r, i)).collect();
         let hb: Vec<u32> = (0..n).map(|i| b_val(r, i)).collect();
         a.write_slice(0, &ha).unwrap_or_else(|e| fail(e));
@@ -175,20 +198,21 @@ fn main() {
                 mismatches += 1;
             }
         }
-        if r == 0 && o.mode == "spin" {
-            say(json!({"event": "progress", "round": r}));
+        done_rounds = r + 1;
+        if (r == 0 && o.mode == "spin") || (o.until_eof && r % 8 == 0) {
+            say(json!({"event": "progress", "round": r, "mismatches": mismatches}));
         }
     }
     say(json!({
         "event": "done",
         "pid": pid,
         "ok": mismatches == 0,
-        "rounds": o.rounds,
+        "rounds": done_rounds,
         "tasks": tasks,
         "mismatches": mismatches,
         "memory_bytes": memory,
     }));
-    if o.hold {
+    if o.hold && !o.until_eof {
         wait_stdin_closed();
     }
 }
