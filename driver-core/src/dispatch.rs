@@ -347,6 +347,10 @@ impl<P: Platform> Device<P> {
 
     /// SUBMIT_TASK: places `desc` into the stream's command ring as the client's producer
     /// would, reading the shared tail once. Returns the ring index used.
+    ///
+    /// Corrupt indices found here put the stream in the error state (`EPROTO`, docs/abi.md
+    /// §5.5) at once, exactly as the engine does when it finds them: the failure does not
+    /// depend on whether the device's worker looked at the ring first.
     fn submit_slow(&mut self, client: u32, stream: u32, desc: &TaskDesc) -> Result<u32> {
         let s = match self.streams.get_mut(stream) {
             Some(s) if s.owner == client => s,
@@ -359,7 +363,14 @@ impl<P: Platform> Device<P> {
             Ok(index) => Ok(index),
             Err(davinci_ring::SubmitError::Full) => fail!(EAGAIN, "command ring is full"),
             Err(davinci_ring::SubmitError::Corrupt) => {
-                fail!(EIO, "command ring indices are corrupt")
+                s.state = StreamState::Error(Errno::EPROTO);
+                s.cmd.set_error(Errno::EPROTO.code() as u32, s.cmd.head());
+                // WAIT_EVENT callers on this stream now fail with EIO.
+                self.platform.notify_waiters();
+                fail!(
+                    EIO,
+                    "command ring indices are corrupt: the stream is now in the error state (EPROTO)"
+                )
             }
         }
     }

@@ -554,6 +554,29 @@ fn corrupt_indices_stop_the_stream_with_eproto() {
             .write_volatile(0x8000_0000)
     };
     assert_eq!(dev.run_stream(t.handle, 64), Run::Failed(Errno::EPROTO));
+    // SUBMIT_TASK that finds corrupt indices fails the stream itself, before the engine
+    // looks: EIO now, the EPROTO error state for everything after.
+    let u = stream(&mut dev, c, k, 8, 8);
+    // SAFETY: `cmd_ptr` points at the live command ring; offset 0 is the u32 tail.
+    unsafe { u.cmd_ptr.cast::<u32>().write_volatile(0xdead_0000) };
+    let mut sub = SubmitTaskArgs {
+        stream: u.handle,
+        desc: TaskDesc::nop(7),
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub),
+        Err(Errno::EIO)
+    );
+    assert_eq!(
+        dev.stream_state(c, u.handle).unwrap(),
+        StreamState::Error(Errno::EPROTO)
+    );
+    assert_eq!(
+        u.prod.region().error().map(|e| e.0),
+        Some(Errno::EPROTO.code() as u32)
+    );
+    assert_eq!(dev.run_stream(u.handle, 64), Run::Failed(Errno::EPROTO));
 }
 
 #[test]
