@@ -51,8 +51,6 @@ struct Scene {
     good: Option<TestClient>,
     /// Before any connection.
     empty: ProcStats,
-    /// With the good client working and nobody else.
-    with_good: ProcStats,
     good_memory: u64,
     rounds_seen: u64,
 }
@@ -83,18 +81,22 @@ impl Scene {
             d,
             good: Some(good),
             empty,
-            with_good: empty,
             good_memory,
             rounds_seen: 0,
         };
-        // The good client's share: its connection, its memfds and their mappings. (Its
-        // threads vary: each blocking wait has one while it lasts.)
         s.wait_until("the daemon holds only the good client's resources", |s| {
-            let now = s.d.stats();
-            s.with_good = now;
-            now.memfd_maps == 4 && s.info().memory_used == s.good_memory
+            s.only_the_good_client()
         });
         s
+    }
+
+    /// The daemon maps the good client's four memfds (arena, command ring, event ring,
+    /// doorbell) and nothing else, and the device counts one client with its memory. (Its
+    /// descriptor and thread counts are compared only once every client has gone: each
+    /// `info` call's control connection and each blocking wait come and go meanwhile.)
+    fn only_the_good_client(&self) -> bool {
+        let info = self.info();
+        self.d.stats().memfd_maps == 4 && info.clients == 1 && info.memory_used == self.good_memory
     }
 
     fn info(&self) -> DeviceInfo {
@@ -141,21 +143,14 @@ impl Scene {
             .unwrap_or_else(|e| panic!("after {after}: {e}"));
     }
 
-    /// The attacker has gone: the daemon holds what it held with the good client alone. Then
-    /// the good client finishes (every result correct) and everything is back to empty.
+    /// The attacker has gone: the daemon holds the good client's memory and mappings only.
+    /// Then the good client finishes (every result correct) and the daemon's descriptors,
+    /// threads and mappings are back to what they were before any connection.
     fn finish(mut self, attacker: Attacker) {
         drop(attacker);
         self.still_fine("the attacker left");
-        let with_good = self.with_good;
-        let good_memory = self.good_memory;
-        let mut now = self.d.stats();
-        self.wait_until("the attacker's resources are released", |s| {
-            now = s.d.stats();
-            let info = s.info();
-            now.fds == with_good.fds
-                && now.memfd_maps == with_good.memfd_maps
-                && info.clients == 1
-                && info.memory_used == good_memory
+        self.wait_until("the attacker's memory and mappings are released", |s| {
+            s.only_the_good_client()
         });
         let (reports, code) = self.good.take().unwrap().finish();
         let done = reports
@@ -169,10 +164,11 @@ impl Scene {
             done["tasks"].as_u64().unwrap() >= 3 * self.rounds_seen,
             "{done}"
         );
+        // Descriptors, threads and mappings exactly as before the first connection (polled
+        // before each `info`, whose own connection may still be closing from the last poll).
         let empty = self.empty;
         self.wait_until("the daemon is back to its state before any client", |s| {
-            now = s.d.stats();
-            now == empty && s.info().memory_used == 0
+            s.d.stats() == empty && s.info().memory_used == 0
         });
         assert_eq!(self.info().clients, 0);
     }
