@@ -24,7 +24,7 @@ pub mod peer;
 pub mod proto;
 pub mod sockio;
 
-pub use davinci_driver_core::{OpenError, OpenParams, Role};
+pub use davinci_driver_core::{NoUserMem, OpenError, OpenParams, Role, UserMem};
 pub use device::{local_open_params, MapSource, MockConfig, MockDevice};
 pub use platform::MockPlatform;
 pub use sys::StreamMem;
