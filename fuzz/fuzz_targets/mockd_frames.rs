@@ -1,5 +1,5 @@
 //! Arbitrary bytes into every decoder of the `davinci-mockd` wire protocol
-//! (`mock-device/src/proto.rs`): request frames (the daemon side), reply frames (the client
+//! (`mockd-proto/src/wire.rs`): request frames (the daemon side), reply frames (the client
 //! side), HELLO / HELLO reply / MMAP / MMAP reply arguments, the EBUSY holder payload.
 //!
 //! Asserts: no panic; whatever decodes re-encodes to the very same bytes (the decoders accept
@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-use davinci_mock_device::proto::*;
+use davinci_mockd_proto::*;
 
 fuzz_target!(|data: &[u8]| {
     // The raw bytes as each kind of frame.
@@ -42,8 +42,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(m.encode(), data);
     }
     if let Some(u) = holder_from_payload(data) {
-        let _ = describe_client(&u);
-        let _ = container_of(&u);
+        let _ = u.to_string();
+        let _ = u.container_id();
     }
 
     // A valid frame built from the input: header fields from the first bytes, the rest as

@@ -1,5 +1,5 @@
 //! The device without hardware: runs the driver-core engine on threads, embedded in-process
-//! (the shim's `Device::embedded()`) or, later, behind the `davinci-mockd` daemon.
+//! (the shim's `Device::embedded()`) or behind the `davinci-mockd` daemon.
 //!
 //! * [`MockPlatform`]: driver-core's `Platform` over memfds: per-client device-memory
 //!   arenas (sparse memfds; freed ranges are punched out), per-stream ring and doorbell
@@ -8,8 +8,13 @@
 //!   arm NEED_WAKEUP, futex-wait on the doorbell), the blocking half of WAIT_EVENT, and
 //!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors.
 //!
-//! All `unsafe` (memfd mappings, raw-pointer copies, ring views, futex syscalls) is in the
-//! private `sys` module; every other module is `#![forbid(unsafe_code)]`.
+//! * [`daemon`]: `davinci-mockd`, N devices each on its own Unix socket; `conn` serves one
+//!   connection (one open); [`peer`] finds who is on the other end; [`mockd_cli`] is its
+//!   command line. The wire protocol and socket I/O are `davinci-mockd-proto`, shared with
+//!   the clients.
+//!
+//! All `unsafe` (memfd mappings, ring views, the doorbell watch) is in the private `sys`
+//! module; every other module is `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -17,12 +22,11 @@ mod device;
 mod platform;
 mod sys;
 
-// davinci-mockd: wire protocol, sockets, peers, server, command line (see daemon.rs).
+// davinci-mockd: server, one connection, peers, command line.
+mod conn;
 pub mod daemon;
 pub mod mockd_cli;
 pub mod peer;
-pub mod proto;
-pub mod sockio;
 
 pub use davinci_driver_core::{NoUserMem, OpenError, OpenParams, Role, UserMem};
 pub use device::{local_open_params, MapSource, MockConfig, MockDevice};

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use nix::sys::signal::{SigSet, Signal};
 use tracing::{error, info};
 
-use crate::daemon::{default_socket_dir, Daemon, DaemonConfig};
+use davinci_mockd_proto::default_socket_dir;
+
+use crate::daemon::{Daemon, DaemonConfig};
 use crate::peer::AdminPolicy;
 
 /// `--help` text.

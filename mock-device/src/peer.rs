@@ -8,7 +8,7 @@
 
 use davinci_driver_core::CONTAINER_LEN;
 
-use crate::sockio::PeerCred;
+use davinci_mockd_proto::sockio::PeerCred;
 
 /// Prefixes of cgroup path components that wrap a container id (docker, containerd / CRI,
 /// cri-o, podman), tried in this order.

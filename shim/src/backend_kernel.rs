@@ -153,9 +153,8 @@ fn busy_message(path: &Path) -> String {
         .and_then(|l| l.into_iter().next());
     match holder {
         Some(h) => format!(
-            "{}: the device is in exclusive mode and held by {}",
+            "{}: the device is in exclusive mode and held by {h}",
             path.display(),
-            davinci_mock_device::proto::describe_client(&h)
         ),
         None => format!(
             "{}: the device is in exclusive mode and held by another client",

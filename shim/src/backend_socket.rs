@@ -1,5 +1,5 @@
 //! The `davinci-mockd` backend (`mock:SOCKET`): one `SOCK_SEQPACKET` connection is one open
-//! of the device; ioctls travel as frames (see `davinci_mock_device::proto`), mmap cookies
+//! of the device; ioctls travel as frames (see `davinci_mockd_proto::wire`), mmap cookies
 //! come back as memfds.
 //!
 //! Several threads may use one open at once (a thread blocked in WAIT_EVENT does not hold up
@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use davinci_mock_device::proto::{
+use davinci_mockd_proto::sockio::SeqPacket;
+use davinci_mockd_proto::{
     Hello, HelloReply, Kind, MmapArgs, MmapReply, Reply, Request, WireRole, MAX_PAYLOAD, MAX_REPLY,
 };
-use davinci_mock_device::sockio::SeqPacket;
 use davinci_uapi::{
     ClientUsage, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
     DRIVER_CMD_LIST_CLIENTS,

@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use davinci_driver_core::NoUserMem;
-use davinci_mock_device::proto::WireRole;
 use davinci_mock_device::{local_open_params, MockDevice, Role};
+use davinci_mockd_proto::WireRole;
 use davinci_uapi::{
     ClientUsage, DeviceInfo, DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_GET_INFO,
     DRIVER_CMD_QUERY_DEVICE_SHARE, DRIVER_CMD_SET_DEVICE_SHARE,

@@ -145,7 +145,7 @@ impl Device {
             Target::Mock(sock) => Self::from_backend(
                 Box::new(crate::backend_socket::SocketBackend::open(
                     &sock,
-                    davinci_mock_device::proto::WireRole::Client,
+                    davinci_mockd_proto::WireRole::Client,
                 )?),
                 None,
             ),

@@ -44,6 +44,7 @@ mod stream;
 
 pub use control::{device_path_from_env, Control, DevicePath, ShareState, DEVICE_ENV};
 pub use davinci_mock_device::{MockConfig, MockDevice};
+pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc};
 pub use device::{Context, Device, DeviceStats};
 pub use error::{Error, Result};

@@ -31,7 +31,7 @@ impl Discovery {
         Self {
             device_env: davinci_shim::device_path_from_env(),
             dev_dir: PathBuf::from("/dev"),
-            default_socket_dir: davinci_mock_device::daemon::default_socket_dir(),
+            default_socket_dir: davinci_shim::default_socket_dir(),
         }
     }
 }

@@ -247,10 +247,6 @@ fn mode_name(m: ShareMode) -> &'static str {
     }
 }
 
-fn container_of(u: &ClientUsage) -> String {
-    davinci_mock_device::proto::container_of(u)
-}
-
 /// The exit status of a run over several devices: 0 if all succeeded; the failure class if
 /// all failed alike (1 if they failed differently); [`exit::PARTIAL`] if some succeeded.
 pub fn combine(outcomes: &[Option<&SmiError>]) -> i32 {
@@ -472,7 +468,7 @@ fn board(targets: &[Target]) -> (Doc, String) {
                     clients_rows.push(vec![
                         id_text(t.entry.id),
                         u.pid.to_string(),
-                        short_container(&container_of(&u)),
+                        short_container(u.container_id().unwrap_or_default()),
                         mib(u.memory_bytes),
                         format!("{}/{}", u.tasks_completed, u.tasks_submitted),
                     ]);
@@ -635,7 +631,7 @@ fn usage(targets: &[Target]) -> (Doc, String) {
                         client_id: u.client_id,
                         pid: u.pid,
                         uid: u.uid,
-                        container_id: container_of(u),
+                        container_id: u.container_id().unwrap_or_default().to_string(),
                         contexts: u.contexts,
                         streams: u.streams,
                         events: u.events,

@@ -5,10 +5,10 @@
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use davinci_mock_device::proto::{
+use davinci_mockd_proto::sockio::SeqPacket;
+use davinci_mockd_proto::{
     Hello, HelloReply, Kind, MmapArgs, MmapReply, Reply, Request, WireRole, MAX_REPLY,
 };
-use davinci_mock_device::sockio::SeqPacket;
 use davinci_uapi::{
     AllocMemoryArgs, CreateContextArgs, CreateStreamArgs, Errno, SubmitTaskArgs, TaskDesc,
     WaitEventArgs, WaitKind, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_ALLOC_MEMORY,

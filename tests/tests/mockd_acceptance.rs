@@ -241,7 +241,7 @@ fn kill_9_mid_submission_releases_everything_and_others_finish() {
     assert!(before[&vpid]["memory_bytes"].as_u64().unwrap() >= 3 * 16384);
     // A hostile connection sends garbage meanwhile; nobody else notices.
     {
-        use davinci_mock_device::sockio::SeqPacket;
+        use davinci_mockd_proto::sockio::SeqPacket;
         let sock = SeqPacket::connect(std::path::Path::new(
             d.path(0).strip_prefix("mock:").unwrap(),
         ))

@@ -14,7 +14,7 @@ use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use davinci_mock_device::proto::WireRole;
+use davinci_mockd_proto::WireRole;
 use davinci_tests::mockd::{Mockd, ProcStats, TestClient};
 use davinci_tests::raw::{RawClient, RawError};
 use davinci_uapi::{

@@ -256,6 +256,47 @@ abi_struct! {
     }
 }
 
+impl ClientUsage {
+    /// The container id: the bytes of `container` up to the first NUL, or `None` for a client
+    /// outside any container. Drivers write ASCII ids; should a byte not be UTF-8, the id
+    /// ends before it.
+    pub fn container_id(&self) -> Option<&str> {
+        let end = self
+            .container
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.container.len());
+        let bytes = self.container.get(..end).unwrap_or(&[]);
+        let id = match core::str::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                core::str::from_utf8(bytes.get(..e.valid_up_to()).unwrap_or(&[])).unwrap_or("")
+            }
+        };
+        (!id.is_empty()).then_some(id)
+    }
+
+    /// `container` for an id (NUL-padded; an id longer than the field is cut).
+    pub fn container_field(id: &str) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        for (d, s) in out.iter_mut().zip(id.bytes()) {
+            *d = s;
+        }
+        out
+    }
+}
+
+/// How messages name a client: `pid 42 (uid 1000, container abcd)` or
+/// `pid 42 (uid 1000, no container)`.
+impl core::fmt::Display for ClientUsage {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.container_id() {
+            Some(c) => write!(f, "pid {} (uid {}, container {c})", self.pid, self.uid),
+            None => write!(f, "pid {} (uid {}, no container)", self.pid, self.uid),
+        }
+    }
+}
+
 abi_flags! {
     /// Feature bits in `DeviceInfo::features`. Probe these instead of comparing versions.
     #[c_prefix = "DAVINCI_FEAT_"]

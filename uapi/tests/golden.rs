@@ -112,3 +112,26 @@ fn wire_codec_matches_memory_layout() {
     h.encode(&mut hb);
     assert_eq!(&hb[..], h.as_bytes());
 }
+
+#[test]
+fn client_usage_names_its_container_and_itself() {
+    use davinci_uapi::ClientUsage;
+    let mut u = ClientUsage {
+        pid: 42,
+        uid: 1000,
+        ..ClientUsage::default()
+    };
+    assert_eq!(u.container_id(), None);
+    assert_eq!(u.to_string(), "pid 42 (uid 1000, no container)");
+    u.container = ClientUsage::container_field("abcd");
+    assert_eq!(u.container_id(), Some("abcd"));
+    assert_eq!(u.to_string(), "pid 42 (uid 1000, container abcd)");
+    // A full field has no NUL; bytes that are not UTF-8 end the id.
+    u.container = [b'x'; 64];
+    assert_eq!(u.container_id().map(str::len), Some(64));
+    u.container[3] = 0xff;
+    assert_eq!(u.container_id(), Some("xxx"));
+    u.container[0] = 0xff;
+    assert_eq!(u.container_id(), None);
+    assert_eq!(ClientUsage::container_field(&"y".repeat(70)), [b'y'; 64]);
+}

@@ -19,7 +19,7 @@ use nix::sys::socket::{
     SockType, UnixAddr,
 };
 
-use crate::proto::MAX_FDS;
+use crate::wire::MAX_FDS;
 
 fn nix_io(e: nix::Error) -> io::Error {
     io::Error::from_raw_os_error(e as i32)

@@ -529,27 +529,6 @@ pub fn holder_from_payload(payload: &[u8]) -> Option<ClientUsage> {
     ClientUsage::from_bytes(payload)
 }
 
-/// `"pid 1234 (container 0123456789ab)"` or `"pid 1234 (no container)"`: how messages name a
-/// client.
-pub fn describe_client(u: &ClientUsage) -> String {
-    let c = container_of(u);
-    if c.is_empty() {
-        format!("pid {} (uid {}, no container)", u.pid, u.uid)
-    } else {
-        format!("pid {} (uid {}, container {})", u.pid, u.uid, c)
-    }
-}
-
-/// The container id of a usage record (up to the first NUL; lossy UTF-8).
-pub fn container_of(u: &ClientUsage) -> String {
-    let end = u
-        .container
-        .iter()
-        .position(|&b| b == 0)
-        .unwrap_or(u.container.len());
-    String::from_utf8_lossy(&u.container[..end]).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,15 +667,13 @@ mod tests {
     }
 
     #[test]
-    fn describes_clients() {
+    fn the_holder_travels_as_payload() {
         let mut u = ClientUsage {
             pid: 42,
             uid: 1000,
             ..ClientUsage::default()
         };
-        assert_eq!(describe_client(&u), "pid 42 (uid 1000, no container)");
         u.container[..4].copy_from_slice(b"abcd");
-        assert_eq!(describe_client(&u), "pid 42 (uid 1000, container abcd)");
         let mut bytes = vec![0u8; ClientUsage::SIZE];
         u.encode(&mut bytes);
         assert_eq!(holder_from_payload(&bytes), Some(u));

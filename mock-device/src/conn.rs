@@ -1,0 +1,380 @@
+//! One connection of `davinci-mockd`, which is one open file of a device: HELLO (the open,
+//! with the peer's credentials and container), then IOCTL, MMAP and CLOSE frames until the
+//! connection ends, which closes the open whatever the cause.
+#![forbid(unsafe_code)]
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use davinci_driver_core::{Error, OpenParams, Role, UserMem};
+use davinci_mockd_proto::sockio::{PeerCred, SeqPacket};
+use davinci_mockd_proto::{
+    Hello, HelloReply, Kind, MmapArgs, MmapReply, ProtoError, Reply, Request, WireRole,
+    MAX_PAYLOAD, MAX_REQUEST,
+};
+use davinci_uapi::{
+    ClientUsage, Errno, ListClientsArgs, WaitEventArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+};
+use tracing::{debug, info, warn};
+
+use crate::daemon::{Shared, MAX_WAITS_PER_CONN};
+use crate::peer::container_of_pid;
+
+/// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
+pub(crate) fn send_reply(conn: &SeqPacket, r: &Reply, fd: Option<std::os::fd::BorrowedFd<'_>>) {
+    let bytes = match r.encode() {
+        Ok(b) => b,
+        Err(e) => {
+            warn!(error = %e, "reply does not encode; sending EPROTO instead");
+            match Reply::err(r.kind, r.tag, Errno::EPROTO, "reply too large").encode() {
+                Ok(b) => b,
+                Err(_) => return,
+            }
+        }
+    };
+    let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
+    if let Err(e) = conn.send(&bytes, &fds) {
+        debug!(error = %e, "reply not delivered (peer gone)");
+    }
+}
+
+fn proto_reply(frame: &[u8], e: ProtoError) -> Reply {
+    let kind = Request::peek_kind(frame).map_or(0, |k| k as u16);
+    Reply::err(kind, Request::peek_tag(frame), Errno::EPROTO, e.0)
+}
+
+fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Error>) -> Reply {
+    match r {
+        Ok(()) => Reply::ok(kind, tag, arg),
+        Err(e) => Reply {
+            arg,
+            ..Reply::err(kind as u16, tag, e.errno, e.msg)
+        },
+    }
+}
+
+/// Receives one frame. `Ok(None)` = the peer closed (or shut down).
+fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, ProtoError>> {
+    match conn.recv(buf, false) {
+        Ok(r) if r.len == 0 && !r.truncated => None,
+        Ok(r) if r.truncated => Some(Err(ProtoError("frame longer than the largest request"))),
+        Ok(r) if r.fds_dropped => Some(Err(ProtoError(
+            "file descriptors are not accepted from clients",
+        ))),
+        Ok(r) => Some(Ok(r.len)),
+        Err(e) => {
+            debug!(error = %e, "recv failed; closing the connection");
+            None
+        }
+    }
+}
+
+/// Serves one connection: HELLO, then requests until CLOSE or the end of the connection.
+pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
+    let cred = match conn.peer_cred() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(device = %shared.name, error = %e, "no peer credentials; dropping connection");
+            return;
+        }
+    };
+    let mut buf = vec![0u8; MAX_REQUEST + 1];
+    // A connection that never says HELLO does not keep its thread (and connection slot).
+    if let Err(e) = conn.set_recv_timeout(Some(shared.hello_timeout)) {
+        debug!(error = %e, "cannot bound the wait for HELLO");
+    }
+    let Some(frame) = recv_frame(conn, &mut buf) else {
+        debug!(device = %shared.name, pid = cred.pid, "closed (or silent) before HELLO");
+        return;
+    };
+    if let Err(e) = conn.set_recv_timeout(None) {
+        debug!(error = %e, "cannot clear the HELLO timeout; closing");
+        return;
+    }
+    let len = frame.as_ref().map_or(buf.len(), |&n| n);
+    let (client, role) = match frame
+        .and_then(|n| Request::decode(&buf[..n]))
+        .and_then(|req| hello(shared, conn, &cred, &req))
+    {
+        Ok(Some(opened)) => opened,
+        Ok(None) => return,
+        Err(e) => {
+            // Before HELLO: one EPROTO reply, then the connection is closed.
+            debug!(device = %shared.name, pid = cred.pid, error = %e, "bad first frame");
+            send_reply(conn, &proto_reply(&buf[..len], e), None);
+            return;
+        }
+    };
+    let waits = Arc::new(AtomicUsize::new(0));
+    loop {
+        let n = match recv_frame(conn, &mut buf) {
+            None => break,
+            Some(Err(e)) => {
+                send_reply(conn, &proto_reply(&buf, e), None);
+                continue;
+            }
+            Some(Ok(n)) => n,
+        };
+        let req = match Request::decode(&buf[..n]) {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(device = %shared.name, pid = cred.pid, error = %e, "malformed frame");
+                send_reply(conn, &proto_reply(&buf[..n], e), None);
+                continue;
+            }
+        };
+        match req.kind {
+            Kind::Hello => send_reply(
+                conn,
+                &Reply::err(
+                    Kind::Hello as u16,
+                    req.tag,
+                    Errno::EPROTO,
+                    "HELLO on an open connection (one connection is one open)",
+                ),
+                None,
+            ),
+            Kind::Close => {
+                // Released before the reply: a client that saw it knows its resources are gone.
+                shared.dev.close(client);
+                log_closed(shared, &cred, client, role);
+                send_reply(conn, &Reply::ok(Kind::Close, req.tag, Vec::new()), None);
+                return;
+            }
+            Kind::Mmap => mmap(shared, conn, client, &req),
+            Kind::Ioctl => {
+                if is_blocking_wait(&req) && waits.load(Ordering::Acquire) < MAX_WAITS_PER_CONN {
+                    waits.fetch_add(1, Ordering::AcqRel);
+                    let (s, c, w) = (shared.clone(), conn.clone(), waits.clone());
+                    let moved = req.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("{}-wait", shared.name))
+                        .spawn(move || {
+                            ioctl(&s, &c, client, moved);
+                            w.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if let Err(e) = spawned {
+                        waits.fetch_sub(1, Ordering::AcqRel);
+                        debug!(error = %e, "cannot start a wait thread; waiting inline");
+                        ioctl(shared, conn, client, req);
+                    }
+                } else {
+                    ioctl(shared, conn, client, req);
+                }
+            }
+        }
+    }
+    shared.dev.close(client);
+    log_closed(shared, &cred, client, role);
+}
+
+/// Client opens and closes are logged at `info`, control opens (davinci-smi) at `debug`.
+fn log_closed(shared: &Shared, cred: &PeerCred, client: u32, role: Role) {
+    if role == Role::Client {
+        info!(device = %shared.name, pid = cred.pid, handle = client, "client closed");
+    } else {
+        debug!(device = %shared.name, pid = cred.pid, handle = client, "control closed");
+    }
+}
+
+fn is_blocking_wait(req: &Request) -> bool {
+    req.request == DRIVER_CMD_WAIT_EVENT
+        && WaitEventArgs::from_bytes(&req.arg).is_some_and(|a| a.timeout_ns != 0)
+}
+
+/// Handles HELLO: `Ok(Some((client, role)))` when the open succeeded (reply sent), `Ok(None)`
+/// when it was refused (reply sent, connection to be closed).
+fn hello(
+    shared: &Shared,
+    conn: &SeqPacket,
+    cred: &PeerCred,
+    req: &Request,
+) -> Result<Option<(u32, Role)>, ProtoError> {
+    if req.kind != Kind::Hello {
+        return Err(ProtoError("the first frame must be HELLO"));
+    }
+    let Some(h) = Hello::decode(&req.arg) else {
+        return Err(ProtoError("HELLO argument has the wrong size"));
+    };
+    if h.reserved != 0 {
+        return Err(ProtoError("HELLO reserved field is not 0"));
+    }
+    if h.abi_major != ABI_VERSION_MAJOR {
+        let msg = format!(
+            "client speaks ABI major {}, this device speaks {}",
+            h.abi_major, ABI_VERSION_MAJOR
+        );
+        send_reply(
+            conn,
+            &Reply::err(Kind::Hello as u16, req.tag, Errno::EPROTO, &msg),
+            None,
+        );
+        return Ok(None);
+    }
+    let role = match WireRole::from_u32(h.role) {
+        Some(WireRole::Client) => Role::Client,
+        Some(WireRole::Control) => Role::Control,
+        None => return Err(ProtoError("HELLO role must be 0 (client) or 1 (control)")),
+    };
+    let params = OpenParams {
+        role,
+        pid: cred.pid,
+        uid: cred.uid,
+        admin: shared.admin.is_admin(cred),
+        container: container_of_pid(cred.pid),
+    };
+    match shared.dev.open(params) {
+        Ok(client) => {
+            let r = HelloReply {
+                abi_major: ABI_VERSION_MAJOR,
+                abi_minor: ABI_VERSION_MINOR,
+                device_id: shared.dev.config().device_id,
+                pid: cred.pid,
+                uid: cred.uid,
+            };
+            send_reply(conn, &Reply::ok(Kind::Hello, req.tag, r.encode()), None);
+            let usage = ClientUsage {
+                container: params.container,
+                ..ClientUsage::default()
+            };
+            let container = usage.container_id().unwrap_or_default();
+            if role == Role::Client {
+                info!(
+                    device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
+                    container = %container, handle = client, "client opened"
+                );
+            } else {
+                debug!(
+                    device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
+                    container = %container, handle = client, "control opened"
+                );
+            }
+            Ok(Some((client, role)))
+        }
+        Err(e) => {
+            let mut r = Reply::err(Kind::Hello as u16, req.tag, e.error.errno, e.error.msg);
+            if let Some(holder) = e.holder {
+                r.msg = format!(
+                    "{} is in exclusive mode and held by {}",
+                    shared.name, holder
+                );
+                let mut p = vec![0u8; ClientUsage::SIZE];
+                holder.encode(&mut p);
+                r.payload = p;
+            }
+            info!(device = %shared.name, pid = cred.pid, error = %r.msg, "open refused");
+            send_reply(conn, &r, None);
+            Ok(None)
+        }
+    }
+}
+
+fn mmap(shared: &Shared, conn: &SeqPacket, client: u32, req: &Request) {
+    let Some(a) = MmapArgs::decode(&req.arg) else {
+        // Request::decode checked the size already; be safe anyway.
+        send_reply(
+            conn,
+            &Reply::err(Kind::Mmap as u16, req.tag, Errno::EPROTO, "bad MMAP size"),
+            None,
+        );
+        return;
+    };
+    match shared.dev.map(client, a.cookie, a.len) {
+        Ok(src) => {
+            let mut r = Reply::ok(
+                Kind::Mmap,
+                req.tag,
+                MmapReply {
+                    offset: src.offset,
+                    len: a.len,
+                }
+                .encode(),
+            );
+            r.nfds = 1;
+            send_reply(conn, &r, Some(src.fd.as_fd()));
+        }
+        Err(e) => send_reply(
+            conn,
+            &Reply::err(Kind::Mmap as u16, req.tag, e.errno, e.msg),
+            None,
+        ),
+    }
+}
+
+/// LIST_CLIENTS output: what the driver writes at `buf + k` becomes payload byte `k`.
+struct PayloadMem {
+    base: u64,
+    limit: usize,
+    out: Vec<u8>,
+}
+
+impl UserMem for PayloadMem {
+    fn write(&mut self, addr: u64, data: &[u8]) -> davinci_driver_core::Result<()> {
+        let fault = Error::new(Errno::EFAULT, "write outside the caller's buffer");
+        let off = addr.checked_sub(self.base).ok_or(fault)?;
+        let off = usize::try_from(off).map_err(|_| fault)?;
+        let end = off.checked_add(data.len()).ok_or(fault)?;
+        if end > self.limit {
+            return Err(fault);
+        }
+        if self.out.len() < end {
+            self.out.resize(end, 0);
+        }
+        self.out[off..end].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+fn ioctl(shared: &Shared, conn: &SeqPacket, client: u32, req: Request) {
+    let Request {
+        tag,
+        request,
+        mut arg,
+        ..
+    } = req;
+    let mut mem = PayloadMem {
+        base: 0,
+        limit: 0,
+        out: Vec::new(),
+    };
+    if request == DRIVER_CMD_LIST_CLIENTS {
+        if let Some(a) = ListClientsArgs::from_bytes(&arg) {
+            mem.base = a.buf;
+            mem.limit = (a.capacity as usize)
+                .saturating_mul(a.entry_size as usize)
+                .min(MAX_PAYLOAD);
+        }
+    }
+    let r = shared.dev.ioctl(client, request, &mut arg, &mut mem);
+    let mut reply = driver_reply(Kind::Ioctl, tag, arg, r);
+    if reply.errno == 0 {
+        reply.payload = mem.out;
+    }
+    send_reply(conn, &reply, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_mem_is_bounded() {
+        let mut m = PayloadMem {
+            base: 0x1000,
+            limit: 256,
+            out: Vec::new(),
+        };
+        m.write(0x1000 + 128, &[1; 128]).unwrap();
+        assert_eq!(m.out.len(), 256);
+        assert_eq!(m.out[0], 0);
+        assert_eq!(m.out[200], 1);
+        assert_eq!(
+            m.write(0x1000 + 129, &[1; 128]).unwrap_err().errno,
+            Errno::EFAULT
+        );
+        assert_eq!(m.write(0xfff, &[1]).unwrap_err().errno, Errno::EFAULT);
+        assert_eq!(m.write(u64::MAX, &[1; 2]).unwrap_err().errno, Errno::EFAULT);
+    }
+}
