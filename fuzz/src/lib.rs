@@ -366,7 +366,7 @@ impl RingMem {
         assert!(off + 64 <= self.cmd_len);
         // SAFETY: `off + 64` lies inside the live command ring mapping (checked above); the
         // copy is made of relaxed atomic stores, like every other access to shared memory.
-        unsafe { davinci_ring::shared::copy_to_shared(self.cmd.add(off), bytes) }
+        unsafe { davinci_shm::copy_to_shared(self.cmd.add(off), bytes) }
     }
 
     /// Scribbles `bytes` over the event ring's slot area starting at byte `at` (wrapping).
@@ -380,7 +380,7 @@ impl RingMem {
         // SAFETY: `[hdr::SIZE + start, + n)` lies inside the live event ring mapping; the
         // copy is made of relaxed atomic stores.
         unsafe {
-            davinci_ring::shared::copy_to_shared(self.event.add(hdr::SIZE + start), &bytes[..n])
+            davinci_shm::copy_to_shared(self.event.add(hdr::SIZE + start), &bytes[..n])
         }
     }
 

@@ -20,7 +20,7 @@ use davinci_uapi::{
 };
 
 use crate::platform::MockPlatform;
-use crate::sys::{StreamMem, StreamPart};
+use crate::stream_mem::{StreamMem, StreamPart};
 
 /// Configuration of a mock device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

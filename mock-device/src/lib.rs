@@ -13,14 +13,17 @@
 //!   command line. The wire protocol and socket I/O are `davinci-mockd-proto`, shared with
 //!   the clients.
 //!
-//! All `unsafe` (memfd mappings, ring views, the doorbell watch) is in the private `sys`
-//! module; every other module is `#![forbid(unsafe_code)]`.
+//! Shared memory is `davinci_shm::SharedMapping` over sealed memfds (`memfd`). The only
+//! `unsafe` left here builds the device's ring views and doorbell watch over a stream's
+//! mappings (the private `stream_mem` module); every other module is
+//! `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod device;
+mod memfd;
 mod platform;
-mod sys;
+mod stream_mem;
 
 // davinci-mockd: server, one connection, peers, command line.
 mod conn;
@@ -31,4 +34,4 @@ pub mod peer;
 pub use davinci_driver_core::{NoUserMem, OpenError, OpenParams, Role, UserMem};
 pub use device::{local_open_params, MapSource, MockConfig, MockDevice};
 pub use platform::MockPlatform;
-pub use sys::StreamMem;
+pub use stream_mem::StreamMem;

@@ -15,7 +15,10 @@ use std::time::Instant;
 use davinci_driver_core::{Error, Platform, Result, StreamRegions};
 use davinci_uapi::Errno;
 
-use crate::sys::{OutOfBounds, SharedRegion, StreamMem, StreamPart};
+use davinci_shm::OutOfBounds;
+
+use crate::memfd::SharedRegion;
+use crate::stream_mem::{StreamMem, StreamPart};
 
 /// The mock device's platform: arenas, stream memory, time, and the wake-ups.
 pub struct MockPlatform {
@@ -180,19 +183,25 @@ impl Platform for MockPlatform {
     }
 
     fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.arena(client)?.read(offset, buf).map_err(oob)
+        self.arena(client)?.map().read(offset, buf).map_err(oob)
     }
 
     fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
-        self.arena(client)?.write(offset, data).map_err(oob)
+        self.arena(client)?.map().write(offset, data).map_err(oob)
     }
 
     fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
-        self.arena(client)?.copy_within(dst, src, len).map_err(oob)
+        self.arena(client)?
+            .map()
+            .copy_within(dst, src, len)
+            .map_err(oob)
     }
 
     fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
-        self.arena(client)?.fill(dst, len, pattern).map_err(oob)
+        self.arena(client)?
+            .map()
+            .fill(dst, len, pattern)
+            .map_err(oob)
     }
 
     fn now_ns(&self) -> u64 {

@@ -94,8 +94,6 @@ mod loom_mem;
 #[cfg(not(loom))]
 mod raw;
 mod region;
-#[cfg(not(loom))]
-pub mod shared;
 mod slot;
 mod sync;
 #[cfg(all(test, not(loom)))]

@@ -7,73 +7,16 @@
 //! [`DEVICE_ENV`] names the variable both read when no path is given.
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::fmt;
 
-use davinci_driver_core::NoUserMem;
-use davinci_mock_device::{local_open_params, MockDevice, Role};
-use davinci_mockd_proto::WireRole;
 use davinci_uapi::{
     ClientUsage, DeviceInfo, DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_GET_INFO,
     DRIVER_CMD_QUERY_DEVICE_SHARE, DRIVER_CMD_SET_DEVICE_SHARE,
 };
 
-use crate::backend::Backend;
-use crate::backend_kernel::KernelBackend;
-use crate::backend_socket::SocketBackend;
+use crate::backend::{self, Backend, Role};
 use crate::error::{Error, Result};
-
-/// The environment variable naming the device when the program is not told otherwise
-/// (`/dev/davinci0`, `mock:/run/davinci/davinci0.sock`, `embedded`).
-pub const DEVICE_ENV: &str = "DAVINCI_DEVICE";
-
-/// The device path in [`DEVICE_ENV`], if set and not empty.
-pub fn device_path_from_env() -> Option<String> {
-    std::env::var(DEVICE_ENV).ok().filter(|s| !s.is_empty())
-}
-
-/// A device path, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DevicePath<'a> {
-    /// `embedded`: a new in-process mock device.
-    Embedded,
-    /// A kernel device node (any absolute path, normally `/dev/davinciN`).
-    Kernel(&'a Path),
-    /// `mock:SOCKET`: a `davinci-mockd` device socket.
-    Mock(&'a Path),
-}
-
-impl<'a> DevicePath<'a> {
-    /// Parses `embedded`, `/dev/davinciN` (any absolute path) or `mock:SOCKET`.
-    ///
-    /// # Errors
-    /// `EINVAL` for anything else, with the accepted forms in the message.
-    pub fn parse(path: &'a str) -> Result<DevicePath<'a>> {
-        if path == "embedded" {
-            Ok(DevicePath::Embedded)
-        } else if let Some(sock) = path.strip_prefix("mock:") {
-            if sock.is_empty() {
-                Err(Error::new(
-                    Errno::EINVAL,
-                    "open",
-                    "mock: needs a socket path (mock:/run/davinci/davinci0.sock)",
-                ))
-            } else {
-                Ok(DevicePath::Mock(Path::new(sock)))
-            }
-        } else if path.starts_with('/') {
-            Ok(DevicePath::Kernel(Path::new(path)))
-        } else {
-            Err(Error::new(
-                Errno::EINVAL,
-                "open",
-                format!(
-                    "{path:?} is not a device path: use \"/dev/davinciN\", \"mock:SOCKET\" or \
-                     \"embedded\""
-                ),
-            ))
-        }
-    }
-}
+use crate::path::DevicePath;
 
 /// What QUERY_DEVICE_SHARE says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,34 +27,37 @@ pub struct ShareState {
     pub clients: u32,
 }
 
-enum Inner {
-    Socket(SocketBackend),
-    Kernel(KernelBackend),
-    Embedded { dev: MockDevice, open: u32 },
-}
-
 /// An operator's (control) open of a device.
 ///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
+/// # #[cfg(feature = "embedded")] {
 /// use davinci_shim::{Control, Device, ShareMode};
 /// let dev = Device::embedded()?;
 /// let ctl = Control::attach(dev.mock_device().unwrap())?;
 /// assert_eq!(ctl.share()?.clients, 1);
 /// ctl.set_share_mode(ShareMode::Shared)?; // the in-process owner is an admin
 /// assert_eq!(ctl.clients()?[0].pid, std::process::id());
+/// # }
 /// # Ok(()) }
 /// ```
 pub struct Control {
-    inner: Inner,
-    path: String,
+    backend: Box<dyn Backend>,
+    path: DevicePath,
 }
 
-impl std::fmt::Debug for Control {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Control {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Control")
             .field("path", &self.path)
             .finish_non_exhaustive()
+    }
+}
+
+/// What the control open goes through, for messages.
+impl fmt::Display for Control {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.backend.fmt(f)
     }
 }
 
@@ -120,48 +66,30 @@ impl Control {
     ///
     /// # Errors
     /// `ENODEV` (no such node or socket, no daemon), `EPERM` (permissions), `EINVAL` (not a
-    /// device path; `embedded` has no address: use [`attach`](Self::attach)), `EPROTO`
-    /// (another ABI major).
+    /// device path; `embedded` has no address: use `Control::attach`), `EPROTO` (another
+    /// ABI major).
     pub fn open(path: &str) -> Result<Control> {
-        let inner = match DevicePath::parse(path)? {
-            DevicePath::Mock(sock) => Inner::Socket(SocketBackend::open(sock, WireRole::Control)?),
-            DevicePath::Kernel(node) => Inner::Kernel(KernelBackend::open(node, true)?),
-            DevicePath::Embedded => {
-                return Err(Error::new(
-                    Errno::EINVAL,
-                    "open",
-                    "an embedded device lives inside one process: use Control::attach(&MockDevice)",
-                ))
-            }
-        };
-        let c = Control {
-            inner,
-            path: path.to_string(),
-        };
-        // Refuse another ABI major up front, as Device::open does.
-        let info = c.info()?;
-        if !davinci_uapi::abi_compatible(info.abi_major) {
-            return Err(Error::new(
-                Errno::EPROTO,
-                "open",
-                format!(
-                    "{path} speaks ABI {}.{}, this tool speaks {}.{}",
-                    info.abi_major,
-                    info.abi_minor,
-                    davinci_uapi::ABI_VERSION_MAJOR,
-                    davinci_uapi::ABI_VERSION_MINOR
-                ),
-            ));
-        }
-        Ok(c)
+        Self::open_path(&DevicePath::parse(path)?)
     }
 
-    /// Opens [`DEVICE_ENV`], or `/dev/davinci0` when it is not set.
+    /// [`open`](Self::open) of a parsed path.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_path(path: &DevicePath) -> Result<Control> {
+        let (backend, _) = backend::open(path, Role::Control)?;
+        Ok(Control {
+            backend,
+            path: path.clone(),
+        })
+    }
+
+    /// Opens [`DEVICE_ENV`](crate::DEVICE_ENV), or `/dev/davinci0` when it is not set.
     ///
     /// # Errors
     /// As [`open`](Self::open).
     pub fn from_env() -> Result<Control> {
-        Self::open(&device_path_from_env().unwrap_or_else(|| "/dev/davinci0".to_string()))
+        Self::open_path(&DevicePath::from_env()?)
     }
 
     /// A control open on an in-process mock device. The process owns the device, so it is
@@ -169,46 +97,23 @@ impl Control {
     ///
     /// # Errors
     /// `ENOSPC` when the device's open table is full; `ENODEV` after it shut down.
-    pub fn attach(mock: &MockDevice) -> Result<Control> {
-        let open = mock
-            .open(local_open_params(Role::Control, true))
-            .map_err(|e| Error::new(e.error.errno, "open", e.error.msg))?;
+    #[cfg(feature = "embedded")]
+    pub fn attach(mock: &crate::MockDevice) -> Result<Control> {
+        let b = backend::embedded::Embedded::open(mock.clone(), Role::Control)?;
+        backend::check_abi(&b)?;
         Ok(Control {
-            inner: Inner::Embedded {
-                dev: mock.clone(),
-                open,
-            },
-            path: "embedded".to_string(),
+            backend: Box::new(b),
+            path: DevicePath::Embedded,
         })
     }
 
     /// The path this was opened with.
-    pub fn path(&self) -> &str {
+    pub fn path(&self) -> &DevicePath {
         &self.path
     }
 
-    /// What this open goes through, for messages.
-    pub fn describe(&self) -> String {
-        match &self.inner {
-            Inner::Socket(s) => s.describe(),
-            Inner::Kernel(k) => k.describe(),
-            Inner::Embedded { dev, .. } => {
-                format!(
-                    "embedded mock device {} (control open)",
-                    dev.config().device_id
-                )
-            }
-        }
-    }
-
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
-        match &self.inner {
-            Inner::Socket(s) => s.ioctl(op, request, arg),
-            Inner::Kernel(k) => k.ioctl(op, request, arg),
-            Inner::Embedded { dev, open } => dev
-                .ioctl(*open, request, arg, &mut NoUserMem)
-                .map_err(|e| Error::new(e.errno, op, e.msg)),
-        }
+        self.backend.ioctl(op, request, arg)
     }
 
     fn call<T: Wire + Default>(&self, op: &'static str, request: u32, v: T) -> Result<T> {
@@ -281,40 +186,15 @@ impl Control {
     /// # Errors
     /// `ENODEV` if the device went away.
     pub fn clients(&self) -> Result<Vec<ClientUsage>> {
-        match &self.inner {
-            Inner::Socket(s) => s.list_clients(),
-            Inner::Kernel(k) => k.list_clients(),
-            Inner::Embedded { dev, .. } => Ok(dev.clients()),
-        }
+        self.backend.list_clients()
     }
 }
 
-impl Drop for Control {
-    fn drop(&mut self) {
-        if let Inner::Embedded { dev, open } = &self.inner {
-            dev.close(*open);
-        }
-    }
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "embedded"))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_device_paths() {
-        assert_eq!(DevicePath::parse("embedded"), Ok(DevicePath::Embedded));
-        assert_eq!(
-            DevicePath::parse("/dev/davinci3"),
-            Ok(DevicePath::Kernel(Path::new("/dev/davinci3")))
-        );
-        assert_eq!(
-            DevicePath::parse("mock:/run/davinci/davinci0.sock"),
-            Ok(DevicePath::Mock(Path::new("/run/davinci/davinci0.sock")))
-        );
-        assert!(DevicePath::parse("mock:").unwrap_err().is(Errno::EINVAL));
-        assert!(DevicePath::parse("davinci0").unwrap_err().is(Errno::EINVAL));
-    }
+    use crate::MockDevice;
+    use davinci_mock_device::{local_open_params, Role as MockRole};
 
     #[test]
     fn embedded_control_sees_clients_and_changes_sharing() {
@@ -327,11 +207,15 @@ mod tests {
                 clients: 0
             }
         );
-        let a = mock.open(local_open_params(Role::Client, false)).unwrap();
+        let a = mock
+            .open(local_open_params(MockRole::Client, false))
+            .unwrap();
         assert_eq!(ctl.clients().unwrap().len(), 1);
         ctl.set_share_mode(ShareMode::Shared).unwrap();
         ctl.set_share_mode(ShareMode::Shared).unwrap();
-        let b = mock.open(local_open_params(Role::Client, false)).unwrap();
+        let b = mock
+            .open(local_open_params(MockRole::Client, false))
+            .unwrap();
         assert_eq!(ctl.share().unwrap().clients, 2);
         let e = ctl.set_share_mode(ShareMode::Exclusive).unwrap_err();
         assert!(e.is(Errno::EBUSY), "{e}");
@@ -339,6 +223,7 @@ mod tests {
         ctl.set_share_mode(ShareMode::Exclusive).unwrap();
         mock.close(a);
         assert_eq!(ctl.info().unwrap().clients, 0);
+        assert!(ctl.to_string().contains("control open"), "{ctl}");
         assert!(Control::open("embedded").unwrap_err().is(Errno::EINVAL));
         assert!(Control::open("mock:/nonexistent/davinci0.sock")
             .unwrap_err()

@@ -5,14 +5,16 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use davinci_mock_device::{MockConfig, MockDevice};
+use std::os::fd::AsFd;
+
+use davinci_shm::SharedMapping;
 use davinci_uapi::*;
 
-use crate::backend::{parse_path, Backend, Embedded, Target};
+use crate::backend::{self, Backend, Role};
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::mapping::SharedMap;
 use crate::memory::DeviceBuffer;
+use crate::path::DevicePath;
 use crate::stream::{Stream, StreamOptions};
 
 /// Counters of the data path, kept by the shim (per [`Device`], over all its streams).
@@ -69,7 +71,6 @@ impl DeviceStats {
 pub(crate) struct DeviceInner {
     backend: Box<dyn Backend>,
     info: DeviceInfo,
-    mock: Option<MockDevice>,
     pub(crate) stats: Stats,
 }
 
@@ -81,6 +82,7 @@ pub(crate) struct DeviceInner {
 ///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
+/// # #[cfg(feature = "embedded")] {
 /// use davinci_shim::{Device, DeviceMem};
 /// use std::time::Duration;
 /// let dev = Device::embedded()?;
@@ -90,6 +92,7 @@ pub(crate) struct DeviceInner {
 /// stream.submit(&davinci_shim::TaskDesc::fill(1, buf.dev_addr(), 4096, 7))?;
 /// stream.synchronize(Duration::from_secs(5))?;
 /// assert_eq!(buf.read_vec::<u32>(0, 4)?, vec![7; 4]);
+/// # }
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -100,7 +103,7 @@ pub struct Device {
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device")
-            .field("backend", &self.inner.backend.describe())
+            .field("backend", &self.inner.backend.to_string())
             .field("device_id", &self.inner.info.device_id)
             .finish_non_exhaustive()
     }
@@ -112,103 +115,86 @@ fn encode<T: Wire>(v: &T) -> Vec<u8> {
     b
 }
 
+/// What the device's backend is, for messages: `davinci-mockd device 0 at
+/// mock:/run/davinci/davinci0.sock (client open)`.
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.backend.fmt(f)
+    }
+}
+
 impl Device {
     /// A new mock device running in this process (default configuration), opened as a
     /// client. No hardware, no daemon: the device engine runs on threads of this process
-    /// over the same shared memory a daemon would use.
+    /// over the same shared memory a daemon would use. (Cargo feature `embedded`, on by
+    /// default.)
+    ///
+    /// # Errors
+    /// Only if the process is out of resources (memfds, threads).
+    #[cfg(feature = "embedded")]
     pub fn embedded() -> Result<Device> {
-        Self::embedded_with(MockConfig::default())
+        Self::embedded_with(crate::MockConfig::default())
     }
 
     /// Like [`embedded`](Self::embedded), with a configuration (memory size, limits, ...).
-    pub fn embedded_with(config: MockConfig) -> Result<Device> {
-        Self::attach(&MockDevice::new(config))
+    ///
+    /// # Errors
+    /// As [`embedded`](Self::embedded).
+    #[cfg(feature = "embedded")]
+    pub fn embedded_with(config: crate::MockConfig) -> Result<Device> {
+        Self::attach(&crate::MockDevice::new(config))
     }
 
     /// Opens another client on an existing in-process mock device (e.g. to exercise device
     /// sharing: the device must be in shared mode for a second client, else `EBUSY`).
-    pub fn attach(mock: &MockDevice) -> Result<Device> {
-        let backend = Embedded::open(mock.clone())?;
-        Self::from_backend(Box::new(backend), Some(mock.clone()))
+    ///
+    /// # Errors
+    /// `EBUSY` naming the holder in exclusive mode; `ENODEV` after the device shut down.
+    #[cfg(feature = "embedded")]
+    pub fn attach(mock: &crate::MockDevice) -> Result<Device> {
+        let b = backend::embedded::Embedded::open(mock.clone(), Role::Client)?;
+        let info = backend::check_abi(&b)?;
+        Ok(Self::from_backend(Box::new(b), info))
     }
 
-    /// Opens the device at `path`: `"embedded"` (a new in-process mock device),
-    /// `"/dev/davinciN"` (the kernel driver) or `"mock:SOCKET"` (a `davinci-mockd` device).
-    /// In exclusive mode a second client gets `EBUSY` naming the holder (pid, container).
+    /// Opens the device at `path` as a client: `"/dev/davinciN"` (the kernel driver),
+    /// `"mock:SOCKET"` (a `davinci-mockd` device) or `"embedded"` (a new in-process mock
+    /// device). In exclusive mode a second client gets `EBUSY` naming the holder (pid,
+    /// container).
+    ///
+    /// # Errors
+    /// `EINVAL` for a malformed path; `ENODEV` when nothing answers there (no node, no
+    /// daemon); `EPERM` (permissions); `EBUSY` (exclusive mode); `EPROTO` (another ABI major).
     pub fn open(path: &str) -> Result<Device> {
-        match parse_path(path)? {
-            Target::Embedded => Self::embedded(),
-            Target::Kernel(node) => Self::from_backend(
-                Box::new(crate::backend_kernel::KernelBackend::open(&node, false)?),
-                None,
-            ),
-            Target::Mock(sock) => Self::from_backend(
-                Box::new(crate::backend_socket::SocketBackend::open(
-                    &sock,
-                    davinci_mockd_proto::WireRole::Client,
-                )?),
-                None,
-            ),
-        }
+        Self::open_path(&DevicePath::parse(path)?)
+    }
+
+    /// [`open`](Self::open) of a parsed path.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_path(path: &DevicePath) -> Result<Device> {
+        let (b, info) = backend::open(path, Role::Client)?;
+        Ok(Self::from_backend(b, info))
     }
 
     /// Opens the device named by `DAVINCI_DEVICE` (any [`open`](Self::open) path), or
     /// `/dev/davinci0` when it is not set.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
     pub fn from_env() -> Result<Device> {
-        Self::open(
-            &crate::control::device_path_from_env().unwrap_or_else(|| "/dev/davinci0".into()),
-        )
+        Self::open_path(&DevicePath::from_env()?)
     }
 
-    /// An operator's (control) open of `path`: see [`Control`](crate::Control).
-    pub fn open_control(path: &str) -> Result<crate::Control> {
-        crate::Control::open(path)
-    }
-
-    fn from_backend(backend: Box<dyn Backend>, mock: Option<MockDevice>) -> Result<Device> {
-        let mut info = DeviceInfo::default();
-        let mut arg = encode(&info);
-        if let Err(e) = backend.ioctl("GET_INFO", DRIVER_CMD_GET_INFO, &mut arg) {
-            return Err(if e.is(Errno::ENOTTY) {
-                Error::new(
-                    Errno::EPROTO,
-                    "open",
-                    format!(
-                        "{} does not understand this shim's GET_INFO (ABI {}.{}): another ABI \
-                         major? ({})",
-                        backend.describe(),
-                        ABI_VERSION_MAJOR,
-                        ABI_VERSION_MINOR,
-                        e.msg
-                    ),
-                )
-            } else {
-                e
-            });
-        }
-        info = DeviceInfo::decode(&arg);
-        if !abi_compatible(info.abi_major) {
-            return Err(Error::new(
-                Errno::EPROTO,
-                "open",
-                format!(
-                    "{} speaks ABI {}.{}, this shim speaks ABI {}.{}: majors differ, refusing",
-                    backend.describe(),
-                    info.abi_major,
-                    info.abi_minor,
-                    ABI_VERSION_MAJOR,
-                    ABI_VERSION_MINOR
-                ),
-            ));
-        }
-        Ok(Device {
+    fn from_backend(backend: Box<dyn Backend>, info: DeviceInfo) -> Device {
+        Device {
             inner: Arc::new(DeviceInner {
                 backend,
                 info,
-                mock,
                 stats: Stats::default(),
             }),
-        })
+        }
     }
 
     /// One ioctl with a typed argument; the reply fields are decoded back into `args` (also
@@ -226,11 +212,12 @@ impl Device {
     }
 
     /// Maps `len` bytes of the object behind `cookie`.
-    pub(crate) fn map(&self, op: &'static str, cookie: u64, len: u64) -> Result<SharedMap> {
-        let src = self.inner.backend.map(cookie, len).map_err(|mut e| {
-            e.op = op;
-            e
-        })?;
+    pub(crate) fn map(&self, op: &'static str, cookie: u64, len: u64) -> Result<SharedMapping> {
+        let src = self
+            .inner
+            .backend
+            .map(cookie, len)
+            .map_err(|e| e.in_op(op))?;
         let ulen = usize::try_from(len).map_err(|_| {
             Error::new(
                 Errno::EOVERFLOW,
@@ -238,7 +225,7 @@ impl Device {
                 "mapping larger than the address space",
             )
         })?;
-        SharedMap::new(&src, ulen).map_err(|e| Error::io(op, "mmap", &e))
+        SharedMapping::map(src.fd.as_fd(), src.offset, ulen).map_err(|e| Error::io(op, "mmap", &e))
     }
 
     /// Issues any ioctl with raw argument bytes (`arg.len()` must be `_IOC_SIZE(request)`,
@@ -271,15 +258,11 @@ impl Device {
         self.inner.info.features
     }
 
-    /// Which backend this open goes through, for messages.
-    pub fn describe(&self) -> String {
-        self.inner.backend.describe()
-    }
-
     /// The in-process mock device behind an embedded open (to [`attach`](Self::attach) more
     /// clients to it); `None` for other backends.
-    pub fn mock_device(&self) -> Option<&MockDevice> {
-        self.inner.mock.as_ref()
+    #[cfg(feature = "embedded")]
+    pub fn mock_device(&self) -> Option<&crate::MockDevice> {
+        self.inner.backend.mock_device()
     }
 
     /// Creates a context (`aclrtCreateContext` / `cuCtxCreate`).
@@ -399,71 +382,5 @@ impl Context {
     /// [`Device::alloc`]).
     pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
         self.inner.dev.alloc(len)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::mapping::MapFd;
-
-    /// A driver that answers GET_INFO with a given ABI major (or not at all).
-    struct FakeDriver {
-        major: Option<u16>,
-    }
-
-    impl Backend for FakeDriver {
-        fn describe(&self) -> String {
-            "fake driver".into()
-        }
-
-        fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
-            match (request, self.major) {
-                (DRIVER_CMD_GET_INFO, Some(major)) => {
-                    DeviceInfo {
-                        abi_major: major,
-                        abi_minor: 7,
-                        ..Default::default()
-                    }
-                    .encode(arg);
-                    Ok(())
-                }
-                _ => Err(Error::new(Errno::ENOTTY, op, "unknown ioctl command")),
-            }
-        }
-
-        fn map(&self, _cookie: u64, _len: u64) -> Result<MapFd> {
-            Err(Error::new(Errno::EINVAL, "mmap", "nothing to map"))
-        }
-    }
-
-    #[test]
-    fn another_abi_major_is_refused_with_eproto() {
-        let e = Device::from_backend(
-            Box::new(FakeDriver {
-                major: Some(ABI_VERSION_MAJOR + 1),
-            }),
-            None,
-        )
-        .unwrap_err();
-        assert_eq!((e.errno, e.op), (Some(Errno::EPROTO), "open"));
-        assert!(
-            e.msg
-                .contains(&format!("speaks ABI {}.7", ABI_VERSION_MAJOR + 1)),
-            "{e}"
-        );
-        // A driver that does not even understand GET_INFO's size: also EPROTO, explained.
-        let e = Device::from_backend(Box::new(FakeDriver { major: None }), None).unwrap_err();
-        assert_eq!(e.errno, Some(Errno::EPROTO), "{e}");
-        assert!(e.msg.contains("another ABI major"), "{e}");
-        // The same major (another minor) is accepted.
-        let dev = Device::from_backend(
-            Box::new(FakeDriver {
-                major: Some(ABI_VERSION_MAJOR),
-            }),
-            None,
-        )
-        .unwrap();
-        assert_eq!(dev.info().abi_minor, 7);
     }
 }

@@ -5,17 +5,16 @@ use std::fmt;
 
 use davinci_uapi::Errno;
 
-/// A failed operation: `op` names it (`"ALLOC_MEMORY"`, `"Stream::synchronize"`), `errno` is
-/// the errno the driver or the system returned (`None` for errors found by the shim itself
-/// that have no errno), and `msg` says what was wrong (the driver's message when it gave one).
+/// A failed operation: [`op`](Self::op) names it (`"ALLOC_MEMORY"`, `"Stream::synchronize"`),
+/// [`errno`](Self::errno) is the errno the driver or the system returned (`None` for errors
+/// found by the library itself that have no errno), and [`message`](Self::message) says what
+/// was wrong (the driver's message when it gave one). `Display` prints all three:
+/// `ALLOC_MEMORY failed: ENOMEM: out of memory for this client`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
-    /// The errno, if the failure has one.
-    pub errno: Option<Errno>,
-    /// What failed.
-    pub op: &'static str,
-    /// What was wrong.
-    pub msg: String,
+    errno: Option<Errno>,
+    op: &'static str,
+    msg: String,
 }
 
 impl Error {
@@ -46,9 +45,30 @@ impl Error {
         }
     }
 
-    /// A driver error (errno and its static message).
-    pub(crate) fn driver(op: &'static str, e: davinci_driver_core::Error) -> Self {
-        Self::new(e.errno, op, e.msg)
+    /// An error with an errno this ABI may not define (a task's status, a stream's error).
+    pub(crate) fn with_errno(errno: Option<Errno>, op: &'static str, msg: String) -> Self {
+        Self { errno, op, msg }
+    }
+
+    /// The same error, reported as failure of `op`.
+    pub(crate) fn in_op(mut self, op: &'static str) -> Self {
+        self.op = op;
+        self
+    }
+
+    /// The errno, if the failure has one.
+    pub fn errno(&self) -> Option<Errno> {
+        self.errno
+    }
+
+    /// What failed: an ioctl's name (`"ALLOC_MEMORY"`) or a method (`"Stream::synchronize"`).
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// What was wrong, in words.
+    pub fn message(&self) -> &str {
+        &self.msg
     }
 
     /// Whether the errno is `e`.
@@ -94,6 +114,6 @@ mod tests {
             "mapping the ring",
             &std::io::Error::from_raw_os_error(22),
         );
-        assert_eq!(io.errno, Some(Errno::EINVAL));
+        assert_eq!(io.errno(), Some(Errno::EINVAL));
     }
 }

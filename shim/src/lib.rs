@@ -19,36 +19,40 @@
 //! Everything is released on drop (streams and events before their context, buffers before
 //! the open). Errors are one type, [`Error`]: the errno, what failed, and the driver's message.
 //!
-//! Backends, one API: the embedded mock device (the device engine on threads of this
-//! process), `mock:SOCKET` (a `davinci-mockd` device, over the same shared memory, passed as
-//! memfds) and `/dev/davinciN` (the kernel driver). [`Device::from_env`] reads
-//! `DAVINCI_DEVICE`. [`Control`] is the operators' (control) open behind `davinci-smi`.
+//! Backends, one API: `/dev/davinciN` (the kernel driver), `mock:SOCKET` (a `davinci-mockd`
+//! device, over the same shared memory, passed as memfds) and, with the `embedded` cargo
+//! feature (on by default), the embedded mock device (the device engine on threads of this
+//! process: [`Device::embedded`]). [`Device::from_env`] reads `DAVINCI_DEVICE`. [`Control`]
+//! is the operators' (control) open behind `davinci-smi`. Without the `embedded` feature the
+//! library links neither the mock device nor its engine.
 //!
-//! `unsafe` is confined to the private `mapping` module (the mappings, the ring ends over
-//! them, the doorbell) and the `ioctl(2)` call of the kernel backend; every other module is
-//! `#![forbid(unsafe_code)]`.
+//! `unsafe` is confined to the private `rings` module (the ring ends and the doorbell over a
+//! stream's mappings) and the `ioctl(2)` call of the kernel backend; the mappings themselves
+//! are `davinci_shm::SharedMapping`. Every other module is `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod backend;
-mod backend_kernel;
-mod backend_socket;
 mod control;
 mod device;
 mod error;
 mod event;
-mod mapping;
 mod memory;
+mod path;
 mod pool;
+mod rings;
 mod stream;
 
-pub use control::{device_path_from_env, Control, DevicePath, ShareState, DEVICE_ENV};
+pub use control::{Control, ShareState};
+#[cfg(feature = "embedded")]
 pub use davinci_mock_device::{MockConfig, MockDevice};
+/// Where `davinci-mockd` puts its sockets when not told otherwise.
 pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc};
 pub use device::{Context, Device, DeviceStats};
 pub use error::{Error, Result};
 pub use event::Event;
 pub use memory::{DeviceBuffer, DeviceMem};
+pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
 pub use stream::{Completion, Stream, StreamError, StreamOptions};

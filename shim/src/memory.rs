@@ -9,7 +9,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::mapping::SharedMap;
+use davinci_shm::SharedMapping;
 
 /// Device memory with a host view: a device address for descriptors, and copies in and out.
 ///
@@ -72,7 +72,7 @@ pub(crate) fn range_error(op: &'static str, offset: usize, n: usize, len: usize)
 
 /// One device allocation (`aclrtMalloc` / `cudaMalloc`) and its host view. Freed on drop.
 pub struct DeviceBuffer {
-    map: SharedMap,
+    map: SharedMapping,
     dev: Device,
     handle: u32,
     dev_addr: u64,
@@ -157,7 +157,7 @@ impl DeviceMem for DeviceBuffer {
             return Err(range_error(OP, offset, data.len(), self.len));
         }
         self.map
-            .write(offset, data)
+            .write(offset as u64, data)
             .map_err(|_| range_error(OP, offset, data.len(), self.map.len()))
     }
 
@@ -167,7 +167,7 @@ impl DeviceMem for DeviceBuffer {
             return Err(range_error(OP, offset, out.len(), self.len));
         }
         self.map
-            .read(offset, out)
+            .read(offset as u64, out)
             .map_err(|_| range_error(OP, offset, out.len(), self.map.len()))
     }
 }

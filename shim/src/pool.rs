@@ -324,7 +324,7 @@ impl Drop for PoolBuffer {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "embedded"))]
 mod tests {
     use super::*;
 

@@ -16,7 +16,7 @@ use davinci_uapi::*;
 use crate::device::ContextInner;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::mapping::StreamRings;
+use crate::rings::{StreamRings, Wake};
 
 /// Ring depths and behaviour of a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,29 +118,43 @@ impl Completion {
     }
 
     fn to_error(self, op: &'static str) -> Error {
-        Error {
-            errno: self.errno(),
+        Error::with_errno(
+            self.errno(),
             op,
-            msg: format!(
+            format!(
                 "task user_data={:#x} opcode {} failed: {}",
                 self.user_data,
                 self.opcode,
                 self.describe_status()
             ),
-        }
+        )
     }
 }
 
 /// Why a stream stopped, as the device wrote it in the command ring's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamError {
+    errno: Option<Errno>,
+    raw: u32,
+    index: u32,
+}
+
+impl StreamError {
     /// The errno (`EPROTO` for a corrupt ring, `EBADMSG`/`EINVAL`/`EACCES`/`ENOENT` for a bad
     /// descriptor); `None` if the device wrote a value this ABI does not define.
-    pub errno: Option<Errno>,
+    pub fn errno(&self) -> Option<Errno> {
+        self.errno
+    }
+
     /// The raw value of the `error` field.
-    pub raw: u32,
+    pub fn raw(&self) -> u32 {
+        self.raw
+    }
+
     /// Free-running command-ring index of the descriptor (or ring position) that failed.
-    pub index: u32,
+    pub fn index(&self) -> u32 {
+        self.index
+    }
 }
 
 impl fmt::Display for StreamError {
@@ -236,14 +250,13 @@ impl Stream {
         let bell = dev
             .map(OP, a.doorbell_offset, a.doorbell_size)
             .map_err(destroy)?;
-        let futex = dev.features().contains(Features::DOORBELL_FUTEX);
         let rings = StreamRings::new(
             cmd,
             a.cmd_ring.entries,
             event,
             a.event_ring.entries,
             bell,
-            futex,
+            Wake::for_features(dev.features()),
         )
         .map_err(|m| destroy(Error::new(Errno::EPROTO, OP, m)))?;
         Ok(Stream {
@@ -349,19 +362,16 @@ impl Stream {
         if !self.rings.publish() {
             return Ok(());
         }
-        let features = self.ctx.dev.features();
-        if features.contains(Features::DOORBELL_MMIO) || features.contains(Features::DOORBELL_FUTEX)
-        {
-            let woke = self.rings.ring_doorbell();
-            let s = self.stats();
-            s.doorbells.fetch_add(1, Ordering::Relaxed);
-            if woke {
-                s.futex_wakes.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(())
-        } else {
-            self.notify_as(op)
+        if self.rings.wake() == Wake::Notify {
+            return self.notify_as(op);
         }
+        let woke = self.rings.ring_doorbell();
+        let s = self.stats();
+        s.doorbells.fetch_add(1, Ordering::Relaxed);
+        if woke {
+            s.futex_wakes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Submits one task. Returns once it is in the command ring (not when it ran). If the
@@ -513,7 +523,8 @@ impl Stream {
                     op,
                     format!(
                         "stream {:#x} is in the error state: {what}; it executes nothing more ({})",
-                        self.handle, e.msg
+                        self.handle,
+                        e.message()
                     ),
                 ))
             }

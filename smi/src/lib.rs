@@ -191,7 +191,7 @@ impl SmiError {
 impl From<davinci_shim::Error> for SmiError {
     fn from(e: davinci_shim::Error) -> Self {
         Self {
-            errno: e.errno,
+            errno: e.errno(),
             message: e.to_string(),
         }
     }

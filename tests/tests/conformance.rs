@@ -92,13 +92,20 @@ fn corrupted_command_ring_stops_only_its_stream() {
     // A tail no correct producer writes: far more than `entries` past the device's head.
     bad.debug_store_cmd_tail(0x4000_0000).unwrap();
     let e = wait_for_error(&bad);
-    assert_eq!(e.errno, Some(Errno::EPROTO), "{e}");
-    assert_eq!(e.index, 2, "the device's head when it found the corruption");
+    assert_eq!(e.errno(), Some(Errno::EPROTO), "{e}");
+    assert_eq!(
+        e.index(),
+        2,
+        "the device's head when it found the corruption"
+    );
     let err = bad.synchronize(T).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
-    assert!(err.msg.contains("EPROTO"), "message names the cause: {err}");
+    assert_eq!(err.errno(), Some(Errno::EIO), "{err}");
+    assert!(
+        err.message().contains("EPROTO"),
+        "message names the cause: {err}"
+    );
     let err = bad.submit(&TaskDesc::nop(3)).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
+    assert_eq!(err.errno(), Some(Errno::EIO), "{err}");
     // Nothing of the corrupt range was executed or completed.
     assert_eq!(poll_all(&mut bad).len(), 2);
 
@@ -189,8 +196,8 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
         ])
         .unwrap();
         let err = s.synchronize(T).unwrap_err();
-        assert_eq!(err.errno, Some(Errno::EIO), "{what}: {err}");
-        assert!(err.msg.contains(errno.name()), "{what}: {err}");
+        assert_eq!(err.errno(), Some(Errno::EIO), "{what}: {err}");
+        assert!(err.message().contains(errno.name()), "{what}: {err}");
         let done = poll_all(&mut s);
         assert_eq!(
             done.len(),
@@ -206,7 +213,7 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
         assert_eq!(done[1].status, -errno.code(), "{what}: {:?}", done[1]);
         assert_eq!(done[1].errno(), Some(errno), "{what}");
         let state = s.error_state().expect("error state");
-        assert_eq!((state.errno, state.index), (Some(errno), 1), "{what}");
+        assert_eq!((state.errno(), state.index()), (Some(errno), 1), "{what}");
         assert_eq!(
             mine.read_vec::<u32>(0, 16).unwrap(),
             vec![marker; 16],
@@ -219,7 +226,7 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
         );
         // Later submissions are refused with the stream's error.
         assert_eq!(
-            s.submit(&TaskDesc::nop(4)).unwrap_err().errno,
+            s.submit(&TaskDesc::nop(4)).unwrap_err().errno(),
             Some(Errno::EIO)
         );
         // Keep the previous marker at +64 for the next case's check.
@@ -269,9 +276,9 @@ fn slow_path_submit_task_interleaves_with_the_ring() {
     // The slow path validates too: a bad descriptor fails the stream like on the ring.
     s.submit_slow(&TaskDesc::fill(4, 0x10, 4, 0)).unwrap();
     let err = s.synchronize(T).unwrap_err();
-    assert!(err.msg.contains("EACCES"), "{err}");
+    assert!(err.message().contains("EACCES"), "{err}");
     let err = s.submit_slow(&TaskDesc::nop(5)).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
+    assert_eq!(err.errno(), Some(Errno::EIO), "{err}");
 }
 
 #[test]
@@ -312,7 +319,7 @@ fn event_orders_work_across_streams() {
         consumer
             .synchronize(Duration::from_millis(20))
             .unwrap_err()
-            .errno,
+            .errno(),
         Some(Errno::ETIMEDOUT)
     );
     // Open the gate (from a third stream of the same context).
@@ -342,11 +349,11 @@ fn event_orders_work_across_streams() {
     let other_ctx = dev.create_context().unwrap();
     let mut foreign = other_ctx.create_stream().unwrap();
     assert_eq!(
-        foreign.wait_event(&ready).unwrap_err().errno,
+        foreign.wait_event(&ready).unwrap_err().errno(),
         Some(Errno::EINVAL)
     );
     assert_eq!(
-        ready.record(&mut foreign).unwrap_err().errno,
+        ready.record(&mut foreign).unwrap_err().errno(),
         Some(Errno::EINVAL)
     );
     // Waiting for an event never recorded waits for nothing (CUDA semantics).
@@ -367,8 +374,8 @@ fn clients_are_isolated_in_shared_mode() {
     let one = dev();
     // Exclusive by default: a second client is refused, naming the holder.
     let err = second_client(&one).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::EBUSY), "{err}");
-    assert!(err.msg.contains("held by"), "{err}");
+    assert_eq!(err.errno(), Some(Errno::EBUSY), "{err}");
+    assert!(err.message().contains("held by"), "{err}");
     one.set_share_mode(ShareMode::Shared).unwrap();
     let two = second_client(&one).unwrap();
     assert_eq!(two.share_mode().unwrap(), (ShareMode::Shared, 2));
@@ -404,7 +411,7 @@ fn clients_are_isolated_in_shared_mode() {
         let mut s = ctx2.create_stream().unwrap();
         s.submit(&d).unwrap();
         let err = s.synchronize(T).unwrap_err();
-        assert!(err.msg.contains("EACCES"), "{what}: {err}");
+        assert!(err.message().contains("EACCES"), "{what}: {err}");
         let c = poll_all(&mut s);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].errno(), Some(Errno::EACCES), "{what}");
@@ -417,9 +424,9 @@ fn clients_are_isolated_in_shared_mode() {
 
     // Another client's handles look exactly like stale ones: ENOENT.
     let err = raw_handle(&two, DRIVER_CMD_FREE_MEMORY, secret.handle()).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    assert_eq!(err.errno(), Some(Errno::ENOENT), "{err}");
     let err = raw_handle(&two, DRIVER_CMD_DESTROY_CONTEXT, ctx1.handle()).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    assert_eq!(err.errno(), Some(Errno::ENOENT), "{err}");
     let mut w = WaitEventArgs {
         kind: WaitKind::Stream as u32,
         handle: s1.handle(),
@@ -430,16 +437,16 @@ fn clients_are_isolated_in_shared_mode() {
     let mut arg = vec![0u8; WaitEventArgs::SIZE];
     w.encode(&mut arg);
     let err = two.raw_ioctl(DRIVER_CMD_WAIT_EVENT, &mut arg).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    assert_eq!(err.errno(), Some(Errno::ENOENT), "{err}");
     w.kind = WaitKind::Event as u32;
     w.handle = ev1.handle();
     w.encode(&mut arg);
     let err = two.raw_ioctl(DRIVER_CMD_WAIT_EVENT, &mut arg).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::ENOENT), "{err}");
+    assert_eq!(err.errno(), Some(Errno::ENOENT), "{err}");
     let mut s = ctx2.create_stream().unwrap();
     s.submit(&TaskDesc::event_record(1, ev1.handle(), 5))
         .unwrap();
-    assert!(s.synchronize(T).unwrap_err().msg.contains("ENOENT"));
+    assert!(s.synchronize(T).unwrap_err().message().contains("ENOENT"));
     assert_eq!(ev1.value().unwrap(), 0);
 
     // The first client is unaffected.
@@ -447,7 +454,9 @@ fn clients_are_isolated_in_shared_mode() {
     assert_eq!(secret.read_vec::<u32>(0, 4).unwrap(), vec![0x5ec2_e700; 4]);
     // Going back to exclusive would strand the second client.
     assert_eq!(
-        one.set_share_mode(ShareMode::Exclusive).unwrap_err().errno,
+        one.set_share_mode(ShareMode::Exclusive)
+            .unwrap_err()
+            .errno(),
         Some(Errno::EBUSY)
     );
 }
@@ -507,7 +516,10 @@ fn pool_reuses_blocks_without_driver_round_trips() {
         .all(|&v| v == 0));
     // Host-view bounds are the block's, not the chunk's.
     assert_eq!(
-        target.write(target.len() - 4, &[0u8; 8]).unwrap_err().errno,
+        target
+            .write(target.len() - 4, &[0u8; 8])
+            .unwrap_err()
+            .errno(),
         Some(Errno::ERANGE)
     );
 
@@ -562,9 +574,9 @@ fn pool_is_thread_safe_and_bounded() {
             Err(e) => break e,
         }
     };
-    assert_eq!(err.errno, Some(Errno::ENOMEM), "{err}");
+    assert_eq!(err.errno(), Some(Errno::ENOMEM), "{err}");
     assert_eq!(hold.len(), 4);
-    assert_eq!(pool.alloc(0).unwrap_err().errno, Some(Errno::EINVAL));
+    assert_eq!(pool.alloc(0).unwrap_err().errno(), Some(Errno::EINVAL));
 }
 
 #[test]
@@ -667,8 +679,8 @@ fn completions_can_be_discarded_cuda_style() {
     s.submit_batch(&[TaskDesc::nop(1), TaskDesc::fill(2, 0x40, 4, 0)])
         .unwrap();
     let err = s.synchronize(T).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::EIO), "{err}");
-    assert!(err.msg.contains("EACCES"), "{err}");
+    assert_eq!(err.errno(), Some(Errno::EIO), "{err}");
+    assert!(err.message().contains("EACCES"), "{err}");
 }
 
 #[test]
@@ -686,17 +698,19 @@ fn a_stuck_stream_fails_submit_after_the_timeout() {
     descs.extend((1..10).map(TaskDesc::nop));
     let t = Instant::now();
     let err = s.submit_batch(&descs).unwrap_err();
-    assert_eq!(err.errno, Some(Errno::ETIMEDOUT), "{err}");
-    assert!(err.msg.contains("no progress"), "{err}");
+    assert_eq!(err.errno(), Some(Errno::ETIMEDOUT), "{err}");
+    assert!(err.message().contains("no progress"), "{err}");
     assert!(t.elapsed() >= Duration::from_millis(200));
     assert_eq!(
-        s.synchronize(Duration::from_millis(50)).unwrap_err().errno,
+        s.synchronize(Duration::from_millis(50))
+            .unwrap_err()
+            .errno(),
         Some(Errno::ETIMEDOUT)
     );
     // Destroying the event releases the waiter with ECANCELED.
     drop(never);
     let err = s.synchronize(T).unwrap_err();
-    assert!(err.msg.contains("ECANCELED"), "{err}");
+    assert!(err.message().contains("ECANCELED"), "{err}");
 }
 
 #[test]
@@ -756,16 +770,19 @@ fn device_paths_and_errors_are_clear() {
         "mock:/nonexistent-dir/davinci-test.sock",
     ] {
         let e = Device::open(path).unwrap_err();
-        assert!(e.errno.is_some(), "{e}");
-        assert!(e.msg.contains(path.trim_start_matches("mock:")), "{e}");
+        assert!(e.errno().is_some(), "{e}");
+        assert!(
+            e.message().contains(path.trim_start_matches("mock:")),
+            "{e}"
+        );
     }
     let e = Device::open("davinci0").unwrap_err();
-    assert_eq!(e.errno, Some(Errno::EINVAL), "{e}");
+    assert_eq!(e.errno(), Some(Errno::EINVAL), "{e}");
     // Memory errors carry the errno, the operation and the driver's message.
     let e = dev.alloc(0).unwrap_err();
-    assert_eq!((e.errno, e.op), (Some(Errno::EINVAL), "ALLOC_MEMORY"));
+    assert_eq!((e.errno(), e.op()), (Some(Errno::EINVAL), "ALLOC_MEMORY"));
     let e = dev.alloc(1 << 40).unwrap_err();
-    assert_eq!(e.errno, Some(Errno::ENOMEM), "{e}");
+    assert_eq!(e.errno(), Some(Errno::ENOMEM), "{e}");
     assert!(
         e.to_string().starts_with("ALLOC_MEMORY failed: ENOMEM: "),
         "{e}"
@@ -773,11 +790,11 @@ fn device_paths_and_errors_are_clear() {
     let b = dev.alloc(100).unwrap();
     assert_eq!(b.len(), 100);
     assert_eq!(
-        b.write(90, &[0; 11]).unwrap_err().errno,
+        b.write(90, &[0; 11]).unwrap_err().errno(),
         Some(Errno::ERANGE)
     );
     assert_eq!(
-        b.read(usize::MAX, &mut [0; 2]).unwrap_err().errno,
+        b.read(usize::MAX, &mut [0; 2]).unwrap_err().errno(),
         Some(Errno::ERANGE)
     );
     assert_eq!(b.addr(100).unwrap(), b.dev_addr() + 100);
@@ -787,11 +804,11 @@ fn device_paths_and_errors_are_clear() {
     let e = ctx
         .create_stream_with(StreamOptions::depths(3, 8))
         .unwrap_err();
-    assert_eq!((e.errno, e.op), (Some(Errno::EINVAL), "CREATE_STREAM"));
+    assert_eq!((e.errno(), e.op()), (Some(Errno::EINVAL), "CREATE_STREAM"));
     let e = ctx
         .create_stream_with(StreamOptions::depths(16, 8))
         .unwrap_err();
-    assert!(e.msg.contains("event_entries"), "{e}");
+    assert!(e.message().contains("event_entries"), "{e}");
 }
 
 #[test]

@@ -95,7 +95,7 @@ fn exclusive_mode_second_client_gets_ebusy_naming_the_first() {
     // The same through the shim in this process.
     let e = Device::open(&d.path(0)).unwrap_err();
     assert!(e.is(Errno::EBUSY), "{e}");
-    assert!(e.msg.contains(&format!("pid {}", a.pid)), "{e}");
+    assert!(e.message().contains(&format!("pid {}", a.pid)), "{e}");
     // The operator sees the one holder.
     let dev = device0(&d);
     assert_eq!(
@@ -337,7 +337,7 @@ fn sigterm_removes_the_sockets_and_clients_see_the_device_go() {
     assert_eq!(code, 3, "{out}");
     let e = Device::open(&d.path(0)).unwrap_err();
     assert!(e.is(Errno::ENODEV), "{e}");
-    assert!(e.msg.contains("davinci-mockd"), "{e}");
+    assert!(e.message().contains("davinci-mockd"), "{e}");
     assert_eq!(
         c.release(),
         0,

@@ -158,7 +158,7 @@ pub fn run(dev: &Device, cfg: &WorkloadConfig, mut progress: impl FnMut(u64)) ->
     let per_round = (streams * (3 * slots + 3)) as u64;
     let rounds = cfg.tasks.div_ceil(per_round).max(1);
     let mut report = Report {
-        device: dev.describe(),
+        device: dev.to_string(),
         streams,
         batch,
         elements,

@@ -85,7 +85,7 @@ fn fail(e: davinci_shim::Error) -> ! {
     say(json!({
         "event": "error",
         "pid": std::process::id(),
-        "errno": e.errno.map(|x| x.name()),
+        "errno": e.errno().map(|x| x.name()),
         "message": e.to_string(),
     }));
     std::process::exit(1);

@@ -1,8 +1,8 @@
 //! Byte copies to and from shared memory that another process (or the device) may access
 //! concurrently: every access is a relaxed atomic (8 bytes at a time where aligned), so a
 //! racing peer can make the bytes meaningless but never makes the copy undefined behaviour.
-//! Device memory views (the shim's host view, the mock device's arenas) use these; ring slots
-//! use the whole-slot volatile copies of the ring ends.
+//! [`SharedMapping`](crate::SharedMapping) copies with these; ring slots use the whole-slot
+//! volatile copies of the ring ends (`davinci-ring`).
 #![allow(unsafe_code)]
 
 /// Copies `buf.len()` bytes from shared memory at `src` into `buf`, with relaxed atomic loads

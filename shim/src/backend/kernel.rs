@@ -7,6 +7,7 @@
 //! one is loaded. When the node is missing the error says so and names the alternatives.
 #![allow(unsafe_code)]
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -14,15 +15,14 @@ use std::path::{Path, PathBuf};
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::{ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS};
 
-use crate::backend::Backend;
+use super::{Backend, MapFd, Role};
 use crate::error::{Error, Result};
-use crate::mapping::MapFd;
 
 /// An open of a kernel device node.
 pub(crate) struct KernelBackend {
     file: File,
     path: PathBuf,
-    control: bool,
+    role: Role,
 }
 
 fn errno_error(op: &'static str, path: &Path, e: &std::io::Error) -> Error {
@@ -43,13 +43,14 @@ impl KernelBackend {
     /// `ENODEV` when the node does not exist (no driver loaded), `EPERM` when its permissions
     /// refuse this user, `EBUSY` when a client open meets a device in exclusive use (the
     /// message names the holder when a control open can find out who it is).
-    pub(crate) fn open(path: &Path, control: bool) -> Result<KernelBackend> {
+    pub(crate) fn open(path: &Path, role: Role) -> Result<KernelBackend> {
+        let control = role == Role::Control;
         let opened = OpenOptions::new().read(true).write(!control).open(path);
         match opened {
             Ok(file) => Ok(KernelBackend {
                 file,
                 path: path.to_path_buf(),
-                control,
+                role,
             }),
             Err(e) => Err(match e.kind() {
                 std::io::ErrorKind::NotFound => Error::new(
@@ -111,7 +112,7 @@ impl KernelBackend {
     }
 
     /// LIST_CLIENTS into a buffer owned here.
-    pub(crate) fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+    fn list_clients_into_own_buffer(&self) -> Result<Vec<ClientUsage>> {
         let mut capacity = 64u32;
         loop {
             let mut buf = vec![0u8; capacity as usize * ClientUsage::SIZE];
@@ -147,9 +148,9 @@ impl KernelBackend {
 
 /// The EBUSY message for a client open: names the holder if a control open can see it.
 fn busy_message(path: &Path) -> String {
-    let holder = KernelBackend::open(path, true)
+    let holder = KernelBackend::open(path, Role::Control)
         .ok()
-        .and_then(|c| c.list_clients().ok())
+        .and_then(|c| c.list_clients_into_own_buffer().ok())
         .and_then(|l| l.into_iter().next());
     match holder {
         Some(h) => format!(
@@ -163,15 +164,18 @@ fn busy_message(path: &Path) -> String {
     }
 }
 
-impl Backend for KernelBackend {
-    fn describe(&self) -> String {
-        format!(
+impl fmt::Display for KernelBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
             "kernel device {} ({} open)",
             self.path.display(),
-            if self.control { "control" } else { "client" }
+            self.role.name()
         )
     }
+}
 
+impl Backend for KernelBackend {
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
         if request == DRIVER_CMD_LIST_CLIENTS {
             // The driver would write through the buffer pointer in `arg`; only
@@ -196,6 +200,10 @@ impl Backend for KernelBackend {
             .into();
         Ok(MapFd { fd, offset: cookie })
     }
+
+    fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+        self.list_clients_into_own_buffer()
+    }
 }
 
 #[cfg(test)]
@@ -205,20 +213,20 @@ mod tests {
 
     #[test]
     fn missing_node_is_enodev_with_a_hint() {
-        let e = KernelBackend::open(Path::new("/dev/davinci-does-not-exist"), false)
+        let e = KernelBackend::open(Path::new("/dev/davinci-does-not-exist"), Role::Client)
             .err()
             .unwrap();
         assert!(e.is(Errno::ENODEV));
-        assert!(e.msg.contains("kernel driver loaded"), "{e}");
-        assert!(e.msg.contains("mock:"), "{e}");
+        assert!(e.message().contains("kernel driver loaded"), "{e}");
+        assert!(e.message().contains("mock:"), "{e}");
     }
 
     #[test]
     fn ioctls_reach_the_kernel() {
         // /dev/null is a real character device without our ioctls: the syscall path runs and
         // the kernel answers ENOTTY, exactly what an old or foreign driver would.
-        let b = KernelBackend::open(Path::new("/dev/null"), true).unwrap();
-        assert!(b.describe().contains("control open"));
+        let b = KernelBackend::open(Path::new("/dev/null"), Role::Control).unwrap();
+        assert!(b.to_string().contains("control open"));
         let mut arg = vec![0u8; DeviceInfo::SIZE];
         let e = b
             .ioctl("GET_INFO", DRIVER_CMD_GET_INFO, &mut arg)

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,9 +23,8 @@ use davinci_uapi::{
     DRIVER_CMD_LIST_CLIENTS,
 };
 
-use crate::backend::Backend;
+use super::{Backend, MapFd, Role};
 use crate::error::{Error, Result};
-use crate::mapping::MapFd;
 
 /// A reply and the descriptors that came with it.
 struct Incoming {
@@ -49,7 +49,7 @@ pub(crate) struct SocketBackend {
     conn: SeqPacket,
     path: PathBuf,
     hello: HelloReply,
-    role: WireRole,
+    role: Role,
     next_tag: AtomicU32,
     rx: Mutex<Rx>,
     cv: Condvar,
@@ -72,7 +72,7 @@ impl SocketBackend {
     /// `ENODEV` if there is no socket or no daemon behind it, `EPERM` if the socket's
     /// permissions refuse this user, `EBUSY` (naming the holder) if a client open meets a
     /// device in exclusive use, `EPROTO` if the daemon speaks another ABI major.
-    pub(crate) fn open(path: &Path, role: WireRole) -> Result<SocketBackend> {
+    pub(crate) fn open(path: &Path, role: Role) -> Result<SocketBackend> {
         let conn = SeqPacket::connect(path).map_err(|e| connect_error(path, &e))?;
         let mut s = SocketBackend {
             conn,
@@ -87,7 +87,10 @@ impl SocketBackend {
         let h = Hello {
             abi_major: ABI_VERSION_MAJOR,
             abi_minor: ABI_VERSION_MINOR,
-            role: role as u32,
+            role: match role {
+                Role::Client => WireRole::Client as u32,
+                Role::Control => WireRole::Control as u32,
+            },
             reserved: 0,
         };
         let got = s.call("open", Kind::Hello, 0, h.encode())?;
@@ -206,7 +209,7 @@ impl SocketBackend {
 
     /// LIST_CLIENTS: the usage of every attached client. The daemon returns what it would
     /// write through the user pointer as the reply payload; no pointer is dereferenced here.
-    pub(crate) fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+    fn list_clients_from_payload(&self) -> Result<Vec<ClientUsage>> {
         let capacity = (MAX_PAYLOAD / ClientUsage::SIZE) as u32;
         let a = ListClientsArgs {
             // Any non-zero base: the payload is addressed relative to it.
@@ -275,19 +278,19 @@ fn connect_error(path: &Path, e: &std::io::Error) -> Error {
     }
 }
 
-impl Backend for SocketBackend {
-    fn describe(&self) -> String {
-        let role = match self.role {
-            WireRole::Client => "client",
-            WireRole::Control => "control",
-        };
-        format!(
-            "davinci-mockd device {} at mock:{} ({role} open)",
+impl fmt::Display for SocketBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "davinci-mockd device {} at mock:{} ({} open)",
             self.hello.device_id,
-            self.path.display()
+            self.path.display(),
+            self.role.name()
         )
     }
+}
 
+impl Backend for SocketBackend {
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
         let got = self.call(op, Kind::Ioctl, request, arg.to_vec())?;
         let r = got.reply;
@@ -325,6 +328,10 @@ impl Backend for SocketBackend {
                 "MMAP reply must carry exactly one descriptor",
             )),
         }
+    }
+
+    fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+        self.list_clients_from_payload()
     }
 }
 

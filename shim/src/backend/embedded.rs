@@ -1,0 +1,85 @@
+//! The mock device running in this process: one open (client or control) of a
+//! [`MockDevice`]. Only with the `embedded` feature.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use davinci_mock_device::{local_open_params, MockDevice, NoUserMem};
+use davinci_uapi::ClientUsage;
+
+use super::{Backend, MapFd, Role};
+use crate::error::{Error, Result};
+
+/// One open of an in-process [`MockDevice`].
+pub(crate) struct Embedded {
+    dev: MockDevice,
+    open: u32,
+    role: Role,
+}
+
+impl Embedded {
+    /// Opens `dev` as `role`. The caller owns the in-process device, so it is an admin (it may
+    /// change device sharing).
+    pub(crate) fn open(dev: MockDevice, role: Role) -> Result<Self> {
+        let r = match role {
+            Role::Client => davinci_mock_device::Role::Client,
+            Role::Control => davinci_mock_device::Role::Control,
+        };
+        match dev.open(local_open_params(r, true)) {
+            Ok(open) => Ok(Self { dev, open, role }),
+            Err(e) => {
+                let msg = match e.holder {
+                    Some(h) => format!("{} (held by {h})", e.error.msg),
+                    None => e.error.msg.to_string(),
+                };
+                Err(Error::new(e.error.errno, "open", msg))
+            }
+        }
+    }
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        self.dev.close(self.open);
+    }
+}
+
+impl fmt::Display for Embedded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "embedded mock device {} ({} open {})",
+            self.dev.config().device_id,
+            self.role.name(),
+            self.open
+        )
+    }
+}
+
+impl Backend for Embedded {
+    fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        // No user pointers on this path: LIST_CLIENTS goes through `list_clients`.
+        self.dev
+            .ioctl(self.open, request, arg, &mut NoUserMem)
+            .map_err(|e| Error::new(e.errno, op, e.msg))
+    }
+
+    fn map(&self, cookie: u64, len: u64) -> Result<MapFd> {
+        let src = self
+            .dev
+            .map(self.open, cookie, len)
+            .map_err(|e| Error::new(e.errno, "mmap", e.msg))?;
+        Ok(MapFd {
+            fd: src.fd,
+            offset: src.offset,
+        })
+    }
+
+    fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+        Ok(self.dev.clients())
+    }
+
+    fn mock_device(&self) -> Option<&MockDevice> {
+        Some(&self.dev)
+    }
+}

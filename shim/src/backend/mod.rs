@@ -1,0 +1,224 @@
+//! How the shim reaches a driver. Everything above this module speaks only ioctls (request
+//! number + argument bytes) and mmap cookies, so a backend is three operations:
+//!
+//! * `ioctl(request, arg)`: the argument bytes go in, the reply fields come back in the same
+//!   buffer (also on failure: WAIT_EVENT's `current`/`status`);
+//! * `map(cookie, len)`: a descriptor and offset to `mmap` for an object the driver handed out;
+//! * `list_clients()`: LIST_CLIENTS, whose user pointer each backend serves its own way.
+//!
+//! Backends: [`kernel`] (`/dev/davinciN`: the node itself is mapped, at the cookie),
+//! [`socket`] (`mock:SOCKET`, a `davinci-mockd` device: memfds over the socket) and, with the
+//! `embedded` feature, `embedded` (the mock device on threads of this process). Clients
+//! ([`Device`](crate::Device)) and operators ([`Control`](crate::Control)) open them the same
+//! way, [`open`], and pass the same ABI check, [`check_abi`].
+#![deny(unsafe_code)]
+
+use std::fmt;
+use std::os::fd::OwnedFd;
+
+use davinci_uapi::{
+    abi_compatible, ClientUsage, DeviceInfo, Errno, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
+    DRIVER_CMD_GET_INFO,
+};
+
+use crate::error::{Error, Result};
+use crate::path::DevicePath;
+
+#[cfg(feature = "embedded")]
+pub(crate) mod embedded;
+pub(crate) mod kernel;
+pub(crate) mod socket;
+
+/// Who opens: a client (may own resources) or an operator's control open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Client,
+    Control,
+}
+
+impl Role {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Control => "control",
+        }
+    }
+}
+
+/// A file descriptor and an offset in it where a device object can be mapped: a memfd from
+/// the mock device, or the device node itself with the cookie as offset.
+#[derive(Debug)]
+pub(crate) struct MapFd {
+    pub(crate) fd: OwnedFd,
+    pub(crate) offset: u64,
+}
+
+/// A channel to a driver, as one open file. `Display` says what it is, for messages.
+pub(crate) trait Backend: Send + Sync + fmt::Display {
+    /// One ioctl. `arg` is exactly `_IOC_SIZE(request)` bytes.
+    fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()>;
+
+    /// Where to map `len` bytes of the object behind `cookie`.
+    fn map(&self, cookie: u64, len: u64) -> Result<MapFd>;
+
+    /// LIST_CLIENTS: every attached client's usage.
+    fn list_clients(&self) -> Result<Vec<ClientUsage>>;
+
+    /// The in-process mock device behind an embedded open.
+    #[cfg(feature = "embedded")]
+    fn mock_device(&self) -> Option<&davinci_mock_device::MockDevice> {
+        None
+    }
+}
+
+/// Opens `path` as `role` and checks the driver's ABI ([`check_abi`]): the one way any open
+/// reaches a driver. `embedded` makes a new in-process device for a client; a control open
+/// of it has nothing to reach (it lives in another `Device`: use `Control::attach`).
+pub(crate) fn open(path: &DevicePath, role: Role) -> Result<(Box<dyn Backend>, DeviceInfo)> {
+    let backend: Box<dyn Backend> = match path {
+        DevicePath::Kernel(node) => Box::new(kernel::KernelBackend::open(node, role)?),
+        DevicePath::Mock(sock) => Box::new(socket::SocketBackend::open(sock, role)?),
+        DevicePath::Embedded => open_embedded(role)?,
+    };
+    let info = check_abi(backend.as_ref())?;
+    Ok((backend, info))
+}
+
+#[cfg(feature = "embedded")]
+fn open_embedded(role: Role) -> Result<Box<dyn Backend>> {
+    match role {
+        Role::Client => Ok(Box::new(embedded::Embedded::open(
+            davinci_mock_device::MockDevice::new(Default::default()),
+            role,
+        )?)),
+        Role::Control => Err(Error::new(
+            Errno::EINVAL,
+            "open",
+            "an embedded device lives inside one process: use Control::attach(&MockDevice)",
+        )),
+    }
+}
+
+#[cfg(not(feature = "embedded"))]
+fn open_embedded(_role: Role) -> Result<Box<dyn Backend>> {
+    Err(Error::new(
+        Errno::ENODEV,
+        "open",
+        "this build of davinci-shim has no embedded mock device (cargo feature \"embedded\"); \
+         use /dev/davinciN or mock:SOCKET",
+    ))
+}
+
+/// GET_INFO, and the ABI-major check every open passes: a driver of another major (or one
+/// that does not even know this GET_INFO) is refused with `EPROTO`, saying both versions.
+pub(crate) fn check_abi(backend: &dyn Backend) -> Result<DeviceInfo> {
+    let mut arg = vec![0u8; DeviceInfo::SIZE];
+    DeviceInfo::default().encode(&mut arg);
+    if let Err(e) = backend.ioctl("GET_INFO", DRIVER_CMD_GET_INFO, &mut arg) {
+        return Err(if e.is(Errno::ENOTTY) {
+            Error::new(
+                Errno::EPROTO,
+                "open",
+                format!(
+                    "{backend} does not understand GET_INFO of ABI {ABI_VERSION_MAJOR}.\
+                     {ABI_VERSION_MINOR}: another ABI major? ({})",
+                    e.message()
+                ),
+            )
+        } else {
+            e
+        });
+    }
+    let info = DeviceInfo::decode(&arg);
+    if !abi_compatible(info.abi_major) {
+        return Err(Error::new(
+            Errno::EPROTO,
+            "open",
+            format!(
+                "{backend} speaks ABI {}.{}, this library speaks ABI {ABI_VERSION_MAJOR}.\
+                 {ABI_VERSION_MINOR}: majors differ, refusing",
+                info.abi_major, info.abi_minor,
+            ),
+        ));
+    }
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver that answers GET_INFO with a given ABI major (or not at all).
+    struct FakeDriver {
+        major: Option<u16>,
+    }
+
+    impl fmt::Display for FakeDriver {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("fake driver")
+        }
+    }
+
+    impl Backend for FakeDriver {
+        fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+            match (request, self.major) {
+                (DRIVER_CMD_GET_INFO, Some(major)) => {
+                    DeviceInfo {
+                        abi_major: major,
+                        abi_minor: 7,
+                        ..Default::default()
+                    }
+                    .encode(arg);
+                    Ok(())
+                }
+                _ => Err(Error::new(Errno::ENOTTY, op, "unknown ioctl command")),
+            }
+        }
+
+        fn map(&self, _cookie: u64, _len: u64) -> Result<MapFd> {
+            Err(Error::new(Errno::EINVAL, "mmap", "nothing to map"))
+        }
+
+        fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn another_abi_major_is_refused_with_eproto() {
+        let e = check_abi(&FakeDriver {
+            major: Some(ABI_VERSION_MAJOR + 1),
+        })
+        .unwrap_err();
+        assert_eq!((e.errno(), e.op()), (Some(Errno::EPROTO), "open"));
+        assert!(
+            e.message()
+                .contains(&format!("speaks ABI {}.7", ABI_VERSION_MAJOR + 1)),
+            "{e}"
+        );
+        // A driver that does not even understand GET_INFO's size: also EPROTO, explained.
+        let e = check_abi(&FakeDriver { major: None }).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EPROTO), "{e}");
+        assert!(e.message().contains("another ABI major"), "{e}");
+        // The same major (another minor) is accepted.
+        let info = check_abi(&FakeDriver {
+            major: Some(ABI_VERSION_MAJOR),
+        })
+        .unwrap();
+        assert_eq!(info.abi_minor, 7);
+    }
+
+    #[test]
+    fn embedded_path_needs_the_feature_or_an_attach() {
+        let e = open(&DevicePath::Embedded, Role::Control).err().unwrap();
+        if cfg!(feature = "embedded") {
+            assert!(e.is(Errno::EINVAL) && e.message().contains("attach"), "{e}");
+            assert!(open(&DevicePath::Embedded, Role::Client).is_ok());
+        } else {
+            assert!(
+                e.is(Errno::ENODEV) && e.message().contains("embedded"),
+                "{e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The host's ends of one stream (the command-ring producer, the event-ring consumer, the
+//! doorbell) over the stream's three mappings, and how the stream wakes the device, decided
+//! once when the stream is created. The shim's one module with `unsafe` besides the kernel
+//! backend's `ioctl(2)`: building the ring views, whose soundness rests on this type owning
+//! the mappings they point into. The mappings themselves are `davinci_shm::SharedMapping`.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::Ordering;
+
+use davinci_ring::{Consumer, Doorbell, Producer, RingRegion};
+use davinci_shm::{futex_wake, SharedMapping};
+use davinci_uapi::mmap::DOORBELL_REG_OFFSET;
+use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
+use davinci_uapi::{EventRecord, Features, RingFlags, TaskDesc};
+
+/// How a publish that finds NEED_WAKEUP wakes the device: read once from the device's
+/// features when the stream is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Write the doorbell register (hardware).
+    Mmio,
+    /// Write the doorbell word, then `FUTEX_WAKE` it (a software device watching the word).
+    Futex,
+    /// The NOTIFY ioctl (a device with no doorbell the host can write).
+    Notify,
+}
+
+impl Wake {
+    /// The method for a device with `features`.
+    pub(crate) fn for_features(features: Features) -> Wake {
+        if features.contains(Features::DOORBELL_MMIO) {
+            Wake::Mmio
+        } else if features.contains(Features::DOORBELL_FUTEX) {
+            Wake::Futex
+        } else {
+            Wake::Notify
+        }
+    }
+}
+
+/// The host's ends of one stream: the command-ring producer, the event-ring consumer and the
+/// doorbell, together with the mappings they point into (so they cannot outlive them).
+pub(crate) struct StreamRings {
+    // Field order = drop order: the ends (raw pointers into the maps) go before the maps.
+    producer: Producer<TaskDesc>,
+    consumer: Consumer<EventRecord>,
+    doorbell: Doorbell,
+    wake: Wake,
+    cmd: SharedMapping,
+    _event: SharedMapping,
+    bell: SharedMapping,
+}
+
+impl std::fmt::Debug for StreamRings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamRings")
+            .field("tail", &self.producer.tail())
+            .field("head", &self.consumer.head())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamRings {
+    /// Builds the ring ends over the three mappings; `wake` is how publishes wake the device.
+    pub(crate) fn new(
+        cmd: SharedMapping,
+        cmd_entries: u32,
+        event: SharedMapping,
+        event_entries: u32,
+        bell: SharedMapping,
+        wake: Wake,
+    ) -> Result<Self, String> {
+        if bell.len() < 4 {
+            return Err("doorbell mapping shorter than the register".into());
+        }
+        // SAFETY: `cmd` is a live shared read/write mapping of `cmd.len()` bytes, page aligned
+        // (so 64-byte aligned). The region and the producer built on it are fields of the
+        // returned value declared before `cmd`, so they are dropped before the mapping; they
+        // are private and never moved out. Within this process the only other accesses to the
+        // ring are the device's ring ends (embedded mode), over its own mapping.
+        let cmd_region =
+            unsafe { RingRegion::new(cmd.as_ptr(), cmd.len(), cmd_entries, TASK_DESC_SIZE) }
+                .map_err(|e| format!("command ring: {e}"))?;
+        // SAFETY: as above, for the event ring and its consumer.
+        let event_region = unsafe {
+            RingRegion::new(
+                event.as_ptr(),
+                event.len(),
+                event_entries,
+                EVENT_RECORD_SIZE,
+            )
+        }
+        .map_err(|e| format!("event ring: {e}"))?;
+        let producer = Producer::try_new(cmd_region).map_err(|e| format!("command ring: {e}"))?;
+        let consumer = Consumer::try_new(event_region).map_err(|e| format!("event ring: {e}"))?;
+        // SAFETY: the doorbell register is the first word of the doorbell page (page aligned,
+        // writable, at least 4 bytes: checked above), mapped for as long as `bell` lives; the
+        // doorbell is a field declared before `bell` and never moved out. Nothing else in this
+        // process writes the word non-atomically (the embedded device only uses atomics).
+        let doorbell = unsafe { Doorbell::new(bell.as_ptr().cast::<u32>()) };
+        Ok(Self {
+            producer,
+            consumer,
+            doorbell,
+            wake,
+            cmd,
+            _event: event,
+            bell,
+        })
+    }
+
+    /// Command-ring slots.
+    pub(crate) fn cmd_entries(&self) -> u32 {
+        self.producer.capacity()
+    }
+
+    /// Event-ring slots.
+    pub(crate) fn event_entries(&self) -> u32 {
+        self.consumer.region().entries()
+    }
+
+    /// Copies as many descriptors as fit into free slots; returns how many (not published).
+    pub(crate) fn push_slice(&mut self, descs: &[TaskDesc]) -> usize {
+        self.producer.push_slice(descs)
+    }
+
+    /// Free command slots.
+    pub(crate) fn free(&mut self) -> u32 {
+        self.producer.free()
+    }
+
+    /// Publishes pushed descriptors; `true` if the device asked for a doorbell.
+    pub(crate) fn publish(&mut self) -> bool {
+        self.producer.publish()
+    }
+
+    /// The command ring's tail (every descriptor pushed).
+    pub(crate) fn tail(&self) -> u32 {
+        self.producer.tail()
+    }
+
+    /// Re-reads the shared tail after a SUBMIT_TASK.
+    pub(crate) fn resync_tail(&mut self) {
+        self.producer.resync_tail();
+    }
+
+    /// How publishes wake the device.
+    pub(crate) fn wake(&self) -> Wake {
+        self.wake
+    }
+
+    /// Writes the tail to the doorbell register and, for a software device, `FUTEX_WAKE`s it.
+    /// Returns whether a futex wake was issued. (With [`Wake::Notify`] the caller issues the
+    /// ioctl instead; this then only writes the register, which such a device ignores.)
+    pub(crate) fn ring_doorbell(&self) -> bool {
+        self.doorbell.ring(self.producer.tail());
+        if self.wake != Wake::Futex {
+            return false;
+        }
+        // The register word lies inside `bell` (checked at construction), so it resolves.
+        match self.bell.word(DOORBELL_REG_OFFSET) {
+            Ok(word) => {
+                futex_wake(word);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Copies out up to `max` completions, in order.
+    pub(crate) fn consume(&mut self, max: usize, f: impl FnMut(EventRecord)) -> usize {
+        self.consumer.consume(max, f)
+    }
+
+    /// Completions published and not consumed.
+    pub(crate) fn available(&mut self) -> u32 {
+        self.consumer.available()
+    }
+
+    /// The event ring's head (every completion consumed).
+    pub(crate) fn head(&self) -> u32 {
+        self.consumer.head()
+    }
+
+    /// The command ring's flags.
+    pub(crate) fn cmd_flags(&self) -> RingFlags {
+        self.producer.region().flags()
+    }
+
+    /// `(errno, index)` once the device put the stream in the error state.
+    pub(crate) fn cmd_error(&self) -> Option<(u32, u32)> {
+        self.producer.region().error()
+    }
+
+    /// Test hook: stores `tail` into the shared command-ring tail, as a broken or hostile
+    /// producer would (Release, like a real publish). The local producer is not told.
+    pub(crate) fn store_raw_cmd_tail(&self, tail: u32) {
+        let offset = core::mem::offset_of!(davinci_uapi::RingHeader, tail) as u64;
+        // The header lies inside the mapping (checked by `RingRegion::new`).
+        if let Ok(word) = self.cmd.word(offset) {
+            word.store(tail, Ordering::Release);
+        }
+    }
+}
