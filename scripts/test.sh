@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command, run by developers and by CI (.ci/run):
 #   formatting, clippy (warnings are errors), the whole workspace test suite (which includes the
-#   C header checks: they need a C compiler), and the loom model of the ring protocol.
+#   C header checks: they need a C compiler), the data-path suites again against a real
+#   davinci-mockd, the runtime library without its embedded mock (and the layering rule that it
+#   then links no device code), the fuzz targets type-checked on stable, the loom model of the
+#   ring protocol and the mutation check of its orderings.
 # Every step runs even if an earlier one failed; a summary at the end says which failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -59,14 +62,39 @@ step "tests" cargo test --workspace
 step "tests (davinci-mockd backend)" env DAVINCI_TEST_BACKEND=mockd \
     cargo test -p davinci-tests --test conformance --test million
 
-# The loom model of the ring protocol (ring/tests/loom.rs) runs once it exists. It has its own
-# target directory so `--cfg loom` does not invalidate the main build.
-if [ -f ring/tests/loom.rs ]; then
-    step "loom (davinci-ring)" env RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
-        cargo test -p davinci-ring --release --test loom
-else
-    summary+=("skip   loom (davinci-ring): ring/tests/loom.rs does not exist yet")
-fi
+# The runtime library without the embedded mock device: it builds, its tests pass, and it
+# links no device code (a production runtime that opens /dev/davinciN gets only the ABI, the
+# rings, shared memory and the daemon's wire protocol). davinci-smi never links the device.
+step "shim without the embedded mock" cargo test -p davinci-shim --no-default-features
+layering() {
+    local bad=0 tree
+    tree=$(cargo tree -p davinci-shim --no-default-features -e normal --prefix none)
+    for forbidden in davinci-mock-device davinci-driver-core tracing-subscriber; do
+        if grep -q "^$forbidden " <<<"$tree"; then
+            echo "davinci-shim --no-default-features depends on $forbidden"
+            bad=1
+        fi
+    done
+    tree=$(cargo tree -p davinci-smi --prefix none)
+    if grep -q "^davinci-mock-device " <<<"$tree"; then
+        echo "davinci-smi depends on davinci-mock-device"
+        bad=1
+    fi
+    [ "$bad" -eq 0 ] && echo "layering: shim (no default features) and smi link no device code"
+    return "$bad"
+}
+step "layering" layering
+
+# The fuzz targets (fuzz/, a crate outside the workspace) type-check on stable, so no change
+# elsewhere leaves them stale; running them needs nightly (scripts/fuzz.sh).
+step "fuzz targets build" cargo check --manifest-path fuzz/Cargo.toml --bins --locked
+
+# The loom model of the ring protocol, then the mutation check: every ordering site weakened
+# in turn must make a model fail. Their own target directory, so `--cfg loom` does not
+# invalidate the main build.
+step "loom (davinci-ring)" env RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+    cargo test -p davinci-ring --release --test loom
+step "ordering mutation check" env CARGO_TARGET_DIR=target/loom ring/scripts/mutation-check.sh
 
 echo
 echo "==> summary"

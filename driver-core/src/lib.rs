@@ -12,7 +12,10 @@
 //! (WAIT_EVENT, a worker waiting for its doorbell or an event) happens outside, per the
 //! [`Reply`] and [`Run`] values returned.
 #![no_std]
-#![forbid(unsafe_code)]
+// No `unsafe` in any build the kernel or the mock device uses; the test support module
+// (feature `test-util`) builds ring views over heap memory and is its only exception.
+#![cfg_attr(not(feature = "test-util"), forbid(unsafe_code))]
+#![cfg_attr(feature = "test-util", deny(unsafe_code))]
 #![deny(missing_docs)]
 
 pub mod device;
@@ -22,6 +25,8 @@ pub mod error;
 pub mod memory;
 pub mod platform;
 pub mod table;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 
 pub use device::{
     Config, Device, MmapTarget, OpenError, OpenParams, Role, StreamState, CONTAINER_LEN,

@@ -9,7 +9,7 @@ use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::*;
 
 fn call<T: Wire>(
-    dev: &mut Device<FakePlatform>,
+    dev: &mut Device<HeapPlatform>,
     client: u32,
     request: u32,
     args: &mut T,
@@ -21,13 +21,13 @@ fn call<T: Wire>(
     r.map_err(|e| e.errno)
 }
 
-fn ctx(dev: &mut Device<FakePlatform>, c: u32) -> u32 {
+fn ctx(dev: &mut Device<HeapPlatform>, c: u32) -> u32 {
     let mut a = CreateContextArgs::default();
     call(dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut a).unwrap();
     a.handle
 }
 
-fn alloc(dev: &mut Device<FakePlatform>, c: u32, size: u64) -> AllocMemoryArgs {
+fn alloc(dev: &mut Device<HeapPlatform>, c: u32, size: u64) -> AllocMemoryArgs {
     let mut a = AllocMemoryArgs {
         size,
         ..Default::default()
@@ -43,7 +43,7 @@ struct Host {
     cmd_ptr: *mut u8,
 }
 
-fn stream(dev: &mut Device<FakePlatform>, c: u32, ctx: u32, ce: u32, ee: u32) -> Host {
+fn stream(dev: &mut Device<HeapPlatform>, c: u32, ctx: u32, ce: u32, ee: u32) -> Host {
     let mut a = CreateStreamArgs {
         ctx,
         cmd_entries: ce,
@@ -59,8 +59,8 @@ fn stream(dev: &mut Device<FakePlatform>, c: u32, ctx: u32, ce: u32, ee: u32) ->
     // in every test; both sides only touch them through the ring protocol.
     let (cr, er) = unsafe {
         (
-            RingRegion::new(m.cmd_ptr, m.cmd.len(), ce, 64).unwrap(),
-            RingRegion::new(m.event_ptr, m.event.len(), ee, 32).unwrap(),
+            RingRegion::new(m.cmd_ptr, m.cmd_len, ce, 64).unwrap(),
+            RingRegion::new(m.event_ptr, m.event_len, ee, 32).unwrap(),
         )
     };
     Host {
@@ -77,7 +77,7 @@ fn drain(h: &mut Host) -> Vec<EventRecord> {
     v
 }
 
-fn mem(dev: &mut Device<FakePlatform>, c: u32, a: &AllocMemoryArgs, len: usize) -> Vec<u8> {
+fn mem(dev: &mut Device<HeapPlatform>, c: u32, a: &AllocMemoryArgs, len: usize) -> Vec<u8> {
     use davinci_driver_core::Platform;
     let mut b = vec![0; len];
     dev.platform_mut()

@@ -15,7 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 
 use davinci_driver_core::{Role, Run, StreamState};
-use davinci_fuzz::{device, params, RingMem};
+use davinci_driver_core::test_util::{device, params, RingMem};
 use davinci_uapi::*;
 
 /// A few bytes of input choose how each descriptor's addresses are formed.

@@ -14,7 +14,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
 use davinci_driver_core::{Device, Error, Reply, Result, Role, UserMem};
-use davinci_fuzz::{device, params, HeapPlatform};
+use davinci_driver_core::test_util::{device, params, HeapPlatform};
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 

@@ -17,7 +17,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
 use davinci_driver_core::{Role, Run, StreamState};
-use davinci_fuzz::{device, hdr, params, RingMem};
+use davinci_driver_core::test_util::{device, hdr, params, RingMem};
 use davinci_uapi::*;
 
 #[derive(Arbitrary, Debug)]

@@ -96,6 +96,8 @@ mod raw;
 mod region;
 mod slot;
 mod sync;
+#[cfg(all(any(test, feature = "test-util"), not(loom)))]
+pub mod test_util;
 #[cfg(all(test, not(loom)))]
 mod tests;
 

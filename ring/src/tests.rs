@@ -1,7 +1,6 @@
 //! Unit tests of both ends over a heap buffer (the host and the device in one thread).
 #![allow(unsafe_code)]
 
-use std::vec;
 use std::vec::Vec;
 
 use davinci_uapi::rings::{RING_HEADER_SIZE, RING_MAX_ENTRIES};
@@ -9,27 +8,24 @@ use davinci_uapi::{EventRecord, RingFlags, TaskDesc};
 
 use crate::region::Field;
 use crate::sync::Ordering;
+use crate::test_util::AlignedBuf;
 use crate::{
     Consumer, DeviceConsumer, DeviceProducer, Doorbell, DoorbellWatch, Producer, RingError,
     RingRegion,
 };
 
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
-
-/// A 64-byte aligned, zeroed heap buffer standing in for a mapping.
-struct Buf(Vec<Line>);
+/// A heap buffer standing in for a mapping.
+struct Buf(AlignedBuf);
 
 impl Buf {
     fn new(len: usize) -> Self {
-        Buf(vec![Line([0; 64]); len.div_ceil(64)])
+        Buf(AlignedBuf::new(len))
     }
     fn ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr().cast()
+        self.0.as_mut_ptr()
     }
     fn len(&self) -> usize {
-        self.0.len() * 64
+        self.0.len()
     }
     /// A region over the whole buffer.
     fn region(&mut self, entries: u32, slot: usize) -> RingRegion {
@@ -145,11 +141,11 @@ fn region_checks() {
 #[test]
 fn init_writes_the_header() {
     let mut buf = cmd_buf(16);
-    buf.0[2].0[8] = 0xff; // stale flags
+    assert!(buf.0.set_byte(128 + 8, 0xff)); // stale flags
     let r = buf.region(16, 64);
     r.init();
     let words: Vec<u32> = (0..6)
-        .map(|i| u32::from_ne_bytes(buf.0[2].0[i * 4..i * 4 + 4].try_into().unwrap()))
+        .map(|i| buf.0.read_u32(128 + i * 4).unwrap())
         .collect();
     assert_eq!(words, [16, 15, 0, 0, 0, 0]);
     let r = buf.region(16, 64);
@@ -485,8 +481,8 @@ fn resync_tail_after_submit_task() {
 
 #[test]
 fn doorbell_write_and_watch() {
-    let mut word = Line([0; 64]);
-    let p = word.0.as_mut_ptr().cast::<u32>();
+    let mut word = AlignedBuf::new(64);
+    let p = word.as_mut_ptr().cast::<u32>();
     // SAFETY: `p` is 64-aligned, valid for reads and writes while `word` lives (to the end of
     // this test), and only accessed through the doorbell and the watch.
     let (bell, watch) = unsafe { (Doorbell::new(p), DoorbellWatch::new(p)) };
@@ -522,8 +518,8 @@ fn pipeline_over_threads_with_sleeping_device() {
 
     let mut cmd = cmd_buf(8);
     let mut evt = evt_buf(16);
-    let mut bell_word = Line([0; 64]);
-    let bell_ptr = bell_word.0.as_mut_ptr().cast::<u32>();
+    let mut bell_word = AlignedBuf::new(64);
+    let bell_ptr = bell_word.as_mut_ptr().cast::<u32>();
     let (mut host_cmd, mut dev_cmd) = cmd_ring(&mut cmd, 8, u32::MAX - 100);
     let (mut dev_evt, mut host_evt) = evt_ring(&mut evt, 16, u32::MAX - 7);
     // SAFETY: `bell_word` outlives both threads (they are joined by the scope below), is

@@ -1,22 +1,28 @@
-//! Shared harness pieces for the davinci fuzz targets: a deterministic heap platform for
-//! `driver_core::Device` that also *checks* the core (every device-memory access must lie in
-//! a range the core backed for that client; every release must match a backing), and raw
-//! access to a stream's shared ring memory so a target can play a hostile host.
+//! Test support (feature `test-util`): [`HeapPlatform`], a single-threaded heap
+//! implementation of [`Platform`] that also *checks* the core (every device-memory access
+//! must lie in a range the core backed for that very client, backings never overlap, every
+//! release matches a backing, no stream is released twice), a device over it, and
+//! [`RingMem`], raw access to a stream's ring memory so a test or a fuzz target can play the
+//! host, hostile or not. Used by this crate's tests and by the fuzz targets.
 //!
-//! The mock device (`davinci_mock_device::MockDevice`) runs a worker thread per stream and
-//! backs memory with memfds; for fuzzing we want one thread and no system calls, so the
-//! targets drive `driver_core::Device` over this platform instead. It mirrors
-//! `driver-core/tests/common/mod.rs`.
+//! Not part of any production build: the kernel module and the mock device never enable the
+//! feature, and without it this crate forbids `unsafe` entirely.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+extern crate std;
 
-use davinci_driver_core::{
-    Config, Device, Error, OpenParams, Platform, Result, Role, StreamRegions, CONTAINER_LEN,
-};
+use core::sync::atomic::{AtomicU32, Ordering};
+use std::collections::HashMap;
+use std::format;
+use std::vec::Vec;
+
+use davinci_ring::test_util::AlignedBuf;
 use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::{Errno, EventRecord, Features, TaskDesc};
+
+use crate::{
+    Config, Device, Error, OpenParams, Platform, Result, Role, StreamRegions, CONTAINER_LEN,
+};
 
 /// Device memory of the fuzz device (small: arenas are real heap buffers).
 pub const MEM: u64 = 1 << 20;
@@ -25,55 +31,35 @@ pub const CLIENT_LIMIT: u64 = 512 << 10;
 /// Page size (allocation alignment).
 pub const PAGE: u32 = 4096;
 
-/// Ring header field offsets (`davinci_ring_header`).
+/// Ring header field offsets and size, from `davinci_uapi::RingHeader`.
 pub mod hdr {
+    use core::mem::offset_of;
+    use davinci_uapi::RingHeader;
+
     /// Producer index.
-    pub const TAIL: usize = 0;
+    pub const TAIL: usize = offset_of!(RingHeader, tail);
     /// Consumer index.
-    pub const HEAD: usize = 64;
+    pub const HEAD: usize = offset_of!(RingHeader, head);
     /// Slot count.
-    pub const ENTRIES: usize = 128;
+    pub const ENTRIES: usize = offset_of!(RingHeader, entries);
     /// `entries - 1`.
-    pub const MASK: usize = 132;
+    pub const MASK: usize = offset_of!(RingHeader, mask);
     /// RingFlags.
-    pub const FLAGS: usize = 136;
+    pub const FLAGS: usize = offset_of!(RingHeader, flags);
     /// Dropped counter.
-    pub const DROPPED: usize = 140;
+    pub const DROPPED: usize = offset_of!(RingHeader, dropped);
     /// Errno of the error state.
-    pub const ERROR: usize = 144;
+    pub const ERROR: usize = offset_of!(RingHeader, error);
     /// Index of the failing descriptor.
-    pub const ERROR_INDEX: usize = 148;
+    pub const ERROR_INDEX: usize = offset_of!(RingHeader, error_index);
     /// Header size.
-    pub const SIZE: usize = 192;
-}
-
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
-
-/// A 64-byte-aligned zeroed heap buffer whose address never changes.
-pub struct Buf {
-    lines: Vec<Line>,
-}
-
-impl Buf {
-    fn new(len: usize) -> Self {
-        Self {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
-        }
-    }
-    fn ptr(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr().cast()
-    }
-    fn len(&self) -> usize {
-        self.lines.len() * 64
-    }
+    pub const SIZE: usize = davinci_uapi::rings::RING_HEADER_SIZE;
 }
 
 /// A stream's shared memory: both rings, owned by the device's stream entry.
 pub struct StreamMem {
-    _cmd: Buf,
-    _event: Buf,
+    _cmd: AlignedBuf,
+    _event: AlignedBuf,
     /// Base of the command ring (header + slots).
     pub cmd_ptr: *mut u8,
     /// Bytes of the command ring mapping.
@@ -96,6 +82,8 @@ pub struct HeapPlatform {
     pub backed: HashMap<u32, Vec<(u64, u64)>>,
     /// Streams created and not yet released.
     pub live_streams: u32,
+    /// Streams released so far.
+    pub released_streams: u32,
     /// Fake clock.
     pub now: u64,
     /// Kicks seen.
@@ -161,16 +149,16 @@ impl Platform for HeapPlatform {
         event_entries: u32,
         event_bytes: usize,
     ) -> Result<StreamRegions<StreamMem>> {
-        let mut cmd = Buf::new(cmd_bytes);
-        let mut event = Buf::new(event_bytes);
+        let mut cmd = AlignedBuf::new(cmd_bytes);
+        let mut event = AlignedBuf::new(event_bytes);
         // SAFETY: both buffers are 64-byte aligned, `len()` bytes long, never reallocated,
         // and owned by the `StreamMem` the device keeps as long as these regions. The fuzz
         // targets touch this memory only through atomics, `copy_to_shared` and ring ends
         // (one producer and one consumer per ring), all on the one fuzzing thread.
         let (c, e) = unsafe {
             (
-                RingRegion::new(cmd.ptr(), cmd.len(), cmd_entries, 64),
-                RingRegion::new(event.ptr(), event.len(), event_entries, 32),
+                RingRegion::new(cmd.as_mut_ptr(), cmd.len(), cmd_entries, 64),
+                RingRegion::new(event.as_mut_ptr(), event.len(), event_entries, 32),
             )
         };
         let (Ok(c), Ok(e)) = (c, e) else {
@@ -179,9 +167,9 @@ impl Platform for HeapPlatform {
         self.live_streams += 1;
         Ok(StreamRegions {
             mem: StreamMem {
-                cmd_ptr: cmd.ptr(),
+                cmd_ptr: cmd.as_mut_ptr(),
                 cmd_len: cmd.len(),
-                event_ptr: event.ptr(),
+                event_ptr: event.as_mut_ptr(),
                 event_len: event.len(),
                 _cmd: cmd,
                 _event: event,
@@ -196,11 +184,12 @@ impl Platform for HeapPlatform {
     fn release_stream(&mut self, _client: u32, _stream: u32, _mem: StreamMem) {
         assert!(self.live_streams > 0, "stream released twice");
         self.live_streams -= 1;
+        self.released_streams += 1;
     }
 
     fn alloc_backing(&mut self, client: u32, offset: u64, len: u64) -> Result<()> {
         assert!(
-            offset.checked_add(len).is_some_and(|e| e <= MEM) && len > 0,
+            offset.checked_add(len).is_some() && len > 0,
             "backing [{offset:#x}, +{len:#x}) outside device memory"
         );
         for v in self.backed.values() {
@@ -275,13 +264,20 @@ impl Platform for HeapPlatform {
     }
 }
 
-/// A fresh device over a [`HeapPlatform`].
+/// A fresh device of [`MEM`] bytes (per-client limit [`CLIENT_LIMIT`]) over a
+/// [`HeapPlatform`].
 pub fn device() -> Device<HeapPlatform> {
+    device_with(MEM, CLIENT_LIMIT)
+}
+
+/// A fresh device of `memory_size` bytes, `client_limit` per client (0: the whole device),
+/// over a [`HeapPlatform`].
+pub fn device_with(memory_size: u64, client_limit: u64) -> Device<HeapPlatform> {
     Device::new(
         Config {
             device_id: 0,
-            memory_size: MEM,
-            client_memory_limit: CLIENT_LIMIT,
+            memory_size,
+            client_memory_limit: client_limit,
             page_size: PAGE,
             platform_features: Features::DOORBELL_FUTEX,
         },
@@ -366,7 +362,7 @@ impl RingMem {
         assert!(off + 64 <= self.cmd_len);
         // SAFETY: `off + 64` lies inside the live command ring mapping (checked above); the
         // copy is made of relaxed atomic stores, like every other access to shared memory.
-        unsafe { davinci_shm::copy_to_shared(self.cmd.add(off), bytes) }
+        unsafe { store_bytes(self.cmd.add(off), bytes) }
     }
 
     /// Scribbles `bytes` over the event ring's slot area starting at byte `at` (wrapping).
@@ -379,9 +375,7 @@ impl RingMem {
         let n = bytes.len().min(area - start);
         // SAFETY: `[hdr::SIZE + start, + n)` lies inside the live event ring mapping; the
         // copy is made of relaxed atomic stores.
-        unsafe {
-            davinci_shm::copy_to_shared(self.event.add(hdr::SIZE + start), &bytes[..n])
-        }
+        unsafe { store_bytes(self.event.add(hdr::SIZE + start), &bytes[..n]) }
     }
 
     /// A host producer end on the command ring. Build at most one at a time per stream, and
@@ -399,5 +393,19 @@ impl RingMem {
         // event ring and this is the only consumer end.
         let r = unsafe { RingRegion::new(self.event, self.event_len, self.event_entries, 32) };
         Consumer::new(r.expect("event ring region the device accepted"))
+    }
+}
+
+/// Copies `bytes` to `dst` with relaxed atomic byte stores (the memory is shared with the
+/// device side of the same test, which reads it atomically).
+///
+/// # Safety
+/// `[dst, dst + bytes.len())` is valid for writes for the whole call and reached only
+/// through atomics meanwhile.
+unsafe fn store_bytes(dst: *mut u8, bytes: &[u8]) {
+    for (i, &b) in bytes.iter().enumerate() {
+        // SAFETY: `i < bytes.len()`: inside the range of the contract; bytes need no
+        // alignment.
+        unsafe { core::sync::atomic::AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
     }
 }
