@@ -1,0 +1,170 @@
+//! The C header `uapi/include/davinci/uapi.h`.
+
+use std::fmt::Write as _;
+
+use crate::cfmt::*;
+use crate::ctype::*;
+use crate::{Abi, GenError, BANNER};
+
+/// The C header `uapi/include/davinci/uapi.h` for `abi`.
+///
+/// # Errors
+/// If the metadata is inconsistent (a field whose C type has another size, a nested struct
+/// defined later, a command whose request number does not match its struct, a macro defined
+/// twice) or names a type with no C mapping.
+pub fn render_header(abi: &Abi<'_>) -> Result<String, GenError> {
+    let structs = resolve_all(abi)?;
+    check_commands(abi)?;
+    collect_defines(abi)?;
+    let (major, minor) = abi.version;
+
+    let mut o = String::new();
+    let _ = writeln!(o, "{BANNER}");
+    o.push_str("/* SPDX-License-Identifier: Apache-2.0 OR MIT */\n");
+    let _ = writeln!(
+        o,
+        "/*\n * davinci device ABI {major}.{minor}: the ioctl commands of /dev/davinciN, their argument\n \
+         * structs, the shared ring layout, task descriptors and event records.\n *\n \
+         * Specification: docs/abi.md. Source of truth: the davinci-uapi crate (uapi/src);\n \
+         * regenerate this file with `cargo xtask gen-header`.\n *\n \
+         * Every struct has fixed-width fields only, explicit padding only (reserved and pad\n \
+         * fields must be zero) and user pointers as __u64, so the layout is the same for\n \
+         * 32- and 64-bit callers. The layout checks at the end pin every size and offset.\n */"
+    );
+    o.push_str("#ifndef DAVINCI_UAPI_H\n#define DAVINCI_UAPI_H\n\n");
+    o.push_str("#include <linux/types.h>\n#include <linux/ioctl.h>\n");
+    o.push_str(
+        "#ifdef __KERNEL__\n#include <linux/stddef.h>\n#else\n#include <stddef.h>\n#endif\n",
+    );
+
+    section(&mut o, "Versions, sizes, mmap cookies");
+    let rows: Vec<_> = abi
+        .scalars
+        .iter()
+        .map(|(n, v, d)| (format!("DAVINCI_{n}"), c_uint(*v), d.to_string()))
+        .collect();
+    defines(&mut o, &rows);
+
+    section(&mut o, "Flag bits");
+    for (i, f) in abi.flags.iter().enumerate() {
+        if i > 0 {
+            o.push('\n');
+        }
+        c_comment(&mut o, "", f.doc);
+        let w = f.bits.iter().map(|b| b.0.len()).max().unwrap_or(0) + f.c_prefix.len();
+        for (n, v, d) in f.bits {
+            let wrapped = wrap(d, 88);
+            let lines: Vec<&str> = wrapped.iter().map(String::as_str).collect();
+            c_comment(&mut o, "", &lines);
+            let _ = writeln!(
+                o,
+                "#define {:w$} {}",
+                format!("{}{n}", f.c_prefix),
+                c_flag_value(*v)
+            );
+        }
+    }
+
+    section(&mut o, "Wire constants");
+    for (i, g) in abi.const_groups.iter().flat_map(|g| g.iter()).enumerate() {
+        if i > 0 {
+            o.push('\n');
+        }
+        c_comment(&mut o, "", &[g.title]);
+        let rows: Vec<_> = g
+            .items
+            .iter()
+            .map(|(n, v, d)| (format!("{}{n}", g.c_prefix), c_uint(*v), d.to_string()))
+            .collect();
+        defines(&mut o, &rows);
+    }
+
+    section(&mut o, "Structures");
+    for (i, r) in structs.iter().enumerate() {
+        if i > 0 {
+            o.push('\n');
+        }
+        let mut doc: Vec<&str> = r.info.doc.to_vec();
+        let size_line = format!("{} bytes.", r.info.size);
+        doc.push("");
+        doc.push(&size_line);
+        c_comment(&mut o, "", &doc);
+        let _ = writeln!(o, "struct {} {{", r.info.c_name);
+        for (f, ct) in r.info.fields.iter().zip(&r.fields) {
+            let mut fdoc: Vec<&str> = f.doc.to_vec();
+            let bits;
+            if let CType::Flags { prefix } = ct {
+                bits = format!("Bits: {prefix}*.");
+                fdoc.push(&bits);
+            }
+            c_comment(&mut o, "\t", &fdoc);
+            let _ = writeln!(o, "\t{};", ct.decl(f.name));
+        }
+        o.push_str("};\n");
+    }
+
+    section(&mut o, "ioctl commands");
+    o.push_str("/* Caller: who may issue the command (docs/abi.md lists its errors). */\n");
+    let wn = abi.commands.iter().map(|c| c.name.len()).max().unwrap_or(0) + "DAVINCI_IOCTL_".len();
+    let vals: Vec<String> = abi
+        .commands
+        .iter()
+        .map(|c| {
+            format!(
+                "{}({}, {:#04x}, struct {})",
+                ioc_macro(c.dir),
+                c_char(abi.magic),
+                c.nr,
+                c.arg
+            )
+        })
+        .collect();
+    let wv = vals.iter().map(String::len).max().unwrap_or(0);
+    for (c, v) in abi.commands.iter().zip(&vals) {
+        let name = format!("DAVINCI_IOCTL_{}", c.name);
+        let _ = writeln!(
+            o,
+            "#define {name:wn$} {v:wv$} /* caller: {} */",
+            caller_text(c.caller)
+        );
+    }
+
+    section(&mut o, "Layout checks");
+    o.push_str(
+        "/*\n * The sizes and offsets of the Rust definitions. A failure means this compiler lays\n \
+         * a struct out differently from the driver: do not use the ABI from this build.\n \
+         * (C11 and later; the layout is the same for older C and for C++.)\n */\n",
+    );
+    o.push_str(
+        "#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L\n",
+    );
+    for r in &structs {
+        let c = r.info.c_name;
+        let _ = writeln!(
+            o,
+            "_Static_assert(sizeof(struct {c}) == {}, \"davinci uapi: sizeof(struct {c})\");",
+            r.info.size
+        );
+        for f in r.info.fields {
+            let _ = writeln!(
+                o,
+                "_Static_assert(offsetof(struct {c}, {n}) == {}, \"davinci uapi: offsetof(struct {c}, {n})\");",
+                f.offset,
+                n = f.name
+            );
+        }
+    }
+    o.push_str("#endif /* C11 */\n\n#endif /* DAVINCI_UAPI_H */\n");
+    Ok(o)
+}
+
+/// The C header for the current ABI. Panics only if `davinci_uapi`'s own metadata is
+/// inconsistent (a bug there, caught by every test of this crate).
+pub fn c_header() -> String {
+    match render_header(&Abi::current()) {
+        Ok(h) => h,
+        Err(e) => panic!("davinci_uapi metadata cannot be rendered as C: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
