@@ -1,6 +1,7 @@
 //! Command logic against fake devices: output shapes, JSON schema, exit codes.
 
 use super::*;
+use davinci_uapi::{ClientUsage, DeviceInfo, Errno, ShareMode};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -1,0 +1,399 @@
+//! The commands: what each asks of the devices, and its text and JSON output.
+#![forbid(unsafe_code)]
+
+use davinci_uapi::ShareMode;
+
+use crate::discover::Entry;
+use crate::output::*;
+use crate::{access::*, error::*};
+
+pub(crate) fn mode_name(m: ShareMode) -> &'static str {
+    match m {
+        ShareMode::Exclusive => "exclusive",
+        ShareMode::Shared => "shared",
+    }
+}
+
+pub(crate) enum Action {
+    List,
+    Board,
+    Share,
+    Usage,
+    Set(ShareMode),
+}
+
+pub(crate) struct Target {
+    pub(crate) entry: Entry,
+    pub(crate) dev: Result<Box<dyn DeviceAccess>, SmiError>,
+}
+
+pub(crate) fn id_text(id: Option<u32>) -> String {
+    id.map_or("-".into(), |i| i.to_string())
+}
+
+pub(crate) fn doc(body: Body, outcomes: &[Option<&SmiError>]) -> Doc {
+    Doc {
+        schema: SCHEMA,
+        command: "",
+        exit_code: combine(outcomes),
+        body,
+    }
+}
+
+pub(crate) fn board(targets: &[Target]) -> (Doc, String) {
+    let mut devices = Vec::new();
+    let mut errors = Vec::new();
+    let mut clients_rows = Vec::new();
+    for t in targets {
+        let r = t.dev.as_ref().map_err(Clone::clone).and_then(|d| {
+            let info = d.info()?;
+            // Usage is best effort here: a device that answers GET_INFO is healthy.
+            let clients = d.clients().unwrap_or_default();
+            Ok((info, clients))
+        });
+        match r {
+            Ok((i, clients)) => {
+                let mode = ShareMode::from_u32(i.share_mode);
+                devices.push(DeviceJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    health: "ok",
+                    error: None,
+                    abi: Some(format!("{}.{}", i.abi_major, i.abi_minor)),
+                    memory: Some(MemoryJson {
+                        total_bytes: i.memory_size,
+                        used_bytes: i.memory_used,
+                        client_limit_bytes: i.client_memory_limit,
+                    }),
+                    clients: Some(i.clients),
+                    max_clients: Some(i.max_clients),
+                    share_mode: mode.map(mode_name),
+                    device_share: mode.map(|m| m == ShareMode::Shared),
+                });
+                for u in clients {
+                    clients_rows.push(vec![
+                        id_text(t.entry.id),
+                        u.pid.to_string(),
+                        short_container(u.container_id().unwrap_or_default()),
+                        mib(u.memory_bytes),
+                        format!("{}/{}", u.tasks_completed, u.tasks_submitted),
+                    ]);
+                }
+                errors.push(None);
+            }
+            Err(e) => {
+                devices.push(DeviceJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    health: "unreachable",
+                    error: Some(e.json()),
+                    abi: None,
+                    memory: None,
+                    clients: None,
+                    max_clients: None,
+                    share_mode: None,
+                    device_share: None,
+                });
+                errors.push(Some(e));
+            }
+        }
+    }
+    let rows: Vec<Vec<String>> = devices
+        .iter()
+        .map(|d| {
+            vec![
+                id_text(d.id),
+                if d.health == "ok" {
+                    "OK"
+                } else {
+                    "Unreachable"
+                }
+                .to_string(),
+                d.memory.map_or("-".into(), |m| {
+                    format!("{} / {}", mib(m.used_bytes), mib(m.total_bytes))
+                }),
+                d.clients.map_or("-".into(), |c| c.to_string()),
+                d.share_mode.unwrap_or("-").to_string(),
+                d.path.clone(),
+            ]
+        })
+        .collect();
+    let mut text = table(
+        &[
+            "Device",
+            "Health",
+            "Memory MiB used / total",
+            "Clients",
+            "Share",
+            "Path",
+        ],
+        &rows,
+    );
+    for (d, e) in devices.iter().zip(&errors) {
+        if let Some(e) = e {
+            text += &format!("Device {}: {}\n", id_text(d.id), e.message);
+        }
+    }
+    if clients_rows.is_empty() {
+        if errors.iter().any(Option::is_none) {
+            text += "No clients attached.\n";
+        }
+    } else {
+        text += &table(
+            &[
+                "Device",
+                "PID",
+                "Container",
+                "Memory MiB",
+                "Tasks done/submitted",
+            ],
+            &clients_rows,
+        );
+    }
+    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
+    (doc(Body::Info { devices }, &outcomes), text)
+}
+
+pub(crate) fn share(targets: &[Target]) -> (Doc, String) {
+    let mut devices = Vec::new();
+    let mut errors = Vec::new();
+    let mut text = String::new();
+    for t in targets {
+        match t.dev.as_ref().map_err(Clone::clone).and_then(|d| d.share()) {
+            Ok((mode, clients)) => {
+                text += &kv(&[
+                    ("Device ID", id_text(t.entry.id)),
+                    (
+                        "Device-share Status",
+                        if mode == ShareMode::Shared {
+                            "True"
+                        } else {
+                            "False"
+                        }
+                        .into(),
+                    ),
+                    ("Share Mode", mode_name(mode).into()),
+                    ("Clients", clients.to_string()),
+                ]);
+                text.push('\n');
+                devices.push(ShareJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    health: "ok",
+                    error: None,
+                    device_share: Some(mode == ShareMode::Shared),
+                    share_mode: Some(mode_name(mode)),
+                    clients: Some(clients),
+                });
+                errors.push(None);
+            }
+            Err(e) => {
+                text += &kv(&[
+                    ("Device ID", id_text(t.entry.id)),
+                    ("Status", "Unreachable".into()),
+                    ("Message", e.message.clone()),
+                ]);
+                text.push('\n');
+                devices.push(ShareJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    health: "unreachable",
+                    error: Some(e.json()),
+                    device_share: None,
+                    share_mode: None,
+                    clients: None,
+                });
+                errors.push(Some(e));
+            }
+        }
+    }
+    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
+    (doc(Body::Share { devices }, &outcomes), text)
+}
+
+pub(crate) fn short_container(c: &str) -> String {
+    if c.is_empty() {
+        "-".into()
+    } else {
+        c.chars().take(12).collect()
+    }
+}
+
+pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
+    let mut devices = Vec::new();
+    let mut errors = Vec::new();
+    let mut text = String::new();
+    for t in targets {
+        let r = t
+            .dev
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|d| Ok((d.share()?.0, d.clients()?)));
+        match r {
+            Ok((mode, list)) => {
+                let clients: Vec<ClientJson> = list
+                    .iter()
+                    .map(|u| ClientJson {
+                        client_id: u.client_id,
+                        pid: u.pid,
+                        uid: u.uid,
+                        container_id: u.container_id().unwrap_or_default().to_string(),
+                        contexts: u.contexts,
+                        streams: u.streams,
+                        events: u.events,
+                        allocations: u.allocations,
+                        memory_bytes: u.memory_bytes,
+                        tasks_submitted: u.tasks_submitted,
+                        tasks_completed: u.tasks_completed,
+                    })
+                    .collect();
+                text += &format!(
+                    "Device {} ({}): {} mode, {} client(s)\n",
+                    id_text(t.entry.id),
+                    t.entry.path,
+                    mode_name(mode),
+                    clients.len()
+                );
+                if clients.is_empty() {
+                    text += "No clients attached.\n";
+                } else {
+                    let rows: Vec<Vec<String>> = clients
+                        .iter()
+                        .map(|c| {
+                            vec![
+                                c.pid.to_string(),
+                                c.uid.to_string(),
+                                short_container(&c.container_id),
+                                c.contexts.to_string(),
+                                c.streams.to_string(),
+                                c.events.to_string(),
+                                c.allocations.to_string(),
+                                mib(c.memory_bytes),
+                                c.tasks_submitted.to_string(),
+                                c.tasks_completed.to_string(),
+                            ]
+                        })
+                        .collect();
+                    text += &table(
+                        &[
+                            "PID",
+                            "UID",
+                            "Container",
+                            "Contexts",
+                            "Streams",
+                            "Events",
+                            "Allocs",
+                            "Memory MiB",
+                            "Submitted",
+                            "Completed",
+                        ],
+                        &rows,
+                    );
+                }
+                devices.push(UsageJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    health: "ok",
+                    error: None,
+                    share_mode: Some(mode_name(mode)),
+                    clients,
+                });
+                errors.push(None);
+            }
+            Err(e) => {
+                text += &format!(
+                    "Device {} ({}): unreachable: {}\n",
+                    id_text(t.entry.id),
+                    t.entry.path,
+                    e.message
+                );
+                devices.push(UsageJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    health: "unreachable",
+                    error: Some(e.json()),
+                    share_mode: None,
+                    clients: Vec::new(),
+                });
+                errors.push(Some(e));
+            }
+        }
+    }
+    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
+    (doc(Body::Usage { devices }, &outcomes), text)
+}
+
+pub(crate) fn set(targets: &[Target], mode: ShareMode) -> (Doc, String) {
+    let mut results = Vec::new();
+    let mut errors = Vec::new();
+    let mut text = String::new();
+    let word = |m: ShareMode| {
+        if m == ShareMode::Shared {
+            "enabled"
+        } else {
+            "disabled"
+        }
+    };
+    for t in targets {
+        let (previous, r) = match &t.dev {
+            Err(e) => (None, Err(e.clone())),
+            Ok(d) => {
+                let previous = d.share().ok().map(|(m, _)| m);
+                (previous, d.set_share(mode))
+            }
+        };
+        match r {
+            Ok(()) => {
+                let changed = previous != Some(mode);
+                let msg = if changed {
+                    format!(
+                        "device-share {} (was {})",
+                        word(mode),
+                        previous.map_or("unknown", word)
+                    )
+                } else {
+                    format!("device-share already {}; nothing changed", word(mode))
+                };
+                text += &kv(&[
+                    ("Device ID", id_text(t.entry.id)),
+                    ("Status", "OK".into()),
+                    ("Message", msg),
+                ]);
+                results.push(SetResultJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    status: "ok",
+                    changed: Some(changed),
+                    previous_share_mode: previous.map(mode_name),
+                    share_mode: Some(mode_name(mode)),
+                    error: None,
+                });
+                errors.push(None);
+            }
+            Err(e) => {
+                text += &kv(&[
+                    ("Device ID", id_text(t.entry.id)),
+                    ("Status", "Fail".into()),
+                    ("Message", e.message.clone()),
+                ]);
+                results.push(SetResultJson {
+                    id: t.entry.id,
+                    path: t.entry.path.clone(),
+                    status: "error",
+                    changed: None,
+                    previous_share_mode: previous.map(mode_name),
+                    share_mode: None,
+                    error: Some(e.json()),
+                });
+                errors.push(Some(e));
+            }
+        }
+        text.push('\n');
+    }
+    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
+    let requested = SetRequestJson {
+        device_share: mode == ShareMode::Shared,
+        share_mode: mode_name(mode),
+    };
+    (doc(Body::Set { requested, results }, &outcomes), text)
+}
