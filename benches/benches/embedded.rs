@@ -29,7 +29,7 @@ fn data_path(c: &mut Criterion) {
             b.iter(|| {
                 s.submit_batch(&descs).expect("submit");
                 s.synchronize(T).expect("synchronize");
-                black_box(s.poll_with(|c| {
+                black_box(s.poll_each(|c| {
                     black_box(c);
                 }));
             })
@@ -41,7 +41,7 @@ fn data_path(c: &mut Criterion) {
         b.iter(|| {
             s.submit(&TaskDesc::nop(7)).expect("submit");
             loop {
-                if s.poll_with(|c| {
+                if s.poll_each(|c| {
                     black_box(c);
                 }) > 0
                 {
@@ -60,7 +60,7 @@ fn data_path(c: &mut Criterion) {
             s.submit(&TaskDesc::fill(0, a, 1 << 20, 0x5a5a_5a5a))
                 .expect("submit");
             s.synchronize(T).expect("synchronize");
-            s.poll_with(drop);
+            s.poll_each(drop);
         })
     });
     drop(buf);

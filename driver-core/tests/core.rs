@@ -365,9 +365,9 @@ fn engine_executes_fill_copy_add_and_events_in_order() {
         .push(&TaskDesc::add(
             21,
             Dtype::U32,
-            out.dev_addr,
-            a.dev_addr,
-            b.dev_addr,
+            DevAddr(out.dev_addr),
+            DevAddr(a.dev_addr),
+            DevAddr(b.dev_addr),
             1024,
         ))
         .unwrap();
@@ -382,13 +382,18 @@ fn engine_executes_fill_copy_add_and_events_in_order() {
     assert!(drain(&mut s2).is_empty());
 
     s1.prod
-        .push(&TaskDesc::fill(10, a.dev_addr, 4096, 7))
+        .push(&TaskDesc::fill(10, DevAddr(a.dev_addr), 4096, 7))
         .unwrap();
     s1.prod
-        .push(&TaskDesc::fill(11, b.dev_addr, 4096, 0xFFFF_FFFF))
+        .push(&TaskDesc::fill(11, DevAddr(b.dev_addr), 4096, 0xFFFF_FFFF))
         .unwrap();
     s1.prod
-        .push(&TaskDesc::copy(12, b.dev_addr, a.dev_addr, 8))
+        .push(&TaskDesc::copy(
+            12,
+            DevAddr(b.dev_addr),
+            DevAddr(a.dev_addr),
+            8,
+        ))
         .unwrap();
     s1.prod
         .push(&TaskDesc::event_record(13, ev.handle, 1))
@@ -477,9 +482,18 @@ fn invalid_descriptors_fail_only_their_stream() {
             },
             Errno::EBADMSG,
         ),
-        (TaskDesc::fill(1, a.dev_addr + 4000, 200, 0), Errno::EACCES),
-        (TaskDesc::copy(1, a.dev_addr, 0x1234, 8), Errno::EACCES),
-        (TaskDesc::fill(1, u64::MAX - 3, 8, 0), Errno::ERANGE),
+        (
+            TaskDesc::fill(1, DevAddr(a.dev_addr) + 4000, 200, 0),
+            Errno::EACCES,
+        ),
+        (
+            TaskDesc::copy(1, DevAddr(a.dev_addr), DevAddr(0x1234), 8),
+            Errno::EACCES,
+        ),
+        (
+            TaskDesc::fill(1, DevAddr(u64::MAX - 3), 8, 0),
+            Errno::ERANGE,
+        ),
         (TaskDesc::event_record(1, 0x0001_0001, 1), Errno::ENOENT),
     ];
     for (desc, errno) in cases {
@@ -519,7 +533,7 @@ fn invalid_descriptors_fail_only_their_stream() {
         assert_eq!(w.status, errno.code() as u32);
         // The healthy stream still works.
         good.prod
-            .push(&TaskDesc::fill(7, a.dev_addr, 64, 9))
+            .push(&TaskDesc::fill(7, DevAddr(a.dev_addr), 64, 9))
             .unwrap();
         good.prod.publish();
         assert_eq!(dev.run_stream(good.handle, 64), Run::Progress(1));
@@ -612,7 +626,7 @@ fn isolation_between_clients() {
     );
     // ...nor a's memory through a descriptor.
     sb.prod
-        .push(&TaskDesc::fill(1, ma.dev_addr, 64, 1))
+        .push(&TaskDesc::fill(1, DevAddr(ma.dev_addr), 64, 1))
         .unwrap();
     sb.prod.publish();
     assert_eq!(dev.run_stream(sb.handle, 64), Run::Failed(Errno::EACCES));

@@ -120,7 +120,7 @@ fn slow_path_task_runs_on_the_worker() {
     call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
     let mut t = SubmitTaskArgs {
         stream: s.handle,
-        desc: TaskDesc::fill(7, a.dev_addr, 4096, 0x77),
+        desc: TaskDesc::fill(7, DevAddr(a.dev_addr), 4096, 0x77),
         ..Default::default()
     };
     call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut t).unwrap();
@@ -224,7 +224,7 @@ fn every_descriptor_map_returns_is_sealed_against_resizing() {
     // The device works on.
     let mut sub = SubmitTaskArgs {
         stream: s.handle,
-        desc: TaskDesc::fill(1, a.dev_addr, 8192, 3),
+        desc: TaskDesc::fill(1, DevAddr(a.dev_addr), 8192, 3),
         ..Default::default()
     };
     call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();

@@ -15,6 +15,38 @@ use crate::{RingError, RingRegion};
 ///
 /// Keeps its own tail and a cached head; slots are written by [`push`](Self::push) and made
 /// visible to the device in batches by [`publish`](Self::publish).
+///
+/// The host's producer and the device's consumer of one command ring, here over heap memory
+/// (`test_util::AlignedBuf`, feature `test-util`) standing in for a shared mapping:
+///
+/// ```
+/// use davinci_ring::test_util::AlignedBuf;
+/// use davinci_ring::{DeviceConsumer, Producer, RingRegion};
+/// use davinci_uapi::rings::RING_HEADER_SIZE;
+/// use davinci_uapi::TaskDesc;
+///
+/// let mut mem = AlignedBuf::new(RING_HEADER_SIZE + 8 * 64);
+/// let (p, len) = (mem.as_mut_ptr(), mem.len());
+/// // SAFETY: `mem` is 64-byte aligned, `len` bytes long, outlives both ends (dropped at the
+/// // end of this example, after them) and is reached only through them.
+/// let (dev, host) = unsafe { (RingRegion::new(p, len, 8, 64), RingRegion::new(p, len, 8, 64)) };
+/// let dev = dev.unwrap();
+/// dev.init(); // the device writes the header before handing the ring out
+/// let mut device = DeviceConsumer::<TaskDesc>::new(dev);
+/// let mut producer = Producer::<TaskDesc>::new(host.unwrap());
+///
+/// assert_eq!(producer.push_slice(&[TaskDesc::nop(1), TaskDesc::nop(2)]), 2);
+/// let need_doorbell = producer.publish(); // one Release store for the batch
+/// assert!(!need_doorbell, "the device has not asked for a wake-up");
+/// assert_eq!(device.available(), Ok(2));
+/// assert_eq!(device.peek(0).map(|d| d.user_data), Some(1));
+/// assert_eq!(device.peek(1).map(|d| d.user_data), Some(2));
+/// device.advance(2);
+/// // The producer re-reads the device's head only when its cached view says full.
+/// assert_eq!(producer.free(), 6);
+/// assert_eq!(producer.push_slice(&[TaskDesc::nop(3); 8]), 8);
+/// assert_eq!(producer.free(), 0);
+/// ```
 pub struct Producer<T: Slot> {
     ring: Typed<T>,
     /// Next index to write (includes pushed but unpublished entries).
@@ -168,6 +200,33 @@ impl<T: Slot> Producer<T> {
 }
 
 /// Host side of the event ring (the consumer end on the trusted side).
+///
+/// The device's producer and the host's consumer of one event ring, over heap memory:
+///
+/// ```
+/// use davinci_ring::test_util::AlignedBuf;
+/// use davinci_ring::{Consumer, DeviceProducer, RingRegion};
+/// use davinci_uapi::rings::RING_HEADER_SIZE;
+/// use davinci_uapi::EventRecord;
+///
+/// let mut mem = AlignedBuf::new(RING_HEADER_SIZE + 4 * 32);
+/// let (p, len) = (mem.as_mut_ptr(), mem.len());
+/// // SAFETY: as for `Producer`: aligned, long enough, outlives both ends, reached only
+/// // through them.
+/// let (dev, host) = unsafe { (RingRegion::new(p, len, 4, 32), RingRegion::new(p, len, 4, 32)) };
+/// let dev = dev.unwrap();
+/// dev.init();
+/// let mut device = DeviceProducer::<EventRecord>::new(dev);
+/// let mut host = Consumer::<EventRecord>::new(host.unwrap());
+///
+/// let done = EventRecord { user_data: 7, ..EventRecord::default() };
+/// assert_eq!(device.free(), Ok(4)); // reads (and checks) the host's head
+/// device.push(&done).unwrap();
+/// device.publish();
+/// let mut seen = Vec::new();
+/// assert_eq!(host.consume(usize::MAX, |r| seen.push(r.user_data)), 1);
+/// assert_eq!(seen, [7]);
+/// ```
 pub struct Consumer<T: Slot> {
     ring: Typed<T>,
     head: u32,

@@ -4,7 +4,7 @@
 use std::vec::Vec;
 
 use davinci_uapi::rings::{RING_HEADER_SIZE, RING_MAX_ENTRIES};
-use davinci_uapi::{EventRecord, RingFlags, TaskDesc};
+use davinci_uapi::{DevAddr, EventRecord, RingFlags, TaskDesc};
 
 use crate::region::Field;
 use crate::sync::Ordering;
@@ -81,7 +81,10 @@ fn drain_cmd(cons: &mut DeviceConsumer<TaskDesc>, next: &mut u64) -> u32 {
     let n = cons.available().expect("healthy ring");
     for i in 0..n {
         let d = cons.peek(i).expect("published entry");
-        assert_eq!(d, TaskDesc::fill(*next, 0x1000 + *next, 64, *next as u32));
+        assert_eq!(
+            d,
+            TaskDesc::fill(*next, DevAddr(0x1000 + *next), 64, *next as u32)
+        );
         *next += 1;
     }
     cons.advance(n);
@@ -165,7 +168,7 @@ fn command_round_trip() {
     );
     assert_eq!(cons.available(), Ok(0));
     for i in 0..5u64 {
-        prod.push(&TaskDesc::fill(i, 0x1000 + i, 64, i as u32))
+        prod.push(&TaskDesc::fill(i, DevAddr(0x1000 + i), 64, i as u32))
             .unwrap();
     }
     // Pushed but not published: invisible to the device.
@@ -216,7 +219,7 @@ fn wraps_near_u32_max() {
         for round in 0..6 {
             let batch: Vec<TaskDesc> = (0..3)
                 .map(|k| sent + k)
-                .map(|i| TaskDesc::fill(i, 0x1000 + i, 64, i as u32))
+                .map(|i| TaskDesc::fill(i, DevAddr(0x1000 + i), 64, i as u32))
                 .collect();
             assert_eq!(prod.push_slice(&batch), 3, "round {round}");
             sent += 3;
@@ -244,7 +247,7 @@ fn wraps_near_u32_max() {
 fn full_and_empty() {
     let mut buf = cmd_buf(4);
     let (mut prod, mut cons) = cmd_ring(&mut buf, 4, u32::MAX - 1);
-    let d = |i: u64| TaskDesc::fill(i, 0x1000 + i, 64, i as u32);
+    let d = |i: u64| TaskDesc::fill(i, DevAddr(0x1000 + i), 64, i as u32);
     for i in 0..4 {
         prod.push(&d(i)).unwrap();
     }
@@ -284,7 +287,7 @@ fn push_slice_is_partial_when_space_runs_out() {
     let mut buf = cmd_buf(4);
     let (mut prod, mut cons) = cmd_ring(&mut buf, 4, 0);
     let items: Vec<TaskDesc> = (0..6)
-        .map(|i| TaskDesc::fill(i, 0x1000 + i, 64, i as u32))
+        .map(|i| TaskDesc::fill(i, DevAddr(0x1000 + i), 64, i as u32))
         .collect();
     assert_eq!(prod.push_slice(&items), 4);
     assert_eq!(prod.push_slice(&items[4..]), 0);
@@ -574,7 +577,7 @@ fn pipeline_over_threads_with_sleeping_device() {
             while sent < N
                 && burst < 5
                 && host_cmd
-                    .push(&TaskDesc::fill(sent, 0x1000, 4, sent as u32))
+                    .push(&TaskDesc::fill(sent, DevAddr(0x1000), 4, sent as u32))
                     .is_ok()
             {
                 sent += 1;

@@ -11,14 +11,14 @@
 #![cfg(loom)]
 
 use davinci_ring::{doorbell_pair, Consumer, DeviceConsumer, DeviceProducer, Producer, RingRegion};
-use davinci_uapi::{EventRecord, TaskDesc};
+use davinci_uapi::{DevAddr, EventRecord, TaskDesc};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 
 /// A descriptor whose every operand depends on `i`, so a torn or stale slot is noticed.
 fn desc(i: u64) -> TaskDesc {
-    TaskDesc::fill(i, 0x1000 + i, 64 * (i + 1), i as u32 ^ 0xdead_beef)
+    TaskDesc::fill(i, DevAddr(0x1000 + i), 64 * (i + 1), i as u32 ^ 0xdead_beef)
 }
 
 fn rec(i: u64) -> EventRecord {

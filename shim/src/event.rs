@@ -19,6 +19,28 @@ use crate::stream::Stream;
 /// [`Stream::wait_event`] / [`synchronize`](Self::synchronize) / [`query`](Self::query) wait
 /// for the value of the latest record, so "wait for the last record" means what it means in
 /// CUDA. Events work between streams of the same context only.
+///
+/// ```
+/// # fn main() -> davinci_shim::Result<()> {
+/// # #[cfg(feature = "embedded")] {
+/// use davinci_shim::{DeviceMem, Device, TaskDesc};
+/// use std::time::Duration;
+/// let dev = Device::embedded()?;
+/// let ctx = dev.create_context()?;
+/// let (mut producer, mut consumer) = (ctx.create_stream()?, ctx.create_stream()?);
+/// let (src, dst) = (dev.alloc(64)?, dev.alloc(64)?);
+/// let ready = ctx.create_event()?;
+/// producer.submit(&TaskDesc::fill(1, src.dev_addr(), 64, 42))?;
+/// ready.record(&mut producer)?;
+/// // The consumer's copy runs only after the producer's fill, on the device.
+/// consumer.wait_event(&ready)?;
+/// consumer.submit(&TaskDesc::copy(2, dst.dev_addr(), src.dev_addr(), 64))?;
+/// consumer.synchronize(Duration::from_secs(5))?;
+/// assert!(ready.query()?);
+/// assert_eq!(dst.read_vec::<u32>(0, 16)?, vec![42; 16]);
+/// # }
+/// # Ok(()) }
+/// ```
 pub struct Event {
     ctx: Arc<ContextInner>,
     handle: u32,
@@ -82,11 +104,11 @@ impl Event {
     /// stream reaches this point, the event's value becomes the returned one. The task's
     /// `user_data` is 0.
     pub fn record(&self, stream: &mut Stream) -> Result<u64> {
-        self.record_with(stream, 0)
+        self.record_tagged(stream, 0)
     }
 
     /// Like [`record`](Self::record), with the task's `user_data`.
-    pub fn record_with(&self, stream: &mut Stream, user_data: u64) -> Result<u64> {
+    pub fn record_tagged(&self, stream: &mut Stream, user_data: u64) -> Result<u64> {
         self.check_context(stream, "Event::record")?;
         let value = self.recorded.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         if let Err(e) = stream.submit(&TaskDesc::event_record(user_data, self.handle, value)) {

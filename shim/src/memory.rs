@@ -17,7 +17,7 @@ use davinci_shm::SharedMapping;
 /// copy (the shim never hands out references into it). Offsets are in bytes.
 pub trait DeviceMem {
     /// Device address of the first byte (what descriptors name).
-    fn dev_addr(&self) -> u64;
+    fn dev_addr(&self) -> DevAddr;
 
     /// Length in bytes.
     fn len(&self) -> usize;
@@ -34,7 +34,7 @@ pub trait DeviceMem {
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
 
     /// Device address of byte `offset` (may equal `len`); `ERANGE` beyond.
-    fn addr(&self, offset: usize) -> Result<u64> {
+    fn addr(&self, offset: usize) -> Result<DevAddr> {
         if offset > self.len() {
             return Err(Error::new(
                 Errno::ERANGE,
@@ -42,7 +42,7 @@ pub trait DeviceMem {
                 format!("offset {offset} beyond the {}-byte buffer", self.len()),
             ));
         }
-        Ok(self.dev_addr().wrapping_add(offset as u64))
+        Ok(self.dev_addr() + offset as u64)
     }
 
     /// Copies a slice of plain values (`u32`, `i32`, `f32`, ...) to byte `offset`.
@@ -71,11 +71,30 @@ pub(crate) fn range_error(op: &'static str, offset: usize, n: usize, len: usize)
 }
 
 /// One device allocation (`aclrtMalloc` / `cudaMalloc`) and its host view. Freed on drop.
+///
+/// ```
+/// # fn main() -> davinci_shim::Result<()> {
+/// # #[cfg(feature = "embedded")] {
+/// use davinci_shim::{DeviceMem, Device, Dtype, TaskDesc};
+/// use std::time::Duration;
+/// let dev = Device::embedded()?;
+/// let (a, b, sum) = (dev.alloc(16)?, dev.alloc(16)?, dev.alloc(16)?);
+/// a.write_slice(0, &[1u32, 2, 3, 4])?;
+/// b.write_slice(0, &[10u32, 20, 30, 40])?;
+/// let mut s = dev.create_context()?.create_stream()?;
+/// s.submit(&TaskDesc::add(7, Dtype::U32, sum.dev_addr(), a.dev_addr(), b.dev_addr(), 4))?;
+/// s.synchronize(Duration::from_secs(5))?;
+/// assert_eq!(sum.read_vec::<u32>(0, 4)?, [11, 22, 33, 44]);
+/// // Out of bounds is an error, not a crash.
+/// assert!(sum.read_vec::<u32>(12, 2).is_err());
+/// # }
+/// # Ok(()) }
+/// ```
 pub struct DeviceBuffer {
     map: SharedMapping,
     dev: Device,
     handle: u32,
-    dev_addr: u64,
+    dev_addr: DevAddr,
     len: usize,
     alloc_size: u64,
 }
@@ -120,7 +139,7 @@ impl DeviceBuffer {
             map,
             dev: dev.clone(),
             handle: a.handle,
-            dev_addr: a.dev_addr,
+            dev_addr: DevAddr(a.dev_addr),
             len,
             alloc_size: a.alloc_size,
         })
@@ -143,7 +162,7 @@ impl DeviceBuffer {
 }
 
 impl DeviceMem for DeviceBuffer {
-    fn dev_addr(&self) -> u64 {
+    fn dev_addr(&self) -> DevAddr {
         self.dev_addr
     }
 

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use davinci_uapi::Errno;
+use davinci_uapi::{DevAddr, Errno};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -14,6 +14,7 @@ use crate::memory::{range_error, DeviceBuffer, DeviceMem};
 
 /// Sizes and bounds of a [`MemPool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolOptions {
     /// Bytes reserved per driver allocation (larger requests get a chunk of their own size).
     pub chunk_size: usize,
@@ -21,6 +22,26 @@ pub struct PoolOptions {
     pub max_bytes: u64,
     /// Block alignment and granularity (a power of two, at least 64).
     pub align: usize,
+}
+
+impl PoolOptions {
+    /// These options with `chunk_size` set (see the field).
+    pub fn chunk_size(mut self, bytes: usize) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// These options with `max_bytes` set (see the field).
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// These options with `align` set (see the field).
+    pub fn align(mut self, bytes: usize) -> Self {
+        self.align = bytes;
+        self
+    }
 }
 
 impl Default for PoolOptions {
@@ -285,8 +306,8 @@ impl PoolBuffer {
 }
 
 impl DeviceMem for PoolBuffer {
-    fn dev_addr(&self) -> u64 {
-        self.chunk.dev_addr().wrapping_add(self.offset as u64)
+    fn dev_addr(&self) -> DevAddr {
+        self.chunk.dev_addr() + self.offset as u64
     }
 
     fn len(&self) -> usize {

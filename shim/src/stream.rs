@@ -18,8 +18,19 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::rings::{StreamRings, Wake};
 
-/// Ring depths and behaviour of a stream.
+/// Ring depths and behaviour of a stream. Start from [`StreamOptions::default`] or
+/// [`StreamOptions::depths`] and change what you need:
+///
+/// ```
+/// use davinci_shim::StreamOptions;
+/// use std::time::Duration;
+/// let o = StreamOptions::depths(64, 128)
+///     .keep_completions(false)
+///     .submit_timeout(Duration::from_secs(1));
+/// assert_eq!((o.cmd_entries, o.keep_completions), (64, false));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamOptions {
     /// Command-ring slots (a power of two within the device's limits).
     pub cmd_entries: u32,
@@ -58,10 +69,29 @@ impl StreamOptions {
             ..Self::default()
         }
     }
+
+    /// These options with `keep_completions` set (see the field).
+    pub fn keep_completions(mut self, keep: bool) -> Self {
+        self.keep_completions = keep;
+        self
+    }
+
+    /// These options with `backlog_limit` set (see the field).
+    pub fn backlog_limit(mut self, limit: usize) -> Self {
+        self.backlog_limit = limit;
+        self
+    }
+
+    /// These options with `submit_timeout` set (see the field).
+    pub fn submit_timeout(mut self, timeout: Duration) -> Self {
+        self.submit_timeout = timeout;
+        self
+    }
 }
 
 /// One task's completion, copied out of the event ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Completion {
     /// The descriptor's `user_data`.
     pub user_data: u64,
@@ -184,6 +214,29 @@ impl fmt::Display for StreamError {
 ///
 /// A stream is used by one thread at a time (`&mut self`); it may move between threads.
 /// Dropping it destroys the stream (tasks not yet executed are discarded).
+///
+/// ```
+/// # fn main() -> davinci_shim::Result<()> {
+/// # #[cfg(feature = "embedded")] {
+/// use davinci_shim::{DeviceMem, Device, TaskDesc};
+/// use std::time::Duration;
+/// let dev = Device::embedded()?;
+/// let buf = dev.alloc(256)?;
+/// let mut stream = dev.create_context()?.create_stream()?;
+/// // Two tasks, one publish; completions come back in order, tagged with user_data.
+/// stream.submit_batch(&[
+///     TaskDesc::fill(1, buf.dev_addr(), 256, 0xabcd),
+///     TaskDesc::copy(2, buf.dev_addr() + 128, buf.dev_addr(), 64),
+/// ])?;
+/// stream.synchronize(Duration::from_secs(5))?;
+/// let mut done = Vec::new();
+/// stream.poll(&mut done);
+/// assert_eq!(done.iter().map(|c| c.user_data).collect::<Vec<_>>(), [1, 2]);
+/// assert!(done.iter().all(|c| c.is_ok()));
+/// assert_eq!(buf.read_vec::<u32>(128, 2)?, [0xabcd, 0xabcd]);
+/// # }
+/// # Ok(()) }
+/// ```
 pub struct Stream {
     rings: StreamRings,
     ctx: Arc<ContextInner>,
@@ -535,11 +588,11 @@ impl Stream {
     /// Copies every available completion into `out` (kept backlog first, then the event
     /// ring), in stream order. No system call. Returns how many were added.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> usize {
-        self.poll_with(|c| out.push(c))
+        self.poll_each(|c| out.push(c))
     }
 
     /// Like [`poll`](Self::poll), handing each completion to `f`.
-    pub fn poll_with(&mut self, mut f: impl FnMut(Completion)) -> usize {
+    pub fn poll_each(&mut self, mut f: impl FnMut(Completion)) -> usize {
         let mut n = 0;
         while let Some(c) = self.backlog.pop_front() {
             f(c);
@@ -611,11 +664,11 @@ impl Stream {
     /// [`record`](Event::record) (`aclrtStreamWaitEvent` / `cudaStreamWaitEvent`). Nothing is
     /// waited for if the event was never recorded. `user_data` of the task is 0.
     pub fn wait_event(&mut self, event: &Event) -> Result<()> {
-        self.wait_event_with(event, 0)
+        self.wait_event_tagged(event, 0)
     }
 
     /// Like [`wait_event`](Self::wait_event), with the task's `user_data`.
-    pub fn wait_event_with(&mut self, event: &Event, user_data: u64) -> Result<()> {
+    pub fn wait_event_tagged(&mut self, event: &Event, user_data: u64) -> Result<()> {
         event.check_context(self, "Stream::wait_event")?;
         self.submit(&TaskDesc::event_wait(
             user_data,

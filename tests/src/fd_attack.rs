@@ -28,9 +28,9 @@ use arbitrary::Arbitrary;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, NoUserMem, Role};
 use davinci_uapi::rings::RING_HEADER_SIZE;
 use davinci_uapi::{
-    AllocMemoryArgs, CreateContextArgs, CreateStreamArgs, DeviceShareArgs, Dtype, EventRecord,
-    HandleArgs, RingHeader, ShareMode, SubmitTaskArgs, TaskDesc, WaitEventArgs, WaitKind, Wire,
-    DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_STREAM,
+    AllocMemoryArgs, CreateContextArgs, CreateStreamArgs, DevAddr, DeviceShareArgs, Dtype,
+    EventRecord, HandleArgs, RingHeader, ShareMode, SubmitTaskArgs, TaskDesc, WaitEventArgs,
+    WaitKind, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_STREAM,
     DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_NOTIFY, DRIVER_CMD_SET_DEVICE_SHARE,
     DRIVER_CMD_SUBMIT_TASK, DRIVER_CMD_WAIT_EVENT,
 };
@@ -169,7 +169,7 @@ pub enum Op {
 /// The descriptor `kind` names, for an attacker whose allocation is at `mine` and whose
 /// neighbour's is at `theirs`: NOP, FILL/COPY/ADD on its own memory, runs past its end, a
 /// FILL of the other client's memory (refused by the device), an invalid opcode.
-pub fn desc(kind: u8, user_data: u64, mine: u64, theirs: u64) -> TaskDesc {
+pub fn desc(kind: u8, user_data: u64, mine: DevAddr, theirs: DevAddr) -> TaskDesc {
     match kind % 8 {
         0 => TaskDesc::nop(user_data),
         1 => TaskDesc::fill(user_data, mine, ATTACK_ALLOC, u32::from(kind)),
@@ -297,7 +297,7 @@ impl Good {
         };
         g.run(
             dev,
-            TaskDesc::fill(1 << 40, g.canary.dev_addr, 4096, CANARY),
+            TaskDesc::fill(1 << 40, DevAddr(g.canary.dev_addr), 4096, CANARY),
         );
         g
     }
@@ -351,7 +351,12 @@ impl Good {
         let pattern = 0x5eed_0000 | (self.submitted as u32 & 0xffff);
         self.run(
             dev,
-            TaskDesc::fill(self.submitted, self.work.dev_addr, GOOD_ALLOC, pattern),
+            TaskDesc::fill(
+                self.submitted,
+                DevAddr(self.work.dev_addr),
+                GOOD_ALLOC,
+                pattern,
+            ),
         );
         let base = self.work.dev_addr;
         for off in (0..GOOD_ALLOC).step_by(1021 * 4) {
@@ -436,7 +441,7 @@ impl Attacker {
     }
 
     fn apply(&mut self, dev: &MockDevice, good: &mut Good, op: &Op) {
-        let theirs = good.work.dev_addr;
+        let theirs = DevAddr(good.work.dev_addr);
         match *op {
             Op::Truncate { part, len } => {
                 let h = self.held(part);
@@ -505,7 +510,7 @@ impl Attacker {
                     let d = desc(
                         kind.wrapping_add(i as u8),
                         u64::from(index),
-                        self.mem.dev_addr,
+                        DevAddr(self.mem.dev_addr),
                         theirs,
                     );
                     let mut b = vec![0u8; TaskDesc::SIZE];
@@ -527,7 +532,7 @@ impl Attacker {
             Op::Submit { kind } => {
                 let mut sub = SubmitTaskArgs {
                     stream: self.stream.handle,
-                    desc: desc(kind, self.submitted, self.mem.dev_addr, theirs),
+                    desc: desc(kind, self.submitted, DevAddr(self.mem.dev_addr), theirs),
                     ..SubmitTaskArgs::default()
                 };
                 if call(dev, self.client, DRIVER_CMD_SUBMIT_TASK, &mut sub).is_ok() {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
-    Completion, Device, DeviceMem, Dtype, Errno, MemPool, PoolOptions, ShareMode, Stream,
+    Completion, DevAddr, Device, DeviceMem, Dtype, Errno, MemPool, PoolOptions, ShareMode, Stream,
     StreamOptions, TaskDesc,
 };
 use davinci_tests::model::{self, Rng};
@@ -137,7 +137,7 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
     let mut bad_dtype = TaskDesc::add(0, Dtype::U32, base, base, base, 4);
     bad_dtype.dtype = 9;
     let mut nop_operand = TaskDesc::nop(0);
-    nop_operand.dst = base;
+    nop_operand.dst = base.get();
     let cases: Vec<(&str, TaskDesc, Errno)> = vec![
         ("unknown opcode", unknown_opcode, Errno::EBADMSG),
         ("reserved flags", reserved_flags, Errno::EBADMSG),
@@ -151,17 +151,17 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
         ),
         (
             "fill beyond the allocation",
-            TaskDesc::fill(0, base + 8192 - 64, 128, 1),
+            TaskDesc::fill(0, base + (8192 - 64), 128, 1),
             Errno::EACCES,
         ),
         (
             "copy spanning two allocations",
-            TaskDesc::copy(0, base, neighbour.dev_addr() - 64, 128),
+            TaskDesc::copy(0, base, DevAddr(neighbour.dev_addr().get() - 64), 128),
             Errno::EACCES,
         ),
         (
             "address below device memory",
-            TaskDesc::fill(0, 0x1000, 64, 1),
+            TaskDesc::fill(0, DevAddr(0x1000), 64, 1),
             Errno::EACCES,
         ),
         (
@@ -274,7 +274,8 @@ fn slow_path_submit_task_interleaves_with_the_ring() {
     let st = dev.stats().since(&before);
     assert_eq!((st.slow_submits, st.tasks_submitted), (2, 4));
     // The slow path validates too: a bad descriptor fails the stream like on the ring.
-    s.submit_slow(&TaskDesc::fill(4, 0x10, 4, 0)).unwrap();
+    s.submit_slow(&TaskDesc::fill(4, DevAddr(0x10), 4, 0))
+        .unwrap();
     let err = s.synchronize(T).unwrap_err();
     assert!(err.message().contains("EACCES"), "{err}");
     let err = s.submit_slow(&TaskDesc::nop(5)).unwrap_err();
@@ -302,8 +303,8 @@ fn event_orders_work_across_streams() {
     producer
         .submit(&TaskDesc::fill(2, src.dev_addr(), n as u64, 0xfeed_beef))
         .unwrap();
-    assert_eq!(ready.record_with(&mut producer, 3).unwrap(), 1);
-    consumer.wait_event_with(&ready, 10).unwrap();
+    assert_eq!(ready.record_tagged(&mut producer, 3).unwrap(), 1);
+    consumer.wait_event_tagged(&ready, 10).unwrap();
     consumer
         .submit(&TaskDesc::copy(
             11,
@@ -468,10 +469,10 @@ fn pool_reuses_blocks_without_driver_round_trips() {
     let a = pool.alloc(100).unwrap();
     let b = pool.alloc(1000).unwrap();
     assert_eq!(pool.stats().driver_allocs, 1);
-    assert_eq!(a.dev_addr() % 64, 0);
-    assert_eq!(b.dev_addr() % 64, 0);
+    assert_eq!(a.dev_addr().get() % 64, 0);
+    assert_eq!(b.dev_addr().get() % 64, 0);
     assert_eq!(
-        b.dev_addr() - a.dev_addr(),
+        b.dev_addr().get() - a.dev_addr().get(),
         128,
         "blocks rounded to 64 bytes, packed"
     );
@@ -486,7 +487,7 @@ fn pool_reuses_blocks_without_driver_round_trips() {
         .collect();
     assert_eq!(pool.stats().driver_allocs, 1);
     assert_eq!(dev.memory_used().unwrap(), used_before);
-    let mut addrs: Vec<(u64, u64)> = many
+    let mut addrs: Vec<(DevAddr, DevAddr)> = many
         .iter()
         .map(|m| (m.dev_addr(), m.dev_addr() + m.capacity() as u64))
         .collect();
@@ -536,11 +537,10 @@ fn pool_is_thread_safe_and_bounded() {
     let dev = dev();
     let pool = MemPool::with_options(
         &dev,
-        PoolOptions {
-            chunk_size: 64 << 10,
-            max_bytes: 256 << 10,
-            align: 64,
-        },
+        PoolOptions::default()
+            .chunk_size(64 << 10)
+            .max_bytes(256 << 10)
+            .align(64),
     );
     std::thread::scope(|sc| {
         for t in 0..4u64 {
@@ -654,10 +654,7 @@ fn completions_can_be_discarded_cuda_style() {
     let dev = dev();
     let ctx = dev.create_context().unwrap();
     let mut s = ctx
-        .create_stream_with(StreamOptions {
-            keep_completions: false,
-            ..StreamOptions::depths(16, 32)
-        })
+        .create_stream_with(StreamOptions::depths(16, 32).keep_completions(false))
         .unwrap();
     let buf = dev.alloc(4096).unwrap();
     let descs: Vec<TaskDesc> = (0..3000u64)
@@ -676,7 +673,7 @@ fn completions_can_be_discarded_cuda_style() {
         .collect();
     assert_eq!(got, want);
     // A failure is still reported, once.
-    s.submit_batch(&[TaskDesc::nop(1), TaskDesc::fill(2, 0x40, 4, 0)])
+    s.submit_batch(&[TaskDesc::nop(1), TaskDesc::fill(2, DevAddr(0x40), 4, 0)])
         .unwrap();
     let err = s.synchronize(T).unwrap_err();
     assert_eq!(err.errno(), Some(Errno::EIO), "{err}");
@@ -689,10 +686,7 @@ fn a_stuck_stream_fails_submit_after_the_timeout() {
     let ctx = dev.create_context().unwrap();
     let never = ctx.create_event().unwrap();
     let mut s = ctx
-        .create_stream_with(StreamOptions {
-            submit_timeout: Duration::from_millis(200),
-            ..StreamOptions::depths(2, 2)
-        })
+        .create_stream_with(StreamOptions::depths(2, 2).submit_timeout(Duration::from_millis(200)))
         .unwrap();
     let mut descs = vec![TaskDesc::event_wait(0, never.handle(), 1)];
     descs.extend((1..10).map(TaskDesc::nop));

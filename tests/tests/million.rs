@@ -179,7 +179,7 @@ fn million_tasks_four_streams_with_events() {
         let mut progress = false;
         for s in 0..STREAMS {
             let exp = &mut expect[s];
-            let got = streams[s].poll_with(|c| {
+            let got = streams[s].poll_each(|c| {
                 if let Some(m) = prog.check(s, *exp, &c) {
                     bad += 1;
                     if failures.len() < 10 {

@@ -18,8 +18,8 @@ use davinci_mockd_proto::WireRole;
 use davinci_tests::mockd::{Mockd, ProcStats, TestClient};
 use davinci_tests::raw::{RawClient, RawError};
 use davinci_uapi::{
-    AllocMemoryArgs, CreateStreamArgs, DeviceInfo, DeviceShareArgs, Errno, TaskDesc, WaitEventArgs,
-    Wire, DRIVER_CMD_GET_INFO, DRIVER_CMD_SET_DEVICE_SHARE,
+    AllocMemoryArgs, CreateStreamArgs, DevAddr, DeviceInfo, DeviceShareArgs, Errno, TaskDesc,
+    WaitEventArgs, Wire, DRIVER_CMD_GET_INFO, DRIVER_CMD_SET_DEVICE_SHARE,
 };
 use nix::errno::Errno as NixErrno;
 use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, OFlag, SealFlag};
@@ -223,7 +223,7 @@ impl Attacker {
     fn fill(&mut self, pattern: u32) -> Result<(), RawError> {
         let d = TaskDesc::fill(
             self.submitted,
-            self.mem.dev_addr,
+            DevAddr(self.mem.dev_addr),
             self.mem.alloc_size,
             pattern,
         );

@@ -29,7 +29,7 @@ pub use errno::Errno;
 pub use layout::{AbiStruct, Wire, ZeroInit};
 pub use mmap::{decode_mmap_offset, mmap_offset, MmapKind, DOORBELL_SIZE};
 pub use rings::{RingFlags, RingHeader, RingMapping, RingOffsets};
-pub use task::{Dtype, EventRecord, Opcode, TaskDesc};
+pub use task::{DevAddr, Dtype, EventRecord, Opcode, TaskDesc};
 
 /// ABI major version: layouts and semantics of existing commands. A mismatch is fatal.
 pub const ABI_VERSION_MAJOR: u16 = 1;

@@ -5,6 +5,44 @@
 
 use crate::layout::{abi_struct, ConstGroup};
 
+/// A device virtual address: what `ALLOC_MEMORY` returns in `dev_addr` and what descriptors
+/// name memory by. A type of its own so the descriptor constructors cannot take a length,
+/// a count or a `user_data` where an address belongs (or the other way round); on the wire
+/// it is the plain `__u64` of the descriptor's field.
+///
+/// `addr + n` is the address `n` bytes further (wrapping, like the device's own arithmetic:
+/// the device checks every range it is given).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DevAddr(pub u64);
+
+impl DevAddr {
+    /// The raw value, as the descriptor carries it.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl core::ops::Add<u64> for DevAddr {
+    type Output = DevAddr;
+
+    fn add(self, n: u64) -> DevAddr {
+        DevAddr(self.0.wrapping_add(n))
+    }
+}
+
+impl core::fmt::Display for DevAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+impl core::fmt::LowerHex for DevAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
 /// Size of a task descriptor.
 pub const TASK_DESC_SIZE: usize = 64;
 /// Size of an event record.
@@ -154,30 +192,37 @@ impl TaskDesc {
     }
 
     /// `FILL` `len` bytes at `dst` with `pattern`.
-    pub const fn fill(user_data: u64, dst: u64, len: u64, pattern: u32) -> Self {
+    pub const fn fill(user_data: u64, dst: DevAddr, len: u64, pattern: u32) -> Self {
         let mut d = Self::base(Opcode::Fill, user_data);
-        d.dst = dst;
+        d.dst = dst.0;
         d.len = len;
         d.imm = pattern as u64;
         d
     }
 
-    /// `COPY` `len` bytes from `src` to `dst`.
-    pub const fn copy(user_data: u64, dst: u64, src: u64, len: u64) -> Self {
+    /// `COPY` `len` bytes from `src` to `dst` (destination first, as `memcpy`).
+    pub const fn copy(user_data: u64, dst: DevAddr, src: DevAddr, len: u64) -> Self {
         let mut d = Self::base(Opcode::Copy, user_data);
-        d.dst = dst;
-        d.src0 = src;
+        d.dst = dst.0;
+        d.src0 = src.0;
         d.len = len;
         d
     }
 
-    /// `ADD` `count` elements: `dst = a + b`.
-    pub const fn add(user_data: u64, dtype: Dtype, dst: u64, a: u64, b: u64, count: u64) -> Self {
+    /// `ADD` `count` elements of `dtype`: `dst = a + b` (destination first).
+    pub const fn add(
+        user_data: u64,
+        dtype: Dtype,
+        dst: DevAddr,
+        a: DevAddr,
+        b: DevAddr,
+        count: u64,
+    ) -> Self {
         let mut d = Self::base(Opcode::Add, user_data);
         d.dtype = dtype as u8;
-        d.dst = dst;
-        d.src0 = a;
-        d.src1 = b;
+        d.dst = dst.0;
+        d.src0 = a.0;
+        d.src1 = b.0;
         d.len = count;
         d
     }
@@ -203,13 +248,13 @@ impl TaskDesc {
         user_data: u64,
         kernel: u32,
         blocks: u64,
-        params: u64,
+        params: DevAddr,
         params_len: u64,
     ) -> Self {
         let mut d = Self::base(Opcode::KernelLaunch, user_data);
         d.handle = kernel;
         d.imm = blocks;
-        d.src0 = params;
+        d.src0 = params.0;
         d.len = params_len;
         d
     }
@@ -303,7 +348,7 @@ mod tests {
 
     #[test]
     fn constructors_fill_the_right_fields() {
-        let d = TaskDesc::add(9, Dtype::F32, 1, 2, 3, 4);
+        let d = TaskDesc::add(9, Dtype::F32, DevAddr(1), DevAddr(2), DevAddr(3), 4);
         assert_eq!(
             (d.opcode, d.dtype, d.dst, d.src0, d.src1, d.len, d.user_data),
             (3, 2, 1, 2, 3, 4, 9)

@@ -84,7 +84,18 @@ fn every_struct_is_8_byte_aligned_or_smaller_and_padded_explicitly() {
 #[test]
 fn wire_codec_matches_memory_layout() {
     use zerocopy::IntoBytes;
-    let mut d = TaskDesc::add(0x1122_3344_5566_7788, Dtype::F32, 0x10, 0x20, 0x30, 0x40);
+    let mut d = TaskDesc::add(
+        0x1122_3344_5566_7788,
+        Dtype::F32,
+        DevAddr(0x10),
+        DevAddr(0x20),
+        DevAddr(0x30),
+        0x40,
+    );
+    // Addresses land in their named fields, destination first.
+    assert_eq!((d.dst, d.src0, d.src1, d.len), (0x10, 0x20, 0x30, 0x40));
+    assert_eq!(DevAddr(0x10) + 0x20, DevAddr(0x30));
+    assert_eq!(DevAddr(0x1f).to_string(), "0x1f");
     d.handle = 0xdead_beef;
     let mut buf = [0u8; 64];
     d.encode(&mut buf);

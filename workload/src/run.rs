@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
-    Device, DeviceMem, Dtype, Event, MemPool, PoolBuffer, PoolOptions, Result, Stream,
+    DevAddr, Device, DeviceMem, Dtype, Event, MemPool, PoolBuffer, PoolOptions, Result, Stream,
     StreamOptions, TaskDesc,
 };
 use serde::Serialize;
@@ -169,11 +169,10 @@ pub fn run(dev: &Device, cfg: &WorkloadConfig, mut progress: impl FnMut(u64)) ->
     let ctx = dev.create_context()?;
     let pool = MemPool::with_options(
         dev,
-        PoolOptions {
-            chunk_size: 4 << 20,
-            max_bytes: 1 << 30,
-            align: 64,
-        },
+        PoolOptions::default()
+            .chunk_size(4 << 20)
+            .max_bytes(1 << 30)
+            .align(64),
     );
     let events: Vec<Event> = (0..streams)
         .map(|_| ctx.create_event())
@@ -252,15 +251,15 @@ pub fn run(dev: &Device, cfg: &WorkloadConfig, mut progress: impl FnMut(u64)) ->
             for chunk in descs.chunks(batch) {
                 lane.stream.submit_batch(chunk)?;
             }
-            events[s].record_with(&mut lane.stream, ud(s, lane.next_ud))?;
+            events[s].record_tagged(&mut lane.stream, ud(s, lane.next_ud))?;
             lane.next_ud += 1;
         }
         // Phase 2: each stream waits for the previous stream's record, then reads its result.
-        let c0: Vec<u64> = lanes.iter().map(|l| l.c[0].dev_addr()).collect();
+        let c0: Vec<DevAddr> = lanes.iter().map(|l| l.c[0].dev_addr()).collect();
         for (s, lane) in lanes.iter_mut().enumerate() {
             let prev = (s + streams - 1) % streams;
             lane.stream
-                .wait_event_with(&events[prev], ud(s, lane.next_ud))?;
+                .wait_event_tagged(&events[prev], ud(s, lane.next_ud))?;
             lane.next_ud += 1;
             lane.stream.submit(&TaskDesc::copy(
                 ud(s, lane.next_ud),
@@ -278,7 +277,7 @@ pub fn run(dev: &Device, cfg: &WorkloadConfig, mut progress: impl FnMut(u64)) ->
         for (s, lane) in lanes.iter_mut().enumerate() {
             let mut bad = Vec::new();
             let expect = &mut lane.expect_ud;
-            lane.stream.poll_with(|c| {
+            lane.stream.poll_each(|c| {
                 if c.user_data != ud(s, *expect) || !c.is_ok() {
                     bad.push(format!(
                         "stream {s}: completion user_data {:#x} status {} (expected {:#x}, 0)",
@@ -391,7 +390,7 @@ fn latency(
         stream.submit(&TaskDesc::nop(i))?;
         loop {
             let mut got = None;
-            stream.poll_with(|c| got = Some(c));
+            stream.poll_each(|c| got = Some(c));
             if let Some(c) = got {
                 let dt = t.elapsed();
                 c.result()?;
