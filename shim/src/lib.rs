@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod completion;
 mod control;
 mod device;
 mod error;
@@ -43,6 +44,7 @@ mod pool;
 mod rings;
 mod stream;
 
+pub use completion::{Completion, StreamError};
 pub use control::{Control, ShareState};
 #[cfg(feature = "embedded")]
 pub use davinci_mock_device::{MockConfig, MockDevice};
@@ -55,4 +57,4 @@ pub use event::Event;
 pub use memory::{DeviceBuffer, DeviceMem};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
-pub use stream::{Completion, Stream, StreamError, StreamOptions};
+pub use stream::{Stream, StreamOptions};

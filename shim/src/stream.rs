@@ -13,6 +13,7 @@ use davinci_uapi::rings::RingOffsets;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::*;
 
+use crate::completion::{Completion, StreamError};
 use crate::device::ContextInner;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -86,119 +87,6 @@ impl StreamOptions {
     pub fn submit_timeout(mut self, timeout: Duration) -> Self {
         self.submit_timeout = timeout;
         self
-    }
-}
-
-/// One task's completion, copied out of the event ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Completion {
-    /// The descriptor's `user_data`.
-    pub user_data: u64,
-    /// 0 on success, else a negative errno.
-    pub status: i32,
-    /// The descriptor's opcode.
-    pub opcode: u8,
-    /// Opcode-specific result (bytes, elements, event value).
-    pub result: u64,
-    /// Device time of completion (ns).
-    pub timestamp_ns: u64,
-}
-
-impl From<EventRecord> for Completion {
-    fn from(r: EventRecord) -> Self {
-        Self {
-            user_data: r.user_data,
-            status: r.status,
-            opcode: r.opcode,
-            result: r.result,
-            timestamp_ns: r.timestamp_ns,
-        }
-    }
-}
-
-impl Completion {
-    /// Whether the task succeeded.
-    pub fn is_ok(&self) -> bool {
-        self.status == 0
-    }
-
-    /// The errno of a failed task (`None` on success or for an errno this ABI does not use).
-    pub fn errno(&self) -> Option<Errno> {
-        self.status
-            .checked_neg()
-            .filter(|&c| c > 0)
-            .and_then(Errno::from_code)
-    }
-
-    /// The result, or the task's error.
-    pub fn result(&self) -> Result<u64> {
-        if self.is_ok() {
-            Ok(self.result)
-        } else {
-            Err(self.to_error("task"))
-        }
-    }
-
-    fn describe_status(&self) -> String {
-        match self.errno() {
-            Some(e) => format!("{} ({})", e.name(), e.describe()),
-            None => format!("status {}", self.status),
-        }
-    }
-
-    fn to_error(self, op: &'static str) -> Error {
-        Error::with_errno(
-            self.errno(),
-            op,
-            format!(
-                "task user_data={:#x} opcode {} failed: {}",
-                self.user_data,
-                self.opcode,
-                self.describe_status()
-            ),
-        )
-    }
-}
-
-/// Why a stream stopped, as the device wrote it in the command ring's header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamError {
-    errno: Option<Errno>,
-    raw: u32,
-    index: u32,
-}
-
-impl StreamError {
-    /// The errno (`EPROTO` for a corrupt ring, `EBADMSG`/`EINVAL`/`EACCES`/`ENOENT` for a bad
-    /// descriptor); `None` if the device wrote a value this ABI does not define.
-    pub fn errno(&self) -> Option<Errno> {
-        self.errno
-    }
-
-    /// The raw value of the `error` field.
-    pub fn raw(&self) -> u32 {
-        self.raw
-    }
-
-    /// Free-running command-ring index of the descriptor (or ring position) that failed.
-    pub fn index(&self) -> u32 {
-        self.index
-    }
-}
-
-impl fmt::Display for StreamError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.errno {
-            Some(e) => write!(
-                f,
-                "{} ({}) at command index {}",
-                e.name(),
-                e.describe(),
-                self.index
-            ),
-            None => write!(f, "error {} at command index {}", self.raw, self.index),
-        }
     }
 }
 
@@ -375,11 +263,9 @@ impl Stream {
 
     /// The device's error state of this stream, if it stopped.
     pub fn error_state(&self) -> Option<StreamError> {
-        self.rings.cmd_error().map(|(raw, index)| StreamError {
-            errno: i32::try_from(raw).ok().and_then(Errno::from_code),
-            raw,
-            index,
-        })
+        self.rings
+            .cmd_error()
+            .map(|(raw, index)| StreamError::from_header(raw, index))
     }
 
     fn check_error(&self, op: &'static str) -> Result<()> {
