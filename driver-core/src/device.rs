@@ -57,6 +57,10 @@ pub enum Role {
     Control,
 }
 
+/// Opcodes the software engine runs (bit `n` = `DAVINCI_OP_*` value `n`): NOP, FILL, COPY, ADD,
+/// EVENT_RECORD, EVENT_WAIT; not KERNEL_LAUNCH (hardware only).
+pub const SUPPORTED_OPCODES: u32 = (1 << 6) - 1;
+
 /// Who opened the device, as the platform established it (credentials, cgroup).
 #[derive(Debug, Clone, Copy)]
 pub struct OpenParams {
@@ -356,7 +360,9 @@ impl<P: Platform> Device<P> {
                     | (Features::SUBMIT_IOCTL.bits()
                         | Features::EVENTS.bits()
                         | Features::DEVICE_SHARE.bits()
-                        | Features::LIST_CLIENTS.bits()),
+                        | Features::LIST_CLIENTS.bits()
+                        | Features::CALLER_ID.bits()
+                        | Features::OPCODE_MASK.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,
@@ -373,7 +379,22 @@ impl<P: Platform> Device<P> {
             mem_align: self.memory.align() as u32,
             share_mode: self.share as u32,
             clients: self.client_count(),
-            reserved: [0; 4],
+            caller_id: 0,
+            opcodes: SUPPORTED_OPCODES,
+            reserved: [0; 3],
+        }
+    }
+
+    /// GET_INFO as `open` asks it: [`info`](Self::info) with the caller's own client id (0
+    /// for a control open, which is not a client).
+    pub fn info_for(&self, open: u32) -> DeviceInfo {
+        let caller_id = match self.clients.get(open) {
+            Some(c) if c.params.role == Role::Client => c.id,
+            _ => 0,
+        };
+        DeviceInfo {
+            caller_id,
+            ..self.info()
         }
     }
 

@@ -153,6 +153,11 @@ impl<P: Platform> Device<P> {
                 let Some(kind) = WaitKind::from_u32(a.kind) else {
                     fail!(EINVAL, "wait kind must be 1 (stream) or 2 (event)");
                 };
+                ensure!(
+                    kind != WaitKind::Stream || a.value <= u64::from(u32::MAX),
+                    EINVAL,
+                    "a stream's completion count is 32 bits: the high half of value must be 0"
+                );
                 let spec = WaitSpec {
                     kind,
                     handle: a.handle,
@@ -182,7 +187,7 @@ impl<P: Platform> Device<P> {
                 Ok(Reply::Done)
             }
             DRIVER_CMD_GET_INFO => {
-                self.info().encode(arg);
+                self.info_for(client).encode(arg);
                 Ok(Reply::Done)
             }
             DRIVER_CMD_QUERY_DEVICE_SHARE => {

@@ -421,6 +421,18 @@ impl<P: Platform> Device<P> {
         }
     }
 
+    /// Before the worker of a **stalled** stream (`Run::Stalled`: descriptors waiting, event
+    /// ring full) sleeps on the doorbell: arms NEED_WAKEUP and re-reads the host's event-ring
+    /// head. `true` = still full, sleep until the doorbell changes (the host rings after
+    /// reaping, docs/abi.md 5.4); `false` = a slot was freed (or the stream changed), run
+    /// again.
+    pub fn stream_prepare_stall_sleep(&mut self, stream: u32) -> bool {
+        match self.streams.get_mut(stream) {
+            Some(s) if s.state == StreamState::Running => s.cmd.prepare_stall_sleep(&mut s.evt),
+            _ => false,
+        }
+    }
+
     /// After the worker woke up: disarms NEED_WAKEUP (the producer stops ringing).
     pub fn stream_woke(&mut self, stream: u32) {
         if let Some(s) = self.streams.get(stream) {

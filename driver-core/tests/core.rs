@@ -737,3 +737,72 @@ fn wait_on_a_destroyed_stream_is_cancelled() {
         Errno::ECANCELED
     );
 }
+
+/// ABI 1.1: GET_INFO tells a client its own client id (the one LIST_CLIENTS reports, so a
+/// client in a container can find itself) and which opcodes the device runs; an opcode
+/// outside the mask fails with EBADMSG, one inside does not fail for its opcode.
+#[test]
+fn get_info_names_the_caller_and_the_opcodes() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let info = |dev: &mut Device<HeapPlatform>, who: u32| {
+        let mut i = DeviceInfo::default();
+        call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();
+        i
+    };
+    let (ia, ib, ic) = (info(&mut dev, a), info(&mut dev, b), info(&mut dev, root));
+    assert!(ia
+        .features
+        .contains(Features::CALLER_ID | Features::OPCODE_MASK));
+    assert_eq!((ia.abi_major, ia.abi_minor), (1, 1));
+    assert_eq!(ic.caller_id, 0, "a control open is not a client");
+    let ids: Vec<(u32, u32)> = dev.clients().map(|u| (u.pid, u.client_id)).collect();
+    assert!(
+        ids.contains(&(10, ia.caller_id)) && ids.contains(&(20, ib.caller_id)),
+        "{ids:?}"
+    );
+    assert_ne!(ia.caller_id, ib.caller_id);
+    // WAIT_EVENT on a stream: the completion count is 32 bits; a value with high bits is
+    // EINVAL, not silently truncated.
+    let k0 = ctx(&mut dev, a);
+    let s0 = stream(&mut dev, a, k0, 8, 8);
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s0.handle,
+        value: 1 << 32,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EINVAL)
+    );
+    w.value = 0;
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Ok(Reply::Done)
+    );
+    // The mask: NOP..EVENT_WAIT run, KERNEL_LAUNCH does not.
+    assert_eq!(ia.opcodes, 0b11_1111);
+    let k = ctx(&mut dev, a);
+    for op in 0..8u8 {
+        let mut s = stream(&mut dev, a, k, 8, 8);
+        let mut d = TaskDesc::nop(u64::from(op));
+        d.opcode = op;
+        s.prod.push(&d).unwrap();
+        s.prod.publish();
+        dev.run_stream(s.handle, 8);
+        let rec = drain(&mut s)[0];
+        let bad_opcode = rec.status == -Errno::EBADMSG.code();
+        // Operands are zero, so only the opcode itself can make a descriptor EBADMSG... except
+        // EVENT_* with handle 0 (ENOENT) and zero-length FILL/COPY/ADD (fine).
+        assert_eq!(
+            bad_opcode,
+            ia.opcodes & (1 << op) == 0,
+            "opcode {op}: status {}",
+            rec.status
+        );
+    }
+}

@@ -38,9 +38,6 @@ pub struct MockConfig {
     pub doorbell_timeout: Duration,
     /// Longest an event-blocked worker sleeps before it looks again (also a safety net).
     pub event_timeout: Duration,
-    /// How long a worker whose event ring is full sleeps between looks (the host drains the
-    /// event ring without telling the device).
-    pub stall_sleep: Duration,
     /// How long an idle worker keeps looking (spinning, then yielding) before it arms
     /// NEED_WAKEUP and sleeps: while it looks, the host rings no doorbell (like SQPOLL's
     /// `sq_thread_idle`). Longer = fewer doorbells and more CPU burnt while idle.
@@ -56,7 +53,6 @@ impl Default for MockConfig {
             run_budget: 64,
             doorbell_timeout: Duration::from_millis(50),
             event_timeout: Duration::from_millis(50),
-            stall_sleep: Duration::from_millis(1),
             idle_spin: Duration::from_millis(2),
         }
     }
@@ -172,8 +168,9 @@ impl Core {
     }
 
     /// The worker of one stream: runs descriptors while there are any, then keeps looking for
-    /// `idle_spin` (spinning, then yielding), then sleeps on the doorbell (NEED_WAKEUP armed),
-    /// an event, or a full event ring.
+    /// `idle_spin` (spinning, then yielding), then sleeps on the doorbell with NEED_WAKEUP armed
+    /// (an empty command ring, or a full event ring the host must reap), or on the condition
+    /// variable (an event it waits for).
     fn run_worker(&self, stream: u32, mem: &StreamMem, stop: &AtomicBool) {
         let budget = self.config.run_budget.max(1);
         let backoff = Backoff::new();
@@ -208,14 +205,23 @@ impl Core {
                     backoff.reset();
                 }
                 Run::Stalled => {
-                    // Only the host draining its event ring unblocks this, and it does not
-                    // tell the device: look again soon.
+                    // Only the host reaping its event ring unblocks this. Look a little, then
+                    // sleep on the doorbell, which the host rings after reaping while
+                    // NEED_WAKEUP is set (docs/abi.md 5.4: the stall half of the handshake).
                     drop(g);
-                    if backoff.is_completed() {
-                        std::thread::sleep(self.config.stall_sleep);
-                    } else {
+                    if !backoff.is_completed() {
                         backoff.snooze();
+                        continue;
                     }
+                    idle_since = None;
+                    let d0 = mem.doorbell_value();
+                    if self.lock().stream_prepare_stall_sleep(stream) {
+                        if !self.stopping(stop) {
+                            mem.wait_doorbell(d0, self.config.doorbell_timeout);
+                        }
+                        self.lock().stream_woke(stream);
+                    }
+                    backoff.reset();
                 }
                 Run::Blocked { .. } => {
                     // Checked under the lock, so a shutdown's notify cannot slip in between.
@@ -372,7 +378,7 @@ impl MockDevice {
             }
             if core.shutdown.load(Ordering::Acquire) {
                 return Err(Error::new(
-                    Errno::EINTR,
+                    Errno::ENODEV,
                     "the device shut down during the wait",
                 ));
             }

@@ -192,6 +192,36 @@ impl<T: Slot> DeviceConsumer<T> {
         true
     }
 
+    /// The device half of the Dekker pair when the stream is **stalled**: descriptors wait in
+    /// the command ring but the event ring `evt` has no free slot, and only the host reaping it
+    /// can change that. Sets NEED_WAKEUP on the command ring, `fence(SeqCst)`, re-reads the
+    /// host's event-ring head ([`DeviceProducer::free`]). If a slot was freed meanwhile (or the
+    /// head is corrupt, which the next run reports), clears NEED_WAKEUP and returns `false`:
+    /// keep running. Otherwise returns `true`: sleep until the doorbell differs from the value
+    /// read *before* this call, then [`clear_need_wakeup`](Self::clear_need_wakeup) and look
+    /// again (a wake-up is a hint: the condition may still hold).
+    ///
+    /// Why no wake-up is lost: the host, after reaping, does `store(evt.head); fence(SeqCst);
+    /// load(cmd.flags)` ([`Producer::wake_needed_after_reap`](crate::Producer::wake_needed_after_reap)),
+    /// this does `fetch_or(cmd.flags); fence(SeqCst); load(evt.head)`; one of the two loads
+    /// sees the other side's store, so either the device sees the freed slot or the host sees
+    /// NEED_WAKEUP and rings, which changes the doorbell (it is a counter).
+    pub fn prepare_stall_sleep<E: Slot>(&mut self, evt: &mut DeviceProducer<E>) -> bool {
+        let region = self.ring.region();
+        // Relaxed: the fence orders it before the head load; no data is published by it.
+        region
+            .field(Field::Flags)
+            .fetch_or(RingFlags::NEED_WAKEUP.bits(), Ordering::Relaxed);
+        fence_at(Site::DeviceStallDekkerFence, Ordering::SeqCst);
+        match evt.free() {
+            Ok(0) => true,
+            _ => {
+                self.clear_need_wakeup();
+                false
+            }
+        }
+    }
+
     /// Clears NEED_WAKEUP (after waking). Relaxed: a host that still sees the flag rings a
     /// spurious doorbell, which is harmless; before sleeping again `prepare_sleep` re-sets it
     /// behind its fence.

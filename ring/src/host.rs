@@ -172,8 +172,24 @@ impl<T: Slot> Producer<T> {
         flags & RingFlags::NEED_WAKEUP.bits() != 0
     }
 
+    /// The host half of the Dekker pair after **reaping** the stream's event ring (the
+    /// consumer's Release store of its head came just before, on this thread): `fence(SeqCst)`,
+    /// then a Relaxed load of this command ring's flags. Returns `true` iff NEED_WAKEUP is set:
+    /// a device stalled on the full event ring may be asleep, so ring the doorbell. Pairs with
+    /// `DeviceConsumer::prepare_stall_sleep`.
+    pub fn wake_needed_after_reap(&self) -> bool {
+        fence_at(Site::HostReapDekkerFence, Ordering::SeqCst);
+        // Relaxed: the fence orders it after the head store; no data is read on its strength.
+        let flags = self
+            .ring
+            .region()
+            .field(Field::Flags)
+            .load(Ordering::Relaxed);
+        flags & RingFlags::NEED_WAKEUP.bits() != 0
+    }
+
     /// The local tail: every pushed entry, published or not. After `publish`, the value to
-    /// write to the doorbell.
+    /// write to a hardware doorbell.
     pub fn tail(&self) -> u32 {
         self.tail
     }

@@ -126,9 +126,15 @@ pub fn doorbell_pair() -> (Doorbell, DoorbellWatch) {
 }
 
 impl Doorbell {
-    /// Writes `value` to the doorbell.
+    /// Writes `value` to the doorbell (a hardware doorbell's write).
     pub fn ring(&self, value: u32) {
         self.word.store(value, Ordering::Relaxed);
+    }
+
+    /// Increments the doorbell word (a software device's doorbell: ABI 1.1), Relaxed as in the
+    /// real `Doorbell::ring_counter`.
+    pub fn ring_counter(&self) {
+        self.word.fetch_add(1, Ordering::Relaxed);
     }
 }
 

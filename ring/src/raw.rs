@@ -153,7 +153,10 @@ impl Doorbell {
         Self { reg }
     }
 
-    /// Writes `value` (the new command-ring tail) to the doorbell, after `fence(Release)`.
+    /// Writes `value` (the new command-ring tail) to a hardware doorbell register
+    /// (`DAVINCI_FEAT_DOORBELL_MMIO`), after `fence(Release)`. The write itself is the event;
+    /// its value is informative. A software device's doorbell is rung with
+    /// [`ring_counter`](Self::ring_counter) instead.
     pub fn ring(&self, value: u32) {
         doorbell_hardware_fence();
         #[cfg(feature = "mmio")]
@@ -173,6 +176,23 @@ impl Doorbell {
             // SAFETY: aligned and writable for the doorbell's lifetime (contract of `new`).
             unsafe { ptr::write_volatile(self.reg, value) };
         }
+    }
+
+    /// Rings a doorbell that is a memory word a software device watches
+    /// (`DAVINCI_FEAT_DOORBELL_FUTEX`): increments it atomically, so the value always changes,
+    /// whoever else changed it meanwhile (the driver's own kicks increment it too). A device
+    /// sleeping "until the doorbell differs from d0" therefore always wakes, even when the
+    /// host rings twice with the same command-ring tail (after a publish, then after a reap):
+    /// the lost wake-up of ABI 1.0's "write the tail". Relaxed: the doorbell publishes nothing
+    /// (the tail and head stores before it did, behind the host's Dekker fence). Follow it with
+    /// a `FUTEX_WAKE` on the word.
+    pub fn ring_counter(&self) {
+        // SAFETY: aligned and valid for reads and writes for the doorbell's lifetime (contract
+        // of `new`), which bounds the reference; every access to the word in this address
+        // space is atomic on a software device (the contract excludes concurrent non-atomic
+        // writes).
+        let word = unsafe { AtomicU32::from_ptr(self.reg) };
+        word.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The register's address (for `FUTEX_WAKE` by the shim on futex doorbells).

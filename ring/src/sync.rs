@@ -67,6 +67,10 @@ sites! {
     DeviceProducerHeadAcquire,
     /// `DeviceProducer::publish`: Release store of the tail after the slot writes.
     DeviceProducerTailRelease,
+    /// `DeviceConsumer::prepare_stall_sleep`: `fence(SeqCst)` between setting NEED_WAKEUP and re-loading the event-ring head.
+    DeviceStallDekkerFence,
+    /// `Producer::wake_needed_after_reap`: `fence(SeqCst)` between the host's event-ring head store and its NEED_WAKEUP load.
+    HostReapDekkerFence,
 }
 
 /// The ordering to use at `site`: `o`, or `Relaxed` when loom runs with this site mutated.

@@ -246,6 +246,134 @@ fn need_wakeup_handshake() {
     });
 }
 
+/// The stall sleep: a device whose event ring is full sleeps until the host reaps, under the
+/// same Dekker protocol as the idle sleep (NEED_WAKEUP on the command ring, a fence, a re-read
+/// of the event-ring head; the host: head store, a fence, a flags load, a doorbell). Nothing
+/// but the doorbell wakes the sleeper; a lost wake-up leaves it spinning (branch limit).
+#[test]
+fn event_ring_stall_sleep_handshake() {
+    loom::model(|| {
+        let cmd = region(2, 64, 0);
+        let evt = region(2, 32, 0);
+        let (bell, watch) = doorbell_pair();
+        // The command ring only carries the flags here; the device has "work" all along.
+        let mut cons = DeviceConsumer::<TaskDesc>::new(cmd.clone());
+        let host_cmd = Producer::<TaskDesc>::new(cmd);
+        let mut prod = DeviceProducer::<EventRecord>::new(evt.clone());
+        let mut host = Consumer::<EventRecord>::new(evt);
+        let h = thread::spawn(move || {
+            let mut next = 0;
+            while next < 3 {
+                let got = host.consume(8, |r| {
+                    assert_eq!(r, rec(next));
+                    next += 1;
+                });
+                if got > 0 && host_cmd.wake_needed_after_reap() {
+                    bell.ring_counter();
+                }
+                if got == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut i = 0;
+        while i < 3 {
+            let free = prod.free().expect("honest host");
+            if free > 0 {
+                prod.push(&rec(i)).unwrap();
+                prod.publish();
+                i += 1;
+                continue;
+            }
+            let d0 = watch.value();
+            if cons.prepare_stall_sleep(&mut prod) {
+                while watch.value() == d0 {
+                    thread::yield_now();
+                }
+                cons.clear_need_wakeup();
+            }
+        }
+        h.join().unwrap();
+    });
+}
+
+/// The lost wake-up of ABI 1.0, end to end: the host publishes until the command ring is full
+/// without reaping, the device runs until the event ring is full and sleeps stalled (or idle
+/// when the command ring is empty), the host reaps and rings. Under 1.0 both rings wrote the
+/// same value (the command-ring tail) to the doorbell, so a device that read `d0` after the
+/// publish's ring slept through the reap's ring; the doorbell is now a counter and every ring
+/// changes it. Both sleeps are real (only the doorbell ends them).
+#[test]
+fn publish_until_full_then_reap_wakes_a_stalled_device() {
+    loom::model(|| {
+        const N: u64 = 4;
+        let cmd = region(2, 64, 0);
+        let evt = region(2, 32, 0);
+        let (bell, watch) = doorbell_pair();
+        let mut cons = DeviceConsumer::<TaskDesc>::new(cmd.clone());
+        let mut host_cmd = Producer::<TaskDesc>::new(cmd);
+        let mut prod = DeviceProducer::<EventRecord>::new(evt.clone());
+        let mut host_evt = Consumer::<EventRecord>::new(evt);
+        let h = thread::spawn(move || {
+            let (mut sent, mut seen) = (0, 0);
+            // Publish everything first (ringing when asked), reaping only when the command
+            // ring is full and nothing else can progress.
+            while seen < N {
+                if sent < N && host_cmd.push(&desc(sent)).is_ok() {
+                    sent += 1;
+                    if host_cmd.publish() {
+                        bell.ring_counter();
+                    }
+                    continue;
+                }
+                let got = host_evt.consume(8, |r| {
+                    assert_eq!(r.user_data, seen);
+                    seen += 1;
+                });
+                if got > 0 && host_cmd.wake_needed_after_reap() {
+                    bell.ring_counter();
+                }
+                if got == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut done = 0;
+        while done < N {
+            let avail = cons.available().expect("healthy ring");
+            let free = prod.free().expect("honest host");
+            let n = avail.min(free);
+            if n > 0 {
+                for i in 0..n {
+                    let d = cons.peek(i).expect("published slot");
+                    prod.push(&EventRecord {
+                        user_data: d.user_data,
+                        ..EventRecord::default()
+                    })
+                    .unwrap();
+                }
+                cons.advance(n);
+                prod.publish();
+                done += u64::from(n);
+                continue;
+            }
+            let d0 = watch.value();
+            let sleep = if avail == 0 {
+                cons.prepare_sleep()
+            } else {
+                cons.prepare_stall_sleep(&mut prod)
+            };
+            if sleep {
+                while watch.value() == d0 {
+                    thread::yield_now();
+                }
+                cons.clear_need_wakeup();
+            }
+        }
+        h.join().unwrap();
+    });
+}
+
 /// The error state: once the host sees ERROR it sees the errno and index that caused it.
 #[test]
 fn error_state_published() {

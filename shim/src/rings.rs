@@ -149,14 +149,16 @@ impl StreamRings {
         self.wake
     }
 
-    /// Writes the tail to the doorbell register and, for a software device, `FUTEX_WAKE`s it.
-    /// Returns whether a futex wake was issued. (With [`Wake::Notify`] the caller issues the
-    /// ioctl instead; this then only writes the register, which such a device ignores.)
+    /// Rings the doorbell: hardware (`Wake::Mmio`) gets the new tail written to its register;
+    /// a software device (`Wake::Futex`) gets the word incremented (so its value always
+    /// changes: ABI 1.1, docs/abi.md 5.3) and a `FUTEX_WAKE`. Returns whether a futex wake was
+    /// issued. (With [`Wake::Notify`] the caller issues the ioctl instead.)
     pub(crate) fn ring_doorbell(&self) -> bool {
-        self.doorbell.ring(self.producer.tail());
         if self.wake != Wake::Futex {
+            self.doorbell.ring(self.producer.tail());
             return false;
         }
+        self.doorbell.ring_counter();
         // The register word lies inside `bell` (checked at construction), so it resolves.
         match self.bell.word(DOORBELL_REG_OFFSET) {
             Ok(word) => {
@@ -167,9 +169,13 @@ impl StreamRings {
         }
     }
 
-    /// Copies out up to `max` completions, in order.
-    pub(crate) fn consume(&mut self, max: usize, f: impl FnMut(EventRecord)) -> usize {
-        self.consumer.consume(max, f)
+    /// Copies out up to `max` completions, in order (one Release store of the head). Returns
+    /// how many, and whether the device must be woken: when completions were taken, the reap
+    /// half of the Dekker pair (`fence(SeqCst)`, then NEED_WAKEUP) tells whether a device
+    /// stalled on the full event ring may be asleep (docs/abi.md 5.4).
+    pub(crate) fn consume(&mut self, max: usize, f: impl FnMut(EventRecord)) -> (usize, bool) {
+        let n = self.consumer.consume(max, f);
+        (n, n > 0 && self.producer.wake_needed_after_reap())
     }
 
     /// Completions published and not consumed.

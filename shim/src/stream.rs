@@ -301,6 +301,12 @@ impl Stream {
         if !self.rings.publish() {
             return Ok(());
         }
+        self.wake_device(op)
+    }
+
+    /// Wakes a device that asked for it (NEED_WAKEUP, after a publish or a reap): the doorbell,
+    /// or NOTIFY for a device without one.
+    fn wake_device(&self, op: &'static str) -> Result<()> {
         if self.rings.wake() == Wake::Notify {
             return self.notify_as(op);
         }
@@ -411,7 +417,7 @@ impl Stream {
         };
         let keep = self.opts.keep_completions;
         let (backlog, first_error) = (&mut self.backlog, &mut self.first_error);
-        let n = self.rings.consume(room, |r| {
+        let (n, wake) = self.rings.consume(room, |r| {
             let c = Completion::from(r);
             if !c.is_ok() && first_error.is_none() {
                 *first_error = Some(c);
@@ -420,6 +426,9 @@ impl Stream {
                 backlog.push_back(c);
             }
         });
+        if wake {
+            self.wake_device(op)?;
+        }
         let full = room == 0 || (keep && self.backlog.len() >= self.opts.backlog_limit);
         if must && full && self.rings.available() > 0 {
             return Err(Error::new(
@@ -472,7 +481,9 @@ impl Stream {
     }
 
     /// Copies every available completion into `out` (kept backlog first, then the event
-    /// ring), in stream order. No system call. Returns how many were added.
+    /// ring), in stream order. Returns how many were added. No system call, except a doorbell
+    /// (or NOTIFY) when the device had stalled on the full event ring and asked to be woken
+    /// once it is reaped.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> usize {
         self.poll_each(|c| out.push(c))
     }
@@ -485,13 +496,19 @@ impl Stream {
             n += 1;
         }
         let first_error = &mut self.first_error;
-        n + self.rings.consume(usize::MAX, |r| {
+        let (taken, wake) = self.rings.consume(usize::MAX, |r| {
             let c = Completion::from(r);
             if !c.is_ok() && first_error.is_none() {
                 *first_error = Some(c);
             }
             f(c)
-        })
+        });
+        if wake {
+            // A failed NOTIFY (only for devices without a doorbell) loses nothing: the
+            // device's sleep has a timeout, and the next submit or synchronize wakes it too.
+            let _ = self.wake_device("Stream::poll");
+        }
+        n + taken
     }
 
     /// Blocks until every task submitted so far has completed (`aclrtSynchronizeStream` /

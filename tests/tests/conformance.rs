@@ -827,3 +827,61 @@ fn workload_runs_clean() {
     assert_eq!(last, r.tasks + 200);
     let _ = backend_name();
 }
+
+/// A stream that stalls on its full event ring sleeps on the doorbell protocol, and the host's
+/// reap wakes it (ABI 1.1, docs/abi.md 5.4). On the embedded backend the device's safety-net
+/// timeouts are an hour, so only the protocol can wake it: were the reap's doorbell lost (the
+/// 1.0 doorbell wrote the same tail twice), the submits below would time out.
+#[test]
+fn a_stall_on_a_full_event_ring_is_woken_by_the_reap() {
+    let hour = Duration::from_secs(3600);
+    let config = davinci_shim::MockConfig {
+        doorbell_timeout: hour,
+        event_timeout: hour,
+        ..davinci_shim::MockConfig::default()
+    };
+    let dev = davinci_tests::open_backend(&davinci_tests::backend_name(), config)
+        .expect("open the test device");
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx
+        .create_stream_with(StreamOptions::depths(4, 8).submit_timeout(Duration::from_secs(20)))
+        .unwrap();
+    for round in 0..4u64 {
+        // 12 tasks fill both rings (8 completions wait in the event ring, 4 descriptors in the
+        // command ring): the device stalls and, finding no room, goes to sleep.
+        let batch: Vec<TaskDesc> = (0..12).map(|i| TaskDesc::nop(round * 12 + i)).collect();
+        let t0 = std::time::Instant::now();
+        let mut pushed = 0;
+        while pushed < batch.len() {
+            pushed += s.try_submit_batch(&batch[pushed..]).unwrap();
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the device took nothing"
+            );
+            std::thread::yield_now();
+        }
+        while !s.device_asleep() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the device never slept"
+            );
+            std::thread::yield_now();
+        }
+        let before = dev.stats();
+        // Reaping frees event slots; the device asked to be woken then, and must be.
+        let mut got = Vec::new();
+        assert_eq!(s.poll(&mut got), 8);
+        assert_eq!(
+            dev.stats().since(&before).doorbells,
+            1,
+            "the reap rang once"
+        );
+        s.synchronize(Duration::from_secs(20)).unwrap();
+        got.extend(poll_all(&mut s));
+        assert_eq!(
+            got.iter().map(|c| c.user_data).collect::<Vec<_>>(),
+            (round * 12..round * 12 + 12).collect::<Vec<_>>()
+        );
+        assert!(got.iter().all(Completion::is_ok));
+    }
+}

@@ -68,7 +68,7 @@ abi_struct! {
         pub flags: u32,
         /// Allocation handle (from driver).
         pub handle: u32,
-        /// Device virtual address of the first byte, aligned to `DeviceInfo::mem_align` (from driver).
+        /// Device virtual address of the first byte, aligned to `davinci_device_info.mem_align` (from driver).
         pub dev_addr: u64,
         /// Size actually reserved (`size` rounded up to `mem_align`) (from driver).
         pub alloc_size: u64,
@@ -81,14 +81,16 @@ abi_struct! {
     /// WAIT_EVENT: block until a stream or an event reaches a value, or the timeout passes.
     #[c_name = "davinci_wait_event_args"]
     pub struct WaitEventArgs {
-        /// `WaitKind`: 1 = stream, 2 = event (to driver).
+        /// `DAVINCI_WAIT_STREAM` (1) or `DAVINCI_WAIT_EVENT` (2) (to driver).
         pub kind: u32,
         /// Stream or event handle (to driver).
         pub handle: u32,
         /// Stream: number of completions the stream must have produced (its event-ring tail,
-        /// free-running, compared wrapping). Event: the value it must reach (to driver).
+        /// a free-running 32-bit count, compared wrapping); the high 32 bits must be 0
+        /// (`EINVAL`). Event: the value it must reach (to driver).
         pub value: u64,
-        /// Timeout in nanoseconds; 0 polls once and returns `EAGAIN` if not reached (to driver).
+        /// Relative timeout in nanoseconds on the monotonic clock; 0 polls once and returns
+        /// `EAGAIN` if not reached; `DAVINCI_WAIT_FOREVER` waits without limit (to driver).
         pub timeout_ns: u64,
         /// The current value when the call returned (from driver).
         pub current: u64,
@@ -109,7 +111,7 @@ abi_struct! {
         pub ctx: u32,
         /// Reserved stream flags, must be 0 (to driver).
         pub flags: u32,
-        /// Command-ring depth, a power of two within `DeviceInfo` limits (to driver).
+        /// Command-ring depth, a power of two within `davinci_device_info` limits (to driver).
         pub cmd_entries: u32,
         /// Event-ring depth, a power of two, >= `cmd_entries` (to driver).
         pub event_entries: u32,
@@ -154,7 +156,7 @@ abi_struct! {
         pub abi_major: u16,
         /// ABI minor version of the driver (from driver).
         pub abi_minor: u16,
-        /// `Features` bits (from driver).
+        /// `DAVINCI_FEAT_*` bits (from driver).
         pub features: Features,
         /// Device index N of /dev/davinciN (from driver).
         pub device_id: u32,
@@ -182,12 +184,20 @@ abi_struct! {
         pub max_event_entries: u32,
         /// Alignment of every allocation's device address and size (from driver).
         pub mem_align: u32,
-        /// `ShareMode` now in force (from driver).
+        /// `DAVINCI_SHARE_*` mode now in force (from driver).
         pub share_mode: u32,
         /// Clients attached now (from driver).
         pub clients: u32,
+        /// The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
+        /// control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
+        /// (from driver). ABI 1.1.
+        pub caller_id: u32,
+        /// Bit `n` set: opcode `n` (`DAVINCI_OP_*`) runs on this device; a descriptor with
+        /// another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`
+        /// (from driver). ABI 1.1.
+        pub opcodes: u32,
         /// Reserved, zero (from driver).
-        pub reserved: [u64; 4],
+        pub reserved: [u64; 3],
     }
 }
 
@@ -196,11 +206,12 @@ abi_struct! {
     /// the rest must be 0).
     #[c_name = "davinci_device_share_args"]
     pub struct DeviceShareArgs {
-        /// `ShareMode`: 0 = exclusive, 1 = shared.
+        /// `DAVINCI_SHARE_EXCLUSIVE` (0) or `DAVINCI_SHARE_SHARED` (1) (to driver for SET,
+        /// from driver for QUERY).
         pub mode: u32,
-        /// Clients attached (from driver).
+        /// Clients attached (from driver, QUERY); must be 0 (to driver, SET).
         pub clients: u32,
-        /// Reserved, must be 0.
+        /// Reserved: 0 (from driver, QUERY); must be 0 (to driver, SET).
         pub reserved: u64,
     }
 }
@@ -229,29 +240,29 @@ abi_struct! {
     /// One attached client, as LIST_CLIENTS reports it (all fields from driver).
     #[c_name = "davinci_client_usage"]
     pub struct ClientUsage {
-        /// Driver-assigned client id (unique while the device lives).
+        /// Driver-assigned client id (unique while the device lives) (from driver).
         pub client_id: u32,
-        /// Process id of the opener, as the driver sees it.
+        /// Process id of the opener, as the driver sees it (from driver).
         pub pid: u32,
-        /// User id of the opener.
+        /// User id of the opener (from driver).
         pub uid: u32,
-        /// Reserved, zero.
+        /// Reserved, zero (from driver).
         pub pad: u32,
-        /// Contexts held.
+        /// Contexts held (from driver).
         pub contexts: u32,
-        /// Streams held.
+        /// Streams held (from driver).
         pub streams: u32,
-        /// Events held.
+        /// Events held (from driver).
         pub events: u32,
-        /// Allocations held.
+        /// Allocations held (from driver).
         pub allocations: u32,
-        /// Device memory held in bytes.
+        /// Device memory held in bytes (from driver).
         pub memory_bytes: u64,
-        /// Descriptors the device has taken from this client's rings.
+        /// Descriptors the device has taken from this client's rings (from driver).
         pub tasks_submitted: u64,
-        /// Completions the device has written for this client.
+        /// Completions the device has written for this client (from driver).
         pub tasks_completed: u64,
-        /// Container id (from the opener's cgroup), NUL-padded; empty if none.
+        /// Container id (from the opener's cgroup), NUL-padded; empty if none (from driver).
         pub container: [u8; 64],
     }
 }
@@ -314,6 +325,10 @@ abi_flags! {
         const DEVICE_SHARE = 1 << 4;
         /// LIST_CLIENTS is available.
         const LIST_CLIENTS = 1 << 5;
+        /// GET_INFO's `caller_id` is the caller's own client id (ABI 1.1).
+        const CALLER_ID = 1 << 6;
+        /// GET_INFO's `opcodes` lists the opcodes the device runs (ABI 1.1).
+        const OPCODE_MASK = 1 << 7;
     }
 }
 
@@ -337,6 +352,9 @@ impl ShareMode {
         }
     }
 }
+
+/// `WaitEventArgs::timeout_ns` that waits without limit.
+pub const WAIT_FOREVER: u64 = u64::MAX;
 
 /// What WAIT_EVENT waits on (`WaitEventArgs::kind`).
 #[repr(u32)]

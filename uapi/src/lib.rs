@@ -34,7 +34,7 @@ pub use task::{DevAddr, Dtype, EventRecord, Opcode, TaskDesc};
 /// ABI major version: layouts and semantics of existing commands. A mismatch is fatal.
 pub const ABI_VERSION_MAJOR: u16 = 1;
 /// ABI minor version: backwards-compatible additions.
-pub const ABI_VERSION_MINOR: u16 = 0;
+pub const ABI_VERSION_MINOR: u16 = 1;
 
 /// Whether a client built against this crate may talk to a driver reporting `driver_major`.
 pub const fn abi_compatible(driver_major: u16) -> bool {
@@ -80,6 +80,11 @@ pub const SCALARS: &[(&str, u64, &str)] = &[
         "ABI minor version",
     ),
     ("IOCTL_MAGIC", DRIVER_MAGIC as u64, "ioctl type byte ('d')"),
+    (
+        "WAIT_FOREVER",
+        args::WAIT_FOREVER,
+        "WAIT_EVENT timeout_ns without limit",
+    ),
     (
         "RING_HEADER_SIZE",
         rings::RING_HEADER_SIZE as u64,

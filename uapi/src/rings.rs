@@ -44,7 +44,7 @@ abi_struct! {
         pub entries: u32,
         /// `entries - 1`. Device-written at creation, constant.
         pub mask: u32,
-        /// `RingFlags` (NEED_WAKEUP, ERROR). Device-written.
+        /// `DAVINCI_RING_F_*` bits (NEED_WAKEUP, ERROR). Device-written.
         pub flags: RingFlags,
         /// Descriptors the device discarded (counter; device-written).
         pub dropped: u32,
@@ -70,7 +70,7 @@ const _: () = {
 };
 
 abi_flags! {
-    /// Ring status bits in `RingHeader::flags`, written by the device side only.
+    /// Ring status bits in `davinci_ring_header.flags`, written by the device side only.
     #[c_prefix = "DAVINCI_RING_F_"]
     pub struct RingFlags: u32 {
         /// The device consumer is about to sleep (or sleeps): the producer must write the
@@ -86,25 +86,25 @@ abi_struct! {
     /// Byte offsets of each ring field within its mapping (returned by `CREATE_STREAM`).
     #[c_name = "davinci_ring_offsets"]
     pub struct RingOffsets {
-        /// Offset of `tail`.
+        /// Offset of `tail` (from driver).
         pub tail: u32,
-        /// Offset of `head`.
+        /// Offset of `head` (from driver).
         pub head: u32,
-        /// Offset of `entries`.
+        /// Offset of `entries` (from driver).
         pub entries: u32,
-        /// Offset of `mask`.
+        /// Offset of `mask` (from driver).
         pub mask: u32,
-        /// Offset of `flags`.
+        /// Offset of `flags` (from driver).
         pub flags: u32,
-        /// Offset of `dropped`.
+        /// Offset of `dropped` (from driver).
         pub dropped: u32,
-        /// Offset of `error`.
+        /// Offset of `error` (from driver).
         pub error: u32,
-        /// Offset of `error_index`.
+        /// Offset of `error_index` (from driver).
         pub error_index: u32,
-        /// Offset of slot 0.
+        /// Offset of slot 0 (from driver).
         pub slots: u32,
-        /// Size of one slot in bytes (64 for commands, 32 for events).
+        /// Size of one slot in bytes (64 for commands, 32 for events) (from driver).
         pub slot_size: u32,
     }
 }

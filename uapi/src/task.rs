@@ -128,14 +128,14 @@ impl Dtype {
 
 abi_struct! {
     /// One task, as the host writes it into a command-ring slot (or passes it to
-    /// `SUBMIT_TASK`). Operand meaning depends on `opcode` (see `Opcode`); unused operands
+    /// `SUBMIT_TASK`). Operand meaning depends on `opcode` (`DAVINCI_OP_*`); unused operands
     /// must be zero. The device copies the whole descriptor out of shared memory once and
     /// validates the copy.
     #[c_name = "davinci_task_desc"]
     pub struct TaskDesc {
-        /// `Opcode` (to device).
+        /// `DAVINCI_OP_*` (to device).
         pub opcode: u8,
-        /// `Dtype` for `ADD`, else 0 (to device).
+        /// `DAVINCI_DTYPE_*` for `ADD`, else 0 (to device).
         pub dtype: u8,
         /// Reserved task flags, must be 0 (to device).
         pub flags: u16,

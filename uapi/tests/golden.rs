@@ -56,7 +56,7 @@ fn struct_sizes() {
 
 #[test]
 fn abi_version() {
-    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 0));
+    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 1));
     assert!(abi_compatible(1));
     assert!(!abi_compatible(2));
 }

@@ -9,11 +9,12 @@ use crate::{err, Abi, GenError, ABI_DOC_PATH, DOC_BLOCK_END, DOC_BLOCK_START};
 
 pub(crate) fn direction_tag(doc: &[&str]) -> &'static str {
     let all = doc.join(" ");
-    let to = all.contains("(to driver)") || all.contains("(to device)");
-    let from = all.contains("(from driver)") || all.contains("(from device)");
+    let to = all.contains("(to driver") || all.contains("(to device");
+    let from = all.contains("from driver") || all.contains("(from device");
     match (to, from) {
         (true, false) => "in",
         (false, true) => "out",
+        (true, true) => "in/out",
         _ => "",
     }
 }

@@ -36,6 +36,16 @@ pub fn render_header(abi: &Abi<'_>) -> Result<String, GenError> {
     o.push_str(
         "#ifdef __KERNEL__\n#include <linux/stddef.h>\n#else\n#include <stddef.h>\n#endif\n",
     );
+    o.push_str(
+        "\n/*\n * The data plane needs a 64-bit process: mmap cookies carry their kind at bit 48, past\n \
+         * the offset reach of a 32-bit mmap. The struct layouts are the same for 32-bit builds;\n \
+         * define DAVINCI_UAPI_LAYOUT_ONLY to include this header there for the layouts alone.\n \
+         */\n\
+         #if !defined(__KERNEL__) && !defined(DAVINCI_UAPI_LAYOUT_ONLY) && \\\n    \
+         defined(__SIZEOF_POINTER__) && __SIZEOF_POINTER__ < 8\n\
+         #error \"davinci uapi: the data plane needs a 64-bit process (DAVINCI_UAPI_LAYOUT_ONLY: layouts only)\"\n\
+         #endif\n",
+    );
 
     section(&mut o, "Versions, sizes, mmap cookies");
     let rows: Vec<_> = abi
@@ -129,6 +139,9 @@ pub fn render_header(abi: &Abi<'_>) -> Result<String, GenError> {
         );
     }
 
+    section(&mut o, "Helpers");
+    o.push_str(HELPERS);
+
     section(&mut o, "Layout checks");
     o.push_str(
         "/*\n * The sizes and offsets of the Rust definitions. A failure means this compiler lays\n \
@@ -168,3 +181,46 @@ pub fn c_header() -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/// Small inline helpers for C clients: the wrapping index comparisons of the ring protocol
+/// written without implementation-defined conversions, and the one place each sign
+/// convention of an errno is undone (docs/abi.md section 7).
+const HELPERS: &str = "\
+/*
+ * Ring indices and completion counts are free-running __u32 values that wrap. Compare them
+ * with these (an unsigned difference below 2^31), never by casting to a signed type.
+ */
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define DAVINCI_INLINE static inline
+#else
+#define DAVINCI_INLINE static __inline__
+#endif
+
+/* Non-zero if count `cur` has reached `target` (cur is target or later, wrapping). */
+DAVINCI_INLINE int davinci_reached(__u32 cur, __u32 target)
+{
+	return (__u32)(cur - target) < 0x80000000u;
+}
+
+/* Entries between `head` and `tail` (wrapping); more than the ring's entries is corruption. */
+DAVINCI_INLINE __u32 davinci_ring_used(__u32 tail, __u32 head)
+{
+	return (__u32)(tail - head);
+}
+
+/*
+ * The positive errno of an event record (0 on success). `status` is a negative errno in a
+ * record, while WAIT_EVENT's `status` and a ring's `error` are positive errnos already.
+ * A value no driver writes (below -4095) reads as EPROTO (71).
+ */
+DAVINCI_INLINE int davinci_record_errno(const struct davinci_event_record *r)
+{
+	__s32 s = (__s32)r->status;
+
+	if (s >= 0)
+		return 0;
+	if (s < -4095)
+		return 71;
+	return -s;
+}
+";
