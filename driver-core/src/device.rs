@@ -191,7 +191,11 @@ fn container_str(c: &[u8; CONTAINER_LEN]) -> [u8; 64] {
 
 impl<P: Platform> Device<P> {
     /// A device with no clients, in exclusive mode.
-    pub fn new(config: Config, platform: P) -> Self {
+    ///
+    /// `const`: a device is about 190 KB (its tables are fixed-size arrays), too big for a
+    /// kernel stack, so the kernel module builds its devices in static storage at compile
+    /// time; user-space hosts call it at run time.
+    pub const fn new(config: Config, platform: P) -> Self {
         let page = if config.page_size.is_power_of_two() && config.page_size >= 64 {
             config.page_size
         } else {

@@ -15,6 +15,7 @@ use crate::device::{Allocation, Device, Event, Pending, StreamState};
 use crate::error::{ensure, fail, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
 use crate::platform::Platform;
+use crate::softfloat;
 use crate::table::Table;
 
 /// What one `run_stream` call achieved, and what the worker should wait for next.
@@ -220,19 +221,21 @@ impl<P: Platform> Exec<'_, P> {
             let (xa, xb) = (&mut ba[..n], &mut bb[..n]);
             self.platform.mem_read(self.owner, a + done, xa)?;
             self.platform.mem_read(self.owner, b + done, xb)?;
-            for (x, y) in xa.chunks_exact_mut(4).zip(xb.chunks_exact(4)) {
-                let p = [x[0], x[1], x[2], x[3]];
-                let q = [y[0], y[1], y[2], y[3]];
+            // An index loop rather than `chunks_exact(4).zip(..)`: the iterator's length
+            // divides by the chunk size, and Linux 6.12's objtool does not know that
+            // `panic_const_div_by_zero` never returns (a "falls through" warning per copy).
+            let mut i = 0;
+            while i + 4 <= n {
+                let p = u32::from_ne_bytes([xa[i], xa[i + 1], xa[i + 2], xa[i + 3]]);
+                let q = u32::from_ne_bytes([xb[i], xb[i + 1], xb[i + 2], xb[i + 3]]);
+                // Two's complement: U32 and I32 wrap to the same bits. F32 in integer
+                // arithmetic, so every host (the kernel is soft-float) gives the same bits.
                 let r = match dtype {
-                    Dtype::U32 => u32::from_ne_bytes(p)
-                        .wrapping_add(u32::from_ne_bytes(q))
-                        .to_ne_bytes(),
-                    Dtype::I32 => i32::from_ne_bytes(p)
-                        .wrapping_add(i32::from_ne_bytes(q))
-                        .to_ne_bytes(),
-                    Dtype::F32 => (f32::from_ne_bytes(p) + f32::from_ne_bytes(q)).to_ne_bytes(),
+                    Dtype::U32 | Dtype::I32 => p.wrapping_add(q),
+                    Dtype::F32 => softfloat::f32_add(p, q),
                 };
-                x.copy_from_slice(&r);
+                xa[i..i + 4].copy_from_slice(&r.to_ne_bytes());
+                i += 4;
             }
             self.platform.mem_write(self.owner, dst + done, xa)?;
             done += n as u64;

@@ -24,6 +24,7 @@ pub mod engine;
 pub mod error;
 pub mod memory;
 pub mod platform;
+pub mod softfloat;
 pub mod table;
 #[cfg(feature = "test-util")]
 pub mod test_util;

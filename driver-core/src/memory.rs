@@ -28,7 +28,7 @@ pub struct Allocator<const N: usize> {
 impl<const N: usize> Allocator<N> {
     /// An allocator of `size` bytes handing out `align`-aligned, `align`-rounded blocks.
     /// `align` must be a power of two; `size` is rounded down to it.
-    pub fn new(size: u64, align: u64) -> Self {
+    pub const fn new(size: u64, align: u64) -> Self {
         let align = if align.is_power_of_two() { align } else { 4096 };
         let size = size & !(align - 1);
         let mut blocks = [Block {

@@ -23,15 +23,17 @@ impl<T, const N: usize> Default for Table<T, N> {
 impl<T, const N: usize> Table<T, N> {
     const _FITS: () = assert!(N < 0xffff, "table index must fit 16 bits");
 
-    /// An empty table.
-    pub fn new() -> Self {
+    /// An empty table. `const`, so a host may build its device in static storage.
+    pub const fn new() -> Self {
         #[allow(clippy::let_unit_value)]
         let _ = Self::_FITS;
         Self {
-            slots: core::array::from_fn(|_| Slot {
-                generation: 1,
-                value: None,
-            }),
+            slots: [const {
+                Slot {
+                    generation: 1,
+                    value: None,
+                }
+            }; N],
             len: 0,
         }
     }
