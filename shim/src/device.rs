@@ -33,11 +33,14 @@ pub(crate) struct Stats {
 pub struct DeviceStats {
     /// Descriptors published through stream rings (fast path) and SUBMIT_TASK.
     pub tasks_submitted: u64,
-    /// Doorbell register writes (one per publish that found NEED_WAKEUP set).
+    /// Wake-ups of a sleeping device (one per publish or reap that found NEED_WAKEUP set): a
+    /// doorbell write, or a NOTIFY on a device without a doorbell the host can write (the
+    /// kernel module's software engine).
     pub doorbells: u64,
     /// `FUTEX_WAKE`s after a doorbell write (software devices).
     pub futex_wakes: u64,
-    /// NOTIFY ioctls (devices with neither an MMIO nor a futex doorbell; explicit `notify`).
+    /// NOTIFY ioctls: the wake-ups of a device with neither an MMIO nor a futex doorbell
+    /// (also counted in `doorbells`), and explicit `Stream::notify` calls.
     pub notify_ioctls: u64,
     /// SUBMIT_TASK ioctls (the slow path).
     pub slow_submits: u64,

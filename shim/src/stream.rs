@@ -307,11 +307,13 @@ impl Stream {
     /// Wakes a device that asked for it (NEED_WAKEUP, after a publish or a reap): the doorbell,
     /// or NOTIFY for a device without one.
     fn wake_device(&self, op: &'static str) -> Result<()> {
+        let s = self.stats();
         if self.rings.wake() == Wake::Notify {
-            return self.notify_as(op);
+            self.notify_as(op)?;
+            s.doorbells.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
         let woke = self.rings.ring_doorbell();
-        let s = self.stats();
         s.doorbells.fetch_add(1, Ordering::Relaxed);
         if woke {
             s.futex_wakes.fetch_add(1, Ordering::Relaxed);

@@ -72,7 +72,7 @@ pub struct LatencyReport {
     pub p99_ns: u64,
     /// Slowest, nanoseconds.
     pub max_ns: u64,
-    /// Doorbell writes per 1000 tasks in this phase.
+    /// Wake-ups of the device (doorbell writes or NOTIFYs) per 1000 tasks in this phase.
     pub doorbells_per_1000_tasks: f64,
 }
 
@@ -97,9 +97,9 @@ pub struct Report {
     pub wall_seconds: f64,
     /// `tasks / device_seconds`.
     pub tasks_per_sec: f64,
-    /// Doorbell writes in the throughput phase.
+    /// Wake-ups of the device (doorbell writes or NOTIFYs) in the throughput phase.
     pub doorbells: u64,
-    /// Doorbell writes per 1000 tasks in the throughput phase.
+    /// Wake-ups of the device per 1000 tasks in the throughput phase.
     pub doorbells_per_1000_tasks: f64,
     /// Values compared with the CPU model.
     pub values_checked: u64,
