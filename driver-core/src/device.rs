@@ -95,6 +95,10 @@ pub(crate) struct Client {
     pub(crate) memory: u64,
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
+    /// The last failed command (request number) and why, for GET_LAST_ERROR.
+    pub(crate) last_error: Option<(u32, Error)>,
+    /// Failed commands so far.
+    pub(crate) failures: u64,
 }
 
 pub(crate) struct Context {
@@ -306,6 +310,8 @@ impl<P: Platform> Device<P> {
             memory: 0,
             submitted: 0,
             completed: 0,
+            last_error: None,
+            failures: 0,
         };
         let handle = self
             .clients
@@ -366,7 +372,8 @@ impl<P: Platform> Device<P> {
                         | Features::DEVICE_SHARE.bits()
                         | Features::LIST_CLIENTS.bits()
                         | Features::CALLER_ID.bits()
-                        | Features::OPCODE_MASK.bits()),
+                        | Features::OPCODE_MASK.bits()
+                        | Features::LAST_ERROR.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,

@@ -78,8 +78,31 @@ fn decode<T: Wire>(arg: &[u8]) -> Result<T> {
 
 impl<P: Platform> Device<P> {
     /// Dispatches one ioctl for `client`. `arg` holds exactly the bytes the caller passed
-    /// (`_IOC_SIZE(request)` of them); reply fields are written back into it.
+    /// (`_IOC_SIZE(request)` of them); reply fields are written back into it. A failure is
+    /// also kept for the client's next GET_LAST_ERROR.
     pub fn ioctl(
+        &mut self,
+        client: u32,
+        request: u32,
+        arg: &mut [u8],
+        user: &mut dyn UserMem,
+    ) -> Result<Reply> {
+        let r = self.dispatch(client, request, arg, user);
+        if let Err(e) = &r {
+            self.note_failure(client, request, e);
+        }
+        r
+    }
+
+    /// Keeps `e` as the last failure of `client` (GET_LAST_ERROR).
+    fn note_failure(&mut self, client: u32, request: u32, e: &Error) {
+        if let Some(c) = self.clients.get_mut(client) {
+            c.last_error = Some((request, *e));
+            c.failures = c.failures.wrapping_add(1);
+        }
+    }
+
+    fn dispatch(
         &mut self,
         client: u32,
         request: u32,
@@ -188,6 +211,17 @@ impl<P: Platform> Device<P> {
             }
             DRIVER_CMD_GET_INFO => {
                 self.info_for(client).encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_GET_LAST_ERROR => {
+                let (request, e) = c.last_error.map_or((0, None), |(r, e)| (r, Some(e)));
+                LastError {
+                    request,
+                    error: e.map_or(0, |e| e.errno.code() as u32),
+                    count: c.failures,
+                    message: LastError::message_field(e.map_or("", |e| e.msg)),
+                }
+                .encode(arg);
                 Ok(Reply::Done)
             }
             DRIVER_CMD_QUERY_DEVICE_SHARE => {
@@ -327,6 +361,20 @@ impl<P: Platform> Device<P> {
     /// Completes a blocking WAIT_EVENT after the platform slept: writes the reply into `arg`;
     /// `ETIMEDOUT` if `timed_out` and still not reached.
     pub fn finish_wait(
+        &mut self,
+        client: u32,
+        spec: &WaitSpec,
+        arg: &mut [u8],
+        timed_out: bool,
+    ) -> Result<Option<()>> {
+        let r = self.finish_wait_inner(client, spec, arg, timed_out);
+        if let Err(e) = &r {
+            self.note_failure(client, DRIVER_CMD_WAIT_EVENT, e);
+        }
+        r
+    }
+
+    fn finish_wait_inner(
         &self,
         client: u32,
         spec: &WaitSpec,

@@ -757,7 +757,10 @@ fn get_info_names_the_caller_and_the_opcodes() {
     assert!(ia
         .features
         .contains(Features::CALLER_ID | Features::OPCODE_MASK));
-    assert_eq!((ia.abi_major, ia.abi_minor), (1, 1));
+    assert_eq!(
+        (ia.abi_major, ia.abi_minor),
+        (ABI_VERSION_MAJOR, ABI_VERSION_MINOR)
+    );
     assert_eq!(ic.caller_id, 0, "a control open is not a client");
     let ids: Vec<(u32, u32)> = dev.clients().map(|u| (u.pid, u.client_id)).collect();
     assert!(
@@ -805,4 +808,87 @@ fn get_info_names_the_caller_and_the_opcodes() {
             rec.status
         );
     }
+}
+
+fn last_error(dev: &mut Device<HeapPlatform>, c: u32) -> LastError {
+    let mut a = LastError::default();
+    call(dev, c, DRIVER_CMD_GET_LAST_ERROR, &mut a).unwrap();
+    a
+}
+
+#[test]
+fn get_last_error_says_why_the_last_command_of_this_open_failed() {
+    let mut dev = device();
+    let a = dev.open(params(100, 1000, Role::Client)).unwrap();
+    let ctl = dev.open(params(300, 0, Role::Control)).unwrap();
+    // Nothing failed yet.
+    let e = last_error(&mut dev, a);
+    assert_eq!(
+        (e.request, e.error, e.count, e.message_str()),
+        (0, 0, 0, "")
+    );
+    assert!(dev.info_for(a).features.contains(Features::LAST_ERROR));
+
+    let ctx = ctx(&mut dev, a);
+    let mut bad = CreateStreamArgs {
+        ctx,
+        cmd_entries: 16,
+        event_entries: 8,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_CREATE_STREAM, &mut bad),
+        Err(Errno::EINVAL)
+    );
+    let e = last_error(&mut dev, a);
+    assert_eq!(
+        (e.request, e.error, e.count),
+        (DRIVER_CMD_CREATE_STREAM, Errno::EINVAL.code() as u32, 1)
+    );
+    assert!(
+        e.message_str().contains("event_entries"),
+        "{:?}",
+        e.message_str()
+    );
+    // Reading it changes nothing; a success does not clear it; the next failure replaces it.
+    assert_eq!(last_error(&mut dev, a), e);
+    let mut h = HandleArgs {
+        handle: 0xdead,
+        pad: 0,
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_DESTROY_CONTEXT, &mut h),
+        Err(Errno::ENOENT)
+    );
+    let e2 = last_error(&mut dev, a);
+    assert_eq!(
+        (e2.request, e2.error, e2.count),
+        (DRIVER_CMD_DESTROY_CONTEXT, Errno::ENOENT.code() as u32, 2)
+    );
+    assert!(
+        e2.message_str().contains("context"),
+        "{:?}",
+        e2.message_str()
+    );
+    // Per open: the control open saw nothing, and its own failure is its own.
+    assert_eq!(last_error(&mut dev, ctl).count, 0);
+    let mut c = CreateContextArgs::default();
+    assert_eq!(
+        call(&mut dev, ctl, DRIVER_CMD_CREATE_CONTEXT, &mut c),
+        Err(Errno::EPERM)
+    );
+    assert_eq!(last_error(&mut dev, ctl).request, DRIVER_CMD_CREATE_CONTEXT);
+    assert_eq!(last_error(&mut dev, a).count, 2);
+}
+
+#[test]
+fn last_error_messages_are_cut_at_a_character_boundary() {
+    let long = "é".repeat(100); // 200 bytes of two-byte characters
+    let f = LastError::message_field(&long);
+    assert_eq!(f[LAST_ERROR_MESSAGE_LEN - 1], 0, "the NUL always fits");
+    let e = LastError {
+        message: f,
+        ..Default::default()
+    };
+    assert_eq!(e.message_str(), "é".repeat(55));
 }

@@ -308,6 +308,60 @@ impl core::fmt::Display for ClientUsage {
     }
 }
 
+/// Bytes of [`LastError::message`], the terminating NUL included.
+pub const LAST_ERROR_MESSAGE_LEN: usize = 112;
+
+abi_struct! {
+    /// GET_LAST_ERROR (ABI 1.2): why the last failed command of this open file failed, for a
+    /// driver whose system calls carry only an errno (the kernel module). Over davinci-mockd
+    /// every reply carries its message anyway.
+    #[c_name = "davinci_last_error"]
+    pub struct LastError {
+        /// Request number of the last failed command of this open; 0 if none failed yet
+        /// (from driver).
+        pub request: u32,
+        /// Its errno, positive (from driver). Not named `errno`, which is a macro in C.
+        pub error: u32,
+        /// Commands of this open that failed so far: two reads with the same count saw the
+        /// same failure (from driver).
+        pub count: u64,
+        /// What was wrong: UTF-8, NUL-terminated, cut at a character boundary to fit
+        /// (from driver).
+        pub message: [u8; 112],
+    }
+}
+
+impl LastError {
+    /// The message as text (up to the NUL; an invalid tail is dropped).
+    pub fn message_str(&self) -> &str {
+        let end = self
+            .message
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.message.len());
+        let bytes = self.message.get(..end).unwrap_or(&[]);
+        match core::str::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                core::str::from_utf8(bytes.get(..e.valid_up_to()).unwrap_or(&[])).unwrap_or("")
+            }
+        }
+    }
+
+    /// `text` as a message field: cut at a character boundary so the NUL fits.
+    pub fn message_field(text: &str) -> [u8; LAST_ERROR_MESSAGE_LEN] {
+        let mut out = [0u8; LAST_ERROR_MESSAGE_LEN];
+        let mut end = text.len().min(LAST_ERROR_MESSAGE_LEN - 1);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        for (d, s) in out.iter_mut().zip(text.as_bytes().iter().take(end)) {
+            *d = *s;
+        }
+        out
+    }
+}
+
 abi_flags! {
     /// Feature bits in `DeviceInfo::features`. Probe these instead of comparing versions.
     #[c_prefix = "DAVINCI_FEAT_"]
@@ -329,6 +383,8 @@ abi_flags! {
         const CALLER_ID = 1 << 6;
         /// GET_INFO's `opcodes` lists the opcodes the device runs (ABI 1.1).
         const OPCODE_MASK = 1 << 7;
+        /// GET_LAST_ERROR says why the last failed command of an open failed (ABI 1.2).
+        const LAST_ERROR = 1 << 8;
     }
 }
 
@@ -408,6 +464,9 @@ pub const DRIVER_CMD_DESTROY_EVENT: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x0e);
 /// `_IOW('d', 0x0f, struct davinci_handle_args)`: wake the device for a stream (the software
 /// doorbell, for drivers without `DOORBELL_MMIO` or `DOORBELL_FUTEX`).
 pub const DRIVER_CMD_NOTIFY: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x0f);
+/// `_IOR('d', 0x10, struct davinci_last_error)`: why the last failed command of this open
+/// failed (ABI 1.2).
+pub const DRIVER_CMD_GET_LAST_ERROR: u32 = ior::<LastError>(DRIVER_MAGIC, 0x10);
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -483,6 +542,7 @@ commands! {
     CREATE_EVENT = 0x0d, ReadWrite, CreateEventArgs, Client, DRIVER_CMD_CREATE_EVENT;
     DESTROY_EVENT = 0x0e, Write, HandleArgs, Client, DRIVER_CMD_DESTROY_EVENT;
     NOTIFY = 0x0f, Write, HandleArgs, Client, DRIVER_CMD_NOTIFY;
+    GET_LAST_ERROR = 0x10, Read, LastError, Any, DRIVER_CMD_GET_LAST_ERROR;
 }
 
 /// The command with this request number, if any.

@@ -34,7 +34,7 @@ pub use task::{DevAddr, Dtype, EventRecord, Opcode, TaskDesc};
 /// ABI major version: layouts and semantics of existing commands. A mismatch is fatal.
 pub const ABI_VERSION_MAJOR: u16 = 1;
 /// ABI minor version: backwards-compatible additions.
-pub const ABI_VERSION_MINOR: u16 = 1;
+pub const ABI_VERSION_MINOR: u16 = 2;
 
 /// Whether a client built against this crate may talk to a driver reporting `driver_major`.
 pub const fn abi_compatible(driver_major: u16) -> bool {
@@ -59,6 +59,7 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <DeviceShareArgs as AbiStruct>::INFO,
     <ListClientsArgs as AbiStruct>::INFO,
     <ClientUsage as AbiStruct>::INFO,
+    <LastError as AbiStruct>::INFO,
 ];
 
 /// Every flag-set type.
@@ -84,6 +85,11 @@ pub const SCALARS: &[(&str, u64, &str)] = &[
         "WAIT_FOREVER",
         args::WAIT_FOREVER,
         "WAIT_EVENT timeout_ns without limit",
+    ),
+    (
+        "LAST_ERROR_MESSAGE_LEN",
+        args::LAST_ERROR_MESSAGE_LEN as u64,
+        "bytes of davinci_last_error.message, the NUL included",
     ),
     (
         "RING_HEADER_SIZE",

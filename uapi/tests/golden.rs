@@ -20,9 +20,10 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_CREATE_EVENT, 0xC010_640D);
     assert_eq!(DRIVER_CMD_DESTROY_EVENT, 0x4008_640E);
     assert_eq!(DRIVER_CMD_NOTIFY, 0x4008_640F);
+    assert_eq!(DRIVER_CMD_GET_LAST_ERROR, 0x8080_6410);
     assert_eq!(
         COMMANDS.len(),
-        15,
+        16,
         "a new command needs a golden value here"
     );
 }
@@ -46,6 +47,7 @@ fn struct_sizes() {
         ("davinci_device_share_args", 0x10),
         ("davinci_list_clients_args", 0x18),
         ("davinci_client_usage", 0x78),
+        ("davinci_last_error", 0x80),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {
@@ -56,7 +58,7 @@ fn struct_sizes() {
 
 #[test]
 fn abi_version() {
-    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 1));
+    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 2));
     assert!(abi_compatible(1));
     assert!(!abi_compatible(2));
 }

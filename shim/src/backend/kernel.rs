@@ -3,8 +3,9 @@
 //! the argument bytes in place, and mappings of the node itself at the cookie the driver
 //! returned.
 //!
-//! No kernel module ships with this repository yet; this backend is what a runtime uses once
-//! one is loaded. When the node is missing the error says so and names the alternatives.
+//! The driver is kmod-rust/ (docs/kernel.md). An ioctl carries only an errno; the driver's
+//! message comes from GET_LAST_ERROR (ABI 1.2). When the node is missing the error says so
+//! and names the alternatives.
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -13,7 +14,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use davinci_uapi::ioctl::ioc_size;
-use davinci_uapi::{ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS};
+use davinci_uapi::{
+    ClientUsage, Errno, LastError, ListClientsArgs, Wire, DRIVER_CMD_GET_LAST_ERROR,
+    DRIVER_CMD_LIST_CLIENTS,
+};
 
 use super::{Backend, MapFd, Role};
 use crate::error::{Error, Result};
@@ -102,13 +106,46 @@ impl KernelBackend {
             )
         };
         if rc < 0 {
-            return Err(errno_error(
-                op,
-                &self.path,
-                &std::io::Error::last_os_error(),
-            ));
+            let e = std::io::Error::last_os_error();
+            return Err(match self.why(request, &e) {
+                Some((errno, why)) => {
+                    Error::new(errno, op, format!("{}: {why}", self.path.display()))
+                }
+                None => errno_error(op, &self.path, &e),
+            });
         }
         Ok(())
+    }
+
+    /// The driver's own words for the failure `e` of `request` (GET_LAST_ERROR, ABI 1.2): an
+    /// ioctl returns only an errno. `None` for errnos that say it all (a timeout, a full
+    /// ring, a signal: also the ones that come often), or from a driver without the command.
+    fn why(&self, request: u32, e: &std::io::Error) -> Option<(Errno, String)> {
+        let errno = e.raw_os_error().and_then(Errno::from_code)?;
+        if matches!(errno, Errno::ETIMEDOUT | Errno::EAGAIN | Errno::EINTR)
+            || request == DRIVER_CMD_GET_LAST_ERROR
+        {
+            return None;
+        }
+        let mut arg = [0u8; LastError::SIZE];
+        // SAFETY: `arg` is a live buffer of exactly `_IOC_SIZE(DRIVER_CMD_GET_LAST_ERROR)`
+        // bytes, which the driver only writes; the descriptor is open (owned by `self.file`).
+        let rc = unsafe {
+            libc::ioctl(
+                self.file.as_raw_fd(),
+                DRIVER_CMD_GET_LAST_ERROR as _,
+                arg.as_mut_ptr().cast::<libc::c_void>(),
+            )
+        };
+        if rc < 0 {
+            return None;
+        }
+        let last = LastError::decode(&arg);
+        // Another thread's failure may have come in between: use only a matching one.
+        (last.request == request
+            && last.error == errno.code() as u32
+            && !last.message_str().is_empty())
+        .then(|| (errno, last.message_str().to_string()))
     }
 
     /// LIST_CLIENTS into a buffer owned here.
