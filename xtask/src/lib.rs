@@ -98,6 +98,7 @@ mod check_program;
 mod ctype;
 mod files;
 mod header;
+pub mod kmod_src;
 
 pub use abi_doc::{update_doc, update_doc_with};
 pub use check_program::{

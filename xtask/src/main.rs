@@ -3,14 +3,17 @@
 //! * `cargo xtask gen-header`: write `uapi/include/davinci/uapi.h` from `davinci_uapi`'s layout
 //!   metadata and refresh the generated blocks of `docs/abi.md`.
 //! * `cargo xtask gen-header --check`: change nothing; exit 1 if either file is stale.
+//! * `cargo xtask kmod-src OUT.rs`: `uapi`, `ring` and `driver-core` as one source file for the
+//!   kernel module (see `kmod_src`).
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask gen-header [--check]
+const USAGE: &str = "usage: cargo xtask gen-header [--check] | kmod-src OUT.rs
 
   gen-header          write uapi/include/davinci/uapi.h (and the generated blocks of docs/abi.md)
                       from davinci-uapi's layout metadata
-  gen-header --check  write nothing; exit 1 if a checked-in file differs from what would be written";
+  gen-header --check  write nothing; exit 1 if a checked-in file differs from what would be written
+  kmod-src OUT.rs     write uapi, ring and driver-core as one source file for the kernel module";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,6 +21,7 @@ fn main() -> ExitCode {
     match args.as_slice() {
         ["gen-header"] => gen_header(false),
         ["gen-header", "--check"] | ["--check", "gen-header"] => gen_header(true),
+        ["kmod-src", out] => kmod_src(out),
         ["help" | "-h" | "--help"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -74,6 +78,21 @@ fn gen_header(check: bool) -> ExitCode {
     if stale > 0 {
         eprintln!("{stale} generated file(s) are stale: run `cargo xtask gen-header` and commit the result");
         return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn kmod_src(out: &str) -> ExitCode {
+    let text = match xtask::kmod_src::render(&xtask::workspace_root()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("xtask kmod-src: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = std::fs::write(out, text) {
+        eprintln!("xtask kmod-src: cannot write {out}: {e}");
+        return ExitCode::from(2);
     }
     ExitCode::SUCCESS
 }
