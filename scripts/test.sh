@@ -3,8 +3,9 @@
 #   formatting, clippy (warnings are errors), the whole workspace test suite (which includes the
 #   C header checks: they need a C compiler), the data-path suites again against a real
 #   davinci-mockd, the runtime library without its embedded mock (and the layering rule that it
-#   then links no device code), the fuzz targets type-checked on stable, the loom model of the
-#   ring protocol and the mutation check of its orderings.
+#   then links no device code), the fuzz targets type-checked on stable, the kernel module in
+#   QEMU (DAVINCI_SKIP_KMOD=1 skips it), the loom model of the ring protocol and the mutation
+#   check of its orderings.
 # Every step runs even if an earlier one failed; a summary at the end says which failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -88,6 +89,19 @@ step "layering" layering
 # The fuzz targets (fuzz/, a crate outside the workspace) type-check on stable, so no change
 # elsewhere leaves them stale; running them needs nightly (scripts/fuzz.sh).
 step "fuzz targets build" cargo check --manifest-path fuzz/Cargo.toml --bins --locked
+
+# The kernel module in a real Linux 6.12 kernel under QEMU: the conformance suite, the
+# kernel-only tests, the million-task run, davinci-smi and davinci-workload against
+# /dev/davinci0 (kmod-rust/qemu-test.sh). The first run installs Debian packages (root or
+# passwordless sudo) and builds the kernel (about 8 minutes, cached outside the repository);
+# later runs take seconds. DAVINCI_SKIP_KMOD=1 skips it on a machine that cannot run it, and
+# the summary says so.
+step "kernel module sources formatted" rustfmt --edition 2021 --check kmod-rust/src/davinci.rs
+if [ "${DAVINCI_SKIP_KMOD:-0}" = 1 ]; then
+    summary+=("SKIPPED kernel module in QEMU (DAVINCI_SKIP_KMOD=1)")
+else
+    step "kernel module in QEMU (Linux 6.12)" kmod-rust/qemu-test.sh
+fi
 
 # The loom model of the ring protocol, then the mutation check: every ordering site weakened
 # in turn must make a model fail. Their own target directory, so `--cfg loom` does not

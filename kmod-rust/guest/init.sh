@@ -1,0 +1,91 @@
+#!/bin/sh
+# /init of the QEMU guest kmod-rust/qemu-test.sh boots: loads the module, runs the conformance
+# suite, the kernel-only tests, the million-task run, davinci-smi and davinci-workload against
+# /dev/davinci0, unloads the module, and reports on the serial console. Every line meant for
+# the host starts with "ktest: "; the host decides from "ktest: ALL PASSED" and from the
+# kernel's own messages (no WARNING, BUG or oops).
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+echo "ktest: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) cpu(s)"
+
+pass=0
+fail=0
+# check NAME CMD...: runs CMD, reports its outcome.
+check() {
+    name=$1
+    shift
+    echo "ktest: --- $name: $*"
+    start=$(cut -d' ' -f1 /proc/uptime)
+    "$@"
+    rc=$?
+    end=$(cut -d' ' -f1 /proc/uptime)
+    if [ "$rc" -eq 0 ]; then
+        echo "ktest: ok $name (${start}s -> ${end}s)"
+        pass=$((pass + 1))
+    else
+        echo "ktest: FAILED $name (exit $rc)"
+        fail=$((fail + 1))
+    fi
+}
+
+# smi_json NAME EXPECT CMD...: CMD's JSON output must contain EXPECT.
+smi_json() {
+    name=$1
+    expect=$2
+    shift 2
+    out=$("$@")
+    rc=$?
+    echo "$out"
+    [ "$rc" -eq 0 ] || return "$rc"
+    case "$out" in
+        *"$expect"*) return 0 ;;
+        *) echo "ktest: $name: output lacks $expect"; return 1 ;;
+    esac
+}
+
+export DAVINCI_TEST_BACKEND=/dev/davinci0 DAVINCI_TEST_BIN_DIR=/bin RUST_BACKTRACE=1
+
+if check insmod insmod /davinci.ko; then
+    check device-nodes ls -l /dev/davinci0 /dev/davinci1
+    # The suite that runs against the embedded mock and davinci-mockd, unchanged.
+    check conformance /bin/conformance --test-threads=1
+    # What only a kernel can show (bad user pointers, foreign mmap cookies, SIGKILL reclaim).
+    check kernel-only /bin/kernel --include-ignored --test-threads=1
+    check million-tasks /bin/million --test-threads=1
+    # The operator's tool.
+    check smi-list davinci-smi list
+    check smi-info davinci-smi info
+    check smi-share-exclusive smi_json smi-share-exclusive '"device_share": false' \
+        davinci-smi --json info -t device-share
+    check smi-set-shared davinci-smi set -t device-share -i 0 -d 1
+    check smi-share-shared smi_json smi-share-shared '"device_share": true' \
+        davinci-smi --json info -t device-share -i 0
+    check smi-set-exclusive davinci-smi set -t device-share -i 0 -d 0
+    # A client holding memory, seen by `info -t usage`.
+    mkfifo /tmp/hold
+    davinci-testclient hold --device /dev/davinci0 --mem 1048576 </tmp/hold >/tmp/holder.out &
+    holder=$!
+    exec 3>/tmp/hold
+    for _ in 1 2 3 4 5 6 7 8 9 10; do grep -q ready /tmp/holder.out && break; sleep 1; done
+    check smi-usage smi_json smi-usage "\"pid\": $holder" davinci-smi --json info -t usage
+    check smi-usage-text davinci-smi info -t usage
+    exec 3>&-
+    wait "$holder"
+    # The main job, with its figures.
+    # (stderr to a file: on the serial console it would draw a progress bar)
+    check workload sh -c 'davinci-workload --device /dev/davinci0 2>/tmp/workload.err; rc=$?;
+        cat /tmp/workload.err; exit $rc'
+    check rmmod rmmod davinci
+    check nodes-gone sh -c '! ls /dev/davinci0 2>/dev/null'
+fi
+
+# The kernel's log, whole (the console shows only warnings and worse, so that test output
+# is not broken up by kernel lines); the host checks it for warnings, BUGs, oopses and leaks.
+dmesg | while read -r line; do echo "kmsg: $line"; done
+echo "ktest: summary: $pass passed, $fail failed"
+[ "$fail" -eq 0 ] && echo "ktest: ALL PASSED"
+echo "ktest: done"
+reboot -f

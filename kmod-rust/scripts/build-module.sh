@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds kmod-rust into $1 (a scratch directory): the module sources, the generated
+# davinci_core.rs (uapi + ring + driver-core), and davinci.ko. Needs toolchain.sh sourced.
+set -euo pipefail
+OUT=${1:?build directory}
+KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(dirname "$KMOD_DIR")
+rm -rf "$OUT" && mkdir -p "$OUT"
+cp "$KMOD_DIR"/src/*.rs "$KMOD_DIR/Kbuild" "$KMOD_DIR/Makefile" "$OUT/"
+(cd "$ROOT" && cargo run --quiet -p xtask -- kmod-src "$OUT/davinci_core.rs")
+make -s -C "$OUT" KDIR="$KBUILD" RUSTC="$RUSTC" BINDGEN="$BINDGEN" RUSTFMT=/usr/bin/rustfmt \
+    RUSTDOC=/usr/bin/rustdoc RUST_LIB_SRC="$RUST_LIB_SRC" 2>&1 | tee "$OUT/build.log"
+[ -f "$OUT/davinci.ko" ] || { echo "kmod: davinci.ko did not build (see $OUT/build.log)" >&2; exit 1; }

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! [`KernelPlatform`]: driver-core's `Platform` in the kernel. Ring, doorbell and device memory
+//! are `vmalloc_user` buffers ([`VBuf`]), which `mmap` maps into the client with
+//! `remap_vmalloc_range`; the device side touches them only with the relaxed-atomic copies of
+//! `davinci_shm_copy`, since the client's mapping writes them concurrently.
+//!
+//! # Invariants
+//!
+//! Every method runs with the device mutex held (driver-core's contract), so the backing table
+//! is never touched concurrently.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use kernel::bindings;
+
+use crate::davinci_driver_core::{Error, Platform, Result, StreamRegions, MAX_ALLOCATIONS};
+use crate::davinci_ring::RingRegion;
+use crate::davinci_shm_copy::{copy_from_shared, copy_to_shared};
+use crate::davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
+use crate::davinci_uapi::{Errno, DOORBELL_SIZE};
+use crate::device::Wake;
+
+/// `vmalloc_user` buffers alive, over every device: zero once every client closed, checked at
+/// module unload (a leak is reported as `davinci: leak: ...`).
+pub(crate) static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+
+/// A zeroed, page-aligned `vmalloc_user` buffer, freed on drop.
+///
+/// # Invariants
+///
+/// `ptr` points at `len` bytes allocated by `vmalloc_user` (so mappable with
+/// `remap_vmalloc_range`), owned by this value until it is dropped. Pages mapped into a
+/// client stay alive after the drop: `remap_vmalloc_range` took a reference on each.
+pub(crate) struct VBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain kernel memory owned by this value; whoever holds it may use it
+// from any thread (all accesses happen under the device mutex or through atomics).
+unsafe impl Send for VBuf {}
+
+impl VBuf {
+    /// `len` zeroed bytes (a page multiple), or `ENOMEM`.
+    pub(crate) fn new(len: usize) -> Result<VBuf> {
+        if len == 0 {
+            return Err(Error::new(Errno::EINVAL, "buffer of 0 bytes"));
+        }
+        // SAFETY: `vmalloc_user_noprof` has no preconditions; it returns zeroed memory marked
+        // VM_USERMAP, or null.
+        let p = unsafe { bindings::vmalloc_user_noprof(len as _) };
+        match NonNull::new(p.cast::<u8>()) {
+            Some(ptr) => {
+                LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+                Ok(VBuf { ptr, len })
+            }
+            None => Err(Error::new(Errno::ENOMEM, "out of kernel memory (vmalloc)")),
+        }
+    }
+
+    /// The first byte, for `remap_vmalloc_range` and ring views.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `[offset, offset + n)` as a pointer, if it lies inside the buffer.
+    fn range(&self, offset: u64, n: usize) -> Option<*mut u8> {
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(n)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: `start <= end <= len`: within (or one past) the allocation.
+        Some(unsafe { self.ptr.as_ptr().add(start) })
+    }
+}
+
+impl Drop for VBuf {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `vmalloc_user` and is freed exactly once, here (type
+        // invariant). Pages a client still maps keep their own references.
+        unsafe { bindings::vfree(self.ptr.as_ptr().cast()) };
+        LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One stream's shared memory.
+pub(crate) struct StreamMem {
+    pub(crate) cmd: VBuf,
+    pub(crate) event: VBuf,
+    pub(crate) doorbell: VBuf,
+}
+
+/// One allocation's backing.
+struct Backing {
+    client: u32,
+    offset: u64,
+    buf: VBuf,
+}
+
+/// The kernel's platform: device-memory backings and the device's wake-ups.
+pub(crate) struct KernelPlatform {
+    backings: [Option<Backing>; MAX_ALLOCATIONS],
+    wake: Option<Wake>,
+}
+
+fn fault() -> Error {
+    Error::new(Errno::EFAULT, "device memory access outside the allocation")
+}
+
+impl KernelPlatform {
+    /// No backings; wake-ups go nowhere until [`set_wake`](Self::set_wake). `const`: it lives
+    /// in the device's static storage.
+    pub(crate) const fn new() -> Self {
+        KernelPlatform {
+            backings: [const { None }; MAX_ALLOCATIONS],
+            wake: None,
+        }
+    }
+
+    /// Where wake-ups go (the device's wait queues), once they exist.
+    pub(crate) fn set_wake(&mut self, wake: Wake) {
+        self.wake = Some(wake);
+    }
+
+    fn find(&self, client: u32, offset: u64, len: u64) -> Result<(&VBuf, u64)> {
+        for b in self.backings.iter().flatten() {
+            if b.client != client || offset < b.offset {
+                continue;
+            }
+            let rel = offset - b.offset;
+            if rel
+                .checked_add(len)
+                .is_some_and(|end| end <= b.buf.len() as u64)
+            {
+                return Ok((&b.buf, rel));
+            }
+        }
+        Err(fault())
+    }
+
+    /// The buffer backing the allocation of `client` that starts at `offset` (for mmap).
+    pub(crate) fn backing(&self, client: u32, offset: u64) -> Option<&VBuf> {
+        self.backings
+            .iter()
+            .flatten()
+            .find(|b| b.client == client && b.offset == offset)
+            .map(|b| &b.buf)
+    }
+}
+
+impl Platform for KernelPlatform {
+    type StreamMem = StreamMem;
+
+    fn create_stream(
+        &mut self,
+        _client: u32,
+        cmd_entries: u32,
+        cmd_bytes: usize,
+        event_entries: u32,
+        event_bytes: usize,
+    ) -> Result<StreamRegions<StreamMem>> {
+        let mem = StreamMem {
+            cmd: VBuf::new(cmd_bytes)?,
+            event: VBuf::new(event_bytes)?,
+            doorbell: VBuf::new(DOORBELL_SIZE as usize)?,
+        };
+        // SAFETY: each buffer is page aligned (so 64-byte aligned), `len` bytes long, and lives
+        // in the `StreamMem` that driver-core keeps next to these views, dropping the views
+        // before handing the memory back (`release_stream`). On the device side only these
+        // ring ends touch it; the client reaches it through its own mapping.
+        let cmd = unsafe {
+            RingRegion::new(mem.cmd.as_ptr(), mem.cmd.len(), cmd_entries, TASK_DESC_SIZE)
+        };
+        // SAFETY: as above, for the event ring.
+        let event = unsafe {
+            RingRegion::new(
+                mem.event.as_ptr(),
+                mem.event.len(),
+                event_entries,
+                EVENT_RECORD_SIZE,
+            )
+        };
+        match (cmd, event) {
+            (Ok(cmd), Ok(event)) => Ok(StreamRegions { mem, cmd, event }),
+            _ => Err(Error::new(
+                Errno::EINVAL,
+                "ring geometry does not fit its buffer",
+            )),
+        }
+    }
+
+    fn release_stream(&mut self, _client: u32, stream: u32, mem: StreamMem) {
+        drop(mem);
+        // Wake the worker: its stream is gone.
+        self.kick_stream(stream);
+    }
+
+    fn alloc_backing(&mut self, client: u32, offset: u64, len: u64) -> Result<()> {
+        let len = usize::try_from(len)
+            .map_err(|_| Error::new(Errno::ENOMEM, "allocation larger than the address space"))?;
+        let Some(slot) = self.backings.iter_mut().find(|b| b.is_none()) else {
+            return Err(Error::new(Errno::ENOSPC, "backing table full"));
+        };
+        *slot = Some(Backing {
+            client,
+            offset,
+            buf: VBuf::new(len)?,
+        });
+        Ok(())
+    }
+
+    fn free_backing(&mut self, client: u32, offset: u64, _len: u64) {
+        if let Some(slot) = self
+            .backings
+            .iter_mut()
+            .find(|b| matches!(b, Some(b) if b.client == client && b.offset == offset))
+        {
+            // The pages a client still maps stay valid (and private to it) until it unmaps;
+            // the next allocation gets fresh zeroed pages.
+            *slot = None;
+        }
+    }
+
+    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (b, rel) = self.find(client, offset, buf.len() as u64)?;
+        let src = b.range(rel, buf.len()).ok_or_else(fault)?;
+        // SAFETY: `range` checked `[src, src + len)` lies in the live buffer; `buf` is kernel
+        // memory outside it; every access to the shared bytes is atomic.
+        unsafe { copy_from_shared(src, buf) };
+        Ok(())
+    }
+
+    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
+        let (b, rel) = self.find(client, offset, data.len() as u64)?;
+        let dst = b.range(rel, data.len()).ok_or_else(fault)?;
+        // SAFETY: as in `mem_read`, in the other direction.
+        unsafe { copy_to_shared(dst, data) };
+        Ok(())
+    }
+
+    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+        // Each range lies in one allocation of the client (driver-core validated them; they
+        // may be two allocations). A bounce buffer makes each step a complete read before its
+        // write, stepping in the order an overlap within one buffer needs.
+        const STEP: usize = 256;
+        let (bd, rel_dst) = self.find(client, dst, len)?;
+        let (bs, rel_src) = self.find(client, src, len)?;
+        let n = usize::try_from(len).map_err(|_| fault())?;
+        let d = bd.range(rel_dst, n).ok_or_else(fault)?;
+        let s = bs.range(rel_src, n).ok_or_else(fault)?;
+        let mut bounce = [0u8; STEP];
+        let mut step = |off: usize, k: usize| {
+            // SAFETY: `off + k <= n` (loops below) and both `[s, s + n)` and `[d, d + n)` lie
+            // in the live buffer (`range`); the bounce buffer is kernel stack memory.
+            unsafe {
+                copy_from_shared(s.add(off), &mut bounce[..k]);
+                copy_to_shared(d.add(off), &bounce[..k]);
+            }
+        };
+        if (d as usize) <= (s as usize) {
+            let mut off = 0;
+            while off < n {
+                let k = (n - off).min(STEP);
+                step(off, k);
+                off += k;
+            }
+        } else {
+            let mut end = n;
+            while end > 0 {
+                let k = end.min(STEP);
+                step(end - k, k);
+                end -= k;
+            }
+        }
+        Ok(())
+    }
+
+    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
+        const STEP: usize = 256;
+        let (b, rel) = self.find(client, dst, len)?;
+        let n = usize::try_from(len).map_err(|_| fault())?;
+        let d = b.range(rel, n).ok_or_else(fault)?;
+        let mut chunk = [0u8; STEP];
+        for (i, c) in chunk.iter_mut().enumerate() {
+            *c = pattern.to_ne_bytes()[i % 4];
+        }
+        let mut off = 0;
+        while off < n {
+            let k = (n - off).min(STEP);
+            // SAFETY: `off + k <= n` and `[d, d + n)` lies in the live buffer (`range`); STEP
+            // is a multiple of 4, so every step starts at pattern phase 0.
+            unsafe { copy_to_shared(d.add(off), &chunk[..k]) };
+            off += k;
+        }
+        Ok(())
+    }
+
+    fn now_ns(&self) -> u64 {
+        // SAFETY: no preconditions; a lock-free read of the monotonic clock.
+        unsafe { bindings::ktime_get_mono_fast_ns() }
+    }
+
+    fn kick_stream(&mut self, _stream: u32) {
+        // One worker serves every stream of the device.
+        if let Some(w) = &self.wake {
+            w.kick();
+        }
+    }
+
+    fn notify_waiters(&mut self) {
+        if let Some(w) = &self.wake {
+            w.notify();
+        }
+    }
+}
