@@ -18,6 +18,7 @@
 #![cfg_attr(feature = "test-util", deny(unsafe_code))]
 #![deny(missing_docs)]
 
+pub mod container;
 pub mod device;
 pub mod dispatch;
 pub mod engine;

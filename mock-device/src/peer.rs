@@ -6,65 +6,19 @@
 //! container" and "no supplementary groups": the open then has less privilege, never more.
 #![forbid(unsafe_code)]
 
+use davinci_driver_core::container::container_field;
 use davinci_driver_core::CONTAINER_LEN;
 
 use davinci_mockd_proto::sockio::PeerCred;
 
-/// Prefixes of cgroup path components that wrap a container id (docker, containerd / CRI,
-/// cri-o, podman), tried in this order.
-const PREFIXES: &[&str] = &[
-    "docker-",
-    "cri-containerd-",
-    "crio-",
-    "libpod-",
-    "containerd-",
-];
-
-fn is_hex(s: &str, len: std::ops::RangeInclusive<usize>) -> bool {
-    len.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The container id in one cgroup path component, if it names a container: a runtime's
-/// `<prefix><hex id>[.scope]`, or a bare 64-hex-digit id (`/docker/<id>`, kubepods).
-fn component_id(comp: &str) -> Option<&str> {
-    let comp = comp.strip_suffix(".scope").unwrap_or(comp);
-    // `libpod-conmon-<id>.scope` is podman's monitor, not the container.
-    if comp.starts_with("libpod-conmon-") {
-        return None;
-    }
-    match PREFIXES.iter().find_map(|p| comp.strip_prefix(p)) {
-        Some(id) => is_hex(id, 12..=CONTAINER_LEN).then_some(id),
-        None => is_hex(comp, 64..=64).then_some(comp),
-    }
-}
-
-/// The container id named by the contents of a `/proc/<pid>/cgroup` file: the innermost
-/// path component that is a container id (`/docker/<id>`, `docker-<id>.scope`,
-/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope`,
-/// `/kubepods/.../pod<uid>/<id>`), or `""` if there is none (a process on the host).
-pub fn container_id_from_cgroup(contents: &str) -> &str {
-    let mut found = "";
-    for line in contents.lines() {
-        // hierarchy-ID:controller-list:cgroup-path
-        let Some(path) = line.splitn(3, ':').nth(2) else {
-            continue;
-        };
-        if let Some(id) = path.split('/').filter_map(component_id).next_back() {
-            found = id;
-        }
-    }
-    found
-}
+pub use davinci_driver_core::container::container_id_from_cgroup;
 
 /// The container id of process `pid`, NUL-padded for `OpenParams::container`.
 pub fn container_of_pid(pid: u32) -> [u8; CONTAINER_LEN] {
-    let mut out = [0u8; CONTAINER_LEN];
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
-        let id = container_id_from_cgroup(&s).as_bytes();
-        let n = id.len().min(CONTAINER_LEN);
-        out[..n].copy_from_slice(&id[..n]);
+    match std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
+        Ok(s) => container_field(container_id_from_cgroup(&s)),
+        Err(_) => [0; CONTAINER_LEN],
     }
-    out
 }
 
 /// The supplementary groups in the contents of a `/proc/<pid>/status` file.
@@ -127,42 +81,6 @@ impl AdminPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const ID: &str = "3f1c2b8e9a7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3";
-
-    #[test]
-    fn finds_container_ids_of_every_runtime() {
-        let cases = [
-            format!("0::/system.slice/docker-{ID}.scope\n"),
-            format!("12:memory:/docker/{ID}\n11:cpu:/docker/{ID}\n"),
-            format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c.slice/cri-containerd-{ID}.scope\n"),
-            format!("0::/kubepods/burstable/pod0b0e2d35-2f6a-4c83-9a4f-8a2b1c0d9e8f/{ID}\n"),
-            format!("0::/kubepods.slice/kubepods-pod1.slice/crio-{ID}.scope\n"),
-            format!("0::/machine.slice/libpod-{ID}.scope/container\n"),
-            format!("0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope\n"),
-        ];
-        for c in &cases {
-            assert_eq!(container_id_from_cgroup(c), ID, "{c}");
-        }
-    }
-
-    #[test]
-    fn host_processes_have_no_container() {
-        for c in [
-            "0::/user.slice/user-0.slice/session-3.scope\n",
-            "0::/\n",
-            "0::/init.scope\n",
-            "",
-            "garbage without colons\n",
-            "0::/system.slice/docker.service\n",
-            &format!("0::/machine.slice/libpod-conmon-{ID}.scope\n"),
-            "0::/system.slice/docker-xyz.scope\n",
-            // Hex, but not a container runtime's id: a sandbox's 32-digit cgroup name.
-            "4:memory:/process_api/9de88d3c74547f98b91b60b33cc5d239\n",
-        ] {
-            assert_eq!(container_id_from_cgroup(c), "", "{c}");
-        }
-    }
 
     #[test]
     fn container_of_this_process_is_well_formed() {
