@@ -64,13 +64,20 @@ if check insmod insmod /davinci.ko; then
     check smi-share-shared smi_json smi-share-shared '"device_share": true' \
         davinci-smi --json info -t device-share -i 0
     check smi-set-exclusive davinci-smi set -t device-share -i 0 -d 0
-    # A client holding memory, seen by `info -t usage`.
+    # A client holding memory in a container's cgroup (as docker names it), seen by
+    # `info -t usage` with its pid and container id.
+    cid=3f1c2b8e9a7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3
+    mount -t cgroup2 none /sys/fs/cgroup && mkdir "/sys/fs/cgroup/docker-$cid.scope"
     mkfifo /tmp/hold
-    davinci-testclient hold --device /dev/davinci0 --mem 1048576 </tmp/hold >/tmp/holder.out &
+    sh -c "echo \$\$ > /sys/fs/cgroup/docker-$cid.scope/cgroup.procs &&
+        exec davinci-testclient hold --device /dev/davinci0 --mem 1048576" \
+        </tmp/hold >/tmp/holder.out &
     holder=$!
     exec 3>/tmp/hold
     for _ in 1 2 3 4 5 6 7 8 9 10; do grep -q ready /tmp/holder.out && break; sleep 1; done
     check smi-usage smi_json smi-usage "\"pid\": $holder" davinci-smi --json info -t usage
+    check smi-usage-container smi_json smi-usage-container "\"container_id\": \"$cid\"" \
+        davinci-smi --json info -t usage
     check smi-usage-text davinci-smi info -t usage
     exec 3>&-
     wait "$holder"

@@ -12,7 +12,7 @@ use core::ffi::c_void;
 
 use core::pin::Pin;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use kernel::ffi::{c_int, c_long, c_uint, c_ulong};
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -22,8 +22,8 @@ use kernel::sync::{new_condvar, new_mutex, CondVar, Mutex};
 use kernel::time::msecs_to_jiffies;
 
 use crate::davinci_driver_core::{
-    Config, Device, Error as CoreError, MmapTarget, OpenParams, Platform, Reply, Role, Run,
-    UserMem, CONTAINER_LEN, MAX_CLIENTS, MAX_STREAMS,
+    container, Config, Device, Error as CoreError, MmapTarget, OpenParams, Platform, Reply, Role,
+    Run, UserMem, CONTAINER_LEN, MAX_CLIENTS, MAX_STREAMS,
 };
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
@@ -348,9 +348,32 @@ fn open_params(file: *mut bindings::file, role: Role) -> OpenParams {
         pid: pid as u32,
         uid,
         admin,
-        // Containers: the mock reads the cgroup; this kernel has no cgroups (docs/kernel.md).
-        container: [0; CONTAINER_LEN],
+        container: container_of_current(),
     }
+}
+
+extern "C" {
+    /// `cgroup.c`: the current task's cgroup v2 path in the initial cgroup namespace.
+    fn davinci_current_cgroup_path(buf: *mut c_char, len: usize) -> c_int;
+}
+
+/// The opener's container id, from its cgroup path by driver-core's rule (the same the mock
+/// daemon applies to `/proc/<pid>/cgroup`); empty on the host or without cgroups. Sleeps:
+/// call it before taking the device lock.
+fn container_of_current() -> [u8; CONTAINER_LEN] {
+    let mut path = [0u8; 256];
+    // SAFETY: `path` is a live buffer of `path.len()` bytes, which the helper writes at most
+    // (NUL included); it is called in process context (open) with no lock held.
+    let n = unsafe { davinci_current_cgroup_path(path.as_mut_ptr().cast(), path.len()) };
+    let Ok(n) = usize::try_from(n) else {
+        // No cgroups, or a path longer than any container runtime makes.
+        return [0; CONTAINER_LEN];
+    };
+    let text = path
+        .get(..n.min(path.len()))
+        .and_then(|b| core::str::from_utf8(b).ok())
+        .unwrap_or("");
+    container::container_field(container::container_id_from_path(text))
 }
 
 unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
@@ -367,7 +390,9 @@ unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings:
     } else {
         Role::Control
     };
-    let client = match dev.lock().open(open_params(file, role)) {
+    // The parameters first: finding the container sleeps on cgroup_mutex.
+    let params = open_params(file, role);
+    let client = match dev.lock().open(params) {
         Ok(c) => c,
         Err(e) => return errno(e.error.errno),
     };

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The opener's cgroup, for its container id. The cgroup helpers are static inlines over
+ * task_struct and css_set fields, which the module's Rust side cannot reach safely on 6.12
+ * (bindgen's task_struct layout is off for this configuration; see docs/kernel.md), so this
+ * one function stays in C.
+ */
+#include <linux/cgroup.h>
+#include <linux/init_task.h>
+#include <linux/nsproxy.h>
+#include <linux/rcupdate.h>
+#include <linux/sched.h>
+
+int davinci_current_cgroup_path(char *buf, size_t len);
+
+/*
+ * The current task's cgroup v2 path as the initial cgroup namespace sees it (so a process in
+ * a container with its own cgroup namespace still shows the runtime's path), NUL-terminated
+ * in buf. Returns the path length, -ENAMETOOLONG if it did not fit, or -ENOENT without
+ * cgroups. Sleeps (cgroup_path_ns takes cgroup_mutex): call it in process context with no
+ * lock held.
+ */
+int davinci_current_cgroup_path(char *buf, size_t len)
+{
+#ifdef CONFIG_CGROUPS
+	struct cgroup *cgrp;
+	int ret;
+
+	rcu_read_lock();
+	cgrp = task_dfl_cgroup(current);
+	if (!cgroup_tryget(cgrp))
+		cgrp = NULL;
+	rcu_read_unlock();
+	if (!cgrp)
+		return -ENOENT;
+	ret = cgroup_path_ns(cgrp, buf, len, init_task.nsproxy->cgroup_ns);
+	cgroup_put(cgrp);
+	return ret;
+#else
+	if (len)
+		buf[0] = '\0';
+	return -ENOENT;
+#endif
+}
