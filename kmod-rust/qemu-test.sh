@@ -23,10 +23,17 @@ WORK=${DAVINCI_KMOD_WORK:-$ROOT/target/kmod}
 QEMU_TIMEOUT=${QEMU_TIMEOUT:-1200}
 QEMU_MEM=${QEMU_MEM:-1G}
 
-if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
-    exit 0
-fi
+case "${1:-}" in
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    "") ;;
+    *)
+        echo "kmod-rust/qemu-test.sh: takes no arguments (got '$1'); --help says what it does" >&2
+        exit 2
+        ;;
+esac
 
 t0=$SECONDS
 # shellcheck source=scripts/toolchain.sh
