@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use davinci_uapi::{Errno, EventRecord};
+use davinci_uapi::{Errno, EventRecord, Opcode};
 
 use crate::error::{Error, Result};
 
@@ -37,6 +37,12 @@ impl From<EventRecord> for Completion {
 }
 
 impl Completion {
+    /// The descriptor's opcode as an [`Opcode`] (`None` for a value this ABI does not
+    /// define).
+    pub fn opcode(&self) -> Option<Opcode> {
+        Opcode::from_u8(self.opcode)
+    }
+
     /// Whether the task succeeded.
     pub fn is_ok(&self) -> bool {
         self.status == 0

@@ -54,10 +54,12 @@ impl fmt::Debug for Control {
     }
 }
 
-/// What the control open goes through, for messages.
+/// Which device the control open reaches, for messages: `kernel device /dev/davinci0
+/// (control open)`.
 impl fmt::Display for Control {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.backend.fmt(f)
+        self.backend.fmt(f)?;
+        f.write_str(" (control open)")
     }
 }
 

@@ -118,11 +118,17 @@ fn encode<T: Wire>(v: &T) -> Vec<u8> {
     b
 }
 
-/// What the device's backend is, for messages: `davinci-mockd device 0 at
-/// mock:/run/davinci/davinci0.sock (client open)`.
+/// Which device and which client, for messages: `davinci-mockd device 0 at
+/// mock:/run/davinci/davinci0.sock (client 3)`. The client id is the one `davinci-smi info -t
+/// usage` and [`Control::clients`](crate::Control::clients) show (GET_INFO's `caller_id`;
+/// `(client open)` on a driver older than ABI 1.1).
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.backend.fmt(f)
+        self.inner.backend.fmt(f)?;
+        match self.client_id() {
+            Some(id) => write!(f, " (client {id})"),
+            None => f.write_str(" (client open)"),
+        }
     }
 }
 
@@ -242,6 +248,15 @@ impl Device {
     /// The GET_INFO reply read when the device was opened (limits, features, ABI version).
     pub fn info(&self) -> &DeviceInfo {
         &self.inner.info
+    }
+
+    /// This open's client id: the `client_id` LIST_CLIENTS (`davinci-smi info -t usage`,
+    /// [`Control::clients`](crate::Control::clients)) reports for it. `None` from a driver
+    /// older than ABI 1.1 (no `Features::CALLER_ID`).
+    pub fn client_id(&self) -> Option<u32> {
+        let info = &self.inner.info;
+        (info.features.contains(Features::CALLER_ID) && info.caller_id != 0)
+            .then_some(info.caller_id)
     }
 
     /// A fresh GET_INFO (memory in use, clients attached, share mode now).

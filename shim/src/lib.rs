@@ -50,7 +50,9 @@ pub use control::{Control, ShareState};
 pub use davinci_mock_device::{MockConfig, MockDevice};
 /// Where `davinci-mockd` puts its sockets when not told otherwise.
 pub use davinci_mockd_proto::default_socket_dir;
-pub use davinci_uapi::{DevAddr, DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc};
+pub use davinci_uapi::{
+    ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc,
+};
 pub use device::{Context, Device, DeviceStats};
 pub use error::{Error, Result};
 pub use event::Event;

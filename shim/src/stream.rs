@@ -276,14 +276,21 @@ impl Stream {
             .error_state()
             .map(|e| e.to_string())
             .unwrap_or_else(|| "unknown error".into());
-        Err(Error::new(
+        Err(self.stopped(op, &what))
+    }
+
+    /// `EIO` for a stream the device stopped, saying why and what to do about it.
+    fn stopped(&self, op: &'static str, what: &str) -> Error {
+        Error::new(
             Errno::EIO,
             op,
             format!(
-                "stream {:#x} is in the error state: {what}; it executes nothing more",
+                "stream {:#x} was stopped by the device: {what}. A stopped stream runs nothing \
+                 more; drop it and create a new one (Context::create_stream): the context, its \
+                 events, its other streams and device memory are unaffected",
                 self.handle
             ),
-        ))
+        )
     }
 
     fn stats(&self) -> &crate::device::Stats {
@@ -468,15 +475,7 @@ impl Stream {
                     .map(|s| s.to_string())
                     .or_else(|| Errno::from_code(a.status as i32).map(|s| s.name().to_string()))
                     .unwrap_or_else(|| format!("status {}", a.status));
-                Err(Error::new(
-                    Errno::EIO,
-                    op,
-                    format!(
-                        "stream {:#x} is in the error state: {what}; it executes nothing more ({})",
-                        self.handle,
-                        e.message()
-                    ),
-                ))
+                Err(self.stopped(op, &what))
             }
             Err(e) => Err(e),
         }

@@ -40,6 +40,18 @@ pub fn open_default() -> Result<Device> {
     open_backend(&backend_name(), MockConfig::default())
 }
 
+/// A control (operator) open of the same device as `dev`, as `davinci-smi` would make.
+pub fn control_of(dev: &Device) -> Result<davinci_shim::Control> {
+    match dev.mock_device() {
+        Some(mock) => davinci_shim::Control::attach(mock),
+        None if backend_name() == "mockd" => davinci_shim::Control::open(
+            &mockd::shared_path(dev.info().device_id)
+                .map_err(|e| davinci_shim::Error::other("open", e))?,
+        ),
+        None => davinci_shim::Control::open(&backend_name()),
+    }
+}
+
 /// A second client of the same device as `dev` (for isolation tests): on the embedded
 /// backend another open of the same in-process device; elsewhere another open of the path.
 pub fn second_client(dev: &Device) -> Result<Device> {

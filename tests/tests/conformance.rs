@@ -6,12 +6,12 @@
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
-    Completion, DevAddr, Device, DeviceMem, Dtype, Errno, MemPool, PoolOptions, ShareMode, Stream,
-    StreamOptions, TaskDesc,
+    ClientUsage, Completion, DevAddr, Device, DeviceMem, Dtype, Errno, MemPool, Opcode,
+    PoolOptions, ShareMode, Stream, StreamOptions, TaskDesc,
 };
 use davinci_tests::model::{self, Rng};
 use davinci_tests::workload::{self, WorkloadConfig};
-use davinci_tests::{backend_name, open_default, second_client};
+use davinci_tests::{backend_name, control_of, open_default, second_client};
 use davinci_uapi::{
     HandleArgs, WaitEventArgs, WaitKind, Wire, DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_FREE_MEMORY,
     DRIVER_CMD_WAIT_EVENT,
@@ -104,8 +104,19 @@ fn corrupted_command_ring_stops_only_its_stream() {
         err.message().contains("EPROTO"),
         "message names the cause: {err}"
     );
+    // ... says what to do, once.
+    assert!(
+        err.message().contains("create a new one"),
+        "message says how to recover: {err}"
+    );
+    assert_eq!(
+        err.message().matches("stopped by the device").count(),
+        1,
+        "no repeated wording: {err}"
+    );
     let err = bad.submit(&TaskDesc::nop(3)).unwrap_err();
     assert_eq!(err.errno(), Some(Errno::EIO), "{err}");
+    assert!(err.message().contains("create a new one"), "{err}");
     // Nothing of the corrupt range was executed or completed.
     assert_eq!(poll_all(&mut bad).len(), 2);
 
@@ -890,4 +901,46 @@ fn a_stall_on_a_full_event_ring_is_woken_by_the_reap() {
         );
         assert!(got.iter().all(Completion::is_ok));
     }
+}
+
+/// A runtime sees itself as an operator does: `Device`'s text names the client id that
+/// `Control::clients` (and `davinci-smi info -t usage`) lists, with its pid and container id;
+/// the ABI's raw fields come back typed (share mode, opcode).
+#[test]
+fn a_client_sees_itself_as_operators_do() {
+    let dev = dev();
+    let id = dev
+        .client_id()
+        .expect("ABI 1.1 drivers report the caller's client id");
+    assert!(
+        dev.to_string().ends_with(&format!(" (client {id})")),
+        "{dev}"
+    );
+    let ctl = control_of(&dev).expect("control open");
+    assert!(ctl.to_string().ends_with(" (control open)"), "{ctl}");
+    let clients: Vec<ClientUsage> = ctl.clients().expect("LIST_CLIENTS");
+    let me = clients
+        .iter()
+        .find(|c| c.client_id == id)
+        .unwrap_or_else(|| panic!("client {id} not in {clients:?}"));
+    assert_eq!(me.pid, std::process::id());
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let container = davinci_mock_device::peer::container_id_from_cgroup(&cgroup);
+    assert_eq!(
+        me.container_id(),
+        (!container.is_empty()).then_some(container)
+    );
+    assert_eq!(
+        dev.query_info().unwrap().share_mode(),
+        Some(ShareMode::Exclusive)
+    );
+
+    let ctx = dev.create_context().unwrap();
+    let mut s = ctx.create_stream().unwrap();
+    let b = dev.alloc(64).unwrap();
+    s.submit(&TaskDesc::fill(5, b.dev_addr(), 64, 1)).unwrap();
+    s.synchronize(T).unwrap();
+    let c = poll_all(&mut s);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].opcode(), Some(Opcode::Fill));
 }

@@ -388,6 +388,13 @@ abi_flags! {
     }
 }
 
+impl DeviceInfo {
+    /// `share_mode` as a [`ShareMode`] (`None` for a value this ABI does not define).
+    pub const fn share_mode(&self) -> Option<ShareMode> {
+        ShareMode::from_u32(self.share_mode)
+    }
+}
+
 /// Device sharing mode (`DeviceShareArgs::mode`, `DeviceInfo::share_mode`).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 pub(crate) struct Embedded {
     dev: MockDevice,
     open: u32,
-    role: Role,
 }
 
 impl Embedded {
@@ -26,7 +25,7 @@ impl Embedded {
             Role::Control => davinci_mock_device::Role::Control,
         };
         match dev.open(local_open_params(r, true)) {
-            Ok(open) => Ok(Self { dev, open, role }),
+            Ok(open) => Ok(Self { dev, open }),
             Err(e) => {
                 let msg = match e.holder {
                     Some(h) => format!("{} (held by {h})", e.error.msg),
@@ -46,13 +45,7 @@ impl Drop for Embedded {
 
 impl fmt::Display for Embedded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "embedded mock device {} ({} open {})",
-            self.dev.config().device_id,
-            self.role.name(),
-            self.open
-        )
+        write!(f, "embedded mock device {}", self.dev.config().device_id)
     }
 }
 

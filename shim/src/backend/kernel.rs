@@ -26,7 +26,6 @@ use crate::error::{Error, Result};
 pub(crate) struct KernelBackend {
     file: File,
     path: PathBuf,
-    role: Role,
 }
 
 fn errno_error(op: &'static str, path: &Path, e: &std::io::Error) -> Error {
@@ -54,7 +53,6 @@ impl KernelBackend {
             Ok(file) => Ok(KernelBackend {
                 file,
                 path: path.to_path_buf(),
-                role,
             }),
             Err(e) => Err(match e.kind() {
                 std::io::ErrorKind::NotFound => Error::new(
@@ -203,12 +201,7 @@ fn busy_message(path: &Path) -> String {
 
 impl fmt::Display for KernelBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "kernel device {} ({} open)",
-            self.path.display(),
-            self.role.name()
-        )
+        write!(f, "kernel device {}", self.path.display())
     }
 }
 

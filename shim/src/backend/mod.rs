@@ -36,15 +36,6 @@ pub(crate) enum Role {
     Control,
 }
 
-impl Role {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Role::Client => "client",
-            Role::Control => "control",
-        }
-    }
-}
-
 /// A file descriptor and an offset in it where a device object can be mapped: a memfd from
 /// the mock device, or the device node itself with the cookie as offset.
 #[derive(Debug)]
@@ -53,7 +44,8 @@ pub(crate) struct MapFd {
     pub(crate) offset: u64,
 }
 
-/// A channel to a driver, as one open file. `Display` says what it is, for messages.
+/// A channel to a driver, as one open file. `Display` says which device it reaches, for
+/// messages (the open's role and client id are added by `Device` and `Control`).
 pub(crate) trait Backend: Send + Sync + fmt::Display {
     /// One ioctl. `arg` is exactly `_IOC_SIZE(request)` bytes.
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()>;

@@ -49,7 +49,6 @@ pub(crate) struct SocketBackend {
     conn: SeqPacket,
     path: PathBuf,
     hello: HelloReply,
-    role: Role,
     next_tag: AtomicU32,
     rx: Mutex<Rx>,
     cv: Condvar,
@@ -78,7 +77,6 @@ impl SocketBackend {
             conn,
             path: path.to_path_buf(),
             hello: HelloReply::default(),
-            role,
             next_tag: AtomicU32::new(1),
             rx: Mutex::new(Rx::default()),
             cv: Condvar::new(),
@@ -282,10 +280,9 @@ impl fmt::Display for SocketBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "davinci-mockd device {} at mock:{} ({} open)",
+            "davinci-mockd device {} at mock:{}",
             self.hello.device_id,
-            self.path.display(),
-            self.role.name()
+            self.path.display()
         )
     }
 }
