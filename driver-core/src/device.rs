@@ -7,7 +7,7 @@ use davinci_uapi::rings::{page_round, ring_bytes, RING_MIN_ENTRIES};
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::{
     mmap_offset, AllocMemoryArgs, ClientUsage, CreateStreamArgs, DeviceInfo, Errno, EventRecord,
-    Features, MmapKind, RingMapping, RingOffsets, ShareMode, TaskDesc, DOORBELL_SIZE,
+    Features, MmapKind, Opcode, RingMapping, RingOffsets, ShareMode, TaskDesc, DOORBELL_SIZE,
 };
 
 use crate::error::{ensure, fail, Error, Result};
@@ -109,6 +109,66 @@ pub(crate) struct Event {
     pub(crate) owner: u32,
     pub(crate) ctx: u32,
     pub(crate) value: u64,
+    /// The highest value a stopped or destroyed stream was to record (an EVENT_RECORD it
+    /// will never run), and that stream's errno: waits for a value up to it that the event
+    /// has not reached fail instead of waiting forever (abi.md 8).
+    pub(crate) poisoned: Option<(u64, Errno)>,
+}
+
+impl Event {
+    /// Whether waiting for `value` can no longer succeed, and why: the event has not reached
+    /// it and a stream that was to record it (or a higher value) has stopped.
+    pub(crate) fn unreachable(&self, value: u64) -> Option<Errno> {
+        match self.poisoned {
+            Some((p, errno)) if self.value < value && value <= p => Some(errno),
+            _ => None,
+        }
+    }
+}
+
+/// A stream that stopped (`errno`) or was destroyed will never run what its host had
+/// queued: each EVENT_RECORD among those descriptors (and `failed`, the descriptor it stopped
+/// on, if any) marks its event's value as unreachable through it, so waits for that value
+/// fail rather than hang. Only events of the stream's own context and client count; the
+/// descriptors are untrusted copies, read once. Returns whether any event was marked (the
+/// caller wakes the waiters).
+pub(crate) fn poison_queued_records<M>(
+    events: &mut Table<Event, MAX_EVENTS>,
+    s: &mut Stream<M>,
+    failed: Option<&TaskDesc>,
+    errno: Errno,
+) -> bool {
+    let mut poison = |d: &TaskDesc| -> bool {
+        if d.opcode != Opcode::EventRecord as u8 {
+            return false;
+        }
+        match events.get_mut(d.handle) {
+            Some(e) if e.owner == s.owner && e.ctx == s.ctx && d.imm > e.value => {
+                let p = e.poisoned.map_or(d.imm, |(p, _)| p.max(d.imm));
+                e.poisoned = Some((p, errno));
+                true
+            }
+            _ => false,
+        }
+    };
+    let mut any = failed.is_some_and(&mut poison);
+    // What the host published past the device's head; every slot if the indices are corrupt
+    // (a stale record there is harmless: its value is already reached).
+    let (n, queued) = match s.cmd.available() {
+        Ok(n) => (n, false),
+        Err(_) => (s.cmd.region().entries(), true),
+    };
+    for i in 0..n {
+        let d = if queued {
+            s.cmd.peek_queued(i)
+        } else {
+            s.cmd.peek(i)
+        };
+        if let Some(d) = d {
+            any |= poison(&d);
+        }
+    }
+    any
 }
 
 pub(crate) struct Allocation {
@@ -547,6 +607,7 @@ impl<P: Platform> Device<P> {
                 owner: client,
                 ctx,
                 value: 0,
+                poisoned: None,
             },
             "event table is full",
         )?;
@@ -655,6 +716,10 @@ impl<P: Platform> Device<P> {
             _ => fail!(ENOENT, "no such stream for this client"),
         }
         if let Some(mut s) = self.streams.remove(stream) {
+            // What it had queued will never run.
+            if s.state == StreamState::Running {
+                poison_queued_records(&mut self.events, &mut s, None, Errno::ECANCELED);
+            }
             if let Some(mem) = s.mem.take() {
                 // Ring views go first: they point into `mem`.
                 drop(s);

@@ -5,7 +5,7 @@
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 
-use crate::device::{Device, StreamState};
+use crate::device::{poison_queued_records, Device, StreamState};
 use crate::error::{ensure, fail, Error, Result};
 use crate::platform::Platform;
 
@@ -349,6 +349,13 @@ impl<P: Platform> Device<P> {
                 };
                 out.current = e.value;
                 out.status = 0;
+                if let Some(errno) = e.unreachable(spec.value) {
+                    out.status = errno.code() as u32;
+                    fail!(
+                        EIO,
+                        "the event will not reach this value: the stream that was to record it was stopped (status holds its errno)"
+                    );
+                }
                 Ok(if e.value >= spec.value {
                     WaitState::Ready(e.value)
                 } else {
@@ -418,6 +425,7 @@ impl<P: Platform> Device<P> {
             Err(davinci_ring::SubmitError::Corrupt) => {
                 s.state = StreamState::Error(Errno::EPROTO);
                 s.cmd.set_error(Errno::EPROTO.code() as u32, s.cmd.head());
+                poison_queued_records(&mut self.events, s, None, Errno::EPROTO);
                 // WAIT_EVENT callers on this stream now fail with EIO.
                 self.platform.notify_waiters();
                 fail!(

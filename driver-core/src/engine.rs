@@ -11,7 +11,7 @@
 use davinci_ring::RingError;
 use davinci_uapi::{Dtype, Errno, EventRecord, Opcode, TaskDesc};
 
-use crate::device::{Allocation, Device, Event, Pending, StreamState};
+use crate::device::{poison_queued_records, Allocation, Device, Event, Pending, StreamState};
 use crate::error::{ensure, fail, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
 use crate::platform::Platform;
@@ -195,6 +195,11 @@ impl<P: Platform> Exec<'_, P> {
                 let e = self.event(d.handle)?;
                 if e.value >= d.imm {
                     Ok(Done::Complete(e.value))
+                } else if e.unreachable(d.imm).is_some() {
+                    fail!(
+                        EIO,
+                        "the event will not reach this value: the stream that was to record it was stopped"
+                    )
                 } else {
                     Ok(Done::Wait(Pending {
                         event: d.handle,
@@ -283,18 +288,27 @@ impl<P: Platform> Device<P> {
         if let StreamState::Error(e) = s.state {
             return Run::Failed(e);
         }
-        let fail_stream =
-            |s: &mut crate::device::Stream<P::StreamMem>, errno: Errno, index: u32| {
-                s.state = StreamState::Error(errno);
-                s.cmd.set_error(errno.code() as u32, index);
-                Run::Failed(errno)
-            };
+        // Stops the stream at `index` (the descriptor `failed`, if one failed): the error
+        // state, and the events its queued records can no longer reach (their waiters wake).
+        let fail_stream = |s: &mut crate::device::Stream<P::StreamMem>,
+                           events: &mut Table<Event, { crate::device::MAX_EVENTS }>,
+                           platform: &mut P,
+                           errno: Errno,
+                           index: u32,
+                           failed: Option<&TaskDesc>| {
+            s.state = StreamState::Error(errno);
+            s.cmd.set_error(errno.code() as u32, index);
+            if poison_queued_records(events, s, failed, errno) {
+                platform.notify_waiters();
+            }
+            Run::Failed(errno)
+        };
 
         let mut free = match s.evt.free() {
             Ok(f) => f,
             Err(_) => {
                 let head = s.cmd.head();
-                return fail_stream(s, Errno::EPROTO, head);
+                return fail_stream(s, events, platform, Errno::EPROTO, head, None);
             }
         };
         let mut completed = 0u32;
@@ -302,9 +316,11 @@ impl<P: Platform> Device<P> {
 
         // A pending EVENT_WAIT completes first (its event slot was reserved when taken).
         if let Some(p) = s.pending {
-            let value = events.get(p.event).map(|e| e.value);
+            let event = events.get(p.event);
+            let value = event.map(|e| e.value);
+            let unreachable = event.and_then(|e| e.unreachable(p.value));
             match value {
-                Some(v) if v < p.value => {
+                Some(v) if v < p.value && unreachable.is_none() => {
                     return Run::Blocked {
                         event: p.event,
                         value: p.value,
@@ -315,9 +331,12 @@ impl<P: Platform> Device<P> {
             if free == 0 {
                 return Run::Stalled;
             }
-            let status = match value {
-                Some(v) => Ok(v),
-                None => Err(Errno::ECANCELED),
+            let status = match (value, unreachable) {
+                // The stream that was to record the value stopped: this one fails too.
+                (_, Some(_)) => Err(Errno::EIO),
+                (Some(v), None) => Ok(v),
+                // The event was destroyed: the wait is cancelled, the stream goes on.
+                (None, None) => Err(Errno::ECANCELED),
             };
             let rec = record(
                 p.user_data,
@@ -327,6 +346,15 @@ impl<P: Platform> Device<P> {
             );
             let _ = s.evt.push(&rec);
             s.pending = None;
+            if unreachable.is_some() {
+                s.evt.publish();
+                let index = s.cmd.head().wrapping_sub(1);
+                if let Some(c) = clients.get_mut(s.owner) {
+                    c.completed += 1;
+                }
+                platform.notify_waiters();
+                return fail_stream(s, events, platform, Errno::EIO, index, None);
+            }
             free -= 1;
             completed += 1;
         }
@@ -336,7 +364,7 @@ impl<P: Platform> Device<P> {
             Err(_) => {
                 s.evt.publish();
                 let head = s.cmd.head();
-                return fail_stream(s, Errno::EPROTO, head);
+                return fail_stream(s, events, platform, Errno::EPROTO, head, None);
             }
         };
         let n = avail.min(free).min(budget);
@@ -376,7 +404,7 @@ impl<P: Platform> Device<P> {
                     let rec = record(d.user_data, d.opcode, Err(e.errno), exec.platform.now_ns());
                     let _ = s.evt.push(&rec);
                     completed += 1;
-                    failed = Some((e.errno, index));
+                    failed = Some((e.errno, index, d));
                     break;
                 }
             }
@@ -395,8 +423,8 @@ impl<P: Platform> Device<P> {
         if completed > 0 || recorded {
             platform.notify_waiters();
         }
-        if let Some((errno, index)) = failed {
-            return fail_stream(s, errno, index);
+        if let Some((errno, index, d)) = failed {
+            return fail_stream(s, events, platform, errno, index, Some(&d));
         }
         if let Some(b) = blocked {
             if completed > 0 {

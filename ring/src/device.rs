@@ -109,6 +109,15 @@ impl<T: Slot> DeviceConsumer<T> {
         (i < self.avail).then(|| self.ring.read(self.head.wrapping_add(i)))
     }
 
+    /// A copy of the slot at `head + i` for any `i` below the ring's depth, published or not
+    /// (`None` beyond the depth): for a device that has given up on this ring (its stream
+    /// stopped, possibly because its tail is corrupt) and looks at what the host had queued,
+    /// to clean up after it (abi.md 8: events whose records will never run). A slot not
+    /// published may hold a stale or half-written descriptor: use the copy only for that.
+    pub fn peek_queued(&self, i: u32) -> Option<T> {
+        (i < self.ring.region().entries()).then(|| self.ring.read(self.head.wrapping_add(i)))
+    }
+
     /// Consumes `n` entries (at most the available count): own head += n, then a Release store
     /// of the head (pairs with the host's Acquire load before it reuses those slots).
     pub fn advance(&mut self, n: u32) {

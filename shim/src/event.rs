@@ -132,14 +132,32 @@ impl Event {
             timeout_ns,
             ..Default::default()
         };
-        self.ctx
-            .dev
-            .call(op, DRIVER_CMD_WAIT_EVENT, &mut a)
-            .map(|()| a)
+        match self.ctx.dev.call(op, DRIVER_CMD_WAIT_EVENT, &mut a) {
+            Ok(()) => Ok(a),
+            // The stream that was to record the value stopped (abi.md 8): say why it did.
+            Err(e) if e.is(Errno::EIO) => {
+                let why = match Errno::from_code(a.status as i32) {
+                    Some(s) => format!("{}: {}", s.name(), s.describe()),
+                    None => format!("status {}", a.status),
+                };
+                Err(Error::new(
+                    Errno::EIO,
+                    op,
+                    format!(
+                        "event {:#x} will not reach its record {}: the stream that was to record \
+                         it was stopped by the device ({why}); see that stream's error",
+                        self.handle, a.value
+                    ),
+                ))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Blocks until the latest record has happened on the device (`aclrtSynchronizeEvent`),
-    /// at most `timeout` (`ETIMEDOUT`).
+    /// at most `timeout` (`ETIMEDOUT`). Fails at once with `EIO` if the stream that was to
+    /// record it has been stopped by the device (or stops while this waits), as
+    /// `cudaEventSynchronize` returns the stream's error.
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
         let t = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         if t == 0 {
@@ -156,7 +174,8 @@ impl Event {
     }
 
     /// Whether the latest record has happened (`aclrtQueryEventStatus` / `cudaEventQuery`),
-    /// without blocking.
+    /// without blocking. `EIO` if it never will: the stream that was to record it has been
+    /// stopped by the device.
     pub fn query(&self) -> Result<bool> {
         match self.wait("Event::query", 0) {
             Ok(_) => Ok(true),

@@ -944,3 +944,89 @@ fn a_client_sees_itself_as_operators_do() {
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].opcode(), Some(Opcode::Fill));
 }
+
+/// A descriptor this client may not run: it stops its stream with `EACCES`.
+fn poison_pill(user_data: u64) -> TaskDesc {
+    TaskDesc::fill(user_data, DevAddr(0x10), 64, 0)
+}
+
+/// An event whose record sits behind a failing descriptor will never be reached: waiting for
+/// it fails at once with the stream's error, on the host (`synchronize`, `query`, a waiter
+/// already asleep) and on the device (another stream's EVENT_WAIT fails that stream instead
+/// of hanging it); a destroyed stream's queued record does the same with `ECANCELED`.
+#[test]
+fn an_event_behind_a_failed_stream_fails_its_waiters() {
+    let long = Duration::from_secs(60);
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+
+    // Recorded after a descriptor that fails: synchronize and query fail, naming the cause;
+    // a long timeout shows the error comes at once (a timeout would be ETIMEDOUT).
+    let mut a = ctx.create_stream().unwrap();
+    let ev = ctx.create_event().unwrap();
+    a.submit(&poison_pill(1)).unwrap();
+    ev.record(&mut a).unwrap();
+    let e = ev.synchronize(long).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+    assert!(
+        e.message().contains("EACCES"),
+        "names the stream's errno: {e}"
+    );
+    let e = ev.query().unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+    // Recording on the stopped stream is refused with its error.
+    let e = ev.record(&mut a).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+
+    // A waiter already asleep when the stream stops wakes with the error; a stream waiting
+    // on the event on the device fails (EIO) instead of hanging, and says so.
+    let gate = ctx.create_event().unwrap();
+    let ev2 = ctx.create_event().unwrap();
+    let mut b = ctx.create_stream().unwrap();
+    let mut c = ctx.create_stream().unwrap();
+    let mut opener = ctx.create_stream().unwrap();
+    // b waits for the gate's first record, which the test submits later.
+    b.submit(&TaskDesc::event_wait(0, gate.handle(), 1))
+        .unwrap();
+    b.submit(&poison_pill(2)).unwrap();
+    ev2.record(&mut b).unwrap();
+    c.wait_event(&ev2).unwrap();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| ev2.synchronize(long));
+        // Let the waiter go to sleep (no assertion depends on it having done so).
+        std::thread::sleep(Duration::from_millis(50));
+        gate.record(&mut opener).unwrap();
+        let e = waiter.join().unwrap().unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+        assert!(e.message().contains("EACCES"), "{e}");
+    });
+    let e = c.synchronize(long).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+    assert_eq!(
+        c.error_state().map(|s| s.errno()),
+        Some(Some(Errno::EIO)),
+        "the waiting stream is stopped"
+    );
+    let waits = poll_all(&mut c);
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    assert_eq!(waits[0].opcode(), Some(Opcode::EventWait));
+    assert_eq!(waits[0].errno(), Some(Errno::EIO));
+
+    // A stream destroyed with a record queued: its waiters fail with ECANCELED as the cause.
+    let gate2 = ctx.create_event().unwrap();
+    let ev3 = ctx.create_event().unwrap();
+    let mut d = ctx.create_stream().unwrap();
+    d.submit(&TaskDesc::event_wait(0, gate2.handle(), 1))
+        .unwrap();
+    ev3.record(&mut d).unwrap();
+    drop(d);
+    let e = ev3.synchronize(long).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+    assert!(e.message().contains("ECANCELED"), "{e}");
+
+    // The context is fine: a new stream records and waits normally.
+    let mut fresh = ctx.create_stream().unwrap();
+    let ok = ctx.create_event().unwrap();
+    ok.record(&mut fresh).unwrap();
+    ok.synchronize(long).unwrap();
+}
