@@ -63,6 +63,9 @@ step "tests" cargo test --workspace
 step "tests (davinci-mockd backend)" env DAVINCI_TEST_BACKEND=mockd \
     cargo test -p davinci-tests --test conformance --test million
 
+# The quick start README.md shows, run as a user would.
+step "quick start example" cargo run -q -p davinci-shim --example quickstart
+
 # The runtime library without the embedded mock device: it builds, its tests pass, and it
 # links no device code (a production runtime that opens /dev/davinciN gets only the ABI, the
 # rings, shared memory and the daemon's wire protocol). davinci-smi never links the device.

@@ -433,7 +433,8 @@ impl<P: Platform> Device<P> {
                         | Features::LIST_CLIENTS.bits()
                         | Features::CALLER_ID.bits()
                         | Features::OPCODE_MASK.bits()
-                        | Features::LAST_ERROR.bits()),
+                        | Features::LAST_ERROR.bits()
+                        | Features::FAULT_DETAIL.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,

@@ -9,10 +9,10 @@
 //! puts it in the error state with `EPROTO`. Other streams and clients are unaffected.
 
 use davinci_ring::RingError;
-use davinci_uapi::{Dtype, Errno, EventRecord, Opcode, TaskDesc};
+use davinci_uapi::{Dtype, Errno, EventRecord, FaultKind, FaultOperand, Opcode, TaskDesc};
 
 use crate::device::{poison_queued_records, Allocation, Device, Event, Pending, StreamState};
-use crate::error::{ensure, fail, Error, Result};
+use crate::error::{fail_at, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
 use crate::platform::Platform;
 use crate::softfloat;
@@ -61,125 +61,179 @@ enum Done {
     Wait(Pending),
 }
 
+/// The first of `fields` that is not zero, if any: a field this opcode does not use.
+fn first_nonzero(fields: &[(FaultOperand, u64)]) -> Option<FaultOperand> {
+    fields.iter().find(|(_, v)| *v != 0).map(|(op, _)| *op)
+}
+
+/// `EBADMSG` about the first used-but-not-allowed field, if any.
+fn unused_zero(fields: &[(FaultOperand, u64)], msg: &'static str) -> Result<()> {
+    match first_nonzero(fields) {
+        Some(op) => Err(Error::at(Errno::EBADMSG, msg, op, FaultKind::NotZero)),
+        None => Ok(()),
+    }
+}
+
+/// `EINVAL` unless `value` is a multiple of 4 (the alignment every element and pattern has).
+fn aligned4(value: u64, op: FaultOperand, msg: &'static str) -> Result<()> {
+    if value % 4 == 0 {
+        Ok(())
+    } else {
+        Err(Error::at(Errno::EINVAL, msg, op, FaultKind::Misaligned).value(4))
+    }
+}
+
 impl<P: Platform> Exec<'_, P> {
-    /// Device-memory offset of `[addr, addr + len)` if it lies inside one allocation of the
-    /// submitting client.
-    fn range(&self, addr: u64, len: u64) -> Result<u64> {
-        ensure!(
-            addr.checked_add(len).is_some(),
-            ERANGE,
-            "address + length overflows"
-        );
-        let Some(offset) = addr.checked_sub(DVA_BASE) else {
-            fail!(EACCES, "device address below the device address space");
+    /// Device-memory offset of `[addr, addr + len)` (operand `op`) if it lies inside one
+    /// allocation of the submitting client. Otherwise: `ERANGE` if the computation overflows
+    /// or the range starts in one of the client's allocations and runs past its end (the
+    /// fault says by how many bytes), `EACCES` if it does not start in one.
+    fn range(&self, addr: u64, len: u64, op: FaultOperand) -> Result<u64> {
+        let Some(end) = addr.checked_add(len) else {
+            return Err(Error::at(
+                Errno::ERANGE,
+                "address + length overflows",
+                op,
+                FaultKind::Overflow,
+            ));
         };
-        match self.memory.owner_of(offset, len) {
-            Some(h)
-                if self
-                    .allocations
-                    .get(h)
-                    .is_some_and(|a| a.owner == self.owner) =>
-            {
-                Ok(offset)
-            }
-            _ => Err(Error::new(
+        let not_owned = || {
+            Error::at(
                 Errno::EACCES,
-                "address range is not inside one of this client's allocations",
-            )),
+                "the address is not in one of this client's allocations",
+                op,
+                FaultKind::NotOwned,
+            )
+        };
+        let offset = addr.checked_sub(DVA_BASE).ok_or_else(not_owned)?;
+        let a = self
+            .memory
+            .owner_of(offset, 1)
+            .and_then(|h| self.allocations.get(h))
+            .filter(|a| a.owner == self.owner)
+            .ok_or_else(not_owned)?;
+        let alloc_end = DVA_BASE.saturating_add(a.offset).saturating_add(a.size);
+        if end > alloc_end {
+            let past = u32::try_from(end - alloc_end).unwrap_or(u32::MAX);
+            return Err(Error::at(
+                Errno::ERANGE,
+                "the range runs past the end of its allocation",
+                op,
+                FaultKind::PastEnd,
+            )
+            .value(past));
         }
+        Ok(offset)
     }
 
     fn event(&mut self, handle: u32) -> Result<&mut Event> {
         let (owner, ctx) = (self.owner, self.ctx);
         match self.events.get_mut(handle) {
             Some(e) if e.owner == owner && e.ctx == ctx => Ok(e),
-            _ => Err(Error::new(
+            _ => Err(Error::at(
                 Errno::ENOENT,
                 "no such event in this stream's context",
+                FaultOperand::Handle,
+                FaultKind::NoSuchEvent,
             )),
         }
     }
 
     fn execute(&mut self, d: &TaskDesc) -> Result<Done> {
-        ensure!(
-            d.flags == 0 && d.reserved0 == 0 && d.reserved1 == 0,
-            EBADMSG,
-            "reserved descriptor fields must be 0"
-        );
+        use FaultOperand as F;
+        unused_zero(
+            &[
+                (F::Reserved, u64::from(d.flags)),
+                (F::Reserved, u64::from(d.reserved0)),
+                (F::Reserved, u64::from(d.reserved1)),
+            ],
+            "reserved descriptor fields must be 0",
+        )?;
         let Some(op) = Opcode::from_u8(d.opcode) else {
-            fail!(EBADMSG, "unknown opcode");
+            fail_at!(EBADMSG, "unknown opcode", Opcode, Unknown);
         };
-        let zero = |fields: &[u64]| fields.iter().all(|&f| f == 0);
-        ensure!(
-            op == Opcode::Add || d.dtype == 0,
-            EBADMSG,
-            "dtype must be 0 except for ADD"
-        );
+        if op != Opcode::Add {
+            unused_zero(
+                &[(F::Dtype, u64::from(d.dtype))],
+                "dtype must be 0 except for ADD",
+            )?;
+        }
         match op {
             Opcode::Nop => {
-                ensure!(
-                    zero(&[d.dst, d.src0, d.src1, d.len, d.imm, d.handle as u64]),
-                    EBADMSG,
-                    "NOP operands must be 0"
-                );
+                unused_zero(
+                    &[
+                        (F::Dst, d.dst),
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Len, d.len),
+                        (F::Imm, d.imm),
+                        (F::Handle, u64::from(d.handle)),
+                    ],
+                    "NOP operands must be 0",
+                )?;
                 Ok(Done::Complete(0))
             }
             Opcode::Fill => {
-                ensure!(
-                    zero(&[d.src0, d.src1, d.handle as u64]) && d.imm >> 32 == 0,
-                    EBADMSG,
-                    "FILL uses only dst, len and a 32-bit imm"
-                );
-                ensure!(
-                    d.len % 4 == 0 && d.dst % 4 == 0,
-                    EINVAL,
-                    "FILL needs dst and len 4-byte aligned"
-                );
-                let dst = self.range(d.dst, d.len)?;
+                unused_zero(
+                    &[
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Handle, u64::from(d.handle)),
+                        (F::Imm, d.imm >> 32),
+                    ],
+                    "FILL uses only dst, len and a 32-bit imm",
+                )?;
+                aligned4(d.dst, F::Dst, "FILL needs dst 4-byte aligned")?;
+                aligned4(d.len, F::Len, "FILL needs len a multiple of 4 bytes")?;
+                let dst = self.range(d.dst, d.len, F::Dst)?;
                 self.platform
                     .mem_fill(self.owner, dst, d.len, d.imm as u32)?;
                 Ok(Done::Complete(d.len))
             }
             Opcode::Copy => {
-                ensure!(
-                    zero(&[d.src1, d.imm, d.handle as u64]),
-                    EBADMSG,
-                    "COPY uses only dst, src0 and len"
-                );
-                let dst = self.range(d.dst, d.len)?;
-                let src = self.range(d.src0, d.len)?;
+                unused_zero(
+                    &[
+                        (F::Src1, d.src1),
+                        (F::Imm, d.imm),
+                        (F::Handle, u64::from(d.handle)),
+                    ],
+                    "COPY uses only dst, src0 and len",
+                )?;
+                let dst = self.range(d.dst, d.len, F::Dst)?;
+                let src = self.range(d.src0, d.len, F::Src0)?;
                 self.platform.mem_copy(self.owner, dst, src, d.len)?;
                 Ok(Done::Complete(d.len))
             }
             Opcode::Add => {
-                ensure!(
-                    zero(&[d.imm, d.handle as u64]),
-                    EBADMSG,
-                    "ADD uses only dtype, dst, src0, src1 and len"
-                );
+                unused_zero(
+                    &[(F::Imm, d.imm), (F::Handle, u64::from(d.handle))],
+                    "ADD uses only dtype, dst, src0, src1 and len",
+                )?;
                 let Some(dtype) = Dtype::from_u8(d.dtype) else {
-                    fail!(EBADMSG, "unknown ADD dtype");
+                    fail_at!(EBADMSG, "unknown ADD dtype", Dtype, Unknown);
                 };
                 let Some(bytes) = d.len.checked_mul(dtype.size()) else {
-                    fail!(ERANGE, "ADD element count overflows");
+                    fail_at!(ERANGE, "ADD element count overflows", Len, Overflow);
                 };
-                ensure!(
-                    d.dst % 4 == 0 && d.src0 % 4 == 0 && d.src1 % 4 == 0,
-                    EINVAL,
-                    "ADD addresses must be 4-byte aligned"
-                );
-                let dst = self.range(d.dst, bytes)?;
-                let a = self.range(d.src0, bytes)?;
-                let b = self.range(d.src1, bytes)?;
+                aligned4(d.dst, F::Dst, "ADD needs dst 4-byte aligned")?;
+                aligned4(d.src0, F::Src0, "ADD needs src0 4-byte aligned")?;
+                aligned4(d.src1, F::Src1, "ADD needs src1 4-byte aligned")?;
+                let dst = self.range(d.dst, bytes, F::Dst)?;
+                let a = self.range(d.src0, bytes, F::Src0)?;
+                let b = self.range(d.src1, bytes, F::Src1)?;
                 self.add(dtype, dst, a, b, bytes)?;
                 Ok(Done::Complete(d.len))
             }
             Opcode::EventRecord => {
-                ensure!(
-                    zero(&[d.dst, d.src0, d.src1, d.len]),
-                    EBADMSG,
-                    "EVENT_RECORD uses only handle and imm"
-                );
+                unused_zero(
+                    &[
+                        (F::Dst, d.dst),
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Len, d.len),
+                    ],
+                    "EVENT_RECORD uses only handle and imm",
+                )?;
                 let e = self.event(d.handle)?;
                 e.value = e.value.max(d.imm);
                 let v = e.value;
@@ -187,18 +241,24 @@ impl<P: Platform> Exec<'_, P> {
                 Ok(Done::Complete(v))
             }
             Opcode::EventWait => {
-                ensure!(
-                    zero(&[d.dst, d.src0, d.src1, d.len]),
-                    EBADMSG,
-                    "EVENT_WAIT uses only handle and imm"
-                );
+                unused_zero(
+                    &[
+                        (F::Dst, d.dst),
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Len, d.len),
+                    ],
+                    "EVENT_WAIT uses only handle and imm",
+                )?;
                 let e = self.event(d.handle)?;
                 if e.value >= d.imm {
                     Ok(Done::Complete(e.value))
                 } else if e.unreachable(d.imm).is_some() {
-                    fail!(
+                    fail_at!(
                         EIO,
-                        "the event will not reach this value: the stream that was to record it was stopped"
+                        "the event will not reach this value: the stream that was to record it was stopped",
+                        Imm,
+                        Unreachable
                     )
                 } else {
                     Ok(Done::Wait(Pending {
@@ -209,9 +269,11 @@ impl<P: Platform> Exec<'_, P> {
                 }
             }
             Opcode::KernelLaunch => {
-                fail!(
+                fail_at!(
                     EBADMSG,
-                    "KERNEL_LAUNCH needs hardware; the software engine has no kernels"
+                    "KERNEL_LAUNCH needs hardware; the software engine has no kernels",
+                    Opcode,
+                    Unknown
                 )
             }
         }
@@ -249,15 +311,17 @@ impl<P: Platform> Exec<'_, P> {
     }
 }
 
+/// The event record of one descriptor: its result, or its negative errno with the fault (which
+/// operand, what was wrong) packed into `result` (abi.md 7).
 fn record(
     user_data: u64,
     opcode: u8,
-    status: core::result::Result<u64, Errno>,
+    status: core::result::Result<u64, Error>,
     now: u64,
 ) -> EventRecord {
     let (status, result) = match status {
         Ok(r) => (0, r),
-        Err(e) => (-e.code(), 0),
+        Err(e) => (-e.errno.code(), e.fault.map_or(0, |f| f.encode())),
     };
     EventRecord {
         user_data,
@@ -333,10 +397,15 @@ impl<P: Platform> Device<P> {
             }
             let status = match (value, unreachable) {
                 // The stream that was to record the value stopped: this one fails too.
-                (_, Some(_)) => Err(Errno::EIO),
+                (_, Some(_)) => Err(Error::at(
+                    Errno::EIO,
+                    "the event will not reach this value",
+                    FaultOperand::Imm,
+                    FaultKind::Unreachable,
+                )),
                 (Some(v), None) => Ok(v),
                 // The event was destroyed: the wait is cancelled, the stream goes on.
-                (None, None) => Err(Errno::ECANCELED),
+                (None, None) => Err(Error::new(Errno::ECANCELED, "the event was destroyed")),
             };
             let rec = record(
                 p.user_data,
@@ -401,7 +470,7 @@ impl<P: Platform> Device<P> {
                     break;
                 }
                 Err(e) => {
-                    let rec = record(d.user_data, d.opcode, Err(e.errno), exec.platform.now_ns());
+                    let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
                     let _ = s.evt.push(&rec);
                     completed += 1;
                     failed = Some((e.errno, index, d));

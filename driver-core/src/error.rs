@@ -1,21 +1,51 @@
 //! The driver's error: an errno for the wire and a message saying what was wrong.
 
-use davinci_uapi::Errno;
+use davinci_uapi::{Errno, Fault, FaultKind, FaultOperand};
 
-/// An errno plus a static message naming the offending field or condition. The kernel module
-/// returns the errno (and may log the message); the mock daemon sends both to the client.
+/// An errno plus a static message naming the offending field or condition, and, for a
+/// descriptor, which operand was wrong ([`Fault`], written into its failed event record). The
+/// mock daemon sends errno and message to the client; the kernel module returns the errno and
+/// keeps the message for GET_LAST_ERROR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Error {
     /// What goes on the wire.
     pub errno: Errno,
     /// What was wrong, for people.
     pub msg: &'static str,
+    /// For a failed descriptor: which operand, what was wrong with it.
+    pub fault: Option<Fault>,
 }
 
 impl Error {
     /// An error with a message.
     pub const fn new(errno: Errno, msg: &'static str) -> Self {
-        Self { errno, msg }
+        Self {
+            errno,
+            msg,
+            fault: None,
+        }
+    }
+
+    /// A descriptor's error about `operand`.
+    pub const fn at(
+        errno: Errno,
+        msg: &'static str,
+        operand: FaultOperand,
+        kind: FaultKind,
+    ) -> Self {
+        Self {
+            errno,
+            msg,
+            fault: Some(Fault::new(operand, kind)),
+        }
+    }
+
+    /// This error with the fault's kind-specific value (an alignment, a byte count).
+    pub const fn value(mut self, value: u32) -> Self {
+        if let Some(f) = self.fault {
+            self.fault = Some(Fault::with_value(f.operand, f.kind, value));
+        }
+        self
     }
 }
 
@@ -35,6 +65,19 @@ macro_rules! fail {
     };
 }
 
+/// `Err(Error::at(Errno::$e, $msg, FaultOperand::$op, FaultKind::$kind))`: a descriptor's
+/// error about one operand.
+macro_rules! fail_at {
+    ($e:ident, $msg:expr, $op:ident, $kind:ident) => {
+        return Err($crate::error::Error::at(
+            davinci_uapi::Errno::$e,
+            $msg,
+            davinci_uapi::FaultOperand::$op,
+            davinci_uapi::FaultKind::$kind,
+        ))
+    };
+}
+
 /// Fails with `$e` unless `$cond`.
 macro_rules! ensure {
     ($cond:expr, $e:ident, $msg:expr) => {
@@ -46,3 +89,4 @@ macro_rules! ensure {
 
 pub(crate) use ensure;
 pub(crate) use fail;
+pub(crate) use fail_at;

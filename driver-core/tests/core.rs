@@ -467,13 +467,18 @@ fn invalid_descriptors_fail_only_their_stream() {
     let a = alloc(&mut dev, c, 4096);
     let mut good = stream(&mut dev, c, k, 8, 8);
 
-    let cases: [(TaskDesc, Errno); 6] = [
+    let a2 = alloc(&mut dev, c, 4096);
+    use FaultKind as K;
+    use FaultOperand as O;
+    let at = |operand, kind| Fault::new(operand, kind);
+    let cases: [(TaskDesc, Errno, Fault); 10] = [
         (
             TaskDesc {
                 opcode: 99,
                 ..TaskDesc::nop(1)
             },
             Errno::EBADMSG,
+            at(O::Opcode, K::Unknown),
         ),
         (
             TaskDesc {
@@ -481,22 +486,71 @@ fn invalid_descriptors_fail_only_their_stream() {
                 ..TaskDesc::nop(1)
             },
             Errno::EBADMSG,
+            at(O::Reserved, K::NotZero),
         ),
         (
+            TaskDesc {
+                imm: 5,
+                ..TaskDesc::nop(1)
+            },
+            Errno::EBADMSG,
+            at(O::Imm, K::NotZero),
+        ),
+        // Owned, but the range runs 104 bytes past the allocation's end: not "not owned".
+        (
             TaskDesc::fill(1, DevAddr(a.dev_addr) + 4000, 200, 0),
-            Errno::EACCES,
+            Errno::ERANGE,
+            Fault::with_value(O::Dst, K::PastEnd, 104),
         ),
         (
             TaskDesc::copy(1, DevAddr(a.dev_addr), DevAddr(0x1234), 8),
             Errno::EACCES,
+            at(O::Src0, K::NotOwned),
         ),
         (
             TaskDesc::fill(1, DevAddr(u64::MAX - 3), 8, 0),
             Errno::ERANGE,
+            at(O::Dst, K::Overflow),
         ),
-        (TaskDesc::event_record(1, 0x0001_0001, 1), Errno::ENOENT),
+        (
+            TaskDesc::event_record(1, 0x0001_0001, 1),
+            Errno::ENOENT,
+            at(O::Handle, K::NoSuchEvent),
+        ),
+        // Alignment errors name the operand and the alignment needed.
+        (
+            TaskDesc::fill(1, DevAddr(a.dev_addr) + 2, 8, 0),
+            Errno::EINVAL,
+            Fault::with_value(O::Dst, K::Misaligned, 4),
+        ),
+        (
+            TaskDesc::add(
+                1,
+                Dtype::U32,
+                DevAddr(a.dev_addr),
+                DevAddr(a2.dev_addr),
+                DevAddr(a2.dev_addr) + 6,
+                4,
+            ),
+            Errno::EINVAL,
+            Fault::with_value(O::Src1, K::Misaligned, 4),
+        ),
+        // An ADD whose count runs 4 bytes past its second source (1024 elements of 4 bytes
+        // from 4 bytes in).
+        (
+            TaskDesc::add(
+                1,
+                Dtype::F32,
+                DevAddr(a.dev_addr),
+                DevAddr(a.dev_addr),
+                DevAddr(a2.dev_addr) + 4,
+                1024,
+            ),
+            Errno::ERANGE,
+            Fault::with_value(O::Src1, K::PastEnd, 4),
+        ),
     ];
-    for (desc, errno) in cases {
+    for (desc, errno, fault) in cases {
         let mut bad = stream(&mut dev, c, k, 8, 8);
         bad.prod.push(&TaskDesc::nop(0)).unwrap();
         bad.prod.push(&desc).unwrap();
@@ -514,6 +568,7 @@ fn invalid_descriptors_fail_only_their_stream() {
             "the bad one completes with an error, nothing after it"
         );
         assert_eq!(recs[1].status, -errno.code());
+        assert_eq!(Fault::decode(recs[1].result), Some(fault), "{desc:?}");
         assert_eq!(bad.prod.region().error(), Some((errno.code() as u32, 1)));
         assert_eq!(
             dev.stream_state(c, bad.handle),

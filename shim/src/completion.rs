@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use davinci_uapi::{Errno, EventRecord, Opcode};
+use davinci_uapi::{Errno, EventRecord, Fault, Opcode};
 
 use crate::error::{Error, Result};
 
@@ -43,6 +43,17 @@ impl Completion {
         Opcode::from_u8(self.opcode)
     }
 
+    /// Why a failed task failed, from a device with `Features::FAULT_DETAIL` (ABI 1.2):
+    /// which operand, what was wrong with it, by how much. `None` for a success, or when the
+    /// device did not say.
+    pub fn fault(&self) -> Option<Fault> {
+        if self.is_ok() {
+            None
+        } else {
+            Fault::decode(self.result)
+        }
+    }
+
     /// Whether the task succeeded.
     pub fn is_ok(&self) -> bool {
         self.status == 0
@@ -65,24 +76,37 @@ impl Completion {
         }
     }
 
+    /// `ERANGE (result out of range): src1: the range runs 4 bytes past the end of its
+    /// allocation`.
     fn describe_status(&self) -> String {
-        match self.errno() {
+        let mut s = match self.errno() {
             Some(e) => format!("{} ({})", e.name(), e.describe()),
             None => format!("status {}", self.status),
+        };
+        if let Some(f) = self.fault() {
+            s.push_str(&format!(": {f}"));
         }
+        s
+    }
+
+    /// `task user_data=0x7 (ADD) failed: ...`, with ` at command index N` when known.
+    pub(crate) fn describe(&self, index: Option<u32>) -> String {
+        let op = match self.opcode() {
+            Some(op) => format!("{op:?}").to_uppercase(),
+            None => format!("opcode {}", self.opcode),
+        };
+        let at = index
+            .map(|i| format!(" at command index {i}"))
+            .unwrap_or_default();
+        format!(
+            "task user_data={:#x} ({op}){at} failed: {}",
+            self.user_data,
+            self.describe_status()
+        )
     }
 
     pub(crate) fn to_error(self, op: &'static str) -> Error {
-        Error::with_errno(
-            self.errno(),
-            op,
-            format!(
-                "task user_data={:#x} opcode {} failed: {}",
-                self.user_data,
-                self.opcode,
-                self.describe_status()
-            ),
-        )
+        Error::with_errno(self.errno(), op, self.describe(None))
     }
 }
 

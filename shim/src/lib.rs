@@ -13,6 +13,41 @@
 //! | [`Stream::wait_event`]               | `aclrtStreamWaitEvent`      | `cudaStreamWaitEvent`   |
 //! | [`Device::alloc`] / [`MemPool`]      | `aclrtMalloc` / mem pools   | `cudaMalloc` / caching allocators |
 //!
+//! # Quick start
+//!
+//! ```
+//! # fn main() -> davinci_shim::Result<()> {
+//! # #[cfg(feature = "embedded")] {
+//! use davinci_shim::{task, Device, DeviceMem};
+//! use std::time::Duration;
+//!
+//! // The embedded mock device; Device::open("/dev/davinci0") for the kernel driver,
+//! // Device::open("mock:/run/davinci/davinci0.sock") for a davinci-mockd device.
+//! let dev = Device::embedded()?;
+//! let (a, b, sum) = (dev.alloc(4096)?, dev.alloc(4096)?, dev.alloc(4096)?);
+//! a.write_slice(0, &[1.0f32; 1024])?;
+//!
+//! let ctx = dev.create_context()?;
+//! let (mut producer, mut consumer) = (ctx.create_stream()?, ctx.create_stream()?);
+//! let filled = ctx.create_event()?;
+//! producer.submit(&task::fill(&b, 2.0f32.to_bits())?)?;
+//! filled.record(&mut producer)?;
+//! consumer.wait_event(&filled)?; // on the device: the add runs after the fill
+//! consumer.submit(&task::add::<f32>(&sum, &a, &b)?.with_user_data(7))?;
+//! consumer.synchronize(Duration::from_secs(5))?;
+//! assert_eq!(sum.read_vec::<f32>(0, 1024)?, vec![3.0; 1024]);
+//!
+//! // Errors carry an errno, what failed and why; nothing panics.
+//! let e = task::add::<f32>(&sum, &a, &dev.alloc(64)?).unwrap_err();
+//! assert_eq!(e.errno(), Some(davinci_shim::Errno::EINVAL));
+//! # }
+//! # Ok(()) }
+//! ```
+//!
+//! A complete program with error handling: `shim/examples/quickstart.rs`
+//! (`cargo run -p davinci-shim --example quickstart [-- DEVICE]`). The [`task`] builders take
+//! device buffers and check them on the host; [`TaskDesc`]'s raw constructors remain.
+//!
 //! Submitting writes descriptors into the stream's mapped command ring and publishes them
 //! with one release store; the doorbell is written only while the device is asleep
 //! (NEED_WAKEUP), and completions are read from the mapped event ring ([`Stream::poll`]).
@@ -43,6 +78,7 @@ mod path;
 mod pool;
 mod rings;
 mod stream;
+pub mod task;
 
 pub use completion::{Completion, StreamError};
 pub use control::{Control, ShareState};
@@ -51,7 +87,8 @@ pub use davinci_mock_device::{MockConfig, MockDevice};
 /// Where `davinci-mockd` puts its sockets when not told otherwise.
 pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{
-    ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Features, Opcode, ShareMode, TaskDesc,
+    ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Fault, FaultKind, FaultOperand, Features,
+    Opcode, ShareMode, TaskDesc,
 };
 pub use device::{Context, Device, DeviceStats};
 pub use error::{Error, Result};
@@ -60,3 +97,4 @@ pub use memory::{DeviceBuffer, DeviceMem};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
 pub use stream::{Stream, StreamOptions};
+pub use task::{Element, Region};

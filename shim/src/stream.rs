@@ -272,15 +272,23 @@ impl Stream {
         if !self.rings.cmd_flags().contains(RingFlags::ERROR) {
             return Ok(());
         }
-        let what = self
-            .error_state()
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "unknown error".into());
-        Err(self.stopped(op, &what))
+        Err(self.stopped(op, "no reason recorded"))
     }
 
-    /// `EIO` for a stream the device stopped, saying why and what to do about it.
-    fn stopped(&self, op: &'static str, what: &str) -> Error {
+    /// `EIO` for a stream the device stopped, saying why (the failed task and its operand,
+    /// once its completion has been taken off the ring; else the ring's error) and what to do
+    /// about it. `fallback` if the device left no reason.
+    fn stopped(&self, op: &'static str, fallback: &str) -> Error {
+        let state = self.error_state();
+        let task = self
+            .first_error
+            .filter(|c| state.is_none_or(|st| st.errno() == c.errno()));
+        let what = match (task, state) {
+            (Some(c), Some(st)) => c.describe(Some(st.index())),
+            (Some(c), None) => c.describe(None),
+            (None, Some(st)) => st.to_string(),
+            (None, None) => fallback.to_string(),
+        };
         Error::new(
             Errno::EIO,
             op,
@@ -470,12 +478,11 @@ impl Stream {
         match self.ctx.dev.call(op, DRIVER_CMD_WAIT_EVENT, &mut a) {
             Ok(()) => Ok(a),
             Err(e) if e.is(Errno::EIO) => {
-                let what = self
-                    .error_state()
-                    .map(|s| s.to_string())
-                    .or_else(|| Errno::from_code(a.status as i32).map(|s| s.name().to_string()))
+                // The ring header says why; WAIT_EVENT's status is the fallback.
+                let status = Errno::from_code(a.status as i32)
+                    .map(|s| s.name().to_string())
                     .unwrap_or_else(|| format!("status {}", a.status));
-                Err(self.stopped(op, &what))
+                Err(self.stopped(op, &status))
             }
             Err(e) => Err(e),
         }
@@ -550,6 +557,9 @@ impl Stream {
                         ),
                     ))
                 }
+                // Stopped: say so again now that the failed task's completion is drained,
+                // so the message names the task and its operand.
+                Err(e) if e.is(Errno::EIO) => return Err(self.check_error(OP).err().unwrap_or(e)),
                 Err(e) => return Err(e),
             }
             if value == target {

@@ -160,15 +160,17 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
             TaskDesc::kernel_launch(0, 1, 1, base, 64),
             Errno::EBADMSG,
         ),
+        // Owned at the start, but running past the allocation's end: ERANGE (ABI 1.2; the
+        // fault says by how much), not EACCES, which means "not this client's memory".
         (
             "fill beyond the allocation",
             TaskDesc::fill(0, base + (8192 - 64), 128, 1),
-            Errno::EACCES,
+            Errno::ERANGE,
         ),
         (
             "copy spanning two allocations",
             TaskDesc::copy(0, base, DevAddr(neighbour.dev_addr().get() - 64), 128),
-            Errno::EACCES,
+            Errno::ERANGE,
         ),
         (
             "address below device memory",
@@ -1029,4 +1031,58 @@ fn an_event_behind_a_failed_stream_fails_its_waiters() {
     let ok = ctx.create_event().unwrap();
     ok.record(&mut fresh).unwrap();
     ok.synchronize(long).unwrap();
+}
+
+/// Device errors say which operand was wrong and how: a range that runs past its allocation
+/// is ERANGE with the bytes past the end (not "not owned"), a foreign address is EACCES, a
+/// misaligned one EINVAL with the alignment needed; the messages carry it.
+#[test]
+fn device_errors_name_the_operand_and_what_was_wrong() {
+    use davinci_shim::{Fault, FaultKind, FaultOperand};
+    let dev = dev();
+    assert!(dev
+        .features()
+        .contains(davinci_shim::Features::FAULT_DETAIL));
+    let ctx = dev.create_context().unwrap();
+    let (a, b) = (dev.alloc(4096).unwrap(), dev.alloc(4096).unwrap());
+    let cases = [
+        (
+            // 1024 elements from 4 bytes into b: 4 bytes too many.
+            TaskDesc::add(
+                1,
+                Dtype::U32,
+                a.dev_addr(),
+                a.dev_addr(),
+                b.dev_addr() + 4,
+                1024,
+            ),
+            Errno::ERANGE,
+            Fault::with_value(FaultOperand::Src1, FaultKind::PastEnd, 4),
+            "src1: the range runs 4 bytes past the end of its allocation",
+        ),
+        (
+            TaskDesc::copy(2, a.dev_addr(), DevAddr(0x10), 64),
+            Errno::EACCES,
+            Fault::new(FaultOperand::Src0, FaultKind::NotOwned),
+            "src0: the address is not in any of this client's allocations",
+        ),
+        (
+            TaskDesc::fill(3, a.dev_addr() + 2, 64, 0),
+            Errno::EINVAL,
+            Fault::with_value(FaultOperand::Dst, FaultKind::Misaligned, 4),
+            "dst: must be a multiple of 4 bytes",
+        ),
+    ];
+    for (desc, errno, fault, text) in cases {
+        let mut s = ctx.create_stream().unwrap();
+        s.submit(&desc).unwrap();
+        let e = s.synchronize(T).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
+        assert!(e.message().contains(errno.name()), "{e}");
+        assert!(e.message().contains(text), "{e}");
+        let c = poll_all(&mut s);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].errno(), c[0].fault()), (Some(errno), Some(fault)));
+        assert_eq!(s.error_state().and_then(|st| st.errno()), Some(errno));
+    }
 }

@@ -385,6 +385,9 @@ abi_flags! {
         const OPCODE_MASK = 1 << 7;
         /// GET_LAST_ERROR says why the last failed command of an open failed (ABI 1.2).
         const LAST_ERROR = 1 << 8;
+        /// A failed descriptor's event record carries a `Fault` in `result`: which operand,
+        /// what was wrong, by how much (ABI 1.2).
+        const FAULT_DETAIL = 1 << 9;
     }
 }
 

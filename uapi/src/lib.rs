@@ -18,6 +18,7 @@
 
 pub mod args;
 pub mod errno;
+pub mod fault;
 pub mod ioctl;
 pub mod layout;
 pub mod mmap;
@@ -26,6 +27,7 @@ pub mod task;
 
 pub use args::*;
 pub use errno::Errno;
+pub use fault::{Fault, FaultKind, FaultOperand};
 pub use layout::{AbiStruct, Wire, ZeroInit};
 pub use mmap::{decode_mmap_offset, mmap_offset, MmapKind, DOORBELL_SIZE};
 pub use rings::{RingFlags, RingHeader, RingMapping, RingOffsets};
@@ -66,7 +68,7 @@ pub const STRUCTS: &[layout::StructInfo] = &[
 pub const FLAGS: &[layout::FlagsInfo] = &[RingFlags::INFO, Features::INFO];
 
 /// Every group of wire constants.
-pub const CONST_GROUPS: &[&[layout::ConstGroup]] = &[task::CONSTS, args::CONSTS];
+pub const CONST_GROUPS: &[&[layout::ConstGroup]] = &[task::CONSTS, fault::CONSTS, args::CONSTS];
 
 /// Scalar constants for the C header: `(name without DAVINCI_, value, doc)`.
 pub const SCALARS: &[(&str, u64, &str)] = &[

@@ -186,6 +186,12 @@ impl TaskDesc {
         }
     }
 
+    /// The same descriptor with `user_data` set (what its completion carries back).
+    pub const fn with_user_data(mut self, user_data: u64) -> Self {
+        self.user_data = user_data;
+        self
+    }
+
     /// `NOP`.
     pub const fn nop(user_data: u64) -> Self {
         Self::base(Opcode::Nop, user_data)
@@ -273,7 +279,8 @@ abi_struct! {
         pub opcode: u8,
         /// Reserved, zero (from device).
         pub pad: [u8; 3],
-        /// Opcode-specific result (bytes, elements, event value) (from device).
+        /// Opcode-specific result (bytes, elements, event value); for a failed descriptor, a
+        /// packed `Fault` (which operand, what was wrong) or 0 (from device).
         pub result: u64,
         /// Device time of completion, nanoseconds on the device's monotonic clock (from device).
         pub timestamp_ns: u64,

@@ -89,6 +89,11 @@
 #define DAVINCI_FEAT_OPCODE_MASK    (1U << 7)
 /* GET_LAST_ERROR says why the last failed command of an open failed (ABI 1.2). */
 #define DAVINCI_FEAT_LAST_ERROR     (1U << 8)
+/*
+ * A failed descriptor's event record carries a `Fault` in `result`: which operand, what
+ * was wrong, by how much (ABI 1.2).
+ */
+#define DAVINCI_FEAT_FAULT_DETAIL   (1U << 9)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -105,6 +110,29 @@
 #define DAVINCI_DTYPE_U32 0U /* unsigned 32-bit, wrapping */
 #define DAVINCI_DTYPE_I32 1U /* signed 32-bit, wrapping */
 #define DAVINCI_DTYPE_F32 2U /* IEEE-754 single */
+
+/* Fault operands (bits 0..8 of a failed event record's result, ABI 1.2) */
+#define DAVINCI_FAULT_OPERAND_NONE     0U /* the descriptor as a whole */
+#define DAVINCI_FAULT_OPERAND_DST      1U /* dst */
+#define DAVINCI_FAULT_OPERAND_SRC0     2U /* src0 */
+#define DAVINCI_FAULT_OPERAND_SRC1     3U /* src1 */
+#define DAVINCI_FAULT_OPERAND_LEN      4U /* len */
+#define DAVINCI_FAULT_OPERAND_HANDLE   5U /* handle */
+#define DAVINCI_FAULT_OPERAND_IMM      6U /* imm */
+#define DAVINCI_FAULT_OPERAND_DTYPE    7U /* dtype */
+#define DAVINCI_FAULT_OPERAND_OPCODE   8U /* opcode */
+#define DAVINCI_FAULT_OPERAND_RESERVED 9U /* flags or a reserved field */
+
+/* Fault kinds (bits 8..16 of a failed event record's result, ABI 1.2) */
+#define DAVINCI_FAULT_UNSPECIFIED   0U /* not said */
+#define DAVINCI_FAULT_NOT_OWNED     1U /* address not in one of the client's allocations (EACCES) */
+#define DAVINCI_FAULT_PAST_END      2U /* range runs past its allocation's end (ERANGE); value: bytes past */
+#define DAVINCI_FAULT_MISALIGNED    3U /* not aligned (EINVAL); value: alignment needed */
+#define DAVINCI_FAULT_OVERFLOW      4U /* address or size computation overflows (ERANGE) */
+#define DAVINCI_FAULT_NOT_ZERO      5U /* unused or reserved field not zero (EBADMSG) */
+#define DAVINCI_FAULT_UNKNOWN       6U /* opcode or dtype not run here (EBADMSG) */
+#define DAVINCI_FAULT_NO_SUCH_EVENT 7U /* no such event in the context (ENOENT) */
+#define DAVINCI_FAULT_UNREACHABLE   8U /* event value never reached: its recorder stopped (EIO) */
 
 /* Device sharing modes (davinci_device_share_args.mode) */
 #define DAVINCI_SHARE_EXCLUSIVE 0U /* one client at a time (default) */
@@ -253,7 +281,10 @@ struct davinci_event_record {
 	__u8 opcode;
 	/* Reserved, zero (from device). */
 	__u8 pad[3];
-	/* Opcode-specific result (bytes, elements, event value) (from device). */
+	/*
+	 * Opcode-specific result (bytes, elements, event value); for a failed descriptor, a
+	 * packed `Fault` (which operand, what was wrong) or 0 (from device).
+	 */
 	__u64 result;
 	/* Device time of completion, nanoseconds on the device's monotonic clock (from device). */
 	__u64 timestamp_ns;
