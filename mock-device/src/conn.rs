@@ -14,12 +14,13 @@ use davinci_mockd_proto::{
     MAX_PAYLOAD, MAX_REQUEST,
 };
 use davinci_uapi::{
-    ClientUsage, Errno, ListClientsArgs, WaitEventArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    ClientUsage, DeviceShareArgs, Errno, ListClientsArgs, ShareMode, WaitEventArgs, Wire,
+    ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE,
+    DRIVER_CMD_WAIT_EVENT,
 };
 use tracing::{debug, info, warn};
 
-use crate::daemon::{Shared, MAX_WAITS_PER_CONN};
+use crate::daemon::{share_mode_name, Shared, MAX_WAITS_PER_CONN};
 use crate::peer::container_of_pid;
 
 /// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
@@ -94,7 +95,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
         return;
     }
     let len = frame.as_ref().map_or(buf.len(), |&n| n);
-    let (client, role) = match frame
+    let (client, role, peer) = match frame
         .and_then(|n| Request::decode(&buf[..n]))
         .and_then(|req| hello(shared, conn, &cred, &req))
     {
@@ -148,20 +149,21 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
                 if is_blocking_wait(&req) && waits.load(Ordering::Acquire) < MAX_WAITS_PER_CONN {
                     waits.fetch_add(1, Ordering::AcqRel);
                     let (s, c, w) = (shared.clone(), conn.clone(), waits.clone());
+                    let p = peer.clone();
                     let moved = req.clone();
                     let spawned = std::thread::Builder::new()
                         .name(format!("{}-wait", shared.name))
                         .spawn(move || {
-                            ioctl(&s, &c, client, moved);
+                            ioctl(&s, &c, &p, client, moved);
                             w.fetch_sub(1, Ordering::AcqRel);
                         });
                     if let Err(e) = spawned {
                         waits.fetch_sub(1, Ordering::AcqRel);
                         debug!(error = %e, "cannot start a wait thread; waiting inline");
-                        ioctl(shared, conn, client, req);
+                        ioctl(shared, conn, &peer, client, req);
                     }
                 } else {
-                    ioctl(shared, conn, client, req);
+                    ioctl(shared, conn, &peer, client, req);
                 }
             }
         }
@@ -184,14 +186,23 @@ fn is_blocking_wait(req: &Request) -> bool {
         && WaitEventArgs::from_bytes(&req.arg).is_some_and(|a| a.timeout_ns != 0)
 }
 
-/// Handles HELLO: `Ok(Some((client, role)))` when the open succeeded (reply sent), `Ok(None)`
-/// when it was refused (reply sent, connection to be closed).
+/// Who holds an open, for the audit log and messages.
+#[derive(Debug, Clone)]
+struct Peer {
+    cred: PeerCred,
+    /// Container id ("" on the host).
+    container: String,
+    admin: bool,
+}
+
+/// Handles HELLO: `Ok(Some((client, role, peer)))` when the open succeeded (reply sent),
+/// `Ok(None)` when it was refused (reply sent, connection to be closed).
 fn hello(
     shared: &Shared,
     conn: &SeqPacket,
     cred: &PeerCred,
     req: &Request,
-) -> Result<Option<(u32, Role)>, ProtoError> {
+) -> Result<Option<(u32, Role, Peer)>, ProtoError> {
     if req.kind != Kind::Hello {
         return Err(ProtoError("the first frame must be HELLO"));
     }
@@ -251,7 +262,12 @@ fn hello(
                     container = %container, handle = client, "control opened"
                 );
             }
-            Ok(Some((client, role)))
+            let peer = Peer {
+                cred: *cred,
+                container: container.to_string(),
+                admin: params.admin,
+            };
+            Ok(Some((client, role, peer)))
         }
         Err(e) => {
             let mut r = Reply::err(Kind::Hello as u16, req.tag, e.error.errno, e.error.msg);
@@ -327,13 +343,67 @@ impl UserMem for PayloadMem {
     }
 }
 
-fn ioctl(shared: &Shared, conn: &SeqPacket, client: u32, req: Request) {
+/// SET_DEVICE_SHARE, audited: every change (who, from what to what) and every refusal is
+/// logged, and a refusal for want of admin rights says who the admins are and how to become
+/// one. Changes through this daemon are serialized so "from" and "to" are exact.
+fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Result<(), Error> {
+    let requested = DeviceShareArgs::from_bytes(arg).map(|a| a.mode);
+    let requested_name = match requested.and_then(ShareMode::from_u32) {
+        Some(m) => share_mode_name(m).to_string(),
+        None => requested.map_or("(malformed argument)".into(), |m| format!("{m} (invalid)")),
+    };
+    let _serial = shared
+        .share_lock
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let from = shared.dev.share_mode();
+    let r = shared.dev.ioctl(
+        client,
+        DRIVER_CMD_SET_DEVICE_SHARE,
+        arg,
+        &mut davinci_driver_core::NoUserMem,
+    );
+    let to = shared.dev.share_mode();
+    let c = &peer.cred;
+    match r {
+        Ok(()) => {
+            info!(
+                device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
+                container = %peer.container, from = %share_mode_name(from),
+                to = %share_mode_name(to), changed = from != to,
+                "device sharing set"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            warn!(
+                device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
+                container = %peer.container, admin = peer.admin,
+                mode = %share_mode_name(from), requested = %requested_name,
+                errno = %e.errno.name(), error = %e.msg,
+                "device sharing change refused"
+            );
+            Err(e)
+        }
+    }
+}
+
+fn ioctl(shared: &Shared, conn: &SeqPacket, peer: &Peer, client: u32, req: Request) {
     let Request {
         tag,
         request,
         mut arg,
         ..
     } = req;
+    if request == DRIVER_CMD_SET_DEVICE_SHARE {
+        let r = set_share(shared, client, peer, &mut arg);
+        let mut reply = driver_reply(Kind::Ioctl, tag, arg, r);
+        if reply.errno == Errno::EPERM.code() && !peer.admin {
+            reply.msg = format!("{}; {}", reply.msg, shared.admin.eperm_hint(&peer.cred));
+        }
+        send_reply(conn, &reply, None);
+        return;
+    }
     let mut mem = PayloadMem {
         base: 0,
         limit: 0,

@@ -18,14 +18,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use davinci_driver_core::{NoUserMem, Role};
 use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
-use davinci_mockd_proto::{default_socket_dir, socket_name, Kind, Reply};
-use davinci_uapi::Errno;
+use davinci_mockd_proto::{
+    check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, SocketDir,
+    SocketDirOrigin,
+};
+use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
 use tracing::{info, warn};
 
 use crate::conn::{send_reply, serve};
 use crate::peer::AdminPolicy;
-use crate::{MockConfig, MockDevice};
+use crate::{local_open_params, MockConfig, MockDevice};
 
 /// Blocking waits served on their own threads per connection; more are served inline.
 pub const MAX_WAITS_PER_CONN: usize = 32;
@@ -43,8 +47,9 @@ pub struct DaemonConfig {
     pub memory: u64,
     /// Per-client memory limit in bytes (0 = none beyond the device).
     pub client_memory_limit: u64,
-    /// Where the sockets go.
-    pub socket_dir: PathBuf,
+    /// Where the sockets go, and how that directory was chosen (which decides who must own
+    /// it: [`check_socket_dir`]). A `PathBuf` converts to an explicit directory.
+    pub socket_dir: SocketDir,
     /// Permission bits of each socket (connecting needs write permission).
     pub socket_mode: u32,
     /// Group of each socket (so its members may connect with mode 0660); `None` keeps the
@@ -52,6 +57,9 @@ pub struct DaemonConfig {
     pub socket_group: Option<u32>,
     /// Who may change device sharing.
     pub admin: AdminPolicy,
+    /// The sharing mode every device starts in (`--share-mode`); it lasts until an admin
+    /// changes it, and only as long as the daemon runs.
+    pub share_mode: ShareMode,
     /// How long a new connection may take to send HELLO before it is closed.
     pub hello_timeout: std::time::Duration,
 }
@@ -62,10 +70,11 @@ impl Default for DaemonConfig {
             devices: 1,
             memory: 256 << 20,
             client_memory_limit: 0,
-            socket_dir: default_socket_dir(),
+            socket_dir: default_socket_dir_choice(),
             socket_mode: 0o660,
             socket_group: None,
-            admin: AdminPolicy::default(),
+            admin: AdminPolicy::owned_by(nix::unistd::getuid().as_raw()),
+            share_mode: ShareMode::Exclusive,
             hello_timeout: HELLO_TIMEOUT,
         }
     }
@@ -78,6 +87,9 @@ pub(crate) struct Shared {
     pub(crate) name: String,
     pub(crate) admin: AdminPolicy,
     pub(crate) hello_timeout: std::time::Duration,
+    /// Held across a sharing change and the reads of the mode around it, so the audit log's
+    /// "from" and "to" are exact.
+    pub(crate) share_lock: Mutex<()>,
     stopping: AtomicBool,
     conns: Mutex<HashMap<u64, Arc<SeqPacket>>>,
     next_conn: AtomicU64,
@@ -119,8 +131,10 @@ impl Daemon {
     /// Creates the devices, binds every socket and starts accepting.
     ///
     /// # Errors
-    /// The socket directory cannot be created, or a socket cannot be bound (another daemon
-    /// listens there, or a non-socket file is in the way).
+    /// The socket directory cannot be created or may not be used ([`check_socket_dir`]:
+    /// owned by another user, or writable by others), a socket cannot be bound (another
+    /// daemon listens there, or a non-socket file is in the way), or the initial sharing
+    /// mode cannot be set.
     pub fn start(cfg: &DaemonConfig) -> io::Result<Daemon> {
         if cfg.devices == 0 {
             return Err(io::Error::new(
@@ -128,16 +142,11 @@ impl Daemon {
                 "--devices must be at least 1",
             ));
         }
-        let created_dir = !cfg.socket_dir.exists();
-        std::fs::create_dir_all(&cfg.socket_dir).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot create {}: {e}", cfg.socket_dir.display()),
-            )
-        })?;
+        let created_dir = prepare_socket_dir(&cfg.socket_dir, nix::unistd::getuid().as_raw())?;
+        let dir = &cfg.socket_dir.path;
         let mut served = Vec::new();
         for n in 0..cfg.devices {
-            let path = cfg.socket_dir.join(socket_name(n));
+            let path = dir.join(socket_name(n));
             let listener = Arc::new(SeqListener::bind(&path, cfg.socket_mode).map_err(|e| {
                 io::Error::new(
                     e.kind(),
@@ -160,11 +169,14 @@ impl Daemon {
                 client_memory_limit: cfg.client_memory_limit,
                 ..MockConfig::default()
             });
+            let name = format!("davinci{n}");
+            set_initial_share_mode(&dev, &name, cfg.share_mode)?;
             let shared = Arc::new(Shared {
                 dev,
-                name: format!("davinci{n}"),
+                name,
                 admin: cfg.admin.clone(),
                 hello_timeout: cfg.hello_timeout,
+                share_lock: Mutex::new(()),
                 stopping: AtomicBool::new(false),
                 conns: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(1),
@@ -174,7 +186,13 @@ impl Daemon {
             let acceptor = std::thread::Builder::new()
                 .name(format!("davinci{n}-accept"))
                 .spawn(move || accept_loop(&s, &l))?;
-            info!(device = n, socket = %path.display(), memory = cfg.memory, "device ready");
+            info!(
+                device = n,
+                socket = %path.display(),
+                memory = cfg.memory,
+                share_mode = %share_mode_name(cfg.share_mode),
+                "device ready"
+            );
             served.push(Served {
                 shared,
                 listener,
@@ -183,7 +201,7 @@ impl Daemon {
         }
         Ok(Daemon {
             served,
-            dir: cfg.socket_dir.clone(),
+            dir: dir.clone(),
             created_dir,
         })
     }
@@ -240,6 +258,92 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop_inner();
     }
+}
+
+/// `exclusive` or `shared`, as logs and `davinci-smi` say it.
+pub fn share_mode_name(mode: ShareMode) -> &'static str {
+    match mode {
+        ShareMode::Exclusive => "exclusive",
+        ShareMode::Shared => "shared",
+    }
+}
+
+/// Creates the socket directory if it is missing (mode 0755, parents too) and checks that
+/// the daemon may use it ([`check_socket_dir`]), whether it created it or found it. Returns
+/// whether it created it.
+///
+/// A private directory is examined without following a symbolic link (a link in `/tmp` is
+/// someone else's to redirect); an explicit or system directory is followed.
+///
+/// # Errors
+/// The directory cannot be created or examined, or may not be used.
+pub fn prepare_socket_dir(dir: &SocketDir, daemon_uid: u32) -> io::Result<bool> {
+    use std::os::unix::fs::DirBuilderExt;
+    let p = dir.path.display();
+    let existed = std::fs::symlink_metadata(&dir.path).is_ok();
+    if !existed {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir.path)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot create socket directory {p}: {e} (choose one with --socket-dir)"
+                    ),
+                )
+            })?;
+    }
+    let follow = dir.origin != SocketDirOrigin::Private;
+    let facts = DirFacts::of(&dir.path, follow).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot examine socket directory {p}: {e} (choose one with --socket-dir)"),
+        )
+    })?;
+    check_socket_dir(daemon_uid, dir, &facts)
+        .map_err(|m| io::Error::new(io::ErrorKind::PermissionDenied, m))?;
+    Ok(!existed)
+}
+
+/// `--share-mode`: sets a new device's mode through an internal admin control open (the
+/// same SET_DEVICE_SHARE path a client takes), before any client can connect.
+fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::Result<()> {
+    let from = dev.share_mode();
+    if from == mode {
+        return Ok(());
+    }
+    let fail = |msg: String| {
+        io::Error::other(format!(
+            "cannot put {name} in {} mode: {msg}",
+            share_mode_name(mode)
+        ))
+    };
+    let handle = dev
+        .open(local_open_params(Role::Control, true))
+        .map_err(|e| fail(e.error.to_string()))?;
+    let mut arg = vec![0u8; DeviceShareArgs::SIZE];
+    DeviceShareArgs {
+        mode: mode as u32,
+        ..DeviceShareArgs::default()
+    }
+    .encode(&mut arg);
+    let r = dev.ioctl(
+        handle,
+        DRIVER_CMD_SET_DEVICE_SHARE,
+        &mut arg,
+        &mut NoUserMem,
+    );
+    dev.close(handle);
+    r.map_err(|e| fail(e.to_string()))?;
+    info!(
+        device = %name,
+        from = %share_mode_name(from),
+        to = %share_mode_name(mode),
+        "device sharing set at start-up (--share-mode)"
+    );
+    Ok(())
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {

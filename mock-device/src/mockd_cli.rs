@@ -5,12 +5,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use davinci_uapi::ShareMode;
 use nix::sys::signal::{SigSet, Signal};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use davinci_mockd_proto::default_socket_dir;
+use davinci_mockd_proto::{default_socket_dir_choice, SocketDir};
 
-use crate::daemon::{Daemon, DaemonConfig};
+use crate::daemon::{share_mode_name, Daemon, DaemonConfig};
 use crate::peer::AdminPolicy;
 
 /// `--help` text.
@@ -27,15 +28,21 @@ Options:
                                  Most memory one client may hold [default: the whole device]
   -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
-                                 else /tmp/davinci-$UID]
+                                 else /tmp/davinci-$UID] (see Socket directory below)
       --socket-mode <OCTAL>      Permissions of each socket [default: 0660]
       --socket-group <GROUP>     Group (name or gid) of each socket, so its members may connect
                                  [default: the daemon's group]
+      --share-mode <MODE>        Sharing mode of every device at start-up: exclusive or shared
+                                 [default: exclusive]; a change made later by an admin lasts
+                                 only until the daemon stops
       --admin-group <GROUP>      Members of this group (name or gid) may change device sharing;
                                  repeatable
       --admin-uid <UID>          This uid may change device sharing; repeatable
       --no-root-admin            uid 0 is not an admin by itself (only --admin-uid/--admin-group
                                  are; for tests and for hosts that delegate to a group)
+      --no-owner-admin           The user running the daemon is not an admin by itself (by
+                                 default a non-root user who starts davinci-mockd may change
+                                 the sharing of its devices)
       --exit-with-parent         Shut down (as on SIGTERM) when the process that started the daemon
                                  exits (test harnesses)
   -h, --help                     Print help
@@ -46,7 +53,19 @@ socket listens it prints one line to stdout:
   davinci-mockd: ready: <N> device(s) in <DIR>
 SIGTERM or SIGINT: stop accepting, remove the sockets, close every client, exit 0.
 
-Exit status: 0 clean shutdown, 1 cannot start (socket in use, directory not writable), 2 usage.
+Admins (who may change device sharing): uid 0 unless --no-root-admin, the daemon's own
+user unless --no-owner-admin, every --admin-uid, members of every --admin-group. The
+start-up log lists them (admins=...).
+
+Socket directory: created (mode 0755) if missing. Whoever can write to it could replace the
+sockets, so the daemon refuses to start unless
+  /tmp/davinci-$UID, $XDG_RUNTIME_DIR/davinci: owned by the daemon's user, not a symbolic
+    link, no write permission for group or others;
+  --socket-dir, $DAVINCI_SOCKET_DIR, /run/davinci: owned by the daemon's user or root, no
+    write permission for others unless sticky (a group-writable directory is allowed).
+
+Exit status: 0 clean shutdown, 1 cannot start (socket in use, socket directory not writable
+or refused), 2 usage.
 ";
 
 /// Parses a size: decimal bytes with an optional `K`, `M`, `G` or `T` suffix (powers of 1024,
@@ -92,11 +111,34 @@ pub enum Command {
     Print(String),
 }
 
-/// Parses the arguments (without the program name).
+fn parse_share_mode(s: &str) -> Result<ShareMode, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "exclusive" => Ok(ShareMode::Exclusive),
+        "shared" => Ok(ShareMode::Shared),
+        _ => Err(format!("--share-mode '{s}': expected exclusive or shared")),
+    }
+}
+
+/// Parses the arguments (without the program name) for this process: its uid and, when no
+/// `--socket-dir` is given, its default socket directory.
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
+    parse_args_for(
+        args,
+        nix::unistd::getuid().as_raw(),
+        default_socket_dir_choice,
+    )
+}
+
+/// [`parse_args`] for a daemon that will run as `daemon_uid` (its own user is an admin
+/// unless `--no-owner-admin`) with `default_dir` used when no `--socket-dir` is given.
+pub fn parse_args_for<I: IntoIterator<Item = String>>(
+    args: I,
+    daemon_uid: u32,
+    default_dir: impl FnOnce() -> SocketDir,
+) -> Result<Command, String> {
     let mut cfg = DaemonConfig {
-        socket_dir: PathBuf::new(),
-        admin: AdminPolicy::default(),
+        socket_dir: PathBuf::new().into(),
+        admin: AdminPolicy::owned_by(daemon_uid),
         ..DaemonConfig::default()
     };
     let mut dir = None;
@@ -154,11 +196,16 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 );
             }
             "--no-root-admin" => cfg.admin.root = false,
+            "--no-owner-admin" => cfg.admin.owner = None,
+            "--share-mode" => cfg.share_mode = parse_share_mode(&value("exclusive or shared")?)?,
             "--exit-with-parent" => with_parent = true,
             other => return Err(format!("unexpected argument '{other}'")),
         }
     }
-    cfg.socket_dir = dir.unwrap_or_else(default_socket_dir);
+    cfg.socket_dir = match dir {
+        Some(d) => SocketDir::from(d),
+        None => default_dir(),
+    };
     Ok(Command::Run(cfg, with_parent))
 }
 
@@ -213,21 +260,26 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    let dir = cfg.socket_dir.path.display();
     info!(
         devices = cfg.devices,
-        dir = %cfg.socket_dir.display(),
-        admin_root = cfg.admin.root,
-        admin_uids = ?cfg.admin.uids,
-        admin_groups = ?cfg.admin.gids,
+        dir = %dir,
+        share_mode = %share_mode_name(cfg.share_mode),
+        admins = %cfg.admin.describe(),
         "davinci-mockd ready"
     );
+    if cfg.admin.is_nobody() {
+        warn!(
+            "nobody may change device sharing: give --admin-uid or --admin-group, or drop \
+             --no-root-admin/--no-owner-admin"
+        );
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "davinci-mockd: ready: {} device(s) in {}",
+            "davinci-mockd: ready: {} device(s) in {dir}",
             cfg.devices,
-            cfg.socket_dir.display()
         );
         let _ = out.flush();
     }
@@ -242,11 +294,19 @@ pub fn main() -> i32 {
 mod tests {
     use super::*;
 
-    fn run(args: &[&str]) -> Result<DaemonConfig, String> {
-        match parse_args(args.iter().map(|s| s.to_string()))? {
+    fn run_as(uid: u32, args: &[&str]) -> Result<DaemonConfig, String> {
+        let default_dir = || SocketDir {
+            path: PathBuf::from("/tmp/davinci-1000"),
+            origin: davinci_mockd_proto::SocketDirOrigin::Private,
+        };
+        match parse_args_for(args.iter().map(|s| s.to_string()), uid, default_dir)? {
             Command::Run(c, _) => Ok(c),
             Command::Print(_) => Err("printed".into()),
         }
+    }
+
+    fn run(args: &[&str]) -> Result<DaemonConfig, String> {
+        run_as(1000, args)
     }
 
     #[test]
@@ -277,20 +337,25 @@ mod tests {
             "--socket-group=12",
             "--admin-group",
             "4242",
-            "--admin-uid=1000",
+            "--admin-uid=1001",
             "--no-root-admin",
+            "--no-owner-admin",
+            "--share-mode",
+            "shared",
         ])
         .unwrap();
         assert_eq!(c.devices, 3);
         assert_eq!(c.memory, 64 << 20);
-        assert_eq!(c.socket_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.socket_dir, SocketDir::from(PathBuf::from("/tmp/x")));
         assert_eq!(c.socket_mode, 0o600);
         assert_eq!(c.socket_group, Some(12));
+        assert_eq!(c.share_mode, ShareMode::Shared);
         assert_eq!(
             c.admin,
             AdminPolicy {
                 root: false,
-                uids: vec![1000],
+                owner: None,
+                uids: vec![1001],
                 gids: vec![4242]
             }
         );
@@ -302,13 +367,35 @@ mod tests {
             &["--socket-mode", "999"],
             &["--admin-uid", "x"],
             &["--admin-group", "no-such-group-davinci"],
+            &["--share-mode", "sometimes"],
+            &["--share-mode"],
             &["--frobnicate"],
         ] {
             assert!(run(bad).is_err(), "{bad:?}");
         }
+        assert!(run(&["--share-mode", "sometimes"])
+            .unwrap_err()
+            .contains("expected exclusive or shared"));
         assert!(matches!(
             parse_args(["--help".to_string()]),
-            Ok(Command::Print(s)) if s.contains("--socket-dir")
+            Ok(Command::Print(s)) if s.contains("--socket-dir") && s.contains("--no-owner-admin")
+                && s.contains("--share-mode")
         ));
+    }
+
+    #[test]
+    fn defaults_the_owner_is_an_admin_and_devices_start_exclusive() {
+        let c = run(&[]).unwrap();
+        assert_eq!(c.admin, AdminPolicy::owned_by(1000));
+        assert_eq!(c.admin.owner, Some(1000));
+        assert_eq!(c.share_mode, ShareMode::Exclusive);
+        assert_eq!(
+            c.socket_dir.origin,
+            davinci_mockd_proto::SocketDirOrigin::Private
+        );
+        assert!(!c.admin.is_nobody());
+        // Run by root: uid 0 is admin by the root rule only.
+        let r = run_as(0, &["--no-root-admin"]).unwrap();
+        assert!(r.admin.is_nobody());
     }
 }

@@ -39,6 +39,11 @@ pub fn groups_from_status(contents: &str) -> Vec<u32> {
 pub struct AdminPolicy {
     /// uid 0 is an admin (the default; `--no-root-admin` turns it off).
     pub root: bool,
+    /// The uid the daemon runs as, when it is not 0: the user who started their own daemon
+    /// may change its sharing (the default of `davinci-mockd`; `--no-owner-admin` turns it
+    /// off). uid 0 is governed by [`root`](Self::root) alone, so `--no-root-admin` holds for
+    /// a daemon run by root.
+    pub owner: Option<u32>,
     /// Further admin uids (`--admin-uid`).
     pub uids: Vec<u32>,
     /// Admin groups (`--admin-group`): a peer whose primary or supplementary group is one.
@@ -46,9 +51,11 @@ pub struct AdminPolicy {
 }
 
 impl Default for AdminPolicy {
+    /// uid 0 only (no owner: see [`AdminPolicy::owned_by`]).
     fn default() -> Self {
         Self {
             root: true,
+            owner: None,
             uids: Vec::new(),
             gids: Vec::new(),
         }
@@ -56,9 +63,23 @@ impl Default for AdminPolicy {
 }
 
 impl AdminPolicy {
+    /// The default policy of a daemon running as `uid`: uid 0, and `uid` itself.
+    pub fn owned_by(uid: u32) -> Self {
+        Self {
+            owner: (uid != 0).then_some(uid),
+            ..Self::default()
+        }
+    }
+
+    /// Whether nobody at all is an admin (every SET_DEVICE_SHARE is refused).
+    pub fn is_nobody(&self) -> bool {
+        !self.root && self.owner.is_none() && self.uids.is_empty() && self.gids.is_empty()
+    }
+
     /// Whether a peer with these credentials and supplementary `groups` is an admin.
     pub fn is_admin_with(&self, cred: &PeerCred, groups: &[u32]) -> bool {
         (self.root && cred.uid == 0)
+            || self.owner == Some(cred.uid)
             || self.uids.contains(&cred.uid)
             || self.gids.contains(&cred.gid)
             || groups.iter().any(|g| self.gids.contains(g))
@@ -75,6 +96,53 @@ impl AdminPolicy {
                 .unwrap_or_default()
         };
         self.is_admin_with(cred, &groups)
+    }
+
+    /// The admins in words, for the start-up log and messages: `uid 0 (root), uid 1000 (the
+    /// daemon's user), uid 1001, members of group 4242`, or `nobody`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.root {
+            parts.push("uid 0 (root)".to_string());
+        }
+        if let Some(o) = self.owner {
+            parts.push(format!("uid {o} (the daemon's user)"));
+        }
+        for u in &self.uids {
+            if Some(*u) != self.owner && !(self.root && *u == 0) {
+                parts.push(format!("uid {u}"));
+            }
+        }
+        if !self.gids.is_empty() {
+            let g: Vec<String> = self.gids.iter().map(u32::to_string).collect();
+            let noun = if g.len() == 1 { "group" } else { "groups" };
+            parts.push(format!("members of {noun} {}", g.join(", ")));
+        }
+        if parts.is_empty() {
+            "nobody".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// What `davinci-mockd` adds to a refused sharing change (`EPERM`): who the peer is, who
+    /// the admins are, and how to become one.
+    pub fn eperm_hint(&self, cred: &PeerCred) -> String {
+        let mut how = format!("restart davinci-mockd with --admin-uid {}", cred.uid);
+        if !self.gids.is_empty() {
+            how.push_str(" or join an admin group");
+        } else {
+            how.push_str(" or --admin-group GROUP (and join that group)");
+        }
+        let admins = if self.is_nobody() {
+            "nobody is its admin".to_string()
+        } else {
+            format!("its admins are {}", self.describe())
+        };
+        format!(
+            "davinci-mockd: you are uid {} (gid {}); {admins}; to become one, {how}",
+            cred.uid, cred.gid
+        )
     }
 }
 
@@ -112,6 +180,7 @@ mod tests {
         assert!(!default.is_admin_with(&user, &[4, 24]));
         let p = AdminPolicy {
             root: false,
+            owner: None,
             uids: vec![1000],
             gids: vec![],
         };
@@ -119,11 +188,75 @@ mod tests {
         assert!(p.is_admin_with(&user, &[]));
         let g = AdminPolicy {
             root: false,
+            owner: None,
             uids: vec![],
             gids: vec![24],
         };
         assert!(g.is_admin_with(&user, &[4, 24]));
         assert!(!g.is_admin_with(&user, &[4]));
         assert!(g.is_admin_with(&PeerCred { gid: 24, ..user }, &[]));
+    }
+
+    #[test]
+    fn the_daemons_own_user_is_an_admin_unless_switched_off() {
+        let user = PeerCred {
+            pid: 1,
+            uid: 1000,
+            gid: 1000,
+        };
+        let other = PeerCred { uid: 1001, ..user };
+        let root = PeerCred {
+            pid: 1,
+            uid: 0,
+            gid: 0,
+        };
+        let p = AdminPolicy::owned_by(1000);
+        assert!(p.is_admin_with(&user, &[]));
+        assert!(!p.is_admin_with(&other, &[]));
+        assert!(p.is_admin_with(&root, &[]));
+        // --no-owner-admin.
+        let off = AdminPolicy { owner: None, ..p };
+        assert!(!off.is_admin_with(&user, &[]));
+        // A daemon run by root: --no-root-admin still makes uid 0 no admin.
+        let r = AdminPolicy {
+            root: false,
+            ..AdminPolicy::owned_by(0)
+        };
+        assert_eq!(r.owner, None);
+        assert!(!r.is_admin_with(&root, &[]));
+    }
+
+    #[test]
+    fn admins_in_words_and_the_eperm_hint() {
+        let user = PeerCred {
+            pid: 1,
+            uid: 1001,
+            gid: 1001,
+        };
+        let p = AdminPolicy {
+            uids: vec![0, 1000, 1002],
+            gids: vec![4242],
+            ..AdminPolicy::owned_by(1000)
+        };
+        assert_eq!(
+            p.describe(),
+            "uid 0 (root), uid 1000 (the daemon's user), uid 1002, members of group 4242"
+        );
+        let h = p.eperm_hint(&user);
+        assert!(h.contains("you are uid 1001 (gid 1001)"), "{h}");
+        assert!(h.contains("--admin-uid 1001 or join an admin group"), "{h}");
+        let none = AdminPolicy {
+            root: false,
+            ..AdminPolicy::default()
+        };
+        assert_eq!(none.describe(), "nobody");
+        assert!(none.is_nobody() && !p.is_nobody());
+        let h = none.eperm_hint(&user);
+        assert!(h.contains("; nobody is its admin; to become one, restart davinci-mockd with --admin-uid 1001 or --admin-group GROUP"), "{h}");
+        let two = AdminPolicy {
+            gids: vec![1, 2],
+            ..none
+        };
+        assert_eq!(two.describe(), "members of groups 1, 2");
     }
 }

@@ -1,21 +1,23 @@
 //! `davinci-mockd` in-process ([`Daemon`]), through raw frames on its sockets: opens,
 //! ioctls, mmaps, exclusive mode, malformed frames, the admin policy, socket groups, the
-//! HELLO timeout.
+//! HELLO timeout, the initial sharing mode, the socket-directory checks; and the
+//! `davinci-mockd` binary run by a non-root user (its own user is an admin, the audit log,
+//! a refused socket directory).
 #![forbid(unsafe_code)]
 
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use davinci_mock_device::daemon::{Daemon, DaemonConfig};
 use davinci_mock_device::peer::AdminPolicy;
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
-    holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Reply, Request, WireRole, MAX_REPLY,
-    MAX_REQUEST,
+    holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Reply, Request, SocketDir,
+    SocketDirOrigin, WireRole, MAX_REPLY, MAX_REQUEST,
 };
 use davinci_uapi::{
-    AllocMemoryArgs, DeviceInfo, DeviceShareArgs, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_GET_INFO,
-    DRIVER_CMD_SET_DEVICE_SHARE,
+    AllocMemoryArgs, DeviceInfo, DeviceShareArgs, ShareMode, DRIVER_CMD_ALLOC_MEMORY,
+    DRIVER_CMD_GET_INFO, DRIVER_CMD_SET_DEVICE_SHARE,
 };
 use davinci_uapi::{Errno, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR};
 
@@ -24,7 +26,7 @@ fn start(tag: &str, admin: AdminPolicy) -> Daemon {
     Daemon::start(&DaemonConfig {
         devices: 2,
         memory: 16 << 20,
-        socket_dir: dir,
+        socket_dir: dir.into(),
         admin,
         ..DaemonConfig::default()
     })
@@ -233,20 +235,30 @@ fn admin_policy_applies_to_set_device_share() {
         "admin",
         AdminPolicy {
             root: false,
+            owner: None,
             uids: vec![],
-            gids: vec![],
+            gids: vec![4242],
         },
     );
     let socks = d.sockets();
     let (mut c, _) = Raw::open(&socks[0], WireRole::Control);
-    let mut arg = vec![0; DeviceShareArgs::SIZE];
-    DeviceShareArgs {
-        mode: 1,
-        ..DeviceShareArgs::default()
-    }
-    .encode(&mut arg);
+    let arg = share_arg(1);
     let (r, _) = c.call(Kind::Ioctl, DRIVER_CMD_SET_DEVICE_SHARE, arg.clone());
     assert_eq!(r.errno, Errno::EPERM.code(), "{}", r.msg);
+    // The daemon's hint: who the caller is, who the admins are, how to become one.
+    let me = nix::unistd::getuid().as_raw();
+    assert!(r.msg.contains(&format!("you are uid {me}")), "{}", r.msg);
+    assert!(
+        r.msg.contains("admins are members of group 4242"),
+        "{}",
+        r.msg
+    );
+    assert!(
+        r.msg
+            .contains(&format!("restart davinci-mockd with --admin-uid {me}")),
+        "{}",
+        r.msg
+    );
     drop(d);
     let d = start("admin2", AdminPolicy::default());
     let (mut c, _) = Raw::open(&d.sockets()[0], WireRole::Control);
@@ -260,6 +272,145 @@ fn admin_policy_applies_to_set_device_share() {
     assert_eq!(r.errno, expect, "{}", r.msg);
 }
 
+fn share_arg(mode: u32) -> Vec<u8> {
+    let mut arg = vec![0; DeviceShareArgs::SIZE];
+    DeviceShareArgs {
+        mode,
+        ..DeviceShareArgs::default()
+    }
+    .encode(&mut arg);
+    arg
+}
+
+#[test]
+fn the_owner_of_the_daemon_is_an_admin() {
+    // The policy davinci-mockd builds for its own user (here whoever runs the test, with the
+    // root rule off so only the owner rule can make this process an admin).
+    let me = nix::unistd::getuid().as_raw();
+    let d = start(
+        "owner",
+        AdminPolicy {
+            root: false,
+            owner: Some(me),
+            ..AdminPolicy::default()
+        },
+    );
+    let (mut c, _) = Raw::open(&d.sockets()[0], WireRole::Control);
+    let (r, _) = c.call(Kind::Ioctl, DRIVER_CMD_SET_DEVICE_SHARE, share_arg(1));
+    assert_eq!(r.errno, 0, "{}", r.msg);
+    assert_eq!(d.devices()[0].share_mode(), ShareMode::Shared);
+}
+
+#[test]
+fn share_mode_at_start_up() {
+    let dir = std::env::temp_dir().join(format!("davinci-d-{}-sharemode", std::process::id()));
+    let d = Daemon::start(&DaemonConfig {
+        devices: 2,
+        memory: 1 << 20,
+        socket_dir: dir.into(),
+        share_mode: ShareMode::Shared,
+        // Nobody is an admin: the start-up setting does not depend on the admin policy.
+        admin: AdminPolicy {
+            root: false,
+            ..AdminPolicy::default()
+        },
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    for dev in d.devices() {
+        assert_eq!(dev.share_mode(), ShareMode::Shared);
+        // The internal open that set it is gone.
+        assert_eq!(dev.info().clients, 0);
+        assert!(dev.clients().is_empty());
+    }
+    // Two clients at once, which exclusive mode would refuse.
+    let (_a, r) = Raw::open(&d.sockets()[1], WireRole::Client);
+    assert_eq!(r.errno, 0, "{}", r.msg);
+    let (_b, r) = Raw::open(&d.sockets()[1], WireRole::Client);
+    assert_eq!(r.errno, 0, "{}", r.msg);
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("davinci-d-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn start_in(dir: SocketDir) -> std::io::Result<Daemon> {
+    Daemon::start(&DaemonConfig {
+        devices: 1,
+        memory: 1 << 20,
+        socket_dir: dir,
+        ..DaemonConfig::default()
+    })
+}
+
+#[test]
+fn an_untrusted_socket_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let private = |path: &Path| SocketDir {
+        path: path.to_path_buf(),
+        origin: SocketDirOrigin::Private,
+    };
+    // A per-user fallback directory that others may write to (pre-created, mode 0777).
+    let p = scratch("open777");
+    std::fs::create_dir(&p).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = start_in(private(&p)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    let msg = e.to_string();
+    assert!(msg.contains("refusing socket directory"), "{msg}");
+    assert!(
+        msg.contains("mode 0777") && msg.contains("chmod go-w"),
+        "{msg}"
+    );
+    assert!(!p.join("davinci0.sock").exists(), "nothing was bound there");
+    // The same directory named explicitly: every user may write, not sticky: refused too;
+    // sticky: accepted (others cannot remove or rename the daemon's sockets).
+    let e = start_in(p.clone().into()).unwrap_err();
+    assert!(e.to_string().contains("chmod o-w"), "{e}");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    start_in(p.clone().into()).unwrap().stop();
+    // Fixed as the message says: the private directory is accepted.
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    start_in(private(&p)).unwrap().stop();
+    // A symbolic link in place of a private directory.
+    let link = scratch("link");
+    std::os::unix::fs::symlink(&p, &link).unwrap();
+    let e = start_in(private(&link)).unwrap_err();
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    // Owned by another user (only root can make that here).
+    if nix::unistd::getuid().is_root() {
+        nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(54321)), None).unwrap();
+        let e = start_in(private(&p)).unwrap_err();
+        assert!(e.to_string().contains("owned by uid 54321"), "{e}");
+        let e = start_in(p.clone().into()).unwrap_err();
+        assert!(e.to_string().contains("owned by uid 54321"), "{e}");
+    }
+    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_dir_all(&p);
+}
+
+#[test]
+fn a_missing_socket_directory_is_created_private_enough() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = scratch("fresh").join("nested");
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    let d = start_in(SocketDir {
+        path: p.clone(),
+        origin: SocketDirOrigin::Private,
+    });
+    nix::sys::stat::umask(old);
+    let d = d.unwrap();
+    // Mode 0755 whatever the umask (a umask of 0 would otherwise make it world-writable
+    // and the daemon would refuse its own directory).
+    let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
+    d.stop();
+    let _ = std::fs::remove_dir_all(p.parent().unwrap());
+}
+
 #[test]
 fn sockets_get_the_requested_group() {
     use std::os::unix::fs::MetadataExt;
@@ -271,7 +422,7 @@ fn sockets_get_the_requested_group() {
     let d = Daemon::start(&DaemonConfig {
         devices: 1,
         memory: 1 << 20,
-        socket_dir: dir,
+        socket_dir: dir.into(),
         socket_group: Some(4242),
         ..DaemonConfig::default()
     })
@@ -286,7 +437,7 @@ fn a_silent_connection_is_closed_after_the_hello_timeout() {
     let d = Daemon::start(&DaemonConfig {
         devices: 1,
         memory: 1 << 20,
-        socket_dir: dir,
+        socket_dir: dir.into(),
         hello_timeout: std::time::Duration::from_millis(100),
         ..DaemonConfig::default()
     })
@@ -306,4 +457,236 @@ fn a_silent_connection_is_closed_after_the_hello_timeout() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let (r, _) = ok.call(Kind::Ioctl, DRIVER_CMD_GET_INFO, vec![0; DeviceInfo::SIZE]);
     assert_eq!(r.errno, 0);
+}
+
+// ---- The davinci-mockd binary, run by a non-root user (needs root and setpriv here) ----
+
+/// A uid no account uses, so the fallback directory `/tmp/davinci-<uid>` is ours to test.
+const USER: u32 = 54321;
+const OTHER_USER: u32 = 54322;
+const HELPER_ENV: &str = "DAVINCI_MOCKD_TEST_HELPER_SOCKET";
+
+/// Not a test on its own: the e2e test runs this test binary again, as another user, with
+/// [`HELPER_ENV`] naming a socket; it asks for `shared` mode there and prints the reply.
+#[test]
+fn helper_set_share_as_another_user() {
+    let Some(sock) = std::env::var_os(HELPER_ENV) else {
+        return;
+    };
+    let (mut c, r) = Raw::open(Path::new(&sock), WireRole::Control);
+    assert_eq!(r.errno, 0, "{}", r.msg);
+    let mode = std::env::var("DAVINCI_MOCKD_TEST_HELPER_MODE")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(1);
+    let (r, _) = c.call(Kind::Ioctl, DRIVER_CMD_SET_DEVICE_SHARE, share_arg(mode));
+    println!("\nHELPER-RESULT {} {}", r.errno, r.msg);
+}
+
+fn can_switch_users() -> bool {
+    nix::unistd::getuid().is_root()
+        && std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+fn as_user(uid: u32, program: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(program);
+    c
+}
+
+/// davinci-mockd as `USER`, with its default socket directory (`/tmp/davinci-USER`).
+fn mockd_as_user(args: &[&str]) -> std::process::Command {
+    let mut c = as_user(USER, Path::new(env!("CARGO_BIN_EXE_davinci-mockd")));
+    c.args(args)
+        .env_remove("DAVINCI_SOCKET_DIR")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// SET_DEVICE_SHARE `mode` on `sock` from a process of `uid`: (errno, message).
+fn set_share_as(uid: u32, sock: &Path, mode: u32) -> (i32, String) {
+    let exe = std::env::current_exe().unwrap();
+    let out = as_user(uid, &exe)
+        .args([
+            "--exact",
+            "helper_set_share_as_another_user",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, sock)
+        .env("DAVINCI_MOCKD_TEST_HELPER_MODE", mode.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("HELPER-RESULT ").map(|(_, r)| r))
+        .unwrap_or_else(|| {
+            panic!(
+                "helper printed no result: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let (errno, msg) = line.split_once(' ').unwrap_or((line, ""));
+    (errno.parse().unwrap(), msg.to_string())
+}
+
+#[test]
+fn a_users_own_daemon_its_admins_audit_log_and_socket_directory() {
+    use std::io::{BufRead, Read};
+    use std::os::unix::fs::PermissionsExt;
+    if !can_switch_users() {
+        eprintln!("not root or no setpriv: the run-as-another-user test is skipped");
+        return;
+    }
+    let dir = PathBuf::from(format!("/tmp/davinci-{USER}"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // 1. A world-writable fallback directory pre-created by someone else (root here): refused.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = mockd_as_user(&[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "davinci-mockd: refusing socket directory {}: it is owned by uid 0, not by uid {USER}",
+            dir.display()
+        )),
+        "{err}"
+    );
+    // Its own, but writable by others: refused, saying how to fix it.
+    nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(USER)), None).unwrap();
+    let out = mockd_as_user(&[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("mode 0777 lets other users write to it"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("chmod go-w {}", dir.display())),
+        "{err}"
+    );
+    std::fs::remove_dir(&dir).unwrap();
+
+    // 2. The daemon creates its directory; starts shared; its own user is an admin.
+    let mut child = mockd_as_user(&[
+        "--share-mode",
+        "shared",
+        "--socket-mode",
+        "0666",
+        "--exit-with-parent",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(
+        ready,
+        format!("davinci-mockd: ready: 1 device(s) in {}\n", dir.display())
+    );
+    let sock = dir.join("davinci0.sock");
+    // The owner switches to exclusive; another user may not switch back.
+    let (errno, msg) = set_share_as(USER, &sock, 0);
+    assert_eq!(errno, 0, "{msg}");
+    let (errno, msg) = set_share_as(OTHER_USER, &sock, 1);
+    assert_eq!(errno, Errno::EPERM.code(), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "you are uid {OTHER_USER} (gid {OTHER_USER}); its admins are uid 0 (root), uid {USER} (the daemon's user); to become one, restart davinci-mockd with --admin-uid {OTHER_USER}"
+        )),
+        "{msg}"
+    );
+    // Stop it and read the whole log.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{log}");
+    let line = |what: &str| {
+        log.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in the log:\n{log}"))
+            .to_string()
+    };
+    let l = line("davinci-mockd ready");
+    assert!(l.contains("share_mode=shared"), "{l}");
+    assert!(
+        l.contains(&format!(
+            "admins=uid 0 (root), uid {USER} (the daemon's user)"
+        )),
+        "{l}"
+    );
+    let l = line("device sharing set at start-up");
+    assert!(l.contains("from=exclusive to=shared"), "{l}");
+    let l = line("device sharing set device=");
+    assert!(
+        l.contains(&format!("uid={USER}")) && l.contains("from=shared to=exclusive changed=true"),
+        "{l}"
+    );
+    let l = line("device sharing change refused");
+    assert!(
+        l.contains(&format!("uid={OTHER_USER}"))
+            && l.contains("mode=exclusive requested=shared errno=EPERM"),
+        "{l}"
+    );
+    assert!(!dir.exists(), "the daemon removes the directory it created");
+
+    // 3. --no-owner-admin: the owner is refused too (and with --no-root-admin nobody is an
+    // admin, which the log warns about).
+    let mut child = mockd_as_user(&["--no-owner-admin", "--no-root-admin", "--exit-with-parent"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let (errno, msg) = set_share_as(USER, &sock, 1);
+    assert_eq!(errno, Errno::EPERM.code(), "{msg}");
+    assert!(
+        msg.contains("; nobody is its admin; to become one"),
+        "{msg}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{log}");
+    assert!(log.contains("admins=nobody"), "{log}");
+    assert!(
+        log.contains("nobody may change device sharing: give --admin-uid or --admin-group"),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,9 +1,25 @@
 //! Which devices `davinci-smi` talks to: the same device selection as the shim
 //! (`--device PATH` / `DAVINCI_DEVICE`), or every `davinci<N>.sock` in a `davinci-mockd`
-//! socket directory, or every `/dev/davinci<N>` node.
+//! socket directory, or every `/dev/davinci<N>` node; and, when nothing is found, every
+//! place that was searched and why it gave nothing.
+//!
+//! Without `--device`, `--socket-dir` or `DAVINCI_DEVICE` the places are searched in this
+//! order and the first that has devices is used: `/dev/davinci<N>`; davinci-mockd's default
+//! socket directory for the caller (`$DAVINCI_SOCKET_DIR`, else `/run/davinci` for root,
+//! else `$XDG_RUNTIME_DIR/davinci`, else `/tmp/davinci-$UID`); the system's well-known
+//! socket directory [`SYSTEM_SOCKET_DIR`] (`/run/davinci`, where a daemon run by root serves),
+//! searched whoever runs `davinci-smi`, as `/dev/davinciN` is one fixed place.
+//!
+//! A place that has sockets is used even if they cannot be opened: each device then shows
+//! why (permission, a stale socket of a stopped daemon) instead of being skipped.
 #![forbid(unsafe_code)]
 
+use std::io;
 use std::path::{Path, PathBuf};
+
+/// The system's well-known `davinci-mockd` socket directory (the daemon's default when run
+/// by root; `davinci_mockd_proto::SYSTEM_SOCKET_DIR`).
+pub const SYSTEM_SOCKET_DIR: &str = "/run/davinci";
 
 /// One device to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +30,69 @@ pub struct Entry {
     pub path: String,
 }
 
+/// The `davinci-mockd` socket directories searched after the kernel nodes, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketDirs {
+    /// The caller's default socket directory (`davinci_shim::default_socket_dir()`).
+    pub user: PathBuf,
+    /// Why [`user`](Self::user) is searched, for messages (`$DAVINCI_SOCKET_DIR`,
+    /// `davinci-mockd's default for this user`).
+    pub user_why: String,
+    /// The system's socket directory, searched next by every user ([`SYSTEM_SOCKET_DIR`];
+    /// `None` = not searched). Searched once when it is [`user`](Self::user) too.
+    pub system: Option<PathBuf>,
+}
+
+impl From<PathBuf> for SocketDirs {
+    /// One directory, taken as the caller's default; no system directory.
+    fn from(user: PathBuf) -> Self {
+        Self {
+            user,
+            user_why: "davinci-mockd's default socket directory".into(),
+            system: None,
+        }
+    }
+}
+
+impl From<&str> for SocketDirs {
+    /// One directory, taken as the caller's default; no system directory.
+    fn from(user: &str) -> Self {
+        PathBuf::from(user).into()
+    }
+}
+
+impl SocketDirs {
+    /// This process's: its default socket directory, then [`SYSTEM_SOCKET_DIR`].
+    pub fn from_env() -> Self {
+        let from_env = std::env::var_os("DAVINCI_SOCKET_DIR").is_some_and(|d| !d.is_empty());
+        Self {
+            user: davinci_shim::default_socket_dir(),
+            user_why: if from_env {
+                "$DAVINCI_SOCKET_DIR".into()
+            } else {
+                "davinci-mockd's default for this user".into()
+            },
+            system: Some(PathBuf::from(SYSTEM_SOCKET_DIR)),
+        }
+    }
+
+    /// The directories in search order, each with why it is searched.
+    pub fn in_order(&self) -> Vec<(&Path, String)> {
+        let mut out = Vec::new();
+        match &self.system {
+            Some(s) if *s == self.user => {
+                out.push((s.as_path(), "the system's socket directory".to_string()));
+            }
+            Some(s) => {
+                out.push((self.user.as_path(), self.user_why.clone()));
+                out.push((s.as_path(), "the system's socket directory".to_string()));
+            }
+            None => out.push((self.user.as_path(), self.user_why.clone())),
+        }
+        out
+    }
+}
+
 /// Where devices are looked for (the environment, made explicit so it can be tested).
 #[derive(Debug, Clone)]
 pub struct Discovery {
@@ -21,8 +100,9 @@ pub struct Discovery {
     pub device_env: Option<String>,
     /// Directory of kernel device nodes (`/dev`).
     pub dev_dir: PathBuf,
-    /// `davinci-mockd`'s default socket directory.
-    pub default_socket_dir: PathBuf,
+    /// `davinci-mockd`'s socket directories, searched in order after the kernel nodes: the
+    /// caller's default, then the system's (a path converts to the first alone).
+    pub default_socket_dir: SocketDirs,
 }
 
 impl Discovery {
@@ -31,9 +111,32 @@ impl Discovery {
         Self {
             device_env: davinci_shim::device_path_from_env(),
             dev_dir: PathBuf::from("/dev"),
-            default_socket_dir: davinci_shim::default_socket_dir(),
+            default_socket_dir: SocketDirs::from_env(),
         }
     }
+}
+
+/// One place searched, and what it gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Searched {
+    /// What was looked for: `/dev/davinci<N>`, `/run/davinci/davinci<N>.sock`,
+    /// `--device PATH`, `DAVINCI_DEVICE=PATH`.
+    pub place: String,
+    /// Why it was searched, when that is not obvious from `place`.
+    pub why: Option<String>,
+    /// What was found, or why nothing was: `found davinci0, davinci1`, `none`,
+    /// `no such directory`, `cannot list it: permission denied ...`.
+    pub outcome: String,
+}
+
+/// What discovery found and every place it searched, in order (it stops at the first place
+/// with devices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The devices.
+    pub entries: Vec<Entry>,
+    /// The places searched.
+    pub searched: Vec<Searched>,
 }
 
 /// N from `davinci<N><suffix>` (digits only; `davinci_manager` and friends do not match).
@@ -52,76 +155,162 @@ pub fn id_from_path(path: &str) -> Option<u32> {
     index_of(name, ".sock").or_else(|| index_of(name, ""))
 }
 
-/// `davinci<N><suffix>` entries of `dir`, sorted by N, as paths with `prefix`.
-fn scan(dir: &Path, suffix: &str, prefix: &str) -> Vec<Entry> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<Entry> = rd
+/// The file names in `dir` (names that are not UTF-8 cannot be davinci devices).
+fn list_dir(dir: &Path) -> io::Result<Vec<String>> {
+    Ok(std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let id = index_of(&name, suffix)?;
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect())
+}
+
+/// The `davinci<N><suffix>` entries of a directory listing, sorted by N, as paths with
+/// `prefix`; and what to say about the place.
+fn scan_listing(
+    dir: &Path,
+    listing: io::Result<Vec<String>>,
+    suffix: &str,
+    prefix: &str,
+) -> (Vec<Entry>, String) {
+    let names = match listing {
+        Ok(n) => n,
+        Err(e) => return (Vec::new(), listing_failure(dir, suffix, prefix, &e)),
+    };
+    let mut out: Vec<Entry> = names
+        .iter()
+        .filter_map(|name| {
+            let id = index_of(name, suffix)?;
             Some(Entry {
                 id: Some(id),
-                path: format!("{prefix}{}", e.path().display()),
+                path: format!("{prefix}{}", dir.join(name).display()),
             })
         })
         .collect();
     out.sort_by_key(|e| e.id);
-    out
+    let outcome = if out.is_empty() {
+        "none".to_string()
+    } else {
+        let ids: Vec<String> = out
+            .iter()
+            .filter_map(|e| e.id.map(|i| format!("davinci{i}")))
+            .collect();
+        format!("found {}", ids.join(", "))
+    };
+    (out, outcome)
+}
+
+/// Why a directory could not be listed, and what to do.
+fn listing_failure(dir: &Path, suffix: &str, prefix: &str, e: &io::Error) -> String {
+    let d = dir.display();
+    match e.kind() {
+        io::ErrorKind::NotFound => "no such directory".into(),
+        io::ErrorKind::PermissionDenied => format!(
+            "cannot list it: permission denied (ask for read and search permission on {d}; \
+             with search permission alone, name a device: --device {prefix}{d}/davinci0{suffix})"
+        ),
+        io::ErrorKind::NotADirectory => "not a directory".into(),
+        _ => format!("cannot list it: {e}"),
+    }
+}
+
+fn scan(dir: &Path, suffix: &str, prefix: &str) -> (Vec<Entry>, String) {
+    scan_listing(dir, list_dir(dir), suffix, prefix)
 }
 
 /// Every `davinci<N>.sock` in a socket directory.
 pub fn sockets_in(dir: &Path) -> Vec<Entry> {
-    scan(dir, ".sock", "mock:")
+    scan(dir, ".sock", "mock:").0
 }
 
-/// The devices selected by the command line and the environment, in this order of
-/// precedence: `--device` paths; `--socket-dir`; `DAVINCI_DEVICE`; `/dev/davinci<N>` nodes;
-/// the default socket directory. Empty if none of these names anything.
-pub fn select(devices: &[String], socket_dir: Option<&Path>, d: &Discovery) -> Vec<Entry> {
+/// Discovery with the directory listing injected (`list`), so failures can be tested.
+fn discover_with(
+    devices: &[String],
+    socket_dir: Option<&Path>,
+    d: &Discovery,
+    list: &dyn Fn(&Path) -> io::Result<Vec<String>>,
+) -> Found {
+    let one = |place: String, entries: Vec<Entry>| Found {
+        searched: vec![Searched {
+            place,
+            why: None,
+            outcome: format!("{} named", entries.len()),
+        }],
+        entries,
+    };
     if !devices.is_empty() {
-        return devices
+        let entries = devices
             .iter()
             .map(|p| Entry {
                 id: id_from_path(p),
                 path: p.clone(),
             })
             .collect();
+        return one(format!("--device {}", devices.join(", ")), entries);
     }
+    let mut searched = Vec::new();
+    let mut look = |dir: &Path, suffix: &str, prefix: &str, why: Option<String>| {
+        let (entries, outcome) = scan_listing(dir, list(dir), suffix, prefix);
+        searched.push(Searched {
+            place: format!("{}/davinci<N>{suffix}", dir.display()),
+            why,
+            outcome,
+        });
+        entries
+    };
     if let Some(dir) = socket_dir {
-        return sockets_in(dir);
+        let entries = look(dir, ".sock", "mock:", Some("--socket-dir".into()));
+        return Found { entries, searched };
     }
     if let Some(p) = &d.device_env {
-        return vec![Entry {
+        let entries = vec![Entry {
             id: id_from_path(p),
             path: p.clone(),
         }];
+        return one(format!("DAVINCI_DEVICE={p}"), entries);
     }
-    let nodes = scan(&d.dev_dir, "", "");
-    if !nodes.is_empty() {
-        return nodes;
+    let mut entries = look(&d.dev_dir, "", "", None);
+    for (dir, why) in d.default_socket_dir.in_order() {
+        if !entries.is_empty() {
+            break;
+        }
+        entries = look(dir, ".sock", "mock:", Some(why));
     }
-    sockets_in(&d.default_socket_dir)
+    Found { entries, searched }
 }
 
-/// Where [`select`] looked, for the "no devices" message.
+/// The devices selected by the command line and the environment, and every place searched:
+/// `--device` paths; else `--socket-dir`; else `DAVINCI_DEVICE`; else the first of
+/// `/dev/davinci<N>`, the caller's default socket directory and the system's that has
+/// devices.
+pub fn discover(devices: &[String], socket_dir: Option<&Path>, d: &Discovery) -> Found {
+    discover_with(devices, socket_dir, d, &list_dir)
+}
+
+/// The devices of [`discover`]. Empty if no place has any.
+pub fn select(devices: &[String], socket_dir: Option<&Path>, d: &Discovery) -> Vec<Entry> {
+    discover(devices, socket_dir, d).entries
+}
+
+/// The places [`discover`] searched, for one line of text: each with why it was searched
+/// and what it gave, then what to do when nothing was found.
+pub fn describe_searched(found: &Found) -> String {
+    let mut parts: Vec<String> = found
+        .searched
+        .iter()
+        .map(|s| match &s.why {
+            Some(why) => format!("{} ({why}): {}", s.place, s.outcome),
+            None => format!("{}: {}", s.place, s.outcome),
+        })
+        .collect();
+    if found.entries.is_empty() {
+        parts.push("name a device with --device, --socket-dir or DAVINCI_DEVICE".into());
+    }
+    parts.join("; ")
+}
+
+/// Where [`select`] looked, for the "no devices" message: [`describe_searched`] of
+/// [`discover`].
 pub fn searched(devices: &[String], socket_dir: Option<&Path>, d: &Discovery) -> String {
-    if !devices.is_empty() {
-        return format!("--device {}", devices.join(", "));
-    }
-    if let Some(dir) = socket_dir {
-        return format!("{}/davinci<N>.sock", dir.display());
-    }
-    if let Some(p) = &d.device_env {
-        return format!("DAVINCI_DEVICE={p}");
-    }
-    format!(
-        "{}/davinci<N> and {}/davinci<N>.sock (set --device, --socket-dir or DAVINCI_DEVICE)",
-        d.dev_dir.display(),
-        d.default_socket_dir.display()
-    )
+    describe_searched(&discover(devices, socket_dir, d))
 }
 
 #[cfg(test)]
@@ -140,9 +329,16 @@ mod tests {
         assert_eq!(id_from_path("mock:/tmp/x.sock"), None);
     }
 
+    fn scratch(tag: &str) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("smi-disc-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        root
+    }
+
     #[test]
     fn precedence_and_scanning() {
-        let root = std::env::temp_dir().join(format!("smi-disc-{}", std::process::id()));
+        let root = scratch("prec");
         let (dev, socks) = (root.join("dev"), root.join("socks"));
         std::fs::create_dir_all(&dev).unwrap();
         std::fs::create_dir_all(&socks).unwrap();
@@ -152,7 +348,7 @@ mod tests {
         let mut d = Discovery {
             device_env: None,
             dev_dir: dev.clone(),
-            default_socket_dir: socks.clone(),
+            default_socket_dir: socks.clone().into(),
         };
         // Nothing in /dev: the default socket directory, sorted by N.
         let got = select(&[], None, &d);
@@ -191,7 +387,118 @@ mod tests {
                 ..d
             }
         )
-        .contains("--socket-dir"));
+        .contains("found davinci0"));
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_system_socket_directory_is_searched_by_everyone_after_the_users_own() {
+        let root = scratch("system");
+        let (dev, user, system) = (root.join("dev"), root.join("user"), root.join("run"));
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::create_dir_all(&system).unwrap();
+        std::fs::write(system.join("davinci0.sock"), b"").unwrap();
+        std::fs::write(system.join("davinci1.sock"), b"").unwrap();
+        let d = Discovery {
+            device_env: None,
+            dev_dir: dev.clone(),
+            default_socket_dir: SocketDirs {
+                user: user.clone(),
+                user_why: "davinci-mockd's default for this user".into(),
+                system: Some(system.clone()),
+            },
+        };
+        // The user's own directory does not exist: the system's devices are found.
+        let found = discover(&[], None, &d);
+        assert_eq!(
+            found.entries.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![Some(0), Some(1)]
+        );
+        assert_eq!(found.searched.len(), 3);
+        assert_eq!(found.searched[1].outcome, "no such directory");
+        assert_eq!(found.searched[2].outcome, "found davinci0, davinci1");
+        // A daemon of the user's own wins (and the system's directory is not reached).
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("davinci3.sock"), b"").unwrap();
+        let found = discover(&[], None, &d);
+        assert_eq!(found.entries.len(), 1);
+        assert_eq!(found.entries[0].id, Some(3));
+        assert_eq!(found.searched.len(), 2);
+        // Root: the default is the system directory; searched once.
+        let root_dirs = SocketDirs {
+            user: system.clone(),
+            user_why: "x".into(),
+            system: Some(system.clone()),
+        };
+        assert_eq!(root_dirs.in_order().len(), 1);
+        assert_eq!(root_dirs.in_order()[0].1, "the system's socket directory");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn nothing_found_lists_every_place_searched_and_why() {
+        let d = Discovery {
+            device_env: None,
+            dev_dir: "/dev".into(),
+            default_socket_dir: SocketDirs {
+                user: "/tmp/davinci-1000".into(),
+                user_why: "davinci-mockd's default for this user".into(),
+                system: Some("/run/davinci".into()),
+            },
+        };
+        // /dev lists, /tmp/davinci-1000 is missing, /run/davinci may not be listed.
+        let list = |p: &Path| -> io::Result<Vec<String>> {
+            match p.to_str() {
+                Some("/dev") => Ok(vec!["null".into(), "davinci_manager".into()]),
+                Some("/run/davinci") => Err(io::Error::from(io::ErrorKind::PermissionDenied)),
+                _ => Err(io::Error::from(io::ErrorKind::NotFound)),
+            }
+        };
+        let found = discover_with(&[], None, &d, &list);
+        assert!(found.entries.is_empty());
+        assert_eq!(
+            describe_searched(&found),
+            "/dev/davinci<N>: none; \
+             /tmp/davinci-1000/davinci<N>.sock (davinci-mockd's default for this user): \
+             no such directory; \
+             /run/davinci/davinci<N>.sock (the system's socket directory): cannot list it: \
+             permission denied (ask for read and search permission on /run/davinci; with \
+             search permission alone, name a device: --device mock:/run/davinci/davinci0.sock); \
+             name a device with --device, --socket-dir or DAVINCI_DEVICE"
+        );
+        // --socket-dir: that one place, and why.
+        let found = discover_with(&[], Some(Path::new("/srv/d")), &d, &list);
+        assert_eq!(
+            describe_searched(&found),
+            "/srv/d/davinci<N>.sock (--socket-dir): no such directory; \
+             name a device with --device, --socket-dir or DAVINCI_DEVICE"
+        );
+        let e = io::Error::from(io::ErrorKind::NotADirectory);
+        assert_eq!(
+            listing_failure(Path::new("/x"), "", "", &e),
+            "not a directory"
+        );
+        let e = io::Error::other("disk on fire");
+        assert_eq!(
+            listing_failure(Path::new("/x"), "", "", &e),
+            "cannot list it: disk on fire"
+        );
+    }
+
+    #[test]
+    fn explicit_choices_are_reported_as_such() {
+        let d = Discovery {
+            device_env: Some("mock:/x/davinci5.sock".into()),
+            dev_dir: "/nonexistent".into(),
+            default_socket_dir: "/nonexistent".into(),
+        };
+        assert_eq!(
+            searched(&[], None, &d),
+            "DAVINCI_DEVICE=mock:/x/davinci5.sock: 1 named"
+        );
+        assert_eq!(
+            searched(&["/dev/davinci1".into(), "/dev/davinci2".into()], None, &d),
+            "--device /dev/davinci1, /dev/davinci2: 2 named"
+        );
     }
 }
