@@ -74,6 +74,8 @@ pub struct OpenParams {
     pub admin: bool,
     /// Container id, NUL-padded (empty if none).
     pub container: [u8; CONTAINER_LEN],
+    /// Process name (`comm`), NUL-padded, at most 15 bytes (`ClientUsage::comm_field`).
+    pub comm: [u8; 16],
 }
 
 /// Why an open failed; on `EBUSY` also who holds the device.
@@ -311,7 +313,8 @@ impl<P: Platform> Device<P> {
             .count() as u32
     }
 
-    pub(crate) fn usage(&self, c: &Client) -> ClientUsage {
+    /// The usage report of client `handle` (`c`).
+    pub(crate) fn usage(&self, handle: u32, c: &Client) -> ClientUsage {
         ClientUsage {
             client_id: c.id,
             pid: c.params.pid,
@@ -325,6 +328,13 @@ impl<P: Platform> Device<P> {
             tasks_submitted: c.submitted,
             tasks_completed: c.completed,
             container: container_str(&c.params.container),
+            tasks_queued: self
+                .streams
+                .iter()
+                .filter(|(_, s)| s.owner == handle && s.state == StreamState::Running)
+                .map(|(_, s)| u64::from(s.cmd.queued()))
+                .sum(),
+            comm: c.params.comm,
         }
     }
 
@@ -333,19 +343,19 @@ impl<P: Platform> Device<P> {
         self.clients
             .iter()
             .filter(|(_, c)| c.params.role == Role::Client)
-            .map(|(_, c)| self.usage(c))
+            .map(|(h, c)| self.usage(h, c))
     }
 
     /// Usage of one open (by its handle).
     pub fn client_usage(&self, client: u32) -> Option<ClientUsage> {
-        self.clients.get(client).map(|c| self.usage(c))
+        self.clients.get(client).map(|c| self.usage(client, c))
     }
 
     /// Attaches an open file. In exclusive mode a second client gets `EBUSY` naming the holder.
     #[allow(clippy::result_large_err)] // No heap here; the holder is returned by value on purpose.
     pub fn open(&mut self, params: OpenParams) -> core::result::Result<u32, OpenError> {
         if params.role == Role::Client && self.share == ShareMode::Exclusive {
-            if let Some((_, holder)) = self
+            if let Some((holder_handle, holder)) = self
                 .clients
                 .iter()
                 .find(|(_, c)| c.params.role == Role::Client)
@@ -355,7 +365,7 @@ impl<P: Platform> Device<P> {
                         Errno::EBUSY,
                         "device is in exclusive mode and held by another client",
                     ),
-                    holder: Some(self.usage(holder)),
+                    holder: Some(self.usage(holder_handle, holder)),
                 });
             }
         }

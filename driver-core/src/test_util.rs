@@ -296,6 +296,7 @@ pub fn params(pid: u32, role: Role, admin: bool) -> OpenParams {
         uid: if admin { 0 } else { 1000 + pid },
         admin,
         container,
+        comm: davinci_uapi::ClientUsage::comm_field(&name),
     }
 }
 

@@ -264,6 +264,10 @@ fn list_clients_reports_usage() {
     h.prod.push(&TaskDesc::nop(1)).unwrap();
     h.prod.publish();
     assert_eq!(dev.run_stream(h.handle, 64), Run::Progress(1));
+    // Two more published but not yet taken by the device: queued.
+    h.prod.push(&TaskDesc::nop(2)).unwrap();
+    h.prod.push(&TaskDesc::nop(3)).unwrap();
+    h.prod.publish();
     let _ = b;
     let args = ListClientsArgs {
         buf: 0x1000,
@@ -279,7 +283,7 @@ fn list_clients_reports_usage() {
     let args = ListClientsArgs::decode(&raw);
     assert_eq!(args.count, 2);
     assert_eq!(out.0.len(), 2);
-    assert_eq!(out.0[1].0, 0x1000 + 120);
+    assert_eq!(out.0[1].0, 0x1000 + ClientUsage::SIZE as u64);
     let ua = ClientUsage::decode(&out.0[0].1);
     assert_eq!(
         (ua.pid, ua.uid, ua.contexts, ua.streams, ua.allocations),
@@ -287,9 +291,12 @@ fn list_clients_reports_usage() {
     );
     assert_eq!(ua.memory_bytes, 12288);
     assert_eq!((ua.tasks_submitted, ua.tasks_completed), (1, 1));
+    // ABI 1.2: the process name and what is queued but not taken.
+    assert_eq!((ua.comm(), ua.tasks_queued), ("proc-10", 2));
+    assert_eq!(ClientUsage::decode(&out.0[1].1).comm(), "proc-20");
     // Capacity 0 only counts; wrong entry size is refused.
     let mut probe = ListClientsArgs {
-        entry_size: 120,
+        entry_size: ClientUsage::SIZE as u32,
         ..Default::default()
     };
     call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe).unwrap();
@@ -302,9 +309,10 @@ fn list_clients_reports_usage() {
             "entry_size {bad}"
         );
     }
-    // An older caller with a 16-byte entry gets the prefix; a newer one with a 136-byte entry
-    // gets our 120 bytes and 16 zero bytes, at its stride.
-    for (stride, known) in [(16usize, 16usize), (136, 120)] {
+    // An older caller with a 16-byte entry, or a 1.1 caller with its 120-byte entry, gets the
+    // prefix it knows; a newer one with a 160-byte entry gets our 144 bytes and 16 zero bytes,
+    // at its stride.
+    for (stride, known) in [(16usize, 16usize), (120, 120), (160, ClientUsage::SIZE)] {
         let args = ListClientsArgs {
             buf: 0x2000,
             capacity: 8,
@@ -335,8 +343,9 @@ fn list_clients_reports_usage() {
             .collect();
         assert_eq!(&second[4..8], &20u32.to_ne_bytes(), "pid of client b");
         assert!(second[known..].iter().all(|&b| b == 0));
-        if stride > 120 {
-            assert_eq!(ClientUsage::decode(&second[..120]).uid, 1001);
+        if stride >= ClientUsage::SIZE {
+            let u = ClientUsage::decode(&second[..ClientUsage::SIZE]);
+            assert_eq!((u.uid, u.comm()), (1001, "proc-20"));
         }
     }
 }

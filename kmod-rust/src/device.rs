@@ -349,12 +349,24 @@ fn open_params(file: *mut bindings::file, role: Role) -> OpenParams {
         uid,
         admin,
         container: container_of_current(),
+        comm: comm_of_current(),
     }
 }
 
 extern "C" {
-    /// `cgroup.c`: the current task's cgroup v2 path in the initial cgroup namespace.
+    /// `helpers.c`: the current task's cgroup v2 path in the initial cgroup namespace.
     fn davinci_current_cgroup_path(buf: *mut c_char, len: usize) -> c_int;
+    /// `helpers.c`: the current task's name, NUL-padded into 16 bytes.
+    fn davinci_current_comm(buf: *mut c_char);
+}
+
+/// The opener's process name.
+fn comm_of_current() -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    // SAFETY: `comm` is a live 16-byte buffer, which the helper fills exactly (it copies
+    // TASK_COMM_LEN = 16 bytes, checked at build time); `current` is valid in open.
+    unsafe { davinci_current_comm(comm.as_mut_ptr().cast()) };
+    comm
 }
 
 /// The opener's container id, from its cgroup path by driver-core's rule (the same the mock

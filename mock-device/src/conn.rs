@@ -21,7 +21,7 @@ use davinci_uapi::{
 use tracing::{debug, info, warn};
 
 use crate::daemon::{share_mode_name, Shared, MAX_WAITS_PER_CONN};
-use crate::peer::container_of_pid;
+use crate::peer::{comm_of_pid, container_of_pid};
 
 /// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
 pub(crate) fn send_reply(conn: &SeqPacket, r: &Reply, fd: Option<std::os::fd::BorrowedFd<'_>>) {
@@ -235,6 +235,7 @@ fn hello(
         uid: cred.uid,
         admin: shared.admin.is_admin(cred),
         container: container_of_pid(cred.pid),
+        comm: comm_of_pid(cred.pid),
     };
     match shared.dev.open(params) {
         Ok(client) => {

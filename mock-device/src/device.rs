@@ -77,6 +77,7 @@ pub fn local_open_params(role: Role, admin: bool) -> OpenParams {
         uid,
         admin: admin || uid == 0,
         container: [0; CONTAINER_LEN],
+        comm: crate::peer::comm_of_pid(std::process::id()),
     }
 }
 

@@ -21,6 +21,15 @@ pub fn container_of_pid(pid: u32) -> [u8; CONTAINER_LEN] {
     }
 }
 
+/// The process name (`comm`) of process `pid`, as `OpenParams::comm`; empty if it cannot be
+/// read (the process is gone). Read once at open, like the container id.
+pub fn comm_of_pid(pid: u32) -> [u8; 16] {
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(s) => davinci_uapi::ClientUsage::comm_field(s.trim_end_matches('\n')),
+        Err(_) => [0; 16],
+    }
+}
+
 /// The supplementary groups in the contents of a `/proc/<pid>/status` file.
 pub fn groups_from_status(contents: &str) -> Vec<u32> {
     contents

@@ -133,6 +133,15 @@ impl<T: Slot> DeviceConsumer<T> {
         );
     }
 
+    /// Entries the host has published and the device not yet taken: a snapshot for usage
+    /// reports, not for consuming (a Relaxed load of the tail orders nothing; use
+    /// [`available`](Self::available) to take entries). A corrupt tail reads as a full ring.
+    pub fn queued(&self) -> u32 {
+        let region = self.ring.region();
+        let tail = region.field(Field::Tail).load(Ordering::Relaxed);
+        tail.wrapping_sub(self.head).min(region.entries())
+    }
+
     /// The device's own head.
     pub fn head(&self) -> u32 {
         self.head

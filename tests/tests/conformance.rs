@@ -932,6 +932,10 @@ fn a_client_sees_itself_as_operators_do() {
         me.container_id(),
         (!container.is_empty()).then_some(container)
     );
+    // ABI 1.2: the process name as the kernel keeps it, and nothing queued.
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    assert_eq!(me.comm(), comm.trim_end());
+    assert_eq!(me.tasks_queued, 0);
     assert_eq!(
         dev.query_info().unwrap().share_mode(),
         Some(ShareMode::Exclusive)
@@ -963,11 +967,19 @@ fn an_event_behind_a_failed_stream_fails_its_waiters() {
     let ctx = dev.create_context().unwrap();
 
     // Recorded after a descriptor that fails: synchronize and query fail, naming the cause;
-    // a long timeout shows the error comes at once (a timeout would be ETIMEDOUT).
+    // a long timeout shows the error comes at once (a timeout would be ETIMEDOUT). The stream
+    // first waits for a gate, so the record is queued before the bad descriptor runs (a fast
+    // device would otherwise stop the stream before the record is submitted, and the record
+    // itself would be refused, as checked below).
+    let gate0 = ctx.create_event().unwrap();
+    let mut opener0 = ctx.create_stream().unwrap();
     let mut a = ctx.create_stream().unwrap();
     let ev = ctx.create_event().unwrap();
+    a.submit(&TaskDesc::event_wait(0, gate0.handle(), 1))
+        .unwrap();
     a.submit(&poison_pill(1)).unwrap();
     ev.record(&mut a).unwrap();
+    gate0.record(&mut opener0).unwrap();
     let e = ev.synchronize(long).unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EIO), "{e}");
     assert!(

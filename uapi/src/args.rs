@@ -264,6 +264,12 @@ abi_struct! {
         pub tasks_completed: u64,
         /// Container id (from the opener's cgroup), NUL-padded; empty if none (from driver).
         pub container: [u8; 64],
+        /// Descriptors the host has published and the device has not taken yet, over all
+        /// the client's streams (ABI 1.2; a snapshot) (from driver).
+        pub tasks_queued: u64,
+        /// The opener's process name (the kernel's `comm`, at most 15 bytes), NUL-padded
+        /// (ABI 1.2) (from driver).
+        pub comm: [u8; 16],
     }
 }
 
@@ -285,6 +291,35 @@ impl ClientUsage {
             }
         };
         (!id.is_empty()).then_some(id)
+    }
+
+    /// The opener's process name (`comm`); `""` if the driver did not say (before ABI 1.2).
+    pub fn comm(&self) -> &str {
+        let end = self
+            .comm
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.comm.len());
+        let bytes = self.comm.get(..end).unwrap_or(&[]);
+        match core::str::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                core::str::from_utf8(bytes.get(..e.valid_up_to()).unwrap_or(&[])).unwrap_or("")
+            }
+        }
+    }
+
+    /// `name` as a `comm` field: at most 15 bytes (cut at a character boundary), NUL-padded.
+    pub fn comm_field(name: &str) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        let mut end = name.len().min(15);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        for (d, s) in out.iter_mut().zip(name.as_bytes().iter().take(end)) {
+            *d = *s;
+        }
+        out
     }
 
     /// `container` for an id (NUL-padded; an id longer than the field is cut).

@@ -46,7 +46,7 @@ fn struct_sizes() {
         ("davinci_device_info", 0x70),
         ("davinci_device_share_args", 0x10),
         ("davinci_list_clients_args", 0x18),
-        ("davinci_client_usage", 0x78),
+        ("davinci_client_usage", 0x90),
         ("davinci_last_error", 0x80),
     ];
     assert_eq!(STRUCTS.len(), expect.len());

@@ -25,5 +25,6 @@ pub fn params(pid: u32, uid: u32, role: Role) -> OpenParams {
         uid,
         admin: uid == 0,
         container,
+        comm: davinci_uapi::ClientUsage::comm_field(&format!("proc-{pid}")),
     }
 }

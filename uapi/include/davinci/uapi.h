@@ -542,7 +542,7 @@ struct davinci_list_clients_args {
 /*
  * One attached client, as LIST_CLIENTS reports it (all fields from driver).
  *
- * 120 bytes.
+ * 144 bytes.
  */
 struct davinci_client_usage {
 	/* Driver-assigned client id (unique while the device lives) (from driver). */
@@ -569,6 +569,16 @@ struct davinci_client_usage {
 	__u64 tasks_completed;
 	/* Container id (from the opener's cgroup), NUL-padded; empty if none (from driver). */
 	__u8 container[64];
+	/*
+	 * Descriptors the host has published and the device has not taken yet, over all
+	 * the client's streams (ABI 1.2; a snapshot) (from driver).
+	 */
+	__u64 tasks_queued;
+	/*
+	 * The opener's process name (the kernel's `comm`, at most 15 bytes), NUL-padded
+	 * (ABI 1.2) (from driver).
+	 */
+	__u8 comm[16];
 };
 
 /*
@@ -792,7 +802,7 @@ _Static_assert(offsetof(struct davinci_list_clients_args, capacity) == 8, "davin
 _Static_assert(offsetof(struct davinci_list_clients_args, count) == 12, "davinci uapi: offsetof(struct davinci_list_clients_args, count)");
 _Static_assert(offsetof(struct davinci_list_clients_args, entry_size) == 16, "davinci uapi: offsetof(struct davinci_list_clients_args, entry_size)");
 _Static_assert(offsetof(struct davinci_list_clients_args, pad) == 20, "davinci uapi: offsetof(struct davinci_list_clients_args, pad)");
-_Static_assert(sizeof(struct davinci_client_usage) == 120, "davinci uapi: sizeof(struct davinci_client_usage)");
+_Static_assert(sizeof(struct davinci_client_usage) == 144, "davinci uapi: sizeof(struct davinci_client_usage)");
 _Static_assert(offsetof(struct davinci_client_usage, client_id) == 0, "davinci uapi: offsetof(struct davinci_client_usage, client_id)");
 _Static_assert(offsetof(struct davinci_client_usage, pid) == 4, "davinci uapi: offsetof(struct davinci_client_usage, pid)");
 _Static_assert(offsetof(struct davinci_client_usage, uid) == 8, "davinci uapi: offsetof(struct davinci_client_usage, uid)");
@@ -805,6 +815,8 @@ _Static_assert(offsetof(struct davinci_client_usage, memory_bytes) == 32, "davin
 _Static_assert(offsetof(struct davinci_client_usage, tasks_submitted) == 40, "davinci uapi: offsetof(struct davinci_client_usage, tasks_submitted)");
 _Static_assert(offsetof(struct davinci_client_usage, tasks_completed) == 48, "davinci uapi: offsetof(struct davinci_client_usage, tasks_completed)");
 _Static_assert(offsetof(struct davinci_client_usage, container) == 56, "davinci uapi: offsetof(struct davinci_client_usage, container)");
+_Static_assert(offsetof(struct davinci_client_usage, tasks_queued) == 120, "davinci uapi: offsetof(struct davinci_client_usage, tasks_queued)");
+_Static_assert(offsetof(struct davinci_client_usage, comm) == 128, "davinci uapi: offsetof(struct davinci_client_usage, comm)");
 _Static_assert(sizeof(struct davinci_last_error) == 128, "davinci uapi: sizeof(struct davinci_last_error)");
 _Static_assert(offsetof(struct davinci_last_error, request) == 0, "davinci uapi: offsetof(struct davinci_last_error, request)");
 _Static_assert(offsetof(struct davinci_last_error, error) == 4, "davinci uapi: offsetof(struct davinci_last_error, error)");

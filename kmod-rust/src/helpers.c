@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The opener's cgroup, for its container id. The cgroup helpers are static inlines over
- * task_struct and css_set fields, which the module's Rust side cannot reach safely on 6.12
- * (bindgen's task_struct layout is off for this configuration; see docs/kernel.md), so this
- * one function stays in C.
+ * What the module needs to know about the opener that lives in task_struct: its cgroup (for
+ * the container id) and its name. The accessors are static inlines and macros over
+ * task_struct fields, which the module's Rust side cannot reach safely on 6.12 (bindgen's
+ * task_struct layout is off for this configuration; see docs/kernel.md), so they stay in C.
  */
 #include <linux/cgroup.h>
 #include <linux/init_task.h>
 #include <linux/nsproxy.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
+#include <linux/string.h>
 
 int davinci_current_cgroup_path(char *buf, size_t len);
+void davinci_current_comm(char buf[16]);
 
 /*
  * The current task's cgroup v2 path as the initial cgroup namespace sees it (so a process in
@@ -41,4 +43,17 @@ int davinci_current_cgroup_path(char *buf, size_t len)
 		buf[0] = '\0';
 	return -ENOENT;
 #endif
+}
+
+/*
+ * The current process's name (the comm of its thread-group leader, as /proc/<pid>/comm shows
+ * it, not the calling thread's), NUL-padded into buf (TASK_COMM_LEN is 16, the ABI's size).
+ */
+void davinci_current_comm(char buf[16])
+{
+	char comm[TASK_COMM_LEN];
+
+	BUILD_BUG_ON(TASK_COMM_LEN != 16);
+	get_task_comm(comm, current->group_leader);
+	memcpy(buf, comm, 16);
 }
