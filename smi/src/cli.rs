@@ -8,13 +8,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub(crate) const AFTER_HELP: &str = "\
 Device selection (first that applies): --device PATH (repeatable); --socket-dir DIR
 (every DIR/davinci<N>.sock of davinci-mockd); $DAVINCI_DEVICE; every /dev/davinci<N>;
-davinci-mockd's default socket directory. PATH is /dev/davinciN or mock:SOCKET.
+davinci-mockd's default socket directory; /run/davinci (the system's, searched by every
+user); the first with devices is used. PATH is /dev/davinciN or mock:SOCKET. A device
+named twice (the same path, or the same socket or node by another path) is used once.
+
+--query FIELDS --format csv[,noheader][,nounits] prints the device table (`info`) or the
+usage table (`info -t usage`) as CSV, like nvidia-smi's --query-gpu/--format (the fields:
+`davinci-smi info --help`). --loop SECONDS repeats the command until interrupted, or
+--count N times.
 
 Exit status: 0 ok, 1 other error, 2 usage, 3 device not found or unreachable,
 4 permission denied, 5 busy, 6 partial failure (some devices failed; see per-device results).
+With --loop: the status of the last round.
 
-Text output is for people and may change; --json output follows the versioned schema
-davinci-smi/v1 (docs/operators.md).";
+Text output is for people and may change; errors go to stderr. --json output follows the
+versioned schema davinci-smi/v1 (docs/operators.md), also for command-line errors
+(\"command\": \"usage-error\"); with --loop, one document per line.";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -30,6 +39,10 @@ pub struct Cli {
     /// List the devices (same as `list`)
     #[arg(short = 'l', long = "list")]
     pub(crate) list: bool,
+    #[command(flatten)]
+    pub(crate) query: QueryArgs,
+    #[command(flatten)]
+    pub(crate) repeat: LoopArgs,
     #[command(subcommand)]
     pub(crate) cmd: Option<Cmd>,
 }
@@ -42,16 +55,49 @@ pub(crate) struct Global {
     /// davinci-mockd socket directory: every davinci<N>.sock in it
     #[arg(long = "socket-dir", value_name = "DIR", global = true)]
     pub(crate) socket_dir: Option<PathBuf>,
-    /// Machine-readable output (schema davinci-smi/v1)
+    /// Machine-readable output (schema davinci-smi/v1), also for errors
     #[arg(long, global = true)]
     pub(crate) json: bool,
+}
+
+/// `--query`/`--format`: CSV in the nvidia-smi manner (`info` and `info -t usage`).
+#[derive(Debug, Default, Clone, Args)]
+#[command(next_help_heading = "Monitoring")]
+pub(crate) struct QueryArgs {
+    /// Print these fields as CSV (`info`, `info -t usage`; the fields: `info --help`)
+    #[arg(long = "query", value_name = "FIELDS", value_delimiter = ',')]
+    pub(crate) query: Vec<String>,
+    /// csv[,noheader][,nounits]: CSV, without header line, without units [default: csv]
+    #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',')]
+    pub(crate) format: Vec<String>,
+}
+
+/// `--loop`/`--count`: repeat the command.
+#[derive(Debug, Default, Clone, Args)]
+#[command(next_help_heading = "Monitoring")]
+pub(crate) struct LoopArgs {
+    /// Repeat the command every SECONDS (decimals allowed)
+    #[arg(
+        long = "loop",
+        value_name = "SECONDS",
+        value_parser = parse_seconds,
+        allow_hyphen_values = true
+    )]
+    pub(crate) every: Option<std::time::Duration>,
+    /// With --loop: stop after N rounds
+    #[arg(long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) count: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Cmd {
     /// List the devices
-    List,
+    List {
+        #[command(flatten)]
+        repeat: LoopArgs,
+    },
     /// Show devices (default), device sharing (-t device-share) or usage per client (-t usage)
+    #[command(after_help = crate::query::info_after_help())]
     Info {
         /// What to show
         #[arg(short = 't', long = "type", value_enum, value_name = "TYPE")]
@@ -59,9 +105,16 @@ pub(crate) enum Cmd {
         /// Device id N (of davinciN), or `all` [default: all]
         #[arg(short = 'i', long = "id", value_name = "ID", value_parser = parse_id)]
         id: Option<IdSel>,
+        /// Chip id: 0 (each davinci device has one chip; accepted for npu-smi scripts)
+        #[arg(short = 'c', long = "chip", value_name = "CHIP", value_parser = parse_chip, allow_hyphen_values = true)]
+        chip: Option<u32>,
         /// List the devices
         #[arg(short = 'l', long = "list")]
         list: bool,
+        #[command(flatten)]
+        query: QueryArgs,
+        #[command(flatten)]
+        repeat: LoopArgs,
     },
     /// Set device sharing: -t device-share -i ID|all -d 0|1 (never prompts)
     Set {
@@ -71,6 +124,9 @@ pub(crate) enum Cmd {
         /// Device id N (of davinciN), or `all`
         #[arg(short = 'i', long = "id", value_name = "ID", value_parser = parse_id)]
         id: IdSel,
+        /// Chip id: 0 (each davinci device has one chip; accepted for npu-smi scripts)
+        #[arg(short = 'c', long = "chip", value_name = "CHIP", value_parser = parse_chip, allow_hyphen_values = true)]
+        chip: Option<u32>,
         /// 1 = shared (many isolated clients), 0 = exclusive (one client)
         #[arg(short = 'd', long = "data", value_name = "0|1", value_parser = clap::value_parser!(u8).range(0..=1))]
         data: u8,
@@ -112,4 +168,31 @@ pub(crate) fn parse_id(s: &str) -> Result<IdSel, String> {
     s.parse()
         .map(IdSel::One)
         .map_err(|_| format!("'{s}' is not a device id (a number, or 'all')"))
+}
+
+/// `-c`: every davinci device has exactly one chip, id 0.
+pub(crate) fn parse_chip(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Ok(0),
+        Ok(n) => Err(format!(
+            "no chip {n}: each davinci device has exactly one chip, id 0"
+        )),
+        Err(_) => Err(format!(
+            "'{s}' is not a chip id (each davinci device has exactly one chip, id 0)"
+        )),
+    }
+}
+
+/// Most seconds `--loop` takes (a day).
+const MAX_LOOP_SECONDS: f64 = 86_400.0;
+
+/// `--loop SECONDS`: a positive number of seconds, decimals allowed, at most a day.
+pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let bad =
+        || format!("'{s}' is not a number of seconds greater than 0 (at most {MAX_LOOP_SECONDS})");
+    let x: f64 = s.trim().parse().map_err(|_| bad())?;
+    if !(x > 0.0 && x <= MAX_LOOP_SECONDS) {
+        return Err(bad());
+    }
+    std::time::Duration::try_from_secs_f64(x).map_err(|_| bad())
 }

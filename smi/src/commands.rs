@@ -1,7 +1,7 @@
 //! The commands: what each asks of the devices, and its text and JSON output.
 #![forbid(unsafe_code)]
 
-use davinci_uapi::ShareMode;
+use davinci_uapi::{ClientUsage, Errno, ShareMode};
 
 use crate::discover::Entry;
 use crate::output::*;
@@ -40,7 +40,61 @@ pub(crate) fn doc(body: Body, outcomes: &[Option<&SmiError>]) -> Doc {
     }
 }
 
-pub(crate) fn board(targets: &[Target]) -> (Doc, String) {
+/// What a command produced: the JSON document, the text for stdout, and (text and CSV
+/// output) the error lines for stderr, one per failed device.
+pub(crate) struct Report {
+    pub(crate) doc: Doc,
+    pub(crate) text: String,
+    pub(crate) errors: String,
+}
+
+/// The stderr line of a device that failed.
+pub(crate) fn error_line(id: Option<u32>, e: &SmiError) -> String {
+    format!("davinci-smi: device {}: {}\n", id_text(id), e.message)
+}
+
+fn report(body: Body, errors: &[(Option<u32>, Option<SmiError>)], text: String) -> Report {
+    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(|(_, e)| e.as_ref()).collect();
+    let lines = errors
+        .iter()
+        .filter_map(|(id, e)| e.as_ref().map(|e| error_line(*id, e)))
+        .collect();
+    Report {
+        doc: doc(body, &outcomes),
+        text,
+        errors: lines,
+    }
+}
+
+/// A client as JSON (the usage table, and the clients a refused `set` names).
+/// `-` for an empty text cell.
+fn dash_if_empty(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+pub(crate) fn client_json(u: &ClientUsage) -> ClientJson {
+    ClientJson {
+        client_id: u.client_id,
+        pid: u.pid,
+        uid: u.uid,
+        container_id: u.container_id().unwrap_or_default().to_string(),
+        contexts: u.contexts,
+        streams: u.streams,
+        events: u.events,
+        allocations: u.allocations,
+        memory_bytes: u.memory_bytes,
+        tasks_submitted: u.tasks_submitted,
+        tasks_completed: u.tasks_completed,
+        tasks_queued: u.tasks_queued,
+        process_name: u.comm().to_string(),
+    }
+}
+
+pub(crate) fn board(targets: &[Target]) -> Report {
     let mut devices = Vec::new();
     let mut errors = Vec::new();
     let mut clients_rows = Vec::new();
@@ -79,7 +133,7 @@ pub(crate) fn board(targets: &[Target]) -> (Doc, String) {
                         format!("{}/{}", u.tasks_completed, u.tasks_submitted),
                     ]);
                 }
-                errors.push(None);
+                errors.push((t.entry.id, None));
             }
             Err(e) => {
                 devices.push(DeviceJson {
@@ -94,7 +148,7 @@ pub(crate) fn board(targets: &[Target]) -> (Doc, String) {
                     share_mode: None,
                     device_share: None,
                 });
-                errors.push(Some(e));
+                errors.push((t.entry.id, Some(e)));
             }
         }
     }
@@ -129,13 +183,8 @@ pub(crate) fn board(targets: &[Target]) -> (Doc, String) {
         ],
         &rows,
     );
-    for (d, e) in devices.iter().zip(&errors) {
-        if let Some(e) = e {
-            text += &format!("Device {}: {}\n", id_text(d.id), e.message);
-        }
-    }
     if clients_rows.is_empty() {
-        if errors.iter().any(Option::is_none) {
+        if errors.iter().any(|(_, e)| e.is_none()) {
             text += "No clients attached.\n";
         }
     } else {
@@ -150,11 +199,10 @@ pub(crate) fn board(targets: &[Target]) -> (Doc, String) {
             &clients_rows,
         );
     }
-    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
-    (doc(Body::Info { devices }, &outcomes), text)
+    report(Body::Info { devices }, &errors, text)
 }
 
-pub(crate) fn share(targets: &[Target]) -> (Doc, String) {
+pub(crate) fn share(targets: &[Target]) -> Report {
     let mut devices = Vec::new();
     let mut errors = Vec::new();
     let mut text = String::new();
@@ -185,13 +233,12 @@ pub(crate) fn share(targets: &[Target]) -> (Doc, String) {
                     share_mode: Some(mode_name(mode)),
                     clients: Some(clients),
                 });
-                errors.push(None);
+                errors.push((t.entry.id, None));
             }
             Err(e) => {
                 text += &kv(&[
                     ("Device ID", id_text(t.entry.id)),
                     ("Status", "Unreachable".into()),
-                    ("Message", e.message.clone()),
                 ]);
                 text.push('\n');
                 devices.push(ShareJson {
@@ -203,12 +250,11 @@ pub(crate) fn share(targets: &[Target]) -> (Doc, String) {
                     share_mode: None,
                     clients: None,
                 });
-                errors.push(Some(e));
+                errors.push((t.entry.id, Some(e)));
             }
         }
     }
-    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
-    (doc(Body::Share { devices }, &outcomes), text)
+    report(Body::Share { devices }, &errors, text)
 }
 
 pub(crate) fn short_container(c: &str) -> String {
@@ -219,7 +265,7 @@ pub(crate) fn short_container(c: &str) -> String {
     }
 }
 
-pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
+pub(crate) fn usage(targets: &[Target]) -> Report {
     let mut devices = Vec::new();
     let mut errors = Vec::new();
     let mut text = String::new();
@@ -231,22 +277,7 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
             .and_then(|d| Ok((d.share()?.0, d.clients()?)));
         match r {
             Ok((mode, list)) => {
-                let clients: Vec<ClientJson> = list
-                    .iter()
-                    .map(|u| ClientJson {
-                        client_id: u.client_id,
-                        pid: u.pid,
-                        uid: u.uid,
-                        container_id: u.container_id().unwrap_or_default().to_string(),
-                        contexts: u.contexts,
-                        streams: u.streams,
-                        events: u.events,
-                        allocations: u.allocations,
-                        memory_bytes: u.memory_bytes,
-                        tasks_submitted: u.tasks_submitted,
-                        tasks_completed: u.tasks_completed,
-                    })
-                    .collect();
+                let clients: Vec<ClientJson> = list.iter().map(client_json).collect();
                 text += &format!(
                     "Device {} ({}): {} mode, {} client(s)\n",
                     id_text(t.entry.id),
@@ -262,6 +293,7 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
                         .map(|c| {
                             vec![
                                 c.pid.to_string(),
+                                dash_if_empty(&c.process_name),
                                 c.uid.to_string(),
                                 short_container(&c.container_id),
                                 c.contexts.to_string(),
@@ -270,6 +302,7 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
                                 c.allocations.to_string(),
                                 mib(c.memory_bytes),
                                 c.tasks_submitted.to_string(),
+                                c.tasks_queued.to_string(),
                                 c.tasks_completed.to_string(),
                             ]
                         })
@@ -277,6 +310,7 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
                     text += &table(
                         &[
                             "PID",
+                            "Process",
                             "UID",
                             "Container",
                             "Contexts",
@@ -285,6 +319,7 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
                             "Allocs",
                             "Memory MiB",
                             "Submitted",
+                            "Queued",
                             "Completed",
                         ],
                         &rows,
@@ -298,14 +333,13 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
                     share_mode: Some(mode_name(mode)),
                     clients,
                 });
-                errors.push(None);
+                errors.push((t.entry.id, None));
             }
             Err(e) => {
                 text += &format!(
-                    "Device {} ({}): unreachable: {}\n",
+                    "Device {} ({}): unreachable\n",
                     id_text(t.entry.id),
                     t.entry.path,
-                    e.message
                 );
                 devices.push(UsageJson {
                     id: t.entry.id,
@@ -315,15 +349,33 @@ pub(crate) fn usage(targets: &[Target]) -> (Doc, String) {
                     share_mode: None,
                     clients: Vec::new(),
                 });
-                errors.push(Some(e));
+                errors.push((t.entry.id, Some(e)));
             }
         }
     }
-    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
-    (doc(Body::Usage { devices }, &outcomes), text)
+    report(Body::Usage { devices }, &errors, text)
 }
 
-pub(crate) fn set(targets: &[Target], mode: ShareMode) -> (Doc, String) {
+/// A refusal of `set` with `EBUSY` names the clients that would be stranded (as a refused
+/// exclusive open names its holder): their list, and the error with their names appended.
+fn name_holders(d: &dyn DeviceAccess, e: SmiError) -> (SmiError, Option<Vec<ClientJson>>) {
+    if e.errno != Some(Errno::EBUSY) {
+        return (e, None);
+    }
+    match d.clients() {
+        Ok(list) if !list.is_empty() => {
+            let names: Vec<String> = list.iter().map(ToString::to_string).collect();
+            let e = SmiError {
+                message: format!("{}; clients attached: {}", e.message, names.join(", ")),
+                ..e
+            };
+            (e, Some(list.iter().map(client_json).collect()))
+        }
+        _ => (e, None),
+    }
+}
+
+pub(crate) fn set(targets: &[Target], mode: ShareMode) -> Report {
     let mut results = Vec::new();
     let mut errors = Vec::new();
     let mut text = String::new();
@@ -335,11 +387,19 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> (Doc, String) {
         }
     };
     for t in targets {
-        let (previous, r) = match &t.dev {
-            Err(e) => (None, Err(e.clone())),
+        let (previous, r, now, held_by) = match &t.dev {
+            Err(e) => (None, Err(e.clone()), None, None),
             Ok(d) => {
                 let previous = d.share().ok().map(|(m, _)| m);
-                (previous, d.set_share(mode))
+                match d.set_share(mode) {
+                    Ok(()) => (previous, Ok(()), Some(mode), None),
+                    Err(e) => {
+                        let (e, held_by) = name_holders(d.as_ref(), e);
+                        // Refused: the mode is whatever the device says it is now.
+                        let now = d.share().ok().map(|(m, _)| m);
+                        (previous, Err(e), now, held_by)
+                    }
+                }
             }
         };
         match r {
@@ -365,16 +425,16 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> (Doc, String) {
                     status: "ok",
                     changed: Some(changed),
                     previous_share_mode: previous.map(mode_name),
-                    share_mode: Some(mode_name(mode)),
+                    share_mode: now.map(mode_name),
                     error: None,
+                    held_by,
                 });
-                errors.push(None);
+                errors.push((t.entry.id, None));
             }
             Err(e) => {
                 text += &kv(&[
                     ("Device ID", id_text(t.entry.id)),
                     ("Status", "Fail".into()),
-                    ("Message", e.message.clone()),
                 ]);
                 results.push(SetResultJson {
                     id: t.entry.id,
@@ -382,18 +442,18 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> (Doc, String) {
                     status: "error",
                     changed: None,
                     previous_share_mode: previous.map(mode_name),
-                    share_mode: None,
+                    share_mode: now.map(mode_name),
                     error: Some(e.json()),
+                    held_by,
                 });
-                errors.push(Some(e));
+                errors.push((t.entry.id, Some(e)));
             }
         }
         text.push('\n');
     }
-    let outcomes: Vec<Option<&SmiError>> = errors.iter().map(Option::as_ref).collect();
     let requested = SetRequestJson {
         device_share: mode == ShareMode::Shared,
         share_mode: mode_name(mode),
     };
-    (doc(Body::Set { requested, results }, &outcomes), text)
+    report(Body::Set { requested, results }, &errors, text)
 }

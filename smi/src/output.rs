@@ -107,6 +107,11 @@ pub struct ClientJson {
     pub tasks_submitted: u64,
     /// Completions the device has written for this client.
     pub tasks_completed: u64,
+    /// Descriptors published on its streams that the device has not taken yet (ABI 1.2;
+    /// 0 from an older driver).
+    pub tasks_queued: u64,
+    /// Process name (comm) of the client (ABI 1.2; empty from an older driver).
+    pub process_name: String,
 }
 
 /// `info -t usage`: one device.
@@ -139,10 +144,14 @@ pub struct SetResultJson {
     pub changed: Option<bool>,
     /// The mode before (null if it could not be read).
     pub previous_share_mode: Option<&'static str>,
-    /// The mode now (null on error).
+    /// The mode in force afterwards: the requested one when ok; after a refusal the one the
+    /// device reports (null only when it cannot be read).
     pub share_mode: Option<&'static str>,
     /// Why it failed (null when ok).
     pub error: Option<ErrorJson>,
+    /// The clients attached when switching to exclusive was refused with `EBUSY` (they would
+    /// have been stranded); null otherwise.
+    pub held_by: Option<Vec<ClientJson>>,
 }
 
 /// What `set` asked for.
@@ -185,7 +194,7 @@ pub enum Body {
         /// Per device.
         results: Vec<SetResultJson>,
     },
-    /// The command failed as a whole (no devices, unknown id).
+    /// The command failed as a whole (no devices, unknown id, a bad command line).
     Failed {
         /// Why.
         error: ErrorJson,
@@ -197,7 +206,8 @@ pub enum Body {
 pub struct Doc {
     /// [`SCHEMA`].
     pub schema: &'static str,
-    /// `"list"`, `"info"`, `"info-device-share"`, `"info-usage"`, `"set-device-share"`.
+    /// `"list"`, `"info"`, `"info-device-share"`, `"info-usage"`, `"set-device-share"`, or
+    /// `"usage-error"` (the command line could not be used; exit status 2).
     pub command: &'static str,
     /// The process exit status this run ends with (see `davinci-smi --help`).
     pub exit_code: i32,
@@ -216,6 +226,16 @@ impl Doc {
                 "{{\"schema\":\"{SCHEMA}\",\"command\":\"{}\",\"exit_code\":1,\"error\":{{\"errno\":null,\"code\":null,\"message\":\"cannot render JSON: {e}\"}}}}\n",
                 self.command
             ),
+        }
+    }
+}
+
+impl Doc {
+    /// Compact JSON on one line with a trailing newline (a document per line in `--loop`).
+    pub fn render_line(&self) -> String {
+        match serde_json::to_string(self) {
+            Ok(s) => s + "\n",
+            Err(_) => self.render().replace('\n', "") + "\n",
         }
     }
 }

@@ -1,0 +1,115 @@
+//! `davinci-smi` as a process: what reaches stdout and stderr, and the exit status. These need
+//! no device (tests with a running `davinci-mockd` are in tests/tests/smi_cli.rs).
+#![forbid(unsafe_code)]
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn smi(args: &[&str]) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("smi-cli-none-{}", std::process::id()));
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_davinci-smi"))
+        .args(args)
+        // Nothing to discover unless a test names a device.
+        .env_remove("DAVINCI_DEVICE")
+        .env("DAVINCI_SOCKET_DIR", &dir)
+        .output()
+        .expect("run davinci-smi");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn doc(s: &str) -> Value {
+    let v: Value = serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s:?}"));
+    assert_eq!(v["schema"], "davinci-smi/v1", "{v}");
+    v
+}
+
+const NOWHERE: &str = "mock:/nonexistent-davinci-smi-test/davinci0.sock";
+
+#[test]
+fn argument_errors_with_json_print_a_document_on_stdout() {
+    for a in [
+        &["--json", "set", "-t", "device-share", "-i", "0", "-d", "2"][..],
+        &["info", "--bogus", "--json"],
+        &["info", "-c", "1", "--json"],
+        &["--json", "info", "--query", "nope"],
+    ] {
+        let (code, out, err) = smi(a);
+        assert_eq!(code, 2, "{a:?}: {out}{err}");
+        assert_eq!(err, "", "{a:?}");
+        let v = doc(&out);
+        assert_eq!(v["command"], "usage-error");
+        assert_eq!(v["exit_code"], 2);
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+}
+
+#[test]
+fn text_errors_go_to_stderr_and_results_to_stdout() {
+    let (code, out, err) = smi(&["info", "-t", "nope"]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(err.contains("invalid value 'nope'"), "{err}");
+    let (code, out, err) = smi(&["--device", NOWHERE, "info", "-c", "0"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("| Unreachable |"), "{out}");
+    assert!(!out.contains("ENODEV"), "{out}");
+    assert!(
+        err.starts_with("davinci-smi: device 0: open failed: ENODEV:"),
+        "{err}"
+    );
+    let (code, out, err) = smi(&["info"]);
+    assert_eq!((code, out.as_str()), (3, ""));
+    assert!(err.contains("no davinci devices found"), "{err}");
+    // With --json the error is in the document and stderr stays empty.
+    let (code, out, err) = smi(&["--device", NOWHERE, "info", "--json"]);
+    assert_eq!((code, err.as_str()), (3, ""));
+    assert_eq!(doc(&out)["devices"][0]["error"]["errno"], "ENODEV");
+}
+
+#[test]
+fn loop_with_count_prints_one_document_per_line() {
+    let (code, out, err) = smi(&[
+        "--device", NOWHERE, "--device", NOWHERE, "list", "--loop", "0.01", "--count", "3",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let docs: Vec<Value> = out.lines().map(doc).collect();
+    assert_eq!(docs.len(), 3, "{out}");
+    for d in docs {
+        // Named twice, listed once.
+        assert_eq!(d["devices"].as_array().map(Vec::len), Some(1), "{d}");
+    }
+}
+
+#[test]
+fn help_documents_the_new_options() {
+    let (code, out, _) = smi(&["--help"]);
+    assert_eq!(code, 0);
+    for s in [
+        "--query",
+        "--format",
+        "--loop",
+        "--count",
+        "usage-error",
+        "used once",
+    ] {
+        assert!(out.contains(s), "{s}: {out}");
+    }
+    let (_, out, _) = smi(&["info", "--help"]);
+    for s in [
+        "-c, --chip",
+        "memory.used [MiB]",
+        "tasks.completed",
+        "share_mode",
+    ] {
+        assert!(out.contains(s), "{s}: {out}");
+    }
+    let (_, out, _) = smi(&["set", "--help"]);
+    assert!(out.contains("-c, --chip"), "{out}");
+}

@@ -1,0 +1,172 @@
+//! `davinci-smi` against a real `davinci-mockd` with client processes: npu-smi's `-c`, a
+//! device named twice, a refused `set` naming the clients it would strand, `--query` CSV and
+//! `--loop`. (The same behaviours against fake devices: smi/src/tests.rs; the binary without
+//! a device: smi/tests/cli.rs.)
+#![forbid(unsafe_code)]
+
+use std::process::Command;
+
+use davinci_tests::mockd::{bin, Mockd, TestClient as Client};
+use serde_json::Value;
+
+/// `davinci-smi --socket-dir DIR ARGS`: exit status, stdout, stderr.
+fn smi(d: &Mockd, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin("testbin-davinci-smi"))
+        .arg("--socket-dir")
+        .arg(d.dir())
+        .args(args)
+        .output()
+        .expect("run davinci-smi");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn doc(s: &str) -> Value {
+    let v: Value = serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"));
+    assert_eq!(v["schema"], "davinci-smi/v1");
+    v
+}
+
+/// A daemon where this user may change sharing.
+fn daemon(devices: &str) -> Mockd {
+    let uid = nix::unistd::getuid().as_raw().to_string();
+    Mockd::start(&["--devices", devices, "--memory", "64M", "--admin-uid", &uid]).unwrap()
+}
+
+const SET: [&str; 6] = ["set", "-t", "device-share", "-i", "0", "-d"];
+
+#[test]
+fn a_refused_switch_to_exclusive_names_the_clients_it_would_strand() {
+    let d = daemon("1");
+    let (code, out, err) = smi(&d, &[&SET[..], &["1", "-c", "0"]].concat());
+    assert_eq!(code, 0, "{out}{err}");
+    let a = Client::start(&d.path(0), &["hold"]);
+    let b = Client::start(&d.path(0), &["hold"]);
+    a.expect("ready");
+    b.expect("ready");
+    let uid = nix::unistd::getuid().as_raw();
+    // Text: the result on stdout, the error naming both clients on stderr.
+    let (code, out, err) = smi(&d, &[&SET[..], &["0"]].concat());
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(
+        out.contains("Status                         : Fail"),
+        "{out}"
+    );
+    assert!(!out.contains("EBUSY"), "{out}");
+    assert!(
+        err.starts_with("davinci-smi: device 0: SET_DEVICE_SHARE failed: EBUSY"),
+        "{err}"
+    );
+    for c in [&a, &b] {
+        assert!(
+            err.contains(&format!("pid {} (uid {uid}, ", c.pid)),
+            "{err}"
+        );
+    }
+    // JSON: the clients as a list, and the mode that stays in force.
+    let (code, out, _) = smi(&d, &[&SET[..], &["0", "--json"]].concat());
+    assert_eq!(code, 5);
+    let r = &doc(&out)["results"][0];
+    assert_eq!(r["error"]["errno"], "EBUSY");
+    assert_eq!(r["share_mode"], "shared");
+    let mut held: Vec<u64> = r["held_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["pid"].as_u64().unwrap())
+        .collect();
+    held.sort_unstable();
+    let mut want = vec![u64::from(a.pid), u64::from(b.pid)];
+    want.sort_unstable();
+    assert_eq!(held, want);
+    assert_eq!(b.release(), 0);
+    assert_eq!(a.release(), 0);
+}
+
+#[test]
+fn chip_0_and_a_device_named_twice() {
+    let d = daemon("2");
+    let again = format!("mock:{}/./davinci0.sock", d.dir().display());
+    let (code, out, err) = smi(
+        &d,
+        &[
+            "--device",
+            &d.path(0),
+            "--device",
+            &again,
+            "--device",
+            &d.path(0),
+            "info",
+            "-t",
+            "device-share",
+            "-i",
+            "0",
+            "-c",
+            "0",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v = doc(&out);
+    assert_eq!(v["devices"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["devices"][0]["path"], d.path(0));
+    let (code, out, err) = smi(&d, &["info", "-c", "1"]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(err.contains("exactly one chip, id 0"), "{err}");
+}
+
+#[test]
+fn query_csv_and_loop() {
+    let d = daemon("2");
+    let c = Client::start(&d.path(1), &["hold"]);
+    c.expect("ready");
+    let (code, out, err) = smi(
+        &d,
+        &[
+            "info",
+            "-t",
+            "usage",
+            "--query",
+            "index,pid,process_name,streams,tasks.queued",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    // The process name is the kernel's comm of the client: at most 15 bytes.
+    assert_eq!(
+        out,
+        format!(
+            "index, pid, process_name, streams, tasks.queued\n1, {}, davinci-testcli, 1, 0\n",
+            c.pid
+        )
+    );
+    let (code, out, err) = smi(
+        &d,
+        &[
+            "--query",
+            "index,clients,share_mode",
+            "--format=csv,noheader",
+            "--loop",
+            "0.01",
+            "--count",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "0, 0, exclusive\n1, 1, exclusive\n".repeat(2));
+    let (code, out, _) = smi(
+        &d,
+        &[
+            "info", "-i", "1", "--json", "--loop", "0.01", "--count", "3",
+        ],
+    );
+    assert_eq!(code, 0);
+    let docs: Vec<Value> = out.lines().map(doc).collect();
+    assert_eq!(docs.len(), 3);
+    assert!(docs.iter().all(|v| v["devices"][0]["clients"] == 1));
+    assert_eq!(c.release(), 0);
+}
