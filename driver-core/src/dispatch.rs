@@ -125,7 +125,7 @@ impl<P: Platform> Device<P> {
             Caller::Admin => ensure!(
                 c.params.admin,
                 EPERM,
-                "changing device sharing needs uid 0 or the admin group"
+                "changing device sharing needs an admin (the kernel driver: CAP_SYS_ADMIN; davinci-mockd: root, the daemon's own user, --admin-uid or an --admin-group member)"
             ),
             Caller::Any => {}
         }

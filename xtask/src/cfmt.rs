@@ -19,7 +19,7 @@ pub(crate) fn caller_text(caller: Caller) -> &'static str {
     match caller {
         Caller::Any => "any open (client or control)",
         Caller::Client => "client open",
-        Caller::Admin => "admin (uid 0 or the admin group), any open",
+        Caller::Admin => "admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open",
     }
 }
 

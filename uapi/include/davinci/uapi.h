@@ -621,7 +621,7 @@ struct davinci_last_error {
 #define DAVINCI_IOCTL_DESTROY_STREAM     _IOW('d', 0x08, struct davinci_handle_args)          /* caller: client open */
 #define DAVINCI_IOCTL_GET_INFO           _IOR('d', 0x09, struct davinci_device_info)          /* caller: any open (client or control) */
 #define DAVINCI_IOCTL_QUERY_DEVICE_SHARE _IOR('d', 0x0a, struct davinci_device_share_args)    /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_SET_DEVICE_SHARE   _IOW('d', 0x0b, struct davinci_device_share_args)    /* caller: admin (uid 0 or the admin group), any open */
+#define DAVINCI_IOCTL_SET_DEVICE_SHARE   _IOW('d', 0x0b, struct davinci_device_share_args)    /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
 #define DAVINCI_IOCTL_LIST_CLIENTS       _IOWR('d', 0x0c, struct davinci_list_clients_args)   /* caller: any open (client or control) */
 #define DAVINCI_IOCTL_CREATE_EVENT       _IOWR('d', 0x0d, struct davinci_create_event_args)   /* caller: client open */
 #define DAVINCI_IOCTL_DESTROY_EVENT      _IOW('d', 0x0e, struct davinci_handle_args)          /* caller: client open */
