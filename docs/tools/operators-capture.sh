@@ -1,8 +1,8 @@
 #!/bin/bash
 # Regenerates docs/operators.md from real runs: starts davinci-mockd in /run/davinci (so it
-# needs root, a free /run/davinci and setpriv), runs clients and davinci-smi, captures their
-# output and fills docs/tools/operators.md.in. Build first:
-#   cargo build -p davinci-smi -p davinci-mock-device -p davinci-tests --bins
+# needs root, a free /run/davinci, a free /tmp/davinci-1000 and setpriv), runs clients and
+# davinci-smi, captures their output and fills docs/tools/operators.md.in. Build first:
+#   cargo build -p davinci-smi -p davinci-mock-device -p davinci-tests -p davinci-workload --bins
 # Usage: docs/tools/operators-capture.sh   (from the repository root)
 set -u
 ROOT=$(pwd)
@@ -21,8 +21,29 @@ $B/davinci-mockd --help > out/mockd-help.txt
 $B/davinci-smi --help > out/smi-help.txt
 $B/davinci-smi info --help > out/smi-info-help.txt
 $B/davinci-smi set --help > out/smi-set-help.txt
+U="setpriv --reuid 1000 --regid 1000 --clear-groups"
 cap nodev davinci-smi info
+cap nodevuser $U davinci-smi info
 cap nonode davinci-workload --device /dev/davinci0
+# The main job's checks, before any device is involved.
+cap wl-streams davinci-workload --streams 1000
+cap wl-memory davinci-workload --memory-mib 1
+cap wl-zero davinci-workload --tasks 0
+cap wl-json env DAVINCI_DEVICE=mock:/run/davinci/davinci0.sock davinci-workload --json
+# A user's own daemon: a socket directory someone else prepared is refused ...
+rm -rf /tmp/davinci-1000
+mkdir -m 0777 /tmp/davinci-1000
+cap dir-refused $U davinci-mockd
+chown 1000 /tmp/davinci-1000
+cap dir-refused2 $U davinci-mockd
+rm -rf /tmp/davinci-1000
+# ... and the user's own daemon makes the user an admin; another user is refused, with a hint.
+$U davinci-mockd --devices 1 --share-mode shared --socket-mode 0666 > out/own-stdout.txt 2> out/own-stderr.txt &
+OPID=$!
+sleep 0.5
+cap own-set $U davinci-smi set -t device-share -i 0 -d 0
+cap own-refused setpriv --reuid 1001 --regid 1001 --clear-groups davinci-smi --socket-dir /tmp/davinci-1000 set -t device-share -i 0 -d 1
+kill -TERM $OPID; wait $OPID
 davinci-mockd --devices 2 --memory 256M --socket-group 4243 --admin-group 4242 > out/mockd-stdout.txt 2> out/mockd-stderr.txt &
 MPID=$!
 sleep 0.5
@@ -30,6 +51,9 @@ ls -l $D > out/ls.txt
 cap list davinci-smi list
 cap info0 davinci-smi info
 cap share0 davinci-smi info -t device-share -i 0
+cap chip davinci-smi info -t device-share -i 0 -c 0
+cap chipbad davinci-smi info -t device-share -i 0 -c 1 --json
+cap twice davinci-smi --device mock:$D/davinci0.sock --device mock:$D//./davinci0.sock list
 # One client holds davinci0 (exclusive): a second one is refused.
 exec 3> >($B/davinci-testclient hold --device mock:$D/davinci0.sock --mem 1048576 > out/c1.txt)
 sleep 0.5
@@ -45,6 +69,9 @@ cap share1 davinci-smi info -t device-share -i 0
 cap sharejson davinci-smi info -t device-share -i 0 --json
 cap usage davinci-smi info -t usage -i 0
 cap usagejson davinci-smi info -t usage -i 0 --json
+cap query davinci-smi info --query index,health,memory.used,memory.total,clients,share_mode --format csv
+cap queryusage davinci-smi info -t usage --query timestamp,index,pid,process_name,container_id,memory.used,tasks.submitted,tasks.queued,tasks.completed --format csv,noheader,nounits --loop 1 --count 2
+cap querybad davinci-smi info -t usage --query index,bogus
 cap setbusy davinci-smi set -t device-share -i all -d 0
 cap setbusyjson davinci-smi set -t device-share -i all -d 0 --json
 cap setperm setpriv --reuid 1000 --regid 1000 --groups 4243 davinci-smi --socket-dir /run/davinci set -t device-share -i 1 -d 1

@@ -4,8 +4,10 @@ out, template, dest, bindir = sys.argv[1] + '/', sys.argv[2], sys.argv[3], sys.a
 t=open(template).read()
 def rd(n): return open(out+n+'.txt').read()
 vals={}
-for n in ['mockd-help','smi-help','smi-set-help','mockd-stdout','mockd-stderr','busy','nodev','list','list1','info0','info1','infojson','nosock','share0','share1','sharejson','usage','usagejson','set1','set1again','setbusy','setbusyjson','setperm','setgroup','usageerr','badid','workload','nonode']:
-    vals[n]=rd(n)
+import os
+for f in sorted(os.listdir(out)):
+    if f.endswith('.txt'):
+        vals[f[:-4]]=rd(f[:-4])
 ls=rd('ls').splitlines()
 vals['mockd-stderr']=vals['mockd-stderr'].replace('[exit status 0]\n','')
 vals['ls-first']='\n'.join(ls[:3])+'\n'

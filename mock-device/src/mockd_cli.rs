@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use davinci_uapi::ShareMode;
 use nix::sys::signal::{SigSet, Signal};
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use davinci_mockd_proto::{default_socket_dir_choice, SocketDir};
 
@@ -255,7 +255,7 @@ pub fn main() -> i32 {
     let daemon = match Daemon::start(&cfg) {
         Ok(d) => d,
         Err(e) => {
-            error!("{e}");
+            // Once: the log and the terminal are the same stderr.
             eprintln!("davinci-mockd: {e}");
             return 1;
         }
