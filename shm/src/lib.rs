@@ -22,4 +22,6 @@ mod copy;
 mod mapping;
 
 pub use copy::{copy_from_shared, copy_to_shared};
-pub use mapping::{futex_wait, futex_wake, OutOfBounds, SharedMapping};
+pub use mapping::{
+    futex_wait, futex_waitv, futex_wake, FutexWaiter, OutOfBounds, SharedMapping, FUTEX_WAITV_MAX,
+};

@@ -218,6 +218,95 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
+/// One word for [`futex_waitv`] to sleep on: while it holds `expected`.
+#[derive(Debug, Clone, Copy)]
+pub struct FutexWaiter<'a> {
+    /// The word.
+    pub word: &'a AtomicU32,
+    /// The value to sleep on.
+    pub expected: u32,
+    /// `FUTEX2_PRIVATE`: must match the waker, since the kernel keys private and shared
+    /// futexes differently and a wake of one kind never reaches a waiter of the other.
+    /// [`futex_wake`] (and a doorbell ring from another process) is a shared wake, so words
+    /// it wakes take `false`; `true` only for a word woken with `FUTEX_WAKE_PRIVATE`.
+    pub private: bool,
+}
+
+/// Most words one [`futex_waitv`] call takes (the kernel's `FUTEX_WAITV_MAX`).
+pub const FUTEX_WAITV_MAX: usize = 128;
+
+/// Sleeps until any of `waiters` no longer holds its expected value or is woken
+/// ([`futex_wake`] / a `FUTEX_WAKE` from another process), or `timeout` passes: one thread
+/// waiting for many doorbells (`futex_waitv(2)`, Linux 5.16). Returns at once if a word
+/// already differs; spurious returns are possible (callers re-check).
+///
+/// # Errors
+/// `EINVAL` for more than [`FUTEX_WAITV_MAX`] or no words; `ENOSYS` on kernels before 5.16
+/// (the caller falls back to a bounded sleep). Woken, timed out, interrupted and "a value
+/// differed" are all `Ok`.
+pub fn futex_waitv(waiters: &[FutexWaiter<'_>], timeout: Duration) -> io::Result<()> {
+    if waiters.is_empty() || waiters.len() > FUTEX_WAITV_MAX {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    /// `struct futex_waitv` of the kernel's uapi (`linux/futex.h`).
+    #[repr(C)]
+    struct RawWaitv {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+    const FUTEX2_SIZE_U32: u32 = 0x02;
+    const FUTEX2_PRIVATE: u32 = 128;
+    let mut raw: [RawWaitv; FUTEX_WAITV_MAX] = std::array::from_fn(|_| RawWaitv {
+        val: 0,
+        uaddr: 0,
+        flags: 0,
+        reserved: 0,
+    });
+    for (r, w) in raw.iter_mut().zip(waiters) {
+        r.val = u64::from(w.expected);
+        r.uaddr = w.word.as_ptr() as u64;
+        r.flags = FUTEX2_SIZE_U32 | if w.private { FUTEX2_PRIVATE } else { 0 };
+    }
+    // The timeout is absolute, on CLOCK_MONOTONIC.
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the local timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let nanos = (now.tv_nsec as u64).saturating_add(u64::from(timeout.subsec_nanos()));
+    let deadline = libc::timespec {
+        tv_sec: (now.tv_sec as u64)
+            .saturating_add(timeout.as_secs())
+            .saturating_add(nanos / 1_000_000_000)
+            .min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `raw` holds `waiters.len()` initialised entries whose `uaddr`s are the 4-byte
+    // aligned words of live references borrowed for the whole call (the kernel only reads
+    // them); the timeout points at a local timespec; the clock id is valid.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            raw.as_ptr(),
+            waiters.len() as libc::c_uint,
+            0u32,
+            &deadline as *const libc::timespec,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ETIMEDOUT) | Some(libc::EINTR) => Ok(()),
+            _ => Err(e),
+        };
+    }
+    Ok(())
+}
+
 /// Wakes every thread (of any process) sleeping in [`futex_wait`] on `word`.
 pub fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only uses the address as a key (the kernel does not access the
@@ -302,5 +391,62 @@ mod tests {
             h.join().unwrap();
         });
         assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn waitv_returns_on_a_changed_word_a_wake_or_the_timeout() {
+        use std::sync::Arc;
+        let a = Arc::new(AtomicU32::new(1));
+        let b = Arc::new(AtomicU32::new(7));
+        // A word that already differs: at once (no timeout is long enough to matter).
+        let w = [
+            FutexWaiter {
+                word: &a,
+                expected: 1,
+                private: true,
+            },
+            FutexWaiter {
+                word: &b,
+                expected: 6,
+                private: false,
+            },
+        ];
+        futex_waitv(&w, Duration::from_secs(60)).unwrap();
+        // Nothing changes: the timeout.
+        let w = [FutexWaiter {
+            word: &a,
+            expected: 1,
+            private: true,
+        }];
+        futex_waitv(&w, Duration::from_millis(1)).unwrap();
+        // The second word is changed and woken from another thread.
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            b2.store(8, Ordering::Release);
+            futex_wake(&b2);
+        });
+        let w = [
+            FutexWaiter {
+                word: &a,
+                expected: 1,
+                private: true,
+            },
+            FutexWaiter {
+                word: &b,
+                expected: 7,
+                private: false,
+            },
+        ];
+        // Spurious returns are allowed: wait until the change is seen (a lost wake-up would
+        // hang here until the long timeout, not pass).
+        while b.load(Ordering::Acquire) == 7 {
+            futex_waitv(&w, Duration::from_secs(60)).unwrap();
+        }
+        t.join().unwrap();
+        assert_eq!(
+            futex_waitv(&[], Duration::ZERO).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
     }
 }
