@@ -1,10 +1,11 @@
-//! [`MockDevice`]: one driver-core [`Device`] behind a mutex, a worker thread per stream, and
-//! the blocking half of WAIT_EVENT.
+//! [`MockDevice`]: one driver-core [`Device`] behind a mutex, a bounded set of poller threads
+//! that serve all its streams (one by default, like an io_uring SQPOLL thread), and the
+//! blocking half of WAIT_EVENT.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,6 +20,8 @@ use davinci_uapi::{
     DRIVER_CMD_DESTROY_STREAM,
 };
 
+use davinci_shm::{futex_wait, futex_waitv, FutexWaiter, FUTEX_WAITV_MAX};
+
 use crate::platform::MockPlatform;
 use crate::stream_mem::{StreamMem, StreamPart};
 
@@ -31,14 +34,18 @@ pub struct MockConfig {
     pub memory_size: u64,
     /// Per-client memory limit in bytes (0 = the whole device).
     pub client_memory_limit: u64,
-    /// Descriptors a worker runs per lock acquisition.
+    /// Poller threads that serve the device's streams (like io_uring's SQPOLL threads): each
+    /// stream is served by one, the least loaded when it was created. More start only when
+    /// every poller serves `FUTEX_WAITV_MAX - 1` streams.
+    pub pollers: usize,
+    /// Descriptors a poller runs per stream per pass (and per lock acquisition).
     pub run_budget: u32,
-    /// Longest a worker sleeps on its doorbell before it looks at the ring anyway (a safety
+    /// Longest a poller sleeps on its doorbell before it looks at the ring anyway (a safety
     /// net; the doorbell protocol does not rely on it).
     pub doorbell_timeout: Duration,
-    /// Longest an event-blocked worker sleeps before it looks again (also a safety net).
+    /// Longest a poller with an event-blocked stream sleeps before it looks again (also a safety net).
     pub event_timeout: Duration,
-    /// How long an idle worker keeps looking (spinning, then yielding) before it arms
+    /// How long an idle poller keeps looking (spinning, then yielding) before it arms
     /// NEED_WAKEUP and sleeps: while it looks, the host rings no doorbell (like SQPOLL's
     /// `sq_thread_idle`). Longer = fewer doorbells and more CPU burnt while idle.
     pub idle_spin: Duration,
@@ -50,6 +57,7 @@ impl Default for MockConfig {
             device_id: 0,
             memory_size: 256 << 20,
             client_memory_limit: 0,
+            pollers: 1,
             run_budget: 64,
             doorbell_timeout: Duration::from_millis(50),
             event_timeout: Duration::from_millis(50),
@@ -81,17 +89,36 @@ pub fn local_open_params(role: Role, admin: bool) -> OpenParams {
     }
 }
 
-struct Worker {
+/// A stream being served: whose it is, its memory (kept mapped while a poller may look at
+/// it), and the poller that serves it.
+struct Served {
     client: u32,
-    stop: Arc<AtomicBool>,
-    mem: Arc<StreamMem>,
+    poller: usize,
+}
+
+/// The streams one poller serves, and a generation that changes with them.
+#[derive(Default)]
+struct PollerSet {
+    streams: Mutex<Vec<(u32, Arc<StreamMem>)>>,
+    generation: AtomicU64,
+}
+
+/// A poller thread and its streams.
+struct Poller {
+    set: Arc<PollerSet>,
     join: JoinHandle<()>,
 }
 
 struct Core {
     dev: Mutex<Device<MockPlatform>>,
+    /// Host threads in WAIT_EVENT sleep here.
     cond: Arc<Condvar>,
-    workers: Mutex<HashMap<u32, Worker>>,
+    /// The pollers' wake word (see `MockPlatform::kick_pollers`).
+    kick: Arc<AtomicU32>,
+    /// Every stream being served, by handle. Lock order: device, then `served`, then
+    /// `pollers`, then a poller's set.
+    served: Mutex<HashMap<u32, Served>>,
+    pollers: Mutex<Vec<Poller>>,
     shutdown: AtomicBool,
     config: MockConfig,
 }
@@ -102,13 +129,32 @@ fn relock<T>(r: std::sync::LockResult<T>) -> T {
     r.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What one pass found a stream doing, to decide how the poller may sleep.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Ran descriptors, or is gone or failed (nothing to arm).
+    Busy,
+    /// Nothing to run: sleep on its doorbell with NEED_WAKEUP armed.
+    Idle,
+    /// The event ring is full: sleep on its doorbell with the stall half armed.
+    Stalled,
+    /// Waiting for an event: the pollers' kick word announces it.
+    Blocked,
+    /// Gone or failed: nothing to wait for.
+    Done,
+}
+
 impl Core {
     fn lock(&self) -> MutexGuard<'_, Device<MockPlatform>> {
         relock(self.dev.lock())
     }
 
-    fn workers(&self) -> MutexGuard<'_, HashMap<u32, Worker>> {
-        relock(self.workers.lock())
+    fn served(&self) -> MutexGuard<'_, HashMap<u32, Served>> {
+        relock(self.served.lock())
+    }
+
+    fn pollers(&self) -> MutexGuard<'_, Vec<Poller>> {
+        relock(self.pollers.lock())
     }
 
     /// Sleeps on the condition variable (device unlocked) for at most `timeout`.
@@ -123,122 +169,244 @@ impl Core {
         g
     }
 
-    /// Stops and joins the workers whose streams no longer exist (or all, at shutdown).
+    /// Hands stream `stream` of `client` to a poller: the one serving the fewest streams,
+    /// starting a new one while fewer than `config.pollers` run or every one is full
+    /// (a poller sleeps on at most `FUTEX_WAITV_MAX - 1` doorbells). Call with the device
+    /// locked (`g`), so the poller cannot run the stream before it is registered.
+    fn serve(
+        self: &Arc<Self>,
+        g: &Device<MockPlatform>,
+        client: u32,
+        stream: u32,
+        mem: Arc<StreamMem>,
+    ) -> std::io::Result<()> {
+        let mut served = self.served();
+        let mut pollers = self.pollers();
+        let load = |p: &Poller| relock(p.set.streams.lock()).len();
+        let least = pollers.iter().enumerate().min_by_key(|(_, p)| load(p));
+        let index = match least {
+            Some((i, p))
+                if pollers.len() >= self.config.pollers.max(1) && load(p) < FUTEX_WAITV_MAX - 1 =>
+            {
+                i
+            }
+            _ => {
+                drop(pollers);
+                let index = self.start_poller()?;
+                pollers = self.pollers();
+                index
+            }
+        };
+        let set = &pollers[index].set;
+        relock(set.streams.lock()).push((stream, mem));
+        set.generation.fetch_add(1, Ordering::AcqRel);
+        served.insert(
+            stream,
+            Served {
+                client,
+                poller: index,
+            },
+        );
+        g.platform().kick_pollers();
+        Ok(())
+    }
+
+    /// Starts one more poller; returns its index.
+    fn start_poller(self: &Arc<Self>) -> std::io::Result<usize> {
+        let mut pollers = self.pollers();
+        let set = Arc::new(PollerSet::default());
+        let core = self.clone();
+        let pset = set.clone();
+        let index = pollers.len();
+        let join = std::thread::Builder::new()
+            .name(format!("davinci{}-poll{index}", self.config.device_id))
+            .spawn(move || core.run_poller(&pset))?;
+        pollers.push(Poller { set, join });
+        Ok(index)
+    }
+
+    /// Stops serving the streams that no longer exist (or all, at shutdown); a poller drops
+    /// its reference to their memory at its next pass.
     fn reap(&self, all: bool) {
         let live: Vec<u32> = if all {
             Vec::new()
         } else {
             self.lock().stream_handles().collect()
         };
-        let dead: Vec<Worker> = {
-            let mut w = self.workers();
-            let gone: Vec<u32> = w
-                .keys()
-                .copied()
-                .filter(|h| all || !live.contains(h))
-                .collect();
-            gone.iter().filter_map(|h| w.remove(h)).collect()
-        };
-        for w in &dead {
-            w.stop.store(true, Ordering::Release);
-            w.mem.kick();
+        let mut served = self.served();
+        let gone: Vec<(u32, usize)> = served
+            .iter()
+            .filter(|(h, _)| all || !live.contains(h))
+            .map(|(h, s)| (*h, s.poller))
+            .collect();
+        if gone.is_empty() {
+            return;
         }
-        if !dead.is_empty() {
-            // Event-blocked workers sleep on the condition variable.
-            let _g = self.lock();
-            self.cond.notify_all();
+        let pollers = self.pollers();
+        for (h, p) in gone {
+            served.remove(&h);
+            if let Some(p) = pollers.get(p) {
+                relock(p.set.streams.lock()).retain(|(s, _)| *s != h);
+                p.set.generation.fetch_add(1, Ordering::AcqRel);
+            }
         }
-        for w in dead {
-            // A worker cannot panic on any path (driver-core and this crate have none); if it
-            // did, there is nothing left to clean up for it.
-            let _ = w.join.join();
-        }
+        drop(pollers);
+        drop(served);
+        self.lock().platform().kick_pollers();
     }
 
     fn shutdown(&self) {
         {
-            let _g = self.lock();
+            let g = self.lock();
             self.shutdown.store(true, Ordering::Release);
             self.cond.notify_all();
+            g.platform().kick_pollers();
         }
         self.reap(true);
+        let pollers: Vec<Poller> = self.pollers().drain(..).collect();
+        {
+            // A poller that registered as sleeping after the kick above still sees the
+            // shutdown flag at its next look; wake it now rather than at its timeout.
+            let g = self.lock();
+            g.platform().kick_pollers();
+        }
+        for p in pollers {
+            // A poller cannot panic on any path (driver-core and this crate have none); if it
+            // did, there is nothing left to clean up for it.
+            let _ = p.join.join();
+        }
     }
 
-    fn stopping(&self, stop: &AtomicBool) -> bool {
-        stop.load(Ordering::Acquire) || self.shutdown.load(Ordering::Acquire)
-    }
-
-    /// The worker of one stream: runs descriptors while there are any, then keeps looking for
-    /// `idle_spin` (spinning, then yielding), then sleeps on the doorbell with NEED_WAKEUP armed
-    /// (an empty command ring, or a full event ring the host must reap), or on the condition
-    /// variable (an event it waits for).
-    fn run_worker(&self, stream: u32, mem: &StreamMem, stop: &AtomicBool) {
+    /// One poller: runs each of its streams for up to `run_budget` descriptors per pass while
+    /// any makes progress; when none does, keeps looking for `idle_spin` (spinning, then
+    /// yielding), then arms NEED_WAKEUP on every idle or stalled stream (docs/abi.md 5.3,
+    /// 5.4) and sleeps on all their doorbells and the kick word at once (`futex_waitv`), at
+    /// most `doorbell_timeout`.
+    fn run_poller(&self, set: &PollerSet) {
         let budget = self.config.run_budget.max(1);
         let backoff = Backoff::new();
         let mut idle_since: Option<Instant> = None;
+        let mut streams: Vec<(u32, Arc<StreamMem>)> = Vec::new();
+        let mut seen: Vec<Seen> = Vec::new();
+        let mut generation = u64::MAX;
         loop {
-            if self.stopping(stop) {
+            if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            let mut g = self.lock();
-            match g.run_stream(stream, budget) {
-                Run::Progress(_) => {
-                    drop(g);
-                    backoff.reset();
-                    idle_since = None;
-                }
-                Run::Idle => {
-                    drop(g);
-                    let since = *idle_since.get_or_insert_with(Instant::now);
-                    if !backoff.is_completed() || since.elapsed() < self.config.idle_spin {
-                        backoff.snooze();
-                        continue;
-                    }
-                    idle_since = None;
-                    // d0 before NEED_WAKEUP is armed: a doorbell rung after that changes it.
-                    let d0 = mem.doorbell_value();
-                    if self.lock().stream_prepare_sleep(stream) {
-                        if !self.stopping(stop) {
-                            mem.wait_doorbell(d0, self.config.doorbell_timeout);
-                        }
-                        self.lock().stream_woke(stream);
-                    }
-                    backoff.reset();
-                }
-                Run::Stalled => {
-                    // Only the host reaping its event ring unblocks this. Look a little, then
-                    // sleep on the doorbell, which the host rings after reaping while
-                    // NEED_WAKEUP is set (docs/abi.md 5.4: the stall half of the handshake).
-                    drop(g);
-                    if !backoff.is_completed() {
-                        backoff.snooze();
-                        continue;
-                    }
-                    idle_since = None;
-                    let d0 = mem.doorbell_value();
-                    if self.lock().stream_prepare_stall_sleep(stream) {
-                        if !self.stopping(stop) {
-                            mem.wait_doorbell(d0, self.config.doorbell_timeout);
-                        }
-                        self.lock().stream_woke(stream);
-                    }
-                    backoff.reset();
-                }
-                Run::Blocked { .. } => {
-                    // Checked under the lock, so a shutdown's notify cannot slip in between.
-                    if self.shutdown.load(Ordering::Acquire) || stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    drop(self.sleep(g, self.config.event_timeout));
-                    backoff.reset();
-                }
-                Run::Failed(_) | Run::Gone => return,
+            let g_now = set.generation.load(Ordering::Acquire);
+            if g_now != generation {
+                streams = relock(set.streams.lock()).clone();
+                generation = g_now;
             }
+            // Read before the pass: anything that announces work after it changes the word,
+            // so the sleep below returns at once.
+            let k0 = self.kick.load(Ordering::Acquire);
+            seen.clear();
+            let mut progress = false;
+            for (h, _) in &streams {
+                let r = self.lock().run_stream(*h, budget);
+                seen.push(match r {
+                    Run::Progress(_) => {
+                        progress = true;
+                        Seen::Busy
+                    }
+                    Run::Idle => Seen::Idle,
+                    Run::Stalled => Seen::Stalled,
+                    Run::Blocked { .. } => Seen::Blocked,
+                    Run::Failed(_) | Run::Gone => Seen::Done,
+                });
+            }
+            if progress {
+                backoff.reset();
+                idle_since = None;
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if !streams.is_empty()
+                && (!backoff.is_completed() || since.elapsed() < self.config.idle_spin)
+            {
+                backoff.snooze();
+                continue;
+            }
+            idle_since = None;
+            backoff.reset();
+            self.park(&streams, &seen, k0);
+        }
+    }
+
+    /// Arms NEED_WAKEUP on the idle and stalled streams and sleeps on their doorbells and the
+    /// kick word (`k0` read before the pass). Returns without sleeping if any of them found
+    /// work while being armed.
+    fn park(&self, streams: &[(u32, Arc<StreamMem>)], seen: &[Seen], k0: u32) {
+        let mut armed: Vec<(u32, &AtomicU32, u32)> = Vec::with_capacity(streams.len());
+        let mut g = self.lock();
+        let mut rerun = false;
+        for ((h, mem), s) in streams.iter().zip(seen) {
+            if !matches!(s, Seen::Idle | Seen::Stalled) {
+                continue;
+            }
+            let Some(word) = mem.doorbell_word() else {
+                continue;
+            };
+            // The doorbell value before NEED_WAKEUP is armed: a ring after that changes it.
+            let d0 = mem.doorbell_value();
+            let sleep = if *s == Seen::Idle {
+                g.stream_prepare_sleep(*h)
+            } else {
+                g.stream_prepare_stall_sleep(*h)
+            };
+            if !sleep {
+                rerun = true;
+                break;
+            }
+            armed.push((*h, word, d0));
+        }
+        if rerun || self.shutdown.load(Ordering::Acquire) {
+            for (h, _, _) in &armed {
+                g.stream_woke(*h);
+            }
+            return;
+        }
+        g.platform_mut().poller_sleeping(true);
+        drop(g);
+        let mut waiters = Vec::with_capacity(armed.len() + 1);
+        waiters.push(FutexWaiter {
+            word: &self.kick,
+            expected: k0,
+            // `kick_pollers` wakes it with the shared `futex_wake`.
+            private: false,
+        });
+        waiters.extend(armed.iter().map(|(_, word, d0)| FutexWaiter {
+            word,
+            expected: *d0,
+            private: false,
+        }));
+        waiters.truncate(FUTEX_WAITV_MAX);
+        // With no stream to serve, only a kick (a new stream, shutdown) can give work: no
+        // safety-net wake-ups then.
+        let timeout = if streams.is_empty() {
+            Duration::from_secs(3600)
+        } else {
+            self.config.doorbell_timeout
+        };
+        if futex_waitv(&waiters, timeout).is_err() {
+            // No futex_waitv (a kernel before 5.16): a short bounded sleep instead, so a
+            // doorbell is noticed within a millisecond.
+            futex_wait(
+                &self.kick,
+                k0,
+                Duration::from_millis(1).min(self.config.doorbell_timeout),
+            );
+        }
+        let mut g = self.lock();
+        g.platform_mut().poller_sleeping(false);
+        for (h, _, _) in &armed {
+            g.stream_woke(*h);
         }
     }
 }
 
-/// Stops every worker when the last [`MockDevice`] handle goes.
+/// Stops every poller when the last [`MockDevice`] handle goes.
 struct Owner {
     core: Arc<Core>,
 }
@@ -252,7 +420,7 @@ impl Drop for Owner {
 /// A davinci device without hardware: the driver-core engine on threads of this process.
 ///
 /// Clones share the device. Dropping the last clone (or [`shutdown`](Self::shutdown)) stops
-/// and joins every worker. Each open (client or control) gets a handle from
+/// and joins every poller. Each open (client or control) gets a handle from
 /// [`open`](Self::open) and is served by [`ioctl`](Self::ioctl) and [`map`](Self::map)
 /// exactly as the kernel module serves a file descriptor; [`close`](Self::close) releases
 /// everything the open held.
@@ -273,7 +441,8 @@ impl MockDevice {
     /// A new device with no clients, in exclusive mode.
     pub fn new(config: MockConfig) -> Self {
         let cond = Arc::new(Condvar::new());
-        let platform = MockPlatform::new(config.memory_size, cond.clone());
+        let kick = Arc::new(AtomicU32::new(0));
+        let platform = MockPlatform::new(config.memory_size, cond.clone(), kick.clone());
         let dev = Device::new(
             Config {
                 device_id: config.device_id,
@@ -287,10 +456,19 @@ impl MockDevice {
         let core = Arc::new(Core {
             dev: Mutex::new(dev),
             cond,
-            workers: Mutex::new(HashMap::new()),
+            kick,
+            served: Mutex::new(HashMap::new()),
+            pollers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
             config,
         });
+        // The pollers start with the device (a fixed set of threads, not one per stream). One
+        // that cannot be started now is started with the first stream (or that fails then).
+        for _ in 0..config.pollers.max(1) {
+            if core.start_poller().is_err() {
+                break;
+            }
+        }
         Self {
             owner: Arc::new(Owner { core }),
         }
@@ -318,7 +496,7 @@ impl MockDevice {
         core.lock().open(params).map_err(Box::new)
     }
 
-    /// Detaches an open and releases everything it held; stops and joins its workers.
+    /// Detaches an open and releases everything it held; its streams leave their pollers.
     pub fn close(&self, client: u32) {
         let core = self.core();
         {
@@ -397,31 +575,13 @@ impl MockDevice {
             return Err(Error::new(Errno::ENOENT, "new stream vanished"));
         };
         g.platform_mut().register_stream(stream, mem.clone());
-        let stop = Arc::new(AtomicBool::new(false));
-        let core = self.owner.core.clone();
-        let (wmem, wstop) = (mem.clone(), stop.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("davinci-stream-{stream:#x}"))
-            .spawn(move || core.run_worker(stream, &wmem, &wstop));
-        match spawned {
-            Ok(join) => {
-                // Lock order: device, then workers.
-                self.core().workers().insert(
-                    stream,
-                    Worker {
-                        client,
-                        stop,
-                        mem,
-                        join,
-                    },
-                );
-                Ok(())
-            }
+        match self.owner.core.serve(&g, client, stream, mem) {
+            Ok(()) => Ok(()),
             Err(_) => {
                 let _ = g.destroy_stream(client, stream);
                 Err(Error::new(
                     Errno::ENOMEM,
-                    "could not start the stream's worker thread",
+                    "could not start a poller thread for the stream",
                 ))
             }
         }
@@ -477,21 +637,27 @@ impl MockDevice {
         self.core().lock().share_mode()
     }
 
-    /// Worker threads running (one per live stream, until reaped).
+    /// Streams being served by the device's pollers (every live stream, until reaped).
     pub fn workers(&self) -> usize {
-        self.core().workers().len()
+        self.core().served().len()
     }
 
-    /// Worker threads of one client.
+    /// Streams of one client being served.
     pub fn client_workers(&self, client: u32) -> usize {
         self.core()
-            .workers()
+            .served()
             .values()
             .filter(|w| w.client == client)
             .count()
     }
 
-    /// Stops and joins every worker now; afterwards every call fails with `ENODEV`.
+    /// Poller threads running (`MockConfig::pollers`, more only past
+    /// `FUTEX_WAITV_MAX - 1` streams per poller).
+    pub fn pollers(&self) -> usize {
+        self.core().pollers().len()
+    }
+
+    /// Stops and joins every poller now; afterwards every call fails with `ENODEV`.
     /// (Dropping the last handle does the same.)
     pub fn shutdown(&self) {
         self.core().shutdown();

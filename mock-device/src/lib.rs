@@ -4,8 +4,9 @@
 //! * [`MockPlatform`]: driver-core's `Platform` over memfds: per-client device-memory
 //!   arenas (sparse memfds; freed ranges are punched out), per-stream ring and doorbell
 //!   memfds, a condition variable for sleepers, `FUTEX_WAKE` for stream kicks.
-//! * [`MockDevice`]: the device behind a mutex, one worker thread per stream (run, spin,
-//!   arm NEED_WAKEUP, futex-wait on the doorbell), the blocking half of WAIT_EVENT, and
+//! * [`MockDevice`]: the device behind a mutex, a bounded set of poller threads serving all
+//!   its streams (run, spin, arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking
+//!   half of WAIT_EVENT, and
 //!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors.
 //!
 //! * [`daemon`]: `davinci-mockd`, N devices each on its own Unix socket; `conn` serves one

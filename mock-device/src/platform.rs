@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar};
 use std::time::Instant;
 
@@ -25,12 +26,19 @@ pub struct MockPlatform {
     memory_size: u64,
     arenas: HashMap<u32, SharedRegion>,
     /// Live streams' memory, by stream handle (registered once the core assigned the handle),
-    /// to kick their workers.
+    /// to kick their pollers.
     streams: HashMap<u32, Arc<StreamMem>>,
-    /// Threads sleeping on `cond` (WAIT_EVENT callers, event-blocked workers). Changed only
+    /// Threads sleeping on `cond` (WAIT_EVENT callers). Changed only
     /// with the device locked, like everything here.
     waiters: usize,
     cond: Arc<Condvar>,
+    /// The pollers' wake word: bumped whenever a poller may have new work that no doorbell
+    /// announces (an event reached, a stream added or removed), `FUTEX_WAKE`d while a poller
+    /// sleeps on it.
+    kick: Arc<AtomicU32>,
+    /// Pollers asleep (on `kick` and their streams' doorbells). Changed with the device
+    /// locked.
+    sleeping_pollers: usize,
     epoch: Instant,
 }
 
@@ -53,16 +61,35 @@ fn oob(_: OutOfBounds) -> Error {
 }
 
 impl MockPlatform {
-    /// A platform for a device of `memory_size` bytes whose sleepers wait on `cond` (paired
-    /// with the device mutex).
-    pub(crate) fn new(memory_size: u64, cond: Arc<Condvar>) -> Self {
+    /// A platform for a device of `memory_size` bytes whose host waiters sleep on `cond`
+    /// (paired with the device mutex) and whose pollers sleep on `kick`.
+    pub(crate) fn new(memory_size: u64, cond: Arc<Condvar>, kick: Arc<AtomicU32>) -> Self {
         Self {
             memory_size,
             arenas: HashMap::new(),
             streams: HashMap::new(),
             waiters: 0,
             cond,
+            kick,
+            sleeping_pollers: 0,
             epoch: Instant::now(),
+        }
+    }
+
+    /// Bumps the pollers' wake word, and wakes those asleep on it.
+    pub(crate) fn kick_pollers(&self) {
+        self.kick.fetch_add(1, Ordering::AcqRel);
+        if self.sleeping_pollers > 0 {
+            davinci_shm::futex_wake(&self.kick);
+        }
+    }
+
+    /// A poller is about to sleep (`true`) or woke (`false`).
+    pub(crate) fn poller_sleeping(&mut self, asleep: bool) {
+        if asleep {
+            self.sleeping_pollers += 1;
+        } else {
+            self.sleeping_pollers = self.sleeping_pollers.saturating_sub(1);
         }
     }
 
@@ -146,7 +173,7 @@ impl Platform for MockPlatform {
 
     fn release_stream(&mut self, _client: u32, stream: u32, mem: Self::StreamMem) {
         self.streams.remove(&stream);
-        // Wake a worker that may sleep on the doorbell: its stream is gone.
+        // Wake a poller that may sleep on the doorbell: its stream is gone.
         mem.kick();
     }
 
@@ -219,5 +246,7 @@ impl Platform for MockPlatform {
         if self.waiters > 0 {
             self.cond.notify_all();
         }
+        // A poller may have a stream blocked on an event this reached.
+        self.kick_pollers();
     }
 }

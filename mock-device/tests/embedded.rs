@@ -137,6 +137,29 @@ fn slow_path_task_runs_on_the_worker() {
 }
 
 #[test]
+fn shutdown_wakes_a_parked_poller() {
+    // A poller with no streams parks (on the kick word only, with no safety-net timeout to
+    // speak of): shutdown must wake it, not wait out its hour. Regression: the kick word was
+    // waited on as a private futex but woken with a shared FUTEX_WAKE, which never reaches it.
+    let dev = MockDevice::new(MockConfig {
+        pollers: 2,
+        ..MockConfig::default()
+    });
+    assert_eq!(dev.pollers(), 2, "pollers start with the device");
+    std::thread::sleep(Duration::from_millis(200)); // long enough to be parked
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dev.clone();
+    std::thread::spawn(move || {
+        d.shutdown();
+        let _ = tx.send(d.pollers());
+    });
+    let left = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("shutdown joined its parked pollers");
+    assert_eq!(left, 0);
+}
+
+#[test]
 fn close_and_shutdown_stop_the_workers() {
     let dev = MockDevice::new(MockConfig::default());
     let one = client(&dev);
