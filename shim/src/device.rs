@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use std::os::fd::AsFd;
 
@@ -17,8 +17,11 @@ use crate::memory::DeviceBuffer;
 use crate::path::DevicePath;
 use crate::stream::{Stream, StreamOptions};
 
-/// Counters of the data path, kept by the shim (per [`Device`], over all its streams).
+/// Counters of the data path of one [`Stream`], written only by that stream (on its own cache
+/// lines, so streams on different threads never write a shared line per task) and summed over
+/// the live streams and the retired totals by [`Device::stats`].
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(crate) struct Stats {
     pub(crate) tasks: AtomicU64,
     pub(crate) doorbells: AtomicU64,
@@ -26,6 +29,37 @@ pub(crate) struct Stats {
     pub(crate) notifies: AtomicU64,
     pub(crate) slow_submits: AtomicU64,
     pub(crate) full_waits: AtomicU64,
+}
+
+impl Stats {
+    /// Adds `n` to a counter that only its stream's `&mut self` paths write: a plain load and
+    /// store (no locked read-modify-write on the hot path). Readers may see the old value.
+    #[inline]
+    pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub(crate) fn snapshot(&self) -> DeviceStats {
+        DeviceStats {
+            tasks_submitted: self.tasks.load(Ordering::Relaxed),
+            doorbells: self.doorbells.load(Ordering::Relaxed),
+            futex_wakes: self.futex_wakes.load(Ordering::Relaxed),
+            notify_ioctls: self.notifies.load(Ordering::Relaxed),
+            slow_submits: self.slow_submits.load(Ordering::Relaxed),
+            ring_full_waits: self.full_waits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The per-stream counters of one open: those of its live streams, and the totals of the
+/// streams already dropped. Locked only when a stream is created or dropped and on reads.
+#[derive(Debug, Default)]
+pub(crate) struct StatsRegistry {
+    live: Vec<Arc<Stats>>,
+    retired: DeviceStats,
 }
 
 /// A snapshot of the data-path counters of a [`Device`].
@@ -60,13 +94,17 @@ impl DeviceStats {
 
     /// The counters accumulated since `earlier`.
     pub fn since(&self, earlier: &DeviceStats) -> DeviceStats {
+        self.zip(earlier, u64::wrapping_sub)
+    }
+
+    fn zip(&self, o: &DeviceStats, f: impl Fn(u64, u64) -> u64) -> DeviceStats {
         DeviceStats {
-            tasks_submitted: self.tasks_submitted.wrapping_sub(earlier.tasks_submitted),
-            doorbells: self.doorbells.wrapping_sub(earlier.doorbells),
-            futex_wakes: self.futex_wakes.wrapping_sub(earlier.futex_wakes),
-            notify_ioctls: self.notify_ioctls.wrapping_sub(earlier.notify_ioctls),
-            slow_submits: self.slow_submits.wrapping_sub(earlier.slow_submits),
-            ring_full_waits: self.ring_full_waits.wrapping_sub(earlier.ring_full_waits),
+            tasks_submitted: f(self.tasks_submitted, o.tasks_submitted),
+            doorbells: f(self.doorbells, o.doorbells),
+            futex_wakes: f(self.futex_wakes, o.futex_wakes),
+            notify_ioctls: f(self.notify_ioctls, o.notify_ioctls),
+            slow_submits: f(self.slow_submits, o.slow_submits),
+            ring_full_waits: f(self.ring_full_waits, o.ring_full_waits),
         }
     }
 }
@@ -74,7 +112,30 @@ impl DeviceStats {
 pub(crate) struct DeviceInner {
     backend: Box<dyn Backend>,
     info: DeviceInfo,
-    pub(crate) stats: Stats,
+    stats: Mutex<StatsRegistry>,
+}
+
+impl DeviceInner {
+    fn registry(&self) -> std::sync::MutexGuard<'_, StatsRegistry> {
+        // A panic elsewhere while holding it leaves only counters behind: still usable.
+        self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counters for a new stream, summed into [`Device::stats`] from now on.
+    pub(crate) fn register_stream(&self) -> Arc<Stats> {
+        let s = Arc::new(Stats::default());
+        self.registry().live.push(Arc::clone(&s));
+        s
+    }
+
+    /// A dropped stream's counters move into the retired totals.
+    pub(crate) fn retire_stream(&self, s: &Arc<Stats>) {
+        let mut r = self.registry();
+        if let Some(i) = r.live.iter().position(|x| Arc::ptr_eq(x, s)) {
+            r.live.swap_remove(i);
+            r.retired = r.retired.zip(&s.snapshot(), u64::wrapping_add);
+        }
+    }
 }
 
 /// One open of a davinci device, as a client: the handle everything else hangs from.
@@ -201,7 +262,7 @@ impl Device {
             inner: Arc::new(DeviceInner {
                 backend,
                 info,
-                stats: Stats::default(),
+                stats: Mutex::new(StatsRegistry::default()),
             }),
         }
     }
@@ -326,16 +387,13 @@ impl Device {
     }
 
     /// The data-path counters (doorbells, tasks, ...) of this open so far.
+    /// Summed over its streams (live and dropped) on each call; each stream keeps its own (see
+    /// [`Stream::stats`]), so the data path writes nothing shared between streams.
     pub fn stats(&self) -> DeviceStats {
-        let s = &self.inner.stats;
-        DeviceStats {
-            tasks_submitted: s.tasks.load(Ordering::Relaxed),
-            doorbells: s.doorbells.load(Ordering::Relaxed),
-            futex_wakes: s.futex_wakes.load(Ordering::Relaxed),
-            notify_ioctls: s.notifies.load(Ordering::Relaxed),
-            slow_submits: s.slow_submits.load(Ordering::Relaxed),
-            ring_full_waits: s.full_waits.load(Ordering::Relaxed),
-        }
+        let r = self.inner.registry();
+        r.live.iter().fold(r.retired, |acc, s| {
+            acc.zip(&s.snapshot(), u64::wrapping_add)
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::*;
 
 use crate::completion::{Completion, StreamError};
-use crate::device::ContextInner;
+use crate::device::{ContextInner, DeviceStats, Stats};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::rings::{StreamRings, Wake};
@@ -132,6 +132,7 @@ pub struct Stream {
     opts: StreamOptions,
     backlog: VecDeque<Completion>,
     first_error: Option<Completion>,
+    stats: Arc<Stats>,
 }
 
 impl fmt::Debug for Stream {
@@ -207,6 +208,7 @@ impl Stream {
             opts,
             backlog: VecDeque::new(),
             first_error: None,
+            stats: dev.inner.register_stream(),
         })
     }
 
@@ -301,8 +303,12 @@ impl Stream {
         )
     }
 
-    fn stats(&self) -> &crate::device::Stats {
-        &self.ctx.dev.inner.stats
+    /// This stream's data-path counters so far (the same counters as [`Device::stats`], which
+    /// sums them over the open's streams).
+    ///
+    /// [`Device::stats`]: crate::Device::stats
+    pub fn stats(&self) -> DeviceStats {
+        self.stats.snapshot()
     }
 
     /// Publishes what was pushed; rings the doorbell if the device asked for it.
@@ -310,9 +316,7 @@ impl Stream {
         if pushed == 0 {
             return Ok(());
         }
-        self.stats()
-            .tasks
-            .fetch_add(pushed as u64, Ordering::Relaxed);
+        Stats::bump(&self.stats.tasks, pushed as u64);
         if !self.rings.publish() {
             return Ok(());
         }
@@ -322,7 +326,7 @@ impl Stream {
     /// Wakes a device that asked for it (NEED_WAKEUP, after a publish or a reap): the doorbell,
     /// or NOTIFY for a device without one.
     fn wake_device(&self, op: &'static str) -> Result<()> {
-        let s = self.stats();
+        let s = &self.stats;
         if self.rings.wake() == Wake::Notify {
             self.notify_as(op)?;
             s.doorbells.fetch_add(1, Ordering::Relaxed);
@@ -358,7 +362,7 @@ impl Stream {
                 return Ok(());
             }
             let d = *until.get_or_insert_with(|| deadline(self.opts.submit_timeout));
-            self.stats().full_waits.fetch_add(1, Ordering::Relaxed);
+            Stats::bump(&self.stats.full_waits, 1);
             self.wait_for_room(OP, d)?;
         }
     }
@@ -603,9 +607,8 @@ impl Stream {
         };
         self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
         self.rings.resync_tail();
-        let s = self.stats();
-        s.slow_submits.fetch_add(1, Ordering::Relaxed);
-        s.tasks.fetch_add(1, Ordering::Relaxed);
+        Stats::bump(&self.stats.slow_submits, 1);
+        Stats::bump(&self.stats.tasks, 1);
         Ok(a.index)
     }
 
@@ -613,7 +616,7 @@ impl Stream {
         self.ctx
             .dev
             .call_handle(op, DRIVER_CMD_NOTIFY, self.handle)?;
-        self.stats().notifies.fetch_add(1, Ordering::Relaxed);
+        self.stats.notifies.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -635,6 +638,7 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        self.ctx.dev.inner.retire_stream(&self.stats);
         // On failure the context's (or the open's) teardown releases it anyway.
         let _ = self
             .ctx

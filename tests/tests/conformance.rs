@@ -296,6 +296,34 @@ fn slow_path_submit_task_interleaves_with_the_ring() {
 }
 
 #[test]
+fn stats_are_kept_per_stream_and_summed_over_live_and_dropped_streams() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let before = dev.stats();
+    let mut a = ctx.create_stream().unwrap();
+    let mut b = ctx.create_stream().unwrap();
+    a.submit_batch(&(0..5).map(TaskDesc::nop).collect::<Vec<_>>())
+        .unwrap();
+    b.submit_batch(&(0..3).map(TaskDesc::nop).collect::<Vec<_>>())
+        .unwrap();
+    b.submit_slow(&TaskDesc::nop(3)).unwrap();
+    a.synchronize(T).unwrap();
+    b.synchronize(T).unwrap();
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.tasks_submitted, sa.slow_submits), (5, 0));
+    assert_eq!((sb.tasks_submitted, sb.slow_submits), (4, 1));
+    let total = dev.stats().since(&before);
+    assert_eq!(total.tasks_submitted, 9);
+    assert_eq!(total.doorbells, sa.doorbells + sb.doorbells);
+    // A dropped stream's counts stay in the device's totals.
+    drop(a);
+    let total = dev.stats().since(&before);
+    assert_eq!((total.tasks_submitted, total.slow_submits), (9, 1));
+    let c = ctx.create_stream().unwrap();
+    assert_eq!(c.stats(), Default::default(), "a new stream starts at zero");
+}
+
+#[test]
 fn event_orders_work_across_streams() {
     let dev = dev();
     let ctx = dev.create_context().unwrap();
