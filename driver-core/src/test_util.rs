@@ -84,8 +84,9 @@ pub struct HeapPlatform {
     pub live_streams: u32,
     /// Streams released so far.
     pub released_streams: u32,
-    /// Fake clock.
-    pub now: u64,
+    /// Fake clock: each read returns the next value (1, 2, 3, ...), so tests see how often
+    /// the engine reads it.
+    pub now: core::sync::atomic::AtomicU64,
     /// Kicks seen.
     pub kicks: u64,
     /// notify_waiters calls seen.
@@ -252,7 +253,7 @@ impl Platform for HeapPlatform {
     }
 
     fn now_ns(&self) -> u64 {
-        self.now
+        self.now.fetch_add(1, core::sync::atomic::Ordering::Relaxed) + 1
     }
 
     fn kick_stream(&mut self, _stream: u32) {

@@ -441,6 +441,51 @@ fn engine_executes_fill_copy_add_and_events_in_order() {
 }
 
 #[test]
+fn instant_tasks_share_one_clock_reading_per_run() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let a = alloc(&mut dev, c, 4096);
+    let mut s = stream(&mut dev, c, k, 16, 16);
+    let descs = [
+        TaskDesc::nop(0),
+        TaskDesc::nop(1),
+        TaskDesc::fill(2, DevAddr(a.dev_addr), 64, 1),
+        TaskDesc::nop(3),
+        TaskDesc::fill(4, DevAddr(a.dev_addr), 64, 2),
+        TaskDesc::fill(5, DevAddr(a.dev_addr), 64, 3),
+    ];
+    for d in &descs {
+        s.prod.push(d).unwrap();
+    }
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(6));
+    let stamps: Vec<(u64, u64)> = drain(&mut s)
+        .iter()
+        .map(|r| (r.user_data, r.timestamp_ns))
+        .collect();
+    // The clock ticks on every read: the NOPs reuse the reading before them, each FILL reads
+    // it when it finished, and time never goes backwards.
+    let t: Vec<u64> = stamps.iter().map(|&(_, t)| t).collect();
+    assert_eq!(
+        stamps.iter().map(|&(u, _)| u).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(t[0], t[1], "two NOPs in one run share a reading");
+    assert!(t[2] > t[1], "a FILL reads the clock when it finished");
+    assert_eq!(t[3], t[2], "a NOP after a FILL carries the FILL's time");
+    assert!(
+        t[4] > t[3] && t[5] > t[4],
+        "every data task reads the clock"
+    );
+    // A later run reads it afresh.
+    s.prod.push(&TaskDesc::nop(6)).unwrap();
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(1));
+    assert!(drain(&mut s)[0].timestamp_ns > t[5]);
+}
+
+#[test]
 fn flow_control_never_overflows_the_event_ring() {
     let mut dev = device();
     let c = dev.open(params(1, 1000, Role::Client)).unwrap();
