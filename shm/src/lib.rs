@@ -23,5 +23,6 @@ mod mapping;
 
 pub use copy::{copy_from_shared, copy_to_shared};
 pub use mapping::{
-    futex_wait, futex_waitv, futex_wake, FutexWaiter, OutOfBounds, SharedMapping, FUTEX_WAITV_MAX,
+    futex_wait, futex_waitv, futex_wake, involuntary_switches, FutexWaiter, OutOfBounds,
+    SharedMapping, FUTEX_WAITV_MAX,
 };

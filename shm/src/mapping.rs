@@ -232,6 +232,22 @@ pub struct FutexWaiter<'a> {
     pub private: bool,
 }
 
+/// How often the calling thread was preempted so far (`getrusage(RUSAGE_THREAD)`'s
+/// `ru_nivcsw`), or 0 if unknown. A spin-wait that sees it grow knows another runnable thread
+/// wanted its core (the machine is oversubscribed), so it should sleep instead.
+pub fn involuntary_switches() -> u64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `struct rusage` to the pointer, which points at a local of
+    // that type (zeroed, so it is initialised whatever the call does).
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
+    if r != 0 {
+        return 0;
+    }
+    // SAFETY: zeroed above and possibly filled in by the kernel: initialised either way.
+    let u = unsafe { u.assume_init() };
+    u64::try_from(u.ru_nivcsw).unwrap_or(0)
+}
+
 /// Most words one [`futex_waitv`] call takes (the kernel's `FUTEX_WAITV_MAX`).
 pub const FUTEX_WAITV_MAX: usize = 128;
 
@@ -391,6 +407,30 @@ mod tests {
             h.join().unwrap();
         });
         assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn involuntary_switches_reads_this_threads_count() {
+        // The kernel's count for this thread, as /proc shows it, brackets ours.
+        let proc = || {
+            std::fs::read_to_string("/proc/thread-self/status")
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        };
+        for _ in 0..100 {
+            let before = proc();
+            let ours = involuntary_switches();
+            let after = proc();
+            assert!(
+                before <= ours && ours <= after,
+                "{before} <= {ours} <= {after}"
+            );
+        }
     }
 
     #[test]
