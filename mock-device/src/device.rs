@@ -20,7 +20,7 @@ use davinci_uapi::{
     DRIVER_CMD_DESTROY_STREAM,
 };
 
-use davinci_shm::{futex_wait, futex_waitv, FutexWaiter, FUTEX_WAITV_MAX};
+use davinci_shm::{futex_wait, futex_waitv, involuntary_switches, FutexWaiter, FUTEX_WAITV_MAX};
 
 use crate::platform::MockPlatform;
 use crate::stream_mem::{StreamMem, StreamPart};
@@ -47,7 +47,10 @@ pub struct MockConfig {
     pub event_timeout: Duration,
     /// How long an idle poller keeps looking (spinning, then yielding) before it arms
     /// NEED_WAKEUP and sleeps: while it looks, the host rings no doorbell (like SQPOLL's
-    /// `sq_thread_idle`). Longer = fewer doorbells and more CPU burnt while idle.
+    /// `sq_thread_idle`). Longer = fewer doorbells and more CPU burnt while idle. The spin
+    /// ends early when the poller is preempted while it looks (its involuntary context
+    /// switches grow): then another runnable thread (perhaps the host it waits for) needs the
+    /// core, and spinning would only delay it.
     pub idle_spin: Duration,
 }
 
@@ -128,6 +131,11 @@ fn relock<T>(r: std::sync::LockResult<T>) -> T {
     // paths, and the state it protects stays consistent between calls, so carry on.
     r.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// A pass that ran fewer tasks than this (over all of a poller's streams) is followed by a
+/// pause of `PAUSE_SPINS` spin-loop hints before the next one.
+const SMALL_PASS: usize = 16;
+const PAUSE_SPINS: u32 = 128;
 
 /// What one pass found a stream doing, to decide how the poller may sleep.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -286,6 +294,9 @@ impl Core {
         let budget = self.config.run_budget.max(1);
         let backoff = Backoff::new();
         let mut idle_since: Option<Instant> = None;
+        let mut preempted: Option<u64> = None;
+        let mut small_streak = 0u32;
+        let mut idle_spins = 0u32;
         let mut streams: Vec<(u32, Arc<StreamMem>)> = Vec::new();
         let mut seen: Vec<Seen> = Vec::new();
         let mut generation = u64::MAX;
@@ -303,11 +314,13 @@ impl Core {
             let k0 = self.kick.load(Ordering::Acquire);
             seen.clear();
             let mut progress = false;
+            let mut ran = 0usize;
             for (h, _) in &streams {
                 let r = self.lock().run_stream(*h, budget);
                 seen.push(match r {
-                    Run::Progress(_) => {
+                    Run::Progress(n) => {
                         progress = true;
+                        ran += n as usize;
                         Seen::Busy
                     }
                     Run::Idle => Seen::Idle,
@@ -319,16 +332,47 @@ impl Core {
             if progress {
                 backoff.reset();
                 idle_since = None;
+                idle_spins = 0;
+                preempted = None;
+                // Passes that keep finding only a few tasks, with no empty pass between them,
+                // mean the host streams tasks one by one and this poller keeps up: looking
+                // again at once would take every task alone and pull the ring's index lines
+                // back and forth between the two cores for each. A short pause lets a few
+                // accumulate. (A lone small pass, like a round trip's, is not paused: the
+                // host waits for it, and the next pass finds the ring empty.)
+                small_streak = if ran < SMALL_PASS {
+                    small_streak + 1
+                } else {
+                    0
+                };
+                if small_streak >= 3 {
+                    for _ in 0..PAUSE_SPINS {
+                        std::hint::spin_loop();
+                    }
+                }
                 continue;
             }
+            small_streak = 0;
             let since = *idle_since.get_or_insert_with(Instant::now);
+            idle_spins = idle_spins.wrapping_add(1);
+            // Every 64 idle looks (a syscall, only in a spin that lasts): preempted since the
+            // first of these checks means the core is oversubscribed, so park now and leave
+            // the core to the others.
+            let mut crowded = false;
+            if idle_spins % 64 == 0 {
+                let now = involuntary_switches();
+                crowded = *preempted.get_or_insert(now) != now;
+            }
             if !streams.is_empty()
+                && !crowded
                 && (!backoff.is_completed() || since.elapsed() < self.config.idle_spin)
             {
                 backoff.snooze();
                 continue;
             }
             idle_since = None;
+            idle_spins = 0;
+            preempted = None;
             backoff.reset();
             self.park(&streams, &seen, k0);
         }
