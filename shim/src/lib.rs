@@ -96,5 +96,5 @@ pub use event::Event;
 pub use memory::{DeviceBuffer, DeviceMem};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
-pub use stream::{Stream, StreamOptions};
+pub use stream::{SpinWait, Stream, StreamOptions, SPIN_LIMIT};
 pub use task::{Element, Region};

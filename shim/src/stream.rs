@@ -145,6 +145,55 @@ impl fmt::Debug for Stream {
     }
 }
 
+/// How long a [`SpinWait`] spins before it says sleep (unless the thread is preempted first).
+/// A device drains a full ring of short tasks well within it.
+pub const SPIN_LIMIT: Duration = Duration::from_micros(200);
+
+/// When a wait for the device should stop spinning and sleep: the policy of the shim's own
+/// blocking calls, public for runtimes that run their own poll loops.
+///
+/// Spinning (looking again, with a `yield` in between) is cheaper than a sleep and a wake-up
+/// in the driver while the device is about to answer and nobody else needs the core. So
+/// [`keep_spinning`](Self::keep_spinning) says yes for at most [`SPIN_LIMIT`], and only while
+/// the thread is not preempted: every 64 looks it reads the thread's involuntary context
+/// switches, and one since the spin began means the machine is oversubscribed (perhaps by
+/// the device's own poller, or a CPU hog), where spinning only takes the core from whoever
+/// would make progress.
+///
+/// ```
+/// let mut spin = davinci_shim::SpinWait::new();
+/// let mut looks = 0;
+/// while spin.keep_spinning() {
+///     looks += 1; // look at the rings here; break when there is work
+///     std::thread::yield_now();
+/// }
+/// assert!(looks > 0); // then sleep, e.g. Stream::synchronize
+/// ```
+#[derive(Debug, Default)]
+pub struct SpinWait {
+    looks: u32,
+    started: Option<(Instant, u64)>,
+}
+
+impl SpinWait {
+    /// A new spin (the clock starts at its first check).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether to look once more (`false`: sleep now). Cheap: a counter, and a clock read and
+    /// a `getrusage` every 64th call.
+    pub fn keep_spinning(&mut self) -> bool {
+        self.looks = self.looks.wrapping_add(1);
+        if self.looks % 64 != 0 {
+            return true;
+        }
+        let now = (Instant::now(), davinci_shm::involuntary_switches());
+        let (t0, sw0) = *self.started.get_or_insert(now);
+        now.1 == sw0 && now.0.duration_since(t0) < SPIN_LIMIT
+    }
+}
+
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -378,6 +427,7 @@ impl Stream {
 
     fn wait_for_room(&mut self, op: &'static str, until: Instant) -> Result<()> {
         let backoff = Backoff::new();
+        let mut spin = SpinWait::new();
         loop {
             if self.rings.free() > 0 {
                 return Ok(());
@@ -390,6 +440,10 @@ impl Stream {
             }
             if !backoff.is_completed() {
                 backoff.snooze();
+                continue;
+            }
+            if spin.keep_spinning() {
+                std::thread::yield_now();
                 continue;
             }
             let now = Instant::now();
