@@ -1,8 +1,9 @@
 //! The shim's data path on the embedded mock device: batched submit + synchronize, single-task
 //! round trips (submit, spin on poll), and memory allocation with and without the pool.
 //!
-//! `cargo bench -p davinci-benches --bench embedded`. Baselines (a hand-written SPSC pipeline,
-//! io_uring NOP) come with the benchmark issue.
+//! `cargo bench -p davinci-benches --bench embedded`. The comparison with baselines (a
+//! hand-written two-ring SPSC pipeline, io_uring NOP, an empty ioctl) in one table is the
+//! `davinci-bench` binary (`cargo run --release -p davinci-benches --bin davinci-bench`).
 #![forbid(unsafe_code)]
 
 use std::hint::black_box;
