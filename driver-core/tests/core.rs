@@ -441,6 +441,61 @@ fn engine_executes_fill_copy_add_and_events_in_order() {
 }
 
 #[test]
+fn descriptors_behind_a_blocked_wait_run_once_in_order_when_it_ends() {
+    // A wait that blocks in the middle of a published run stops the run there; the next run
+    // after the event is recorded completes the wait and every descriptor behind it, each
+    // once, in order.
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let mut s1 = stream(&mut dev, c, k, 64, 64);
+    let mut s2 = stream(&mut dev, c, k, 64, 64);
+    let mut ev = CreateEventArgs {
+        ctx: k,
+        ..Default::default()
+    };
+    call(&mut dev, c, DRIVER_CMD_CREATE_EVENT, &mut ev).unwrap();
+    for i in 0..3 {
+        s2.prod.push(&TaskDesc::nop(i)).unwrap();
+    }
+    s2.prod.push(&TaskDesc::event_wait(3, ev.handle, 1)).unwrap();
+    for i in 4..40 {
+        s2.prod.push(&TaskDesc::nop(i)).unwrap();
+    }
+    s2.prod.publish();
+    assert_eq!(
+        dev.run_stream(s2.handle, 64),
+        Run::Progress(3),
+        "three NOPs, then the wait blocks"
+    );
+    assert_eq!(
+        drain(&mut s2).iter().map(|r| r.user_data).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert_eq!(
+        dev.run_stream(s2.handle, 64),
+        Run::Blocked {
+            event: ev.handle,
+            value: 1
+        }
+    );
+    s1.prod
+        .push(&TaskDesc::event_record(100, ev.handle, 1))
+        .unwrap();
+    s1.prod.publish();
+    assert_eq!(dev.run_stream(s1.handle, 64), Run::Progress(1));
+    assert_eq!(dev.run_stream(s2.handle, 64), Run::Progress(37));
+    let rest = drain(&mut s2);
+    assert_eq!(
+        rest.iter().map(|r| r.user_data).collect::<Vec<_>>(),
+        (3..40).collect::<Vec<_>>(),
+        "the wait, then every NOP behind it once, in order"
+    );
+    assert!(rest.iter().all(|r| r.status == 0));
+    assert_eq!(dev.run_stream(s2.handle, 64), Run::Idle);
+}
+
+#[test]
 fn instant_tasks_share_one_clock_reading_per_run() {
     let mut dev = device();
     let c = dev.open(params(1, 1000, Role::Client)).unwrap();
