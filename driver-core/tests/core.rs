@@ -458,7 +458,9 @@ fn descriptors_behind_a_blocked_wait_run_once_in_order_when_it_ends() {
     for i in 0..3 {
         s2.prod.push(&TaskDesc::nop(i)).unwrap();
     }
-    s2.prod.push(&TaskDesc::event_wait(3, ev.handle, 1)).unwrap();
+    s2.prod
+        .push(&TaskDesc::event_wait(3, ev.handle, 1))
+        .unwrap();
     for i in 4..40 {
         s2.prod.push(&TaskDesc::nop(i)).unwrap();
     }
@@ -469,7 +471,10 @@ fn descriptors_behind_a_blocked_wait_run_once_in_order_when_it_ends() {
         "three NOPs, then the wait blocks"
     );
     assert_eq!(
-        drain(&mut s2).iter().map(|r| r.user_data).collect::<Vec<_>>(),
+        drain(&mut s2)
+            .iter()
+            .map(|r| r.user_data)
+            .collect::<Vec<_>>(),
         [0, 1, 2]
     );
     assert_eq!(

@@ -304,14 +304,16 @@ impl Core {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
+            // Read before the stream set and the pass: anything that announces work after it
+            // (a stream added, an event recorded) changes the word, so the sleep below
+            // returns at once. Read after the set, a stream added in between would be
+            // neither in the set nor announced: the poller slept on without serving it.
+            let k0 = self.kick.load(Ordering::Acquire);
             let g_now = set.generation.load(Ordering::Acquire);
             if g_now != generation {
                 streams = relock(set.streams.lock()).clone();
                 generation = g_now;
             }
-            // Read before the pass: anything that announces work after it changes the word,
-            // so the sleep below returns at once.
-            let k0 = self.kick.load(Ordering::Acquire);
             seen.clear();
             let mut progress = false;
             let mut ran = 0usize;

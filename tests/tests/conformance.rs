@@ -324,6 +324,27 @@ fn stats_are_kept_per_stream_and_summed_over_live_and_dropped_streams() {
 }
 
 #[test]
+fn a_stream_created_on_an_idle_device_is_served_at_once() {
+    // The device goes idle with no stream (its engine may park for long), then a stream
+    // appears and must be served. Regression: the mock's poller read its stream set before
+    // its wake word, so a stream added in between was neither seen nor announced, and the
+    // poller slept an hour (a client saw "ring stayed full for 10s"). Racy by nature: many
+    // rounds, some with a pause that lets the engine park first.
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    for round in 0..150u64 {
+        if round % 3 == 0 {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        let mut s = ctx.create_stream().unwrap();
+        s.submit(&TaskDesc::nop(round)).unwrap();
+        s.synchronize(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(poll_all(&mut s)[0].user_data, round);
+    }
+}
+
+#[test]
 fn event_orders_work_across_streams() {
     let dev = dev();
     let ctx = dev.create_context().unwrap();
