@@ -118,6 +118,14 @@ impl<T: Slot> Producer<T> {
         }
     }
 
+    /// Free slots as the device left them: always re-reads the shared head (Acquire), where
+    /// [`free`](Self::free) answers from the cached head until that says full. For callers
+    /// that wait for room for a whole batch (a cached answer below the batch would never
+    /// grow on its own).
+    pub fn free_now(&mut self) -> u32 {
+        self.refresh_free()
+    }
+
     /// Copies `item` into the next slot and bumps the local tail. Not visible to the device
     /// until [`publish`](Self::publish). `Err(*item)` when the ring is full.
     pub fn push(&mut self, item: &T) -> Result<(), T> {

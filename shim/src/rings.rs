@@ -129,6 +129,10 @@ impl StreamRings {
         self.producer.free()
     }
 
+    pub(crate) fn free_now(&mut self) -> u32 {
+        self.producer.free_now()
+    }
+
     /// Publishes pushed descriptors; `true` if the device asked for a doorbell.
     pub(crate) fn publish(&mut self) -> bool {
         self.producer.publish()

@@ -290,9 +290,10 @@ impl Stream {
         self.rings.event_entries()
     }
 
-    /// Free command slots now (a submit of this many will not wait).
+    /// Free command slots now, as the device has freed them (it re-reads the ring's head): a
+    /// submit of this many will not wait.
     pub fn free_slots(&mut self) -> u32 {
-        self.rings.free()
+        self.rings.free_now()
     }
 
     /// Tasks submitted whose completions were not yet taken off the event ring.
