@@ -302,6 +302,23 @@ fn push_slice_is_partial_when_space_runs_out() {
 }
 
 #[test]
+fn free_answers_from_the_cache_and_free_now_from_the_device() {
+    let mut buf = cmd_buf(8);
+    let (mut prod, mut cons) = cmd_ring(&mut buf, 8, u32::MAX - 2);
+    for i in 0..6 {
+        prod.push(&TaskDesc::nop(i)).unwrap();
+    }
+    prod.publish();
+    assert_eq!(cons.available(), Ok(6));
+    cons.advance(5);
+    // The cached head still says 2 free (not full, so it is not re-read)...
+    assert_eq!(prod.free(), 2);
+    // ...while the device has freed 5 more.
+    assert_eq!(prod.free_now(), 7);
+    assert_eq!(prod.free(), 7, "free_now refreshed the cache");
+}
+
+#[test]
 fn publish_reports_need_wakeup() {
     let mut buf = cmd_buf(4);
     let (mut prod, mut cons) = cmd_ring(&mut buf, 4, 0);
