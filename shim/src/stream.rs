@@ -413,7 +413,7 @@ impl Stream {
             }
             let d = *until.get_or_insert_with(|| deadline(self.opts.submit_timeout));
             Stats::bump(&self.stats.full_waits, 1);
-            self.wait_for_room(OP, d)?;
+            self.wait_for_room(OP, d, rest.len())?;
         }
     }
 
@@ -426,7 +426,7 @@ impl Stream {
         Ok(n)
     }
 
-    fn wait_for_room(&mut self, op: &'static str, until: Instant) -> Result<()> {
+    fn wait_for_room(&mut self, op: &'static str, until: Instant, want: usize) -> Result<()> {
         let backoff = Backoff::new();
         let mut spin = SpinWait::new();
         loop {
@@ -467,12 +467,23 @@ impl Stream {
                     ),
                 ));
             }
-            // Sleep in the driver until the device completes one more task (or 20 ms).
+            // Sleep in the driver until the device completes more tasks (or 20 ms): enough
+            // for the rest of the batch, up to a quarter of the ring, so that a host that
+            // had to sleep (an oversubscribed machine) wakes once per group of completions,
+            // not once per task. Just one when the backlog is full: then the device can only
+            // complete what fits in the event ring.
+            let group =
+                if self.opts.keep_completions && self.backlog.len() >= self.opts.backlog_limit {
+                    1
+                } else {
+                    let quarter = (self.rings.cmd_entries() / 4).max(1);
+                    u32::try_from(want).unwrap_or(u32::MAX).clamp(1, quarter)
+                };
             let next = self
                 .rings
                 .head()
                 .wrapping_add(self.rings.available())
-                .wrapping_add(1);
+                .wrapping_add(group);
             let slice = (until - now).min(Duration::from_millis(20));
             match self.wait_stream(op, next, slice) {
                 Ok(_) => {}
