@@ -327,7 +327,8 @@ impl Drop for Pipeline {
 /// # Errors
 /// A completion out of order or missing, or the thread cannot be spawned.
 pub fn throughput(batch: u32, window: Window) -> Result<ThroughputRun, String> {
-    let mut p = Pipeline::start(1024)?;
+    // The same depth as ours (`ours::stream_options`): 4096 descriptors.
+    let mut p = Pipeline::start(4096)?;
     let mut w = window.start();
     loop {
         p.try_submit(batch);
