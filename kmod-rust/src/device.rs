@@ -40,6 +40,11 @@ const MEMORY_SIZE: u64 = 256 << 20;
 const BUDGET: u32 = 64;
 /// The worker's safety-net sleep: it looks at every stream at least this often.
 const WORKER_TIMEOUT_MS: u32 = 50;
+/// How long an idle worker keeps looking before it arms NEED_WAKEUP and sleeps, unless
+/// another task wants the CPU first (`need_resched()`): a client that submits again within it
+/// (a round trip's next task) needs no wake-up of the device and rings no doorbell. The mock
+/// device's pollers follow the same rule (spin while nobody else needs the core).
+const IDLE_SPIN_NS: u64 = 50_000;
 /// Longest single sleep of a WAIT_EVENT before it re-checks (the deadline is exact anyway).
 const WAIT_SLICE_MS: u64 = 1000;
 /// Largest ioctl argument this driver has (the biggest ABI struct is far smaller).
@@ -358,6 +363,10 @@ extern "C" {
     fn davinci_current_cgroup_path(buf: *mut c_char, len: usize) -> c_int;
     /// `helpers.c`: the current task's name, NUL-padded into 16 bytes.
     fn davinci_current_comm(buf: *mut c_char);
+    /// `helpers.c`: `need_resched()`, whether another task wants this CPU.
+    fn davinci_need_resched() -> c_int;
+    /// `helpers.c`: `cpu_relax()`.
+    fn davinci_cpu_relax();
 }
 
 /// The opener's process name.
@@ -651,13 +660,15 @@ unsafe extern "C" fn fop_mmap(
     }
 }
 
-/// The worker: runs every stream of its device while any makes progress, then sleeps with
-/// NEED_WAKEUP armed on the streams that are idle or stalled (docs/abi.md 5.3, 5.4) until a
-/// NOTIFY, a SUBMIT_TASK, a completion or the safety-net timeout.
+/// The worker: runs every stream of its device while any makes progress; when none does, keeps
+/// looking for up to `IDLE_SPIN_NS` unless another task wants the CPU (`need_resched()`), then
+/// sleeps with NEED_WAKEUP armed on the streams that are idle or stalled (docs/abi.md 5.3,
+/// 5.4) until a NOTIFY, a SUBMIT_TASK, a completion or the safety-net timeout.
 unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
     // SAFETY: `data` is the pinned state, alive until `kthread_stop` returned (PinnedDrop).
     let st = unsafe { &*data.cast::<DevState>() };
     let mut handles = [0u32; MAX_STREAMS];
+    let mut idle_since: Option<u64> = None;
     // SAFETY: no preconditions (in kthread context).
     while !unsafe { bindings::kthread_should_stop() } {
         let mut dev = st.lock();
@@ -670,12 +681,47 @@ unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
             }
         }
         let mut busy = false;
-        for &h in &handles[..n] {
-            busy |= match dev.run_stream(h, BUDGET) {
-                Run::Progress(_) => true,
-                Run::Idle => !dev.stream_prepare_sleep(h),
-                Run::Stalled => !dev.stream_prepare_stall_sleep(h),
-                Run::Blocked { .. } | Run::Failed(_) | Run::Gone => false,
+        // What each stream's run found, to arm the right half of its wake-up if the worker
+        // sleeps: IDLE (the command ring is empty), STALLED (the event ring is full), or 0.
+        const IDLE: u8 = 1;
+        const STALLED: u8 = 2;
+        let mut runs = [0u8; MAX_STREAMS];
+        for (&h, run) in handles[..n].iter().zip(runs.iter_mut()) {
+            *run = match dev.run_stream(h, BUDGET) {
+                Run::Progress(_) => {
+                    busy = true;
+                    0
+                }
+                Run::Idle => IDLE,
+                Run::Stalled => STALLED,
+                Run::Blocked { .. } | Run::Failed(_) | Run::Gone => 0,
+            };
+        }
+        if busy {
+            idle_since = None;
+            drop(dev);
+            // SAFETY: no preconditions; yields to the clients on a non-preemptible kernel.
+            unsafe { bindings::__cond_resched() };
+            continue;
+        }
+        // Nothing ran: keep looking for a while, unless another task wants this CPU.
+        // SAFETY: no preconditions; a lock-free read of the monotonic clock.
+        let now = unsafe { bindings::ktime_get_mono_fast_ns() };
+        let since = *idle_since.get_or_insert(now);
+        // SAFETY: no preconditions (reads the current task's flags).
+        let wanted = unsafe { davinci_need_resched() } != 0;
+        if now.wrapping_sub(since) < IDLE_SPIN_NS && !wanted {
+            drop(dev);
+            // SAFETY: no preconditions; a spin-wait hint.
+            unsafe { davinci_cpu_relax() };
+            continue;
+        }
+        idle_since = None;
+        for (&h, run) in handles[..n].iter().zip(runs.iter()) {
+            busy |= match *run {
+                IDLE => !dev.stream_prepare_sleep(h),
+                STALLED => !dev.stream_prepare_stall_sleep(h),
+                _ => false,
             };
         }
         if busy {

@@ -14,6 +14,8 @@
 
 int davinci_current_cgroup_path(char *buf, size_t len);
 void davinci_current_comm(char buf[16]);
+int davinci_need_resched(void);
+void davinci_cpu_relax(void);
 
 /*
  * The current task's cgroup v2 path as the initial cgroup namespace sees it (so a process in
@@ -56,4 +58,19 @@ void davinci_current_comm(char buf[16])
 	BUILD_BUG_ON(TASK_COMM_LEN != 16);
 	get_task_comm(comm, current->group_leader);
 	memcpy(buf, comm, 16);
+}
+
+/*
+ * Whether another task wants this CPU (the worker's idle spin ends then): need_resched() is
+ * a static inline over the thread flags.
+ */
+int davinci_need_resched(void)
+{
+	return need_resched();
+}
+
+/* The architecture's spin-wait hint (PAUSE on x86), a static inline. */
+void davinci_cpu_relax(void)
+{
+	cpu_relax();
 }
