@@ -92,8 +92,8 @@ pub fn local_open_params(role: Role, admin: bool) -> OpenParams {
     }
 }
 
-/// A stream being served: whose it is, its memory (kept mapped while a poller may look at
-/// it), and the poller that serves it.
+/// A stream being served: whose it is and the poller that serves it (whose set holds its
+/// memory while it may look at it).
 struct Served {
     client: u32,
     poller: usize,
@@ -140,13 +140,14 @@ const PAUSE_SPINS: u32 = 128;
 /// What one pass found a stream doing, to decide how the poller may sleep.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Seen {
-    /// Ran descriptors, or is gone or failed (nothing to arm).
+    /// Ran descriptors (nothing to arm).
     Busy,
     /// Nothing to run: sleep on its doorbell with NEED_WAKEUP armed.
     Idle,
     /// The event ring is full: sleep on its doorbell with the stall half armed.
     Stalled,
-    /// Waiting for an event: the pollers' kick word announces it.
+    /// Waiting for an event: the pollers' kick word announces it (`event_timeout` is the
+    /// safety net).
     Blocked,
     /// Gone or failed: nothing to wait for.
     Done,
@@ -429,9 +430,11 @@ impl Core {
         }));
         waiters.truncate(FUTEX_WAITV_MAX);
         // With no stream to serve, only a kick (a new stream, shutdown) can give work: no
-        // safety-net wake-ups then.
+        // safety-net wake-ups then. Otherwise the safety net of what the streams wait for.
         let timeout = if streams.is_empty() {
             Duration::from_secs(3600)
+        } else if seen.contains(&Seen::Blocked) {
+            self.config.doorbell_timeout.min(self.config.event_timeout)
         } else {
             self.config.doorbell_timeout
         };
