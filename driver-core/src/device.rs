@@ -12,7 +12,7 @@ use davinci_uapi::{
 
 use crate::error::{ensure, fail, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
-use crate::platform::{Platform, StreamRegions};
+use crate::platform::{locked, Lock, Platform, StreamRegions};
 use crate::table::Table;
 
 /// Most open files (clients and control opens) at once.
@@ -95,6 +95,8 @@ pub(crate) struct Client {
     pub(crate) events: u32,
     pub(crate) allocations: u32,
     pub(crate) memory: u64,
+    /// Tasks taken and completed by the client's streams already destroyed (the live ones
+    /// count their own, in [`Engine`]: nothing shared between streams is written per task).
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
     /// The last failed command (request number) and why, for GET_LAST_ERROR.
@@ -107,9 +109,15 @@ pub(crate) struct Context {
     pub(crate) owner: u32,
 }
 
-pub(crate) struct Event {
+pub(crate) struct Event<P: Platform> {
     pub(crate) owner: u32,
     pub(crate) ctx: u32,
+    /// What EVENT_RECORD changes and EVENT_WAIT reads (the data path), locked per event.
+    pub(crate) state: P::Lock<EventValue>,
+}
+
+/// An event's value, and what a stopped stream made unreachable.
+pub(crate) struct EventValue {
     pub(crate) value: u64,
     /// The highest value a stopped or destroyed stream was to record (an EVENT_RECORD it
     /// will never run), and that stream's errno: waits for a value up to it that the event
@@ -117,7 +125,7 @@ pub(crate) struct Event {
     pub(crate) poisoned: Option<(u64, Errno)>,
 }
 
-impl Event {
+impl EventValue {
     /// Whether waiting for `value` can no longer succeed, and why: the event has not reached
     /// it and a stream that was to record it (or a higher value) has stopped.
     pub(crate) fn unreachable(&self, value: u64) -> Option<Errno> {
@@ -134,26 +142,33 @@ impl Event {
 /// fail rather than hang. Only events of the stream's own context and client count; the
 /// descriptors are untrusted copies, read once. Returns whether any event was marked (the
 /// caller wakes the waiters).
-pub(crate) fn poison_queued_records<M>(
-    events: &mut Table<Event, MAX_EVENTS>,
-    s: &mut Stream<M>,
+pub(crate) fn poison_queued_records<P: Platform>(
+    events: &Table<Event<P>, MAX_EVENTS>,
+    (owner, ctx): (u32, u32),
+    s: &mut Engine,
     failed: Option<&TaskDesc>,
     errno: Errno,
 ) -> bool {
-    let mut poison = |d: &TaskDesc| -> bool {
+    let poison = |d: &TaskDesc| -> bool {
         if d.opcode != Opcode::EventRecord as u8 {
             return false;
         }
-        match events.get_mut(d.handle) {
-            Some(e) if e.owner == s.owner && e.ctx == s.ctx && d.imm > e.value => {
-                let p = e.poisoned.map_or(d.imm, |(p, _)| p.max(d.imm));
-                e.poisoned = Some((p, errno));
-                true
-            }
+        match events.get(d.handle) {
+            Some(e) if e.owner == owner && e.ctx == ctx => e
+                .state
+                .with(|e| {
+                    if d.imm <= e.value {
+                        return false;
+                    }
+                    let p = e.poisoned.map_or(d.imm, |(p, _)| p.max(d.imm));
+                    e.poisoned = Some((p, errno));
+                    true
+                })
+                .unwrap_or(false),
             _ => false,
         }
     };
-    let mut any = failed.is_some_and(&mut poison);
+    let mut any = failed.is_some_and(poison);
     // What the host published past the device's head; every slot if the indices are corrupt
     // (a stale record there is harmless: its value is already reached).
     let (n, queued) = match s.cmd.available() {
@@ -196,16 +211,27 @@ pub(crate) struct Pending {
     pub(crate) user_data: u64,
 }
 
-pub(crate) struct Stream<M> {
+/// A stream: who owns it and its memory (fixed while it lives), and the engine state behind
+/// its lock (the data path changes it).
+pub(crate) struct Stream<P: Platform> {
     pub(crate) owner: u32,
     pub(crate) ctx: u32,
-    pub(crate) cmd: DeviceConsumer<TaskDesc>,
-    pub(crate) evt: DeviceProducer<EventRecord>,
+    /// Declared before `mem`: the ring views point into it and must go first.
+    pub(crate) run: P::Lock<Engine>,
     pub(crate) cmd_bytes: u64,
     pub(crate) event_bytes: u64,
-    pub(crate) mem: Option<M>,
+    pub(crate) mem: Option<P::StreamMem>,
+}
+
+/// The state of a stream the data path changes: its ring ends, health, a pending wait and
+/// its task counters (per stream, summed when read).
+pub(crate) struct Engine {
+    pub(crate) cmd: DeviceConsumer<TaskDesc>,
+    pub(crate) evt: DeviceProducer<EventRecord>,
     pub(crate) state: StreamState,
     pub(crate) pending: Option<Pending>,
+    pub(crate) submitted: u64,
+    pub(crate) completed: u64,
 }
 
 /// What an mmap cookie resolves to for its owner.
@@ -243,8 +269,8 @@ pub struct Device<P: Platform> {
     pub(crate) next_client_id: u32,
     pub(crate) clients: Table<Client, MAX_CLIENTS>,
     pub(crate) contexts: Table<Context, MAX_CONTEXTS>,
-    pub(crate) streams: Table<Stream<P::StreamMem>, MAX_STREAMS>,
-    pub(crate) events: Table<Event, MAX_EVENTS>,
+    pub(crate) streams: Table<Stream<P>, MAX_STREAMS>,
+    pub(crate) events: Table<Event<P>, MAX_EVENTS>,
     pub(crate) allocations: Table<Allocation, MAX_ALLOCATIONS>,
     pub(crate) memory: Allocator<MAX_BLOCKS>,
 }
@@ -315,6 +341,17 @@ impl<P: Platform> Device<P> {
 
     /// The usage report of client `handle` (`c`).
     pub(crate) fn usage(&self, handle: u32, c: &Client) -> ClientUsage {
+        // Live streams' counters (each read under its lock) on top of the destroyed ones'.
+        let (mut submitted, mut completed, mut queued) = (c.submitted, c.completed, 0u64);
+        for (_, s) in self.streams.iter().filter(|(_, s)| s.owner == handle) {
+            let _ = s.run.with(|e| {
+                submitted += e.submitted;
+                completed += e.completed;
+                if e.state == StreamState::Running {
+                    queued += u64::from(e.cmd.queued());
+                }
+            });
+        }
         ClientUsage {
             client_id: c.id,
             pid: c.params.pid,
@@ -325,15 +362,10 @@ impl<P: Platform> Device<P> {
             events: c.events,
             allocations: c.allocations,
             memory_bytes: c.memory,
-            tasks_submitted: c.submitted,
-            tasks_completed: c.completed,
+            tasks_submitted: submitted,
+            tasks_completed: completed,
             container: container_str(&c.params.container),
-            tasks_queued: self
-                .streams
-                .iter()
-                .filter(|(_, s)| s.owner == handle && s.state == StreamState::Running)
-                .map(|(_, s)| u64::from(s.cmd.queued()))
-                .sum(),
+            tasks_queued: queued,
             comm: c.params.comm,
         }
     }
@@ -617,8 +649,10 @@ impl<P: Platform> Device<P> {
             Event {
                 owner: client,
                 ctx,
-                value: 0,
-                poisoned: None,
+                state: P::Lock::new(EventValue {
+                    value: 0,
+                    poisoned: None,
+                }),
             },
             "event table is full",
         )?;
@@ -689,13 +723,17 @@ impl<P: Platform> Device<P> {
         let stream = Stream {
             owner: client,
             ctx: args.ctx,
-            cmd,
-            evt,
+            run: P::Lock::new(Engine {
+                cmd,
+                evt,
+                state: StreamState::Running,
+                pending: None,
+                submitted: 0,
+                completed: 0,
+            }),
             cmd_bytes: cmd_bytes as u64,
             event_bytes: event_bytes as u64,
             mem: Some(mem),
-            state: StreamState::Running,
-            pending: None,
         };
         // Cannot fail: capacity was checked above and nothing ran in between.
         let handle = self.streams.insert(stream, "stream table is full")?;
@@ -726,18 +764,31 @@ impl<P: Platform> Device<P> {
             Some(s) if s.owner == client => {}
             _ => fail!(ENOENT, "no such stream for this client"),
         }
-        if let Some(mut s) = self.streams.remove(stream) {
+        let mut counts = (0, 0);
+        if let Some(s) = self.streams.remove(stream) {
+            let Stream {
+                owner,
+                ctx,
+                mut run,
+                mem,
+                ..
+            } = s;
+            let e = run.get_mut();
+            counts = (e.submitted, e.completed);
             // What it had queued will never run.
-            if s.state == StreamState::Running {
-                poison_queued_records(&mut self.events, &mut s, None, Errno::ECANCELED);
+            if e.state == StreamState::Running {
+                poison_queued_records(&self.events, (owner, ctx), e, None, Errno::ECANCELED);
             }
-            if let Some(mem) = s.mem.take() {
-                // Ring views go first: they point into `mem`.
-                drop(s);
+            // Ring views go first: they point into `mem`.
+            drop(run);
+            if let Some(mem) = mem {
                 self.platform.release_stream(client, stream, mem);
             }
         }
-        self.client_mut(client)?.streams -= 1;
+        let c = self.client_mut(client)?;
+        c.streams -= 1;
+        c.submitted += counts.0;
+        c.completed += counts.1;
         self.platform.notify_waiters();
         Ok(())
     }
@@ -758,7 +809,7 @@ impl<P: Platform> Device<P> {
     /// The state of `client`'s stream.
     pub fn stream_state(&self, client: u32, stream: u32) -> Result<StreamState> {
         match self.streams.get(stream) {
-            Some(s) if s.owner == client => Ok(s.state),
+            Some(s) if s.owner == client => locked(&s.run, |e| e.state),
             _ => Err(Error::new(Errno::ENOENT, "no such stream for this client")),
         }
     }

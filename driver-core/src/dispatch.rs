@@ -7,7 +7,7 @@ use davinci_uapi::*;
 
 use crate::device::{poison_queued_records, Device, StreamState};
 use crate::error::{ensure, fail, Error, Result};
-use crate::platform::Platform;
+use crate::platform::{locked, Lock, Platform};
 
 /// Largest `davinci_list_clients_args.entry_size` accepted.
 const LIST_ENTRY_MAX: u64 = 4096;
@@ -325,9 +325,9 @@ impl<P: Platform> Device<P> {
                     Some(s) if s.owner == client => s,
                     _ => fail!(ENOENT, "no such stream for this client"),
                 };
-                let cur = s.evt.tail();
+                let (cur, state) = locked(&s.run, |e| (e.evt.tail(), e.state))?;
                 out.current = cur as u64;
-                if let StreamState::Error(e) = s.state {
+                if let StreamState::Error(e) = state {
                     out.status = e.code() as u32;
                     fail!(
                         EIO,
@@ -347,19 +347,21 @@ impl<P: Platform> Device<P> {
                     Some(e) if e.owner == client => e,
                     _ => fail!(ENOENT, "no such event for this client"),
                 };
-                out.current = e.value;
+                let (value, unreachable) =
+                    locked(&e.state, |v| (v.value, v.unreachable(spec.value)))?;
+                out.current = value;
                 out.status = 0;
-                if let Some(errno) = e.unreachable(spec.value) {
+                if let Some(errno) = unreachable {
                     out.status = errno.code() as u32;
                     fail!(
                         EIO,
                         "the event will not reach this value: the stream that was to record it was stopped (status holds its errno)"
                     );
                 }
-                Ok(if e.value >= spec.value {
-                    WaitState::Ready(e.value)
+                Ok(if value >= spec.value {
+                    WaitState::Ready(value)
                 } else {
-                    WaitState::NotYet(e.value)
+                    WaitState::NotYet(value)
                 })
             }
         }
@@ -412,8 +414,14 @@ impl<P: Platform> Device<P> {
     /// §5.5) at once, exactly as the engine does when it finds them: the failure does not
     /// depend on whether the device's worker looked at the ring first.
     fn submit_slow(&mut self, client: u32, stream: u32, desc: &TaskDesc) -> Result<u32> {
-        let s = match self.streams.get_mut(stream) {
-            Some(s) if s.owner == client => s,
+        let Device {
+            streams,
+            events,
+            platform,
+            ..
+        } = self;
+        let (owner, ctx, s) = match streams.get_mut(stream) {
+            Some(s) if s.owner == client => (s.owner, s.ctx, s.run.get_mut()),
             _ => fail!(ENOENT, "no such stream for this client"),
         };
         if let StreamState::Error(_) = s.state {
@@ -425,9 +433,9 @@ impl<P: Platform> Device<P> {
             Err(davinci_ring::SubmitError::Corrupt) => {
                 s.state = StreamState::Error(Errno::EPROTO);
                 s.cmd.set_error(Errno::EPROTO.code() as u32, s.cmd.head());
-                poison_queued_records(&mut self.events, s, None, Errno::EPROTO);
+                poison_queued_records(events, (owner, ctx), s, None, Errno::EPROTO);
                 // WAIT_EVENT callers on this stream now fail with EIO.
-                self.platform.notify_waiters();
+                platform.notify_waiters();
                 fail!(
                     EIO,
                     "command ring indices are corrupt: the stream is now in the error state (EPROTO)"

@@ -11,10 +11,12 @@
 use davinci_ring::RingError;
 use davinci_uapi::{Dtype, Errno, EventRecord, FaultKind, FaultOperand, Opcode, TaskDesc};
 
-use crate::device::{poison_queued_records, Allocation, Device, Event, Pending, StreamState};
+use crate::device::{
+    poison_queued_records, Allocation, Device, Engine, Event, Pending, StreamState,
+};
 use crate::error::{fail_at, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
-use crate::platform::Platform;
+use crate::platform::{locked, Lock, Platform};
 use crate::softfloat;
 use crate::table::Table;
 
@@ -44,10 +46,10 @@ pub enum Run {
 const CHUNK: usize = 256;
 
 struct Exec<'a, P: Platform> {
-    platform: &'a mut P,
+    platform: &'a P,
     allocations: &'a Table<Allocation, { crate::device::MAX_ALLOCATIONS }>,
     memory: &'a Allocator<{ 2 * crate::device::MAX_ALLOCATIONS + 1 }>,
-    events: &'a mut Table<Event, { crate::device::MAX_EVENTS }>,
+    events: &'a Table<Event<P>, { crate::device::MAX_EVENTS }>,
     owner: u32,
     ctx: u32,
     recorded: bool,
@@ -126,9 +128,9 @@ impl<P: Platform> Exec<'_, P> {
         Ok(offset)
     }
 
-    fn event(&mut self, handle: u32) -> Result<&mut Event> {
+    fn event(&self, handle: u32) -> Result<&'_ Event<P>> {
         let (owner, ctx) = (self.owner, self.ctx);
-        match self.events.get_mut(handle) {
+        match self.events.get(handle) {
             Some(e) if e.owner == owner && e.ctx == ctx => Ok(e),
             _ => Err(Error::at(
                 Errno::ENOENT,
@@ -234,9 +236,10 @@ impl<P: Platform> Exec<'_, P> {
                     ],
                     "EVENT_RECORD uses only handle and imm",
                 )?;
-                let e = self.event(d.handle)?;
-                e.value = e.value.max(d.imm);
-                let v = e.value;
+                let v = locked(&self.event(d.handle)?.state, |e| {
+                    e.value = e.value.max(d.imm);
+                    e.value
+                })?;
                 self.recorded = true;
                 Ok(Done::Complete(v))
             }
@@ -250,10 +253,12 @@ impl<P: Platform> Exec<'_, P> {
                     ],
                     "EVENT_WAIT uses only handle and imm",
                 )?;
-                let e = self.event(d.handle)?;
-                if e.value >= d.imm {
-                    Ok(Done::Complete(e.value))
-                } else if e.unreachable(d.imm).is_some() {
+                let (value, unreachable) = locked(&self.event(d.handle)?.state, |e| {
+                    (e.value, e.unreachable(d.imm))
+                })?;
+                if value >= d.imm {
+                    Ok(Done::Complete(value))
+                } else if unreachable.is_some() {
                     fail_at!(
                         EIO,
                         "the event will not reach this value: the stream that was to record it was stopped",
@@ -334,35 +339,38 @@ fn record(
 }
 
 impl<P: Platform> Device<P> {
-    /// Runs `stream` for up to `budget` descriptors. Call with the device locked; the worker
-    /// sleeps according to the result.
-    pub fn run_stream(&mut self, stream: u32, budget: u32) -> Run {
+    /// Runs `stream` for up to `budget` descriptors. The data path: takes `&self` and the
+    /// stream's lock (and an event's, for EVENT_RECORD/WAIT), so a host may run different
+    /// streams on several threads at once; the control path (`&mut self`) excludes it. The
+    /// worker sleeps according to the result.
+    pub fn run_stream(&self, stream: u32, budget: u32) -> Run {
+        let Some(s) = self.streams.get(stream) else {
+            return Run::Gone;
+        };
+        // `None`: this thread holds the lock already, which only a host bug can cause;
+        // nothing ran, so report nothing to do.
+        s.run
+            .with(|e| self.run_locked(e, (s.owner, s.ctx), budget))
+            .unwrap_or(Run::Idle)
+    }
+
+    fn run_locked(&self, s: &mut Engine, (owner, ctx): (u32, u32), budget: u32) -> Run {
         let Device {
             platform,
-            streams,
             events,
             allocations,
             memory,
-            clients,
             ..
         } = self;
-        let Some(s) = streams.get_mut(stream) else {
-            return Run::Gone;
-        };
         if let StreamState::Error(e) = s.state {
             return Run::Failed(e);
         }
         // Stops the stream at `index` (the descriptor `failed`, if one failed): the error
         // state, and the events its queued records can no longer reach (their waiters wake).
-        let fail_stream = |s: &mut crate::device::Stream<P::StreamMem>,
-                           events: &mut Table<Event, { crate::device::MAX_EVENTS }>,
-                           platform: &mut P,
-                           errno: Errno,
-                           index: u32,
-                           failed: Option<&TaskDesc>| {
+        let fail_stream = |s: &mut Engine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
             s.state = StreamState::Error(errno);
             s.cmd.set_error(errno.code() as u32, index);
-            if poison_queued_records(events, s, failed, errno) {
+            if poison_queued_records(events, (owner, ctx), s, failed, errno) {
                 platform.notify_waiters();
             }
             Run::Failed(errno)
@@ -372,7 +380,7 @@ impl<P: Platform> Device<P> {
             Ok(f) => f,
             Err(_) => {
                 let head = s.cmd.head();
-                return fail_stream(s, events, platform, Errno::EPROTO, head, None);
+                return fail_stream(s, Errno::EPROTO, head, None);
             }
         };
         let mut completed = 0u32;
@@ -380,9 +388,11 @@ impl<P: Platform> Device<P> {
 
         // A pending EVENT_WAIT completes first (its event slot was reserved when taken).
         if let Some(p) = s.pending {
-            let event = events.get(p.event);
-            let value = event.map(|e| e.value);
-            let unreachable = event.and_then(|e| e.unreachable(p.value));
+            let event = events
+                .get(p.event)
+                .and_then(|e| e.state.with(|v| (v.value, v.unreachable(p.value))));
+            let value = event.map(|(v, _)| v);
+            let unreachable = event.and_then(|(_, u)| u);
             match value {
                 Some(v) if v < p.value && unreachable.is_none() => {
                     return Run::Blocked {
@@ -418,11 +428,9 @@ impl<P: Platform> Device<P> {
             if unreachable.is_some() {
                 s.evt.publish();
                 let index = s.cmd.head().wrapping_sub(1);
-                if let Some(c) = clients.get_mut(s.owner) {
-                    c.completed += 1;
-                }
+                s.completed += 1;
                 platform.notify_waiters();
-                return fail_stream(s, events, platform, Errno::EIO, index, None);
+                return fail_stream(s, Errno::EIO, index, None);
             }
             free -= 1;
             completed += 1;
@@ -433,7 +441,7 @@ impl<P: Platform> Device<P> {
             Err(_) => {
                 s.evt.publish();
                 let head = s.cmd.head();
-                return fail_stream(s, events, platform, Errno::EPROTO, head, None);
+                return fail_stream(s, Errno::EPROTO, head, None);
             }
         };
         let n = avail.min(free).min(budget);
@@ -442,8 +450,8 @@ impl<P: Platform> Device<P> {
             allocations,
             memory,
             events,
-            owner: s.owner,
-            ctx: s.ctx,
+            owner,
+            ctx,
             recorded: false,
         };
         let mut failed = None;
@@ -499,15 +507,13 @@ impl<P: Platform> Device<P> {
         if completed > 0 {
             s.evt.publish();
         }
-        if let Some(c) = clients.get_mut(s.owner) {
-            c.submitted += taken as u64;
-            c.completed += completed as u64;
-        }
+        s.submitted += u64::from(taken);
+        s.completed += u64::from(completed);
         if completed > 0 || recorded {
             platform.notify_waiters();
         }
         if let Some((errno, index, d)) = failed {
-            return fail_stream(s, events, platform, errno, index, Some(&d));
+            return fail_stream(s, errno, index, Some(&d));
         }
         if let Some(b) = blocked {
             if completed > 0 {
@@ -526,13 +532,16 @@ impl<P: Platform> Device<P> {
 
     /// Before the worker sleeps on the doorbell: arms NEED_WAKEUP and re-checks the ring.
     /// `true` = nothing arrived, sleep until the doorbell changes; `false` = run again.
-    pub fn stream_prepare_sleep(&mut self, stream: u32) -> bool {
-        match self.streams.get_mut(stream) {
-            Some(s) if s.state == StreamState::Running && s.pending.is_none() => {
-                s.cmd.prepare_sleep()
-            }
-            _ => false,
-        }
+    /// The data path, like [`run_stream`](Self::run_stream).
+    pub fn stream_prepare_sleep(&self, stream: u32) -> bool {
+        self.streams
+            .get(stream)
+            .and_then(|s| {
+                s.run.with(|e| {
+                    e.state == StreamState::Running && e.pending.is_none() && e.cmd.prepare_sleep()
+                })
+            })
+            .unwrap_or(false)
     }
 
     /// Before the worker of a **stalled** stream (`Run::Stalled`: descriptors waiting, event
@@ -540,17 +549,21 @@ impl<P: Platform> Device<P> {
     /// head. `true` = still full, sleep until the doorbell changes (the host rings after
     /// reaping, docs/abi.md 5.4); `false` = a slot was freed (or the stream changed), run
     /// again.
-    pub fn stream_prepare_stall_sleep(&mut self, stream: u32) -> bool {
-        match self.streams.get_mut(stream) {
-            Some(s) if s.state == StreamState::Running => s.cmd.prepare_stall_sleep(&mut s.evt),
-            _ => false,
-        }
+    pub fn stream_prepare_stall_sleep(&self, stream: u32) -> bool {
+        self.streams
+            .get(stream)
+            .and_then(|s| {
+                s.run.with(|e| {
+                    e.state == StreamState::Running && e.cmd.prepare_stall_sleep(&mut e.evt)
+                })
+            })
+            .unwrap_or(false)
     }
 
     /// After the worker woke up: disarms NEED_WAKEUP (the producer stops ringing).
-    pub fn stream_woke(&mut self, stream: u32) {
+    pub fn stream_woke(&self, stream: u32) {
         if let Some(s) = self.streams.get(stream) {
-            s.cmd.clear_need_wakeup();
+            let _ = s.run.with(|e| e.cmd.clear_need_wakeup());
         }
     }
 }

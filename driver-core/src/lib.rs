@@ -8,9 +8,12 @@
 //! kernel and user space sits behind [`Platform`]. No `unsafe` here: raw shared memory is
 //! reached only through `davinci-ring` and the platform.
 //!
-//! Locking: the caller (platform) serialises all calls on one [`Device`] (a mutex); blocking
-//! (WAIT_EVENT, a worker waiting for its doorbell or an event) happens outside, per the
-//! [`Reply`] and [`Run`] values returned.
+//! Locking: the control path (every ioctl, open, close) takes `&mut Device`, so the host
+//! holds the device exclusively for it. The data path ([`Device::run_stream`] and the sleep
+//! handshake) takes `&Device` plus a per-stream [`Lock`] (and a per-event one for
+//! EVENT_RECORD/WAIT), so a host may run different streams on several threads at once,
+//! excluded only by the control path. Blocking (WAIT_EVENT, a worker waiting for its
+//! doorbell or an event) happens outside, per the [`Reply`] and [`Run`] values returned.
 #![no_std]
 // No `unsafe` in any build the kernel or the mock device uses; the test support module
 // (feature `test-util`) builds ring views over heap memory and is its only exception.
@@ -39,4 +42,4 @@ pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
 pub use engine::Run;
 pub use error::{Error, Result};
 pub use memory::DVA_BASE;
-pub use platform::{Platform, StreamRegions};
+pub use platform::{Lock, Platform, Serialized, StreamRegions};

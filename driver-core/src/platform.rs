@@ -16,11 +16,59 @@ pub struct StreamRegions<M> {
     pub event: RingRegion,
 }
 
-/// Services the device core needs from its host environment. Every method is called with the
-/// device state locked by the caller, so implementations must not call back into the device.
+/// A lock the host provides around the state the data path changes: one per stream (its ring
+/// ends and engine state) and one per event (its value).
+///
+/// The data path ([`Device::run_stream`](crate::Device::run_stream) and the sleep handshake)
+/// takes `&Device` and these locks, so a host may run several streams at once (the mock
+/// device's pollers, under the shared side of its device lock); the control path takes
+/// `&mut Device` and reaches the values through [`get_mut`](Lock::get_mut), without locking.
+/// The core holds at most one stream lock and, inside it, one event lock at a time.
+pub trait Lock<T> {
+    /// A lock holding `value`.
+    fn new(value: T) -> Self;
+
+    /// Runs `f` on the value with the lock held. `None` only if the lock cannot be taken
+    /// because this thread already holds it: the core never does that, so a correct host
+    /// never sees `None` (a cell-based lock, like [`Serialized`], reports it instead of
+    /// panicking).
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R>;
+
+    /// The value, through exclusive access to the lock (no locking needed).
+    fn get_mut(&mut self) -> &mut T;
+}
+
+/// [`Lock`] for a host that serialises every call on a device already (the kernel module
+/// holds its device mutex around each one): a cell, no atomics, not `Sync`.
+pub struct Serialized<T>(core::cell::RefCell<T>);
+
+impl<T> Lock<T> for Serialized<T> {
+    fn new(value: T) -> Self {
+        Self(core::cell::RefCell::new(value))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        self.0.try_borrow_mut().ok().map(|mut v| f(&mut v))
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut()
+    }
+}
+
+/// Services the device core needs from its host environment.
+///
+/// The `&mut self` methods (the control path: streams and memory created and released,
+/// kicks) are called with the device held exclusively. The `&self` ones (device memory
+/// access, time, waking waiters) are the data path: a host that runs streams concurrently
+/// gets them from several threads at once, for different streams. Implementations must not
+/// call back into the device.
 pub trait Platform {
     /// Backing of a stream's rings and doorbell.
     type StreamMem;
+
+    /// The lock around each stream's and each event's data-path state.
+    type Lock<T>: Lock<T>;
 
     /// Creates the zeroed shared memory of a new stream: a command ring of `cmd_bytes`, an event
     /// ring of `event_bytes` (both page-rounded by the caller) and a doorbell page.
@@ -44,16 +92,16 @@ pub trait Platform {
     fn free_backing(&mut self, client: u32, offset: u64, len: u64);
 
     /// Copies device memory at `offset` (owned by `client`, already validated) into `buf`.
-    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()>;
+    fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()>;
 
     /// Copies `data` into device memory at `offset` (owned by `client`, validated).
-    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()>;
+    fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()>;
 
     /// `memmove` of `len` bytes within `client`'s device memory (both ranges validated).
-    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()>;
+    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()>;
 
     /// Fills `len` bytes (a multiple of 4) at `dst` with `pattern` (validated).
-    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()>;
+    fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()>;
 
     /// Device monotonic time in nanoseconds.
     fn now_ns(&self) -> u64;
@@ -63,5 +111,14 @@ pub trait Platform {
 
     /// Wakes WAIT_EVENT sleepers and event-blocked streams: completions were published or an
     /// event was recorded.
-    fn notify_waiters(&mut self);
+    fn notify_waiters(&self);
+}
+
+/// `f` on the value of `lock`; `EBUSY` if this thread holds it already (which the core
+/// never does: a host bug, reported rather than a panic).
+pub(crate) fn locked<T, R>(lock: &impl Lock<T>, f: impl FnOnce(&mut T) -> R) -> Result<R> {
+    lock.with(f).ok_or(crate::error::Error::new(
+        davinci_uapi::Errno::EBUSY,
+        "device state is already locked by this thread (a host bug)",
+    ))
 }

@@ -14,6 +14,7 @@ extern crate std;
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::HashMap;
 use std::format;
+use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
 
 use davinci_ring::test_util::AlignedBuf;
@@ -21,8 +22,32 @@ use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::{Errno, EventRecord, Features, TaskDesc};
 
 use crate::{
-    Config, Device, Error, OpenParams, Platform, Result, Role, StreamRegions, CONTAINER_LEN,
+    Config, Device, Error, Lock, OpenParams, Platform, Result, Role, StreamRegions, CONTAINER_LEN,
 };
+
+/// [`Lock`] over `std::sync::Mutex`, so tests can run streams of one device on several
+/// threads (a poisoned lock is taken anyway: the state stays consistent between calls).
+pub struct StdLock<T>(Mutex<T>);
+
+impl<T> Lock<T> for StdLock<T> {
+    fn new(value: T) -> Self {
+        Self(Mutex::new(value))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let mut g = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Some(f(&mut g))
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        self.0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// Device memory of the fuzz device (small: arenas are real heap buffers).
 pub const MEM: u64 = 1 << 20;
@@ -77,7 +102,8 @@ pub struct StreamMem {
 /// Heap platform that checks what the core asks of it.
 #[derive(Default)]
 pub struct HeapPlatform {
-    arenas: HashMap<u32, Vec<u8>>,
+    /// Behind a mutex: the data path reaches device memory through `&self`.
+    arenas: Mutex<HashMap<u32, Vec<u8>>>,
     /// Backed ranges per client: `(offset, len)`.
     pub backed: HashMap<u32, Vec<(u64, u64)>>,
     /// Streams created and not yet released.
@@ -90,8 +116,15 @@ pub struct HeapPlatform {
     /// Kicks seen.
     pub kicks: u64,
     /// notify_waiters calls seen.
-    pub notifies: u64,
+    pub notifies: core::sync::atomic::AtomicU64,
 }
+
+// SAFETY: the raw pointers in `StreamMem` point into the `AlignedBuf`s it owns, which move
+// with it; every access to that memory is atomic (ring ends, `RingMem`), so the memory may be
+// reached from any thread.
+unsafe impl Send for StreamMem {}
+// SAFETY: as for `Send`: shared access goes only through atomics.
+unsafe impl Sync for StreamMem {}
 
 impl HeapPlatform {
     /// Total bytes currently backed (all clients).
@@ -108,13 +141,19 @@ impl HeapPlatform {
 
     /// A copy of `client`'s arena (empty if never backed).
     pub fn arena_copy(&self, client: u32) -> Vec<u8> {
-        self.arenas.get(&client).cloned().unwrap_or_default()
+        self.arenas().get(&client).cloned().unwrap_or_default()
     }
 
-    /// The arena of `client`; it grows to cover every range backed for it, so the ranges
-    /// `check` accepts are always inside it.
-    fn arena(&mut self, client: u32) -> &mut Vec<u8> {
-        self.arenas.entry(client).or_default()
+    fn arenas(&self) -> MutexGuard<'_, HashMap<u32, Vec<u8>>> {
+        self.arenas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `f` on the arena of `client`; it grows to cover every range backed for it, so the
+    /// ranges `check` accepts are always inside it.
+    fn arena<R>(&self, client: u32, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        f(self.arenas().entry(client).or_default())
     }
 
     /// The core promised this range was validated: it must lie inside one backed range of
@@ -141,6 +180,7 @@ impl HeapPlatform {
 
 impl Platform for HeapPlatform {
     type StreamMem = StreamMem;
+    type Lock<T> = StdLock<T>;
 
     fn create_stream(
         &mut self,
@@ -202,11 +242,12 @@ impl Platform for HeapPlatform {
             }
         }
         self.backed.entry(client).or_default().push((offset, len));
-        let a = self.arena(client);
-        if a.len() < (offset + len) as usize {
-            a.resize((offset + len) as usize, 0);
-        }
-        a[offset as usize..(offset + len) as usize].fill(0);
+        self.arena(client, |a| {
+            if a.len() < (offset + len) as usize {
+                a.resize((offset + len) as usize, 0);
+            }
+            a[offset as usize..(offset + len) as usize].fill(0);
+        });
         Ok(())
     }
 
@@ -216,39 +257,43 @@ impl Platform for HeapPlatform {
             panic!("free_backing [{offset:#x}, +{len:#x}) of client {client} was never backed");
         };
         v.swap_remove(i);
-        self.arena(client)[offset as usize..(offset + len) as usize].fill(0xEE);
+        self.arena(client, |a| {
+            a[offset as usize..(offset + len) as usize].fill(0xEE)
+        });
     }
 
-    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check(client, offset, buf.len() as u64, "a read");
         let o = offset as usize;
         let n = buf.len();
-        buf.copy_from_slice(&self.arena(client)[o..o + n]);
+        self.arena(client, |a| buf.copy_from_slice(&a[o..o + n]));
         Ok(())
     }
 
-    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
+    fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
         self.check(client, offset, data.len() as u64, "a write");
         let o = offset as usize;
-        self.arena(client)[o..o + data.len()].copy_from_slice(data);
+        self.arena(client, |a| a[o..o + data.len()].copy_from_slice(data));
         Ok(())
     }
 
-    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
         self.check(client, dst, len, "a copy destination");
         self.check(client, src, len, "a copy source");
         let (d, s, n) = (dst as usize, src as usize, len as usize);
-        self.arena(client).copy_within(s..s + n, d);
+        self.arena(client, |a| a.copy_within(s..s + n, d));
         Ok(())
     }
 
-    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
+    fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
         assert!(len % 4 == 0, "fill length {len} not a multiple of 4");
         self.check(client, dst, len, "a fill");
         let (d, n) = (dst as usize, len as usize);
-        for c in self.arena(client)[d..d + n].chunks_exact_mut(4) {
-            c.copy_from_slice(&pattern.to_ne_bytes());
-        }
+        self.arena(client, |a| {
+            for c in a[d..d + n].chunks_exact_mut(4) {
+                c.copy_from_slice(&pattern.to_ne_bytes());
+            }
+        });
         Ok(())
     }
 
@@ -260,8 +305,9 @@ impl Platform for HeapPlatform {
         self.kicks += 1;
     }
 
-    fn notify_waiters(&mut self) {
-        self.notifies += 1;
+    fn notify_waiters(&self) {
+        self.notifies
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
 }
 

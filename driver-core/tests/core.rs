@@ -1191,3 +1191,101 @@ fn records_a_stopped_stream_will_never_run_fail_their_waiters() {
         (Opcode::EventWait as u8, -Errno::EIO.code())
     );
 }
+
+/// The data path takes `&Device`: streams run on several threads at once, excluded only by
+/// the control path (`&mut Device`). Two streams of one context hand an event along
+/// (EVENT_RECORD on one thread, EVENT_WAIT on another) while a third stream fills device
+/// memory on a third thread. Every completion arrives once, in order, and the per-stream
+/// task counters add up in the client's usage, also after the streams are destroyed.
+#[test]
+fn streams_run_concurrently_through_a_shared_device() {
+    const ROUNDS: u64 = 60; // 2 descriptors per round on the waiting stream: fits its ring.
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let buf = alloc(&mut dev, c, 4096);
+    let mut rec = stream(&mut dev, c, k, 256, 256);
+    let mut wait = stream(&mut dev, c, k, 256, 256);
+    let mut fill = stream(&mut dev, c, k, 256, 256);
+    let ev = event(&mut dev, c, k);
+    for i in 1..=ROUNDS {
+        rec.prod.push(&TaskDesc::event_record(i, ev, i)).unwrap();
+        wait.prod
+            .push(&TaskDesc::event_wait(1000 + i, ev, i))
+            .unwrap();
+        wait.prod.push(&TaskDesc::nop(2000 + i)).unwrap();
+        fill.prod
+            .push(&TaskDesc::fill(
+                3000 + i,
+                DevAddr(buf.dev_addr),
+                4096,
+                i as u32,
+            ))
+            .unwrap();
+    }
+    rec.prod.publish();
+    wait.prod.publish();
+    fill.prod.publish();
+
+    {
+        let shared: &Device<HeapPlatform> = &dev;
+        let run = |h: u32, want: u32| {
+            let mut done = 0;
+            let mut looks = 0u64;
+            while done < want {
+                match shared.run_stream(h, 7) {
+                    Run::Progress(n) => done += n,
+                    Run::Blocked { .. } | Run::Idle => {
+                        looks += 1;
+                        assert!(looks < 10_000_000, "stream {h:#x} stuck at {done}/{want}");
+                        std::thread::yield_now();
+                    }
+                    other => panic!("stream {h:#x}: {other:?}"),
+                }
+            }
+        };
+        std::thread::scope(|t| {
+            t.spawn(|| run(wait.handle, 2 * ROUNDS as u32));
+            t.spawn(|| run(rec.handle, ROUNDS as u32));
+            t.spawn(|| run(fill.handle, ROUNDS as u32));
+        });
+    }
+
+    let r = drain(&mut rec);
+    assert_eq!(
+        r.iter().map(|r| r.user_data).collect::<Vec<_>>(),
+        (1..=ROUNDS).collect::<Vec<_>>()
+    );
+    assert!(r.iter().all(|r| r.status == 0));
+    let w = drain(&mut wait);
+    let want: Vec<u64> = (1..=ROUNDS).flat_map(|i| [1000 + i, 2000 + i]).collect();
+    assert_eq!(w.iter().map(|r| r.user_data).collect::<Vec<_>>(), want);
+    assert!(w.iter().all(|r| r.status == 0), "{w:?}");
+    // Each wait completed with a value at least the one it waited for.
+    assert!(w.iter().step_by(2).zip(1..).all(|(r, i)| r.result >= i));
+    let f = drain(&mut fill);
+    assert_eq!(f.len(), ROUNDS as usize);
+    assert!(f.iter().all(|r| r.status == 0));
+    let words = mem(&mut dev, c, &buf, 4096);
+    assert!(
+        words
+            .chunks_exact(4)
+            .all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) == ROUNDS as u32),
+        "the last fill wins"
+    );
+
+    let usage = |dev: &Device<HeapPlatform>| {
+        let u = dev.client_usage(c).unwrap();
+        (u.tasks_submitted, u.tasks_completed)
+    };
+    assert_eq!(usage(&dev), (4 * ROUNDS, 4 * ROUNDS));
+    let handles = [rec.handle, wait.handle, fill.handle];
+    for h in handles {
+        dev.destroy_stream(c, h).unwrap();
+        assert_eq!(
+            usage(&dev),
+            (4 * ROUNDS, 4 * ROUNDS),
+            "a destroyed stream's tasks still count"
+        );
+    }
+}

@@ -7,15 +7,19 @@
 //!
 //! # Invariants
 //!
-//! Every method runs with the device mutex held (driver-core's contract), so the backing table
-//! is never touched concurrently.
+//! Every method runs with the device mutex held: this host serialises every call on a device,
+//! control path and data path alike (its one worker runs the streams), so the backing table is
+//! never touched concurrently, and driver-core's per-stream and per-event locks are
+//! [`Serialized`] cells.
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use kernel::bindings;
 
-use crate::davinci_driver_core::{Error, Platform, Result, StreamRegions, MAX_ALLOCATIONS};
+use crate::davinci_driver_core::{
+    Error, Platform, Result, Serialized, StreamRegions, MAX_ALLOCATIONS,
+};
 use crate::davinci_ring::RingRegion;
 use crate::davinci_shm_copy::{copy_from_shared, copy_to_shared};
 use crate::davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
@@ -158,6 +162,9 @@ impl KernelPlatform {
 
 impl Platform for KernelPlatform {
     type StreamMem = StreamMem;
+    // Every device call runs with the device mutex held, so the per-stream and per-event
+    // locks need no atomics of their own.
+    type Lock<T> = Serialized<T>;
 
     fn create_stream(
         &mut self,
@@ -229,7 +236,7 @@ impl Platform for KernelPlatform {
         }
     }
 
-    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
         let (b, rel) = self.find(client, offset, buf.len() as u64)?;
         let src = b.range(rel, buf.len()).ok_or_else(fault)?;
         // SAFETY: `range` checked `[src, src + len)` lies in the live buffer; `buf` is kernel
@@ -238,7 +245,7 @@ impl Platform for KernelPlatform {
         Ok(())
     }
 
-    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
+    fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
         let (b, rel) = self.find(client, offset, data.len() as u64)?;
         let dst = b.range(rel, data.len()).ok_or_else(fault)?;
         // SAFETY: as in `mem_read`, in the other direction.
@@ -246,7 +253,7 @@ impl Platform for KernelPlatform {
         Ok(())
     }
 
-    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
         // Each range lies in one allocation of the client (driver-core validated them; they
         // may be two allocations). A bounce buffer makes each step a complete read before its
         // write, stepping in the order an overlap within one buffer needs.
@@ -283,7 +290,7 @@ impl Platform for KernelPlatform {
         Ok(())
     }
 
-    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
+    fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
         const STEP: usize = 256;
         let (b, rel) = self.find(client, dst, len)?;
         let n = usize::try_from(len).map_err(|_| fault())?;
@@ -315,7 +322,7 @@ impl Platform for KernelPlatform {
         }
     }
 
-    fn notify_waiters(&mut self) {
+    fn notify_waiters(&self) {
         if let Some(w) = &self.wake {
             w.notify();
         }

@@ -1,12 +1,18 @@
-//! [`MockDevice`]: one driver-core [`Device`] behind a mutex, a bounded set of poller threads
-//! that serve all its streams (one by default, like an io_uring SQPOLL thread), and the
-//! blocking half of WAIT_EVENT.
+//! [`MockDevice`]: one driver-core [`Device`] behind a reader-writer lock, a bounded set of
+//! poller threads that serve all its streams (one by default, like an io_uring SQPOLL
+//! thread), and the blocking half of WAIT_EVENT.
+//!
+//! Locking: the control path (ioctls, open, close, mmap) holds the device exclusively. The
+//! data path (a poller running a stream, arming its doorbell) holds it shared plus that
+//! stream's own lock (driver-core's per-stream [`Lock`](davinci_driver_core::Lock)), so
+//! pollers never exclude each other and a stream's lock is only ever contended by a usage
+//! report.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -113,9 +119,10 @@ struct Poller {
 }
 
 struct Core {
-    dev: Mutex<Device<MockPlatform>>,
-    /// Host threads in WAIT_EVENT sleep here.
-    cond: Arc<Condvar>,
+    /// Exclusive for the control path, shared for the pollers (see the module docs).
+    dev: RwLock<Device<MockPlatform>>,
+    /// Host threads in WAIT_EVENT sleep on this word (see `MockPlatform::add_waiter`).
+    notified: Arc<AtomicU32>,
     /// The pollers' wake word (see `MockPlatform::kick_pollers`).
     kick: Arc<AtomicU32>,
     /// Every stream being served, by handle. Lock order: device, then `served`, then
@@ -153,9 +160,17 @@ enum Seen {
     Done,
 }
 
+type Exclusive<'a> = RwLockWriteGuard<'a, Device<MockPlatform>>;
+
 impl Core {
-    fn lock(&self) -> MutexGuard<'_, Device<MockPlatform>> {
-        relock(self.dev.lock())
+    /// The device held exclusively: the control path.
+    fn lock(&self) -> Exclusive<'_> {
+        relock(self.dev.write())
+    }
+
+    /// The device held shared: the data path (and reports that change nothing).
+    fn shared(&self) -> RwLockReadGuard<'_, Device<MockPlatform>> {
+        relock(self.dev.read())
     }
 
     fn served(&self) -> MutexGuard<'_, HashMap<u32, Served>> {
@@ -164,18 +179,6 @@ impl Core {
 
     fn pollers(&self) -> MutexGuard<'_, Vec<Poller>> {
         relock(self.pollers.lock())
-    }
-
-    /// Sleeps on the condition variable (device unlocked) for at most `timeout`.
-    fn sleep<'a>(
-        &self,
-        mut g: MutexGuard<'a, Device<MockPlatform>>,
-        timeout: Duration,
-    ) -> MutexGuard<'a, Device<MockPlatform>> {
-        g.platform_mut().add_waiter();
-        let (mut g, _) = relock(self.cond.wait_timeout(g, timeout));
-        g.platform_mut().remove_waiter();
-        g
     }
 
     /// Hands stream `stream` of `client` to a poller: the one serving the fewest streams,
@@ -240,7 +243,7 @@ impl Core {
         let live: Vec<u32> = if all {
             Vec::new()
         } else {
-            self.lock().stream_handles().collect()
+            self.shared().stream_handles().collect()
         };
         let mut served = self.served();
         let gone: Vec<(u32, usize)> = served
@@ -261,14 +264,14 @@ impl Core {
         }
         drop(pollers);
         drop(served);
-        self.lock().platform().kick_pollers();
+        self.shared().platform().kick_pollers();
     }
 
     fn shutdown(&self) {
         {
             let g = self.lock();
             self.shutdown.store(true, Ordering::Release);
-            self.cond.notify_all();
+            g.platform().wake_waiters();
             g.platform().kick_pollers();
         }
         self.reap(true);
@@ -276,7 +279,7 @@ impl Core {
         {
             // A poller that registered as sleeping after the kick above still sees the
             // shutdown flag at its next look; wake it now rather than at its timeout.
-            let g = self.lock();
+            let g = self.shared();
             g.platform().kick_pollers();
         }
         for p in pollers {
@@ -319,7 +322,7 @@ impl Core {
             let mut progress = false;
             let mut ran = 0usize;
             for (h, _) in &streams {
-                let r = self.lock().run_stream(*h, budget);
+                let r = self.shared().run_stream(*h, budget);
                 seen.push(match r {
                     Run::Progress(n) => {
                         progress = true;
@@ -386,7 +389,7 @@ impl Core {
     /// work while being armed.
     fn park(&self, streams: &[(u32, Arc<StreamMem>)], seen: &[Seen], k0: u32) {
         let mut armed: Vec<(u32, &AtomicU32, u32)> = Vec::with_capacity(streams.len());
-        let mut g = self.lock();
+        let g = self.shared();
         let mut rerun = false;
         for ((h, mem), s) in streams.iter().zip(seen) {
             if !matches!(s, Seen::Idle | Seen::Stalled) {
@@ -414,7 +417,7 @@ impl Core {
             }
             return;
         }
-        g.platform_mut().poller_sleeping(true);
+        g.platform().poller_sleeping(true);
         drop(g);
         let mut waiters = Vec::with_capacity(armed.len() + 1);
         waiters.push(FutexWaiter {
@@ -447,8 +450,8 @@ impl Core {
                 Duration::from_millis(1).min(self.config.doorbell_timeout),
             );
         }
-        let mut g = self.lock();
-        g.platform_mut().poller_sleeping(false);
+        let g = self.shared();
+        g.platform().poller_sleeping(false);
         for (h, _, _) in &armed {
             g.stream_woke(*h);
         }
@@ -489,9 +492,9 @@ impl std::fmt::Debug for MockDevice {
 impl MockDevice {
     /// A new device with no clients, in exclusive mode.
     pub fn new(config: MockConfig) -> Self {
-        let cond = Arc::new(Condvar::new());
+        let notified = Arc::new(AtomicU32::new(0));
         let kick = Arc::new(AtomicU32::new(0));
-        let platform = MockPlatform::new(config.memory_size, cond.clone(), kick.clone());
+        let platform = MockPlatform::new(config.memory_size, notified.clone(), kick.clone());
         let dev = Device::new(
             Config {
                 device_id: config.device_id,
@@ -503,8 +506,8 @@ impl MockDevice {
             platform,
         );
         let core = Arc::new(Core {
-            dev: Mutex::new(dev),
-            cond,
+            dev: RwLock::new(dev),
+            notified,
             kick,
             served: Mutex::new(HashMap::new()),
             pollers: Mutex::new(Vec::new()),
@@ -588,9 +591,11 @@ impl MockDevice {
         }
     }
 
-    fn wait(
-        &self,
-        mut g: MutexGuard<'_, Device<MockPlatform>>,
+    /// The blocking half of WAIT_EVENT: checks with the device held exclusively, sleeps on
+    /// the platform's wake word with it released.
+    fn wait<'a>(
+        &'a self,
+        mut g: Exclusive<'a>,
         client: u32,
         spec: &WaitSpec,
         arg: &mut [u8],
@@ -601,25 +606,29 @@ impl MockDevice {
         loop {
             let elapsed = start.elapsed();
             let timed_out = elapsed >= timeout;
-            if g.finish_wait(client, spec, arg, timed_out)?.is_some() {
-                return Ok(());
+            // Counted (and the word read) before the check: a notification that misses the
+            // check changes the word or wakes this waiter.
+            let word = g.platform().add_waiter();
+            let done = g.finish_wait(client, spec, arg, timed_out);
+            if !matches!(done, Ok(None)) {
+                g.platform().remove_waiter();
+                return done.map(|_| ());
             }
             if core.shutdown.load(Ordering::Acquire) {
+                g.platform().remove_waiter();
                 return Err(Error::new(
                     Errno::ENODEV,
                     "the device shut down during the wait",
                 ));
             }
-            g = core.sleep(g, timeout.saturating_sub(elapsed));
+            drop(g);
+            futex_wait(&core.notified, word, timeout.saturating_sub(elapsed));
+            g = core.lock();
+            g.platform().remove_waiter();
         }
     }
 
-    fn start_worker(
-        &self,
-        mut g: MutexGuard<'_, Device<MockPlatform>>,
-        client: u32,
-        stream: u32,
-    ) -> Result<(), Error> {
+    fn start_worker(&self, mut g: Exclusive<'_>, client: u32, stream: u32) -> Result<(), Error> {
         let Some(mem) = g.stream_mem(client, stream).cloned() else {
             return Err(Error::new(Errno::ENOENT, "new stream vanished"));
         };
@@ -639,7 +648,7 @@ impl MockDevice {
     /// Resolves an mmap request of `client`: `cookie` must name an object it owns and `len`
     /// must not exceed the object. Returns a descriptor to map and the offset within it.
     pub fn map(&self, client: u32, cookie: u64, len: u64) -> Result<MapSource, Error> {
-        let g = self.core().lock();
+        let g = self.core().shared();
         match g.mmap_target(client, cookie, len)? {
             MmapTarget::Memory { offset, .. } => Ok(MapSource {
                 fd: g.platform().arena_fd(client)?,
@@ -673,17 +682,17 @@ impl MockDevice {
 
     /// GET_INFO, without an open.
     pub fn info(&self) -> DeviceInfo {
-        self.core().lock().info()
+        self.core().shared().info()
     }
 
     /// Usage of every attached client.
     pub fn clients(&self) -> Vec<ClientUsage> {
-        self.core().lock().clients().collect()
+        self.core().shared().clients().collect()
     }
 
     /// The sharing mode now in force.
     pub fn share_mode(&self) -> ShareMode {
-        self.core().lock().share_mode()
+        self.core().shared().share_mode()
     }
 
     /// Streams being served by the device's pollers (every live stream, until reaped).
@@ -710,5 +719,90 @@ impl MockDevice {
     /// (Dropping the last handle does the same.)
     pub fn shutdown(&self) {
         self.core().shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use davinci_driver_core::NoUserMem;
+    use davinci_ring::{Consumer, Producer};
+    use davinci_uapi::{
+        CreateContextArgs, CreateStreamArgs, EventRecord, TaskDesc, Wire,
+        DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_STREAM,
+    };
+
+    fn call<T: Wire>(dev: &MockDevice, c: u32, request: u32, args: &mut T) {
+        let mut arg = vec![0u8; T::SIZE];
+        args.encode(&mut arg);
+        dev.ioctl(c, request, &mut arg, &mut NoUserMem).unwrap();
+        *args = T::decode(&arg);
+    }
+
+    /// The data path never needs the device exclusively: with the device held shared (as a
+    /// usage report holds it, or as another poller does while it runs its streams), the
+    /// pollers still take, run and complete descriptors. With one device-wide mutex they
+    /// would wait for the holder.
+    #[test]
+    fn pollers_serve_streams_while_the_device_is_held_shared() {
+        let dev = MockDevice::new(MockConfig {
+            pollers: 2,
+            ..MockConfig::default()
+        });
+        let c = dev
+            .open(local_open_params(Role::Client, true))
+            .expect("open");
+        let mut ctx = CreateContextArgs::default();
+        call(&dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut ctx);
+        let mut ends = Vec::new();
+        for _ in 0..2 {
+            let mut s = CreateStreamArgs {
+                ctx: ctx.handle,
+                cmd_entries: 64,
+                event_entries: 64,
+                ..Default::default()
+            };
+            call(&dev, c, DRIVER_CMD_CREATE_STREAM, &mut s);
+            let mem = dev
+                .core()
+                .shared()
+                .stream_mem(c, s.handle)
+                .cloned()
+                .expect("the stream's memory");
+            let (cmd, evt) = mem.ring_regions().expect("ring regions");
+            ends.push((
+                Producer::<TaskDesc>::new(cmd),
+                Consumer::<EventRecord>::new(evt),
+                mem,
+            ));
+        }
+        assert_eq!(dev.pollers(), 2);
+
+        let held = dev.core().shared();
+        for (i, (prod, _, mem)) in ends.iter_mut().enumerate() {
+            for k in 0..50u64 {
+                prod.push(&TaskDesc::nop(i as u64 * 1000 + k)).unwrap();
+            }
+            prod.publish();
+            mem.kick();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (i, (_, cons, _)) in ends.iter_mut().enumerate() {
+            let mut seen = Vec::new();
+            while seen.len() < 50 {
+                cons.consume(usize::MAX, |r| seen.push((r.user_data, r.status)));
+                assert!(
+                    Instant::now() < deadline,
+                    "stream {i}: {} of 50 completions while the device was held shared",
+                    seen.len()
+                );
+                std::thread::yield_now();
+            }
+            let want: Vec<(u64, i32)> = (0..50).map(|k| (i as u64 * 1000 + k, 0)).collect();
+            assert_eq!(seen, want);
+        }
+        drop(held);
+        drop(ends);
+        dev.close(c);
     }
 }

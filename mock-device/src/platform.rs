@@ -9,17 +9,44 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use davinci_driver_core::{Error, Platform, Result, StreamRegions};
+use davinci_driver_core::{Error, Lock, Platform, Result, StreamRegions};
 use davinci_uapi::Errno;
 
 use davinci_shm::OutOfBounds;
 
 use crate::memfd::SharedRegion;
 use crate::stream_mem::{StreamMem, StreamPart};
+
+/// [`Lock`] over `std::sync::Mutex`: each stream's and each event's data-path state. A stream
+/// is served by one poller, so its lock is contended only by a control-path reader (a
+/// usage report); an event's, only while two pollers record or wait on it at once.
+pub struct MockLock<T>(Mutex<T>);
+
+impl<T> Lock<T> for MockLock<T> {
+    fn new(value: T) -> Self {
+        Self(Mutex::new(value))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        // Poisoned only if a thread panicked inside; driver-core has no panicking paths and
+        // keeps the state consistent between calls, so carry on.
+        let mut g = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Some(f(&mut g))
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        self.0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// The mock device's platform: arenas, stream memory, time, and the wake-ups.
 pub struct MockPlatform {
@@ -28,17 +55,19 @@ pub struct MockPlatform {
     /// Live streams' memory, by stream handle (registered once the core assigned the handle),
     /// to kick their pollers.
     streams: HashMap<u32, Arc<StreamMem>>,
-    /// Threads sleeping on `cond` (WAIT_EVENT callers). Changed only
-    /// with the device locked, like everything here.
-    waiters: usize,
-    cond: Arc<Condvar>,
+    /// Threads sleeping on `notified` (WAIT_EVENT callers).
+    waiters: AtomicUsize,
+    /// The WAIT_EVENT sleepers' wake word: bumped by `notify_waiters` (completions
+    /// published, an event recorded or destroyed, a stream stopped) while anyone waits, and
+    /// `FUTEX_WAKE`d. A waiter reads it before it checks its condition, with the device held
+    /// exclusively, so a notification after the check changes the word it sleeps on.
+    notified: Arc<AtomicU32>,
     /// The pollers' wake word: bumped whenever a poller may have new work that no doorbell
     /// announces (an event reached, a stream added or removed), `FUTEX_WAKE`d while a poller
     /// sleeps on it.
     kick: Arc<AtomicU32>,
-    /// Pollers asleep (on `kick` and their streams' doorbells). Changed with the device
-    /// locked.
-    sleeping_pollers: usize,
+    /// Pollers asleep (on `kick` and their streams' doorbells).
+    sleeping_pollers: AtomicUsize,
     epoch: Instant,
 }
 
@@ -48,7 +77,7 @@ impl std::fmt::Debug for MockPlatform {
             .field("memory_size", &self.memory_size)
             .field("arenas", &self.arenas.len())
             .field("streams", &self.streams.len())
-            .field("waiters", &self.waiters)
+            .field("waiters", &self.waiters.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -61,35 +90,40 @@ fn oob(_: OutOfBounds) -> Error {
 }
 
 impl MockPlatform {
-    /// A platform for a device of `memory_size` bytes whose host waiters sleep on `cond`
-    /// (paired with the device mutex) and whose pollers sleep on `kick`.
-    pub(crate) fn new(memory_size: u64, cond: Arc<Condvar>, kick: Arc<AtomicU32>) -> Self {
+    /// A platform for a device of `memory_size` bytes whose host waiters sleep on
+    /// `notified` and whose pollers sleep on `kick`.
+    pub(crate) fn new(memory_size: u64, notified: Arc<AtomicU32>, kick: Arc<AtomicU32>) -> Self {
         Self {
             memory_size,
             arenas: HashMap::new(),
             streams: HashMap::new(),
-            waiters: 0,
-            cond,
+            waiters: AtomicUsize::new(0),
+            notified,
             kick,
-            sleeping_pollers: 0,
+            sleeping_pollers: AtomicUsize::new(0),
             epoch: Instant::now(),
         }
     }
 
     /// Bumps the pollers' wake word, and wakes those asleep on it.
     pub(crate) fn kick_pollers(&self) {
-        self.kick.fetch_add(1, Ordering::AcqRel);
-        if self.sleeping_pollers > 0 {
+        // SeqCst, paired with `poller_sleeping`: either the poller sees the new word (and
+        // does not sleep) or this sees it counted (and wakes it).
+        self.kick.fetch_add(1, Ordering::SeqCst);
+        if self.sleeping_pollers.load(Ordering::SeqCst) > 0 {
             davinci_shm::futex_wake(&self.kick);
         }
     }
 
-    /// A poller is about to sleep (`true`) or woke (`false`).
-    pub(crate) fn poller_sleeping(&mut self, asleep: bool) {
+    /// A poller is about to sleep (`true`: before it checks the kick word one last time, in
+    /// `futex_waitv`) or woke (`false`).
+    pub(crate) fn poller_sleeping(&self, asleep: bool) {
         if asleep {
-            self.sleeping_pollers += 1;
+            self.sleeping_pollers.fetch_add(1, Ordering::SeqCst);
         } else {
-            self.sleeping_pollers = self.sleeping_pollers.saturating_sub(1);
+            let _ = self
+                .sleeping_pollers
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         }
     }
 
@@ -127,14 +161,25 @@ impl MockPlatform {
         })
     }
 
-    /// One more thread is about to sleep on the condition variable.
-    pub(crate) fn add_waiter(&mut self) {
-        self.waiters += 1;
+    /// One more WAIT_EVENT caller is about to check its condition and sleep: the value of the
+    /// wake word to sleep on (read after the caller counts itself, so a notification that
+    /// misses the check either changes the word or sees the waiter and wakes it).
+    pub(crate) fn add_waiter(&self) -> u32 {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        self.notified.load(Ordering::SeqCst)
     }
 
-    /// A sleeper woke up.
-    pub(crate) fn remove_waiter(&mut self) {
-        self.waiters = self.waiters.saturating_sub(1);
+    /// A WAIT_EVENT caller stopped waiting.
+    pub(crate) fn remove_waiter(&self) {
+        let _ = self
+            .waiters
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// Wakes every WAIT_EVENT sleeper (shutdown).
+    pub(crate) fn wake_waiters(&self) {
+        self.notified.fetch_add(1, Ordering::SeqCst);
+        davinci_shm::futex_wake(&self.notified);
     }
 
     /// Number of arenas (clients with device memory), for tests.
@@ -145,6 +190,7 @@ impl MockPlatform {
 
 impl Platform for MockPlatform {
     type StreamMem = Arc<StreamMem>;
+    type Lock<T> = MockLock<T>;
 
     fn create_stream(
         &mut self,
@@ -209,22 +255,22 @@ impl Platform for MockPlatform {
         }
     }
 
-    fn mem_read(&mut self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.arena(client)?.map().read(offset, buf).map_err(oob)
     }
 
-    fn mem_write(&mut self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
+    fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
         self.arena(client)?.map().write(offset, data).map_err(oob)
     }
 
-    fn mem_copy(&mut self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
         self.arena(client)?
             .map()
             .copy_within(dst, src, len)
             .map_err(oob)
     }
 
-    fn mem_fill(&mut self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
+    fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
         self.arena(client)?
             .map()
             .fill(dst, len, pattern)
@@ -241,10 +287,14 @@ impl Platform for MockPlatform {
         }
     }
 
-    fn notify_waiters(&mut self) {
-        // No syscall when nobody sleeps (the common case on the data path).
-        if self.waiters > 0 {
-            self.cond.notify_all();
+    fn notify_waiters(&self) {
+        // Nothing written and no syscall when nobody waits (the common case on the data
+        // path). A waiter counts itself and checks its condition with the device held
+        // exclusively, which this caller excludes: either its check saw what this announces,
+        // or it was counted before, and then is seen here.
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.notified.fetch_add(1, Ordering::SeqCst);
+            davinci_shm::futex_wake(&self.notified);
         }
         // A poller may have a stream blocked on an event this reached.
         self.kick_pollers();
