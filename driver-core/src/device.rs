@@ -10,6 +10,7 @@ use davinci_uapi::{
     Features, MmapKind, Opcode, RingMapping, RingOffsets, ShareMode, TaskDesc, DOORBELL_SIZE,
 };
 
+use crate::engine::Inject;
 use crate::error::{ensure, fail, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
 use crate::platform::{locked, Lock, Platform, StreamRegions};
@@ -232,6 +233,11 @@ pub(crate) struct Engine {
     pub(crate) pending: Option<Pending>,
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
+    /// An armed fault (`Device::inject`), and `submitted` when it was armed.
+    pub(crate) inject: Option<Inject>,
+    pub(crate) inject_base: u64,
+    /// A fault halted it (a hung task, or it stopped consuming): nothing more is taken.
+    pub(crate) halted: bool,
 }
 
 /// What an mmap cookie resolves to for its owner.
@@ -273,6 +279,8 @@ pub struct Device<P: Platform> {
     pub(crate) events: Table<Event<P>, MAX_EVENTS>,
     pub(crate) allocations: Table<Allocation, MAX_ALLOCATIONS>,
     pub(crate) memory: Allocator<MAX_BLOCKS>,
+    /// The fault every new stream is armed with (`inject`), if any.
+    pub(crate) inject: Option<Inject>,
 }
 
 fn container_str(c: &[u8; CONTAINER_LEN]) -> [u8; 64] {
@@ -308,6 +316,7 @@ impl<P: Platform> Device<P> {
             streams: Table::new(),
             events: Table::new(),
             allocations: Table::new(),
+            inject: None,
         }
     }
 
@@ -730,6 +739,9 @@ impl<P: Platform> Device<P> {
                 pending: None,
                 submitted: 0,
                 completed: 0,
+                inject: self.inject,
+                inject_base: 0,
+                halted: false,
             }),
             cmd_bytes: cmd_bytes as u64,
             event_bytes: event_bytes as u64,
@@ -791,6 +803,64 @@ impl<P: Platform> Device<P> {
         c.completed += counts.1;
         self.platform.notify_waiters();
         Ok(())
+    }
+
+    /// Arms `fault` (or disarms, `None`) on `stream`, or, with `stream` `None`, on every
+    /// stream and every stream created from now on. A host's test hook (the mock device's
+    /// `--inject`), not an ioctl: no client can reach it. `ENOENT` if the stream does not
+    /// exist.
+    pub fn inject(&mut self, stream: Option<u32>, fault: Option<Inject>) -> Result<()> {
+        let arm = |s: &mut Stream<P>| {
+            let e = s.run.get_mut();
+            e.inject = fault;
+            e.inject_base = e.submitted;
+        };
+        match stream {
+            Some(h) => match self.streams.get_mut(h) {
+                Some(s) => arm(s),
+                None => fail!(ENOENT, "no such stream"),
+            },
+            None => {
+                self.inject = fault;
+                for (_, s) in self.streams.iter_mut() {
+                    arm(s);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A device reset: every running stream stops in the error state with `ECANCELED`
+    /// (no record: what it had taken but not completed, a pending EVENT_WAIT or a hung task,
+    /// is lost with it; the records it had already published stay in its event ring), the
+    /// EVENT_RECORDs it had queued can no longer be reached (section 8 of docs/abi.md), and
+    /// waiters wake. Clients, contexts, events, memory and the streams' handles stay: a
+    /// client sees the reset at its next call on a stream (`EIO`, status `ECANCELED`) and
+    /// recovers as from any stream error (destroy, create). Returns the streams stopped.
+    pub fn reset(&mut self) -> u32 {
+        let Device {
+            streams,
+            events,
+            platform,
+            ..
+        } = self;
+        let mut stopped = 0;
+        for (_, s) in streams.iter_mut() {
+            let (owner, ctx) = (s.owner, s.ctx);
+            let e = s.run.get_mut();
+            if e.state != StreamState::Running {
+                continue;
+            }
+            e.state = StreamState::Error(Errno::ECANCELED);
+            e.pending = None;
+            e.halted = false;
+            e.cmd
+                .set_error(Errno::ECANCELED.code() as u32, e.cmd.head());
+            poison_queued_records(events, (owner, ctx), e, None, Errno::ECANCELED);
+            stopped += 1;
+        }
+        platform.notify_waiters();
+        stopped
     }
 
     /// The platform memory of `client`'s stream (to serve its mmap), if it owns it.

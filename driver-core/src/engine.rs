@@ -38,8 +38,50 @@ pub enum Run {
     },
     /// The stream is in the error state.
     Failed(Errno),
+    /// An injected fault halted the stream without an error ([`Inject::HangAt`],
+    /// [`Inject::StopAt`]): it takes nothing more until it is destroyed or the device is
+    /// reset, so there is nothing to wait for.
+    Halted,
     /// The stream no longer exists.
     Gone,
+}
+
+/// A device fault to inject, so a runtime's error handling can be tested against the mock
+/// device (`MockConfig::inject`, `MockDevice::inject`, `davinci-mockd --inject`). Counted per
+/// stream, in tasks the stream takes from the moment the fault is armed (the first is 1);
+/// each fires once. docs/abi.md 5.6 says what a host sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inject {
+    /// The `nth` task completes with `-errno` (no fault detail: a device error, not a bad
+    /// descriptor) and the stream enters the error state with `errno`.
+    ErrorAt {
+        /// Which task (1 = the next one).
+        nth: u64,
+        /// The status it completes with (positive; `EIO` for a hardware error).
+        errno: Errno,
+    },
+    /// The `nth` task is taken (the command ring's head moves past it) but never completes,
+    /// and nothing after it is taken: waits for it time out.
+    HangAt {
+        /// Which task.
+        nth: u64,
+    },
+    /// The stream stops consuming before the `nth` task: its command ring fills up.
+    StopAt {
+        /// Which task.
+        nth: u64,
+    },
+}
+
+impl Inject {
+    /// The task it fires on (at least 1).
+    pub fn nth(&self) -> u64 {
+        match *self {
+            Inject::ErrorAt { nth, .. } | Inject::HangAt { nth } | Inject::StopAt { nth } => {
+                nth.max(1)
+            }
+        }
+    }
 }
 
 /// Elements per chunk of ADD (stack buffers, no allocation).
@@ -365,6 +407,9 @@ impl<P: Platform> Device<P> {
         if let StreamState::Error(e) = s.state {
             return Run::Failed(e);
         }
+        if s.halted {
+            return Run::Halted;
+        }
         // Stops the stream at `index` (the descriptor `failed`, if one failed): the error
         // state, and the events its queued records can no longer reach (their waiters wake).
         let fail_stream = |s: &mut Engine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
@@ -445,6 +490,15 @@ impl<P: Platform> Device<P> {
             }
         };
         let n = avail.min(free).min(budget);
+        // An armed fault that falls in this run fires at that position (tasks before it run).
+        let fault = s.inject.and_then(|f| {
+            let done = s.submitted.wrapping_sub(s.inject_base);
+            let before = f.nth().checked_sub(1)?.checked_sub(done)?;
+            u32::try_from(before)
+                .ok()
+                .filter(|&k| k < n)
+                .map(|k| (k, f))
+        });
         let mut exec = Exec {
             platform,
             allocations,
@@ -461,12 +515,36 @@ impl<P: Platform> Device<P> {
         // (read when it finished). A clock read per NOP was a tenth of the device's time.
         let mut stamp: Option<u64> = None;
         while taken < n {
+            if let Some((at, f)) = fault {
+                if at == taken {
+                    s.inject = None;
+                    if let Inject::StopAt { .. } = f {
+                        s.halted = true;
+                        break;
+                    }
+                }
+            }
             // Copied out of shared memory once; everything below looks only at the copy.
             let Some(d) = s.cmd.peek(taken) else {
                 break;
             };
             let index = s.cmd.head().wrapping_add(taken);
             taken += 1;
+            match fault {
+                Some((at, Inject::HangAt { .. })) if at + 1 == taken => {
+                    s.halted = true;
+                    break;
+                }
+                Some((at, Inject::ErrorAt { errno, .. })) if at + 1 == taken => {
+                    let e = Error::new(errno, "injected device fault");
+                    let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
+                    let _ = s.evt.push(&rec);
+                    completed += 1;
+                    failed = Some((errno, index, d));
+                    break;
+                }
+                _ => {}
+            }
             match exec.execute(&d) {
                 Ok(Done::Complete(r)) => {
                     let instant =
@@ -523,6 +601,8 @@ impl<P: Platform> Device<P> {
         }
         if completed > 0 {
             Run::Progress(completed)
+        } else if s.halted {
+            Run::Halted
         } else if avail > 0 && free == 0 {
             Run::Stalled
         } else {

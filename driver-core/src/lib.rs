@@ -39,7 +39,7 @@ pub use device::{
     MAX_STREAMS,
 };
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
-pub use engine::Run;
+pub use engine::{Inject, Run};
 pub use error::{Error, Result};
 pub use memory::DVA_BASE;
 pub use platform::{Lock, Platform, Serialized, StreamRegions};

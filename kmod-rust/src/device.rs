@@ -694,7 +694,7 @@ unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
                 }
                 Run::Idle => IDLE,
                 Run::Stalled => STALLED,
-                Run::Blocked { .. } | Run::Failed(_) | Run::Gone => 0,
+                Run::Blocked { .. } | Run::Failed(_) | Run::Halted | Run::Gone => 0,
             };
         }
         if busy {

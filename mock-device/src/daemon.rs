@@ -62,6 +62,9 @@ pub struct DaemonConfig {
     pub share_mode: ShareMode,
     /// How long a new connection may take to send HELLO before it is closed.
     pub hello_timeout: std::time::Duration,
+    /// A fault every stream of every device is armed with (`--inject`; see
+    /// [`MockConfig::inject`]).
+    pub inject: Option<davinci_driver_core::Inject>,
 }
 
 impl Default for DaemonConfig {
@@ -76,6 +79,7 @@ impl Default for DaemonConfig {
             admin: AdminPolicy::owned_by(nix::unistd::getuid().as_raw()),
             share_mode: ShareMode::Exclusive,
             hello_timeout: HELLO_TIMEOUT,
+            inject: None,
         }
     }
 }
@@ -167,6 +171,7 @@ impl Daemon {
                 device_id: n,
                 memory_size: cfg.memory,
                 client_memory_limit: cfg.client_memory_limit,
+                inject: cfg.inject,
                 ..MockConfig::default()
             });
             let name = format!("davinci{n}");

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 use davinci_driver_core::{
-    Config, Device, Error, MmapTarget, OpenError, OpenParams, Platform, Reply, Role, Run, UserMem,
-    WaitSpec, CONTAINER_LEN,
+    Config, Device, Error, Inject, MmapTarget, OpenError, OpenParams, Platform, Reply, Role, Run,
+    UserMem, WaitSpec, CONTAINER_LEN,
 };
 use davinci_uapi::{
     ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_DESTROY_CONTEXT,
@@ -58,6 +58,10 @@ pub struct MockConfig {
     /// switches grow): then another runnable thread (perhaps the host it waits for) needs the
     /// core, and spinning would only delay it.
     pub idle_spin: Duration,
+    /// A fault every stream is armed with from its creation ([`Inject`]; `None`: a healthy
+    /// device). For testing a runtime's error handling; [`MockDevice::inject`] changes it
+    /// later, per stream or for the device.
+    pub inject: Option<Inject>,
 }
 
 impl Default for MockConfig {
@@ -71,6 +75,7 @@ impl Default for MockConfig {
             doorbell_timeout: Duration::from_millis(50),
             event_timeout: Duration::from_millis(50),
             idle_spin: Duration::from_millis(2),
+            inject: None,
         }
     }
 }
@@ -156,7 +161,7 @@ enum Seen {
     /// Waiting for an event: the pollers' kick word announces it (`event_timeout` is the
     /// safety net).
     Blocked,
-    /// Gone or failed: nothing to wait for.
+    /// Gone, failed or halted by an injected fault: nothing to wait for.
     Done,
 }
 
@@ -332,7 +337,7 @@ impl Core {
                     Run::Idle => Seen::Idle,
                     Run::Stalled => Seen::Stalled,
                     Run::Blocked { .. } => Seen::Blocked,
-                    Run::Failed(_) | Run::Gone => Seen::Done,
+                    Run::Failed(_) | Run::Halted | Run::Gone => Seen::Done,
                 });
             }
             if progress {
@@ -495,7 +500,7 @@ impl MockDevice {
         let notified = Arc::new(AtomicU32::new(0));
         let kick = Arc::new(AtomicU32::new(0));
         let platform = MockPlatform::new(config.memory_size, notified.clone(), kick.clone());
-        let dev = Device::new(
+        let mut dev = Device::new(
             Config {
                 device_id: config.device_id,
                 memory_size: config.memory_size,
@@ -505,6 +510,8 @@ impl MockDevice {
             },
             platform,
         );
+        // Cannot fail for the whole device (no stream to look up).
+        let _ = dev.inject(None, config.inject);
         let core = Arc::new(Core {
             dev: RwLock::new(dev),
             notified,
@@ -713,6 +720,28 @@ impl MockDevice {
     /// `FUTEX_WAITV_MAX - 1` streams per poller).
     pub fn pollers(&self) -> usize {
         self.core().pollers().len()
+    }
+
+    /// Arms `fault` (or disarms, `None`) on stream `stream` (its handle, whoever owns it), or
+    /// with `stream` `None` on every stream and on every stream created from now on
+    /// (docs/abi.md 5.6 says what clients see). `ENOENT` if the stream does not exist.
+    pub fn inject(&self, stream: Option<u32>, fault: Option<Inject>) -> Result<(), Error> {
+        let g = {
+            let mut g = self.core().lock();
+            g.inject(stream, fault)?;
+            g
+        };
+        // A halted stream's poller looks again (a fault disarmed does not restart it, but a
+        // stream armed while its poller sleeps is reconsidered at once).
+        g.platform().kick_pollers();
+        Ok(())
+    }
+
+    /// A device reset (docs/abi.md 5.6): every running stream stops in the error state with
+    /// `ECANCELED`; clients, contexts, events and memory stay, and new streams run. Returns
+    /// the number of streams stopped.
+    pub fn reset(&self) -> u32 {
+        self.core().lock().reset()
     }
 
     /// Stops and joins every poller now; afterwards every call fails with `ENODEV`.

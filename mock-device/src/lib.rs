@@ -3,11 +3,12 @@
 //!
 //! * [`MockPlatform`]: driver-core's `Platform` over memfds: per-client device-memory
 //!   arenas (sparse memfds; freed ranges are punched out), per-stream ring and doorbell
-//!   memfds, a condition variable for sleepers, `FUTEX_WAKE` for stream kicks.
-//! * [`MockDevice`]: the device behind a mutex, a bounded set of poller threads serving all
-//!   its streams (run, spin, arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking
-//!   half of WAIT_EVENT, and
-//!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors.
+//!   memfds, a futex word for WAIT_EVENT sleepers, `FUTEX_WAKE` for stream kicks.
+//! * [`MockDevice`]: the device behind a reader-writer lock (control path exclusive,
+//!   pollers shared), a bounded set of poller threads serving all its streams (run, spin,
+//!   arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking half of WAIT_EVENT,
+//!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors, and fault
+//!   injection ([`Inject`], [`MockDevice::inject`], [`MockDevice::reset`]).
 //!
 //! * [`daemon`]: `davinci-mockd`, N devices each on its own Unix socket; `conn` serves one
 //!   connection (one open); [`peer`] finds who is on the other end; [`mockd_cli`] is its
@@ -32,7 +33,7 @@ pub mod daemon;
 pub mod mockd_cli;
 pub mod peer;
 
-pub use davinci_driver_core::{NoUserMem, OpenError, OpenParams, Role, UserMem};
+pub use davinci_driver_core::{Inject, NoUserMem, OpenError, OpenParams, Role, UserMem};
 pub use device::{local_open_params, MapSource, MockConfig, MockDevice};
 pub use platform::MockPlatform;
 pub use stream_mem::StreamMem;

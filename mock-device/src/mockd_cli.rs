@@ -5,7 +5,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use davinci_uapi::ShareMode;
+use davinci_driver_core::Inject;
+use davinci_uapi::{Errno, ShareMode};
 use nix::sys::signal::{SigSet, Signal};
 use tracing::{info, warn};
 
@@ -45,6 +46,19 @@ Options:
                                  the sharing of its devices)
       --exit-with-parent         Shut down (as on SIGTERM) when the process that started the daemon
                                  exits (test harnesses)
+      --inject <FAULT>           Arm every stream of every device with a fault, to test a runtime's
+                                 error handling; counted per stream in tasks taken (the first is
+                                 1), fires once per stream:
+                                   error-at=N[:ERRNO]  task N completes with -ERRNO (a name like
+                                                       EIO or a number; default EIO) and the
+                                                       stream stops in the error state
+                                   hang-at=N           task N is taken but never completes; the
+                                                       stream takes nothing more (waits time out)
+                                   stop-at=N           the stream stops consuming before task N
+                                                       (its command ring fills up)
+      --reset-after <DURATION>   Reset every device once, DURATION after start-up (like 500ms, 2s,
+                                 1m): every running stream stops with ECANCELED; clients,
+                                 memory and contexts stay, new streams run
   -h, --help                     Print help
   -V, --version                  Print version
 
@@ -52,6 +66,8 @@ The daemon runs in the foreground and logs to stderr (RUST_LOG, default info). O
 socket listens it prints one line to stdout:
   davinci-mockd: ready: <N> device(s) in <DIR>
 SIGTERM or SIGINT: stop accepting, remove the sockets, close every client, exit 0.
+SIGUSR1: reset every device now (as --reset-after does). docs/abi.md 5.6 says what clients
+see of each fault and of a reset.
 
 Admins (who may change device sharing): uid 0 unless --no-root-admin, the daemon's own
 user unless --no-owner-admin, every --admin-uid, members of every --admin-group. The
@@ -102,11 +118,69 @@ fn parse_group(s: &str) -> Result<u32, String> {
     }
 }
 
+/// Parses an `--inject` fault: `error-at=N[:ERRNO]`, `hang-at=N` or `stop-at=N`.
+pub fn parse_inject(s: &str) -> Result<Inject, String> {
+    let bad = |why: &str| {
+        format!(
+            "--inject '{s}': {why}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
+             (N >= 1)"
+        )
+    };
+    let (kind, rest) = s.split_once('=').ok_or_else(|| bad("no '='"))?;
+    let (n, errno) = match rest.split_once(':') {
+        Some((n, e)) => (n, Some(e)),
+        None => (rest, None),
+    };
+    let nth: u64 = n
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| bad("N must be a whole number from 1"))?;
+    let errno = match errno {
+        None => Errno::EIO,
+        Some(e) => {
+            let e = e.trim();
+            let by_name = (1..=4095)
+                .filter_map(Errno::from_code)
+                .find(|x| x.name().eq_ignore_ascii_case(e));
+            by_name
+                .or_else(|| e.parse().ok().and_then(Errno::from_code))
+                .ok_or_else(|| bad(&format!("unknown errno '{e}'")))?
+        }
+    };
+    match kind.trim() {
+        "error-at" => Ok(Inject::ErrorAt { nth, errno }),
+        "hang-at" | "stop-at" if rest.contains(':') => Err(bad("only error-at takes an errno")),
+        "hang-at" => Ok(Inject::HangAt { nth }),
+        "stop-at" => Ok(Inject::StopAt { nth }),
+        other => Err(bad(&format!("unknown fault '{other}'"))),
+    }
+}
+
+/// Parses a duration: a number with `ms`, `s` or `m` (or a bare number of seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(end);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}': expected a number like 500ms or 2s"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1000),
+        "m" | "min" => n.checked_mul(60_000),
+        _ => return Err(format!("invalid duration '{s}': unit must be ms, s or m")),
+    };
+    ms.map(std::time::Duration::from_millis)
+        .ok_or_else(|| format!("invalid duration '{s}': too long"))
+}
+
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Command {
-    /// Run the daemon (and whether to exit with the parent).
-    Run(DaemonConfig, bool),
+    /// Run the daemon (and whether to exit with the parent, and when to reset the devices).
+    Run(DaemonConfig, bool, Option<std::time::Duration>),
     /// Print this text to stdout and exit 0.
     Print(String),
 }
@@ -143,6 +217,7 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
     };
     let mut dir = None;
     let mut with_parent = false;
+    let mut reset_after = None;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -199,6 +274,13 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
             "--no-owner-admin" => cfg.admin.owner = None,
             "--share-mode" => cfg.share_mode = parse_share_mode(&value("exclusive or shared")?)?,
             "--exit-with-parent" => with_parent = true,
+            "--inject" => {
+                if cfg.inject.is_some() {
+                    return Err("--inject given twice: a stream is armed with one fault".into());
+                }
+                cfg.inject = Some(parse_inject(&value("a fault")?)?);
+            }
+            "--reset-after" => reset_after = Some(parse_duration(&value("a duration")?)?),
             other => return Err(format!("unexpected argument '{other}'")),
         }
     }
@@ -206,7 +288,7 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
         Some(d) => SocketDir::from(d),
         None => default_dir(),
     };
-    Ok(Command::Run(cfg, with_parent))
+    Ok(Command::Run(cfg, with_parent, reset_after))
 }
 
 /// Runs `davinci-mockd` with the process's arguments; returns the exit status.
@@ -218,12 +300,12 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let (cfg, with_parent) = match cmd {
+    let (cfg, with_parent, reset_after) = match cmd {
         Command::Print(s) => {
             print!("{s}");
             return 0;
         }
-        Command::Run(cfg, with_parent) => (cfg, with_parent),
+        Command::Run(cfg, with_parent, reset_after) => (cfg, with_parent, reset_after),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -238,6 +320,7 @@ pub fn main() -> i32 {
     let mut sigs = SigSet::empty();
     sigs.add(Signal::SIGTERM);
     sigs.add(Signal::SIGINT);
+    sigs.add(Signal::SIGUSR1);
     if let Err(e) = sigs.thread_block() {
         eprintln!("davinci-mockd: cannot block signals: {e}");
         return 1;
@@ -283,7 +366,33 @@ pub fn main() -> i32 {
         );
         let _ = out.flush();
     }
-    let sig = sigs.wait();
+    if let Some(inject) = cfg.inject {
+        warn!(?inject, "fault injection armed on every stream (--inject)");
+    }
+    if let Some(after) = reset_after {
+        // A reset is an ordinary signal to this loop, so it cannot race with shutdown.
+        let pid = nix::unistd::getpid();
+        let spawned = std::thread::Builder::new()
+            .name("reset-after".into())
+            .spawn(move || {
+                std::thread::sleep(after);
+                let _ = nix::sys::signal::kill(pid, Signal::SIGUSR1);
+            });
+        if let Err(e) = spawned {
+            warn!(error = %e, "--reset-after: cannot start its timer; no reset will happen");
+        }
+    }
+    let sig = loop {
+        match sigs.wait() {
+            Ok(Signal::SIGUSR1) => {
+                for (n, dev) in daemon.devices().iter().enumerate() {
+                    let stopped = dev.reset();
+                    warn!(device = n, streams_stopped = stopped, "device reset");
+                }
+            }
+            other => break other,
+        }
+    };
     info!(signal = ?sig.ok(), "shutting down");
     daemon.stop();
     info!("sockets removed; bye");
@@ -300,7 +409,7 @@ mod tests {
             origin: davinci_mockd_proto::SocketDirOrigin::Private,
         };
         match parse_args_for(args.iter().map(|s| s.to_string()), uid, default_dir)? {
-            Command::Run(c, _) => Ok(c),
+            Command::Run(c, _, _) => Ok(c),
             Command::Print(_) => Err("printed".into()),
         }
     }
@@ -397,5 +506,77 @@ mod tests {
         // Run by root: uid 0 is admin by the root rule only.
         let r = run_as(0, &["--no-root-admin"]).unwrap();
         assert!(r.admin.is_nobody());
+    }
+
+    #[test]
+    fn inject_and_reset_options_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_inject("error-at=3").unwrap(),
+            Inject::ErrorAt {
+                nth: 3,
+                errno: Errno::EIO
+            }
+        );
+        assert_eq!(
+            parse_inject("error-at=1:efault").unwrap(),
+            Inject::ErrorAt {
+                nth: 1,
+                errno: Errno::EFAULT
+            }
+        );
+        assert_eq!(
+            parse_inject("error-at=7:12").unwrap(),
+            Inject::ErrorAt {
+                nth: 7,
+                errno: Errno::ENOMEM
+            }
+        );
+        assert_eq!(
+            parse_inject("hang-at=5").unwrap(),
+            Inject::HangAt { nth: 5 }
+        );
+        assert_eq!(
+            parse_inject("stop-at=2").unwrap(),
+            Inject::StopAt { nth: 2 }
+        );
+        for (bad, why) in [
+            ("hang", "no '='"),
+            ("hang-at=0", "N must be"),
+            ("stop-at=x", "N must be"),
+            ("error-at=2:EWHAT", "unknown errno 'EWHAT'"),
+            ("hang-at=2:EIO", "only error-at takes an errno"),
+            ("explode-at=2", "unknown fault 'explode-at'"),
+        ] {
+            let e = parse_inject(bad).unwrap_err();
+            assert!(
+                e.contains(why) && e.contains("expected error-at=N"),
+                "{bad}: {e}"
+            );
+        }
+        let cfg = run_as(1000, &["--inject", "stop-at=4"]).unwrap();
+        assert_eq!(cfg.inject, Some(Inject::StopAt { nth: 4 }));
+        let e = run_as(1000, &["--inject=stop-at=4", "--inject", "hang-at=1"]).unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+
+        use std::time::Duration;
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("2h").unwrap_err().contains("unit must be"));
+        assert!(parse_duration("soon")
+            .unwrap_err()
+            .contains("expected a number"));
+        match parse_args_for(
+            ["--reset-after".to_string(), "250ms".to_string()],
+            1000,
+            || SocketDir {
+                path: PathBuf::from("/tmp/x"),
+                origin: davinci_mockd_proto::SocketDirOrigin::Private,
+            },
+        ) {
+            Ok(Command::Run(_, _, after)) => assert_eq!(after, Some(Duration::from_millis(250))),
+            other => panic!("{other:?}"),
+        }
     }
 }

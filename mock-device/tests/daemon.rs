@@ -690,3 +690,138 @@ fn a_users_own_daemon_its_admins_audit_log_and_socket_directory() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One ioctl through the daemon: (errno, the argument after the call).
+fn ioctl<T: Wire>(raw: &mut Raw, request: u32, args: &T) -> (i32, T) {
+    let mut arg = vec![0; T::SIZE];
+    args.encode(&mut arg);
+    let (r, _) = raw.call(Kind::Ioctl, request, arg);
+    (r.errno, T::decode(&r.arg))
+}
+
+fn new_stream(raw: &mut Raw) -> u32 {
+    use davinci_uapi::{CreateContextArgs, CreateStreamArgs};
+    let (e, ctx) = ioctl(
+        raw,
+        davinci_uapi::DRIVER_CMD_CREATE_CONTEXT,
+        &CreateContextArgs::default(),
+    );
+    assert_eq!(e, 0);
+    let (e, s) = ioctl(
+        raw,
+        davinci_uapi::DRIVER_CMD_CREATE_STREAM,
+        &CreateStreamArgs {
+            ctx: ctx.handle,
+            cmd_entries: 8,
+            event_entries: 8,
+            ..Default::default()
+        },
+    );
+    assert_eq!(e, 0);
+    s.handle
+}
+
+/// WAIT_EVENT on `stream` for `value` (up to 10 s): (errno, status).
+fn wait_stream(raw: &mut Raw, stream: u32, value: u64) -> (i32, u32) {
+    use davinci_uapi::{WaitEventArgs, WaitKind};
+    let (e, w) = ioctl(
+        raw,
+        davinci_uapi::DRIVER_CMD_WAIT_EVENT,
+        &WaitEventArgs {
+            kind: WaitKind::Stream as u32,
+            handle: stream,
+            value,
+            timeout_ns: 10_000_000_000,
+            ..Default::default()
+        },
+    );
+    (e, w.status)
+}
+
+/// `davinci-mockd --inject error-at=2`: every stream's second task fails with EIO and stops
+/// the stream; SIGUSR1 resets the devices (streams stop with ECANCELED, new ones run); an
+/// invalid `--inject` is a usage error that says what is expected.
+#[test]
+fn the_binary_injects_faults_and_resets_on_sigusr1() {
+    use davinci_uapi::{SubmitTaskArgs, TaskDesc};
+    use std::io::BufRead;
+    let bin = env!("CARGO_BIN_EXE_davinci-mockd");
+    let bad = std::process::Command::new(bin)
+        .args(["--inject", "hang-at=0"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        msg.contains("expected error-at=N[:ERRNO], hang-at=N or stop-at=N"),
+        "{msg}"
+    );
+
+    let dir = scratch("inject");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "--inject",
+            "error-at=2",
+            "--exit-with-parent",
+            "--socket-dir",
+        ])
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready"), "{line}");
+    let (mut c, r) = Raw::open(&dir.join("davinci0.sock"), WireRole::Client);
+    assert_eq!(r.errno, 0, "{}", r.msg);
+
+    let s = new_stream(&mut c);
+    let submit = |c: &mut Raw, stream: u32, user_data: u64| {
+        ioctl(
+            c,
+            davinci_uapi::DRIVER_CMD_SUBMIT_TASK,
+            &SubmitTaskArgs {
+                stream,
+                desc: TaskDesc::nop(user_data),
+                ..Default::default()
+            },
+        )
+        .0
+    };
+    assert_eq!(submit(&mut c, s, 1), 0);
+    assert_eq!(submit(&mut c, s, 2), 0);
+    assert_eq!(
+        wait_stream(&mut c, s, 2),
+        (Errno::EIO.code(), Errno::EIO.code() as u32),
+        "the second task failed and stopped the stream"
+    );
+    assert_eq!(submit(&mut c, s, 3), Errno::EIO.code(), "a stopped stream");
+
+    let s2 = new_stream(&mut c);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    assert_eq!(
+        wait_stream(&mut c, s2, 1),
+        (Errno::EIO.code(), Errno::ECANCELED.code() as u32),
+        "the reset stopped the stream"
+    );
+    // The device serves new streams after the reset (armed like every stream: the first
+    // task runs).
+    let s3 = new_stream(&mut c);
+    assert_eq!(submit(&mut c, s3, 9), 0);
+    assert_eq!(wait_stream(&mut c, s3, 1), (0, 0));
+    drop(c);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

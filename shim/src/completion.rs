@@ -148,6 +148,12 @@ impl StreamError {
 impl fmt::Display for StreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.errno {
+            // docs/abi.md 5.6: only a device reset stops a stream with ECANCELED.
+            Some(Errno::ECANCELED) => write!(
+                f,
+                "ECANCELED: the device was reset; nothing from command index {} on ran",
+                self.index
+            ),
             Some(e) => write!(
                 f,
                 "{} ({}) at command index {}",

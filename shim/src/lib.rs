@@ -83,7 +83,7 @@ pub mod task;
 pub use completion::{Completion, StreamError};
 pub use control::{Control, ShareState};
 #[cfg(feature = "embedded")]
-pub use davinci_mock_device::{MockConfig, MockDevice};
+pub use davinci_mock_device::{Inject, MockConfig, MockDevice};
 /// Where `davinci-mockd` puts its sockets when not told otherwise.
 pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{
