@@ -20,7 +20,8 @@ pub struct PoolOptions {
     pub chunk_size: usize,
     /// Most device memory the pool holds at once; beyond it `alloc` fails with `ENOMEM`.
     pub max_bytes: u64,
-    /// Block alignment and granularity (a power of two, at least 64).
+    /// Block alignment (of the device address) and granularity: a power of two, at least 64;
+    /// above the device's page size, chunks are reserved larger to make room.
     pub align: usize,
 }
 
@@ -82,16 +83,38 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn take(&mut self, size: usize) -> Option<usize> {
-        let i = self.free.iter().position(|&(_, l)| l >= size)?;
+    /// The first free range that holds `size` bytes starting at a device address aligned to
+    /// `align`: its offset. (Chunks are only page-aligned, so above the page size a block may
+    /// start past the beginning of its free range; the bytes before it stay free.)
+    fn take(&mut self, size: usize, align: usize) -> Option<usize> {
+        let base = self.buf.dev_addr().0;
+        let mask = align as u64 - 1;
+        let pad_of = |off: usize| -> usize {
+            let addr = base.wrapping_add(off as u64);
+            (addr.wrapping_neg() & mask) as usize
+        };
+        let i = self.free.iter().position(|&(off, l)| {
+            pad_of(off)
+                .checked_add(size)
+                .is_some_and(|need| need <= l)
+        })?;
         let (off, l) = self.free[i];
-        if l == size {
-            self.free.remove(i);
-        } else {
-            self.free[i] = (off + size, l - size);
+        let pad = pad_of(off);
+        let start = off + pad;
+        let rest = l - pad - size;
+        match (pad, rest) {
+            (0, 0) => {
+                self.free.remove(i);
+            }
+            (0, _) => self.free[i] = (start + size, rest),
+            (_, 0) => self.free[i] = (off, pad),
+            _ => {
+                self.free[i] = (off, pad);
+                self.free.insert(i + 1, (start + size, rest));
+            }
         }
         self.used += size;
-        Some(off)
+        Some(start)
     }
 
     fn give(&mut self, off: usize, size: usize) {
@@ -207,16 +230,28 @@ impl MemPool {
         let found = s
             .chunks
             .iter_mut()
-            .find_map(|c| c.take(size).map(|off| (c.id, c.buf.clone(), off)));
+            .find_map(|c| c.take(size, opts.align).map(|off| (c.id, c.buf.clone(), off)));
         let (chunk_id, buf, offset) = match found {
             Some(v) => v,
             None => {
-                let chunk_len = round_up(size.max(opts.chunk_size), 4096)
+                // Room to align the block inside a page-aligned chunk when the alignment is
+                // larger than a page.
+                let pad = opts.align.saturating_sub(4096);
+                let chunk_len = size
+                    .max(opts.chunk_size)
+                    .checked_add(pad)
+                    .and_then(|n| round_up(n, 4096))
                     .ok_or_else(|| Error::new(Errno::EOVERFLOW, OP, "size overflows"))?;
-                if s.stats.reserved_bytes + chunk_len as u64 > opts.max_bytes {
+                let too_much = |s: &State| {
+                    s.stats
+                        .reserved_bytes
+                        .checked_add(chunk_len as u64)
+                        .is_none_or(|total| total > opts.max_bytes)
+                };
+                if too_much(&s) {
                     Self::release_empty(&mut s);
                 }
-                if s.stats.reserved_bytes + chunk_len as u64 > opts.max_bytes {
+                if too_much(&s) {
                     return Err(Error::new(
                         Errno::ENOMEM,
                         OP,
@@ -238,8 +273,18 @@ impl MemPool {
                     free: vec![(0, chunk_len)],
                     used: 0,
                 };
-                // Cannot fail: the chunk is at least `size` bytes and empty.
-                let off = chunk.take(size).unwrap_or(0);
+                // The chunk is empty and holds `size` plus any alignment padding.
+                let Some(off) = chunk.take(size, opts.align) else {
+                    s.chunks.push(chunk);
+                    return Err(Error::other(
+                        OP,
+                        format!(
+                            "a new {chunk_len}-byte chunk cannot hold a {size}-byte block aligned \
+                             to {}",
+                            opts.align
+                        ),
+                    ));
+                };
                 s.chunks.push(chunk);
                 (id, buf, off)
             }
