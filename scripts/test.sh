@@ -3,7 +3,8 @@
 #   formatting, clippy (warnings are errors), the whole workspace test suite (which includes the
 #   C header checks: they need a C compiler), the data-path suites again against a real
 #   davinci-mockd, the runtime library without its embedded mock (and the layering rule that it
-#   then links no device code), the fuzz targets type-checked on stable, the kernel module in
+#   then links no device code), the fuzz targets type-checked on stable and run briefly on
+#   nightly (DAVINCI_SKIP_FUZZ=1 skips the runs), the kernel module in
 #   QEMU (DAVINCI_SKIP_KMOD=1 skips it), the loom model of the ring protocol and the mutation
 #   check of its orderings.
 # Every step runs even if an earlier one failed; a summary at the end says which failed.
@@ -92,6 +93,15 @@ step "layering" layering
 # The fuzz targets (fuzz/, a crate outside the workspace) type-check on stable, so no change
 # elsewhere leaves them stale; running them needs nightly (scripts/fuzz.sh).
 step "fuzz targets build" cargo check --manifest-path fuzz/Cargo.toml --bins --locked
+# Every fuzz target built on nightly (libFuzzer + ASan) and run for DAVINCI_FUZZ_SECONDS (20)
+# each from its seeds (fuzz/seeds); any finding fails the step (scripts/fuzz-ci.sh).
+# DAVINCI_SKIP_FUZZ=1 skips it on a machine without nightly, and the summary says so. (The
+# seeds and every past finding, fuzz/regressions, are also replayed on stable by the tests.)
+if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
+    summary+=("SKIPPED fuzz targets run (DAVINCI_SKIP_FUZZ=1)")
+else
+    step "fuzz targets run (nightly, ${DAVINCI_FUZZ_SECONDS:-20}s each)" scripts/fuzz-ci.sh
+fi
 
 # The kernel module in a real Linux 6.12 kernel under QEMU: the conformance suite, the
 # kernel-only tests, the million-task run, davinci-smi and davinci-workload against

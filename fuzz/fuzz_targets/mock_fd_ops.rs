@@ -1,20 +1,7 @@
-//! A client that attacks the embedded mock device through the files behind its shared memory
-//! (ftruncate, fallocate with any mode, F_ADD_SEALS, writes anywhere, reopening, closing and
-//! mapping again) between ring operations (descriptors pushed and published, NOTIFY,
-//! SUBMIT_TASK, reaping, WAIT_EVENT, re-created streams), while a well-behaved client runs
-//! checked rounds on the same device. The harness is `davinci_tests::fd_attack` (shared with
-//! the stable property test `tests/tests/fd_attack.rs`).
-//!
-//! Asserts (in the harness): no crash (a SIGBUS from a shared mapping is one); no descriptor
-//! changes size or loses a seal, resizing and adding seals fail with EPERM; the good client's
-//! tasks complete with status 0, its results and canary read back exactly; closing the
-//! attacker releases its memory and workers; closing both returns the device to zero.
+//! `mock_fd_ops`: the body is `davinci_fuzz_harness::mock_fd_ops` (fuzz-harness/src/mock_fd_ops.rs), which also
+//! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-use davinci_tests::fd_attack::{run, Op};
-
-fuzz_target!(|ops: Vec<Op>| {
-    run(&ops);
-});
+fuzz_target!(|data: &[u8]| davinci_fuzz_harness::mock_fd_ops::run(data));

@@ -56,13 +56,19 @@ fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Error>) -> Rep
     }
 }
 
-/// Receives one frame. `Ok(None)` = the peer closed (or shut down).
-fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, ProtoError>> {
+/// Receives one frame: its length, or why it is refused with the length of what arrived
+/// (the bytes an error reply takes the frame's kind and tag from: never a longer, earlier
+/// frame's). `None` = the peer closed (or shut down).
+fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, (ProtoError, usize)>> {
     match conn.recv(buf, false) {
         Ok(r) if r.len == 0 && !r.truncated => None,
-        Ok(r) if r.truncated => Some(Err(ProtoError("frame longer than the largest request"))),
-        Ok(r) if r.fds_dropped => Some(Err(ProtoError(
-            "file descriptors are not accepted from clients",
+        Ok(r) if r.truncated => Some(Err((
+            ProtoError("frame longer than the largest request"),
+            buf.len(),
+        ))),
+        Ok(r) if r.fds_dropped => Some(Err((
+            ProtoError("file descriptors are not accepted from clients"),
+            r.len.min(buf.len()),
         ))),
         Ok(r) => Some(Ok(r.len)),
         Err(e) => {
@@ -94,8 +100,11 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
         debug!(error = %e, "cannot clear the HELLO timeout; closing");
         return;
     }
-    let len = frame.as_ref().map_or(buf.len(), |&n| n);
+    let len = match &frame {
+        Ok(n) | Err((_, n)) => *n,
+    };
     let (client, role, peer) = match frame
+        .map_err(|(e, _)| e)
         .and_then(|n| Request::decode(&buf[..n]))
         .and_then(|req| hello(shared, conn, &cred, &req))
     {
@@ -112,8 +121,8 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
     loop {
         let n = match recv_frame(conn, &mut buf) {
             None => break,
-            Some(Err(e)) => {
-                send_reply(conn, &proto_reply(&buf, e), None);
+            Some(Err((e, n))) => {
+                send_reply(conn, &proto_reply(&buf[..n], e), None);
                 continue;
             }
             Some(Ok(n)) => n,

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use davinci_driver_core::{NoUserMem, Role};
 use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
 use davinci_mockd_proto::{
-    check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, SocketDir,
+    check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, Request, SocketDir,
     SocketDirOrigin,
 };
 use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
@@ -101,6 +101,25 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    fn new(
+        dev: MockDevice,
+        name: String,
+        admin: AdminPolicy,
+        hello_timeout: std::time::Duration,
+    ) -> Shared {
+        Shared {
+            dev,
+            name,
+            admin,
+            hello_timeout,
+            share_lock: Mutex::new(()),
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            live: AtomicUsize::new(0),
+        }
+    }
+
     fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<SeqPacket>>> {
         self.conns
             .lock()
@@ -176,17 +195,7 @@ impl Daemon {
             });
             let name = format!("davinci{n}");
             set_initial_share_mode(&dev, &name, cfg.share_mode)?;
-            let shared = Arc::new(Shared {
-                dev,
-                name,
-                admin: cfg.admin.clone(),
-                hello_timeout: cfg.hello_timeout,
-                share_lock: Mutex::new(()),
-                stopping: AtomicBool::new(false),
-                conns: Mutex::new(HashMap::new()),
-                next_conn: AtomicU64::new(1),
-                live: AtomicUsize::new(0),
-            });
+            let shared = Arc::new(Shared::new(dev, name, cfg.admin.clone(), cfg.hello_timeout));
             let (s, l) = (shared.clone(), listener.clone());
             let acceptor = std::thread::Builder::new()
                 .name(format!("davinci{n}-accept"))
@@ -262,6 +271,51 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop_inner();
+    }
+}
+
+/// One device's connection handling without a socket of its own: what the acceptor runs
+/// for every accepted connection ([`crate::conn`]: HELLO, then IOCTL, MMAP and CLOSE frames),
+/// for a caller that already holds the connection, e.g. one end of
+/// [`SeqPacket::pair`](davinci_mockd_proto::sockio::SeqPacket::pair). In-process tests and
+/// the fuzz target `mockd_conn` drive the other end.
+pub struct ConnServer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ConnServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnServer")
+            .field("device", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnServer {
+    /// Serves `dev` as `davinci{device_id}`, with `admin` deciding who may change sharing and
+    /// `hello_timeout` bounding the wait for a connection's HELLO.
+    pub fn new(
+        dev: MockDevice,
+        admin: AdminPolicy,
+        hello_timeout: std::time::Duration,
+    ) -> ConnServer {
+        let name = format!("davinci{}", dev.config().device_id);
+        ConnServer {
+            shared: Arc::new(Shared::new(dev, name, admin, hello_timeout)),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &MockDevice {
+        &self.shared.dev
+    }
+
+    /// Serves one connection until it ends (CLOSE, the peer's end of the connection, a
+    /// refused or malformed HELLO), exactly as a connection thread of the daemon does; the
+    /// open it made is closed when this returns. Blocking WAIT_EVENTs are answered from
+    /// their own threads, which may outlive the call by their timeout.
+    pub fn serve(&self, conn: SeqPacket) {
+        serve(&self.shared, &Arc::new(conn));
     }
 }
 
@@ -351,6 +405,33 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
     Ok(())
 }
 
+/// How long a refused connection's HELLO is waited for, so that closing it does not reset the
+/// connection under the client's reply.
+const REFUSE_DRAIN: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Refuses a connection past [`MAX_CONNECTIONS`]: its HELLO is read first (waiting up to
+/// [`REFUSE_DRAIN`]), so the `ENOSPC` reply carries its tag and the connection is closed with
+/// nothing unread. (Closing a Unix socket with unread data resets it: the client's `recv`
+/// would fail with `ECONNRESET` before it could read why it was refused.)
+fn refuse(conn: &SeqPacket) {
+    let mut buf = [0u8; 64];
+    let tag = match conn.set_recv_timeout(Some(REFUSE_DRAIN)) {
+        // Truncated or not, the first frame is consumed; its tag is in its first bytes.
+        Ok(()) => match conn.recv(&mut buf, false) {
+            Ok(r) if r.len > 0 => Request::peek_tag(&buf[..r.len.min(buf.len())]),
+            _ => 0,
+        },
+        Err(_) => 0,
+    };
+    let r = Reply::err(
+        Kind::Hello as u16,
+        tag,
+        Errno::ENOSPC,
+        "too many connections to this device",
+    );
+    send_reply(conn, &r, None);
+}
+
 fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
     loop {
         let conn = match listener.accept() {
@@ -366,13 +447,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
             return;
         }
         if shared.live.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-            let r = Reply::err(
-                Kind::Hello as u16,
-                0,
-                Errno::ENOSPC,
-                "too many connections to this device",
-            );
-            send_reply(&conn, &r, None);
+            refuse(&conn);
             continue;
         }
         let conn = Arc::new(conn);
