@@ -118,6 +118,10 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
         }
     };
     let waits = Arc::new(AtomicUsize::new(0));
+    // The threads answering blocking WAIT_EVENTs (at most MAX_WAITS_PER_CONN alive): joined
+    // when the connection ends, after its open is closed (which wakes and fails their waits),
+    // so no thread of a connection outlives it.
+    let mut waiters: Vec<std::thread::JoinHandle<()>> = Vec::new();
     loop {
         let n = match recv_frame(conn, &mut buf) {
             None => break,
@@ -150,6 +154,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
                 // Released before the reply: a client that saw it knows its resources are gone.
                 shared.dev.close(client);
                 log_closed(shared, &cred, client, role);
+                join_all(waiters);
                 send_reply(conn, &Reply::ok(Kind::Close, req.tag, Vec::new()), None);
                 return;
             }
@@ -166,10 +171,16 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
                             ioctl(&s, &c, &p, client, moved);
                             w.fetch_sub(1, Ordering::AcqRel);
                         });
-                    if let Err(e) = spawned {
-                        waits.fetch_sub(1, Ordering::AcqRel);
-                        debug!(error = %e, "cannot start a wait thread; waiting inline");
-                        ioctl(shared, conn, &peer, client, req);
+                    match spawned {
+                        Ok(h) => {
+                            waiters.retain(|h| !h.is_finished());
+                            waiters.push(h);
+                        }
+                        Err(e) => {
+                            waits.fetch_sub(1, Ordering::AcqRel);
+                            debug!(error = %e, "cannot start a wait thread; waiting inline");
+                            ioctl(shared, conn, &peer, client, req);
+                        }
                     }
                 } else {
                     ioctl(shared, conn, &peer, client, req);
@@ -179,6 +190,16 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
     }
     shared.dev.close(client);
     log_closed(shared, &cred, client, role);
+    join_all(waiters);
+}
+
+/// Joins a closed connection's wait threads: its open is gone, so each wait ends at once
+/// (`ECANCELED`/`ENODEV`, a reply nobody reads). None can panic (no panicking paths); if one
+/// did, there is nothing left to clean up for it.
+fn join_all(waiters: Vec<std::thread::JoinHandle<()>>) {
+    for h in waiters {
+        let _ = h.join();
+    }
 }
 
 /// Client opens and closes are logged at `info`, control opens (davinci-smi) at `debug`.
