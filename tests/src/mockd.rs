@@ -333,6 +333,31 @@ impl TestClient {
         v
     }
 
+    /// The next report, whatever its kind: `None` if none comes within `timeout` (or the
+    /// client's stdout closed).
+    pub fn next_report(&self, timeout: Duration) -> Option<serde_json::Value> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Sends SIGKILL and returns at once ([`reap`](Self::reap) waits for the end), so that a
+    /// set of clients can be killed together.
+    pub fn sigkill(&self) {
+        let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+    }
+
+    /// Waits at most `timeout` for the process to end: its status, or `None` if it is still
+    /// there (a process stuck in the driver would be).
+    pub fn reap(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let t0 = Instant::now();
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => return Some(st),
+                Ok(None) if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(1)),
+                _ => return None,
+            }
+        }
+    }
+
     /// Every report already received and not yet read.
     pub fn drain(&self) -> Vec<serde_json::Value> {
         self.lines.try_iter().collect()

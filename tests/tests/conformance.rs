@@ -19,6 +19,10 @@ use davinci_uapi::{
 
 const T: Duration = Duration::from_secs(20);
 
+/// Isolation between the clients of one device (issue 13), on the same backends.
+#[path = "conformance/isolation.rs"]
+mod isolation;
+
 fn dev() -> Device {
     open_default().expect("open the test device")
 }

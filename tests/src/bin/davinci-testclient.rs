@@ -10,7 +10,10 @@
 //! Modes: `hold` (set up, report ready, wait for stdin to close), `work` (R rounds of FILL +
 //! ADD + COPY, each checked; with `--hold` then waits for stdin to close; with `--until-eof`
 //! rounds go on until stdin closes, with a `progress` report every 8 rounds), `spin` (rounds
-//! until killed).
+//! until killed), `park` (set up like `hold`, plus an event; then leave work in flight: an
+//! EVENT_WAIT on an event nobody records, `--queued Q` FILLs queued behind it, and a thread
+//! blocked in `synchronize` (a WAIT_EVENT in the driver); report ready with `"queued":Q` and
+//! wait for stdin to close or a signal: the isolation tests SIGKILL it like this).
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
@@ -31,13 +34,14 @@ struct Opts {
     hold: bool,
     until_eof: bool,
     mem: usize,
+    queued: u64,
 }
 
 fn parse() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     let mode = args
         .next()
-        .ok_or("usage: davinci-testclient hold|work|spin [options]")?;
+        .ok_or("usage: davinci-testclient hold|work|spin|park [options]")?;
     let mut o = Opts {
         mode,
         device: None,
@@ -46,6 +50,7 @@ fn parse() -> Result<Opts, String> {
         hold: false,
         until_eof: false,
         mem: 64 << 10,
+        queued: 8,
     };
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> Result<u64, String> {
@@ -58,6 +63,7 @@ fn parse() -> Result<Opts, String> {
             "--elems" => o.elems = num("--elems")? as usize,
             "--rounds" => o.rounds = num("--rounds")?,
             "--mem" => o.mem = num("--mem")? as usize,
+            "--queued" => o.queued = num("--queued")?,
             "--hold" => o.hold = true,
             "--until-eof" => o.until_eof = true,
             other => return Err(format!("unexpected argument {other}")),
@@ -101,6 +107,26 @@ fn b_val(r: u64, i: usize) -> u32 {
     (i as u32) ^ (r as u32).wrapping_mul(0x9e37_79b9)
 }
 
+/// `park`: queues an EVENT_WAIT on an event nobody records and `queued` FILLs behind it on
+/// `s`, then blocks in `synchronize` on a thread of its own (a WAIT_EVENT that ends only with
+/// the process); the event and the memory stay alive with it.
+fn park(
+    ctx: &davinci_shim::Context,
+    mut s: davinci_shim::Stream,
+    m: &davinci_shim::DeviceBuffer,
+    queued: u64,
+) {
+    let gate = ctx.create_event().unwrap_or_else(|e| fail(e));
+    let mut descs = vec![TaskDesc::event_wait(2, gate.handle(), 1)];
+    descs.extend((0..queued).map(|i| TaskDesc::fill(3 + i, m.dev_addr(), 64, i as u32)));
+    s.submit_batch(&descs).unwrap_or_else(|e| fail(e));
+    std::thread::spawn(move || {
+        let _gate = gate;
+        // Never reached: nobody records the gate. Ends with the process.
+        let _ = s.synchronize(Duration::from_secs(3600));
+    });
+}
+
 fn main() {
     let o = match parse() {
         Ok(o) => o,
@@ -117,7 +143,7 @@ fn main() {
     .unwrap_or_else(|e| fail(e));
     let ctx = dev.create_context().unwrap_or_else(|e| fail(e));
     let mut s = ctx.create_stream().unwrap_or_else(|e| fail(e));
-    if o.mode == "hold" {
+    if o.mode == "hold" || o.mode == "park" {
         let m = dev.alloc(o.mem).unwrap_or_else(|e| fail(e));
         s.submit(&TaskDesc::fill(
             1,
@@ -127,7 +153,12 @@ fn main() {
         ))
         .unwrap_or_else(|e| fail(e));
         s.synchronize(T).unwrap_or_else(|e| fail(e));
-        say(json!({"event": "ready", "pid": pid, "memory_bytes": m.len()}));
+        if o.mode == "park" {
+            park(&ctx, s, &m, o.queued);
+        }
+        say(
+            json!({"event": "ready", "pid": pid, "memory_bytes": m.len(), "queued": if o.mode == "park" { o.queued } else { 0 }}),
+        );
         wait_stdin_closed();
         return;
     }
