@@ -21,8 +21,8 @@ use std::thread::JoinHandle;
 use davinci_driver_core::{NoUserMem, Role};
 use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
 use davinci_mockd_proto::{
-    check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, Request, SocketDir,
-    SocketDirOrigin,
+    check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, Request,
+    SocketDir, SocketDirOrigin,
 };
 use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
 use tracing::{info, warn};

@@ -93,11 +93,10 @@ impl Chunk {
             let addr = base.wrapping_add(off as u64);
             (addr.wrapping_neg() & mask) as usize
         };
-        let i = self.free.iter().position(|&(off, l)| {
-            pad_of(off)
-                .checked_add(size)
-                .is_some_and(|need| need <= l)
-        })?;
+        let i = self
+            .free
+            .iter()
+            .position(|&(off, l)| pad_of(off).checked_add(size).is_some_and(|need| need <= l))?;
         let (off, l) = self.free[i];
         let pad = pad_of(off);
         let start = off + pad;
@@ -227,10 +226,10 @@ impl MemPool {
         let size = round_up(len, opts.align)
             .ok_or_else(|| Error::new(Errno::EOVERFLOW, OP, "size overflows"))?;
         let mut s = self.inner.lock();
-        let found = s
-            .chunks
-            .iter_mut()
-            .find_map(|c| c.take(size, opts.align).map(|off| (c.id, c.buf.clone(), off)));
+        let found = s.chunks.iter_mut().find_map(|c| {
+            c.take(size, opts.align)
+                .map(|off| (c.id, c.buf.clone(), off))
+        });
         let (chunk_id, buf, offset) = match found {
             Some(v) => v,
             None => {
@@ -404,20 +403,49 @@ mod tests {
             free: vec![(0, 4096)],
             used: 0,
         };
-        let a = c.take(64).unwrap();
-        let b = c.take(128).unwrap();
-        let d = c.take(64).unwrap();
+        let a = c.take(64, 64).unwrap();
+        let b = c.take(128, 64).unwrap();
+        let d = c.take(64, 64).unwrap();
         assert_eq!((a, b, d), (0, 64, 192));
         c.give(b, 128);
         assert_eq!(c.free, vec![(64, 128), (256, 3840)]);
         // First fit reuses the hole.
-        assert_eq!(c.take(64), Some(64));
+        assert_eq!(c.take(64, 64), Some(64));
         c.give(64, 64);
         c.give(a, 64);
         assert_eq!(c.free, vec![(0, 192), (256, 3840)]);
         c.give(d, 64);
         assert_eq!(c.free, vec![(0, 4096)], "everything merged back");
         assert_eq!(c.used, 0);
-        assert_eq!(c.take(8192), None);
+        assert_eq!(c.take(8192, 64), None);
+    }
+
+    #[test]
+    fn blocks_start_at_device_addresses_aligned_beyond_the_chunk() {
+        let dev = Device::embedded().unwrap();
+        let buf = Arc::new(dev.alloc(3 * 4096).unwrap());
+        let base = buf.dev_addr().0;
+        let mut c = Chunk {
+            id: 1,
+            buf,
+            free: vec![(0, 3 * 4096)],
+            used: 0,
+        };
+        let pad = (base.wrapping_neg() & 8191) as usize;
+        let off = c.take(4096, 8192).unwrap();
+        assert_eq!(off, pad);
+        assert_eq!((base + off as u64) % 8192, 0);
+        // The padding before the block stays free, and so does the rest.
+        let mut want = Vec::new();
+        if pad > 0 {
+            want.push((0, pad));
+        }
+        if pad + 4096 < 3 * 4096 {
+            want.push((pad + 4096, 3 * 4096 - pad - 4096));
+        }
+        assert_eq!(c.free, want);
+        c.give(off, 4096);
+        assert_eq!(c.free, vec![(0, 3 * 4096)]);
+        assert_eq!(c.used, 0);
     }
 }
