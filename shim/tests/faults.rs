@@ -1,6 +1,8 @@
 //! Injected device faults as a runtime sees them through the shim (docs/abi.md 5.6), on the
 //! embedded mock device: an error completion, a hung task, a stream that stops consuming, a
-//! device reset, and recovery by re-creating the stream.
+//! device reset, and recovery by re-creating the stream. Needs the embedded mock (the
+//! default `embedded` feature).
+#![cfg(feature = "embedded")]
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
