@@ -1,0 +1,5 @@
+//! See the library's documentation and `--help`.
+
+fn main() {
+    std::process::exit(davinci_exporter::main());
+}
