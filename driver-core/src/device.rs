@@ -6,8 +6,9 @@ use davinci_ring::{DeviceConsumer, DeviceProducer};
 use davinci_uapi::rings::{page_round, ring_bytes, RING_MIN_ENTRIES};
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::{
-    mmap_offset, AllocMemoryArgs, ClientUsage, CreateStreamArgs, DeviceInfo, Errno, EventRecord,
-    Features, MmapKind, Opcode, RingMapping, RingOffsets, ShareMode, TaskDesc, DOORBELL_SIZE,
+    mmap_offset, AllocMemoryArgs, ClientUsage, CreateStreamArgs, DeviceCounters, DeviceInfo, Errno,
+    EventRecord, Features, MmapKind, Opcode, RingMapping, RingOffsets, ShareMode, TaskDesc,
+    DOORBELL_SIZE,
 };
 
 use crate::engine::Inject;
@@ -233,6 +234,9 @@ pub(crate) struct Engine {
     pub(crate) pending: Option<Pending>,
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
+    /// Times it entered the error state, and times its worker woke from a doorbell sleep.
+    pub(crate) errors: u64,
+    pub(crate) wakeups: u64,
     /// An armed fault (`Device::inject`), and `submitted` when it was armed.
     pub(crate) inject: Option<Inject>,
     pub(crate) inject_base: u64,
@@ -281,6 +285,19 @@ pub struct Device<P: Platform> {
     pub(crate) memory: Allocator<MAX_BLOCKS>,
     /// The fault every new stream is armed with (`inject`), if any.
     pub(crate) inject: Option<Inject>,
+    /// GET_COUNTERS: the counters of destroyed streams, and client opens so far.
+    pub(crate) retired: Retired,
+    pub(crate) clients_opened: u64,
+}
+
+/// The task, error and wake-up counters of destroyed streams (GET_COUNTERS adds the live
+/// streams' on top).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Retired {
+    pub(crate) submitted: u64,
+    pub(crate) completed: u64,
+    pub(crate) errors: u64,
+    pub(crate) wakeups: u64,
 }
 
 fn container_str(c: &[u8; CONTAINER_LEN]) -> [u8; 64] {
@@ -317,6 +334,13 @@ impl<P: Platform> Device<P> {
             events: Table::new(),
             allocations: Table::new(),
             inject: None,
+            retired: Retired {
+                submitted: 0,
+                completed: 0,
+                errors: 0,
+                wakeups: 0,
+            },
+            clients_opened: 0,
         }
     }
 
@@ -395,6 +419,7 @@ impl<P: Platform> Device<P> {
     /// Attaches an open file. In exclusive mode a second client gets `EBUSY` naming the holder.
     #[allow(clippy::result_large_err)] // No heap here; the holder is returned by value on purpose.
     pub fn open(&mut self, params: OpenParams) -> core::result::Result<u32, OpenError> {
+        let role_is_client = params.role == Role::Client;
         if params.role == Role::Client && self.share == ShareMode::Exclusive {
             if let Some((holder_handle, holder)) = self
                 .clients
@@ -432,6 +457,9 @@ impl<P: Platform> Device<P> {
                 holder: None,
             })?;
         self.next_client_id = self.next_client_id.wrapping_add(1).max(1);
+        if role_is_client {
+            self.clients_opened += 1;
+        }
         Ok(handle)
     }
 
@@ -485,7 +513,8 @@ impl<P: Platform> Device<P> {
                         | Features::CALLER_ID.bits()
                         | Features::OPCODE_MASK.bits()
                         | Features::LAST_ERROR.bits()
-                        | Features::FAULT_DETAIL.bits()),
+                        | Features::FAULT_DETAIL.bits()
+                        | Features::COUNTERS.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,
@@ -518,6 +547,37 @@ impl<P: Platform> Device<P> {
         DeviceInfo {
             caller_id,
             ..self.info()
+        }
+    }
+
+    /// GET_COUNTERS: device-wide counters since the device started (destroyed streams'
+    /// included, each live stream's read under its lock) and the objects that exist now.
+    pub fn counters(&self) -> DeviceCounters {
+        let Retired {
+            mut submitted,
+            mut completed,
+            mut errors,
+            mut wakeups,
+        } = self.retired;
+        for (_, s) in self.streams.iter() {
+            let _ = s.run.with(|e| {
+                submitted += e.submitted;
+                completed += e.completed;
+                errors += e.errors;
+                wakeups += e.wakeups;
+            });
+        }
+        DeviceCounters {
+            tasks_submitted: submitted,
+            tasks_completed: completed,
+            stream_errors: errors,
+            wakeups,
+            clients_opened: self.clients_opened,
+            contexts: self.contexts.len() as u32,
+            streams: self.streams.len() as u32,
+            events: self.events.len() as u32,
+            allocations: self.allocations.len() as u32,
+            reserved: [0; 4],
         }
     }
 
@@ -739,6 +799,8 @@ impl<P: Platform> Device<P> {
                 pending: None,
                 submitted: 0,
                 completed: 0,
+                errors: 0,
+                wakeups: 0,
                 inject: self.inject,
                 inject_base: 0,
                 halted: false,
@@ -787,6 +849,10 @@ impl<P: Platform> Device<P> {
             } = s;
             let e = run.get_mut();
             counts = (e.submitted, e.completed);
+            self.retired.submitted += e.submitted;
+            self.retired.completed += e.completed;
+            self.retired.errors += e.errors;
+            self.retired.wakeups += e.wakeups;
             // What it had queued will never run.
             if e.state == StreamState::Running {
                 poison_queued_records(&self.events, (owner, ctx), e, None, Errno::ECANCELED);
@@ -852,6 +918,7 @@ impl<P: Platform> Device<P> {
                 continue;
             }
             e.state = StreamState::Error(Errno::ECANCELED);
+            e.errors += 1;
             e.pending = None;
             e.halted = false;
             e.cmd

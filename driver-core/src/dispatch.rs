@@ -224,6 +224,10 @@ impl<P: Platform> Device<P> {
                 .encode(arg);
                 Ok(Reply::Done)
             }
+            DRIVER_CMD_GET_COUNTERS => {
+                self.counters().encode(arg);
+                Ok(Reply::Done)
+            }
             DRIVER_CMD_QUERY_DEVICE_SHARE => {
                 DeviceShareArgs {
                     mode: self.share as u32,

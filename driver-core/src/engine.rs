@@ -414,6 +414,7 @@ impl<P: Platform> Device<P> {
         // state, and the events its queued records can no longer reach (their waiters wake).
         let fail_stream = |s: &mut Engine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
             s.state = StreamState::Error(errno);
+            s.errors += 1;
             s.cmd.set_error(errno.code() as u32, index);
             if poison_queued_records(events, (owner, ctx), s, failed, errno) {
                 platform.notify_waiters();
@@ -640,8 +641,20 @@ impl<P: Platform> Device<P> {
             .unwrap_or(false)
     }
 
-    /// After the worker woke up: disarms NEED_WAKEUP (the producer stops ringing).
+    /// After the worker woke up from a doorbell sleep: disarms NEED_WAKEUP (the producer
+    /// stops ringing) and counts the wake-up (GET_COUNTERS `wakeups`).
     pub fn stream_woke(&self, stream: u32) {
+        if let Some(s) = self.streams.get(stream) {
+            let _ = s.run.with(|e| {
+                e.cmd.clear_need_wakeup();
+                e.wakeups += 1;
+            });
+        }
+    }
+
+    /// Disarms NEED_WAKEUP of a stream whose worker armed it and then did not sleep (another
+    /// stream had work): not a wake-up.
+    pub fn stream_disarm(&self, stream: u32) {
         if let Some(s) = self.streams.get(stream) {
             let _ = s.run.with(|e| e.cmd.clear_need_wakeup());
         }

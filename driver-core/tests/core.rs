@@ -1498,3 +1498,97 @@ fn a_device_reset_stops_every_stream_and_the_device_serves_new_ones() {
     assert_eq!(user_data(&drain(&mut again)), [10, 11]);
     assert_eq!(dev.reset(), 1, "only running streams count");
 }
+
+fn counters(dev: &mut Device<HeapPlatform>, c: u32) -> DeviceCounters {
+    let mut k = DeviceCounters::default();
+    call(dev, c, DRIVER_CMD_GET_COUNTERS, &mut k).unwrap();
+    assert_eq!(k, dev.counters(), "the ioctl reports what counters() says");
+    k
+}
+
+/// GET_COUNTERS (ABI 1.3): device-wide totals that only grow, across streams and clients
+/// that are gone (a destroyed stream's tasks, a closed client's), stream errors from a failed
+/// descriptor and from a reset, wake-ups counted by `stream_woke` (not `stream_disarm`),
+/// client opens without control opens, and the live object counts; any open may ask.
+#[test]
+fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
+    let mut dev = device();
+    assert!(dev.info().features.contains(Features::COUNTERS));
+    let ctl = dev.open(params(9, 0, Role::Control)).unwrap();
+    let zero = counters(&mut dev, ctl);
+    assert_eq!(
+        zero,
+        DeviceCounters::default(),
+        "a new device counts nothing"
+    );
+
+    let root = dev.open(params(10, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    dev.close(root);
+    let a = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(2, 1000, Role::Client)).unwrap();
+    let (ka, kb) = (ctx(&mut dev, a), ctx(&mut dev, b));
+    let mut sa = stream(&mut dev, a, ka, 16, 16);
+    let mut sb = stream(&mut dev, b, kb, 16, 16);
+    let _mem = alloc(&mut dev, b, 4096);
+    nops(&mut sa, 1, 5);
+    nops(&mut sb, 1, 3);
+    assert_eq!(dev.run_stream(sa.handle, 64), Run::Progress(5));
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Progress(3));
+    drain(&mut sa);
+    drain(&mut sb);
+    let k = counters(&mut dev, a);
+    assert_eq!((k.tasks_submitted, k.tasks_completed), (8, 8));
+    assert_eq!(
+        (k.clients_opened, k.contexts, k.streams, k.allocations),
+        (2, 2, 2, 1)
+    );
+    assert_eq!((k.stream_errors, k.wakeups), (0, 0));
+
+    // A wake-up is counted when the worker resumes from a sleep, not when it disarms.
+    assert!(dev.stream_prepare_sleep(sa.handle));
+    dev.stream_disarm(sa.handle);
+    assert!(dev.stream_prepare_sleep(sa.handle));
+    dev.stream_woke(sa.handle);
+    assert_eq!(counters(&mut dev, ctl).wakeups, 1);
+
+    // A descriptor that fails (unknown opcode) puts the stream in the error state: one error.
+    let mut bad = TaskDesc::nop(9);
+    bad.opcode = 0xee;
+    sa.prod.push(&bad).unwrap();
+    sa.prod.publish();
+    assert!(matches!(dev.run_stream(sa.handle, 64), Run::Failed(_)));
+    let k = counters(&mut dev, ctl);
+    assert_eq!(
+        (k.tasks_submitted, k.tasks_completed, k.stream_errors),
+        (9, 9, 1)
+    );
+
+    // Client a goes (its stream with it): its tasks, error and wake-up stay counted.
+    dev.close(a);
+    let k = counters(&mut dev, ctl);
+    assert_eq!(
+        (
+            k.tasks_submitted,
+            k.tasks_completed,
+            k.stream_errors,
+            k.wakeups
+        ),
+        (9, 9, 1, 1)
+    );
+    assert_eq!((k.clients_opened, k.contexts, k.streams), (2, 1, 1));
+
+    // A reset stops b's running stream: a second error. A new client is a third open.
+    assert_eq!(dev.reset(), 1);
+    let c = dev.open(params(3, 1000, Role::Client)).unwrap();
+    let k = counters(&mut dev, c);
+    assert_eq!((k.stream_errors, k.clients_opened), (2, 3));
+    dev.close(b);
+    dev.close(c);
+    let k = counters(&mut dev, ctl);
+    assert_eq!((k.tasks_submitted, k.tasks_completed), (9, 9));
+    assert_eq!(
+        (k.contexts, k.streams, k.events, k.allocations),
+        (0, 0, 0, 0)
+    );
+}

@@ -418,7 +418,7 @@ impl Core {
         }
         if rerun || self.shutdown.load(Ordering::Acquire) {
             for (h, _, _) in &armed {
-                g.stream_woke(*h);
+                g.stream_disarm(*h);
             }
             return;
         }

@@ -10,8 +10,9 @@
 use std::fmt;
 
 use davinci_uapi::{
-    ClientUsage, DeviceInfo, DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_GET_INFO,
-    DRIVER_CMD_QUERY_DEVICE_SHARE, DRIVER_CMD_SET_DEVICE_SHARE,
+    ClientUsage, DeviceCounters, DeviceInfo, DeviceShareArgs, Errno, ShareMode, Wire,
+    DRIVER_CMD_GET_COUNTERS, DRIVER_CMD_GET_INFO, DRIVER_CMD_QUERY_DEVICE_SHARE,
+    DRIVER_CMD_SET_DEVICE_SHARE,
 };
 
 use crate::backend::{self, Backend, Role};
@@ -131,6 +132,20 @@ impl Control {
     /// `ENODEV` if the device went away.
     pub fn info(&self) -> Result<DeviceInfo> {
         self.call("GET_INFO", DRIVER_CMD_GET_INFO, DeviceInfo::default())
+    }
+
+    /// GET_COUNTERS (ABI 1.3): device-wide counters since the device started (tasks,
+    /// stream errors, doorbell wake-ups, client opens) and the objects that exist now.
+    ///
+    /// # Errors
+    /// `ENOTTY` from a driver before ABI 1.3 (check `Features::COUNTERS` in
+    /// [`info`](Self::info) first); `ENODEV` if the device went away.
+    pub fn counters(&self) -> Result<DeviceCounters> {
+        self.call(
+            "GET_COUNTERS",
+            DRIVER_CMD_GET_COUNTERS,
+            DeviceCounters::default(),
+        )
     }
 
     /// QUERY_DEVICE_SHARE.

@@ -1151,3 +1151,59 @@ fn device_errors_name_the_operand_and_what_was_wrong() {
         assert_eq!(s.error_state().and_then(|st| st.errno()), Some(errno));
     }
 }
+
+/// GET_COUNTERS (ABI 1.3) on every backend: the device-wide totals grow by what this client
+/// did (tasks taken and completed, a stream error), count its stream while it exists, and
+/// keep its tasks after the stream and the client are gone. Exact on a device of its own
+/// (embedded, mockd); at least as much where other tests may share the device (kernel).
+#[test]
+fn device_counters_count_this_clients_work_and_keep_it() {
+    let dev = dev();
+    let ctl = control_of(&dev).expect("control open");
+    assert!(ctl
+        .info()
+        .unwrap()
+        .features
+        .contains(davinci_uapi::Features::COUNTERS));
+    let exact = !backend_name().starts_with("/dev/");
+    let before = ctl.counters().expect("GET_COUNTERS");
+    {
+        let ctx = dev.create_context().unwrap();
+        let mut s = ctx.create_stream().unwrap();
+        let n = 100u64;
+        let nops: Vec<TaskDesc> = (0..n).map(TaskDesc::nop).collect();
+        s.submit_batch(&nops).unwrap();
+        s.synchronize(T).unwrap();
+        assert_eq!(poll_all(&mut s).len(), n as usize);
+        let mid = ctl.counters().unwrap();
+        assert!(mid.streams >= 1 && mid.contexts >= 1, "{mid:?}");
+        s.submit(&poison_pill(7)).unwrap();
+        wait_for_error(&s);
+        let after = ctl.counters().unwrap();
+        let (sub, done, errs) = (
+            after.tasks_submitted - before.tasks_submitted,
+            after.tasks_completed - before.tasks_completed,
+            after.stream_errors - before.stream_errors,
+        );
+        if exact {
+            assert_eq!(
+                (sub, done, errs),
+                (n + 1, n + 1, 1),
+                "{before:?} -> {after:?}"
+            );
+        } else {
+            assert!(sub > n && done > n && errs >= 1, "{before:?} -> {after:?}");
+        }
+    }
+    drop(dev);
+    let gone = ctl.counters().unwrap();
+    assert!(
+        gone.tasks_completed > before.tasks_completed + 100,
+        "{gone:?}"
+    );
+    // This client was attached before the first read: counted there already, and still after.
+    assert!(before.clients_opened >= 1 && gone.clients_opened >= before.clients_opened);
+    if exact {
+        assert_eq!((gone.streams, gone.contexts, gone.allocations), (0, 0, 0));
+    }
+}

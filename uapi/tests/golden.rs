@@ -21,9 +21,10 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_DESTROY_EVENT, 0x4008_640E);
     assert_eq!(DRIVER_CMD_NOTIFY, 0x4008_640F);
     assert_eq!(DRIVER_CMD_GET_LAST_ERROR, 0x8080_6410);
+    assert_eq!(DRIVER_CMD_GET_COUNTERS, 0x8058_6411);
     assert_eq!(
         COMMANDS.len(),
-        16,
+        17,
         "a new command needs a golden value here"
     );
 }
@@ -48,6 +49,7 @@ fn struct_sizes() {
         ("davinci_list_clients_args", 0x18),
         ("davinci_client_usage", 0x90),
         ("davinci_last_error", 0x80),
+        ("davinci_device_counters", 0x58),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {
@@ -58,7 +60,7 @@ fn struct_sizes() {
 
 #[test]
 fn abi_version() {
-    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 2));
+    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 3));
     assert!(abi_compatible(1));
     assert!(!abi_compatible(2));
 }
