@@ -17,8 +17,9 @@ use crate::memory::{Allocator, DVA_BASE};
 use crate::platform::{locked, Lock, Platform, StreamRegions};
 use crate::table::Table;
 
-/// Most open files (clients and control opens) at once.
-pub const MAX_CLIENTS: usize = 64;
+/// Most open files (clients and control opens) at once: 256 clients and room for the
+/// operators' tools (davinci-smi, the exporter, the device plugin) besides.
+pub const MAX_CLIENTS: usize = 320;
 /// Most contexts on a device.
 pub const MAX_CONTEXTS: usize = 256;
 /// Most streams on a device.

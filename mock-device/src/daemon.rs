@@ -34,7 +34,7 @@ use crate::{local_open_params, MockConfig, MockDevice};
 /// Blocking waits served on their own threads per connection; more are served inline.
 pub const MAX_WAITS_PER_CONN: usize = 32;
 /// Connections (including ones that have not sent HELLO yet) per device.
-pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 320;
 /// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
 pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 

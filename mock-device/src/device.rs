@@ -115,6 +115,9 @@ struct Served {
 struct PollerSet {
     streams: Mutex<Vec<(u32, Arc<StreamMem>)>>,
     generation: AtomicU64,
+    /// Set when the poller is retired (it served no stream and was one more than
+    /// `config.pollers`): it returns at its next look.
+    retired: AtomicBool,
 }
 
 /// A poller thread and its streams.
@@ -259,7 +262,7 @@ impl Core {
         if gone.is_empty() {
             return;
         }
-        let pollers = self.pollers();
+        let mut pollers = self.pollers();
         for (h, p) in gone {
             served.remove(&h);
             if let Some(p) = pollers.get(p) {
@@ -267,9 +270,27 @@ impl Core {
                 p.set.generation.fetch_add(1, Ordering::AcqRel);
             }
         }
+        // Pollers started beyond `config.pollers` for a crowd of streams go when the crowd
+        // has gone: the last ones, while they serve nothing (only the last, so the indices
+        // `served` keeps stay valid).
+        let mut retired = Vec::new();
+        while pollers.len() > self.config.pollers.max(1)
+            && pollers
+                .last()
+                .is_some_and(|p| relock(p.set.streams.lock()).is_empty())
+        {
+            if let Some(p) = pollers.pop() {
+                p.set.retired.store(true, Ordering::Release);
+                retired.push(p);
+            }
+        }
         drop(pollers);
         drop(served);
         self.shared().platform().kick_pollers();
+        for p in retired {
+            // As in `shutdown`: a poller has no path that panics.
+            let _ = p.join.join();
+        }
     }
 
     fn shutdown(&self) {
@@ -310,7 +331,7 @@ impl Core {
         let mut seen: Vec<Seen> = Vec::new();
         let mut generation = u64::MAX;
         loop {
-            if self.shutdown.load(Ordering::Acquire) {
+            if self.shutdown.load(Ordering::Acquire) || set.retired.load(Ordering::Acquire) {
                 return;
             }
             // Read before the stream set and the pass: anything that announces work after it
@@ -318,6 +339,11 @@ impl Core {
             // returns at once. Read after the set, a stream added in between would be
             // neither in the set nor announced: the poller slept on without serving it.
             let k0 = self.kick.load(Ordering::Acquire);
+            // Retired after this look, the kick that follows changes the word read above,
+            // so the sleep below cannot outlast it.
+            if set.retired.load(Ordering::Acquire) {
+                return;
+            }
             let g_now = set.generation.load(Ordering::Acquire);
             if g_now != generation {
                 streams = relock(set.streams.lock()).clone();

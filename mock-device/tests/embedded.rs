@@ -261,3 +261,48 @@ fn every_descriptor_map_returns_is_sealed_against_resizing() {
     call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
     assert_eq!(w.status, 0);
 }
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|c| c.starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A crowd of streams past what one poller sleeps on (`FUTEX_WAITV_MAX - 1` doorbells) gets
+/// more pollers; when the crowd goes, so do they (the device's threads return to their
+/// baseline, as the isolation suite checks for 256 killed clients).
+#[test]
+fn extra_pollers_for_a_crowd_of_streams_go_when_it_goes() {
+    let dev = MockDevice::new(MockConfig {
+        device_id: 77,
+        pollers: 1,
+        ..MockConfig::default()
+    });
+    let c = client(&dev);
+    let prefix = "davinci77-poll";
+    let streams: Vec<CreateStreamArgs> = (0..200).map(|_| stream(&dev, c)).collect();
+    assert_eq!(dev.pollers(), 2, "200 streams need a second poller");
+    assert_eq!(threads_named(prefix), 2);
+    // Half go: the second poller still serves some of them, so it stays.
+    for s in &streams[..100] {
+        let mut h = HandleArgs {
+            handle: s.handle,
+            pad: 0,
+        };
+        call(&dev, c, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+    }
+    assert!(dev.pollers() >= 1);
+    dev.close(c);
+    assert_eq!(dev.workers(), 0);
+    assert_eq!(dev.pollers(), 1, "the extra poller retires");
+    assert_eq!(threads_named(prefix), 1, "and its thread is gone");
+    // The device still serves: a new stream runs on the poller that stayed.
+    let c = client(&dev);
+    let _s = stream(&dev, c);
+    assert_eq!((dev.workers(), dev.pollers()), (1, 1));
+}
