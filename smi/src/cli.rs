@@ -134,6 +134,56 @@ pub(crate) enum Cmd {
         #[arg(short = 'y', long = "yes")]
         yes: bool,
     },
+    /// Container Device Interface: `cdi generate` writes a CDI spec for the devices
+    #[command(subcommand_required = true)]
+    Cdi {
+        #[command(subcommand)]
+        cmd: CdiCmd,
+    },
+}
+
+pub(crate) const CDI_AFTER_HELP: &str = "\
+The spec has a device davinci<N> per device found (N as GET_INFO reports it, else from the
+path) and `all` with every device. A kernel device gets its node (/dev/davinciN) and
+DAVINCI_DEVICE=/dev/davinciN; a davinci-mockd device a bind mount of its socket at the same
+path (nosuid,nodev,rbind,rprivate,noexec) and DAVINCI_DEVICE=mock:SOCKET; `all` sets
+DAVINCI_DEVICE to the first and DAVINCI_VISIBLE_DEVICES to every device path, comma-separated.
+cdiVersion is 0.6.0 (the spec carries annotations, a 0.6.0 field).
+
+A device that does not answer is still in the spec by its path (a warning says so); a path
+that does not exist, or is not a character device (kernel) or socket (mock), is an error.
+Nothing found, or any error: nothing is written, and the exit status says why. Generate
+again when the devices change; a container keeps the socket it started with, so one started
+before davinci-mockd restarted must be restarted too.
+
+--output FILE is written atomically (a temporary file in the same directory, then renamed),
+mode 0644; the directory must exist. Runtimes load *.json and *.yaml from /etc/cdi and
+/var/run/cdi. Format: --format, else json for FILE.json, else yaml (stdout too). With --json
+the result is a davinci-smi/v1 document (command \"cdi-generate\") with the spec in `spec`.
+
+Example: davinci-smi cdi generate -o /etc/cdi/davinci.yaml
+         docker run --device davinci.ai/npu=all ...";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CdiCmd {
+    /// Write a CDI spec for the devices (stdout, or --output FILE)
+    #[command(after_help = CDI_AFTER_HELP)]
+    Generate(CdiGenerateArgs),
+}
+
+/// `cdi generate`'s options.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct CdiGenerateArgs {
+    /// Write the spec to FILE (atomically, mode 0644) instead of stdout
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
+    /// The spec's format [default: json if FILE ends in .json, else yaml]
+    #[arg(long = "format", value_enum, value_name = "FORMAT")]
+    pub(crate) format: Option<crate::cdi::SpecFormat>,
+    /// The CDI kind VENDOR/CLASS containers ask for (--device KIND=davinci0)
+    #[arg(long = "kind", value_name = "KIND", default_value = crate::cdi::DEFAULT_KIND,
+          value_parser = crate::cdi::parse_kind)]
+    pub(crate) kind: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -20,6 +20,7 @@ pub(crate) enum Action {
     Share,
     Usage,
     Set(ShareMode),
+    Cdi(crate::cdi::Generate),
 }
 
 pub(crate) struct Target {

@@ -1,6 +1,7 @@
 //! `davinci-smi`: the operators' CLI. Lists devices, shows their health, memory, clients and
 //! sharing mode, who uses a device (per process and container), and turns device sharing on
-//! or off, non-interactively, idempotently, with a result per device.
+//! or off, non-interactively, idempotently, with a result per device; and writes a CDI spec
+//! of the devices for container runtimes ([`cdi`]).
 //!
 //! Output: text for people (may change between releases) or `--json` (schema
 //! `davinci-smi/v1`, documented in docs/operators.md; only additions within v1). Exit status
@@ -12,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod access;
+pub mod cdi;
 mod cli;
 mod commands;
 pub mod discover;
@@ -216,6 +218,18 @@ impl Plan {
                 }),
                 (pick_q(&none.0), pick_l(&none.1)),
             ),
+            Some(Cmd::Cdi {
+                cmd: CdiCmd::Generate(g),
+            }) => (
+                "cdi-generate",
+                None,
+                Action::Cdi(cdi::Generate {
+                    output: g.output.clone(),
+                    format: g.format,
+                    kind: g.kind.clone(),
+                }),
+                (pick_q(&none.0), pick_l(&none.1)),
+            ),
         };
         let json = cli.global.json;
         let csv = if query.query.is_empty() && query.format.is_empty() {
@@ -261,6 +275,9 @@ impl Plan {
         }
         if repeat.every.is_some() && matches!(action, Action::Set(_)) {
             return Err("--loop and --count do not apply to `set`".into());
+        }
+        if repeat.every.is_some() && matches!(action, Action::Cdi(_)) {
+            return Err("--loop and --count do not apply to `cdi generate`".into());
         }
         Ok(Plan {
             command,
@@ -309,6 +326,42 @@ impl Plan {
             out,
             err: String::new(),
             code: exit::OK,
+        }
+    }
+
+    /// `cdi generate` done: the spec (or where it went) on stdout and warnings on stderr; or
+    /// with `--json` one document with all of it.
+    fn cdi_round(&self, done: cdi::Generated) -> Round {
+        if self.json {
+            let d = Doc {
+                schema: SCHEMA,
+                command: self.command,
+                exit_code: exit::OK,
+                body: Body::Cdi {
+                    output: done.output,
+                    format: done.format.name(),
+                    kind: done.kind,
+                    cdi_version: done.spec.cdi_version.clone(),
+                    devices: done.devices,
+                    warnings: done.warnings,
+                    spec: done.spec,
+                },
+            };
+            Round {
+                out: self.render(&d),
+                err: String::new(),
+                code: exit::OK,
+            }
+        } else {
+            Round {
+                out: done.text,
+                err: done
+                    .warnings
+                    .iter()
+                    .map(|w| format!("davinci-smi: warning: {w}\n"))
+                    .collect(),
+                code: exit::OK,
+            }
         }
     }
 
@@ -389,6 +442,12 @@ impl Plan {
             Action::Share => share(&targets),
             Action::Usage => usage(&targets),
             Action::Set(mode) => set(&targets, mode),
+            Action::Cdi(ref g) => {
+                return match cdi::generate(&targets, g) {
+                    Err(e) => fail(e),
+                    Ok(done) => self.cdi_round(done),
+                }
+            }
             Action::List => {
                 let entries: Vec<discover::Entry> = targets.into_iter().map(|t| t.entry).collect();
                 return self.list(&entries, stamp);

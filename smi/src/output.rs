@@ -194,6 +194,23 @@ pub enum Body {
         /// Per device.
         results: Vec<SetResultJson>,
     },
+    /// `cdi generate`.
+    Cdi {
+        /// The file written, or null (the spec went to stdout: here, in `spec`).
+        output: Option<String>,
+        /// `"json"` or `"yaml"`: the file's format.
+        format: &'static str,
+        /// The CDI kind.
+        kind: String,
+        /// The spec's `cdiVersion`.
+        cdi_version: String,
+        /// The devices in the spec (besides `all`), in the order of their ids.
+        devices: Vec<crate::cdi::CdiDeviceJson>,
+        /// What the operator should know: unreachable devices, a file name runtimes ignore.
+        warnings: Vec<String>,
+        /// The spec itself.
+        spec: crate::cdi::Spec,
+    },
     /// The command failed as a whole (no devices, unknown id, a bad command line).
     Failed {
         /// Why.
@@ -206,8 +223,9 @@ pub enum Body {
 pub struct Doc {
     /// [`SCHEMA`].
     pub schema: &'static str,
-    /// `"list"`, `"info"`, `"info-device-share"`, `"info-usage"`, `"set-device-share"`, or
-    /// `"usage-error"` (the command line could not be used; exit status 2).
+    /// `"list"`, `"info"`, `"info-device-share"`, `"info-usage"`, `"set-device-share"`,
+    /// `"cdi-generate"`, or `"usage-error"` (the command line could not be used; exit
+    /// status 2).
     pub command: &'static str,
     /// The process exit status this run ends with (see `davinci-smi --help`).
     pub exit_code: i32,

@@ -113,3 +113,54 @@ fn help_documents_the_new_options() {
     let (_, out, _) = smi(&["set", "--help"]);
     assert!(out.contains("-c, --chip"), "{out}");
 }
+
+#[path = "support/cdi_schema.rs"]
+mod cdi_schema;
+
+#[test]
+fn cdi_generate_is_documented_in_help() {
+    let (code, out, _) = smi(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("cdi "), "{out}");
+    let (code, out, _) = smi(&["cdi", "generate", "--help"]);
+    assert_eq!(code, 0);
+    for s in [
+        "-o, --output <FILE>",
+        "--format <FORMAT>",
+        "[default: davinci.ai/npu]",
+        "DAVINCI_VISIBLE_DEVICES",
+        "rbind",
+        "cdiVersion is 0.6.0",
+        "/etc/cdi",
+        "atomically",
+    ] {
+        assert!(out.contains(s), "{s}: {out}");
+    }
+}
+
+#[test]
+fn cdi_generate_keeps_a_device_whose_daemon_is_gone_and_says_so() {
+    // A socket file nobody listens on: the daemon died without removing it.
+    let dir = std::env::temp_dir().join(format!("smi-cli-cdi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(dir.join("davinci3.sock")).unwrap());
+    let (code, out, err) = smi(&["--socket-dir", dir.to_str().unwrap(), "cdi", "generate"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0, "{err}");
+    let sock = format!("mock:{}/davinci3.sock", dir.display());
+    assert!(
+        err.starts_with(&format!(
+            "davinci-smi: warning: device 3 ({sock}) is unreachable (open failed: "
+        )),
+        "{err}"
+    );
+    assert!(err.ends_with("; it is in the spec by its path\n"), "{err}");
+    let spec: Value = serde_norway::from_str(&out).unwrap();
+    cdi_schema::CdiSchema::load().assert_valid(&spec);
+    assert_eq!(spec["devices"][0]["name"], "davinci3");
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["env"][0],
+        format!("DAVINCI_DEVICE={sock}").as_str()
+    );
+}
