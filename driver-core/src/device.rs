@@ -235,9 +235,9 @@ pub(crate) struct Engine {
     pub(crate) pending: Option<Pending>,
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
-    /// Times it entered the error state, and times its worker woke from a doorbell sleep.
+    /// Times it entered the error state, and the doorbells that woke it.
     pub(crate) errors: u64,
-    pub(crate) wakeups: u64,
+    pub(crate) doorbells: u64,
     /// An armed fault (`Device::inject`), and `submitted` when it was armed.
     pub(crate) inject: Option<Inject>,
     pub(crate) inject_base: u64,
@@ -291,14 +291,14 @@ pub struct Device<P: Platform> {
     pub(crate) clients_opened: u64,
 }
 
-/// The task, error and wake-up counters of destroyed streams (GET_COUNTERS adds the live
+/// The task, error and doorbell counters of destroyed streams (GET_COUNTERS adds the live
 /// streams' on top).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Retired {
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
     pub(crate) errors: u64,
-    pub(crate) wakeups: u64,
+    pub(crate) doorbells: u64,
 }
 
 fn container_str(c: &[u8; CONTAINER_LEN]) -> [u8; 64] {
@@ -339,7 +339,7 @@ impl<P: Platform> Device<P> {
                 submitted: 0,
                 completed: 0,
                 errors: 0,
-                wakeups: 0,
+                doorbells: 0,
             },
             clients_opened: 0,
         }
@@ -558,21 +558,21 @@ impl<P: Platform> Device<P> {
             mut submitted,
             mut completed,
             mut errors,
-            mut wakeups,
+            mut doorbells,
         } = self.retired;
         for (_, s) in self.streams.iter() {
             let _ = s.run.with(|e| {
                 submitted += e.submitted;
                 completed += e.completed;
                 errors += e.errors;
-                wakeups += e.wakeups;
+                doorbells += e.doorbells;
             });
         }
         DeviceCounters {
             tasks_submitted: submitted,
             tasks_completed: completed,
             stream_errors: errors,
-            wakeups,
+            doorbells,
             clients_opened: self.clients_opened,
             contexts: self.contexts.len() as u32,
             streams: self.streams.len() as u32,
@@ -801,7 +801,7 @@ impl<P: Platform> Device<P> {
                 submitted: 0,
                 completed: 0,
                 errors: 0,
-                wakeups: 0,
+                doorbells: 0,
                 inject: self.inject,
                 inject_base: 0,
                 halted: false,
@@ -853,7 +853,7 @@ impl<P: Platform> Device<P> {
             self.retired.submitted += e.submitted;
             self.retired.completed += e.completed;
             self.retired.errors += e.errors;
-            self.retired.wakeups += e.wakeups;
+            self.retired.doorbells += e.doorbells;
             // What it had queued will never run.
             if e.state == StreamState::Running {
                 poison_queued_records(&self.events, (owner, ctx), e, None, Errno::ECANCELED);

@@ -310,6 +310,17 @@ impl<P: Platform> Device<P> {
                 let a: HandleArgs = decode(arg)?;
                 ensure!(a.pad == 0, EINVAL, "pad must be 0");
                 self.stream_state(client, a.handle)?;
+                // Without a doorbell word, NOTIFY is the doorbell (GET_COUNTERS counts it);
+                // with one, the host counts the word's changes (`stream_woke`).
+                if !self
+                    .config
+                    .platform_features
+                    .contains(Features::DOORBELL_FUTEX)
+                {
+                    if let Some(s) = self.streams.get_mut(a.handle) {
+                        s.run.get_mut().doorbells += 1;
+                    }
+                }
                 Ok(Reply::Kick(a.handle))
             }
             _ => fail!(ENOTTY, "unknown ioctl command"),

@@ -641,22 +641,15 @@ impl<P: Platform> Device<P> {
             .unwrap_or(false)
     }
 
-    /// After the worker woke up from a doorbell sleep: disarms NEED_WAKEUP (the producer
-    /// stops ringing) and counts the wake-up (GET_COUNTERS `wakeups`).
-    pub fn stream_woke(&self, stream: u32) {
+    /// After the worker woke up (or decided not to sleep): disarms NEED_WAKEUP (the producer
+    /// stops ringing). `rung`: the stream's doorbell woke it (the host saw the doorbell word
+    /// change while the worker slept), counted in GET_COUNTERS `doorbells`.
+    pub fn stream_woke(&self, stream: u32, rung: bool) {
         if let Some(s) = self.streams.get(stream) {
             let _ = s.run.with(|e| {
                 e.cmd.clear_need_wakeup();
-                e.wakeups += 1;
+                e.doorbells += u64::from(rung);
             });
-        }
-    }
-
-    /// Disarms NEED_WAKEUP of a stream whose worker armed it and then did not sleep (another
-    /// stream had work): not a wake-up.
-    pub fn stream_disarm(&self, stream: u32) {
-        if let Some(s) = self.streams.get(stream) {
-            let _ = s.run.with(|e| e.cmd.clear_need_wakeup());
         }
     }
 }

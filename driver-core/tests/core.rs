@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use davinci_driver_core::{
-    Device, Inject, NoUserMem, Reply, Role, Run, StreamState, UserMem, DVA_BASE,
+    Config, Device, Inject, NoUserMem, Reply, Role, Run, StreamState, UserMem, DVA_BASE,
 };
 use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::*;
@@ -1508,7 +1508,7 @@ fn counters(dev: &mut Device<HeapPlatform>, c: u32) -> DeviceCounters {
 
 /// GET_COUNTERS (ABI 1.3): device-wide totals that only grow, across streams and clients
 /// that are gone (a destroyed stream's tasks, a closed client's), stream errors from a failed
-/// descriptor and from a reset, wake-ups counted by `stream_woke` (not `stream_disarm`),
+/// descriptor and from a reset, doorbells (`stream_woke` told so by the host, or NOTIFY),
 /// client opens without control opens, and the live object counts; any open may ask.
 #[test]
 fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
@@ -1543,14 +1543,41 @@ fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
         (k.clients_opened, k.contexts, k.streams, k.allocations),
         (2, 2, 2, 1)
     );
-    assert_eq!((k.stream_errors, k.wakeups), (0, 0));
+    assert_eq!((k.stream_errors, k.doorbells), (0, 0));
 
-    // A wake-up is counted when the worker resumes from a sleep, not when it disarms.
+    // A doorbell is counted when the host says one woke the worker, not at every disarm...
     assert!(dev.stream_prepare_sleep(sa.handle));
-    dev.stream_disarm(sa.handle);
+    dev.stream_woke(sa.handle, false);
+    assert_eq!(counters(&mut dev, ctl).doorbells, 0);
     assert!(dev.stream_prepare_sleep(sa.handle));
-    dev.stream_woke(sa.handle);
-    assert_eq!(counters(&mut dev, ctl).wakeups, 1);
+    dev.stream_woke(sa.handle, true);
+    assert_eq!(counters(&mut dev, ctl).doorbells, 1);
+    // ... and NOTIFY is not counted where the doorbell is a word (this device): the host
+    // counts the word's changes, NOTIFY's included. Where it is not, NOTIFY is the doorbell.
+    assert!(dev.info().features.contains(Features::DOORBELL_FUTEX));
+    let mut h = HandleArgs {
+        handle: sa.handle,
+        pad: 0,
+    };
+    call(&mut dev, a, DRIVER_CMD_NOTIFY, &mut h).unwrap();
+    assert_eq!(counters(&mut dev, ctl).doorbells, 1);
+    let mut plain = Device::new(
+        Config {
+            platform_features: Features::empty(),
+            ..*dev.config()
+        },
+        HeapPlatform::default(),
+    );
+    let p = plain.open(params(5, 1000, Role::Client)).unwrap();
+    let kp = ctx(&mut plain, p);
+    let sp = stream(&mut plain, p, kp, 16, 16);
+    let mut h = HandleArgs {
+        handle: sp.handle,
+        pad: 0,
+    };
+    call(&mut plain, p, DRIVER_CMD_NOTIFY, &mut h).unwrap();
+    call(&mut plain, p, DRIVER_CMD_NOTIFY, &mut h).unwrap();
+    assert_eq!(plain.counters().doorbells, 2);
 
     // A descriptor that fails (unknown opcode) puts the stream in the error state: one error.
     let mut bad = TaskDesc::nop(9);
@@ -1572,7 +1599,7 @@ fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
             k.tasks_submitted,
             k.tasks_completed,
             k.stream_errors,
-            k.wakeups
+            k.doorbells
         ),
         (9, 9, 1, 1)
     );

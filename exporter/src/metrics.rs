@@ -143,8 +143,8 @@ families! {
         "Descriptors the device has taken from all command rings since it started (needs GET_COUNTERS, ABI 1.3)");
     DEV_COMPLETED = ("davinci_device_tasks_completed_total", Counter, DEV,
         "Completion records the device has written since it started, failed ones included (needs GET_COUNTERS)");
-    WAKEUPS = ("davinci_device_doorbell_wakeups_total", Counter, DEV,
-        "Times a sleeping stream worker was woken by a doorbell (or the device's safety net) since the device started (needs GET_COUNTERS)");
+    DOORBELLS = ("davinci_device_doorbells_total", Counter, DEV,
+        "Doorbells that woke the device (a sleeping stream worker found its doorbell rung) since the device started; near zero per task under load (needs GET_COUNTERS)");
     STREAM_ERRORS = ("davinci_device_stream_errors_total", Counter, DEV,
         "Times a stream entered the error state (failed descriptor, corrupt ring indices, reset) since the device started (needs GET_COUNTERS)");
     OPENED = ("davinci_device_clients_opened_total", Counter, DEV,
@@ -300,7 +300,7 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
     let mut dev_queued = Series::<DevLabels>::new(&DEV_QUEUED);
     let mut dev_submitted = Series::<DevLabels>::new(&DEV_SUBMITTED);
     let mut dev_completed = Series::<DevLabels>::new(&DEV_COMPLETED);
-    let mut wakeups = Series::<DevLabels>::new(&WAKEUPS);
+    let mut doorbells = Series::<DevLabels>::new(&DOORBELLS);
     let mut stream_errors = Series::<DevLabels>::new(&STREAM_ERRORS);
     let mut opened = Series::<DevLabels>::new(&OPENED);
     let mut dev_contexts = Series::<DevLabels>::new(&DEV_CONTEXTS);
@@ -389,7 +389,7 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
         if let Some(k) = &r.counters {
             dev_submitted.add(dl.clone(), k.tasks_submitted);
             dev_completed.add(dl.clone(), k.tasks_completed);
-            wakeups.add(dl.clone(), k.wakeups);
+            doorbells.add(dl.clone(), k.doorbells);
             stream_errors.add(dl.clone(), k.stream_errors);
             opened.add(dl.clone(), k.clients_opened);
             dev_contexts.add(dl.clone(), k.contexts);
@@ -413,7 +413,7 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
     register(r, &DEV_QUEUED, dev_queued);
     register(r, &DEV_SUBMITTED, dev_submitted);
     register(r, &DEV_COMPLETED, dev_completed);
-    register(r, &WAKEUPS, wakeups);
+    register(r, &DOORBELLS, doorbells);
     register(r, &STREAM_ERRORS, stream_errors);
     register(r, &OPENED, opened);
     register(r, &DEV_CONTEXTS, dev_contexts);
@@ -503,7 +503,7 @@ mod tests {
                 tasks_submitted: 500,
                 tasks_completed: 499,
                 stream_errors: 1,
-                wakeups: 42,
+                doorbells: 42,
                 clients_opened: 7,
                 contexts: 2,
                 streams: 4,
@@ -571,7 +571,7 @@ mod tests {
             format!("davinci_device_client_memory_limit_bytes{{{d0}}} 536870912"),
             format!("davinci_device_tasks_queued{{{d0}}} 3"),
             format!("davinci_device_tasks_submitted_total{{{d0}}} 500"),
-            format!("davinci_device_doorbell_wakeups_total{{{d0}}} 42"),
+            format!("davinci_device_doorbells_total{{{d0}}} 42"),
             format!("davinci_device_stream_errors_total{{{d0}}} 1"),
             format!("davinci_device_info{{{d0},abi_version=\"1.3\",features=\"0x420\"}} 1"),
             format!(
@@ -597,7 +597,7 @@ mod tests {
         let text = encode(&samples(false), &SelfStats::default(), Format::Prometheus);
         for name in [
             "davinci_device_tasks_submitted_total{",
-            "davinci_device_doorbell_wakeups_total{",
+            "davinci_device_doorbells_total{",
             "davinci_device_stream_errors_total{",
             "davinci_device_contexts{",
         ] {

@@ -186,7 +186,7 @@ pub fn run(data: &[u8]) {
             Op::Sleep => {
                 let _ = dev.stream_prepare_sleep(s);
             }
-            Op::Woke => dev.stream_woke(s),
+            Op::Woke => dev.stream_woke(s, true),
             Op::Run { budget } => {
                 let budget = budget as u32;
                 let cmd_head = m.cmd_hdr(hdr::HEAD);

@@ -734,7 +734,8 @@ unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
             let _ = dev.wait(&st.worker_cv, WORKER_TIMEOUT_MS);
         }
         for &h in &handles[..n] {
-            dev.stream_woke(h);
+            // NOTIFY counted the doorbells (driver-core): this is only the disarm.
+            dev.stream_woke(h, false);
         }
     }
     0

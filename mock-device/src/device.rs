@@ -444,7 +444,7 @@ impl Core {
         }
         if rerun || self.shutdown.load(Ordering::Acquire) {
             for (h, _, _) in &armed {
-                g.stream_disarm(*h);
+                g.stream_woke(*h, false);
             }
             return;
         }
@@ -483,8 +483,10 @@ impl Core {
         }
         let g = self.shared();
         g.platform().poller_sleeping(false);
-        for (h, _, _) in &armed {
-            g.stream_woke(*h);
+        // A doorbell woke a stream whose word changed while the poller slept (the host's
+        // ring, or a NOTIFY or SUBMIT_TASK, which change it too).
+        for (h, word, d0) in &armed {
+            g.stream_woke(*h, word.load(Ordering::Acquire) != *d0);
         }
     }
 }

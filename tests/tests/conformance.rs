@@ -648,9 +648,12 @@ fn pool_is_thread_safe_and_bounded() {
 #[test]
 fn a_sleeping_device_gets_exactly_one_doorbell() {
     let dev = dev();
+    let ctl = control_of(&dev).expect("control open");
+    let counted0 = ctl.counters().expect("GET_COUNTERS").doorbells;
     let ctx = dev.create_context().unwrap();
     let mut s = ctx.create_stream().unwrap();
     for round in 0..3u64 {
+        let counted = ctl.counters().unwrap().doorbells;
         // Wait until the worker has armed NEED_WAKEUP (it sleeps after a short spin).
         let until = Instant::now() + T;
         while !s.device_asleep() {
@@ -675,7 +678,20 @@ fn a_sleeping_device_gets_exactly_one_doorbell() {
         // ... and it wakes up and runs them.
         s.synchronize(T).unwrap();
         assert_eq!(poll_all(&mut s).len(), 2);
+        // The device counts at most that one doorbell (GET_COUNTERS; none if the worker
+        // happened to wake on its own just before the ring and saw the tasks awake).
+        let now = ctl.counters().unwrap().doorbells;
+        assert!(
+            now - counted <= 1,
+            "round {round}: {} doorbells counted",
+            now - counted
+        );
     }
+    let total = ctl.counters().unwrap().doorbells - counted0;
+    assert!(
+        total >= 1,
+        "three doorbells to a sleeping device, {total} counted"
+    );
 }
 
 #[test]

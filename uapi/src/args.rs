@@ -411,10 +411,11 @@ abi_struct! {
         /// Times a stream entered the error state: a failed descriptor, corrupt ring
         /// indices, a device reset (from driver).
         pub stream_errors: u64,
-        /// Times a stream's worker, asleep with NEED_WAKEUP armed, resumed: once per doorbell
-        /// that found it asleep (plus the device's own safety-net wake-ups). Near zero per
-        /// task under load, when doorbells are suppressed (from driver).
-        pub wakeups: u64,
+        /// Doorbells that woke the device: a worker asleep with NEED_WAKEUP armed found its
+        /// stream's doorbell word changed (once per sleep, however often it was rung), or,
+        /// on a driver without `DOORBELL_FUTEX`, a NOTIFY. Near zero per task under load,
+        /// when NEED_WAKEUP is clear and hosts do not ring (from driver).
+        pub doorbells: u64,
         /// Client opens attached since the device started (control opens excluded)
         /// (from driver).
         pub clients_opened: u64,

@@ -631,11 +631,12 @@ struct davinci_device_counters {
 	 */
 	__u64 stream_errors;
 	/*
-	 * Times a stream's worker, asleep with NEED_WAKEUP armed, resumed: once per doorbell
-	 * that found it asleep (plus the device's own safety-net wake-ups). Near zero per
-	 * task under load, when doorbells are suppressed (from driver).
+	 * Doorbells that woke the device: a worker asleep with NEED_WAKEUP armed found its
+	 * stream's doorbell word changed (once per sleep, however often it was rung), or,
+	 * on a driver without `DOORBELL_FUTEX`, a NOTIFY. Near zero per task under load,
+	 * when NEED_WAKEUP is clear and hosts do not ring (from driver).
 	 */
-	__u64 wakeups;
+	__u64 doorbells;
 	/*
 	 * Client opens attached since the device started (control opens excluded)
 	 * (from driver).
@@ -872,7 +873,7 @@ _Static_assert(sizeof(struct davinci_device_counters) == 88, "davinci uapi: size
 _Static_assert(offsetof(struct davinci_device_counters, tasks_submitted) == 0, "davinci uapi: offsetof(struct davinci_device_counters, tasks_submitted)");
 _Static_assert(offsetof(struct davinci_device_counters, tasks_completed) == 8, "davinci uapi: offsetof(struct davinci_device_counters, tasks_completed)");
 _Static_assert(offsetof(struct davinci_device_counters, stream_errors) == 16, "davinci uapi: offsetof(struct davinci_device_counters, stream_errors)");
-_Static_assert(offsetof(struct davinci_device_counters, wakeups) == 24, "davinci uapi: offsetof(struct davinci_device_counters, wakeups)");
+_Static_assert(offsetof(struct davinci_device_counters, doorbells) == 24, "davinci uapi: offsetof(struct davinci_device_counters, doorbells)");
 _Static_assert(offsetof(struct davinci_device_counters, clients_opened) == 32, "davinci uapi: offsetof(struct davinci_device_counters, clients_opened)");
 _Static_assert(offsetof(struct davinci_device_counters, contexts) == 40, "davinci uapi: offsetof(struct davinci_device_counters, contexts)");
 _Static_assert(offsetof(struct davinci_device_counters, streams) == 44, "davinci uapi: offsetof(struct davinci_device_counters, streams)");
