@@ -1,0 +1,536 @@
+//! The devices the plugin knows, their health and sharing mode, and the list it advertises.
+//!
+//! A device, once found, stays known for the life of the process: when it can no longer
+//! be reached (its socket or node is gone, its daemon stopped) it is advertised as
+//! `Unhealthy` rather than dropped, so the kubelet keeps its allocations and stops placing
+//! new pods on it until it is reachable again. The health of each device comes from a
+//! control open and GET_INFO ([`Probe`]); its sharing mode decides how many IDs it is
+//! advertised as ([`crate::ids`]). When the mode cannot be read the last mode seen is kept
+//! (exclusive until one is seen), so the IDs do not change while a device is unreachable.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use davinci_uapi::ShareMode;
+
+use crate::api;
+use crate::ids::{advertised_ids, device_name, DeviceId, MAX_REPLICAS};
+
+/// The kubelet's word for a device that may be allocated.
+pub const HEALTHY: &str = "Healthy";
+/// The kubelet's word for a device that may not be allocated.
+pub const UNHEALTHY: &str = "Unhealthy";
+
+/// Most devices the plugin advertises; more are ignored (with a warning).
+pub const MAX_DEVICES: usize = 1024;
+
+/// How a device is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A kernel device node (`/dev/davinciN`): given to containers as a device.
+    Kernel,
+    /// A `davinci-mockd` socket (`mock:/run/davinci/davinciN.sock`): given to containers as
+    /// a bind mount of the socket.
+    Mock,
+}
+
+impl Kind {
+    /// The kind of a device path as the shim takes it.
+    pub fn of(path: &str) -> Kind {
+        if path.starts_with("mock:") {
+            Kind::Mock
+        } else {
+            Kind::Kernel
+        }
+    }
+
+    /// `kernel` or `mock`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Kernel => "kernel",
+            Kind::Mock => "mock",
+        }
+    }
+}
+
+/// What a successful health check read from a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// The sharing mode in force.
+    pub mode: ShareMode,
+    /// Clients attached now.
+    pub clients: u32,
+}
+
+/// One known device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceState {
+    /// N of davinciN.
+    pub index: u32,
+    /// The device path as the shim takes it (`/dev/davinci0`, `mock:/run/davinci/davinci0.sock`).
+    pub path: String,
+    /// Whether the last health check succeeded (`false` until the first one has).
+    pub healthy: bool,
+    /// Why the device is unhealthy (the last check's error); `None` when healthy.
+    pub reason: Option<String>,
+    /// The last sharing mode read from the device (`None`: never reached).
+    pub mode: Option<ShareMode>,
+    /// Clients attached at the last check.
+    pub clients: Option<u32>,
+}
+
+impl DeviceState {
+    /// `davinci<N>`.
+    pub fn name(&self) -> String {
+        device_name(self.index)
+    }
+
+    /// Kernel node or mock socket.
+    pub fn kind(&self) -> Kind {
+        Kind::of(&self.path)
+    }
+
+    /// The file on the host: the node, or the socket without `mock:`.
+    pub fn host_path(&self) -> &str {
+        self.path.strip_prefix("mock:").unwrap_or(&self.path)
+    }
+
+    /// The mode the IDs are computed from: the last one read, exclusive if none was.
+    pub fn effective_mode(&self) -> ShareMode {
+        self.mode.unwrap_or(ShareMode::Exclusive)
+    }
+
+    /// The IDs this device is advertised as.
+    pub fn ids(&self, replicas: u32) -> Vec<DeviceId> {
+        advertised_ids(self.index, self.effective_mode(), replicas)
+    }
+}
+
+/// Something that changed about a device, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A device was found.
+    Added {
+        /// davinciN.
+        name: String,
+        /// Its path.
+        path: String,
+    },
+    /// A known device was found at another path.
+    Moved {
+        /// davinciN.
+        name: String,
+        /// The old path.
+        from: String,
+        /// The new path.
+        to: String,
+    },
+    /// A device became healthy.
+    Healthy {
+        /// davinciN.
+        name: String,
+    },
+    /// A device became unhealthy (or its reason changed).
+    Unhealthy {
+        /// davinciN.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A device's sharing mode changed, and with it its IDs.
+    Mode {
+        /// davinciN.
+        name: String,
+        /// The new mode.
+        mode: ShareMode,
+        /// How many IDs it is advertised as now.
+        ids: u32,
+    },
+}
+
+impl Change {
+    /// Whether this is bad news (logged as a warning).
+    pub fn is_warning(&self) -> bool {
+        matches!(self, Change::Unhealthy { .. })
+    }
+}
+
+/// `exclusive` or `shared`.
+pub fn mode_name(mode: ShareMode) -> &'static str {
+    match mode {
+        ShareMode::Exclusive => "exclusive",
+        ShareMode::Shared => "shared",
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Added { name, path } => write!(f, "{name}: found at {path}"),
+            Change::Moved { name, from, to } => write!(f, "{name}: moved from {from} to {to}"),
+            Change::Healthy { name } => write!(f, "{name}: Healthy"),
+            Change::Unhealthy { name, reason } => write!(f, "{name}: Unhealthy: {reason}"),
+            Change::Mode { name, mode, ids } => write!(
+                f,
+                "{name}: share mode {}: advertised as {ids} ID{}",
+                mode_name(*mode),
+                if *ids == 1 { "" } else { "s" }
+            ),
+        }
+    }
+}
+
+/// Why an ID in a request cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownId(pub String);
+
+impl fmt::Display for UnknownId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Every known device, by N.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    devices: BTreeMap<u32, DeviceState>,
+    replicas: u32,
+}
+
+impl Inventory {
+    /// No devices; a shared device is advertised as `replicas` IDs (clamped to
+    /// 1..=[`MAX_REPLICAS`]).
+    pub fn new(replicas: u32) -> Inventory {
+        Inventory {
+            devices: BTreeMap::new(),
+            replicas: replicas.clamp(1, MAX_REPLICAS),
+        }
+    }
+
+    /// The replica count of a shared device.
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// The known devices, by N.
+    pub fn devices(&self) -> impl Iterator<Item = &DeviceState> {
+        self.devices.values()
+    }
+
+    /// Device N.
+    pub fn get(&self, index: u32) -> Option<&DeviceState> {
+        self.devices.get(&index)
+    }
+
+    /// How many devices are known.
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Whether no device is known.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// Takes in what discovery found: new devices are added (unhealthy until checked), a
+    /// known device at a new path follows it; devices not found stay (their checks fail).
+    /// Past [`MAX_DEVICES`] devices, more are not added.
+    pub fn discovered(&mut self, found: &[(u32, String)]) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for (index, path) in found {
+            let full = self.devices.len() >= MAX_DEVICES;
+            match self.devices.get_mut(index) {
+                Some(d) if d.path != *path => {
+                    changes.push(Change::Moved {
+                        name: d.name(),
+                        from: std::mem::replace(&mut d.path, path.clone()),
+                        to: path.clone(),
+                    });
+                }
+                Some(_) => {}
+                None if full => {}
+                None => {
+                    self.devices.insert(
+                        *index,
+                        DeviceState {
+                            index: *index,
+                            path: path.clone(),
+                            healthy: false,
+                            reason: Some("not checked yet".into()),
+                            mode: None,
+                            clients: None,
+                        },
+                    );
+                    changes.push(Change::Added {
+                        name: device_name(*index),
+                        path: path.clone(),
+                    });
+                }
+            }
+        }
+        changes
+    }
+
+    /// Takes in the result of a health check of device `index`.
+    pub fn checked(&mut self, index: u32, result: Result<Probe, String>) -> Vec<Change> {
+        let replicas = self.replicas;
+        let Some(d) = self.devices.get_mut(&index) else {
+            return Vec::new();
+        };
+        let mut changes = Vec::new();
+        match result {
+            Ok(p) => {
+                if !d.healthy {
+                    changes.push(Change::Healthy { name: d.name() });
+                }
+                d.healthy = true;
+                d.reason = None;
+                d.clients = Some(p.clients);
+                if d.mode != Some(p.mode) {
+                    let before = d.ids(replicas);
+                    d.mode = Some(p.mode);
+                    let after = d.ids(replicas);
+                    if before != after {
+                        changes.push(Change::Mode {
+                            name: d.name(),
+                            mode: p.mode,
+                            ids: after.len() as u32,
+                        });
+                    }
+                }
+            }
+            Err(reason) => {
+                if d.healthy || d.reason.as_deref() != Some(reason.as_str()) {
+                    changes.push(Change::Unhealthy {
+                        name: d.name(),
+                        reason: reason.clone(),
+                    });
+                }
+                d.healthy = false;
+                d.reason = Some(reason);
+                d.clients = None;
+            }
+        }
+        changes
+    }
+
+    /// The list for ListAndWatch: every ID of every device, in order, with its health.
+    pub fn advertised(&self) -> Vec<api::Device> {
+        self.devices
+            .values()
+            .flat_map(|d| {
+                let health = if d.healthy { HEALTHY } else { UNHEALTHY };
+                d.ids(self.replicas).into_iter().map(move |id| api::Device {
+                    id: id.to_string(),
+                    health: health.to_string(),
+                    topology: None,
+                })
+            })
+            .collect()
+    }
+
+    /// The device an ID names. An ID is accepted when it is one this plugin could have
+    /// advertised for a known device (`davinci<N>` or `davinci<N>::<k>`, k below the
+    /// replica count), so that IDs handed out before a sharing-mode change still resolve.
+    ///
+    /// # Errors
+    /// The ID is malformed, names no known device, or a replica past the count; the
+    /// message says which and what IDs look like.
+    pub fn resolve(&self, id: &str) -> Result<(DeviceId, &DeviceState), UnknownId> {
+        let shown: String = id.chars().take(80).collect();
+        let Some(parsed) = DeviceId::parse(id) else {
+            return Err(UnknownId(format!(
+                "unknown device ID {shown:?}: this plugin's IDs are davinci<N> (a device in \
+                 exclusive mode) or davinci<N>::<k> (replica k of a shared device)"
+            )));
+        };
+        let Some(d) = self.devices.get(&parsed.device) else {
+            let known: Vec<String> = self.devices.values().map(DeviceState::name).collect();
+            return Err(UnknownId(format!(
+                "unknown device ID {shown:?}: there is no device {} (known: {})",
+                device_name(parsed.device),
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        };
+        if let Some(k) = parsed.replica {
+            if k >= self.replicas {
+                return Err(UnknownId(format!(
+                    "unknown device ID {shown:?}: {} has replicas 0 to {} (--replicas {})",
+                    d.name(),
+                    self.replicas - 1,
+                    self.replicas
+                )));
+            }
+        }
+        Ok((parsed, d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(clients: u32) -> Result<Probe, String> {
+        Ok(Probe {
+            mode: ShareMode::Shared,
+            clients,
+        })
+    }
+
+    fn exclusive() -> Result<Probe, String> {
+        Ok(Probe {
+            mode: ShareMode::Exclusive,
+            clients: 0,
+        })
+    }
+
+    fn ids(inv: &Inventory) -> Vec<(String, String)> {
+        inv.advertised()
+            .into_iter()
+            .map(|d| (d.id, d.health))
+            .collect()
+    }
+
+    #[test]
+    fn the_list_follows_health_and_mode() {
+        let mut inv = Inventory::new(3);
+        let changes = inv.discovered(&[
+            (0, "mock:/s/davinci0.sock".into()),
+            (1, "/dev/davinci1".into()),
+        ]);
+        assert_eq!(changes.len(), 2);
+        // Not checked yet: one Unhealthy ID each.
+        assert_eq!(
+            ids(&inv),
+            [
+                ("davinci0".to_string(), UNHEALTHY.to_string()),
+                ("davinci1".to_string(), UNHEALTHY.to_string())
+            ]
+        );
+        let c = inv.checked(0, shared(0));
+        assert_eq!(
+            c,
+            [
+                Change::Healthy {
+                    name: "davinci0".into()
+                },
+                Change::Mode {
+                    name: "davinci0".into(),
+                    mode: ShareMode::Shared,
+                    ids: 3
+                }
+            ]
+        );
+        // Exclusive from the start: no mode change (the IDs were already one).
+        assert_eq!(
+            inv.checked(1, exclusive()),
+            [Change::Healthy {
+                name: "davinci1".into()
+            }]
+        );
+        let h = HEALTHY.to_string();
+        assert_eq!(
+            ids(&inv),
+            [
+                ("davinci0::0".to_string(), h.clone()),
+                ("davinci0::1".to_string(), h.clone()),
+                ("davinci0::2".to_string(), h.clone()),
+                ("davinci1".to_string(), h.clone()),
+            ]
+        );
+        // Nothing changed: nothing to log.
+        assert!(inv.checked(0, shared(2)).is_empty());
+        assert_eq!(inv.get(0).unwrap().clients, Some(2));
+        // Unreachable: the IDs stay (last mode), Unhealthy; the reason is logged once.
+        let c = inv.checked(0, Err("ENODEV: no daemon".into()));
+        assert_eq!(
+            c,
+            [Change::Unhealthy {
+                name: "davinci0".into(),
+                reason: "ENODEV: no daemon".into()
+            }]
+        );
+        assert!(inv.checked(0, Err("ENODEV: no daemon".into())).is_empty());
+        assert_eq!(inv.checked(0, Err("EPERM".into())).len(), 1);
+        assert_eq!(
+            ids(&inv)[..3]
+                .iter()
+                .map(|(i, h)| format!("{i} {h}"))
+                .collect::<Vec<_>>(),
+            [
+                "davinci0::0 Unhealthy",
+                "davinci0::1 Unhealthy",
+                "davinci0::2 Unhealthy"
+            ]
+        );
+        // Back, now exclusive.
+        assert_eq!(inv.checked(0, exclusive()).len(), 2);
+        assert_eq!(ids(&inv)[0], ("davinci0".to_string(), h));
+        assert_eq!(inv.advertised().len(), 2);
+        // A check of an unknown device changes nothing.
+        assert!(inv.checked(9, exclusive()).is_empty());
+    }
+
+    #[test]
+    fn discovery_adds_and_follows_devices() {
+        let mut inv = Inventory::new(2);
+        inv.discovered(&[(2, "mock:/a/davinci2.sock".into())]);
+        assert!(inv
+            .discovered(&[(2, "mock:/a/davinci2.sock".into())])
+            .is_empty());
+        assert_eq!(
+            inv.discovered(&[(2, "/dev/davinci2".into())]),
+            [Change::Moved {
+                name: "davinci2".into(),
+                from: "mock:/a/davinci2.sock".into(),
+                to: "/dev/davinci2".into()
+            }]
+        );
+        assert_eq!(inv.get(2).unwrap().kind(), Kind::Kernel);
+        assert_eq!(inv.get(2).unwrap().host_path(), "/dev/davinci2");
+        // Not found any more: still known.
+        assert!(inv.discovered(&[]).is_empty());
+        assert_eq!(inv.len(), 1);
+    }
+
+    #[test]
+    fn ids_resolve_to_known_devices_only() {
+        let mut inv = Inventory::new(4);
+        inv.discovered(&[(0, "mock:/s/davinci0.sock".into())]);
+        inv.checked(0, shared(0));
+        let (id, d) = inv.resolve("davinci0::3").unwrap();
+        assert_eq!((id, d.index), (DeviceId::replica(0, 3), 0));
+        // The whole-device form of a known device resolves too (handed out before a switch).
+        assert!(inv.resolve("davinci0").is_ok());
+        let e = inv.resolve("davinci0::4").unwrap_err().0;
+        assert!(e.contains("replicas 0 to 3 (--replicas 4)"), "{e}");
+        let e = inv.resolve("davinci5::0").unwrap_err().0;
+        assert!(
+            e.contains("there is no device davinci5 (known: davinci0)"),
+            "{e}"
+        );
+        let e = inv.resolve("gpu-0").unwrap_err().0;
+        assert!(
+            e.starts_with("unknown device ID \"gpu-0\": this plugin's IDs are"),
+            "{e}"
+        );
+        // A huge ID is cut short in the message.
+        let long = "x".repeat(10_000);
+        assert!(inv.resolve(&long).unwrap_err().0.len() < 300);
+    }
+
+    #[test]
+    fn the_device_count_is_bounded() {
+        let mut inv = Inventory::new(1);
+        let found: Vec<(u32, String)> = (0..MAX_DEVICES as u32 + 5)
+            .map(|i| (i, format!("/dev/davinci{i}")))
+            .collect();
+        inv.discovered(&found);
+        assert_eq!(inv.len(), MAX_DEVICES);
+    }
+}
