@@ -58,7 +58,8 @@ guest_cargo() {
         CARGO_PROFILE_RELEASE_DEBUG=false CARGO_TARGET_DIR="$ROOT/target/guest" \
         cargo "$@" --release --locked --target "$GUEST_TARGET")
 }
-guest_cargo build --quiet -p davinci-smi -p davinci-workload -p davinci-tests --bins
+guest_cargo build --quiet -p davinci-smi -p davinci-workload -p davinci-exporter \
+    -p davinci-device-plugin -p davinci-tests --bins
 # The test executables' names carry a hash: take them from cargo's own report.
 tests_json=$(guest_cargo test --quiet -p davinci-tests --test conformance --test kernel \
     --test million --no-run --message-format=json)
@@ -73,6 +74,8 @@ declare -A guest_bins=(
     [million]=$(test_exe million)
     [davinci-smi]=$BIN/davinci-smi
     [davinci-workload]=$BIN/davinci-workload
+    [davinci-exporter]=$BIN/davinci-exporter
+    [davinci-device-plugin]=$BIN/davinci-device-plugin
     [davinci-testclient]=$BIN/davinci-testclient
 )
 for name in "${!guest_bins[@]}"; do

@@ -24,6 +24,16 @@ if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
     fi
 fi
 
+# The exporter's test scrapes it with a real Prometheus (Debian's package): installed here when
+# missing and possible, so the test finds it (the test itself would install it too, or fail
+# saying how; DAVINCI_SKIP_PROMETHEUS=1 skips that one test).
+if ! command -v prometheus >/dev/null 2>&1 && [ "${DAVINCI_SKIP_PROMETHEUS:-0}" != 1 ] \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> no prometheus: installing Debian's package (the exporter test scrapes with it)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus </dev/null
+fi
+
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 
@@ -80,12 +90,17 @@ layering() {
             bad=1
         fi
     done
-    tree=$(cargo tree -p davinci-smi --prefix none)
-    if grep -q "^davinci-mock-device " <<<"$tree"; then
-        echo "davinci-smi depends on davinci-mock-device"
-        bad=1
-    fi
-    [ "$bad" -eq 0 ] && echo "layering: shim (no default features) and smi link no device code"
+    # The operators' tools speak the ABI like any client: none links the device.
+    for tool in davinci-smi davinci-exporter davinci-device-plugin; do
+        tree=$(cargo tree -p "$tool" -e normal --prefix none)
+        for forbidden in davinci-mock-device davinci-driver-core; do
+            if grep -q "^$forbidden " <<<"$tree"; then
+                echo "$tool depends on $forbidden"
+                bad=1
+            fi
+        done
+    done
+    [ "$bad" -eq 0 ] && echo "layering: shim (no default features), smi, exporter and device plugin link no device code"
     return "$bad"
 }
 step "layering" layering

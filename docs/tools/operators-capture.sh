@@ -2,7 +2,9 @@
 # Regenerates docs/operators.md from real runs: starts davinci-mockd in /run/davinci (so it
 # needs root, a free /run/davinci, a free /tmp/davinci-1000 and setpriv), runs clients and
 # davinci-smi, captures their output and fills docs/tools/operators.md.in. Build first:
-#   cargo build -p davinci-smi -p davinci-mock-device -p davinci-tests -p davinci-workload --bins
+#   cargo build -p davinci-smi -p davinci-mock-device -p davinci-tests -p davinci-workload \
+#       -p davinci-exporter -p davinci-device-plugin --bins --examples
+# and have Debian's prometheus and curl installed.
 # Usage: docs/tools/operators-capture.sh   (from the repository root)
 set -u
 ROOT=$(pwd)
@@ -80,6 +82,63 @@ cap nosock setpriv --reuid 1000 --regid 1000 --clear-groups davinci-smi --socket
 cap list1 davinci-smi -l --json
 cap badid davinci-smi info -t usage -i 7
 cap usageerr davinci-smi set -t device-share -i 0 -d 2
+# The fleet view, with the clients above still attached: metrics, Prometheus, CDI, the
+# device plugin against the kubelet stand-in.
+davinci-exporter --help > out/exporter-help.txt
+davinci-device-plugin --help > out/plugin-help.txt
+davinci-smi cdi generate --help > out/smi-cdi-help.txt
+cap exporter-once davinci-exporter --once
+{ echo "\$ davinci-exporter --once --device mock:$D/davinci0.sock --device /dev/davinci3 | grep -E '^davinci_device_(up|error_info)'"
+  davinci-exporter --once --device mock:$D/davinci0.sock --device /dev/davinci3 2>&1 | grep -E '^davinci_device_(up|error_info)[{]|^davinci-exporter: device'
+} > out/exporter-once-dev.txt
+P=/tmp/davinci-prometheus
+rm -rf $P; mkdir -p $P
+cat > $P/prometheus.yml <<'YML'
+global:
+  scrape_interval: 5s
+scrape_configs:
+  - job_name: davinci
+    static_configs:
+      - targets: ["127.0.0.1:9464"]
+YML
+cp $P/prometheus.yml out/prom-config.txt
+davinci-exporter > out/exporter-log.txt 2>&1 &
+EPID=$!
+prometheus --config.file=$P/prometheus.yml --storage.tsdb.path=$P/data \
+    --web.listen-address=127.0.0.1:9090 > $P/log.txt 2>&1 &
+PPID_=$!
+for _ in $(seq 60); do
+  curl -s 'http://127.0.0.1:9090/api/v1/query?query=up' | grep -q '"value"' && break
+  sleep 0.5
+done
+sleep 6
+promq() { # query: what the HTTP API answers, pretty-printed
+  echo "\$ curl -s 'http://127.0.0.1:9090/api/v1/query?query=$1' | python3 -m json.tool"
+  curl -s "http://127.0.0.1:9090/api/v1/query?query=$1" | python3 -m json.tool
+}
+promq 'davinci_device_memory_used_bytes' > out/prom-memory.txt
+promq 'sum%20by%20(pid,process)(davinci_client_tasks_completed_total)' > out/prom-tasks.txt
+kill -TERM $PPID_ $EPID; wait $PPID_ $EPID 2>/dev/null
+echo "[exit status $?]" >> out/exporter-log.txt
+rm -rf $P
+mkdir -p /var/run/cdi
+cap cdi-gen davinci-smi cdi generate
+cap cdi-file davinci-smi cdi generate -o /var/run/cdi/davinci.yaml
+cap cdi-nodir davinci-smi cdi generate -o /etc/cdi-missing/davinci.yaml
+cap cdi-badkind davinci-smi cdi generate --kind npu
+rm -f /var/run/cdi/davinci.yaml
+cap plugin-list davinci-device-plugin --list
+K=/tmp/davinci-k8s
+rm -rf $K; mkdir -p $K
+$B/examples/kubelet_standin --dir $K --allocate 2 > out/standin.txt 2>&1 &
+SPID=$!
+sleep 0.5
+davinci-device-plugin --kubelet-dir $K --health-interval 1s > out/plugin-log.txt 2>&1 &
+DPID=$!
+sleep 3
+kill -TERM $DPID; wait $DPID; echo "[exit status $?]" >> out/plugin-log.txt
+kill -TERM $SPID; wait $SPID 2>/dev/null
+rm -rf $K
 exec 3>&- 4>&- 5>&-
 sleep 1
 cap after davinci-smi info

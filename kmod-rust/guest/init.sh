@@ -64,6 +64,9 @@ if check insmod insmod /davinci.ko; then
     check smi-share-shared smi_json smi-share-shared '"device_share": true' \
         davinci-smi --json info -t device-share -i 0
     check smi-set-exclusive davinci-smi set -t device-share -i 0 -d 0
+    # A CDI spec for the kernel's nodes (issue 14): each entry injects its /dev/davinciN.
+    check smi-cdi smi_json smi-cdi '"path": "/dev/davinci0"' davinci-smi --json cdi generate
+    check smi-cdi-node smi_json smi-cdi-node 'DAVINCI_DEVICE=/dev/davinci1' davinci-smi cdi generate
     # A client holding memory in a container's cgroup (as docker names it), seen by
     # `info -t usage` with its pid and container id.
     cid=3f1c2b8e9a7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3
@@ -79,6 +82,14 @@ if check insmod insmod /davinci.ko; then
     check smi-usage-container smi_json smi-usage-container "\"container_id\": \"$cid\"" \
         davinci-smi --json info -t usage
     check smi-usage-text davinci-smi info -t usage
+    # The fleet view (issue 14) on the kernel's nodes: the exporter's metrics show the holder
+    # and its megabyte, the device plugin would advertise both devices as healthy.
+    check exporter-device smi_json exporter-device 'davinci_device_up{device="0",path="/dev/davinci0"} 1' \
+        davinci-exporter --once --device /dev/davinci0 --device /dev/davinci1
+    check exporter-client smi_json exporter-client "pid=\"$holder\"" davinci-exporter --once
+    check exporter-memory smi_json exporter-memory 'davinci_device_memory_used_bytes{device="0",path="/dev/davinci0"} 1048576' \
+        davinci-exporter --once
+    check plugin-list smi_json plugin-list '"health": "Healthy"' davinci-device-plugin --list --json
     exec 3>&-
     wait "$holder"
     # The main job, with its figures.
