@@ -60,6 +60,7 @@ guest_cargo() {
 }
 guest_cargo build --quiet -p davinci-smi -p davinci-workload -p davinci-exporter \
     -p davinci-device-plugin -p davinci-tests --bins
+guest_cargo build --quiet -p davinci-device-plugin --example kubelet_standin
 # The test executables' names carry a hash: take them from cargo's own report.
 tests_json=$(guest_cargo test --quiet -p davinci-tests --test conformance --test kernel \
     --test million --no-run --message-format=json)
@@ -76,6 +77,7 @@ declare -A guest_bins=(
     [davinci-workload]=$BIN/davinci-workload
     [davinci-exporter]=$BIN/davinci-exporter
     [davinci-device-plugin]=$BIN/davinci-device-plugin
+    [kubelet_standin]=$BIN/examples/kubelet_standin
     [davinci-testclient]=$BIN/davinci-testclient
 )
 for name in "${!guest_bins[@]}"; do
@@ -96,7 +98,7 @@ list=$WORK/initramfs.list
     echo "nod /dev/null 666 0 0 c 1 3"
     echo "file /bin/busybox $BB 755 0 0"
     for a in sh mount echo cat ls grep cut insmod rmmod lsmod reboot dmesg sleep uname \
-             mkfifo mkdir kill test true false; do
+             mkfifo mkdir kill test true false seq; do
         echo "slink /bin/$a /bin/busybox 777 0 0"
     done
     echo "file /init $KMOD_DIR/guest/init.sh 755 0 0"
@@ -145,4 +147,4 @@ if [ "$fail" -ne 0 ]; then
     echo "kmod: the guest log is $LOG"
     exit 1
 fi
-say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi and davinci-workload on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in) and davinci-workload on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"

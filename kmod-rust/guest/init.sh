@@ -46,6 +46,24 @@ smi_json() {
     esac
 }
 
+# plugin_allocates: the device plugin registers with a kubelet stand-in (from the same
+# upstream proto) and answers its Allocate with the device node and DAVINCI_DEVICE.
+plugin_allocates() {
+    mkdir -p /tmp/k8s
+    kubelet_standin --dir /tmp/k8s --allocate 1 --exit-after-allocate >/tmp/standin.out 2>&1 &
+    standin=$!
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -S /tmp/k8s/kubelet.sock ] && break; sleep 1; done
+    davinci-device-plugin --kubelet-dir /tmp/k8s --health-interval 1s 2>/tmp/plugin.err &
+    plugin=$!
+    for _ in $(seq 30); do grep -q 'Allocate: container 0: device' /tmp/standin.out && break; sleep 1; done
+    kill "$plugin" "$standin" 2>/dev/null
+    wait "$plugin"
+    cat /tmp/plugin.err /tmp/standin.out
+    grep -q 'registered davinci.ai/npu' /tmp/plugin.err &&
+        grep -q 'device /dev/davinci[01] -> /dev/davinci[01]' /tmp/standin.out &&
+        grep -q '"DAVINCI_DEVICE", "/dev/davinci[01]"' /tmp/standin.out
+}
+
 export DAVINCI_TEST_BACKEND=/dev/davinci0 DAVINCI_TEST_BIN_DIR=/bin RUST_BACKTRACE=1
 
 if check insmod insmod /davinci.ko; then
@@ -90,6 +108,7 @@ if check insmod insmod /davinci.ko; then
     check exporter-memory smi_json exporter-memory 'davinci_device_memory_used_bytes{device="0",path="/dev/davinci0"} 1048576' \
         davinci-exporter --once
     check plugin-list smi_json plugin-list '"health": "Healthy"' davinci-device-plugin --list --json
+    check plugin-allocate plugin_allocates
     exec 3>&-
     wait "$holder"
     # The main job, with its figures.
