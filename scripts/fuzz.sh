@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target of fuzz/ (cargo-fuzz, nightly) for ${FUZZ_SECONDS:-60} seconds
-# each, one after the other. Not part of scripts/test.sh or CI (which stay on stable).
-#   FUZZ_SECONDS=300 scripts/fuzz.sh              # longer runs
+# Runs every libFuzzer target of fuzz/ (cargo-fuzz, nightly) for ${DAVINCI_FUZZ_SECONDS:-60} seconds
+# each, one after the other, for longer runs by hand (the test command runs scripts/fuzz-ci.sh:
+# every target for DAVINCI_FUZZ_SECONDS, default 20, failing on any finding).
+#   DAVINCI_FUZZ_SECONDS=300 scripts/fuzz.sh      # longer runs (FUZZ_SECONDS, the old name, works too)
 #   scripts/fuzz.sh ioctl_dispatch mockd_frames   # only these targets
 #   FUZZ_JOBS=2 scripts/fuzz.sh                   # libFuzzer -fork=N per target
 # Crashes land in fuzz/artifacts/<target>/; see fuzz/README.md to reproduce one.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
 
-SECONDS_EACH="${FUZZ_SECONDS:-60}"
+SECONDS_EACH="${DAVINCI_FUZZ_SECONDS:-${FUZZ_SECONDS:-60}}"
 TOOLCHAIN="${FUZZ_TOOLCHAIN:-nightly}"
 
 if ! rustup toolchain list | grep -q "^${TOOLCHAIN}"; then

@@ -191,6 +191,15 @@ impl Node {
 /// No devices; two devices with the same id; a device path that is not absolute or has a
 /// `,` (the separator of [`VISIBLE_ENV`]); an invalid kind.
 pub fn build(kind: &str, devices: &[SpecDevice]) -> Result<Spec, String> {
+    build_for(kind, devices, CdiVersion::V0_6_0)
+}
+
+/// [`build`], declaring `version`: 0.5.0 leaves the annotations out (and refuses a kind
+/// that needs 0.6.0).
+///
+/// # Errors
+/// As [`build`]; a kind whose class has a dot with 0.5.0.
+pub fn build_for(kind: &str, devices: &[SpecDevice], version: CdiVersion) -> Result<Spec, String> {
     parse_kind(kind)?;
     if devices.is_empty() {
         return Err("no devices to put in the spec".into());
@@ -251,8 +260,8 @@ pub fn build(kind: &str, devices: &[SpecDevice]) -> Result<Spec, String> {
         annotations: BTreeMap::new(),
         container_edits: all,
     });
-    let spec = Spec {
-        cdi_version: CDI_VERSION.into(),
+    let mut spec = Spec {
+        cdi_version: version.as_str().into(),
         kind: kind.into(),
         annotations: BTreeMap::from([(
             GENERATOR_ANNOTATION.to_string(),
@@ -260,6 +269,12 @@ pub fn build(kind: &str, devices: &[SpecDevice]) -> Result<Spec, String> {
         )]),
         devices: out,
     };
+    if version == CdiVersion::V0_5_0 {
+        spec.annotations.clear();
+        for d in &mut spec.devices {
+            d.annotations.clear();
+        }
+    }
     spec.check()?;
     Ok(spec)
 }
@@ -493,6 +508,29 @@ fn check_annotations(owner: &str, a: &BTreeMap<String, String>) -> Result<(), St
     Ok(())
 }
 
+/// `--cdi-version`: the `cdiVersion` a spec declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum CdiVersion {
+    /// 0.5.0: without annotations, for runtimes whose CDI library predates 0.6.0 (Debian
+    /// 12's podman 4.3, library 0.5.2); a kind whose class has a dot needs 0.6.0
+    #[value(name = "0.5.0")]
+    V0_5_0,
+    /// 0.6.0: with annotations (which device path each entry came from, what generated it)
+    #[default]
+    #[value(name = "0.6.0")]
+    V0_6_0,
+}
+
+impl CdiVersion {
+    /// `"0.5.0"` or `"0.6.0"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CdiVersion::V0_5_0 => "0.5.0",
+            CdiVersion::V0_6_0 => CDI_VERSION,
+        }
+    }
+}
+
 /// `--format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SpecFormat {
@@ -554,6 +592,7 @@ pub(crate) struct Generate {
     pub(crate) output: Option<PathBuf>,
     pub(crate) format: Option<SpecFormat>,
     pub(crate) kind: String,
+    pub(crate) version: CdiVersion,
 }
 
 /// `cdi generate` in JSON: one device.
@@ -691,7 +730,7 @@ pub(crate) fn generate(targets: &[Target], g: &Generate) -> Result<Generated, Sm
         devices.push(SpecDevice { id, node });
     }
     listed.sort_by_key(|d| d.id);
-    let spec = build(&g.kind, &devices).map_err(plain)?;
+    let spec = build_for(&g.kind, &devices, g.version).map_err(plain)?;
     let body = match format {
         SpecFormat::Json => spec.to_json(),
         SpecFormat::Yaml => spec.to_yaml().map_err(plain)?,

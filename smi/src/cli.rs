@@ -148,7 +148,8 @@ path) and `all` with every device. A kernel device gets its node (/dev/davinciN)
 DAVINCI_DEVICE=/dev/davinciN; a davinci-mockd device a bind mount of its socket at the same
 path (nosuid,nodev,rbind,rprivate,noexec) and DAVINCI_DEVICE=mock:SOCKET; `all` sets
 DAVINCI_DEVICE to the first and DAVINCI_VISIBLE_DEVICES to every device path, comma-separated.
-cdiVersion is 0.6.0 (the spec carries annotations, a 0.6.0 field).
+cdiVersion is 0.6.0 (the spec carries annotations, a 0.6.0 field); --cdi-version 0.5.0 leaves
+them out, for runtimes whose CDI library is older.
 
 A device that does not answer is still in the spec by its path (a warning says so); a path
 that does not exist, or is not a character device (kernel) or socket (mock), is an error.
@@ -184,6 +185,15 @@ pub(crate) struct CdiGenerateArgs {
     #[arg(long = "kind", value_name = "KIND", default_value = crate::cdi::DEFAULT_KIND,
           value_parser = crate::cdi::parse_kind)]
     pub(crate) kind: String,
+    /// The cdiVersion to declare: 0.5.0 leaves the annotations out, for runtimes whose CDI
+    /// library is older than 0.6.0 (podman 4.3 on Debian 12)
+    #[arg(
+        long = "cdi-version",
+        value_enum,
+        value_name = "VERSION",
+        default_value = "0.6.0"
+    )]
+    pub(crate) cdi_version: crate::cdi::CdiVersion,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

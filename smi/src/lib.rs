@@ -227,6 +227,7 @@ impl Plan {
                     output: g.output.clone(),
                     format: g.format,
                     kind: g.kind.clone(),
+                    version: g.cdi_version,
                 }),
                 (pick_q(&none.0), pick_l(&none.1)),
             ),

@@ -502,6 +502,32 @@ fn generate_names_devices_by_get_info_and_keeps_unreachable_ones_with_a_warning(
     assert_eq!(d["devices"][1]["error"]["errno"], "ENODEV");
     assert_eq!(d["warnings"].as_array().unwrap().len(), 1);
     CdiSchema::load().assert_valid(&d["spec"]);
+    // --cdi-version 0.5.0: declared, and no annotations anywhere.
+    let (code, out, _) = smi(
+        &[
+            "--socket-dir",
+            dir,
+            "cdi",
+            "generate",
+            "--json",
+            "--cdi-version",
+            "0.5.0",
+        ],
+        &opener,
+        &disc,
+    );
+    assert_eq!(code, exit::OK);
+    let d: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&d["cdi_version"], &d["spec"]["cdiVersion"]),
+        (&json!("0.5.0"), &json!("0.5.0"))
+    );
+    assert!(
+        !d["spec"].to_string().contains("annotations"),
+        "{}",
+        d["spec"]
+    );
+    CdiSchema::load().assert_valid(&d["spec"]);
     // GET_INFO's id wins over the file name's.
     let opener = Fakes(vec![(p0.clone(), 4)]);
     let (_, out, _) = smi(
@@ -635,4 +661,48 @@ fn generate_writes_the_file_and_says_so() {
     let v: Value = serde_norway::from_str(&std::fs::read_to_string(&yml).unwrap()).unwrap();
     CdiSchema::load().assert_valid(&v);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `--cdi-version 0.5.0`: the same devices and edits without annotations, declared 0.5.0,
+/// valid by the schema and by the checks a 0.5.0 library makes; a kind that needs 0.6.0 (a
+/// dot in its class) is refused rather than written under a version that cannot carry it.
+#[test]
+fn a_0_5_0_spec_has_no_annotations_and_refuses_what_needs_0_6_0() {
+    let old = build_for(
+        DEFAULT_KIND,
+        &[kernel(0), mock("/run/davinci", 1)],
+        CdiVersion::V0_5_0,
+    )
+    .unwrap();
+    let v = valid(&old);
+    assert_eq!(v["cdiVersion"], "0.5.0");
+    assert!(v
+        .get("annotations")
+        .is_none_or(|a| a.as_object().is_some_and(|m| m.is_empty())));
+    for d in v["devices"].as_array().unwrap() {
+        assert!(
+            d.get("annotations")
+                .is_none_or(|a| a.as_object().is_some_and(|m| m.is_empty())),
+            "{d}"
+        );
+    }
+    assert!(version_triple(old.required_version()) <= version_triple("0.5.0"));
+    let new = build(DEFAULT_KIND, &[kernel(0), mock("/run/davinci", 1)]).unwrap();
+    let edits = |s: &Spec| {
+        s.devices
+            .iter()
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    serde_json::to_value(&d.container_edits).unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(edits(&old), edits(&new), "only the annotations differ");
+    assert_eq!(new.cdi_version, "0.6.0");
+
+    let e = build_for("davinci.ai/n.pu", &[kernel(0)], CdiVersion::V0_5_0).unwrap_err();
+    assert!(e.contains("at least 0.6.0"), "{e}");
+    assert!(build_for("davinci.ai/n.pu", &[kernel(0)], CdiVersion::V0_6_0).is_ok());
 }
