@@ -245,6 +245,17 @@ pub(crate) struct Engine {
     pub(crate) halted: bool,
 }
 
+impl Engine {
+    /// Puts the stream in the error state with `errno` at command-ring `index` (the ring's
+    /// error word says so to the host) and counts it (GET_COUNTERS `stream_errors`): the one
+    /// way a stream stops, whatever stopped it.
+    pub(crate) fn enter_error(&mut self, errno: Errno, index: u32) {
+        self.state = StreamState::Error(errno);
+        self.errors += 1;
+        self.cmd.set_error(errno.code() as u32, index);
+    }
+}
+
 /// What an mmap cookie resolves to for its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MmapTarget {
@@ -918,12 +929,10 @@ impl<P: Platform> Device<P> {
             if e.state != StreamState::Running {
                 continue;
             }
-            e.state = StreamState::Error(Errno::ECANCELED);
-            e.errors += 1;
+            let head = e.cmd.head();
+            e.enter_error(Errno::ECANCELED, head);
             e.pending = None;
             e.halted = false;
-            e.cmd
-                .set_error(Errno::ECANCELED.code() as u32, e.cmd.head());
             poison_queued_records(events, (owner, ctx), e, None, Errno::ECANCELED);
             stopped += 1;
         }

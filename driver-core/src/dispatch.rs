@@ -446,8 +446,8 @@ impl<P: Platform> Device<P> {
             Ok(index) => Ok(index),
             Err(davinci_ring::SubmitError::Full) => fail!(EAGAIN, "command ring is full"),
             Err(davinci_ring::SubmitError::Corrupt) => {
-                s.state = StreamState::Error(Errno::EPROTO);
-                s.cmd.set_error(Errno::EPROTO.code() as u32, s.cmd.head());
+                let head = s.cmd.head();
+                s.enter_error(Errno::EPROTO, head);
                 poison_queued_records(events, (owner, ctx), s, None, Errno::EPROTO);
                 // WAIT_EVENT callers on this stream now fail with EIO.
                 platform.notify_waiters();

@@ -413,9 +413,7 @@ impl<P: Platform> Device<P> {
         // Stops the stream at `index` (the descriptor `failed`, if one failed): the error
         // state, and the events its queued records can no longer reach (their waiters wake).
         let fail_stream = |s: &mut Engine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
-            s.state = StreamState::Error(errno);
-            s.errors += 1;
-            s.cmd.set_error(errno.code() as u32, index);
+            s.enter_error(errno, index);
             if poison_queued_records(events, (owner, ctx), s, failed, errno) {
                 platform.notify_waiters();
             }

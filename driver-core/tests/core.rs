@@ -762,6 +762,8 @@ fn corrupt_indices_stop_the_stream_with_eproto() {
         Some(Errno::EPROTO.code() as u32)
     );
     assert_eq!(dev.run_stream(u.handle, 64), Run::Failed(Errno::EPROTO));
+    // Each of the three stopped streams counts once (GET_COUNTERS), whoever found it.
+    assert_eq!(dev.counters().stream_errors, 3);
 }
 
 #[test]
