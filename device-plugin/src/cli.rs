@@ -90,7 +90,8 @@ pub struct Cli {
     pub cdi: bool,
 
     /// The CDI kind of --cdi [default: the resource name]
-    #[arg(long, value_name = "KIND", requires = "cdi", value_parser = parse_resource)]
+    #[arg(long, value_name = "KIND", requires = "cdi",
+          value_parser = davinci_smi::cdi::parse_kind)]
     pub cdi_kind: Option<String>,
 
     /// Keep a JSON status (devices, health, IDs, allocations, registrations) in this file,
@@ -160,28 +161,8 @@ fn parse_socket_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// A duration: a number with `ms`, `s`, `m` or `h` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (like 500ms, 5s, 1m)"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is out of range"))
-}
-
 fn bounded(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
+    let d = davinci_smi::parse_duration(s)?;
     if d < min || d > max {
         return Err(format!(
             "{s:?} must be between {}ms and {}s",
@@ -206,14 +187,9 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("ms").is_err());
-        assert!(parse_duration("").is_err());
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("1.5m"), Ok(Duration::from_secs(90)));
+        assert!(parse_interval("5x").unwrap_err().contains("unknown unit"));
         assert!(parse_interval("1ms").is_err());
         assert!(parse_timeout("2m").is_err());
     }

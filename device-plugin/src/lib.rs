@@ -69,6 +69,10 @@ pub fn main() -> i32 {
             };
         }
     };
+    if let Err(e) = cdi_kind(&cli) {
+        eprintln!("davinci-device-plugin: --cdi: {e}; name the kind with --cdi-kind");
+        return exit::USAGE;
+    }
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -94,6 +98,16 @@ pub fn main() -> i32 {
     // A health check stuck on a device that does not answer must not hold up the exit.
     rt.shutdown_timeout(Duration::from_millis(500));
     code
+}
+
+/// The CDI kind of `--cdi` (`--cdi-kind`, else the resource name), checked by CDI's rules
+/// (those of `davinci-smi cdi generate --kind`), which a resource name need not follow.
+fn cdi_kind(cli: &Cli) -> Result<Option<String>, String> {
+    if !cli.cdi {
+        return Ok(None);
+    }
+    let kind = cli.cdi_kind.as_deref().unwrap_or(&cli.resource);
+    davinci_smi::cdi::parse_kind(kind).map(Some)
 }
 
 /// The devices named or found at the start, as (N, path); or why there are none.
@@ -156,10 +170,9 @@ async fn run(cli: Cli) -> i32 {
         health_interval: cli.health_interval,
         probe_timeout: cli.probe_timeout,
         kubelet_poll: cli.kubelet_poll,
+        // Checked at the start (`main`).
         alloc: alloc::AllocOptions {
-            cdi_kind: cli
-                .cdi
-                .then(|| cli.cdi_kind.clone().unwrap_or_else(|| cli.resource.clone())),
+            cdi_kind: cdi_kind(&cli).ok().flatten(),
         },
         status_file: cli.status_file.clone(),
         source: if cli.devices.is_empty() {
@@ -234,4 +247,37 @@ async fn list(cli: &Cli, mut inv: inventory::Inventory) -> i32 {
         return exit::FAILURE;
     }
     exit::OK
+}
+
+#[cfg(test)]
+mod cdi_kind_tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("davinci-device-plugin").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    /// `--cdi` names devices by a CDI kind: `--cdi-kind`, else the resource name, which must
+    /// then follow CDI's rules too (a vendor starting with a letter), not only Kubernetes'.
+    #[test]
+    fn the_cdi_kind_follows_cdis_rules() {
+        assert_eq!(cdi_kind(&cli(&[])), Ok(None));
+        assert_eq!(
+            cdi_kind(&cli(&["--cdi"])),
+            Ok(Some("davinci.ai/npu".to_string()))
+        );
+        // A resource name Kubernetes takes but CDI does not: refused for --cdi ...
+        let digits = ["--resource", "1npu.example.com/npu"];
+        assert!(cdi_kind(&cli(&digits)).is_ok_and(|k| k.is_none()));
+        let e = cdi_kind(&cli(&[&digits[..], &["--cdi"]].concat())).unwrap_err();
+        assert!(e.contains("must start with a letter"), "{e}");
+        // ... unless --cdi-kind names a valid kind.
+        let named = [&digits[..], &["--cdi", "--cdi-kind", "example.com/npu"]].concat();
+        assert_eq!(
+            cdi_kind(&cli(&named)),
+            Ok(Some("example.com/npu".to_string()))
+        );
+        assert!(Cli::try_parse_from(["p", "--cdi", "--cdi-kind", "npu"]).is_err());
+    }
 }

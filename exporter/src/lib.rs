@@ -125,26 +125,14 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// `5s`, `500ms`, `2m` or a number of seconds; more than zero, at most an hour.
+/// `5s`, `500ms`, `2m` or a number of seconds ([`davinci_smi::parse_duration`]); more than
+/// zero, at most an hour.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => (&t[..i], &t[i..]),
-        None => (t, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration like 5s or 500ms"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("'{s}': the unit must be ms, s or m")),
-    };
-    if !(secs > 0.0 && secs <= 3600.0) {
+    let d = davinci_smi::parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(3600) {
         return Err(format!("'{s}': more than 0 and at most 1h"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// The scrapes: discovery, reading, encoding, and what the log says about devices.
@@ -448,7 +436,8 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("2h").unwrap_err().contains("unit"));
+        assert!(parse_duration("2h").unwrap_err().contains("at most 1h"));
+        assert!(parse_duration("2x").unwrap_err().contains("unit"));
         assert!(parse_duration("61m").is_err());
         assert!(parse_duration("fast").is_err());
     }
