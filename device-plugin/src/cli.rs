@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use davinci_units::parse_duration_between;
 
 use crate::ids::MAX_REPLICAS;
 
@@ -161,24 +162,12 @@ fn parse_socket_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn bounded(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
-    let d = davinci_smi::parse_duration(s)?;
-    if d < min || d > max {
-        return Err(format!(
-            "{s:?} must be between {}ms and {}s",
-            min.as_millis(),
-            max.as_secs()
-        ));
-    }
-    Ok(d)
-}
-
 fn parse_interval(s: &str) -> Result<Duration, String> {
-    bounded(s, Duration::from_millis(10), Duration::from_secs(3600))
+    parse_duration_between(s, Duration::from_millis(10), Duration::from_secs(3600))
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    bounded(s, Duration::from_millis(10), Duration::from_secs(60))
+    parse_duration_between(s, Duration::from_millis(10), Duration::from_secs(60))
 }
 
 #[cfg(test)]

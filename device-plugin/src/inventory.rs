@@ -156,14 +156,6 @@ impl Change {
     }
 }
 
-/// `exclusive` or `shared`.
-pub fn mode_name(mode: ShareMode) -> &'static str {
-    match mode {
-        ShareMode::Exclusive => "exclusive",
-        ShareMode::Shared => "shared",
-    }
-}
-
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -174,7 +166,7 @@ impl fmt::Display for Change {
             Change::Mode { name, mode, ids } => write!(
                 f,
                 "{name}: share mode {}: advertised as {ids} ID{}",
-                mode_name(*mode),
+                mode.name(),
                 if *ids == 1 { "" } else { "s" }
             ),
         }

@@ -30,10 +30,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use davinci_uapi::ShareMode;
 use serde::Serialize;
 
 use crate::alloc::Allocations;
-use crate::inventory::{mode_name, Inventory, HEALTHY, UNHEALTHY};
+use crate::inventory::{Inventory, HEALTHY, UNHEALTHY};
 
 /// The JSON schema name.
 pub const SCHEMA: &str = "davinci-device-plugin/v1";
@@ -109,7 +110,7 @@ pub fn report(
             kind: d.kind().as_str(),
             health: if d.healthy { HEALTHY } else { UNHEALTHY },
             reason: d.reason.clone(),
-            share_mode: d.mode.map(mode_name),
+            share_mode: d.mode.map(ShareMode::name),
             clients: d.clients,
             ids: d
                 .ids(inv.replicas())

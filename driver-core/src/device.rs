@@ -238,7 +238,7 @@ pub(crate) struct Engine {
     /// Times it entered the error state, and the doorbells that woke it.
     pub(crate) errors: u64,
     pub(crate) doorbells: u64,
-    /// An armed fault (`Device::inject`), and `submitted` when it was armed.
+    /// An armed fault (`DeviceCore::inject`), and `submitted` when it was armed.
     pub(crate) inject: Option<Inject>,
     pub(crate) inject_base: u64,
     /// A fault halted it (a hung task, or it stopped consuming): nothing more is taken.
@@ -284,7 +284,7 @@ pub enum MmapTarget {
 }
 
 /// One davinci device: all state the driver keeps, independent of kernel or user space.
-pub struct Device<P: Platform> {
+pub struct DeviceCore<P: Platform> {
     pub(crate) config: Config,
     pub(crate) platform: P,
     pub(crate) share: ShareMode,
@@ -318,7 +318,7 @@ fn container_str(c: &[u8; CONTAINER_LEN]) -> [u8; 64] {
     out
 }
 
-impl<P: Platform> Device<P> {
+impl<P: Platform> DeviceCore<P> {
     /// A device with no clients, in exclusive mode.
     ///
     /// `const`: a device is about 190 KB (its tables are fixed-size arrays), too big for a
@@ -916,7 +916,7 @@ impl<P: Platform> Device<P> {
     /// client sees the reset at its next call on a stream (`EIO`, status `ECANCELED`) and
     /// recovers as from any stream error (destroy, create). Returns the streams stopped.
     pub fn reset(&mut self) -> u32 {
-        let Device {
+        let DeviceCore {
             streams,
             events,
             platform,

@@ -5,7 +5,7 @@
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 
-use crate::device::{poison_queued_records, Device, StreamState};
+use crate::device::{poison_queued_records, DeviceCore, StreamState};
 use crate::error::{ensure, fail, Error, Result};
 use crate::platform::{locked, Lock, Platform};
 
@@ -30,7 +30,7 @@ impl UserMem for NoUserMem {
 }
 
 /// A blocking WAIT_EVENT the platform must finish: sleep (with the device unlocked) until
-/// [`Device::check_wait`] says ready, or until `timeout_ns` passes.
+/// [`DeviceCore::check_wait`] says ready, or until `timeout_ns` passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitSpec {
     /// Stream or event.
@@ -48,8 +48,8 @@ pub struct WaitSpec {
 pub enum Reply {
     /// Done; the argument bytes hold the reply.
     Done,
-    /// WAIT_EVENT must block: wait per the spec, then re-run [`Device::check_wait`] and write
-    /// its result with [`Device::finish_wait`].
+    /// WAIT_EVENT must block: wait per the spec, then re-run [`DeviceCore::check_wait`] and write
+    /// its result with [`DeviceCore::finish_wait`].
     Wait(WaitSpec),
     /// A stream was created (argument bytes hold its description); start its worker.
     StreamCreated(u32),
@@ -76,7 +76,7 @@ fn decode<T: Wire>(arg: &[u8]) -> Result<T> {
     }
 }
 
-impl<P: Platform> Device<P> {
+impl<P: Platform> DeviceCore<P> {
     /// Dispatches one ioctl for `client`. `arg` holds exactly the bytes the caller passed
     /// (`_IOC_SIZE(request)` of them); reply fields are written back into it. A failure is
     /// also kept for the client's next GET_LAST_ERROR.
@@ -429,7 +429,7 @@ impl<P: Platform> Device<P> {
     /// §5.5) at once, exactly as the engine does when it finds them: the failure does not
     /// depend on whether the device's worker looked at the ring first.
     fn submit_slow(&mut self, client: u32, stream: u32, desc: &TaskDesc) -> Result<u32> {
-        let Device {
+        let DeviceCore {
             streams,
             events,
             platform,

@@ -12,7 +12,7 @@ use davinci_ring::RingError;
 use davinci_uapi::{Dtype, Errno, EventRecord, FaultKind, FaultOperand, Opcode, TaskDesc};
 
 use crate::device::{
-    poison_queued_records, Allocation, Device, Engine, Event, Pending, StreamState,
+    poison_queued_records, Allocation, DeviceCore, Engine, Event, Pending, StreamState,
 };
 use crate::error::{fail_at, Error, Result};
 use crate::memory::{Allocator, DVA_BASE};
@@ -380,7 +380,7 @@ fn record(
     }
 }
 
-impl<P: Platform> Device<P> {
+impl<P: Platform> DeviceCore<P> {
     /// Runs `stream` for up to `budget` descriptors. The data path: takes `&self` and the
     /// stream's lock (and an event's, for EVENT_RECORD/WAIT), so a host may run different
     /// streams on several threads at once; the control path (`&mut self`) excludes it. The
@@ -397,7 +397,7 @@ impl<P: Platform> Device<P> {
     }
 
     fn run_locked(&self, s: &mut Engine, (owner, ctx): (u32, u32), budget: u32) -> Run {
-        let Device {
+        let DeviceCore {
             platform,
             events,
             allocations,

@@ -8,9 +8,9 @@
 //! kernel and user space sits behind [`Platform`]. No `unsafe` here: raw shared memory is
 //! reached only through `davinci-ring` and the platform.
 //!
-//! Locking: the control path (every ioctl, open, close) takes `&mut Device`, so the host
-//! holds the device exclusively for it. The data path ([`Device::run_stream`] and the sleep
-//! handshake) takes `&Device` plus a per-stream [`Lock`] (and a per-event one for
+//! Locking: the control path (every ioctl, open, close) takes `&mut DeviceCore`, so the host
+//! holds the device exclusively for it. The data path ([`DeviceCore::run_stream`] and the sleep
+//! handshake) takes `&DeviceCore` plus a per-stream [`Lock`] (and a per-event one for
 //! EVENT_RECORD/WAIT), so a host may run different streams on several threads at once,
 //! excluded only by the control path. Blocking (WAIT_EVENT, a worker waiting for its
 //! doorbell or an event) happens outside, per the [`Reply`] and [`Run`] values returned.
@@ -34,7 +34,7 @@ pub mod table;
 pub mod test_util;
 
 pub use device::{
-    Config, Device, MmapTarget, OpenError, OpenParams, Role, StreamState, CONTAINER_LEN,
+    Config, DeviceCore, MmapTarget, OpenError, OpenParams, Role, StreamState, CONTAINER_LEN,
     MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS, MAX_EVENT_ENTRIES,
     MAX_STREAMS,
 };

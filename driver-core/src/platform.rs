@@ -19,10 +19,10 @@ pub struct StreamRegions<M> {
 /// A lock the host provides around the state the data path changes: one per stream (its ring
 /// ends and engine state) and one per event (its value).
 ///
-/// The data path ([`Device::run_stream`](crate::Device::run_stream) and the sleep handshake)
-/// takes `&Device` and these locks, so a host may run several streams at once (the mock
+/// The data path ([`DeviceCore::run_stream`](crate::DeviceCore::run_stream) and the sleep handshake)
+/// takes `&DeviceCore` and these locks, so a host may run several streams at once (the mock
 /// device's pollers, under the shared side of its device lock); the control path takes
-/// `&mut Device` and reaches the values through [`get_mut`](Lock::get_mut), without locking.
+/// `&mut DeviceCore` and reaches the values through [`get_mut`](Lock::get_mut), without locking.
 /// The core holds at most one stream lock and, inside it, one event lock at a time.
 pub trait Lock<T> {
     /// A lock holding `value`.

@@ -22,7 +22,8 @@ use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::{Errno, EventRecord, Features, TaskDesc};
 
 use crate::{
-    Config, Device, Error, Lock, OpenParams, Platform, Result, Role, StreamRegions, CONTAINER_LEN,
+    Config, DeviceCore, Error, Lock, OpenParams, Platform, Result, Role, StreamRegions,
+    CONTAINER_LEN,
 };
 
 /// [`Lock`] over `std::sync::Mutex`, so tests can run streams of one device on several
@@ -313,14 +314,14 @@ impl Platform for HeapPlatform {
 
 /// A fresh device of [`MEM`] bytes (per-client limit [`CLIENT_LIMIT`]) over a
 /// [`HeapPlatform`].
-pub fn device() -> Device<HeapPlatform> {
+pub fn device() -> DeviceCore<HeapPlatform> {
     device_with(MEM, CLIENT_LIMIT)
 }
 
 /// A fresh device of `memory_size` bytes, `client_limit` per client (0: the whole device),
 /// over a [`HeapPlatform`].
-pub fn device_with(memory_size: u64, client_limit: u64) -> Device<HeapPlatform> {
-    Device::new(
+pub fn device_with(memory_size: u64, client_limit: u64) -> DeviceCore<HeapPlatform> {
+    DeviceCore::new(
         Config {
             device_id: 0,
             memory_size,
@@ -367,7 +368,7 @@ pub struct RingMem {
 
 impl RingMem {
     /// The memory of `client`'s `stream`.
-    pub fn of(dev: &Device<HeapPlatform>, client: u32, stream: u32) -> Option<RingMem> {
+    pub fn of(dev: &DeviceCore<HeapPlatform>, client: u32, stream: u32) -> Option<RingMem> {
         dev.stream_mem(client, stream).map(|m| RingMem {
             cmd: m.cmd_ptr,
             cmd_len: m.cmd_len,

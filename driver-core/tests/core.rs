@@ -5,13 +5,13 @@ mod common;
 
 use common::*;
 use davinci_driver_core::{
-    Config, Device, Inject, NoUserMem, Reply, Role, Run, StreamState, UserMem, DVA_BASE,
+    Config, DeviceCore, Inject, NoUserMem, Reply, Role, Run, StreamState, UserMem, DVA_BASE,
 };
 use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::*;
 
 fn call<T: Wire>(
-    dev: &mut Device<HeapPlatform>,
+    dev: &mut DeviceCore<HeapPlatform>,
     client: u32,
     request: u32,
     args: &mut T,
@@ -23,13 +23,13 @@ fn call<T: Wire>(
     r.map_err(|e| e.errno)
 }
 
-fn ctx(dev: &mut Device<HeapPlatform>, c: u32) -> u32 {
+fn ctx(dev: &mut DeviceCore<HeapPlatform>, c: u32) -> u32 {
     let mut a = CreateContextArgs::default();
     call(dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut a).unwrap();
     a.handle
 }
 
-fn alloc(dev: &mut Device<HeapPlatform>, c: u32, size: u64) -> AllocMemoryArgs {
+fn alloc(dev: &mut DeviceCore<HeapPlatform>, c: u32, size: u64) -> AllocMemoryArgs {
     let mut a = AllocMemoryArgs {
         size,
         ..Default::default()
@@ -45,7 +45,7 @@ struct Host {
     cmd_ptr: *mut u8,
 }
 
-fn stream(dev: &mut Device<HeapPlatform>, c: u32, ctx: u32, ce: u32, ee: u32) -> Host {
+fn stream(dev: &mut DeviceCore<HeapPlatform>, c: u32, ctx: u32, ce: u32, ee: u32) -> Host {
     let mut a = CreateStreamArgs {
         ctx,
         cmd_entries: ce,
@@ -79,7 +79,7 @@ fn drain(h: &mut Host) -> Vec<EventRecord> {
     v
 }
 
-fn mem(dev: &mut Device<HeapPlatform>, c: u32, a: &AllocMemoryArgs, len: usize) -> Vec<u8> {
+fn mem(dev: &mut DeviceCore<HeapPlatform>, c: u32, a: &AllocMemoryArgs, len: usize) -> Vec<u8> {
     use davinci_driver_core::Platform;
     let mut b = vec![0; len];
     dev.platform_mut()
@@ -921,7 +921,7 @@ fn get_info_names_the_caller_and_the_opcodes() {
     dev.set_share_mode(root, ShareMode::Shared).unwrap();
     let a = dev.open(params(10, 1000, Role::Client)).unwrap();
     let b = dev.open(params(20, 1001, Role::Client)).unwrap();
-    let info = |dev: &mut Device<HeapPlatform>, who: u32| {
+    let info = |dev: &mut DeviceCore<HeapPlatform>, who: u32| {
         let mut i = DeviceInfo::default();
         call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();
         i
@@ -983,7 +983,7 @@ fn get_info_names_the_caller_and_the_opcodes() {
     }
 }
 
-fn last_error(dev: &mut Device<HeapPlatform>, c: u32) -> LastError {
+fn last_error(dev: &mut DeviceCore<HeapPlatform>, c: u32) -> LastError {
     let mut a = LastError::default();
     call(dev, c, DRIVER_CMD_GET_LAST_ERROR, &mut a).unwrap();
     a
@@ -1066,7 +1066,7 @@ fn last_error_messages_are_cut_at_a_character_boundary() {
     assert_eq!(e.message_str(), "é".repeat(55));
 }
 
-fn event(dev: &mut Device<HeapPlatform>, c: u32, ctx: u32) -> u32 {
+fn event(dev: &mut DeviceCore<HeapPlatform>, c: u32, ctx: u32) -> u32 {
     let mut a = CreateEventArgs {
         ctx,
         ..Default::default()
@@ -1077,7 +1077,7 @@ fn event(dev: &mut Device<HeapPlatform>, c: u32, ctx: u32) -> u32 {
 
 /// WAIT_EVENT(EVENT) for `value` with timeout 0: the errno, and `status`.
 fn wait_event_now(
-    dev: &mut Device<HeapPlatform>,
+    dev: &mut DeviceCore<HeapPlatform>,
     c: u32,
     ev: u32,
     value: u64,
@@ -1196,8 +1196,8 @@ fn records_a_stopped_stream_will_never_run_fail_their_waiters() {
     );
 }
 
-/// The data path takes `&Device`: streams run on several threads at once, excluded only by
-/// the control path (`&mut Device`). Two streams of one context hand an event along
+/// The data path takes `&DeviceCore`: streams run on several threads at once, excluded only by
+/// the control path (`&mut DeviceCore`). Two streams of one context hand an event along
 /// (EVENT_RECORD on one thread, EVENT_WAIT on another) while a third stream fills device
 /// memory on a third thread. Every completion arrives once, in order, and the per-stream
 /// task counters add up in the client's usage, also after the streams are destroyed.
@@ -1232,7 +1232,7 @@ fn streams_run_concurrently_through_a_shared_device() {
     fill.prod.publish();
 
     {
-        let shared: &Device<HeapPlatform> = &dev;
+        let shared: &DeviceCore<HeapPlatform> = &dev;
         let run = |h: u32, want: u32| {
             let mut done = 0;
             let mut looks = 0u64;
@@ -1278,7 +1278,7 @@ fn streams_run_concurrently_through_a_shared_device() {
         "the last fill wins"
     );
 
-    let usage = |dev: &Device<HeapPlatform>| {
+    let usage = |dev: &DeviceCore<HeapPlatform>| {
         let u = dev.client_usage(c).unwrap();
         (u.tasks_submitted, u.tasks_completed)
     };
@@ -1307,7 +1307,7 @@ fn user_data(v: &[EventRecord]) -> Vec<u64> {
 
 /// WAIT_EVENT on `stream` for `value` that has already timed out: the errno and `status`.
 fn wait_stream_timed_out(
-    dev: &mut Device<HeapPlatform>,
+    dev: &mut DeviceCore<HeapPlatform>,
     c: u32,
     stream: u32,
     value: u64,
@@ -1501,7 +1501,7 @@ fn a_device_reset_stops_every_stream_and_the_device_serves_new_ones() {
     assert_eq!(dev.reset(), 1, "only running streams count");
 }
 
-fn counters(dev: &mut Device<HeapPlatform>, c: u32) -> DeviceCounters {
+fn counters(dev: &mut DeviceCore<HeapPlatform>, c: u32) -> DeviceCounters {
     let mut k = DeviceCounters::default();
     call(dev, c, DRIVER_CMD_GET_COUNTERS, &mut k).unwrap();
     assert_eq!(k, dev.counters(), "the ioctl reports what counters() says");
@@ -1563,7 +1563,7 @@ fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
     };
     call(&mut dev, a, DRIVER_CMD_NOTIFY, &mut h).unwrap();
     assert_eq!(counters(&mut dev, ctl).doorbells, 1);
-    let mut plain = Device::new(
+    let mut plain = DeviceCore::new(
         Config {
             platform_features: Features::empty(),
             ..*dev.config()

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use davinci_driver_core::memory::Allocator;
 use davinci_driver_core::test_util::{self, HeapPlatform};
-use davinci_driver_core::{Device, NoUserMem, Role, DVA_BASE};
+use davinci_driver_core::{DeviceCore, NoUserMem, Role, DVA_BASE};
 use davinci_uapi::{
     AllocMemoryArgs, Errno, HandleArgs, ShareMode, Wire, DRIVER_CMD_ALLOC_MEMORY,
     DRIVER_CMD_FREE_MEMORY,
@@ -420,7 +420,7 @@ impl DevModel {
 }
 
 fn ioctl<T: Wire>(
-    dev: &mut Device<HeapPlatform>,
+    dev: &mut DeviceCore<HeapPlatform>,
     client: u32,
     req: u32,
     args: &mut T,
@@ -433,7 +433,7 @@ fn ioctl<T: Wire>(
 }
 
 fn free_ioctl(
-    dev: &mut Device<HeapPlatform>,
+    dev: &mut DeviceCore<HeapPlatform>,
     client: u32,
     handle: u32,
     pad: u32,
@@ -446,7 +446,7 @@ fn free_ioctl(
     )
 }
 
-fn check_device(dev: &Device<HeapPlatform>, m: &DevModel) {
+fn check_device(dev: &DeviceCore<HeapPlatform>, m: &DevModel) {
     let info = dev.info();
     assert_eq!(info.memory_used, m.space.used(), "device memory used");
     assert_eq!(info.memory_size, m.space.size);
@@ -474,7 +474,7 @@ fn check_device(dev: &Device<HeapPlatform>, m: &DevModel) {
     );
 }
 
-fn open_client(dev: &mut Device<HeapPlatform>, pid: u32) -> u32 {
+fn open_client(dev: &mut DeviceCore<HeapPlatform>, pid: u32) -> u32 {
     dev.open(test_util::params(pid, Role::Client, pid == 1))
         .map_err(|e| e.error)
         .expect("open")

@@ -125,14 +125,10 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// `5s`, `500ms`, `2m` or a number of seconds ([`davinci_smi::parse_duration`]); more than
+/// `5s`, `500ms`, `2m` or a number of seconds ([`davinci_units::parse_duration`]); more than
 /// zero, at most an hour.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = davinci_smi::parse_duration(s)?;
-    if d.is_zero() || d > Duration::from_secs(3600) {
-        return Err(format!("'{s}': more than 0 and at most 1h"));
-    }
-    Ok(d)
+    davinci_units::parse_duration_between(s, Duration::from_millis(1), Duration::from_secs(3600))
 }
 
 /// The scrapes: discovery, reading, encoding, and what the log says about devices.
@@ -436,7 +432,9 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("2h").unwrap_err().contains("at most 1h"));
+        assert!(parse_duration("2h")
+            .unwrap_err()
+            .contains("between 1ms and 1h"));
         assert!(parse_duration("2x").unwrap_err().contains("unit"));
         assert!(parse_duration("61m").is_err());
         assert!(parse_duration("fast").is_err());

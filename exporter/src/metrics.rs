@@ -344,14 +344,11 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
         };
         info.add(il, 1u64);
         if let Some(mode) = i.share_mode() {
-            for (m, name) in [
-                (ShareMode::Exclusive, "exclusive"),
-                (ShareMode::Shared, "shared"),
-            ] {
+            for m in ShareMode::ALL {
                 let ml = ModeLabels {
                     device: s.device.clone(),
                     path: s.path.clone(),
-                    mode: name.into(),
+                    mode: m.name().into(),
                 };
                 share.add(ml, u64::from(mode == m));
             }

@@ -1,18 +1,18 @@
-//! Arbitrary sequences of (open, ioctl, close, run) against `driver_core::Device` over the
+//! Arbitrary sequences of (open, ioctl, close, run) against `driver_core::DeviceCore` over the
 //! checking heap platform, with several client and control opens.
 //!
 //! Asserts: no panic (the platform panics if the core touches memory it did not back);
 //! unknown requests and wrong sizes are `ENOTTY`; control opens never own resources; after
 //! every step `memory_used <= memory_size`, the per-client memory adds up to `memory_used`
 //! and to what the platform has backed, no client exceeds its limit, an exclusive device has
-//! at most one client, GET_INFO through the ioctl path equals `Device::info_for` the caller; LIST_CLIENTS
+//! at most one client, GET_INFO through the ioctl path equals `DeviceCore::info_for` the caller; LIST_CLIENTS
 //! writes only inside `[buf, buf + capacity * entry_size)`; closing every open returns
 //! `memory_used` to 0 and releases every stream.
 
 use arbitrary::Arbitrary;
 
 use davinci_driver_core::test_util::{device, params, HeapPlatform};
-use davinci_driver_core::{Device, Error, Reply, Result, Role, UserMem};
+use davinci_driver_core::{DeviceCore, Error, Reply, Result, Role, UserMem};
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 
@@ -202,7 +202,7 @@ struct Open {
 }
 
 struct State {
-    dev: Device<HeapPlatform>,
+    dev: DeviceCore<HeapPlatform>,
     opens: Vec<Open>,
     seen: Seen,
     user: User,

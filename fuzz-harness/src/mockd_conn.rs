@@ -1,11 +1,11 @@
-//! `davinci-mockd`'s connection handling (`mock-device/src/conn.rs`), fed the frames of one
+//! `davinci-mockd`'s connection handling (`mockd/src/conn.rs`), fed the frames of one
 //! connection: HELLOs (whole, cut short, wrong ABI, any role), IOCTL frames (any command
 //! number, any bytes, WAIT_EVENT timeouts capped), MMAP frames, CLOSE (also with requests
 //! still unanswered), raw bytes, oversized frames, frames carrying descriptors (SCM_RIGHTS:
 //! never accepted from a client), pipelined requests, and the client hanging up at any point.
 //!
 //! The daemon side is the code an accepted connection runs
-//! (`davinci_mock_device::daemon::ConnServer::serve`) on one process-wide device and one
+//! (`davinci_mockd::daemon::ConnServer::serve`) on one process-wide device and one
 //! process-wide serving thread (a `static`): each case hands it one end of a fresh
 //! `socketpair` and drives the other.
 //!
@@ -24,9 +24,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
-use davinci_mock_device::daemon::ConnServer;
-use davinci_mock_device::peer::AdminPolicy;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, NoUserMem, Role};
+use davinci_mockd::daemon::ConnServer;
+use davinci_mockd::peer::AdminPolicy;
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
     Hello, HelloReply, Kind, MmapArgs, Reply, Request, MAX_FDS, MAX_REPLY, MAX_REQUEST,

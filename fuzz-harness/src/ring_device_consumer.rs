@@ -1,7 +1,7 @@
 //! The device side of a stream over hostile shared memory: the host writes any tail into the
 //! command ring, any head into the event ring, any bytes into command and event slots and
 //! into the header words the device owns but never trusts (entries, mask, flags, error...),
-//! between calls of `Device::run_stream` (which drives `DeviceConsumer` and
+//! between calls of `DeviceCore::run_stream` (which drives `DeviceConsumer` and
 //! `DeviceProducer`), SUBMIT_TASK (`DeviceConsumer::submit_on_behalf`) and the sleep
 //! handshake.
 //!

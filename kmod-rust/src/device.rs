@@ -5,7 +5,7 @@
 //! thread that runs the device's streams.
 //!
 //! Everything the ABI means is driver-core's: this file only moves bytes between user space
-//! and `Device::ioctl`, maps the buffers `Device::mmap_target` names, and sleeps and wakes.
+//! and `DeviceCore::ioctl`, maps the buffers `DeviceCore::mmap_target` names, and sleeps and wakes.
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
@@ -22,7 +22,7 @@ use kernel::sync::{new_condvar, new_mutex, CondVar, Mutex};
 use kernel::time::msecs_to_jiffies;
 
 use crate::davinci_driver_core::{
-    container, Config, Device, Error as CoreError, MmapTarget, OpenParams, Platform, Reply, Role,
+    container, Config, DeviceCore, Error as CoreError, MmapTarget, OpenParams, Platform, Reply, Role,
     Run, UserMem, CONTAINER_LEN, MAX_CLIENTS, MAX_STREAMS,
 };
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
@@ -69,18 +69,18 @@ const fn config(device_id: u32) -> Config {
 ///
 /// The device is only reached through [`DevState::lock`], which holds the state's mutex for
 /// as long as the reference lives.
-struct Storage(UnsafeCell<Device<KernelPlatform>>);
+struct Storage(UnsafeCell<DeviceCore<KernelPlatform>>);
 
 // SAFETY: the device is only accessed with the mutex of its `DevState` held (type invariant),
 // so sharing the static between threads is sound.
 unsafe impl Sync for Storage {}
 
 static STORAGE: [Storage; DEVICES] = [
-    Storage(UnsafeCell::new(Device::new(
+    Storage(UnsafeCell::new(DeviceCore::new(
         config(0),
         KernelPlatform::new(),
     ))),
-    Storage(UnsafeCell::new(Device::new(
+    Storage(UnsafeCell::new(DeviceCore::new(
         config(1),
         KernelPlatform::new(),
     ))),
@@ -152,7 +152,7 @@ struct Locked<'a> {
 }
 
 impl core::ops::Deref for Locked<'_> {
-    type Target = Device<KernelPlatform>;
+    type Target = DeviceCore<KernelPlatform>;
     fn deref(&self) -> &Self::Target {
         // SAFETY: the guard holds the device's mutex (Storage invariant), so no other
         // reference to the device exists while this one lives.

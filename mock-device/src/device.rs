@@ -1,4 +1,4 @@
-//! [`MockDevice`]: one driver-core [`Device`] behind a reader-writer lock, a bounded set of
+//! [`MockDevice`]: one driver-core [`DeviceCore`] behind a reader-writer lock, a bounded set of
 //! poller threads that serve all its streams (one by default, like an io_uring SQPOLL
 //! thread), and the blocking half of WAIT_EVENT.
 //!
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 use davinci_driver_core::{
-    Config, Device, Error, Inject, MmapTarget, OpenError, OpenParams, Platform, Reply, Role, Run,
-    UserMem, WaitSpec, CONTAINER_LEN,
+    Config, DeviceCore, Error, Inject, MmapTarget, OpenError, OpenParams, Platform, Reply, Role,
+    Run, UserMem, WaitSpec, CONTAINER_LEN,
 };
 use davinci_uapi::{
     ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_DESTROY_CONTEXT,
@@ -99,7 +99,10 @@ pub fn local_open_params(role: Role, admin: bool) -> OpenParams {
         uid,
         admin: admin || uid == 0,
         container: [0; CONTAINER_LEN],
-        comm: crate::peer::comm_of_pid(std::process::id()),
+        comm: match std::fs::read_to_string("/proc/self/comm") {
+            Ok(s) => davinci_uapi::ClientUsage::comm_field(s.trim_end_matches('\n')),
+            Err(_) => [0; 16],
+        },
     }
 }
 
@@ -128,7 +131,7 @@ struct Poller {
 
 struct Core {
     /// Exclusive for the control path, shared for the pollers (see the module docs).
-    dev: RwLock<Device<MockPlatform>>,
+    dev: RwLock<DeviceCore<MockPlatform>>,
     /// Host threads in WAIT_EVENT sleep on this word (see `MockPlatform::add_waiter`).
     notified: Arc<AtomicU32>,
     /// The pollers' wake word (see `MockPlatform::kick_pollers`).
@@ -168,7 +171,7 @@ enum Seen {
     Done,
 }
 
-type Exclusive<'a> = RwLockWriteGuard<'a, Device<MockPlatform>>;
+type Exclusive<'a> = RwLockWriteGuard<'a, DeviceCore<MockPlatform>>;
 
 impl Core {
     /// The device held exclusively: the control path.
@@ -177,7 +180,7 @@ impl Core {
     }
 
     /// The device held shared: the data path (and reports that change nothing).
-    fn shared(&self) -> RwLockReadGuard<'_, Device<MockPlatform>> {
+    fn shared(&self) -> RwLockReadGuard<'_, DeviceCore<MockPlatform>> {
         relock(self.dev.read())
     }
 
@@ -195,7 +198,7 @@ impl Core {
     /// locked (`g`), so the poller cannot run the stream before it is registered.
     fn serve(
         self: &Arc<Self>,
-        g: &Device<MockPlatform>,
+        g: &DeviceCore<MockPlatform>,
         client: u32,
         stream: u32,
         mem: Arc<StreamMem>,
@@ -528,7 +531,7 @@ impl MockDevice {
         let notified = Arc::new(AtomicU32::new(0));
         let kick = Arc::new(AtomicU32::new(0));
         let platform = MockPlatform::new(config.memory_size, notified.clone(), kick.clone());
-        let mut dev = Device::new(
+        let mut dev = DeviceCore::new(
             Config {
                 device_id: config.device_id,
                 memory_size: config.memory_size,
@@ -701,7 +704,7 @@ impl MockDevice {
 
     fn stream_part(
         &self,
-        g: &Device<MockPlatform>,
+        g: &DeviceCore<MockPlatform>,
         client: u32,
         stream: u32,
         part: StreamPart,

@@ -1,5 +1,6 @@
-//! The device without hardware: runs the driver-core engine on threads, embedded in-process
-//! (the shim's `Device::embedded()`) or behind the `davinci-mockd` daemon.
+//! The device without hardware: runs the driver-core engine on threads of this process, for
+//! the shim's `Device::embedded()` and for the `davinci-mockd` daemon (crate `davinci-mockd`),
+//! which serves it on sockets.
 //!
 //! * [`MockPlatform`]: driver-core's `Platform` over memfds: per-client device-memory
 //!   arenas (sparse memfds; freed ranges are punched out), per-stream ring and doorbell
@@ -9,11 +10,6 @@
 //!   arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking half of WAIT_EVENT,
 //!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors, and fault
 //!   injection ([`Inject`], [`MockDevice::inject`], [`MockDevice::reset`]).
-//!
-//! * [`daemon`]: `davinci-mockd`, N devices each on its own Unix socket; `conn` serves one
-//!   connection (one open); [`peer`] finds who is on the other end; [`mockd_cli`] is its
-//!   command line. The wire protocol and socket I/O are `davinci-mockd-proto`, shared with
-//!   the clients.
 //!
 //! Shared memory is `davinci_shm::SharedMapping` over sealed memfds (`memfd`). The only
 //! `unsafe` left here builds the device's ring views and doorbell watch over a stream's
@@ -26,12 +22,6 @@ mod device;
 mod memfd;
 mod platform;
 mod stream_mem;
-
-// davinci-mockd: server, one connection, peers, command line.
-mod conn;
-pub mod daemon;
-pub mod mockd_cli;
-pub mod peer;
 
 pub use davinci_driver_core::{Inject, NoUserMem, OpenError, OpenParams, Role, UserMem};
 pub use device::{local_open_params, MapSource, MockConfig, MockDevice};

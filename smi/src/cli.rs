@@ -2,7 +2,6 @@
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -256,41 +255,4 @@ pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
         return Err(bad());
     }
     std::time::Duration::try_from_secs_f64(x).map_err(|_| bad())
-}
-
-/// A duration: a number with `ms`, `s`, `m` or `h` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (like 500ms, 5s, 1m)"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is out of range"))
-}
-
-#[cfg(test)]
-mod duration_tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("ms").is_err());
-        assert!(parse_duration("").is_err());
-    }
 }

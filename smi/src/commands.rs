@@ -7,13 +7,6 @@ use crate::discover::Entry;
 use crate::output::*;
 use crate::{access::*, error::*};
 
-pub(crate) fn mode_name(m: ShareMode) -> &'static str {
-    match m {
-        ShareMode::Exclusive => "exclusive",
-        ShareMode::Shared => "shared",
-    }
-}
-
 pub(crate) enum Action {
     List,
     Board,
@@ -122,7 +115,7 @@ pub(crate) fn board(targets: &[Target]) -> Report {
                     }),
                     clients: Some(i.clients),
                     max_clients: Some(i.max_clients),
-                    share_mode: mode.map(mode_name),
+                    share_mode: mode.map(ShareMode::name),
                     device_share: mode.map(|m| m == ShareMode::Shared),
                 });
                 for u in clients {
@@ -221,7 +214,7 @@ pub(crate) fn share(targets: &[Target]) -> Report {
                         }
                         .into(),
                     ),
-                    ("Share Mode", mode_name(mode).into()),
+                    ("Share Mode", mode.name().into()),
                     ("Clients", clients.to_string()),
                 ]);
                 text.push('\n');
@@ -231,7 +224,7 @@ pub(crate) fn share(targets: &[Target]) -> Report {
                     health: "ok",
                     error: None,
                     device_share: Some(mode == ShareMode::Shared),
-                    share_mode: Some(mode_name(mode)),
+                    share_mode: Some(mode.name()),
                     clients: Some(clients),
                 });
                 errors.push((t.entry.id, None));
@@ -283,7 +276,7 @@ pub(crate) fn usage(targets: &[Target]) -> Report {
                     "Device {} ({}): {} mode, {} client(s)\n",
                     id_text(t.entry.id),
                     t.entry.path,
-                    mode_name(mode),
+                    mode.name(),
                     clients.len()
                 );
                 if clients.is_empty() {
@@ -331,7 +324,7 @@ pub(crate) fn usage(targets: &[Target]) -> Report {
                     path: t.entry.path.clone(),
                     health: "ok",
                     error: None,
-                    share_mode: Some(mode_name(mode)),
+                    share_mode: Some(mode.name()),
                     clients,
                 });
                 errors.push((t.entry.id, None));
@@ -425,8 +418,8 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> Report {
                     path: t.entry.path.clone(),
                     status: "ok",
                     changed: Some(changed),
-                    previous_share_mode: previous.map(mode_name),
-                    share_mode: now.map(mode_name),
+                    previous_share_mode: previous.map(ShareMode::name),
+                    share_mode: now.map(ShareMode::name),
                     error: None,
                     held_by,
                 });
@@ -442,8 +435,8 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> Report {
                     path: t.entry.path.clone(),
                     status: "error",
                     changed: None,
-                    previous_share_mode: previous.map(mode_name),
-                    share_mode: now.map(mode_name),
+                    previous_share_mode: previous.map(ShareMode::name),
+                    share_mode: now.map(ShareMode::name),
                     error: Some(e.json()),
                     held_by,
                 });
@@ -454,7 +447,7 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> Report {
     }
     let requested = SetRequestJson {
         device_share: mode == ShareMode::Shared,
-        share_mode: mode_name(mode),
+        share_mode: mode.name(),
     };
     report(Body::Set { requested, results }, &errors, text)
 }

@@ -30,7 +30,7 @@ use davinci_uapi::{Errno, ShareMode};
 use discover::Discovery;
 
 pub use access::{DeviceAccess, Opener, ShimOpener};
-pub use cli::{parse_duration, Cli, IdSel};
+pub use cli::{Cli, IdSel};
 pub use error::{combine, exit, SmiError};
 
 use cli::*;

@@ -309,10 +309,7 @@ pub fn kv(pairs: &[(&str, String)]) -> String {
     s
 }
 
-/// Bytes as MiB with one decimal.
-pub fn mib(b: u64) -> String {
-    format!("{:.1}", b as f64 / (1024.0 * 1024.0))
-}
+pub use davinci_units::mib;
 
 #[cfg(test)]
 mod tests {

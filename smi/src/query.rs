@@ -48,9 +48,7 @@ pub(crate) struct Field<R> {
 
 const MIB: Option<&str> = Some("MiB");
 
-fn mib(b: u64) -> String {
-    crate::output::mib(b)
-}
+use davinci_units::mib;
 
 /// The device table (`info --query`).
 #[rustfmt::skip]

@@ -999,7 +999,7 @@ fn a_client_sees_itself_as_operators_do() {
         .unwrap_or_else(|| panic!("client {id} not in {clients:?}"));
     assert_eq!(me.pid, std::process::id());
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let container = davinci_mock_device::peer::container_id_from_cgroup(&cgroup);
+    let container = davinci_mockd::peer::container_id_from_cgroup(&cgroup);
     assert_eq!(
         me.container_id(),
         (!container.is_empty()).then_some(container)

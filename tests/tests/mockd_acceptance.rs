@@ -160,7 +160,7 @@ fn shared_mode_four_processes_submit_concurrently_and_usage_lists_each() {
         let cg = std::fs::read_to_string(format!("/proc/{}/cgroup", c.pid)).unwrap();
         assert_eq!(
             e["container_id"],
-            davinci_mock_device::peer::container_id_from_cgroup(&cg)
+            davinci_mockd::peer::container_id_from_cgroup(&cg)
         );
     }
     let dev = device0(&d);

@@ -6,14 +6,14 @@
 
 use std::time::Duration;
 
-use davinci_mock_device::daemon::{Daemon, DaemonConfig, MAX_CONNECTIONS};
+use davinci_mockd::daemon::{Daemon, DaemonConfig, MAX_CONNECTIONS};
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_shim::{Device, Errno, ShareMode};
 
 /// Regression: a client refused because the device already has `MAX_CONNECTIONS`
 /// connections must be told so: `ENOSPC`, "too many connections to this device"
 /// (docs/abi.md 1.1: an open fails with `ENOSPC` when the device's opens are used up). davinci-mockd's acceptor
-/// (`mock-device/src/daemon.rs`, `accept_loop`) sends that reply and drops the connection at
+/// (`mockd/src/daemon.rs`, `accept_loop`) sends that reply and drops the connection at
 /// once, without reading the HELLO the client has already sent; closing a Unix socket with
 /// unread data resets the connection, and the client's `recv` fails with `ECONNRESET`
 /// before it can read the reply. The shim then reported `ENODEV` ("connection to

@@ -481,6 +481,9 @@ pub enum ShareMode {
 }
 
 impl ShareMode {
+    /// Every mode, in wire order.
+    pub const ALL: [ShareMode; 2] = [ShareMode::Exclusive, ShareMode::Shared];
+
     /// Decodes a wire value.
     pub const fn from_u32(v: u32) -> Option<ShareMode> {
         match v {
@@ -488,6 +491,43 @@ impl ShareMode {
             1 => Some(ShareMode::Shared),
             _ => None,
         }
+    }
+
+    /// The mode's one spelling in every tool, log line, metric label and JSON document:
+    /// `"exclusive"` or `"shared"` (what [`FromStr`](core::str::FromStr) accepts, in any case).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ShareMode::Exclusive => "exclusive",
+            ShareMode::Shared => "shared",
+        }
+    }
+}
+
+impl core::fmt::Display for ShareMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// A share-mode name that is neither `exclusive` nor `shared`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownShareMode;
+
+impl core::fmt::Display for UnknownShareMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("expected exclusive or shared")
+    }
+}
+
+impl core::str::FromStr for ShareMode {
+    type Err = UnknownShareMode;
+
+    /// `exclusive` or `shared`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ShareMode::ALL
+            .into_iter()
+            .find(|m| s.eq_ignore_ascii_case(m.name()))
+            .ok_or(UnknownShareMode)
     }
 }
 
@@ -677,5 +717,17 @@ mod tests {
             assert_eq!(command_by_request(c.request).map(|f| f.name), Some(c.name));
         }
         assert!(command_by_request(0).is_none());
+    }
+
+    #[test]
+    fn share_mode_names_round_trip() {
+        for m in ShareMode::ALL {
+            assert_eq!(ShareMode::from_u32(m as u32), Some(m));
+            assert_eq!(m.name().parse(), Ok(m));
+        }
+        assert_eq!("SHARED".parse(), Ok(ShareMode::Shared));
+        assert_eq!(ShareMode::Exclusive.name(), "exclusive");
+        assert_eq!("both".parse::<ShareMode>(), Err(UnknownShareMode));
+        assert_eq!("".parse::<ShareMode>(), Err(UnknownShareMode));
     }
 }

@@ -474,14 +474,7 @@ fn resolve_device(option: Option<&str>, env: Option<String>) -> (String, DeviceF
     }
 }
 
-/// `4 MiB`, `1.5 MiB`.
-fn mib(bytes: u64) -> String {
-    if bytes % MIB == 0 {
-        format!("{} MiB", bytes / MIB)
-    } else {
-        format!("{:.1} MiB", bytes as f64 / MIB as f64)
-    }
-}
+use davinci_units::mib_text as mib;
 
 /// What the run needs against what the opened device has: streams, events, memory and
 /// allocations.

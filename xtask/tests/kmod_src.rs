@@ -27,7 +27,7 @@ fn generated_kernel_source_compiles_as_one_no_std_crate() {
         format!(
             "#![no_std]\n#![deny(warnings)]\ninclude!({:?});\n\
              // The items the module uses resolve through the rewritten paths.\n\
-             pub use davinci_driver_core::{{Device, Platform}};\n\
+             pub use davinci_driver_core::{{DeviceCore, Platform}};\n\
              pub use davinci_ring::{{DeviceConsumer, RingRegion}};\n\
              pub const MAJOR: u16 = davinci_uapi::ABI_VERSION_MAJOR;\n",
             src

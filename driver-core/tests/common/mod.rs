@@ -2,7 +2,7 @@
 //! room for the larger allocations the tests make, and open parameters by pid and uid.
 #![allow(dead_code)]
 
-use davinci_driver_core::{Device, OpenParams, Role, CONTAINER_LEN};
+use davinci_driver_core::{DeviceCore, OpenParams, Role, CONTAINER_LEN};
 
 pub use davinci_driver_core::test_util::HeapPlatform;
 
@@ -10,7 +10,7 @@ pub use davinci_driver_core::test_util::HeapPlatform;
 pub const MEM: u64 = 16 << 20;
 
 /// A fresh device: [`MEM`] bytes, 8 MiB per client.
-pub fn device() -> Device<HeapPlatform> {
+pub fn device() -> DeviceCore<HeapPlatform> {
     davinci_driver_core::test_util::device_with(MEM, 8 << 20)
 }
 

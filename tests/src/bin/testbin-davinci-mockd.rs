@@ -2,5 +2,5 @@
 //! `davinci_tests::mockd` for why it has its own name).
 
 fn main() {
-    std::process::exit(davinci_mock_device::mockd_cli::main());
+    std::process::exit(davinci_mockd::cli::main());
 }

@@ -18,8 +18,8 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use davinci_mock_device::daemon::{Daemon, DaemonConfig, MAX_CONNECTIONS};
 use davinci_mock_device::{local_open_params, MockDevice, NoUserMem, Role};
+use davinci_mockd::daemon::{Daemon, DaemonConfig, MAX_CONNECTIONS};
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{Kind, MmapArgs, Reply, WireRole, MAX_REPLY};
 use davinci_shim::{

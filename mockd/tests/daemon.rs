@@ -8,8 +8,8 @@
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use davinci_mock_device::daemon::{Daemon, DaemonConfig};
-use davinci_mock_device::peer::AdminPolicy;
+use davinci_mockd::daemon::{Daemon, DaemonConfig};
+use davinci_mockd::peer::AdminPolicy;
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
     holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Reply, Request, SocketDir,

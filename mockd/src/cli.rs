@@ -11,8 +11,9 @@ use nix::sys::signal::{SigSet, Signal};
 use tracing::{info, warn};
 
 use davinci_mockd_proto::{default_socket_dir_choice, SocketDir};
+use davinci_units::{parse_duration, parse_size};
 
-use crate::daemon::{share_mode_name, Daemon, DaemonConfig};
+use crate::daemon::{Daemon, DaemonConfig};
 use crate::peer::AdminPolicy;
 
 /// `--help` text.
@@ -84,30 +85,6 @@ Exit status: 0 clean shutdown, 1 cannot start (socket in use, socket directory n
 or refused), 2 usage.
 ";
 
-/// Parses a size: decimal bytes with an optional `K`, `M`, `G` or `T` suffix (powers of 1024,
-/// optionally followed by `i`/`iB`/`B`).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits_end);
-    if num.is_empty() {
-        return Err(format!("invalid size '{s}': expected a number like 256M"));
-    }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size '{s}': number too large"))?;
-    let shift = match suffix.to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KI" | "KIB" => 10,
-        "M" | "MB" | "MI" | "MIB" => 20,
-        "G" | "GB" | "GI" | "GIB" => 30,
-        "T" | "TB" | "TI" | "TIB" => 40,
-        _ => return Err(format!("invalid size '{s}': unknown suffix '{suffix}'")),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("invalid size '{s}': too large"))
-}
-
 fn parse_group(s: &str) -> Result<u32, String> {
     if let Ok(g) = s.parse::<u32>() {
         return Ok(g);
@@ -158,24 +135,6 @@ pub fn parse_inject(s: &str) -> Result<Inject, String> {
     }
 }
 
-/// Parses a duration: a number with `ms`, `s` or `m` (or a bare number of seconds).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(end);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration '{s}': expected a number like 500ms or 2s"))?;
-    let ms = match unit {
-        "ms" => Some(n),
-        "" | "s" => n.checked_mul(1000),
-        "m" | "min" => n.checked_mul(60_000),
-        _ => return Err(format!("invalid duration '{s}': unit must be ms, s or m")),
-    };
-    ms.map(std::time::Duration::from_millis)
-        .ok_or_else(|| format!("invalid duration '{s}': too long"))
-}
-
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Command {
@@ -186,11 +145,7 @@ pub enum Command {
 }
 
 fn parse_share_mode(s: &str) -> Result<ShareMode, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "exclusive" => Ok(ShareMode::Exclusive),
-        "shared" => Ok(ShareMode::Shared),
-        _ => Err(format!("--share-mode '{s}': expected exclusive or shared")),
-    }
+    s.parse().map_err(|e| format!("--share-mode '{s}': {e}"))
 }
 
 /// Parses the arguments (without the program name) for this process: its uid and, when no
@@ -347,7 +302,7 @@ pub fn main() -> i32 {
     info!(
         devices = cfg.devices,
         dir = %dir,
-        share_mode = %share_mode_name(cfg.share_mode),
+        share_mode = %cfg.share_mode,
         admins = %cfg.admin.describe(),
         "davinci-mockd ready"
     );
@@ -416,21 +371,6 @@ mod tests {
 
     fn run(args: &[&str]) -> Result<DaemonConfig, String> {
         run_as(1000, args)
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64K"), Ok(64 << 10));
-        assert_eq!(parse_size("256M"), Ok(256 << 20));
-        assert_eq!(parse_size("2g"), Ok(2 << 30));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("M").is_err());
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("99999999999999999999").is_err());
-        assert!(parse_size("20000000T").is_err());
     }
 
     #[test]
@@ -559,14 +499,6 @@ mod tests {
         assert!(e.contains("twice"), "{e}");
 
         use std::time::Duration;
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert!(parse_duration("2h").unwrap_err().contains("unit must be"));
-        assert!(parse_duration("soon")
-            .unwrap_err()
-            .contains("expected a number"));
         match parse_args_for(
             ["--reset-after".to_string(), "250ms".to_string()],
             1000,

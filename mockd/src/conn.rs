@@ -20,7 +20,7 @@ use davinci_uapi::{
 };
 use tracing::{debug, info, warn};
 
-use crate::daemon::{share_mode_name, Shared, MAX_WAITS_PER_CONN};
+use crate::daemon::{Shared, MAX_WAITS_PER_CONN};
 use crate::peer::{comm_of_pid, container_of_pid};
 
 /// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
@@ -380,7 +380,7 @@ impl UserMem for PayloadMem {
 fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Result<(), Error> {
     let requested = DeviceShareArgs::from_bytes(arg).map(|a| a.mode);
     let requested_name = match requested.and_then(ShareMode::from_u32) {
-        Some(m) => share_mode_name(m).to_string(),
+        Some(m) => m.to_string(),
         None => requested.map_or("(malformed argument)".into(), |m| format!("{m} (invalid)")),
     };
     let _serial = shared
@@ -400,8 +400,8 @@ fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Resul
         Ok(()) => {
             info!(
                 device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
-                container = %peer.container, from = %share_mode_name(from),
-                to = %share_mode_name(to), changed = from != to,
+                container = %peer.container, from = %from,
+                to = %to, changed = from != to,
                 "device sharing set"
             );
             Ok(())
@@ -410,7 +410,7 @@ fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Resul
             warn!(
                 device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
                 container = %peer.container, admin = peer.admin,
-                mode = %share_mode_name(from), requested = %requested_name,
+                mode = %from, requested = %requested_name,
                 errno = %e.errno.name(), error = %e.msg,
                 "device sharing change refused"
             );

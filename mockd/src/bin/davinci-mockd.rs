@@ -2,5 +2,5 @@
 //! `docs/operators.md`.
 
 fn main() {
-    std::process::exit(davinci_mock_device::mockd_cli::main());
+    std::process::exit(davinci_mockd::cli::main());
 }

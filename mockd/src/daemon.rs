@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::conn::{send_reply, serve};
 use crate::peer::AdminPolicy;
-use crate::{local_open_params, MockConfig, MockDevice};
+use davinci_mock_device::{local_open_params, MockConfig, MockDevice};
 
 /// Blocking waits served on their own threads per connection; more are served inline.
 pub const MAX_WAITS_PER_CONN: usize = 32;
@@ -204,7 +204,7 @@ impl Daemon {
                 device = n,
                 socket = %path.display(),
                 memory = cfg.memory,
-                share_mode = %share_mode_name(cfg.share_mode),
+                share_mode = %cfg.share_mode,
                 "device ready"
             );
             served.push(Served {
@@ -319,14 +319,6 @@ impl ConnServer {
     }
 }
 
-/// `exclusive` or `shared`, as logs and `davinci-smi` say it.
-pub fn share_mode_name(mode: ShareMode) -> &'static str {
-    match mode {
-        ShareMode::Exclusive => "exclusive",
-        ShareMode::Shared => "shared",
-    }
-}
-
 /// Creates the socket directory if it is missing (mode 0755, parents too) and checks that
 /// the daemon may use it ([`check_socket_dir`]), whether it created it or found it. Returns
 /// whether it created it.
@@ -373,12 +365,8 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
     if from == mode {
         return Ok(());
     }
-    let fail = |msg: String| {
-        io::Error::other(format!(
-            "cannot put {name} in {} mode: {msg}",
-            share_mode_name(mode)
-        ))
-    };
+    let fail =
+        |msg: String| io::Error::other(format!("cannot put {name} in {} mode: {msg}", mode.name()));
     let handle = dev
         .open(local_open_params(Role::Control, true))
         .map_err(|e| fail(e.error.to_string()))?;
@@ -398,8 +386,8 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
     r.map_err(|e| fail(e.to_string()))?;
     info!(
         device = %name,
-        from = %share_mode_name(from),
-        to = %share_mode_name(mode),
+        from = %from,
+        to = %mode,
         "device sharing set at start-up (--share-mode)"
     );
     Ok(())

@@ -1,0 +1,19 @@
+//! `davinci-mockd`: mock davinci devices ([`davinci_mock_device::MockDevice`]) served on Unix
+//! sockets, N devices each on its own socket, one connection per open file.
+//!
+//! * [`daemon`]: the devices, their acceptors and the shared state of a running daemon;
+//!   `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and CLOSE frames.
+//! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
+//!   admin ([`peer::AdminPolicy`]).
+//! * [`cli`]: the command line, logging and signals; the binary is one call to [`cli::main`].
+//!
+//! The wire protocol and socket I/O are `davinci-mockd-proto`, shared with the clients; the
+//! device itself is `davinci-mock-device`, which the shim also embeds. This crate is the only
+//! one that links the daemon's logging (`tracing-subscriber`) and its command line.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod cli;
+mod conn;
+pub mod daemon;
+pub mod peer;
