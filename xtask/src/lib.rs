@@ -12,6 +12,9 @@
 //!   tables) inside `docs/abi.md`.
 //!
 //! Output is deterministic: it depends only on the metadata, in metadata order.
+//!
+//! [`tree`] holds the checks on the workspace's shape that the test command runs
+//! (`cargo xtask check`): layering, file sizes, the paths the docs name, the MSRV.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -99,6 +102,7 @@ mod ctype;
 mod files;
 mod header;
 pub mod kmod_src;
+pub mod tree;
 
 pub use abi_doc::{update_doc, update_doc_with};
 pub use check_program::{

@@ -1,0 +1,29 @@
+//! Checks on the shape of the workspace, run by the test command (`cargo xtask check`):
+//!
+//! * [`layering`]: which crate may depend on which, read from `cargo metadata` with cargo's
+//!   feature rules (`cargo xtask check-layering`);
+//! * [`sizes`]: no source file over [`sizes::MAX_NON_TEST_LINES`] non-test lines
+//!   (`cargo xtask check-sizes`);
+//! * [`doc_paths`]: every repository path the README and `docs/` name exists
+//!   (`cargo xtask check-docs`);
+//! * [`msrv`]: the declared `rust-version` is at least what every dependency declares, and the
+//!   workspace builds with that toolchain when it is installed (`cargo xtask msrv`).
+//!
+//! Each check is a pure function of its inputs (metadata JSON, file text, a directory), so its
+//! tests feed it a tree that breaks the rule and watch it fail.
+
+pub mod doc_paths;
+pub mod layering;
+pub mod metadata;
+pub mod msrv;
+pub mod sizes;
+
+/// One broken rule: what, where, and how to mend it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding(pub String);
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
