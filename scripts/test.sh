@@ -109,13 +109,13 @@ step "layering" layering
 # elsewhere leaves them stale; running them needs nightly (scripts/fuzz.sh).
 step "fuzz targets build" cargo check --manifest-path fuzz/Cargo.toml --bins --locked
 # Every fuzz target built on nightly (libFuzzer + ASan) and run for DAVINCI_FUZZ_SECONDS (20)
-# each from its seeds (fuzz/seeds); any finding fails the step (scripts/fuzz-ci.sh).
+# each from its seeds (fuzz/seeds); any finding fails the step (scripts/fuzz.sh).
 # DAVINCI_SKIP_FUZZ=1 skips it on a machine without nightly, and the summary says so. (The
 # seeds and every past finding, fuzz/regressions, are also replayed on stable by the tests.)
 if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
     summary+=("SKIPPED fuzz targets run (DAVINCI_SKIP_FUZZ=1)")
 else
-    step "fuzz targets run (nightly, ${DAVINCI_FUZZ_SECONDS:-20}s each)" scripts/fuzz-ci.sh
+    step "fuzz targets run (nightly, ${DAVINCI_FUZZ_SECONDS:-20}s each)" scripts/fuzz.sh
 fi
 
 # The kernel module in a real Linux 6.12 kernel under QEMU: the conformance suite, the
