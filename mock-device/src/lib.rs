@@ -12,6 +12,8 @@
 //!   injection ([`Inject`], [`MockDevice::inject`], [`MockDevice::reset`]).
 //! * [`MockConfig`] and [`local_open_params`]: what a device is made with and how the calling
 //!   process opens it.
+//! * `test_util` (feature `test-util`): the fd-attack harness its tests and the fuzz target
+//!   `mock_fd_ops` share.
 //!
 //! The modules, by role: `mock_device` (the handle and its control path), `state` (what the
 //! handles and the pollers share, behind which locks), `pollers` (the poller threads and
@@ -31,6 +33,8 @@ mod platform;
 mod pollers;
 mod state;
 mod stream_mem;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 mod waits;
 
 pub use config::{local_open_params, MockConfig};
