@@ -7,9 +7,6 @@ use std::time::Duration;
 
 use davinci_driver_core::{Inject, OpenParams, Role, CONTAINER_LEN};
 
-#[cfg(doc)]
-use crate::MockDevice;
-
 /// Configuration of a mock device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MockConfig {
@@ -38,7 +35,7 @@ pub struct MockConfig {
     /// core, and spinning would only delay it.
     pub idle_spin: Duration,
     /// A fault every stream is armed with from its creation ([`Inject`]; `None`: a healthy
-    /// device). For testing a runtime's error handling; [`MockDevice::inject`] changes it
+    /// device). For testing a runtime's error handling; [`MockDevice::inject`](crate::MockDevice::inject) changes it
     /// later, per stream or for the device.
     pub inject: Option<Inject>,
 }

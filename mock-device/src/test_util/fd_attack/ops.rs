@@ -7,7 +7,7 @@
 use arbitrary::Arbitrary;
 use davinci_uapi::{DevAddr, Dtype, TaskDesc};
 
-/// Most operations [`run`] executes from one sequence.
+/// Most operations [`run`](super::run) executes from one sequence.
 pub const MAX_OPS: usize = 96;
 /// Longest write of one [`Op::Write`].
 pub const MAX_WRITE: usize = 256;
