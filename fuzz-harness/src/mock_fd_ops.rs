@@ -2,8 +2,8 @@
 //! (ftruncate, fallocate with any mode, F_ADD_SEALS, writes anywhere, reopening, closing and
 //! mapping again) between ring operations (descriptors pushed and published, NOTIFY,
 //! SUBMIT_TASK, reaping, WAIT_EVENT, re-created streams), while a well-behaved client runs
-//! checked rounds on the same device. The harness is `davinci_tests::fd_attack` (shared with
-//! the stable property test `tests/tests/fd_attack.rs`).
+//! checked rounds on the same device. The harness is `davinci_mock_device::test_util::fd_attack`
+//! (feature `test-util`; shared with the stable property test `mock-device/tests/fd_attack.rs`).
 //!
 //! Asserts (in the harness): no crash (a SIGBUS from a shared mapping is one); no descriptor
 //! changes size or loses a seal, resizing and adding seals fail with EPERM; the good client's
@@ -11,7 +11,7 @@
 //! attacker releases its memory and workers; closing both returns the device to zero.
 
 use arbitrary::Arbitrary;
-use davinci_tests::fd_attack::{run as attack, Op};
+use davinci_mock_device::test_util::fd_attack::{run as attack, Op};
 
 /// One input (decoded with `arbitrary` exactly as `fuzz_target!` does).
 pub fn run(data: &[u8]) {

@@ -10,6 +10,14 @@
 //!   arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking half of WAIT_EVENT,
 //!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors, and fault
 //!   injection ([`Inject`], [`MockDevice::inject`], [`MockDevice::reset`]).
+//! * [`MockConfig`] and [`local_open_params`]: what a device is made with and how the calling
+//!   process opens it.
+//! * `test_util` (feature `test-util`): the fd-attack harness its tests and the fuzz target
+//!   `mock_fd_ops` share.
+//!
+//! The modules, by role: `mock_device` (the handle and its control path), `state` (what the
+//! handles and the pollers share, behind which locks), `pollers` (the poller threads and
+//! their set), `waits` (WAIT_EVENT sleepers), `config`, `platform`, `memfd`, `stream_mem`.
 //!
 //! Shared memory is `davinci_shm::SharedMapping` over sealed memfds (`memfd`). The only
 //! `unsafe` left here builds the device's ring views and doorbell watch over a stream's
@@ -18,12 +26,19 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-mod device;
+mod config;
 mod memfd;
+mod mock_device;
 mod platform;
+mod pollers;
+mod state;
 mod stream_mem;
+#[cfg(feature = "test-util")]
+pub mod test_util;
+mod waits;
 
+pub use config::{local_open_params, MockConfig};
 pub use davinci_driver_core::{Inject, NoUserMem, OpenError, OpenParams, Role, UserMem};
-pub use device::{local_open_params, MapSource, MockConfig, MockDevice};
+pub use mock_device::{MapSource, MockDevice};
 pub use platform::MockPlatform;
 pub use stream_mem::StreamMem;

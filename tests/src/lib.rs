@@ -9,7 +9,6 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod fd_attack;
 pub mod mockd;
 pub mod raw;
 pub use davinci_workload::model;

@@ -1,15 +1,15 @@
-//! Random attack sequences on the embedded mock device through the files behind its shared
-//! memory (`davinci_tests::fd_attack`): the property the fuzz target `mock_fd_ops` checks,
-//! kept on stable and in the test command. Each case is a seeded pseudo-random byte string
-//! read as a sequence of operations with `arbitrary`, so a failing case is reproducible from
-//! the seed the panic message names.
+//! Random attack sequences on an in-process mock device through the files behind its shared
+//! memory (`davinci_mock_device::test_util::fd_attack`, feature `test-util`): the property the
+//! fuzz target `mock_fd_ops` checks, kept on stable and in the test command. Each case is a
+//! seeded pseudo-random byte string read as a sequence of operations with `arbitrary`, so a
+//! failing case is reproducible from the seed the panic message names.
 //!
 //! `DAVINCI_FD_ATTACK_CASES` sets the number of cases (default 128) and
 //! `DAVINCI_FD_ATTACK_SEED` the first seed.
 #![forbid(unsafe_code)]
 
 use arbitrary::{Arbitrary, Unstructured};
-use davinci_tests::fd_attack::{run, Op, Part};
+use davinci_mock_device::test_util::fd_attack::{run, Op, Part, MAX_OPS};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -37,7 +37,7 @@ fn ops_of(seed: u64) -> Vec<Op> {
     let mut ops = Vec::new();
     while let Ok(op) = Op::arbitrary(&mut u) {
         ops.push(op);
-        if ops.len() == davinci_tests::fd_attack::MAX_OPS || u.is_empty() {
+        if ops.len() == MAX_OPS || u.is_empty() {
             break;
         }
     }

@@ -1,0 +1,284 @@
+//! [`MockDevice`]: the handle of a device without hardware. It owns the shared state
+//! (`state`), starts the pollers with the device and stops them with its last handle, and
+//! serves each open's control path: `open`, `ioctl` (WAIT_EVENT's blocking half is in
+//! `waits`, a new stream goes to a poller in `pollers`), `map` (mmap cookies to memfd
+//! descriptors), `close`, usage reports and fault injection.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use davinci_driver_core::{
+    Config, DeviceCore, Error, Inject, MmapTarget, OpenError, OpenParams, Platform, Reply, UserMem,
+};
+use davinci_uapi::{
+    ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_DESTROY_CONTEXT,
+    DRIVER_CMD_DESTROY_STREAM,
+};
+
+use crate::config::MockConfig;
+use crate::platform::MockPlatform;
+use crate::state::{Core, Exclusive};
+use crate::stream_mem::StreamPart;
+
+/// Where a client maps an mmap cookie: a descriptor (its own, to close) and the file offset.
+#[derive(Debug)]
+pub struct MapSource {
+    /// The file to map (a memfd).
+    pub fd: OwnedFd,
+    /// Offset of the object in that file.
+    pub offset: u64,
+}
+
+/// Stops every poller when the last [`MockDevice`] handle goes.
+struct Owner {
+    core: Arc<Core>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.core.shutdown();
+    }
+}
+
+/// A davinci device without hardware: the driver-core engine on threads of this process.
+///
+/// Clones share the device. Dropping the last clone (or [`shutdown`](Self::shutdown)) stops
+/// and joins every poller. Each open (client or control) gets a handle from
+/// [`open`](Self::open) and is served by [`ioctl`](Self::ioctl) and [`map`](Self::map)
+/// exactly as the kernel module serves a file descriptor; [`close`](Self::close) releases
+/// everything the open held.
+#[derive(Clone)]
+pub struct MockDevice {
+    owner: Arc<Owner>,
+}
+
+impl std::fmt::Debug for MockDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockDevice")
+            .field("config", &self.core().config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockDevice {
+    /// A new device with no clients, in exclusive mode.
+    pub fn new(config: MockConfig) -> Self {
+        let notified = Arc::new(AtomicU32::new(0));
+        let kick = Arc::new(AtomicU32::new(0));
+        let platform = MockPlatform::new(config.memory_size, notified.clone(), kick.clone());
+        let mut dev = DeviceCore::new(
+            Config {
+                device_id: config.device_id,
+                memory_size: config.memory_size,
+                client_memory_limit: config.client_memory_limit,
+                page_size: 4096,
+                platform_features: Features::DOORBELL_FUTEX,
+            },
+            platform,
+        );
+        // Cannot fail for the whole device (no stream to look up).
+        let _ = dev.inject(None, config.inject);
+        let core = Arc::new(Core {
+            dev: RwLock::new(dev),
+            notified,
+            kick,
+            served: Mutex::new(HashMap::new()),
+            pollers: Mutex::new(Vec::new()),
+            shutdown: AtomicBool::new(false),
+            config,
+        });
+        // The pollers start with the device (a fixed set of threads, not one per stream). One
+        // that cannot be started now is started with the first stream (or that fails then).
+        for _ in 0..config.pollers.max(1) {
+            if core.start_poller().is_err() {
+                break;
+            }
+        }
+        Self {
+            owner: Arc::new(Owner { core }),
+        }
+    }
+
+    pub(crate) fn core(&self) -> &Core {
+        &self.owner.core
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> MockConfig {
+        self.core().config
+    }
+
+    /// Attaches an open (client or control). In exclusive mode a second client gets `EBUSY`
+    /// naming the holder.
+    pub fn open(&self, params: OpenParams) -> Result<u32, Box<OpenError>> {
+        let core = self.core();
+        if core.shutdown.load(Ordering::Acquire) {
+            return Err(Box::new(OpenError {
+                error: Error::new(Errno::ENODEV, "the device has shut down"),
+                holder: None,
+            }));
+        }
+        core.lock().open(params).map_err(Box::new)
+    }
+
+    /// Detaches an open and releases everything it held; its streams leave their pollers.
+    pub fn close(&self, client: u32) {
+        let core = self.core();
+        {
+            let mut g = core.lock();
+            g.close(client);
+            g.platform_mut().forget_client(client);
+        }
+        core.reap(false);
+    }
+
+    /// One ioctl for `client`: `arg` holds the argument bytes (`_IOC_SIZE(request)` of them)
+    /// and receives the reply fields (also on most errors, e.g. WAIT_EVENT's `status`).
+    /// Blocks for WAIT_EVENT, with the device unlocked.
+    pub fn ioctl(
+        &self,
+        client: u32,
+        request: u32,
+        arg: &mut [u8],
+        user: &mut dyn UserMem,
+    ) -> Result<(), Error> {
+        let core = self.core();
+        let mut g = core.lock();
+        if core.shutdown.load(Ordering::Acquire) {
+            return Err(Error::new(Errno::ENODEV, "the device has shut down"));
+        }
+        match g.ioctl(client, request, arg, user)? {
+            Reply::Done => {
+                drop(g);
+                if request == DRIVER_CMD_DESTROY_STREAM || request == DRIVER_CMD_DESTROY_CONTEXT {
+                    core.reap(false);
+                }
+                Ok(())
+            }
+            Reply::Wait(spec) => core.wait(g, client, &spec, arg),
+            Reply::StreamCreated(stream) => self.start_worker(g, client, stream),
+            Reply::Kick(stream) => {
+                g.platform_mut().kick_stream(stream);
+                Ok(())
+            }
+        }
+    }
+
+    fn start_worker(&self, mut g: Exclusive<'_>, client: u32, stream: u32) -> Result<(), Error> {
+        let Some(mem) = g.stream_mem(client, stream).cloned() else {
+            return Err(Error::new(Errno::ENOENT, "new stream vanished"));
+        };
+        g.platform_mut().register_stream(stream, mem.clone());
+        match self.owner.core.serve(&g, client, stream, mem) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                let _ = g.destroy_stream(client, stream);
+                Err(Error::new(
+                    Errno::ENOMEM,
+                    "could not start a poller thread for the stream",
+                ))
+            }
+        }
+    }
+
+    /// Resolves an mmap request of `client`: `cookie` must name an object it owns and `len`
+    /// must not exceed the object. Returns a descriptor to map and the offset within it.
+    pub fn map(&self, client: u32, cookie: u64, len: u64) -> Result<MapSource, Error> {
+        let g = self.core().shared();
+        match g.mmap_target(client, cookie, len)? {
+            MmapTarget::Memory { offset, .. } => Ok(MapSource {
+                fd: g.platform().arena_fd(client)?,
+                offset,
+            }),
+            MmapTarget::CmdRing { stream } => self.stream_part(&g, client, stream, StreamPart::Cmd),
+            MmapTarget::EventRing { stream } => {
+                self.stream_part(&g, client, stream, StreamPart::Event)
+            }
+            MmapTarget::Doorbell { stream } => {
+                self.stream_part(&g, client, stream, StreamPart::Doorbell)
+            }
+        }
+    }
+
+    fn stream_part(
+        &self,
+        g: &DeviceCore<MockPlatform>,
+        client: u32,
+        stream: u32,
+        part: StreamPart,
+    ) -> Result<MapSource, Error> {
+        let Some(mem) = g.stream_mem(client, stream) else {
+            return Err(Error::new(Errno::ENOENT, "no such stream for this client"));
+        };
+        Ok(MapSource {
+            fd: MockPlatform::stream_fd(mem, part)?,
+            offset: 0,
+        })
+    }
+
+    /// GET_INFO, without an open.
+    pub fn info(&self) -> DeviceInfo {
+        self.core().shared().info()
+    }
+
+    /// Usage of every attached client.
+    pub fn clients(&self) -> Vec<ClientUsage> {
+        self.core().shared().clients().collect()
+    }
+
+    /// The sharing mode now in force.
+    pub fn share_mode(&self) -> ShareMode {
+        self.core().shared().share_mode()
+    }
+
+    /// Streams being served by the device's pollers (every live stream, until reaped).
+    pub fn workers(&self) -> usize {
+        self.core().served().len()
+    }
+
+    /// Streams of one client being served.
+    pub fn client_workers(&self, client: u32) -> usize {
+        self.core()
+            .served()
+            .values()
+            .filter(|w| w.client == client)
+            .count()
+    }
+
+    /// Poller threads running (`MockConfig::pollers`, more only past
+    /// `FUTEX_WAITV_MAX - 1` streams per poller).
+    pub fn pollers(&self) -> usize {
+        self.core().pollers().len()
+    }
+
+    /// Arms `fault` (or disarms, `None`) on stream `stream` (its handle, whoever owns it), or
+    /// with `stream` `None` on every stream and on every stream created from now on
+    /// (docs/abi.md 5.6 says what clients see). `ENOENT` if the stream does not exist.
+    pub fn inject(&self, stream: Option<u32>, fault: Option<Inject>) -> Result<(), Error> {
+        let g = {
+            let mut g = self.core().lock();
+            g.inject(stream, fault)?;
+            g
+        };
+        // A halted stream's poller looks again (a fault disarmed does not restart it, but a
+        // stream armed while its poller sleeps is reconsidered at once).
+        g.platform().kick_pollers();
+        Ok(())
+    }
+
+    /// A device reset (docs/abi.md 5.6): every running stream stops in the error state with
+    /// `ECANCELED`; clients, contexts, events and memory stay, and new streams run. Returns
+    /// the number of streams stopped.
+    pub fn reset(&self) -> u32 {
+        self.core().lock().reset()
+    }
+
+    /// Stops and joins every poller now; afterwards every call fails with `ENODEV`.
+    /// (Dropping the last handle does the same.)
+    pub fn shutdown(&self) {
+        self.core().shutdown();
+    }
+}

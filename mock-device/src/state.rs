@@ -1,0 +1,93 @@
+//! The state every [`MockDevice`](crate::MockDevice) handle and poller thread shares
+//! ([`Core`]): the driver-core [`DeviceCore`] behind a reader-writer lock, the wake words of
+//! WAIT_EVENT sleepers and of the pollers, the table of served streams and the pollers with
+//! their stream sets. The behaviour lives elsewhere: `pollers` (serving streams),
+//! `waits` (WAIT_EVENT sleepers), `mock_device` (the control path).
+//!
+//! Locking: the control path (ioctls, open, close, mmap) holds the device exclusively. The
+//! data path (a poller running a stream, arming its doorbell) holds it shared plus that
+//! stream's own lock (driver-core's per-stream [`Lock`](davinci_driver_core::Lock)), so
+//! pollers never exclude each other and a stream's lock is only ever contended by a usage
+//! report.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+
+use davinci_driver_core::DeviceCore;
+
+use crate::config::MockConfig;
+use crate::platform::MockPlatform;
+use crate::stream_mem::StreamMem;
+
+/// A stream being served: whose it is and the poller that serves it (whose set holds its
+/// memory while it may look at it).
+pub(crate) struct Served {
+    pub(crate) client: u32,
+    pub(crate) poller: usize,
+}
+
+/// The streams one poller serves, and a generation that changes with them.
+#[derive(Default)]
+pub(crate) struct PollerSet {
+    pub(crate) streams: Mutex<Vec<(u32, Arc<StreamMem>)>>,
+    pub(crate) generation: AtomicU64,
+    /// Set when the poller is retired (it served no stream and was one more than
+    /// `config.pollers`): it returns at its next look.
+    pub(crate) retired: AtomicBool,
+}
+
+/// A poller thread and its streams.
+pub(crate) struct Poller {
+    pub(crate) set: Arc<PollerSet>,
+    pub(crate) join: JoinHandle<()>,
+}
+
+/// The device and everything that serves it, shared by the handles and the pollers.
+pub(crate) struct Core {
+    /// Exclusive for the control path, shared for the pollers (see the module docs).
+    pub(crate) dev: RwLock<DeviceCore<MockPlatform>>,
+    /// Host threads in WAIT_EVENT sleep on this word (see `MockPlatform::add_waiter`).
+    pub(crate) notified: Arc<AtomicU32>,
+    /// The pollers' wake word (see `MockPlatform::kick_pollers`).
+    pub(crate) kick: Arc<AtomicU32>,
+    /// Every stream being served, by handle. Lock order: device, then `served`, then
+    /// `pollers`, then a poller's set.
+    pub(crate) served: Mutex<HashMap<u32, Served>>,
+    pub(crate) pollers: Mutex<Vec<Poller>>,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) config: MockConfig,
+}
+
+pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
+    // A poisoned lock means a thread panicked while holding it; driver-core has no panicking
+    // paths, and the state it protects stays consistent between calls, so carry on.
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The device held exclusively (the control path).
+pub(crate) type Exclusive<'a> = RwLockWriteGuard<'a, DeviceCore<MockPlatform>>;
+
+impl Core {
+    /// The device held exclusively: the control path.
+    pub(crate) fn lock(&self) -> Exclusive<'_> {
+        relock(self.dev.write())
+    }
+
+    /// The device held shared: the data path (and reports that change nothing).
+    pub(crate) fn shared(&self) -> RwLockReadGuard<'_, DeviceCore<MockPlatform>> {
+        relock(self.dev.read())
+    }
+
+    /// The table of served streams.
+    pub(crate) fn served(&self) -> MutexGuard<'_, HashMap<u32, Served>> {
+        relock(self.served.lock())
+    }
+
+    /// The pollers, by index.
+    pub(crate) fn pollers(&self) -> MutexGuard<'_, Vec<Poller>> {
+        relock(self.pollers.lock())
+    }
+}
