@@ -39,7 +39,7 @@ use crate::inventory::{DeviceState, Inventory, Kind};
 pub const DEVICE_ENV: &str = davinci_shim::DEVICE_ENV;
 
 /// The variable listing every device allocated to the container, comma-separated.
-pub const VISIBLE_DEVICES_ENV: &str = davinci_smi::cdi::VISIBLE_ENV;
+pub const VISIBLE_DEVICES_ENV: &str = davinci_ops::cdi::VISIBLE_ENV;
 
 /// Most containers in one request.
 pub const MAX_CONTAINERS: usize = 256;

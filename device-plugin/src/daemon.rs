@@ -488,8 +488,8 @@ pub(crate) async fn check_all(
 
 /// The devices a search finds, as (N, path); entries whose name gives no N are skipped.
 fn search(socket_dir: Option<&Path>) -> Vec<(u32, String)> {
-    let d = davinci_smi::discover::Discovery::from_env();
-    davinci_smi::discover::discover(&[], socket_dir, &d)
+    let d = davinci_ops::discover::Discovery::from_env();
+    davinci_ops::discover::discover(&[], socket_dir, &d)
         .entries
         .into_iter()
         .filter_map(|e| Some((e.id?, e.path)))
