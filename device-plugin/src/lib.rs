@@ -17,8 +17,10 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod api;
 mod cli;
 mod daemon;
+pub mod exit;
 pub mod ids;
 pub mod inventory;
 pub mod status;
@@ -32,28 +34,7 @@ use clap::Parser;
 
 pub use cli::{Cli, DEFAULT_KUBELET_DIR, DEFAULT_RESOURCE};
 pub use daemon::{options, KUBELET_SOCKET, VERSION};
-
-/// The kubelet's v1beta1 device-plugin API (messages, `registration_*` and
-/// `device_plugin_*` server and client), generated from the vendored proto.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod api {
-    tonic::include_proto!("v1beta1");
-}
-
-/// A failure that stops the program (exit status 1), with what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure(pub String);
-
-/// Exit statuses.
-pub mod exit {
-    /// Clean shutdown, or `--list` done.
-    pub const OK: i32 = 0;
-    /// Cannot run: no kubelet directory, no devices, registration refused, a socket that
-    /// cannot be created.
-    pub const FAILURE: i32 = 1;
-    /// Usage.
-    pub const USAGE: i32 = 2;
-}
+pub use exit::Failure;
 
 /// Runs the program with the process's arguments; returns the exit status.
 pub fn main() -> i32 {
