@@ -3,7 +3,7 @@
 //! name: `--device davinci.ai/npu=davinci0`, or `=all`. `davinci-smi cdi generate` writes the
 //! spec; the device plugin's `--cdi` names devices in it.
 //!
-//! The spec ([`build`]) has one device per davinci device, named `davinci<N>`
+//! The spec ([`build()`]) has one device per davinci device, named `davinci<N>`
 //! ([`crate::device_name`]), and `all` with every device:
 //!
 //! * a kernel device `/dev/davinciN`: `deviceNodes: [{path: /dev/davinciN}]` and the
@@ -22,30 +22,30 @@
 //!
 //! Before anything is written the spec is checked as upstream's Go library checks a spec it
 //! loads ([`Spec::check`]); the tests also validate it against upstream's JSON schema
-//! (vendored in `ops/cdi-schema/`; [`schema`], feature `cdi-schema`).
+//! (vendored in `ops/cdi-schema/`; the module `schema`, feature `cdi-schema`).
 //!
 //! The files: [`names`] (the constants and [`CdiVersion`]), [`spec`] (the spec's types and
 //! their JSON and YAML), [`check`] (upstream's load-time checks and [`parse_kind`]),
-//! [`build`](mod@build) (the spec of a set of devices), [`write`] (the file format and the
-//! atomic write).
+//! [`builder`] (the spec of a set of devices), [`spec_file`] (the file format and the atomic
+//! write).
 #![forbid(unsafe_code)]
 
-pub mod build;
+pub mod builder;
 pub mod check;
 pub mod names;
 #[cfg(feature = "cdi-schema")]
 pub mod schema;
 pub mod spec;
-pub mod write;
+pub mod spec_file;
 
-pub use build::{build, build_for};
+pub use builder::{build, build_for};
 pub use check::parse_kind;
 pub use names::{
     CdiVersion, UnknownCdiVersion, ALL, CDI_VERSION, DEFAULT_KIND, DEVICE_ENV,
     GENERATOR_ANNOTATION, KNOWN_VERSIONS, PATH_ANNOTATION, SOCKET_MOUNT_OPTIONS, VISIBLE_ENV,
 };
 pub use spec::{ContainerEdits, Device, DeviceNode, Mount, Node, Spec, SpecDevice};
-pub use write::{choose_format, write_atomically, SpecFormat, UnknownSpecFormat, WriteError};
+pub use spec_file::{choose_format, write_atomically, SpecFormat, UnknownSpecFormat, WriteError};
 
 #[cfg(test)]
 mod tests;
