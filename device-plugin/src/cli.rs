@@ -12,8 +12,9 @@ use crate::ids::MAX_REPLICAS;
 /// The kubelet's device-plugin directory.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet/device-plugins";
 
-/// The resource advertised by default.
-pub const DEFAULT_RESOURCE: &str = "davinci.ai/npu";
+/// The resource advertised by default: the CDI kind `davinci-smi cdi generate` writes by
+/// default, so that `--cdi` without `--cdi-kind` names devices of that spec.
+pub const DEFAULT_RESOURCE: &str = davinci_ops::cdi::DEFAULT_KIND;
 
 const AFTER_HELP: &str = "\
 Devices: every --device PATH; else every davinci<N>.sock in --socket-dir; else DAVINCI_DEVICE;
@@ -92,7 +93,7 @@ pub struct Cli {
 
     /// The CDI kind of --cdi [default: the resource name]
     #[arg(long, value_name = "KIND", requires = "cdi",
-          value_parser = davinci_smi::cdi::parse_kind)]
+          value_parser = davinci_ops::cdi::parse_kind)]
     pub cdi_kind: Option<String>,
 
     /// Keep a JSON status (devices, health, IDs, allocations, registrations) in this file,

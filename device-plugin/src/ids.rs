@@ -68,10 +68,8 @@ impl fmt::Display for DeviceId {
     }
 }
 
-/// `davinci<N>`: the name of device N in logs, IDs and CDI names.
-pub fn device_name(device: u32) -> String {
-    format!("davinci{device}")
-}
+/// `davinci<N>`: the name of device N in logs, IDs and CDI names (every tool's).
+pub use davinci_ops::device_name;
 
 /// How many IDs a device in `mode` is advertised as.
 pub fn replica_count(mode: ShareMode, replicas: u32) -> u32 {

@@ -1,7 +1,7 @@
 //! `davinci-device-plugin`: the Kubernetes device plugin for davinci devices (the kubelet's
 //! `v1beta1` device-plugin gRPC API).
 //!
-//! It finds the node's devices as `davinci-smi` does ([`davinci_smi::discover`]), checks
+//! It finds the node's devices as `davinci-smi` does ([`davinci_ops::discover`]), checks
 //! each one's health and sharing mode with a control open ([`davinci_shim::Control`]) every
 //! `--health-interval`, serves the DevicePlugin service on a Unix socket in the kubelet's
 //! device-plugin directory and registers the resource (`davinci.ai/npu` by default) with
@@ -17,8 +17,10 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod api;
 mod cli;
 mod daemon;
+pub mod exit;
 pub mod ids;
 pub mod inventory;
 pub mod status;
@@ -32,28 +34,7 @@ use clap::Parser;
 
 pub use cli::{Cli, DEFAULT_KUBELET_DIR, DEFAULT_RESOURCE};
 pub use daemon::{options, KUBELET_SOCKET, VERSION};
-
-/// The kubelet's v1beta1 device-plugin API (messages, `registration_*` and
-/// `device_plugin_*` server and client), generated from the vendored proto.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod api {
-    tonic::include_proto!("v1beta1");
-}
-
-/// A failure that stops the program (exit status 1), with what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure(pub String);
-
-/// Exit statuses.
-pub mod exit {
-    /// Clean shutdown, or `--list` done.
-    pub const OK: i32 = 0;
-    /// Cannot run: no kubelet directory, no devices, registration refused, a socket that
-    /// cannot be created.
-    pub const FAILURE: i32 = 1;
-    /// Usage.
-    pub const USAGE: i32 = 2;
-}
+pub use exit::Failure;
 
 /// Runs the program with the process's arguments; returns the exit status.
 pub fn main() -> i32 {
@@ -107,17 +88,17 @@ fn cdi_kind(cli: &Cli) -> Result<Option<String>, String> {
         return Ok(None);
     }
     let kind = cli.cdi_kind.as_deref().unwrap_or(&cli.resource);
-    davinci_smi::cdi::parse_kind(kind).map(Some)
+    davinci_ops::cdi::parse_kind(kind).map(Some)
 }
 
 /// The devices named or found at the start, as (N, path); or why there are none.
 fn initial_devices(cli: &Cli) -> Result<Vec<(u32, String)>, Failure> {
-    let d = davinci_smi::discover::Discovery::from_env();
-    let found = davinci_smi::discover::discover(&cli.devices, cli.socket_dir.as_deref(), &d);
+    let d = davinci_ops::discover::Discovery::from_env();
+    let found = davinci_ops::discover::discover(&cli.devices, cli.socket_dir.as_deref(), &d);
     if found.entries.is_empty() {
         return Err(Failure(format!(
             "no devices found: {}",
-            davinci_smi::discover::describe_searched(&found)
+            davinci_ops::discover::describe_searched(&found)
         )));
     }
     let mut out: Vec<(u32, String)> = Vec::new();

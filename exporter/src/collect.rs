@@ -168,7 +168,7 @@ impl Collector {
 
     /// Reads every device of `entries` (duplicates by path read once), in parallel; a
     /// device that has not answered by the deadline is down with `ETIMEDOUT`.
-    pub fn collect(&self, entries: &[davinci_smi::discover::Entry]) -> Vec<Sample> {
+    pub fn collect(&self, entries: &[davinci_ops::discover::Entry]) -> Vec<Sample> {
         let mut seen = HashSet::new();
         let entries: Vec<_> = entries
             .iter()
@@ -255,7 +255,7 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use davinci_smi::discover::Entry;
+    use davinci_ops::discover::Entry;
 
     struct Fake;
 

@@ -1,7 +1,7 @@
 //! `davinci-exporter`: the davinci devices' metrics for Prometheus. It serves `GET /metrics`
 //! over plain HTTP in the Prometheus text format (0.0.4), or OpenMetrics 1.0.0 when the
 //! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each scrape
-//! discovers the devices as `davinci-smi` does ([`davinci_smi::discover`]) and reads them
+//! discovers the devices as `davinci-smi` does ([`davinci_ops::discover`]) and reads them
 //! afresh through a control open: GET_INFO (health, memory, sharing), LIST_CLIENTS (per
 //! client memory, tasks, objects, process and container) and, from ABI 1.3, GET_COUNTERS
 //! (device-wide task totals, doorbell wake-ups, stream errors). A device that cannot be
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use collect::{Collector, Reader, Sample, ShimReader};
-use davinci_smi::discover::{self, Discovery};
+use davinci_ops::discover::{self, Discovery};
 use http::{Limits, Request, Response};
 use metrics::{Format, SelfStats};
 

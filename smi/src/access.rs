@@ -1,4 +1,5 @@
-//! How the commands reach a device: a control open behind a trait, so tests use fakes.
+//! How the commands reach a device: a control open behind a trait, so tests use fakes; and
+//! [`Target`], a device found and opened.
 //!
 //! A `davinci-mockd` socket that exists but refuses the connection with `EPERM` gets a
 //! reason beyond the shim's: who owns the socket, its group and mode, who the caller is,
@@ -7,9 +8,10 @@
 
 use std::path::Path;
 
+use davinci_ops::discover::Entry;
 use davinci_uapi::{ClientUsage, DeviceInfo, Errno, ShareMode};
 
-use crate::error::*;
+use crate::error::SmiError;
 
 /// One control open, as `davinci-smi` needs it.
 pub trait DeviceAccess {
@@ -43,6 +45,13 @@ impl DeviceAccess for davinci_shim::Control {
     fn clients(&self) -> Result<Vec<ClientUsage>, SmiError> {
         Ok(davinci_shim::Control::clients(self)?)
     }
+}
+
+/// A device a command is run on: what discovery found, and its control open (or why it
+/// could not be opened).
+pub(crate) struct Target {
+    pub(crate) entry: Entry,
+    pub(crate) dev: Result<Box<dyn DeviceAccess>, SmiError>,
 }
 
 /// Opens devices through the shim ([`davinci_shim::Control`]).

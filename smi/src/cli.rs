@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use davinci_ops::cdi::{parse_kind, CdiVersion, SpecFormat, DEFAULT_KIND};
 
 pub(crate) const AFTER_HELP: &str = "\
 Device selection (first that applies): --device PATH (repeatable); --socket-dir DIR
@@ -179,21 +181,33 @@ pub(crate) struct CdiGenerateArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
     /// The spec's format [default: json if FILE ends in .json, else yaml]
-    #[arg(long = "format", value_enum, value_name = "FORMAT")]
-    pub(crate) format: Option<crate::cdi::SpecFormat>,
+    #[arg(long = "format", value_name = "FORMAT", value_parser = spec_format())]
+    pub(crate) format: Option<SpecFormat>,
     /// The CDI kind VENDOR/CLASS containers ask for (--device KIND=davinci0)
-    #[arg(long = "kind", value_name = "KIND", default_value = crate::cdi::DEFAULT_KIND,
-          value_parser = crate::cdi::parse_kind)]
+    #[arg(long = "kind", value_name = "KIND", default_value = DEFAULT_KIND,
+          value_parser = parse_kind)]
     pub(crate) kind: String,
     /// The cdiVersion to declare: 0.5.0 leaves the annotations out, for runtimes whose CDI
     /// library is older than 0.6.0 (podman 4.3 on Debian 12)
     #[arg(
         long = "cdi-version",
-        value_enum,
         value_name = "VERSION",
-        default_value = "0.6.0"
+        default_value = "0.6.0",
+        value_parser = cdi_version()
     )]
-    pub(crate) cdi_version: crate::cdi::CdiVersion,
+    pub(crate) cdi_version: CdiVersion,
+}
+
+/// `--format`: a [`SpecFormat`] by name, each listed in `--help` with what it is.
+fn spec_format() -> impl TypedValueParser<Value = SpecFormat> {
+    let names = SpecFormat::ALL.map(|f| PossibleValue::new(f.name()).help(f.help()));
+    PossibleValuesParser::new(names).try_map(|s| s.parse::<SpecFormat>())
+}
+
+/// `--cdi-version`: a [`CdiVersion`], each listed in `--help` with what it is for.
+fn cdi_version() -> impl TypedValueParser<Value = CdiVersion> {
+    let names = CdiVersion::ALL.map(|v| PossibleValue::new(v.as_str()).help(v.help()));
+    PossibleValuesParser::new(names).try_map(|s| s.parse::<CdiVersion>())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -255,4 +269,56 @@ pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
         return Err(bad());
     }
     std::time::Duration::try_from_secs_f64(x).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    //! npu-smi's `-c`: chip 0 is accepted, any other is a usage error.
+
+    use crate::exit;
+    use crate::tests::*;
+
+    #[test]
+    fn chip_zero_is_accepted_for_info_and_set() {
+        let w = two();
+        for a in [
+            &["info", "-t", "device-share", "-i", "0", "-c", "0"][..],
+            &["info", "-c", "0"],
+            &["info", "-t", "usage", "-i", "1", "--chip", "0"],
+            &["set", "-t", "device-share", "-i", "1", "-c", "0", "-d", "1"],
+        ] {
+            let (code, out, err) = smi(&w, &args(&BOTH, a));
+            assert_eq!(code, 0, "{a:?}: {out}{err}");
+        }
+        let (_, out, _) = smi(
+            &w,
+            &args(&BOTH, &["info", "-t", "device-share", "-i", "0", "-c", "0"]),
+        );
+        assert!(
+            out.contains("Device-share Status            : False"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn other_chips_are_a_usage_error() {
+        let w = two();
+        for chip in ["1", "7", "x", "-1"] {
+            let a = args(
+                &BOTH,
+                &["info", "-t", "device-share", "-i", "0", "-c", chip],
+            );
+            let (code, out, err) = smi(&w, &a);
+            assert_eq!(code, exit::USAGE, "{chip}: {out}{err}");
+            assert!(err.contains("exactly one chip, id 0"), "{err}");
+            assert_eq!(out, "");
+            let msg = assert_json_usage_error(&w, &args(&a, &["--json"]));
+            assert!(msg.contains("exactly one chip, id 0"), "{msg}");
+        }
+        let a = ["set", "-t", "device-share", "-i", "0", "-c", "1", "-d", "1"];
+        assert_eq!(smi(&w, &args(&BOTH, &a)).0, exit::USAGE);
+        // Nothing was set.
+        let v = doc(&smi(&w, &args(&BOTH, &["info", "--json"])).1);
+        assert_eq!(v["devices"][0]["share_mode"], "exclusive");
+    }
 }

@@ -1,25 +1,12 @@
-//! The commands: what each asks of the devices, and its text and JSON output.
+//! The device commands (`info`, `info -t device-share`, `info -t usage`, `set -t
+//! device-share`): what each asks of the devices, and its text and JSON output.
 #![forbid(unsafe_code)]
 
 use davinci_uapi::{ClientUsage, Errno, ShareMode};
 
-use crate::discover::Entry;
+use crate::access::{DeviceAccess, Target};
+use crate::error::{combine, SmiError};
 use crate::output::*;
-use crate::{access::*, error::*};
-
-pub(crate) enum Action {
-    List,
-    Board,
-    Share,
-    Usage,
-    Set(ShareMode),
-    Cdi(crate::cdi::Generate),
-}
-
-pub(crate) struct Target {
-    pub(crate) entry: Entry,
-    pub(crate) dev: Result<Box<dyn DeviceAccess>, SmiError>,
-}
 
 pub(crate) fn id_text(id: Option<u32>) -> String {
     id.map_or("-".into(), |i| i.to_string())
@@ -451,3 +438,6 @@ pub(crate) fn set(targets: &[Target], mode: ShareMode) -> Report {
     };
     report(Body::Set { requested, results }, &errors, text)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,9 +1,10 @@
 //! What failed, and the exit status that says so.
 #![forbid(unsafe_code)]
 
+use davinci_ops::cdi::WriteError;
 use davinci_uapi::Errno;
 
-use crate::output::*;
+use crate::output::ErrorJson;
 
 /// Exit statuses: one per failure class, so scripts can tell them apart.
 pub mod exit {
@@ -69,6 +70,16 @@ impl From<davinci_shim::Error> for SmiError {
         }
     }
 }
+impl From<WriteError> for SmiError {
+    /// A spec that could not be written: `EACCES` when permission was denied, else no errno.
+    fn from(e: WriteError) -> Self {
+        Self {
+            errno: (e.kind == Some(std::io::ErrorKind::PermissionDenied)).then_some(Errno::EACCES),
+            message: e.message,
+        }
+    }
+}
+
 /// The exit status of a run over several devices: 0 if all succeeded; the failure class if
 /// all failed alike (1 if they failed differently); [`exit::PARTIAL`] if some succeeded.
 pub fn combine(outcomes: &[Option<&SmiError>]) -> i32 {
@@ -84,5 +95,22 @@ pub fn combine(outcomes: &[Option<&SmiError>]) -> i32 {
         } else {
             exit::OTHER
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combine_classes() {
+        let busy = SmiError::new(Errno::EBUSY, "b");
+        let perm = SmiError::new(Errno::EPERM, "p");
+        assert_eq!(combine(&[None, None]), 0);
+        assert_eq!(combine(&[Some(&busy)]), exit::BUSY);
+        assert_eq!(combine(&[Some(&busy), Some(&busy)]), exit::BUSY);
+        assert_eq!(combine(&[Some(&busy), Some(&perm)]), exit::OTHER);
+        assert_eq!(combine(&[Some(&busy), None]), exit::PARTIAL);
+        assert_eq!(SmiError::new(Errno::EPROTO, "x").exit_code(), exit::OTHER);
     }
 }

@@ -2,6 +2,7 @@
 //! rendering (for people; may change).
 #![forbid(unsafe_code)]
 
+use davinci_ops::cdi::Spec;
 use serde::Serialize;
 
 /// The schema id every JSON document carries.
@@ -163,6 +164,21 @@ pub struct SetRequestJson {
     pub share_mode: &'static str,
 }
 
+/// `cdi generate` in JSON: one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct CdiDeviceJson {
+    /// Its CDI name (`davinci0`).
+    pub name: String,
+    /// N of davinciN.
+    pub id: u32,
+    /// The device path.
+    pub path: String,
+    /// `"ok"` or `"unreachable"` (in the spec all the same, by its path).
+    pub health: &'static str,
+    /// Why it is unreachable (null when ok).
+    pub error: Option<ErrorJson>,
+}
+
 /// Every JSON document: the schema id, the command, and its body.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
@@ -205,11 +221,11 @@ pub enum Body {
         /// The spec's `cdiVersion`.
         cdi_version: String,
         /// The devices in the spec (besides `all`), in the order of their ids.
-        devices: Vec<crate::cdi::CdiDeviceJson>,
+        devices: Vec<CdiDeviceJson>,
         /// What the operator should know: unreachable devices, a file name runtimes ignore.
         warnings: Vec<String>,
         /// The spec itself.
-        spec: crate::cdi::Spec,
+        spec: Spec,
     },
     /// The command failed as a whole (no devices, unknown id, a bad command line).
     Failed {

@@ -2,30 +2,20 @@
 //! no device (tests with a running `davinci-mockd` are in tests/tests/smi_cli.rs).
 #![forbid(unsafe_code)]
 
-use std::process::{Command, Output};
+use std::process::Command;
 
+use davinci_ops::cdi::schema::CdiSchema;
+use davinci_smi::test_util::{doc, run};
 use serde_json::Value;
 
+/// `davinci-smi ARGS` with nothing to discover unless the arguments name a device: exit
+/// status, stdout, stderr.
 fn smi(args: &[&str]) -> (i32, String, String) {
     let dir = std::env::temp_dir().join(format!("smi-cli-none-{}", std::process::id()));
-    let out: Output = Command::new(env!("CARGO_BIN_EXE_davinci-smi"))
+    run(Command::new(env!("CARGO_BIN_EXE_davinci-smi"))
         .args(args)
-        // Nothing to discover unless a test names a device.
         .env_remove("DAVINCI_DEVICE")
-        .env("DAVINCI_SOCKET_DIR", &dir)
-        .output()
-        .expect("run davinci-smi");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn doc(s: &str) -> Value {
-    let v: Value = serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s:?}"));
-    assert_eq!(v["schema"], "davinci-smi/v1", "{v}");
-    v
+        .env("DAVINCI_SOCKET_DIR", &dir))
 }
 
 const NOWHERE: &str = "mock:/nonexistent-davinci-smi-test/davinci0.sock";
@@ -114,9 +104,6 @@ fn help_documents_the_new_options() {
     assert!(out.contains("-c, --chip"), "{out}");
 }
 
-#[path = "support/cdi_schema.rs"]
-mod cdi_schema;
-
 #[test]
 fn cdi_generate_is_documented_in_help() {
     let (code, out, _) = smi(&["--help"]);
@@ -157,7 +144,7 @@ fn cdi_generate_keeps_a_device_whose_daemon_is_gone_and_says_so() {
     );
     assert!(err.ends_with("; it is in the spec by its path\n"), "{err}");
     let spec: Value = serde_norway::from_str(&out).unwrap();
-    cdi_schema::CdiSchema::load().assert_valid(&spec);
+    CdiSchema::load().assert_valid(&spec);
     assert_eq!(spec["devices"][0]["name"], "davinci3");
     assert_eq!(
         spec["devices"][0]["containerEdits"]["env"][0],

@@ -1,33 +1,24 @@
 //! `davinci-smi cdi generate` against a real `davinci-mockd`: the spec it writes is valid by
-//! upstream's CDI JSON schema (vendored in smi/cdi-schema/), names the daemon's devices, and
+//! upstream's CDI JSON schema (vendored in ops/cdi-schema/), names the daemon's devices, and
 //! the device path it puts in a container's environment reaches that device. (The spec
-//! builder and its checks against fake devices: smi/src/cdi/tests.rs.)
+//! builder and its checks: ops/src/cdi/tests.rs; `cdi generate` against fake devices:
+//! smi/src/cdi_generate/tests.rs.)
 #![forbid(unsafe_code)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use davinci_ops::cdi::schema::CdiSchema;
+use davinci_smi::test_util::run;
 use davinci_tests::mockd::{bin, Mockd};
 use serde_json::Value;
 
-#[path = "../../smi/tests/support/cdi_schema.rs"]
-mod cdi_schema;
-
-use cdi_schema::CdiSchema;
-
 /// `davinci-smi ARGS`: exit status, stdout, stderr.
 fn smi(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin("testbin-davinci-smi"))
+    run(Command::new(bin("testbin-davinci-smi"))
         .args(args)
-        .env_remove("DAVINCI_DEVICE")
-        .output()
-        .expect("run davinci-smi");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .env_remove("DAVINCI_DEVICE"))
 }
 
 fn scratch(tag: &str) -> PathBuf {

@@ -1,33 +1,21 @@
 //! `davinci-smi` against a real `davinci-mockd` with client processes: npu-smi's `-c`, a
 //! device named twice, a refused `set` naming the clients it would strand, `--query` CSV and
-//! `--loop`. (The same behaviours against fake devices: smi/src/tests.rs; the binary without
-//! a device: smi/tests/cli.rs.)
+//! `--loop`. (The same behaviours against fake devices: the unit tests in smi/src; the binary
+//! without a device: smi/tests/cli.rs.)
 #![forbid(unsafe_code)]
 
 use std::process::Command;
 
+use davinci_smi::test_util::{doc, run};
 use davinci_tests::mockd::{bin, Mockd, TestClient as Client};
 use serde_json::Value;
 
 /// `davinci-smi --socket-dir DIR ARGS`: exit status, stdout, stderr.
 fn smi(d: &Mockd, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin("testbin-davinci-smi"))
+    run(Command::new(bin("testbin-davinci-smi"))
         .arg("--socket-dir")
         .arg(d.dir())
-        .args(args)
-        .output()
-        .expect("run davinci-smi");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn doc(s: &str) -> Value {
-    let v: Value = serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"));
-    assert_eq!(v["schema"], "davinci-smi/v1");
-    v
+        .args(args))
 }
 
 /// A daemon where this user may change sharing.

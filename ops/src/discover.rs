@@ -1,14 +1,14 @@
-//! Which devices `davinci-smi` talks to: the same device selection as the shim
-//! (`--device PATH` / `DAVINCI_DEVICE`), or every `davinci<N>.sock` in a `davinci-mockd`
-//! socket directory, or every `/dev/davinci<N>` node; and, when nothing is found, every
-//! place that was searched and why it gave nothing.
+//! Which devices the operators' tools (`davinci-smi`, the exporter, the device plugin) talk
+//! to: the same device selection as the shim (`--device PATH` / `DAVINCI_DEVICE`), or every
+//! `davinci<N>.sock` in a `davinci-mockd` socket directory, or every `/dev/davinci<N>` node;
+//! and, when nothing is found, every place that was searched and why it gave nothing.
 //!
 //! Without `--device`, `--socket-dir` or `DAVINCI_DEVICE` the places are searched in this
 //! order and the first that has devices is used: `/dev/davinci<N>`; davinci-mockd's default
 //! socket directory for the caller (`$DAVINCI_SOCKET_DIR`, else `/run/davinci` for root,
 //! else `$XDG_RUNTIME_DIR/davinci`, else `/tmp/davinci-$UID`); the system's well-known
 //! socket directory [`SYSTEM_SOCKET_DIR`] (`/run/davinci`, where a daemon run by root serves),
-//! searched whoever runs `davinci-smi`, as `/dev/davinciN` is one fixed place.
+//! searched whoever runs the tool, as `/dev/davinciN` is one fixed place.
 //!
 //! A place that has sockets is used even if they cannot be opened: each device then shows
 //! why (permission, a stale socket of a stopped daemon) instead of being skipped.
@@ -17,9 +17,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The system's well-known `davinci-mockd` socket directory (the daemon's default when run
-/// by root; `davinci_mockd_proto::SYSTEM_SOCKET_DIR`).
-pub const SYSTEM_SOCKET_DIR: &str = "/run/davinci";
+use davinci_mockd_proto::SYSTEM_SOCKET_DIR;
 
 /// One device to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +189,7 @@ fn scan_listing(
     } else {
         let ids: Vec<String> = out
             .iter()
-            .filter_map(|e| e.id.map(|i| format!("davinci{i}")))
+            .filter_map(|e| e.id.map(crate::device_name))
             .collect();
         format!("found {}", ids.join(", "))
     };
@@ -314,191 +312,4 @@ pub fn searched(devices: &[String], socket_dir: Option<&Path>, d: &Discovery) ->
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names() {
-        assert_eq!(index_of("davinci0", ""), Some(0));
-        assert_eq!(index_of("davinci12.sock", ".sock"), Some(12));
-        assert_eq!(index_of("davinci_manager", ""), None);
-        assert_eq!(index_of("davinci", ""), None);
-        assert_eq!(index_of("davinci1.sock", ""), None);
-        assert_eq!(id_from_path("mock:/run/davinci/davinci3.sock"), Some(3));
-        assert_eq!(id_from_path("/dev/davinci7"), Some(7));
-        assert_eq!(id_from_path("mock:/tmp/x.sock"), None);
-    }
-
-    fn scratch(tag: &str) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("smi-disc-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        root
-    }
-
-    #[test]
-    fn precedence_and_scanning() {
-        let root = scratch("prec");
-        let (dev, socks) = (root.join("dev"), root.join("socks"));
-        std::fs::create_dir_all(&dev).unwrap();
-        std::fs::create_dir_all(&socks).unwrap();
-        for f in ["davinci10.sock", "davinci2.sock", "davinci_x.sock", "other"] {
-            std::fs::write(socks.join(f), b"").unwrap();
-        }
-        let mut d = Discovery {
-            device_env: None,
-            dev_dir: dev.clone(),
-            default_socket_dir: socks.clone().into(),
-        };
-        // Nothing in /dev: the default socket directory, sorted by N.
-        let got = select(&[], None, &d);
-        assert_eq!(
-            got.iter().map(|e| e.id).collect::<Vec<_>>(),
-            vec![Some(2), Some(10)]
-        );
-        assert_eq!(
-            got[0].path,
-            format!("mock:{}", socks.join("davinci2.sock").display())
-        );
-        // Kernel nodes win over the default socket directory.
-        std::fs::write(dev.join("davinci0"), b"").unwrap();
-        std::fs::write(dev.join("davinci_manager"), b"").unwrap();
-        let got = select(&[], None, &d);
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].path, dev.join("davinci0").display().to_string());
-        // DAVINCI_DEVICE wins over both; --socket-dir over it; --device over everything.
-        d.device_env = Some("mock:/x/davinci5.sock".into());
-        assert_eq!(select(&[], None, &d)[0].id, Some(5));
-        assert_eq!(select(&[], Some(&socks), &d).len(), 2);
-        let got = select(&["/dev/davinci9".into()], Some(&socks), &d);
-        assert_eq!(
-            got,
-            vec![Entry {
-                id: Some(9),
-                path: "/dev/davinci9".into()
-            }]
-        );
-        assert!(select(&[], Some(&root.join("nope")), &d).is_empty());
-        assert!(searched(
-            &[],
-            None,
-            &Discovery {
-                device_env: None,
-                ..d
-            }
-        )
-        .contains("found davinci0"));
-        let _ = std::fs::remove_dir_all(&root);
-    }
-
-    #[test]
-    fn the_system_socket_directory_is_searched_by_everyone_after_the_users_own() {
-        let root = scratch("system");
-        let (dev, user, system) = (root.join("dev"), root.join("user"), root.join("run"));
-        std::fs::create_dir_all(&dev).unwrap();
-        std::fs::create_dir_all(&system).unwrap();
-        std::fs::write(system.join("davinci0.sock"), b"").unwrap();
-        std::fs::write(system.join("davinci1.sock"), b"").unwrap();
-        let d = Discovery {
-            device_env: None,
-            dev_dir: dev.clone(),
-            default_socket_dir: SocketDirs {
-                user: user.clone(),
-                user_why: "davinci-mockd's default for this user".into(),
-                system: Some(system.clone()),
-            },
-        };
-        // The user's own directory does not exist: the system's devices are found.
-        let found = discover(&[], None, &d);
-        assert_eq!(
-            found.entries.iter().map(|e| e.id).collect::<Vec<_>>(),
-            vec![Some(0), Some(1)]
-        );
-        assert_eq!(found.searched.len(), 3);
-        assert_eq!(found.searched[1].outcome, "no such directory");
-        assert_eq!(found.searched[2].outcome, "found davinci0, davinci1");
-        // A daemon of the user's own wins (and the system's directory is not reached).
-        std::fs::create_dir_all(&user).unwrap();
-        std::fs::write(user.join("davinci3.sock"), b"").unwrap();
-        let found = discover(&[], None, &d);
-        assert_eq!(found.entries.len(), 1);
-        assert_eq!(found.entries[0].id, Some(3));
-        assert_eq!(found.searched.len(), 2);
-        // Root: the default is the system directory; searched once.
-        let root_dirs = SocketDirs {
-            user: system.clone(),
-            user_why: "x".into(),
-            system: Some(system.clone()),
-        };
-        assert_eq!(root_dirs.in_order().len(), 1);
-        assert_eq!(root_dirs.in_order()[0].1, "the system's socket directory");
-        let _ = std::fs::remove_dir_all(&root);
-    }
-
-    #[test]
-    fn nothing_found_lists_every_place_searched_and_why() {
-        let d = Discovery {
-            device_env: None,
-            dev_dir: "/dev".into(),
-            default_socket_dir: SocketDirs {
-                user: "/tmp/davinci-1000".into(),
-                user_why: "davinci-mockd's default for this user".into(),
-                system: Some("/run/davinci".into()),
-            },
-        };
-        // /dev lists, /tmp/davinci-1000 is missing, /run/davinci may not be listed.
-        let list = |p: &Path| -> io::Result<Vec<String>> {
-            match p.to_str() {
-                Some("/dev") => Ok(vec!["null".into(), "davinci_manager".into()]),
-                Some("/run/davinci") => Err(io::Error::from(io::ErrorKind::PermissionDenied)),
-                _ => Err(io::Error::from(io::ErrorKind::NotFound)),
-            }
-        };
-        let found = discover_with(&[], None, &d, &list);
-        assert!(found.entries.is_empty());
-        assert_eq!(
-            describe_searched(&found),
-            "/dev/davinci<N>: none; \
-             /tmp/davinci-1000/davinci<N>.sock (davinci-mockd's default for this user): \
-             no such directory; \
-             /run/davinci/davinci<N>.sock (the system's socket directory): cannot list it: \
-             permission denied (ask for read and search permission on /run/davinci; with \
-             search permission alone, name a device: --device mock:/run/davinci/davinci0.sock); \
-             name a device with --device, --socket-dir or DAVINCI_DEVICE"
-        );
-        // --socket-dir: that one place, and why.
-        let found = discover_with(&[], Some(Path::new("/srv/d")), &d, &list);
-        assert_eq!(
-            describe_searched(&found),
-            "/srv/d/davinci<N>.sock (--socket-dir): no such directory; \
-             name a device with --device, --socket-dir or DAVINCI_DEVICE"
-        );
-        let e = io::Error::from(io::ErrorKind::NotADirectory);
-        assert_eq!(
-            listing_failure(Path::new("/x"), "", "", &e),
-            "not a directory"
-        );
-        let e = io::Error::other("disk on fire");
-        assert_eq!(
-            listing_failure(Path::new("/x"), "", "", &e),
-            "cannot list it: disk on fire"
-        );
-    }
-
-    #[test]
-    fn explicit_choices_are_reported_as_such() {
-        let d = Discovery {
-            device_env: Some("mock:/x/davinci5.sock".into()),
-            dev_dir: "/nonexistent".into(),
-            default_socket_dir: "/nonexistent".into(),
-        };
-        assert_eq!(
-            searched(&[], None, &d),
-            "DAVINCI_DEVICE=mock:/x/davinci5.sock: 1 named"
-        );
-        assert_eq!(
-            searched(&["/dev/davinci1".into(), "/dev/davinci2".into()], None, &d),
-            "--device /dev/davinci1, /dev/davinci2: 2 named"
-        );
-    }
-}
+mod tests;

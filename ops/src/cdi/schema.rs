@@ -1,12 +1,12 @@
-//! The upstream CDI JSON schema (vendored in `smi/cdi-schema/`, see its README), as a
-//! validator for tests: davinci-smi's unit tests (`smi/src/cdi.rs`) and the tests package's
-//! `smi_cdi` tests include this file with `#[path]`.
+//! The upstream CDI JSON schema (vendored in `ops/cdi-schema/`, see its README) as a
+//! validator, for tests (feature `cdi-schema`): davinci-ops' and davinci-smi's unit tests and
+//! the tests package's `smi_cdi` tests. Nothing of it is in a tool's binary.
 //!
 //! As upstream's Go package does, `schema.json` is loaded as `file:///schema.json`, so its
 //! `$ref`s to `defs.json#/definitions/...` resolve to `file:///defs.json`, registered here
 //! (neither file has an `$id`). Nothing is fetched: a reference that is not registered fails
 //! the build of the validator.
-#![allow(dead_code)]
+#![forbid(unsafe_code)]
 
 use serde_json::Value;
 
@@ -84,4 +84,28 @@ impl CdiSchema {
             "not a valid CDI spec: {errors:#?}\n{spec:#}"
         );
     }
+}
+
+/// The device named `name` of a spec as JSON.
+///
+/// # Panics
+/// If the spec has no such device.
+pub fn device<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec["devices"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["name"] == name))
+        .unwrap_or_else(|| panic!("no device {name}: {spec:#}"))
+}
+
+/// The names of a spec's devices (as JSON), in order.
+///
+/// # Panics
+/// If the spec has no device list, or a device has no name.
+pub fn device_names(spec: &Value) -> Vec<&str> {
+    spec["devices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no devices: {spec:#}"))
+        .iter()
+        .map(|d| d["name"].as_str().unwrap_or_else(|| panic!("no name: {d}")))
+        .collect()
 }

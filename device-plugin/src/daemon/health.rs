@@ -1,0 +1,127 @@
+//! The health checks: each device by a control open and GET_INFO, at most one check in flight
+//! per device, within a timeout; and a round of them (after a new search, unless the devices
+//! are fixed) whose changes are logged, published and written to the status file.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::state::{lock, Shared, Source};
+use crate::inventory::{Change, Probe};
+
+/// Checks one device: a control open and GET_INFO.
+fn check(path: &str) -> Result<Probe, String> {
+    let ctl = davinci_shim::Control::open(path).map_err(|e| e.to_string())?;
+    let info = ctl.info().map_err(|e| e.to_string())?;
+    let mode = davinci_uapi::ShareMode::from_u32(info.share_mode)
+        .ok_or_else(|| format!("GET_INFO: unknown share mode {}", info.share_mode))?;
+    Ok(Probe {
+        mode,
+        clients: info.clients,
+    })
+}
+
+/// Resets a device's in-flight flag when its check ends, however it ends.
+struct InFlight(Arc<AtomicBool>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// One health check of every known device, at most one check in flight per device: a device
+/// whose previous check has not returned is unhealthy without a new one.
+pub(crate) async fn check_all(
+    paths: Vec<(u32, String)>,
+    timeout: Duration,
+    inflight: &mut HashMap<u32, Arc<AtomicBool>>,
+) -> Vec<(u32, Result<Probe, String>)> {
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    for (index, path) in paths {
+        let flag = Arc::clone(inflight.entry(index).or_default());
+        if flag.swap(true, Ordering::SeqCst) {
+            out.push((
+                index,
+                Err(
+                    "the previous health check has not returned (the device does not answer)"
+                        .to_string(),
+                ),
+            ));
+            continue;
+        }
+        let guard = InFlight(flag);
+        let handle = tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            check(&path)
+        });
+        pending.push((index, handle));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    for (index, handle) in pending {
+        let r = match tokio::time::timeout_at(deadline, handle).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(format!("the health check failed: {e}")),
+            Err(_) => Err(format!(
+                "no answer to the health check within {}ms",
+                timeout.as_millis()
+            )),
+        };
+        out.push((index, r));
+    }
+    out
+}
+
+/// The devices a search finds, as (N, path); entries whose name gives no N are skipped.
+fn search(socket_dir: Option<&Path>) -> Vec<(u32, String)> {
+    let d = davinci_ops::discover::Discovery::from_env();
+    davinci_ops::discover::discover(&[], socket_dir, &d)
+        .entries
+        .into_iter()
+        .filter_map(|e| Some((e.id?, e.path)))
+        .collect()
+}
+
+fn log_changes(changes: &[Change]) {
+    for c in changes {
+        if c.is_warning() {
+            warn!("{c}");
+        } else {
+            info!("{c}");
+        }
+    }
+}
+
+/// One round: the search (unless fixed), the checks, the list.
+pub(super) async fn health_round(
+    shared: &Arc<Shared>,
+    inflight: &mut HashMap<u32, Arc<AtomicBool>>,
+) {
+    let mut changes = Vec::new();
+    if let Source::Search(dir) = &shared.cfg.source {
+        let found = search(dir.as_deref());
+        changes.extend(lock(&shared.inv).discovered(&found));
+    }
+    let paths: Vec<(u32, String)> = lock(&shared.inv)
+        .devices()
+        .map(|d| (d.index, d.path.clone()))
+        .collect();
+    let results = check_all(paths, shared.cfg.probe_timeout, inflight).await;
+    {
+        let mut inv = lock(&shared.inv);
+        for (index, r) in results {
+            changes.extend(inv.checked(index, r));
+        }
+    }
+    log_changes(&changes);
+    shared.publish();
+    if !changes.is_empty() {
+        shared.write_status();
+    }
+}

@@ -1,0 +1,163 @@
+//! The inventory: the list it advertises as health and modes change, devices found and moved,
+//! IDs resolved, and its bound.
+
+use super::*;
+
+fn shared(clients: u32) -> Result<Probe, String> {
+    Ok(Probe {
+        mode: ShareMode::Shared,
+        clients,
+    })
+}
+
+fn exclusive() -> Result<Probe, String> {
+    Ok(Probe {
+        mode: ShareMode::Exclusive,
+        clients: 0,
+    })
+}
+
+fn ids(inv: &Inventory) -> Vec<(String, String)> {
+    inv.advertised()
+        .into_iter()
+        .map(|d| (d.id, d.health))
+        .collect()
+}
+
+#[test]
+fn the_list_follows_health_and_mode() {
+    let mut inv = Inventory::new(3);
+    let changes = inv.discovered(&[
+        (0, "mock:/s/davinci0.sock".into()),
+        (1, "/dev/davinci1".into()),
+    ]);
+    assert_eq!(changes.len(), 2);
+    // Not checked yet: one Unhealthy ID each.
+    assert_eq!(
+        ids(&inv),
+        [
+            ("davinci0".to_string(), UNHEALTHY.to_string()),
+            ("davinci1".to_string(), UNHEALTHY.to_string())
+        ]
+    );
+    let c = inv.checked(0, shared(0));
+    assert_eq!(
+        c,
+        [
+            Change::Healthy {
+                name: "davinci0".into()
+            },
+            Change::Mode {
+                name: "davinci0".into(),
+                mode: ShareMode::Shared,
+                ids: 3
+            }
+        ]
+    );
+    // Exclusive from the start: no mode change (the IDs were already one).
+    assert_eq!(
+        inv.checked(1, exclusive()),
+        [Change::Healthy {
+            name: "davinci1".into()
+        }]
+    );
+    let h = HEALTHY.to_string();
+    assert_eq!(
+        ids(&inv),
+        [
+            ("davinci0::0".to_string(), h.clone()),
+            ("davinci0::1".to_string(), h.clone()),
+            ("davinci0::2".to_string(), h.clone()),
+            ("davinci1".to_string(), h.clone()),
+        ]
+    );
+    // Nothing changed: nothing to log.
+    assert!(inv.checked(0, shared(2)).is_empty());
+    assert_eq!(inv.get(0).unwrap().clients, Some(2));
+    // Unreachable: the IDs stay (last mode), Unhealthy; the reason is logged once.
+    let c = inv.checked(0, Err("ENODEV: no daemon".into()));
+    assert_eq!(
+        c,
+        [Change::Unhealthy {
+            name: "davinci0".into(),
+            reason: "ENODEV: no daemon".into()
+        }]
+    );
+    assert!(inv.checked(0, Err("ENODEV: no daemon".into())).is_empty());
+    assert_eq!(inv.checked(0, Err("EPERM".into())).len(), 1);
+    assert_eq!(
+        ids(&inv)[..3]
+            .iter()
+            .map(|(i, h)| format!("{i} {h}"))
+            .collect::<Vec<_>>(),
+        [
+            "davinci0::0 Unhealthy",
+            "davinci0::1 Unhealthy",
+            "davinci0::2 Unhealthy"
+        ]
+    );
+    // Back, now exclusive.
+    assert_eq!(inv.checked(0, exclusive()).len(), 2);
+    assert_eq!(ids(&inv)[0], ("davinci0".to_string(), h));
+    assert_eq!(inv.advertised().len(), 2);
+    // A check of an unknown device changes nothing.
+    assert!(inv.checked(9, exclusive()).is_empty());
+}
+
+#[test]
+fn discovery_adds_and_follows_devices() {
+    let mut inv = Inventory::new(2);
+    inv.discovered(&[(2, "mock:/a/davinci2.sock".into())]);
+    assert!(inv
+        .discovered(&[(2, "mock:/a/davinci2.sock".into())])
+        .is_empty());
+    assert_eq!(
+        inv.discovered(&[(2, "/dev/davinci2".into())]),
+        [Change::Moved {
+            name: "davinci2".into(),
+            from: "mock:/a/davinci2.sock".into(),
+            to: "/dev/davinci2".into()
+        }]
+    );
+    assert_eq!(inv.get(2).unwrap().kind(), Kind::Kernel);
+    assert_eq!(inv.get(2).unwrap().host_path(), "/dev/davinci2");
+    // Not found any more: still known.
+    assert!(inv.discovered(&[]).is_empty());
+    assert_eq!(inv.len(), 1);
+}
+
+#[test]
+fn ids_resolve_to_known_devices_only() {
+    let mut inv = Inventory::new(4);
+    inv.discovered(&[(0, "mock:/s/davinci0.sock".into())]);
+    inv.checked(0, shared(0));
+    let (id, d) = inv.resolve("davinci0::3").unwrap();
+    assert_eq!((id, d.index), (DeviceId::replica(0, 3), 0));
+    // The whole-device form of a known device resolves too (handed out before a switch).
+    assert!(inv.resolve("davinci0").is_ok());
+    let e = inv.resolve("davinci0::4").unwrap_err().0;
+    assert!(e.contains("replicas 0 to 3 (--replicas 4)"), "{e}");
+    let e = inv.resolve("davinci5::0").unwrap_err().0;
+    assert!(
+        e.contains("there is no device davinci5 (known: davinci0)"),
+        "{e}"
+    );
+    let e = inv.resolve("gpu-0").unwrap_err().0;
+    assert!(
+        e.starts_with("unknown device ID \"gpu-0\": this plugin's IDs are"),
+        "{e}"
+    );
+    // A huge ID is cut short in the message.
+    let long = "x".repeat(10_000);
+    assert!(inv.resolve(&long).unwrap_err().0.len() < 300);
+}
+
+#[test]
+fn the_device_count_is_bounded() {
+    let mut inv = Inventory::new(1);
+    let found: Vec<(u32, String)> = (0..MAX_DEVICES as u32 + 5)
+        .map(|i| (i, format!("/dev/davinci{i}")))
+        .collect();
+    inv.discovered(&found);
+    assert_eq!(inv.len(), MAX_DEVICES);
+}

@@ -1,0 +1,217 @@
+//! The families against fake readings: help, type and values of every series, OpenMetrics'
+//! units and EOF, the README's table, and the format negotiation.
+
+use super::*;
+use crate::collect::{Failure, Reading};
+use davinci_uapi::{ClientUsage, DeviceCounters, Errno, Features};
+
+fn client(id: u32, mem: u64, container: &str, comm: &str) -> ClientUsage {
+    let mut c = ClientUsage {
+        client_id: id,
+        pid: 100 + id,
+        uid: 1000,
+        memory_bytes: mem,
+        tasks_submitted: 10 * u64::from(id),
+        tasks_completed: 9 * u64::from(id),
+        tasks_queued: u64::from(id),
+        contexts: 1,
+        streams: 2,
+        events: 3,
+        allocations: 4,
+        ..Default::default()
+    };
+    c.container[..container.len()].copy_from_slice(container.as_bytes());
+    c.comm[..comm.len()].copy_from_slice(comm.as_bytes());
+    c
+}
+
+fn samples(counters: bool) -> Vec<Sample> {
+    let mut r = Reading::default();
+    r.info.abi_major = 1;
+    r.info.abi_minor = 3;
+    r.info.features = Features::LIST_CLIENTS | Features::COUNTERS;
+    r.info.memory_size = 1 << 30;
+    r.info.memory_used = 3 << 20;
+    r.info.client_memory_limit = 1 << 29;
+    r.info.share_mode = 1;
+    r.info.clients = 2;
+    r.info.max_clients = 64;
+    r.clients = Some(vec![
+        client(1, 1 << 20, "", "python3"),
+        client(2, 2 << 20, "abc123", "trainer \"x\""),
+    ]);
+    if counters {
+        r.counters = Some(DeviceCounters {
+            tasks_submitted: 500,
+            tasks_completed: 499,
+            stream_errors: 1,
+            doorbells: 42,
+            clients_opened: 7,
+            contexts: 2,
+            streams: 4,
+            events: 6,
+            allocations: 8,
+            ..Default::default()
+        });
+    }
+    vec![
+        Sample {
+            device: "0".into(),
+            path: "mock:/run/davinci/davinci0.sock".into(),
+            outcome: Ok(r),
+        },
+        Sample {
+            device: "1".into(),
+            path: "mock:/run/davinci/davinci1.sock".into(),
+            outcome: Err(Failure {
+                errno: Some(Errno::ENODEV),
+                message: "gone".into(),
+            }),
+        },
+    ]
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().collect()
+}
+
+#[test]
+fn every_family_has_help_and_type_and_the_values_read() {
+    let stats = SelfStats {
+        duration: Duration::from_millis(1500),
+        scrapes: 3,
+        rejected: 0,
+    };
+    let text = encode(&samples(true), &stats, Format::Prometheus);
+    let l = lines(&text);
+    for f in FAMILIES {
+        let kind = match f.kind {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        };
+        assert!(
+            l.contains(&format!("# TYPE {} {kind}", f.name).as_str()),
+            "{}: {text}",
+            f.name
+        );
+        assert!(
+            l.contains(&format!("# HELP {} {}.", f.name, f.help).as_str()),
+            "{}: {text}",
+            f.name
+        );
+    }
+    let d0 = r#"device="0",path="mock:/run/davinci/davinci0.sock""#;
+    let d1 = r#"device="1",path="mock:/run/davinci/davinci1.sock""#;
+    for want in [
+        format!("davinci_device_up{{{d0}}} 1"),
+        format!("davinci_device_up{{{d1}}} 0"),
+        format!("davinci_device_error_info{{{d1},errno=\"ENODEV\"}} 1"),
+        format!("davinci_device_share_mode{{{d0},mode=\"shared\"}} 1"),
+        format!("davinci_device_share_mode{{{d0},mode=\"exclusive\"}} 0"),
+        format!("davinci_device_memory_used_bytes{{{d0}}} 3145728"),
+        format!("davinci_device_memory_total_bytes{{{d0}}} 1073741824"),
+        format!("davinci_device_client_memory_limit_bytes{{{d0}}} 536870912"),
+        format!("davinci_device_tasks_queued{{{d0}}} 3"),
+        format!("davinci_device_tasks_submitted_total{{{d0}}} 500"),
+        format!("davinci_device_doorbells_total{{{d0}}} 42"),
+        format!("davinci_device_stream_errors_total{{{d0}}} 1"),
+        format!("davinci_device_info{{{d0},abi_version=\"1.3\",features=\"0x420\"}} 1"),
+        format!(
+            "davinci_client_memory_bytes{{{d0},client_id=\"2\",pid=\"102\",uid=\"1000\",\
+             container=\"abc123\",process=\"trainer \\\"x\\\"\"}} 2097152"
+        ),
+        format!(
+            "davinci_client_tasks_completed_total{{{d0},client_id=\"1\",pid=\"101\",\
+             uid=\"1000\",container=\"\",process=\"python3\"}} 9"
+        ),
+        "davinci_exporter_scrape_duration_seconds 1.5".to_string(),
+        "davinci_exporter_scrapes_total 3".to_string(),
+        "davinci_exporter_devices 2".to_string(),
+    ] {
+        assert!(l.contains(&want.as_str()), "{want}\n{text}");
+    }
+    // A down device has no other series.
+    assert_eq!(l.iter().filter(|x| x.contains(d1)).count(), 2, "{text}");
+}
+
+#[test]
+fn a_driver_without_counters_has_no_device_wide_task_series() {
+    let text = encode(&samples(false), &SelfStats::default(), Format::Prometheus);
+    for name in [
+        "davinci_device_tasks_submitted_total{",
+        "davinci_device_doorbells_total{",
+        "davinci_device_stream_errors_total{",
+        "davinci_device_contexts{",
+    ] {
+        assert!(!text.contains(name), "{name}: {text}");
+    }
+    assert!(
+        text.contains("davinci_client_tasks_submitted_total{"),
+        "{text}"
+    );
+}
+
+#[test]
+fn openmetrics_has_units_and_eof() {
+    let text = encode(&samples(true), &SelfStats::default(), Format::Openmetrics);
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(
+        text.contains("# UNIT davinci_device_memory_used_bytes bytes\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE davinci_device_tasks_submitted counter\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("davinci_device_tasks_submitted_total{device=\"0\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_readme_table_lists_every_family_with_its_type() {
+    let readme = include_str!("../../README.md");
+    for f in FAMILIES {
+        let kind = match f.kind {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        };
+        let row = format!("| `{}` | {kind} |", f.name);
+        assert!(readme.contains(&row), "README.md lacks {row}");
+    }
+    let rows = readme
+        .lines()
+        .filter(|l| l.starts_with("| `davinci_"))
+        .count();
+    assert_eq!(
+        rows,
+        FAMILIES.len(),
+        "README.md lists families that are not exported"
+    );
+}
+
+#[test]
+fn negotiation() {
+    use Format::*;
+    assert_eq!(Format::negotiate(None), Prometheus);
+    assert_eq!(Format::negotiate(Some("text/plain")), Prometheus);
+    assert_eq!(Format::negotiate(Some("*/*")), Prometheus);
+    // What Prometheus 2.x sends.
+    let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    assert_eq!(Format::negotiate(Some(prom)), Openmetrics);
+    assert_eq!(
+        Format::negotiate(Some("application/openmetrics-text; version=1.0.0")),
+        Openmetrics
+    );
+    assert_eq!(
+        Format::negotiate(Some("application/openmetrics-text;q=0.2, text/plain")),
+        Prometheus
+    );
+    assert_eq!(
+        Format::negotiate(Some("application/openmetrics-text;q=0")),
+        Prometheus
+    );
+    assert_eq!(Format::negotiate(Some("application/json")), Prometheus);
+}

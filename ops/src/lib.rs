@@ -1,0 +1,35 @@
+//! What the operators' tools share: `davinci-smi` (the CLI), `davinci-exporter` (metrics for
+//! Prometheus) and `davinci-device-plugin` (Kubernetes) find devices the same way, name them
+//! the same way and describe them to container runtimes with the same CDI model. Each tool is
+//! a binary over this library; none is a library for another.
+//!
+//! * [`discover`]: which devices a tool talks to (`--device`, `--socket-dir`,
+//!   `DAVINCI_DEVICE`, `/dev/davinci<N>`, the socket directories), and every place searched
+//!   when nothing is found;
+//! * [`cdi`]: the Container Device Interface spec of a set of devices (`davinci-smi cdi
+//!   generate` writes it; the device plugin names its devices in it), checked as upstream's
+//!   library checks a spec it loads, rendered as JSON or YAML and written atomically; with
+//!   the feature `cdi-schema`, upstream's JSON schema as a validator for tests;
+//! * the words the tools share: [`device_name`] here; durations and sizes are
+//!   `davinci-units`', share-mode names `davinci_uapi::ShareMode`'s, device paths and
+//!   `DAVINCI_DEVICE` the shim's.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod cdi;
+pub mod discover;
+
+/// `davinci<N>`: the name of device N wherever a tool names it (discovery's messages, CDI
+/// device names, the device plugin's IDs and logs).
+pub fn device_name(id: u32) -> String {
+    format!("davinci{id}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn devices_are_named_davinci_n() {
+        assert_eq!(super::device_name(0), "davinci0");
+        assert_eq!(super::device_name(12), "davinci12");
+    }
+}

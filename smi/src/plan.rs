@@ -1,0 +1,536 @@
+//! A command line, checked and run: what to do ([`Action`]), on which devices, printed how
+//! (text, `--json`, `--query` CSV), how often (`--loop`, `--count`); and one round of it:
+//! discover, open, ask, print.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use davinci_ops::discover::{self, Discovery, Entry};
+use davinci_uapi::{Errno, ShareMode};
+
+use crate::access::{Opener, Target};
+use crate::cdi_generate::{generate, Generate, Generated};
+use crate::cli::{CdiCmd, Cli, Cmd, Global, IdSel, InfoType, LoopArgs, QueryArgs};
+use crate::commands::{board, id_text, set, share, usage};
+use crate::error::{exit, SmiError};
+use crate::output::{table, Body, Doc, ListedDevice, SCHEMA};
+use crate::query::{
+    csv, parse_format, select, timestamp_now, Columns, CsvFormat, BOARD_DEFAULT, BOARD_FIELDS,
+    USAGE_DEFAULT, USAGE_FIELDS,
+};
+
+/// What a command does.
+pub(crate) enum Action {
+    /// `list`: the devices found (none is opened).
+    List,
+    /// `info`: the device table.
+    Board,
+    /// `info -t device-share`.
+    Share,
+    /// `info -t usage`.
+    Usage,
+    /// `set -t device-share`.
+    Set(ShareMode),
+    /// `cdi generate`.
+    Cdi(Generate),
+}
+
+/// What one round wrote, and its exit status.
+pub(crate) struct Round {
+    pub(crate) out: String,
+    pub(crate) err: String,
+    pub(crate) code: i32,
+}
+
+/// The command line, checked: what to do, how to print it, how often.
+pub(crate) struct Plan {
+    command: &'static str,
+    id: Option<IdSel>,
+    action: Action,
+    json: bool,
+    csv: Option<(Columns, CsvFormat)>,
+    pub(crate) every: Option<Duration>,
+    pub(crate) count: Option<u64>,
+}
+
+impl Plan {
+    pub(crate) fn of(cli: &Cli) -> Result<Plan, String> {
+        // Options given after the subcommand win over the same ones before it.
+        let pick_q = |sub: &QueryArgs| QueryArgs {
+            query: if sub.query.is_empty() {
+                cli.query.query.clone()
+            } else {
+                sub.query.clone()
+            },
+            format: if sub.format.is_empty() {
+                cli.query.format.clone()
+            } else {
+                sub.format.clone()
+            },
+        };
+        let pick_l = |sub: &LoopArgs| LoopArgs {
+            every: sub.every.or(cli.repeat.every),
+            count: sub.count.or(cli.repeat.count),
+        };
+        let none = (QueryArgs::default(), LoopArgs::default());
+        let (command, id, action, (query, repeat)) = match &cli.cmd {
+            _ if cli.list => (
+                "list",
+                None,
+                Action::List,
+                (pick_q(&none.0), pick_l(&none.1)),
+            ),
+            None => (
+                "info",
+                None,
+                Action::Board,
+                (pick_q(&none.0), pick_l(&none.1)),
+            ),
+            Some(Cmd::List { repeat }) => (
+                "list",
+                None,
+                Action::List,
+                (pick_q(&none.0), pick_l(repeat)),
+            ),
+            Some(Cmd::Info {
+                list: true,
+                query,
+                repeat,
+                ..
+            }) => ("list", None, Action::List, (pick_q(query), pick_l(repeat))),
+            Some(Cmd::Info {
+                ty,
+                id,
+                query,
+                repeat,
+                ..
+            }) => {
+                let q = (pick_q(query), pick_l(repeat));
+                match ty.unwrap_or(InfoType::Board) {
+                    InfoType::Board => ("info", *id, Action::Board, q),
+                    InfoType::DeviceShare => ("info-device-share", *id, Action::Share, q),
+                    InfoType::Usage => ("info-usage", *id, Action::Usage, q),
+                }
+            }
+            Some(Cmd::Set { id, data, .. }) => (
+                "set-device-share",
+                Some(*id),
+                Action::Set(if *data == 1 {
+                    ShareMode::Shared
+                } else {
+                    ShareMode::Exclusive
+                }),
+                (pick_q(&none.0), pick_l(&none.1)),
+            ),
+            Some(Cmd::Cdi {
+                cmd: CdiCmd::Generate(g),
+            }) => (
+                "cdi-generate",
+                None,
+                Action::Cdi(Generate {
+                    output: g.output.clone(),
+                    format: g.format,
+                    kind: g.kind.clone(),
+                    version: g.cdi_version,
+                }),
+                (pick_q(&none.0), pick_l(&none.1)),
+            ),
+        };
+        let json = cli.global.json;
+        let csv = if query.query.is_empty() && query.format.is_empty() {
+            None
+        } else {
+            let fmt = if query.format.is_empty() {
+                CsvFormat {
+                    header: true,
+                    units: true,
+                }
+            } else {
+                parse_format(&query.format)?
+            };
+            let cols = match action {
+                Action::Board => Columns::Board(select(
+                    BOARD_FIELDS,
+                    &query.query,
+                    BOARD_DEFAULT,
+                    "`info`",
+                )?),
+                Action::Usage => Columns::Usage(select(
+                    USAGE_FIELDS,
+                    &query.query,
+                    USAGE_DEFAULT,
+                    "`info -t usage`",
+                )?),
+                _ => {
+                    return Err(format!(
+                        "--query and --format apply to `info` (the device table) and `info -t usage`, not to `{command}`"
+                    ))
+                }
+            };
+            if json {
+                return Err(
+                    "--query/--format print CSV and --json prints JSON: give one or the other"
+                        .into(),
+                );
+            }
+            Some((cols, fmt))
+        };
+        if repeat.count.is_some() && repeat.every.is_none() {
+            return Err("--count N needs --loop SECONDS".into());
+        }
+        if repeat.every.is_some() && matches!(action, Action::Set(_)) {
+            return Err("--loop and --count do not apply to `set`".into());
+        }
+        if repeat.every.is_some() && matches!(action, Action::Cdi(_)) {
+            return Err("--loop and --count do not apply to `cdi generate`".into());
+        }
+        Ok(Plan {
+            command,
+            id,
+            action,
+            json,
+            csv,
+            every: repeat.every,
+            count: repeat.count,
+        })
+    }
+
+    /// A JSON document: pretty, or one per line in a loop (JSON Lines).
+    fn render(&self, d: &Doc) -> String {
+        if self.every.is_some() {
+            d.render_line()
+        } else {
+            d.render()
+        }
+    }
+
+    /// `list`: the selected devices (none is opened).
+    fn list(&self, entries: &[Entry], stamp: String) -> Round {
+        let devices: Vec<ListedDevice> = entries
+            .iter()
+            .map(|e| ListedDevice {
+                id: e.id,
+                path: e.path.clone(),
+            })
+            .collect();
+        let out = if self.json {
+            self.render(&Doc {
+                schema: SCHEMA,
+                command: self.command,
+                exit_code: exit::OK,
+                body: Body::List { devices },
+            })
+        } else {
+            let rows: Vec<Vec<String>> = devices
+                .iter()
+                .map(|d| vec![id_text(d.id), d.path.clone()])
+                .collect();
+            stamp + &table(&["Device", "Path"], &rows)
+        };
+        Round {
+            out,
+            err: String::new(),
+            code: exit::OK,
+        }
+    }
+
+    /// `cdi generate` done: the spec (or where it went) on stdout and warnings on stderr; or
+    /// with `--json` one document with all of it.
+    fn cdi_round(&self, done: Generated) -> Round {
+        if self.json {
+            let d = Doc {
+                schema: SCHEMA,
+                command: self.command,
+                exit_code: exit::OK,
+                body: Body::Cdi {
+                    output: done.output,
+                    format: done.format.name(),
+                    kind: done.kind,
+                    cdi_version: done.spec.cdi_version.clone(),
+                    devices: done.devices,
+                    warnings: done.warnings,
+                    spec: done.spec,
+                },
+            };
+            Round {
+                out: self.render(&d),
+                err: String::new(),
+                code: exit::OK,
+            }
+        } else {
+            Round {
+                out: done.text,
+                err: done
+                    .warnings
+                    .iter()
+                    .map(|w| format!("davinci-smi: warning: {w}\n"))
+                    .collect(),
+                code: exit::OK,
+            }
+        }
+    }
+
+    /// One run of the command: discover, open, ask, print.
+    pub(crate) fn round(
+        &self,
+        g: &Global,
+        disc: &Discovery,
+        opener: &dyn Opener,
+        first: bool,
+    ) -> Round {
+        let timestamp = timestamp_now();
+        let fail = |e: SmiError| {
+            let code = e.exit_code();
+            if self.json {
+                let d = Doc {
+                    schema: SCHEMA,
+                    command: self.command,
+                    exit_code: code,
+                    body: Body::Failed { error: e.json() },
+                };
+                Round {
+                    out: self.render(&d),
+                    err: String::new(),
+                    code,
+                }
+            } else {
+                Round {
+                    out: String::new(),
+                    err: format!("davinci-smi: {}\n", e.message),
+                    code,
+                }
+            }
+        };
+        let entries = dedupe(discover::select(&g.device, g.socket_dir.as_deref(), disc));
+        if entries.is_empty() {
+            return fail(SmiError::new(
+                Errno::ENODEV,
+                format!(
+                    "no davinci devices found (looked for {})",
+                    discover::searched(&g.device, g.socket_dir.as_deref(), disc)
+                ),
+            ));
+        }
+        // A header line in text mode for every round of a loop, so rounds can be told apart.
+        let stamp = if self.every.is_some() && !self.json && self.csv.is_none() {
+            format!("{timestamp}\n")
+        } else {
+            String::new()
+        };
+        if matches!(self.action, Action::List) {
+            return self.list(&entries, stamp);
+        }
+        // Open the targeted devices.
+        let mut targets: Vec<Target> = entries
+            .into_iter()
+            .map(|e| {
+                let dev = opener.open(&e.path);
+                Target { entry: e, dev }
+            })
+            .collect();
+        // Paths that do not name their id get it from GET_INFO.
+        for t in &mut targets {
+            if t.entry.id.is_none() {
+                if let Ok(d) = &t.dev {
+                    t.entry.id = d.info().ok().map(|i| i.device_id);
+                }
+            }
+        }
+        if let Some(IdSel::One(n)) = self.id {
+            targets.retain(|t| t.entry.id == Some(n));
+            if targets.is_empty() {
+                return fail(SmiError::new(
+                    Errno::ENODEV,
+                    format!(
+                        "no device with id {n} (see `davinci-smi list`; looked in {})",
+                        discover::searched(&g.device, g.socket_dir.as_deref(), disc)
+                    ),
+                ));
+            }
+        }
+        let report = match self.action {
+            Action::Board => board(&targets),
+            Action::Share => share(&targets),
+            Action::Usage => usage(&targets),
+            Action::Set(mode) => set(&targets, mode),
+            Action::Cdi(ref g) => {
+                return match generate(&targets, g) {
+                    Err(e) => fail(e),
+                    Ok(done) => self.cdi_round(done),
+                }
+            }
+            Action::List => {
+                let entries: Vec<Entry> = targets.into_iter().map(|t| t.entry).collect();
+                return self.list(&entries, stamp);
+            }
+        };
+        let doc = Doc {
+            command: self.command,
+            ..report.doc
+        };
+        let code = doc.exit_code;
+        if self.json {
+            Round {
+                out: self.render(&doc),
+                err: String::new(),
+                code,
+            }
+        } else if let Some((cols, fmt)) = &self.csv {
+            Round {
+                out: csv(cols, *fmt, &doc.body, &timestamp, first && fmt.header),
+                err: report.errors,
+                code,
+            }
+        } else {
+            Round {
+                out: stamp + &report.text,
+                err: report.errors,
+                code,
+            }
+        }
+    }
+}
+
+/// The selected devices with each device once: a path named twice, or two paths to the same
+/// socket or node (`/run/davinci/./davinci0.sock`, a symlink), keep the first.
+fn dedupe(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut seen = std::collections::HashSet::new();
+    entries
+        .into_iter()
+        .filter(|e| seen.insert(same_device_key(&e.path)))
+        .collect()
+}
+
+/// What makes two device paths the same: the kind (`mock:` or not) and the file, resolved
+/// when it exists (else the path with `.` and repeated `/` removed).
+fn same_device_key(path: &str) -> (bool, std::path::PathBuf) {
+    let (mock, file) = match path.strip_prefix("mock:") {
+        Some(f) => (true, f),
+        None => (false, path),
+    };
+    let p = std::path::Path::new(file);
+    let resolved = std::fs::canonicalize(p).unwrap_or_else(|_| p.components().collect());
+    (mock, resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which devices a command line reaches (`list`, unknown ids, a device named twice) and
+    //! the checks of `--loop`.
+
+    use crate::exit;
+    use crate::tests::*;
+
+    #[test]
+    fn list_in_every_spelling() {
+        let w = two();
+        for args in [&["-l"][..], &["list"], &["info", "-l"]] {
+            let mut a: Vec<&str> = BOTH.to_vec();
+            a.extend_from_slice(args);
+            let (code, out, _) = smi(&w, &a);
+            assert_eq!(code, 0);
+            assert!(out.contains(A) && out.contains(B), "{out}");
+        }
+        let (_, out, _) = smi(&w, &["--device", A, "--device", B, "list", "--json"]);
+        let v = doc(&out);
+        assert_eq!(v["command"], "list");
+        assert_eq!(v["devices"][1]["id"], 1);
+        assert_eq!(v["devices"][1]["path"], B);
+    }
+
+    #[test]
+    fn nothing_found_and_unknown_ids_exit_3() {
+        let w = two();
+        let (code, _, err) = smi(&w, &["info"]);
+        assert_eq!(code, exit::NOT_FOUND);
+        assert!(err.contains("no davinci devices found"), "{err}");
+        let (code, out, _) = smi(&w, &["info", "--json"]);
+        assert_eq!(code, exit::NOT_FOUND);
+        let v = doc(&out);
+        assert_eq!(v["error"]["errno"], "ENODEV");
+        assert_eq!(v["exit_code"], 3);
+        let mut a = BOTH.to_vec();
+        a.extend(["info", "-t", "usage", "-i", "5"]);
+        let (code, _, err) = smi(&w, &a);
+        assert_eq!(code, exit::NOT_FOUND);
+        assert!(err.contains("no device with id 5"), "{err}");
+    }
+
+    #[test]
+    fn a_device_named_twice_is_used_once() {
+        let w = two();
+        let twice = ["--device", A, "--device", B, "--device", A];
+        let (_, out, _) = smi(&w, &args(&twice, &["list", "--json"]));
+        let v = doc(&out);
+        assert_eq!(v["devices"].as_array().unwrap().len(), 2, "{v}");
+        for a in [&["info", "--json"][..], &["info", "-t", "usage", "--json"]] {
+            let v = doc(&smi(&w, &args(&twice, a)).1);
+            let paths: Vec<&str> = v["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["path"].as_str().unwrap())
+                .collect();
+            assert_eq!(paths, vec![A, B], "{a:?}");
+        }
+        let (_, out, _) = smi(&w, &args(&twice, &["info"]));
+        assert_eq!(out.matches(A).count(), 1, "{out}");
+        // The same socket by another path (`.`, `//`, a symlink): the first spelling is kept.
+        let dir = std::env::temp_dir().join(format!("smi-dedupe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("davinci0.sock"), b"").unwrap();
+        let _ = std::fs::remove_file(dir.join("link.sock"));
+        std::os::unix::fs::symlink(dir.join("davinci0.sock"), dir.join("link.sock")).unwrap();
+        let first = format!("mock:{}/davinci0.sock", dir.display());
+        let w = world(vec![(first.as_str(), fake(0, vec![], false, true))]);
+        let dot = format!("mock:{}/./davinci0.sock", dir.display());
+        let slashes = format!("mock:{}//davinci0.sock", dir.display());
+        let link = format!("mock:{}/link.sock", dir.display());
+        let kernel = format!("{}/davinci0.sock", dir.display());
+        let a = [
+            "--device", &first, "--device", &dot, "--device", &slashes, "--device", &link,
+            "--device", &kernel, "list", "--json",
+        ];
+        let v = doc(&smi(&w, &a).1);
+        let paths: Vec<&str> = v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["path"].as_str().unwrap())
+            .collect();
+        // A kernel path is another way to open it, so it stays.
+        assert_eq!(paths, vec![first.as_str(), kernel.as_str()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn loop_usage_errors() {
+        let w = two();
+        for (a, what) in [
+            (&["info", "--count", "2"][..], "--count N needs --loop"),
+            (&["--loop", "0", "info"], "greater than 0"),
+            (&["--loop", "-1", "info"], "greater than 0"),
+            (&["--loop", "x", "info"], "not a number of seconds"),
+            (&["--loop", "1e9", "info"], "at most 86400"),
+            (&["--loop", "1", "--count", "0", "info"], "0 is not in 1.."),
+            (
+                &[
+                    "--loop",
+                    "1",
+                    "set",
+                    "-t",
+                    "device-share",
+                    "-i",
+                    "0",
+                    "-d",
+                    "1",
+                ],
+                "do not apply to `set`",
+            ),
+        ] {
+            let (code, out, err) = smi(&w, &args(&BOTH, a));
+            assert_eq!((code, out.as_str()), (exit::USAGE, ""), "{a:?}: {err}");
+            assert!(err.contains(what), "{a:?}: {err}");
+        }
+    }
+}
