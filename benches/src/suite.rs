@@ -12,7 +12,7 @@ use davinci_shim::Device;
 use crate::hog::{self, Hog};
 use crate::measure::{Fail, LatencyRun, ThroughputRun, Window};
 use crate::mockd::{self, Mockd};
-use crate::ours::{self, ControlOp, Pace, StreamRun};
+use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
 use crate::procs::{self, ProcsRun};
 use crate::report::{self, Machine, Outcome, Report, RowSpec, Target};
 use crate::stats::Summary;
@@ -555,7 +555,7 @@ impl Suite {
             Key::IoctlFloor => Ok(Measured::Rate(sys::empty_ioctl(w.throughput)?)),
             Key::Stream { streams, batch } => {
                 let dev = self.embedded()?;
-                let r = ours::streaming(&dev, streams, batch, Pace::Full, w.throughput)?;
+                let r = shim_rows::streaming(&dev, streams, batch, Pace::Full, w.throughput)?;
                 Ok(Measured::Streams(r))
             }
             Key::Light => {
@@ -571,24 +571,24 @@ impl Suite {
                 }
                 let paced = full * LIGHT_LOAD;
                 let dev = self.embedded()?;
-                let r = ours::streaming(&dev, 1, 1, Pace::Rate(paced), w.throughput)?;
+                let r = shim_rows::streaming(&dev, 1, 1, Pace::Rate(paced), w.throughput)?;
                 Ok(Measured::Light(r, paced))
             }
             Key::Rtt | Key::RttQuiet => {
                 let dev = self.embedded()?;
-                lat(ours::round_trip(&dev, w.latency)?)
+                lat(shim_rows::round_trip(&dev, w.latency)?)
             }
             Key::Control(op, Backend::Embedded) => {
                 let dev = self.embedded()?;
-                lat(ours::control(&dev, op, w.control)?)
+                lat(shim_rows::control(&dev, op, w.control)?)
             }
             Key::Control(op, Backend::Mockd) => {
                 let dev = self.mockd_device()?;
-                lat(ours::control(&dev, op, w.control)?)
+                lat(shim_rows::control(&dev, op, w.control)?)
             }
             Key::SubmitTask => {
                 let dev = self.mockd_device()?;
-                Ok(Measured::Rate(ours::submit_slow(&dev, w.throughput)?))
+                Ok(Measured::Rate(shim_rows::submit_slow(&dev, w.throughput)?))
             }
             Key::Procs(n) => {
                 let exe = self.opts.client_exe.clone().ok_or_else(|| {
