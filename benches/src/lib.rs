@@ -8,10 +8,10 @@
 pub mod hog;
 pub mod measure;
 pub mod mockd;
-pub mod ours;
 pub mod plot;
 pub mod procs;
 pub mod report;
+pub mod shim_rows;
 pub mod spsc;
 pub mod stats;
 pub mod suite;

@@ -14,7 +14,7 @@ use davinci_shim::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::{Fail, Window};
-use crate::ours::{self, Pace};
+use crate::shim_rows::{self, Pace};
 
 /// The hidden subcommand a child runs.
 pub const CLIENT_SUBCOMMAND: &str = "client";
@@ -88,7 +88,7 @@ fn client_run(device: &str, batch: usize, window: Window) -> Result<ClientReport
     if go.trim() != "go" {
         return Err(format!("expected go on stdin, got {go:?}"));
     }
-    let r = ours::streaming(&dev, 1, batch, Pace::Full, window).map_err(|e| e.to_string())?;
+    let r = shim_rows::streaming(&dev, 1, batch, Pace::Full, window).map_err(|e| e.to_string())?;
     Ok(ClientReport {
         tasks: r.run.tasks,
         elapsed_ns: u64::try_from(r.run.elapsed.as_nanos()).unwrap_or(u64::MAX),

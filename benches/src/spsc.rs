@@ -327,7 +327,7 @@ impl Drop for Pipeline {
 /// # Errors
 /// A completion out of order or missing, or the thread cannot be spawned.
 pub fn throughput(batch: u32, window: Window) -> Result<ThroughputRun, String> {
-    // The same depth as ours (`ours::stream_options`): 4096 descriptors.
+    // The same depth as ours (`shim_rows::stream_options`): 4096 descriptors.
     let mut p = Pipeline::start(4096)?;
     let mut w = window.start();
     loop {

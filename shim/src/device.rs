@@ -1,141 +1,28 @@
-//! [`Device`] (one open of a davinci device) and [`Context`].
+//! [`Device`]: one open of a davinci device as a client (the backend, the GET_INFO read at
+//! open, the ioctl and mmap calls everything above goes through, share mode, counters).
+//! The objects made from an open add their constructors where they live:
+//! [`Device::create_context`] in `context.rs`, [`Device::alloc`] in `memory.rs`, so this
+//! module needs none of them.
 #![forbid(unsafe_code)]
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
 use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use davinci_shm::SharedMapping;
 use davinci_uapi::*;
 
 use crate::backend::{self, Backend, Role};
 use crate::error::{Error, Result};
-use crate::event::Event;
-use crate::memory::DeviceBuffer;
 use crate::path::DevicePath;
-use crate::stream::{Stream, StreamOptions};
+use crate::stats::{DeviceStats, StatsRegistry};
 
-/// Counters of the data path of one [`Stream`], written only by that stream (on its own cache
-/// lines, so streams on different threads never write a shared line per task) and summed over
-/// the live streams and the retired totals by [`Device::stats`].
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Stats {
-    pub(crate) tasks: AtomicU64,
-    pub(crate) doorbells: AtomicU64,
-    pub(crate) futex_wakes: AtomicU64,
-    pub(crate) notifies: AtomicU64,
-    pub(crate) slow_submits: AtomicU64,
-    pub(crate) full_waits: AtomicU64,
-}
-
-impl Stats {
-    /// Adds `n` to a counter that only its stream's `&mut self` paths write: a plain load and
-    /// store (no locked read-modify-write on the hot path). Readers may see the old value.
-    #[inline]
-    pub(crate) fn bump(counter: &AtomicU64, n: u64) {
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
-    }
-
-    pub(crate) fn snapshot(&self) -> DeviceStats {
-        DeviceStats {
-            tasks_submitted: self.tasks.load(Ordering::Relaxed),
-            doorbells: self.doorbells.load(Ordering::Relaxed),
-            futex_wakes: self.futex_wakes.load(Ordering::Relaxed),
-            notify_ioctls: self.notifies.load(Ordering::Relaxed),
-            slow_submits: self.slow_submits.load(Ordering::Relaxed),
-            ring_full_waits: self.full_waits.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// The per-stream counters of one open: those of its live streams, and the totals of the
-/// streams already dropped. Locked only when a stream is created or dropped and on reads.
-#[derive(Debug, Default)]
-pub(crate) struct StatsRegistry {
-    live: Vec<Arc<Stats>>,
-    retired: DeviceStats,
-}
-
-/// A snapshot of the data-path counters of a [`Device`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DeviceStats {
-    /// Descriptors published through stream rings (fast path) and SUBMIT_TASK.
-    pub tasks_submitted: u64,
-    /// Wake-ups of a sleeping device (one per publish or reap that found NEED_WAKEUP set): a
-    /// doorbell write, or a NOTIFY on a device without a doorbell the host can write (the
-    /// kernel module's software engine).
-    pub doorbells: u64,
-    /// `FUTEX_WAKE`s after a doorbell write (software devices).
-    pub futex_wakes: u64,
-    /// NOTIFY ioctls: the wake-ups of a device with neither an MMIO nor a futex doorbell
-    /// (also counted in `doorbells`), and explicit `Stream::notify` calls.
-    pub notify_ioctls: u64,
-    /// SUBMIT_TASK ioctls (the slow path).
-    pub slow_submits: u64,
-    /// Times a submit found the command ring full and had to wait for the device.
-    pub ring_full_waits: u64,
-}
-
-impl DeviceStats {
-    /// Doorbell writes per 1000 tasks submitted (0 if none were).
-    pub fn doorbells_per_1000_tasks(&self) -> f64 {
-        if self.tasks_submitted == 0 {
-            0.0
-        } else {
-            self.doorbells as f64 * 1000.0 / self.tasks_submitted as f64
-        }
-    }
-
-    /// The counters accumulated since `earlier`.
-    pub fn since(&self, earlier: &DeviceStats) -> DeviceStats {
-        self.zip(earlier, u64::wrapping_sub)
-    }
-
-    fn zip(&self, o: &DeviceStats, f: impl Fn(u64, u64) -> u64) -> DeviceStats {
-        DeviceStats {
-            tasks_submitted: f(self.tasks_submitted, o.tasks_submitted),
-            doorbells: f(self.doorbells, o.doorbells),
-            futex_wakes: f(self.futex_wakes, o.futex_wakes),
-            notify_ioctls: f(self.notify_ioctls, o.notify_ioctls),
-            slow_submits: f(self.slow_submits, o.slow_submits),
-            ring_full_waits: f(self.ring_full_waits, o.ring_full_waits),
-        }
-    }
-}
-
+/// The open itself, shared by every clone of its [`Device`] and by everything made from it.
 pub(crate) struct DeviceInner {
     backend: Box<dyn Backend>,
     info: DeviceInfo,
-    stats: Mutex<StatsRegistry>,
-}
-
-impl DeviceInner {
-    fn registry(&self) -> std::sync::MutexGuard<'_, StatsRegistry> {
-        // A panic elsewhere while holding it leaves only counters behind: still usable.
-        self.stats.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Counters for a new stream, summed into [`Device::stats`] from now on.
-    pub(crate) fn register_stream(&self) -> Arc<Stats> {
-        let s = Arc::new(Stats::default());
-        self.registry().live.push(Arc::clone(&s));
-        s
-    }
-
-    /// A dropped stream's counters move into the retired totals.
-    pub(crate) fn retire_stream(&self, s: &Arc<Stats>) {
-        let mut r = self.registry();
-        if let Some(i) = r.live.iter().position(|x| Arc::ptr_eq(x, s)) {
-            r.live.swap_remove(i);
-            r.retired = r.retired.zip(&s.snapshot(), u64::wrapping_add);
-        }
-    }
+    /// Its streams' data-path counters ([`Device::stats`]).
+    pub(crate) stats: StatsRegistry,
 }
 
 /// One open of a davinci device, as a client: the handle everything else hangs from.
@@ -262,7 +149,7 @@ impl Device {
             inner: Arc::new(DeviceInner {
                 backend,
                 info,
-                stats: Mutex::new(StatsRegistry::default()),
+                stats: StatsRegistry::default(),
             }),
         }
     }
@@ -344,25 +231,6 @@ impl Device {
         self.inner.backend.mock_device()
     }
 
-    /// Creates a context (`aclrtCreateContext` / `cuCtxCreate`).
-    pub fn create_context(&self) -> Result<Context> {
-        let mut a = CreateContextArgs::default();
-        self.call("CREATE_CONTEXT", DRIVER_CMD_CREATE_CONTEXT, &mut a)?;
-        Ok(Context {
-            inner: Arc::new(ContextInner {
-                dev: self.clone(),
-                handle: a.handle,
-            }),
-        })
-    }
-
-    /// Allocates `len` bytes of device memory (`aclrtMalloc` / `cudaMalloc`), zeroed, with a
-    /// host view. Each call is a driver round trip; for many small buffers use a
-    /// [`MemPool`](crate::MemPool).
-    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
-        DeviceBuffer::new(self, len)
-    }
-
     /// SET_DEVICE_SHARE: exclusive (one client) or shared (many isolated clients). Admin only.
     pub fn set_share_mode(&self, mode: ShareMode) -> Result<()> {
         let mut a = DeviceShareArgs {
@@ -388,75 +256,8 @@ impl Device {
 
     /// The data-path counters (doorbells, tasks, ...) of this open so far.
     /// Summed over its streams (live and dropped) on each call; each stream keeps its own (see
-    /// [`Stream::stats`]), so the data path writes nothing shared between streams.
+    /// [`Stream::stats`](crate::Stream::stats)), so the data path writes nothing shared between streams.
     pub fn stats(&self) -> DeviceStats {
-        let r = self.inner.registry();
-        r.live.iter().fold(r.retired, |acc, s| {
-            acc.zip(&s.snapshot(), u64::wrapping_add)
-        })
-    }
-}
-
-pub(crate) struct ContextInner {
-    pub(crate) dev: Device,
-    pub(crate) handle: u32,
-}
-
-impl Drop for ContextInner {
-    fn drop(&mut self) {
-        // Nothing to do on failure: the open's close releases it anyway.
-        let _ = self
-            .dev
-            .call_handle("DESTROY_CONTEXT", DRIVER_CMD_DESTROY_CONTEXT, self.handle);
-    }
-}
-
-/// A context: groups streams and events (events are visible to the streams of their own
-/// context only). Streams and events keep their context alive: it is destroyed when the
-/// context value and all of them are gone.
-#[derive(Clone)]
-pub struct Context {
-    pub(crate) inner: Arc<ContextInner>,
-}
-
-impl fmt::Debug for Context {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
-            .field("handle", &self.inner.handle)
-            .finish()
-    }
-}
-
-impl Context {
-    /// The driver's handle of this context.
-    pub fn handle(&self) -> u32 {
-        self.inner.handle
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.inner.dev
-    }
-
-    /// Creates a stream with the default ring depths (`aclrtCreateStream` /
-    /// `cudaStreamCreate`).
-    pub fn create_stream(&self) -> Result<Stream> {
-        self.create_stream_with(StreamOptions::default())
-    }
-
-    /// Creates a stream with explicit ring depths and options.
-    pub fn create_stream_with(&self, options: StreamOptions) -> Result<Stream> {
-        Stream::new(self.inner.clone(), options)
-    }
-
-    /// Creates an event (`aclrtCreateEvent` / `cudaEventCreate`).
-    pub fn create_event(&self) -> Result<Event> {
-        Event::new(self.inner.clone())
-    }
-
-    /// Allocates device memory (memory belongs to the open, not the context; same as
-    /// [`Device::alloc`]).
-    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
-        self.inner.dev.alloc(len)
+        self.inner.stats.total()
     }
 }

@@ -1,4 +1,6 @@
-//! [`Event`]: a point in a stream that other streams (and the host) can wait for.
+//! [`Event`]: a point in a stream that other streams (and the host) can wait for; made by
+//! [`Context::create_event`]. Recording one on a stream and making a stream wait for one
+//! are in `stream/events.rs` ([`Event::record`], [`Stream::wait_event`](crate::Stream::wait_event)).
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -8,15 +10,14 @@ use std::time::Duration;
 
 use davinci_uapi::*;
 
-use crate::device::ContextInner;
+use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
-use crate::stream::Stream;
 
 /// An event (`aclrtEvent` / `cudaEvent_t`).
 ///
 /// On the device an event is a monotonically increasing 64-bit value. The shim keeps a
 /// counter per event: [`record`](Self::record) submits `EVENT_RECORD(++n)` on a stream, and
-/// [`Stream::wait_event`] / [`synchronize`](Self::synchronize) / [`query`](Self::query) wait
+/// [`Stream::wait_event`](crate::Stream::wait_event) / [`synchronize`](Self::synchronize) / [`query`](Self::query) wait
 /// for the value of the latest record, so "wait for the last record" means what it means in
 /// CUDA. Events work between streams of the same context only.
 ///
@@ -56,8 +57,15 @@ impl fmt::Debug for Event {
     }
 }
 
+impl Context {
+    /// Creates an event (`aclrtCreateEvent` / `cudaEventCreate`).
+    pub fn create_event(&self) -> Result<Event> {
+        Event::new(self.inner.clone())
+    }
+}
+
 impl Event {
-    pub(crate) fn new(ctx: Arc<ContextInner>) -> Result<Event> {
+    fn new(ctx: Arc<ContextInner>) -> Result<Event> {
         let mut a = CreateEventArgs {
             ctx: ctx.handle,
             ..Default::default()
@@ -81,47 +89,25 @@ impl Event {
         self.recorded.load(Ordering::Acquire)
     }
 
-    pub(crate) fn check_context(&self, stream: &Stream, op: &'static str) -> Result<()> {
-        if stream.same_context(&self.ctx) {
-            Ok(())
-        } else {
-            Err(Error::new(
-                Errno::EINVAL,
-                op,
-                format!(
-                    "event {:#x} belongs to context {:#x}, stream {:#x} to context {:#x}: \
-                     events work within one context",
-                    self.handle,
-                    self.ctx.handle,
-                    stream.handle(),
-                    stream.context_handle()
-                ),
-            ))
-        }
+    /// The context the event belongs to (events work between its streams only).
+    pub(crate) fn context(&self) -> &Arc<ContextInner> {
+        &self.ctx
     }
 
-    /// Records the event on `stream` (`aclrtRecordEvent` / `cudaEventRecord`): once the
-    /// stream reaches this point, the event's value becomes the returned one. The task's
-    /// `user_data` is 0.
-    pub fn record(&self, stream: &mut Stream) -> Result<u64> {
-        self.record_tagged(stream, 0)
+    /// Takes the value of a new record (the latest one plus one).
+    pub(crate) fn next_record(&self) -> u64 {
+        self.recorded.fetch_add(1, Ordering::AcqRel).wrapping_add(1)
     }
 
-    /// Like [`record`](Self::record), with the task's `user_data`.
-    pub fn record_tagged(&self, stream: &mut Stream, user_data: u64) -> Result<u64> {
-        self.check_context(stream, "Event::record")?;
-        let value = self.recorded.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        if let Err(e) = stream.submit(&TaskDesc::event_record(user_data, self.handle, value)) {
-            // Not recorded: give the value back unless another record took a later one.
-            let _ = self.recorded.compare_exchange(
-                value,
-                value.wrapping_sub(1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            return Err(e);
-        }
-        Ok(value)
+    /// A record of `value` did not reach its stream: gives the value back unless another
+    /// record took a later one.
+    pub(crate) fn unrecord(&self, value: u64) {
+        let _ = self.recorded.compare_exchange(
+            value,
+            value.wrapping_sub(1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     fn wait(&self, op: &'static str, timeout_ns: u64) -> Result<WaitEventArgs> {

@@ -69,6 +69,7 @@
 
 mod backend;
 mod completion;
+mod context;
 mod control;
 mod device;
 mod error;
@@ -77,10 +78,12 @@ mod memory;
 mod path;
 mod pool;
 mod rings;
+mod stats;
 mod stream;
 pub mod task;
 
 pub use completion::{Completion, StreamError};
+pub use context::Context;
 pub use control::{Control, ShareState};
 #[cfg(feature = "embedded")]
 pub use davinci_mock_device::{Inject, MockConfig, MockDevice};
@@ -90,11 +93,13 @@ pub use davinci_uapi::{
     ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Fault, FaultKind, FaultOperand, Features,
     Opcode, ShareMode, TaskDesc,
 };
-pub use device::{Context, Device, DeviceStats};
+pub use device::Device;
 pub use error::{Error, Result};
 pub use event::Event;
 pub use memory::{DeviceBuffer, DeviceMem};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
-pub use stream::{SpinWait, Stream, StreamOptions, SPIN_LIMIT};
+pub use stats::DeviceStats;
+pub use stream::wait::{SpinWait, SPIN_LIMIT};
+pub use stream::{Stream, StreamOptions};
 pub use task::{Element, Region};

@@ -1,5 +1,5 @@
-//! Device memory: [`DeviceBuffer`] (one ALLOC_MEMORY allocation with its host view) and the
-//! [`DeviceMem`] trait shared with pool blocks.
+//! Device memory: [`DeviceBuffer`] (one ALLOC_MEMORY allocation with its host view,
+//! made by [`Device::alloc`]) and the [`DeviceMem`] trait shared with pool blocks.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -109,8 +109,17 @@ impl fmt::Debug for DeviceBuffer {
     }
 }
 
+impl Device {
+    /// Allocates `len` bytes of device memory (`aclrtMalloc` / `cudaMalloc`), zeroed, with a
+    /// host view. Each call is a driver round trip; for many small buffers use a
+    /// [`MemPool`](crate::MemPool).
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
+        DeviceBuffer::new(self, len)
+    }
+}
+
 impl DeviceBuffer {
-    pub(crate) fn new(dev: &Device, len: usize) -> Result<DeviceBuffer> {
+    fn new(dev: &Device, len: usize) -> Result<DeviceBuffer> {
         const OP: &str = "ALLOC_MEMORY";
         if len == 0 {
             return Err(Error::new(Errno::EINVAL, OP, "allocation of 0 bytes"));

@@ -5,8 +5,6 @@
 //! the mappings they point into. The mappings themselves are `davinci_shm::SharedMapping`.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::Ordering;
-
 use davinci_ring::{Consumer, Doorbell, Producer, RingRegion};
 use davinci_shm::{futex_wake, SharedMapping};
 use davinci_uapi::mmap::DOORBELL_REG_OFFSET;
@@ -46,6 +44,8 @@ pub(crate) struct StreamRings {
     consumer: Consumer<EventRecord>,
     doorbell: Doorbell,
     wake: Wake,
+    // Owned for the ring ends; read only by the `test-util` hook.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     cmd: SharedMapping,
     _event: SharedMapping,
     bell: SharedMapping,
@@ -204,11 +204,12 @@ impl StreamRings {
 
     /// Test hook: stores `tail` into the shared command-ring tail, as a broken or hostile
     /// producer would (Release, like a real publish). The local producer is not told.
+    #[cfg(feature = "test-util")]
     pub(crate) fn store_raw_cmd_tail(&self, tail: u32) {
         let offset = core::mem::offset_of!(davinci_uapi::RingHeader, tail) as u64;
         // The header lies inside the mapping (checked by `RingRegion::new`).
         if let Ok(word) = self.cmd.word(offset) {
-            word.store(tail, Ordering::Release);
+            word.store(tail, std::sync::atomic::Ordering::Release);
         }
     }
 }

@@ -19,7 +19,7 @@ use davinci_uapi::{
     DRIVER_CMD_LIST_CLIENTS,
 };
 
-use super::{Backend, MapFd, Role};
+use super::{list_clients_arg, Backend, MapFd, Role};
 use crate::error::{Error, Result};
 
 /// An open of a kernel device node.
@@ -151,15 +151,7 @@ impl KernelBackend {
         let mut capacity = 64u32;
         loop {
             let mut buf = vec![0u8; capacity as usize * ClientUsage::SIZE];
-            let a = ListClientsArgs {
-                buf: buf.as_mut_ptr() as u64,
-                capacity,
-                count: 0,
-                entry_size: ClientUsage::SIZE as u32,
-                pad: 0,
-            };
-            let mut arg = vec![0u8; ListClientsArgs::SIZE];
-            a.encode(&mut arg);
+            let mut arg = list_clients_arg(buf.as_mut_ptr() as u64, capacity);
             self.raw_ioctl("LIST_CLIENTS", DRIVER_CMD_LIST_CLIENTS, &mut arg)?;
             let out = ListClientsArgs::decode(&arg);
             if out.count <= capacity {

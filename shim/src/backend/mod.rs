@@ -17,8 +17,8 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 use davinci_uapi::{
-    abi_compatible, ClientUsage, DeviceInfo, Errno, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
-    DRIVER_CMD_GET_INFO,
+    abi_compatible, ClientUsage, DeviceInfo, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR,
+    ABI_VERSION_MINOR, DRIVER_CMD_GET_INFO,
 };
 
 use crate::error::{Error, Result};
@@ -134,6 +134,21 @@ pub(crate) fn check_abi(backend: &dyn Backend) -> Result<DeviceInfo> {
         ));
     }
     Ok(info)
+}
+
+/// LIST_CLIENTS' argument bytes: room for `capacity` [`ClientUsage`] entries at `buf` (the
+/// user pointer, which each backend serves its own way), none reported yet.
+pub(crate) fn list_clients_arg(buf: u64, capacity: u32) -> Vec<u8> {
+    let a = ListClientsArgs {
+        buf,
+        capacity,
+        count: 0,
+        entry_size: ClientUsage::SIZE as u32,
+        pad: 0,
+    };
+    let mut arg = vec![0u8; ListClientsArgs::SIZE];
+    a.encode(&mut arg);
+    arg
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use davinci_uapi::{
     DRIVER_CMD_LIST_CLIENTS,
 };
 
-use super::{Backend, MapFd, Role};
+use super::{list_clients_arg, Backend, MapFd, Role};
 use crate::error::{Error, Result};
 
 /// A reply and the descriptors that came with it.
@@ -209,16 +209,8 @@ impl SocketBackend {
     /// write through the user pointer as the reply payload; no pointer is dereferenced here.
     fn list_clients_from_payload(&self) -> Result<Vec<ClientUsage>> {
         let capacity = (MAX_PAYLOAD / ClientUsage::SIZE) as u32;
-        let a = ListClientsArgs {
-            // Any non-zero base: the payload is addressed relative to it.
-            buf: 1 << 12,
-            capacity,
-            count: 0,
-            entry_size: ClientUsage::SIZE as u32,
-            pad: 0,
-        };
-        let mut arg = vec![0u8; ListClientsArgs::SIZE];
-        a.encode(&mut arg);
+        // Any non-zero base: the payload is addressed relative to it.
+        let arg = list_clients_arg(1 << 12, capacity);
         let got = self.call("LIST_CLIENTS", Kind::Ioctl, DRIVER_CMD_LIST_CLIENTS, arg)?;
         if got.reply.errno != 0 {
             return Err(Error::new(

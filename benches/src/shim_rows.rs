@@ -1,6 +1,7 @@
-//! The rows measured through the public `davinci-shim` API: streaming NOPs (pipelined, every
-//! completion checked), many streams, round trips, doorbells, the control path, and the
-//! SUBMIT_TASK slow path.
+//! The rows measured through the public `davinci-shim` API (the `ours/...` rows, against the
+//! baselines of `spsc.rs` and `sys.rs`): streaming NOPs (pipelined, every completion
+//! checked), many streams, round trips, doorbells, the control path, and the SUBMIT_TASK
+//! slow path.
 #![forbid(unsafe_code)]
 
 use std::thread;

@@ -1,0 +1,325 @@
+//! The row table of a run: every row ([`Plan`]) in table order with its unit, the
+//! measurement it reads, how it reads its value, its baseline and target; and the rows a
+//! `--filter` selects.
+#![forbid(unsafe_code)]
+
+use super::measurements::{Backend, Key, STREAMS_BATCH};
+use super::values::{doorbells, min_share, ns_per_call, p50, p99, rate, Extract};
+use crate::report::Target;
+use crate::shim_rows::ControlOp;
+
+/// One row: its name, unit, measurement, how its value is read from it, what it is compared
+/// with and its target.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Name.
+    pub name: &'static str,
+    /// Unit.
+    pub unit: &'static str,
+    /// The measurement.
+    pub key: Key,
+    /// Its value and a detail note.
+    pub value: Extract,
+    /// The row compared with.
+    pub baseline: Option<&'static str>,
+    /// The target.
+    pub target: Option<Target>,
+}
+
+/// The rows of a run, in table order (`contended` adds the quiet round trip first and
+/// bounds the p99 by it).
+pub fn plan(contended: bool) -> Vec<Plan> {
+    use Key::*;
+    let row = |name, unit, key, value: Extract, baseline, target| Plan {
+        name,
+        unit,
+        key,
+        value,
+        baseline,
+        target,
+    };
+    let ts = "tasks/s";
+    let mut rows = Vec::new();
+    if contended {
+        rows.push(row("ours/rtt/quiet-p50", "ns", RttQuiet, p50, None, None));
+    }
+    rows.extend([
+        row("baseline/two-ring/batch1", ts, TwoRing(1), rate, None, None),
+        row(
+            "baseline/two-ring/batch64",
+            ts,
+            TwoRing(64),
+            rate,
+            None,
+            None,
+        ),
+        row(
+            "baseline/two-ring/rtt-p50",
+            "ns",
+            TwoRingRtt,
+            p50,
+            None,
+            None,
+        ),
+        row("baseline/io_uring/batch1", ts, Uring(1), rate, None, None),
+        row("baseline/io_uring/batch64", ts, Uring(64), rate, None, None),
+        row(
+            "baseline/ioctl-floor",
+            "calls/s",
+            IoctlFloor,
+            ns_per_call,
+            None,
+            None,
+        ),
+        row(
+            "ours/stream/batch1",
+            ts,
+            Stream {
+                streams: 1,
+                batch: 1,
+            },
+            rate,
+            Some("baseline/io_uring/batch1"),
+            Some(Target::ratio_at_least(2.0)),
+        ),
+        row(
+            "ours/stream/batch64",
+            ts,
+            Stream {
+                streams: 1,
+                batch: 64,
+            },
+            rate,
+            Some("baseline/two-ring/batch64"),
+            Some(Target::ratio_at_least(0.6)),
+        ),
+        row(
+            "ours/stream/batch64-vs-io_uring",
+            ts,
+            Stream {
+                streams: 1,
+                batch: 64,
+            },
+            rate,
+            Some("baseline/io_uring/batch64"),
+            Some(Target::ratio_at_least(4.0)),
+        ),
+        row(
+            "ours/streams/1",
+            ts,
+            Stream {
+                streams: 1,
+                batch: STREAMS_BATCH,
+            },
+            rate,
+            None,
+            None,
+        ),
+        row(
+            "ours/streams/4",
+            ts,
+            Stream {
+                streams: 4,
+                batch: STREAMS_BATCH,
+            },
+            rate,
+            Some("ours/streams/1"),
+            None,
+        ),
+        row(
+            "ours/streams/16",
+            ts,
+            Stream {
+                streams: 16,
+                batch: STREAMS_BATCH,
+            },
+            rate,
+            Some("ours/streams/1"),
+            Some(Target::ratio_at_least(0.8)),
+        ),
+        row(
+            "ours/streams/16-min-share",
+            "× fair share",
+            Stream {
+                streams: 16,
+                batch: STREAMS_BATCH,
+            },
+            min_share,
+            None,
+            Some(Target::value_at_least(0.5)),
+        ),
+        row(
+            "ours/rtt/p50",
+            "ns",
+            Rtt,
+            p50,
+            Some("baseline/two-ring/rtt-p50"),
+            Some(Target::ratio_at_most(1.5)),
+        ),
+        if contended {
+            row(
+                "ours/rtt/p99",
+                "ns",
+                Rtt,
+                p99,
+                Some("ours/rtt/quiet-p50"),
+                Some(Target::ratio_at_most(20.0)),
+            )
+        } else {
+            row("ours/rtt/p99", "ns", Rtt, p99, Some("ours/rtt/p50"), None)
+        },
+        row(
+            "ours/doorbells/full-load",
+            "per 1000 tasks",
+            Stream {
+                streams: 1,
+                batch: 1,
+            },
+            doorbells,
+            None,
+            Some(Target::value_at_most(5.0)),
+        ),
+        row(
+            "ours/doorbells/10pct-load",
+            "per 1000 tasks",
+            Light,
+            doorbells,
+            None,
+            None,
+        ),
+        row(
+            "ours/ctl/stream/embedded",
+            "ns",
+            Control(ControlOp::StreamCreateDestroy, Backend::Embedded),
+            p50,
+            None,
+            None,
+        ),
+        row(
+            "ours/ctl/alloc4k/embedded",
+            "ns",
+            Control(ControlOp::AllocFree4K, Backend::Embedded),
+            p50,
+            None,
+            None,
+        ),
+        row(
+            "ours/ctl/stream/mockd",
+            "ns",
+            Control(ControlOp::StreamCreateDestroy, Backend::Mockd),
+            p50,
+            Some("ours/ctl/stream/embedded"),
+            None,
+        ),
+        row(
+            "ours/ctl/alloc4k/mockd",
+            "ns",
+            Control(ControlOp::AllocFree4K, Backend::Mockd),
+            p50,
+            Some("ours/ctl/alloc4k/embedded"),
+            None,
+        ),
+        row("ours/mockd/procs1", ts, Procs(1), rate, None, None),
+        row(
+            "ours/mockd/procs4",
+            ts,
+            Procs(4),
+            rate,
+            Some("ours/mockd/procs1"),
+            Some(Target::ratio_at_least(0.7)),
+        ),
+        row(
+            "ours/mockd/procs4-min-share",
+            "× fair share",
+            Procs(4),
+            min_share,
+            None,
+            None,
+        ),
+        row(
+            "ours/mockd/submit-task",
+            ts,
+            SubmitTask,
+            rate,
+            Some("baseline/ioctl-floor"),
+            None,
+        ),
+    ]);
+    rows
+}
+
+/// The rows `filter` selects (name contains it), plus the rows they are compared with, in
+/// table order. Every row without a filter.
+pub fn select(rows: Vec<Plan>, filter: Option<&str>) -> Vec<Plan> {
+    let Some(f) = filter else { return rows };
+    let mut keep: Vec<bool> = rows.iter().map(|r| r.name.contains(f)).collect();
+    // Baselines of kept rows, transitively (a baseline of a baseline is at most two deep).
+    for _ in 0..3 {
+        let wanted: Vec<&str> = rows
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .filter_map(|(r, _)| r.baseline)
+            .collect();
+        for (r, k) in rows.iter().zip(keep.iter_mut()) {
+            if wanted.contains(&r.name) {
+                *k = true;
+            }
+        }
+    }
+    rows.into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report;
+
+    #[test]
+    fn row_names_are_unique_and_baselines_exist() {
+        for contended in [false, true] {
+            let rows = plan(contended);
+            let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+            for (i, n) in names.iter().enumerate() {
+                assert!(!names[i + 1..].contains(n), "{n} twice");
+            }
+            for r in &rows {
+                if let Some(b) = r.baseline {
+                    let bi = names.iter().position(|n| *n == b);
+                    let ri = names.iter().position(|n| *n == r.name);
+                    assert!(bi.is_some(), "{}: baseline {b} is not a row", r.name);
+                    assert!(bi < ri, "{}: baseline {b} comes later", r.name);
+                }
+                if matches!(r.target, Some(t) if t.on == report::On::Ratio) {
+                    assert!(
+                        r.baseline.is_some(),
+                        "{}: ratio target, no baseline",
+                        r.name
+                    );
+                }
+            }
+            assert_eq!(names.contains(&"ours/rtt/quiet-p50"), contended);
+        }
+    }
+
+    #[test]
+    fn filter_keeps_the_rows_compared_with() {
+        let rows = select(plan(false), Some("ours/stream/batch64-vs"));
+        let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+        assert_eq!(
+            names,
+            [
+                "baseline/io_uring/batch64",
+                "ours/stream/batch64-vs-io_uring"
+            ]
+        );
+        let rows = select(plan(true), Some("ours/rtt/p99"));
+        let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+        assert_eq!(names, ["ours/rtt/quiet-p50", "ours/rtt/p99"]);
+        assert!(select(plan(false), Some("nothing-matches")).is_empty());
+        assert_eq!(select(plan(false), None).len(), plan(false).len());
+    }
+}

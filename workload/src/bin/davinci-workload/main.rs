@@ -1,0 +1,190 @@
+//! `davinci-workload`: runs a checked workload on a davinci device. With no hardware it starts
+//! the embedded mock device (the device engine on threads of this process).
+//!
+//! Vector adds (u32/i32/f32), fills and copies over several streams with cross-stream
+//! events; every result is compared with a CPU computation. Prints tasks/s, single-task
+//! round-trip latency (p50/p99) and doorbells per 1000 tasks. The exit status says how it
+//! ended (see [`AFTER_HELP`](cli::AFTER_HELP)).
+//!
+//! The workload itself is the library's ([`davinci_workload::run`]); this binary is its
+//! command line: the options (`cli.rs`), the device check before a run (`device_check.rs`),
+//! progress on stderr (`progress.rs`), the failures and their exit statuses (`failure.rs`)
+//! and what it prints (`output.rs`). This file runs them in order.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod device_check;
+mod failure;
+mod output;
+mod progress;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+use davinci_shim::{device_path_from_env, Device, DevicePath, MockConfig, DEVICE_ENV};
+use davinci_workload::run::{self as workload, Report, WorkloadConfig};
+
+use cli::{exit, used_options, Args, DeviceFrom, UsedOptions, DEFAULT_MEMORY_MIB, MIB};
+use device_check::check_device;
+use failure::Failure;
+use output::{fail, print_failure_json, print_human, print_json_report};
+use progress::{progress_interval, ProgressView, PROGRESS_ENV};
+
+/// SIGINT (Ctrl-C) sets the returned flag; a second one exits at once with status 130.
+/// SIGINT is blocked in this thread (and so in every thread started later: call this first)
+/// and taken by a thread of its own with `sigwait`, so no signal handler is needed.
+fn catch_interrupt() -> Result<Arc<AtomicBool>, String> {
+    use nix::sys::signal::{SigSet, Signal};
+    let flag = Arc::new(AtomicBool::new(false));
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.thread_block()
+        .map_err(|e| format!("cannot block SIGINT: {e}"))?;
+    let seen = flag.clone();
+    let spawned = std::thread::Builder::new()
+        .name("sigint".into())
+        .spawn(move || loop {
+            if let Ok(Signal::SIGINT) = set.wait() {
+                if seen.swap(true, Ordering::SeqCst) {
+                    std::process::exit(exit::INTERRUPTED.into());
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // Nobody would take the signal: let it kill the process as before.
+        let _ = set.thread_unblock();
+        return Err(format!("cannot start the SIGINT thread: {e}"));
+    }
+    Ok(flag)
+}
+
+/// Everything up to the report.
+fn run(
+    args: &Args,
+    options: &UsedOptions,
+    stop: &AtomicBool,
+    warnings: &mut Vec<String>,
+) -> Result<Report, Failure> {
+    let device = &options.device;
+    let cfg = WorkloadConfig {
+        tasks: options.tasks,
+        streams: options.streams,
+        batch: options.batch,
+        elements: options.elements,
+        slots: options.slots,
+        latency_samples: options.latency_samples,
+        timeout: Duration::from_secs(options.timeout_secs),
+        ..WorkloadConfig::default()
+    };
+    let interval = progress_interval(std::env::var(PROGRESS_ENV).ok().as_deref())?;
+    cfg.check().map_err(|e| Failure::usage(e.message()))?;
+    let path = DevicePath::parse(device).map_err(|e| {
+        let mut f = Failure::open(&e);
+        f.message = match options.device_from {
+            DeviceFrom::Env => format!("{DEVICE_ENV}={device:?}: {}", e.message()),
+            _ => format!("--device {device:?}: {}", e.message()),
+        };
+        f
+    })?;
+    let mut warn = |w: String| {
+        eprintln!("davinci-workload: warning: {w}");
+        warnings.push(w);
+    };
+    if let (None, Some(m)) = (options.memory_mib, args.memory_mib) {
+        warn(format!(
+            "--memory-mib {m} applies only to the embedded device; {device} has its own memory: \
+             ignored"
+        ));
+    }
+    let per_call = 3 * cfg.slots as u64;
+    if args.batch.is_some() && cfg.batch as u64 > per_call {
+        warn(format!(
+            "--batch {} is more than the {per_call} descriptors a stream submits per round (3 x \
+             --slots {}): each round submits them in one call, as --batch {per_call} would",
+            cfg.batch, cfg.slots
+        ));
+    }
+    let dev = match &path {
+        DevicePath::Embedded => Device::embedded_with(MockConfig {
+            memory_size: options
+                .memory_mib
+                .unwrap_or(DEFAULT_MEMORY_MIB)
+                .saturating_mul(MIB),
+            ..MockConfig::default()
+        }),
+        p => Device::open_path(p),
+    }
+    .map_err(|e| Failure::open(&e))?;
+    check_device(&cfg, &dev, options.memory_mib)?;
+    let mut view = ProgressView::new(std::io::stderr().is_terminal(), interval);
+    let result = workload::run_until(&dev, &cfg, stop, |p| view.update(p));
+    view.finish();
+    result.map_err(|e| Failure::run(&e))
+}
+
+fn main() -> ExitCode {
+    // First, before any other thread exists (they inherit the blocked SIGINT).
+    let never = Arc::new(AtomicBool::new(false));
+    let (stop, stop_warning) = match catch_interrupt() {
+        Ok(flag) => (flag, None),
+        Err(e) => (never, Some(e)),
+    };
+    let json_arg = std::env::args_os().skip(1).any(|a| a == "--json");
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            if json_arg
+                && !matches!(
+                    e.kind(),
+                    ErrorKind::DisplayHelp
+                        | ErrorKind::DisplayVersion
+                        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                )
+            {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let message = first.strip_prefix("error: ").unwrap_or(first);
+                let f = Failure::usage(format!("{message} (see --help)"));
+                print_failure_json(&f, None);
+            }
+            // Usage errors exit with 2 (exit::USAGE), help and version with 0.
+            e.exit()
+        }
+    };
+    let mut warnings: Vec<String> = Vec::new();
+    if let Some(w) = stop_warning {
+        let w = format!("{w}: Ctrl-C will end the run without a report");
+        eprintln!("davinci-workload: warning: {w}");
+        warnings.push(w);
+    }
+    let options = used_options(&args, device_path_from_env());
+    let report = match run(&args, &options, &stop, &mut warnings) {
+        Ok(r) => r,
+        Err(f) => return fail(&f, args.json, Some(&options)),
+    };
+    if args.json {
+        print_json_report(&report, &options, &warnings);
+    } else {
+        print_human(&report);
+    }
+    if report.mismatches > 0 {
+        eprintln!(
+            "davinci-workload: {} results differ from the CPU computation",
+            report.mismatches
+        );
+        return ExitCode::from(exit::MISMATCH);
+    }
+    if report.interrupted {
+        eprintln!(
+            "davinci-workload: interrupted (Ctrl-C) after {} of {} rounds: the report is partial",
+            report.rounds, report.rounds_planned
+        );
+        return ExitCode::from(exit::INTERRUPTED);
+    }
+    ExitCode::SUCCESS
+}
