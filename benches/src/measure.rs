@@ -86,7 +86,7 @@ impl WindowRun {
     /// is over. Reads the clock only every 16th call.
     pub fn tick(&mut self, count: u64) -> bool {
         self.calls = self.calls.wrapping_add(1);
-        if self.calls % 16 != 0 {
+        if !self.calls.is_multiple_of(16) {
             return false;
         }
         self.check(count)

@@ -321,7 +321,7 @@ pub fn round_trip(dev: &Device, window: Window) -> Result<LatencyRun, Fail> {
         let mut spins = 0u32;
         while lane.poll() == 0 {
             spins = spins.wrapping_add(1);
-            if spins % 4096 == 0 {
+            if spins.is_multiple_of(4096) {
                 if t0.elapsed() > DRAIN_TIMEOUT {
                     return Err(Fail::Error(format!(
                         "round trip: no completion within {DRAIN_TIMEOUT:?}"

@@ -247,7 +247,7 @@ impl Core {
             // first of these checks means the core is oversubscribed, so park now and leave
             // the core to the others.
             let mut crowded = false;
-            if idle_spins % 64 == 0 {
+            if idle_spins.is_multiple_of(64) {
                 let now = involuntary_switches();
                 crowded = *preempted.get_or_insert(now) != now;
             }

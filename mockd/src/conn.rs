@@ -20,8 +20,8 @@ use davinci_uapi::{
 };
 use tracing::{debug, info, warn};
 
-use crate::daemon::{Shared, MAX_WAITS_PER_CONN};
 use crate::peer::{comm_of_pid, container_of_pid};
+use crate::shared::{Shared, MAX_WAITS_PER_CONN};
 
 /// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
 pub(crate) fn send_reply(conn: &SeqPacket, r: &Reply, fd: Option<std::os::fd::BorrowedFd<'_>>) {

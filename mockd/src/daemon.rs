@@ -11,11 +11,10 @@
 //! releases every context, stream and allocation it held.
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use davinci_driver_core::{NoUserMem, Role};
@@ -29,10 +28,10 @@ use tracing::{info, warn};
 
 use crate::conn::{send_reply, serve};
 use crate::peer::AdminPolicy;
+use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice};
 
-/// Blocking waits served on their own threads per connection; more are served inline.
-pub const MAX_WAITS_PER_CONN: usize = 32;
+pub use crate::shared::MAX_WAITS_PER_CONN;
 /// Connections (including ones that have not sent HELLO yet) per device.
 pub const MAX_CONNECTIONS: usize = 320;
 /// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
@@ -81,49 +80,6 @@ impl Default for DaemonConfig {
             hello_timeout: HELLO_TIMEOUT,
             inject: None,
         }
-    }
-}
-
-/// What every thread serving one device shares.
-pub(crate) struct Shared {
-    pub(crate) dev: MockDevice,
-    /// `davinciN`, for logs and messages.
-    pub(crate) name: String,
-    pub(crate) admin: AdminPolicy,
-    pub(crate) hello_timeout: std::time::Duration,
-    /// Held across a sharing change and the reads of the mode around it, so the audit log's
-    /// "from" and "to" are exact.
-    pub(crate) share_lock: Mutex<()>,
-    stopping: AtomicBool,
-    conns: Mutex<HashMap<u64, Arc<SeqPacket>>>,
-    next_conn: AtomicU64,
-    live: AtomicUsize,
-}
-
-impl Shared {
-    fn new(
-        dev: MockDevice,
-        name: String,
-        admin: AdminPolicy,
-        hello_timeout: std::time::Duration,
-    ) -> Shared {
-        Shared {
-            dev,
-            name,
-            admin,
-            hello_timeout,
-            share_lock: Mutex::new(()),
-            stopping: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
-            next_conn: AtomicU64::new(1),
-            live: AtomicUsize::new(0),
-        }
-    }
-
-    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<SeqPacket>>> {
-        self.conns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

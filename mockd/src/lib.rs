@@ -1,8 +1,9 @@
 //! `davinci-mockd`: mock davinci devices ([`davinci_mock_device::MockDevice`]) served on Unix
 //! sockets, N devices each on its own socket, one connection per open file.
 //!
-//! * [`daemon`]: the devices, their acceptors and the shared state of a running daemon;
-//!   `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and CLOSE frames.
+//! * [`daemon`]: the devices and their acceptors; `shared` is what the threads serving one
+//!   device share; `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and
+//!   CLOSE frames.
 //! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
 //!   admin ([`peer::AdminPolicy`]).
 //! * [`cli`]: the command line, logging and signals; the binary is one call to [`cli::main`].
@@ -17,3 +18,4 @@ pub mod cli;
 mod conn;
 pub mod daemon;
 pub mod peer;
+mod shared;

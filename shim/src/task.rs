@@ -141,7 +141,7 @@ fn aligned(op: &'static str, name: &str, r: &Region) -> Result<()> {
     if r.is_empty() {
         return Err(invalid(op, format!("{name} is empty")));
     }
-    if r.addr.get() % 4 != 0 {
+    if !r.addr.get().is_multiple_of(4) {
         return Err(invalid(
             op,
             format!(
@@ -150,7 +150,7 @@ fn aligned(op: &'static str, name: &str, r: &Region) -> Result<()> {
             ),
         ));
     }
-    if r.len % 4 != 0 {
+    if !r.len.is_multiple_of(4) {
         return Err(invalid(
             op,
             format!(

@@ -615,7 +615,7 @@ fn pool_is_thread_safe_and_bounded() {
                 let mut rng = Rng::new(t);
                 let mut live = Vec::new();
                 for i in 0..2000 {
-                    if live.len() > 20 || (rng.next_u32() % 3 == 0 && !live.is_empty()) {
+                    if live.len() > 20 || (rng.next_u32().is_multiple_of(3) && !live.is_empty()) {
                         let k = rng.next_u32() as usize % live.len();
                         let (b, tag): (davinci_shim::PoolBuffer, u32) = live.swap_remove(k);
                         assert_eq!(b.read_vec::<u32>(0, 1).unwrap(), vec![tag], "clobbered");

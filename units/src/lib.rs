@@ -48,7 +48,7 @@ pub fn parse_duration_between(s: &str, min: Duration, max: Duration) -> Result<D
 /// states it exactly (`1h`, `90s`, `250ms`), else seconds with decimals.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return format!("{}s", d.as_secs_f64());
     }
     match ms {
@@ -94,7 +94,7 @@ pub fn mib(bytes: u64) -> String {
 
 /// Bytes as MiB with the unit, whole when exact: `4 MiB`, `1.5 MiB`.
 pub fn mib_text(bytes: u64) -> String {
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
     } else {
         format!("{:.1} MiB", bytes as f64 / MIB as f64)

@@ -51,7 +51,7 @@ impl SpinWait {
     /// a `getrusage` every 64th call.
     pub fn keep_spinning(&mut self) -> bool {
         self.looks = self.looks.wrapping_add(1);
-        if self.looks % 64 != 0 {
+        if !self.looks.is_multiple_of(64) {
             return true;
         }
         let now = (Instant::now(), davinci_shm::involuntary_switches());

@@ -1,0 +1,60 @@
+//! What every thread serving one `davinci-mockd` device shares: the device, its name, the
+//! admin policy, the HELLO timeout, the lock around sharing changes, and the live
+//! connections (for shutdown and the connection limit). The acceptor (`daemon`) creates it;
+//! each connection (`conn`) reads it.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use davinci_mock_device::MockDevice;
+use davinci_mockd_proto::sockio::SeqPacket;
+
+use crate::peer::AdminPolicy;
+
+/// Blocking waits served on their own threads per connection; more are served inline.
+pub const MAX_WAITS_PER_CONN: usize = 32;
+
+/// What every thread serving one device shares.
+pub(crate) struct Shared {
+    pub(crate) dev: MockDevice,
+    /// `davinciN`, for logs and messages.
+    pub(crate) name: String,
+    pub(crate) admin: AdminPolicy,
+    pub(crate) hello_timeout: std::time::Duration,
+    /// Held across a sharing change and the reads of the mode around it, so the audit log's
+    /// "from" and "to" are exact.
+    pub(crate) share_lock: Mutex<()>,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) conns: Mutex<HashMap<u64, Arc<SeqPacket>>>,
+    pub(crate) next_conn: AtomicU64,
+    pub(crate) live: AtomicUsize,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        dev: MockDevice,
+        name: String,
+        admin: AdminPolicy,
+        hello_timeout: std::time::Duration,
+    ) -> Shared {
+        Shared {
+            dev,
+            name,
+            admin,
+            hello_timeout,
+            share_lock: Mutex::new(()),
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            live: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<SeqPacket>>> {
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
