@@ -1,4 +1,5 @@
 //! See the library's documentation and `--help`.
+#![forbid(unsafe_code)]
 
 fn main() {
     std::process::exit(davinci_device_plugin::main());

@@ -15,6 +15,7 @@
 //!
 //! [`tree`] holds the checks on the workspace's shape that the test command runs
 //! (`cargo xtask check`): layering, file sizes, the paths the docs name, the MSRV.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@
 //!   sizes, the paths the docs name, the MSRV against the dependencies; each also on its own
 //!   (`check-layering`, `check-sizes`, `check-docs`, `msrv`). `msrv --build` also builds the
 //!   workspace with the declared toolchain (installing it with rustup when missing).
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
@@ -23,6 +24,8 @@ const USAGE: &str = "usage: cargo xtask COMMAND
                       operators' tools link no device code (read from cargo metadata)
   check-sizes         no source file over 600 non-test lines
   check-docs          every repository path README.md and docs/ name exists; every `-p` is a package
+  check-unsafe        every crate root forbids or denies unsafe code; the files that allow it are
+                      exactly the table \"Where `unsafe` is\" of docs/architecture.md
   msrv [--build]      the workspace's rust-version is at least every dependency's; with --build,
                       also `cargo +VERSION check --workspace --all-targets` (rustup installs it)";
 
@@ -33,7 +36,8 @@ fn main() -> ExitCode {
         ["gen-header"] => gen_header(false),
         ["gen-header", "--check"] | ["--check", "gen-header"] => gen_header(true),
         ["kmod-src", out] => kmod_src(out),
-        ["check"] => checks(&["layering", "sizes", "docs", "msrv"], false),
+        ["check"] => checks(&["layering", "sizes", "docs", "unsafe", "msrv"], false),
+        ["check-unsafe"] => checks(&["unsafe"], false),
         ["check-layering"] => checks(&["layering"], false),
         ["check-sizes"] => checks(&["sizes"], false),
         ["check-docs"] => checks(&["docs"], false),
@@ -115,7 +119,7 @@ fn kmod_src(out: &str) -> ExitCode {
 }
 
 fn checks(which: &[&str], build: bool) -> ExitCode {
-    use xtask::tree::{doc_paths, layering, metadata::Workspace, msrv, sizes};
+    use xtask::tree::{doc_paths, layering, metadata::Workspace, msrv, sizes, unsafe_code};
     let root = xtask::workspace_root();
     let ws = match Workspace::load(&root) {
         Ok(ws) => ws,
@@ -128,21 +132,27 @@ fn checks(which: &[&str], build: bool) -> ExitCode {
     for &name in which {
         let findings = match name {
             "layering" => layering::check(&ws),
-            "sizes" => {
-                let mut dirs: Vec<std::path::PathBuf> = ws
+            "sizes" => sizes::check(&root, &sources(&root, &ws)),
+            "unsafe" => {
+                let roots: Vec<std::path::PathBuf> = ws
                     .members
                     .iter()
-                    .map(|p| std::path::Path::new(&p.dir).join("src"))
+                    .flat_map(|p| p.roots.iter().map(Into::into))
                     .collect();
-                dirs.push("kmod-rust/src".into());
-                sizes::check(&root, &sizes::source_files(&root, &dirs))
+                let rel: Vec<std::path::PathBuf> = sources(&root, &ws)
+                    .iter()
+                    .filter_map(|p| p.strip_prefix(&root).ok().map(|p| p.to_path_buf()))
+                    .collect();
+                let doc =
+                    std::fs::read_to_string(root.join("docs/architecture.md")).unwrap_or_default();
+                unsafe_code::check(&root, &roots, &rel, &doc)
             }
             "docs" => {
                 let members: Vec<String> = ws.members.iter().map(|p| p.name.clone()).collect();
                 doc_paths::check(&root, &members)
             }
             "msrv" => msrv::check(&ws),
-            _ => unreachable!("a check this binary names"),
+            other => vec![xtask::tree::Finding(format!("no check named {other}"))],
         };
         if findings.is_empty() {
             println!("xtask check-{name}: ok");
@@ -172,6 +182,20 @@ fn checks(which: &[&str], build: bool) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Every non-test source file of the members and of the kernel module.
+fn sources(
+    root: &std::path::Path,
+    ws: &xtask::tree::metadata::Workspace,
+) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = ws
+        .members
+        .iter()
+        .map(|p| std::path::Path::new(&p.dir).join("src"))
+        .collect();
+    dirs.push("kmod-rust/src".into());
+    xtask::tree::sizes::source_files(root, &dirs)
 }
 
 /// `cargo +VERSION check --workspace --all-targets --locked` in its own target directory,

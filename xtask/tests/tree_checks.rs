@@ -358,3 +358,74 @@ fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn the_unsafe_table_must_match_the_code() {
+    use xtask::tree::unsafe_code;
+    let dir = scratch("unsafe");
+    std::fs::create_dir_all(dir.join("c/src")).unwrap();
+    std::fs::create_dir_all(dir.join("kmod-rust/src")).unwrap();
+    std::fs::write(
+        dir.join("c/src/lib.rs"),
+        "//! c\n#![deny(unsafe_code)]\nmod raw;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("c/src/raw.rs"),
+        "//! raw\n#![allow(unsafe_code)]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("c/src/main.rs"),
+        "//! no attribute\nfn main() {}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("kmod-rust/src/fops.rs"),
+        "// SAFETY: ...\nlet x = unsafe { f() };\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("kmod-rust/src/safe.rs"),
+        "// unsafe { in a comment }\n",
+    )
+    .unwrap();
+    let sources: Vec<PathBuf> = [
+        "c/src/lib.rs",
+        "c/src/raw.rs",
+        "kmod-rust/src/fops.rs",
+        "kmod-rust/src/safe.rs",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    let roots = vec![
+        PathBuf::from("c/src/lib.rs"),
+        PathBuf::from("c/src/main.rs"),
+    ];
+    let doc = "# A\n## Where `unsafe` is\n\n| module | why |\n|---|---|\n| `c/src/raw.rs` | MMIO |\n| `c/src/gone.rs` | was |\n\n## Next\n| `not/in/the/table.rs` | x |\n";
+    let f: Vec<String> = unsafe_code::check(&dir, &roots, &sources, doc)
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(f.len(), 3, "{f:?}");
+    assert!(
+        f[0].starts_with("c/src/main.rs: a crate root without"),
+        "{f:?}"
+    );
+    assert!(
+        f[1].starts_with("kmod-rust/src/fops.rs allows or uses unsafe code"),
+        "{f:?}"
+    );
+    assert!(f[2].contains("lists c/src/gone.rs"), "{f:?}");
+    let fixed = doc.replace(
+        "| `c/src/gone.rs` | was |",
+        "| `kmod-rust/src/fops.rs` | FFI |",
+    );
+    std::fs::write(
+        dir.join("c/src/main.rs"),
+        "//! bin\n#![forbid(unsafe_code)]\nfn main() {}\n",
+    )
+    .unwrap();
+    assert!(unsafe_code::check(&dir, &roots, &sources, &fixed).is_empty());
+}

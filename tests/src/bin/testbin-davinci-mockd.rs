@@ -1,5 +1,6 @@
 //! `davinci-mockd` for the tests: the same `main` as the installed binary (see
 //! `davinci_tests::mockd` for why it has its own name).
+#![forbid(unsafe_code)]
 
 fn main() {
     std::process::exit(davinci_mockd::cli::main());

@@ -36,6 +36,8 @@ pub struct Package {
     pub deps: Vec<Dep>,
     /// It has a `[[bin]]` target.
     pub has_bin: bool,
+    /// Its library and binary roots, relative to the workspace root (`shim/src/lib.rs`).
+    pub roots: Vec<String>,
     /// Its declared `rust-version`.
     pub rust_version: Option<String>,
 }
@@ -167,12 +169,37 @@ fn package(p: &Value, root: &str) -> Result<Package, String> {
                 .is_some_and(|k| k.iter().any(|k| k == "bin"))
         })
     });
+    let roots = p["targets"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .filter(|t| {
+                    t["kind"].as_array().is_some_and(|k| {
+                        k.iter().any(|k| {
+                            matches!(
+                                k.as_str(),
+                                Some("lib" | "rlib" | "cdylib" | "staticlib" | "bin")
+                            )
+                        })
+                    })
+                })
+                .filter_map(|t| t["src_path"].as_str())
+                .map(|p| {
+                    Path::new(p)
+                        .strip_prefix(root)
+                        .map(|r| r.display().to_string())
+                        .unwrap_or_else(|_| p.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Package {
         name,
         dir,
         features,
         deps,
         has_bin,
+        roots,
         rust_version: p["rust_version"].as_str().map(str::to_string),
     })
 }

@@ -7,7 +7,9 @@
 //! * [`doc_paths`]: every repository path the README and `docs/` name exists
 //!   (`cargo xtask check-docs`);
 //! * [`msrv`]: the declared `rust-version` is at least what every dependency declares, and the
-//!   workspace builds with that toolchain when it is installed (`cargo xtask msrv`).
+//!   workspace builds with that toolchain when it is installed (`cargo xtask msrv`);
+//! * [`unsafe_code`]: every crate root keeps `unsafe` out, and the files that let it in are
+//!   exactly the table of docs/architecture.md (`cargo xtask check-unsafe`).
 //!
 //! Each check is a pure function of its inputs (metadata JSON, file text, a directory), so its
 //! tests feed it a tree that breaks the rule and watch it fail.
@@ -17,6 +19,7 @@ pub mod layering;
 pub mod metadata;
 pub mod msrv;
 pub mod sizes;
+pub mod unsafe_code;
 
 /// One broken rule: what, where, and how to mend it.
 #[derive(Debug, Clone, PartialEq, Eq)]
