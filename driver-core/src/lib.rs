@@ -26,6 +26,8 @@ pub mod device;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod inject;
+pub mod limits;
 pub mod memory;
 pub mod platform;
 pub mod softfloat;
@@ -33,13 +35,17 @@ pub mod table;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
-pub use device::{
-    Config, DeviceCore, MmapTarget, OpenError, OpenParams, Role, StreamState, CONTAINER_LEN,
-    MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS, MAX_EVENT_ENTRIES,
-    MAX_STREAMS,
-};
+pub use device::clients::OpenError;
+pub use device::entries::{OpenParams, Role, StreamState};
+pub use device::streams::MmapTarget;
+pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
-pub use engine::{Inject, Run};
+pub use engine::Run;
 pub use error::{Error, Result};
+pub use inject::Inject;
+pub use limits::{
+    CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
+    MAX_EVENT_ENTRIES, MAX_STREAMS,
+};
 pub use memory::DVA_BASE;
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
