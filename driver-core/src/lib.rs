@@ -8,6 +8,10 @@
 //! kernel and user space sits behind [`Platform`]. No `unsafe` here: raw shared memory is
 //! reached only through `davinci-ring` and the platform.
 //!
+//! Features (the kernel build uses none): `std` adds `StdLock`, the [`Lock`] over
+//! `std::sync::Mutex` that user-space hosts use; `test-util` (implies `std`) adds the checking
+//! heap platform of `test_util` for tests and fuzz targets.
+//!
 //! Locking: the control path (every ioctl, open, close) takes `&mut DeviceCore`, so the host
 //! holds the device exclusively for it. The data path ([`DeviceCore::run_stream`] and the sleep
 //! handshake) takes `&DeviceCore` plus a per-stream [`Lock`] (and a per-event one for
@@ -31,6 +35,8 @@ pub mod limits;
 pub mod memory;
 pub mod platform;
 pub mod softfloat;
+#[cfg(feature = "std")]
+pub mod std_lock;
 pub mod table;
 #[cfg(feature = "test-util")]
 pub mod test_util;
@@ -49,3 +55,5 @@ pub use limits::{
 };
 pub use memory::DVA_BASE;
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
+#[cfg(feature = "std")]
+pub use std_lock::StdLock;
