@@ -24,7 +24,7 @@ use crate::davinci_ring::RingRegion;
 use crate::davinci_shm_copy::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use crate::davinci_uapi::{Errno, DOORBELL_SIZE};
-use crate::device::Wake;
+use crate::wake::Wake;
 
 /// `vmalloc_user` buffers alive, over every device: zero once every client closed, checked at
 /// module unload (a leak is reported as `davinci: leak: ...`).
