@@ -7,7 +7,7 @@
 //! `containerd-<id>`, or a bare 64-hex-digit `<id>` (`/docker/<id>`, cgroupfs kubepods). The
 //! innermost such component names the container; a path without one is a process on the host.
 
-use crate::device::CONTAINER_LEN;
+use crate::limits::CONTAINER_LEN;
 
 /// Prefixes of cgroup path components that wrap a container id (docker, containerd / CRI,
 /// cri-o, podman), tried in this order.

@@ -5,7 +5,8 @@
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 
-use crate::device::{poison_queued_records, DeviceCore, StreamState};
+use crate::device::entries::{poison_queued_records, StreamState};
+use crate::device::DeviceCore;
 use crate::error::{ensure, fail, Error, Result};
 use crate::platform::{locked, Lock, Platform};
 

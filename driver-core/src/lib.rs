@@ -8,6 +8,10 @@
 //! kernel and user space sits behind [`Platform`]. No `unsafe` here: raw shared memory is
 //! reached only through `davinci-ring` and the platform.
 //!
+//! Features (the kernel build uses none): `std` adds `StdLock`, the [`Lock`] over
+//! `std::sync::Mutex` that user-space hosts use; `test-util` (implies `std`) adds the checking
+//! heap platform of `test_util` for tests and fuzz targets.
+//!
 //! Locking: the control path (every ioctl, open, close) takes `&mut DeviceCore`, so the host
 //! holds the device exclusively for it. The data path ([`DeviceCore::run_stream`] and the sleep
 //! handshake) takes `&DeviceCore` plus a per-stream [`Lock`] (and a per-event one for
@@ -26,20 +30,30 @@ pub mod device;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod inject;
+pub mod limits;
 pub mod memory;
 pub mod platform;
 pub mod softfloat;
+#[cfg(feature = "std")]
+pub mod std_lock;
 pub mod table;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
-pub use device::{
-    Config, DeviceCore, MmapTarget, OpenError, OpenParams, Role, StreamState, CONTAINER_LEN,
-    MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS, MAX_EVENT_ENTRIES,
-    MAX_STREAMS,
-};
+pub use device::clients::OpenError;
+pub use device::entries::{OpenParams, Role, StreamState};
+pub use device::streams::MmapTarget;
+pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
-pub use engine::{Inject, Run};
+pub use engine::Run;
 pub use error::{Error, Result};
+pub use inject::Inject;
+pub use limits::{
+    CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
+    MAX_EVENT_ENTRIES, MAX_STREAMS,
+};
 pub use memory::DVA_BASE;
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
+#[cfg(feature = "std")]
+pub use std_lock::StdLock;

@@ -22,33 +22,9 @@ use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::{Errno, EventRecord, Features, TaskDesc};
 
 use crate::{
-    Config, DeviceCore, Error, Lock, OpenParams, Platform, Result, Role, StreamRegions,
+    Config, DeviceCore, Error, OpenParams, Platform, Result, Role, StdLock, StreamRegions,
     CONTAINER_LEN,
 };
-
-/// [`Lock`] over `std::sync::Mutex`, so tests can run streams of one device on several
-/// threads (a poisoned lock is taken anyway: the state stays consistent between calls).
-pub struct StdLock<T>(Mutex<T>);
-
-impl<T> Lock<T> for StdLock<T> {
-    fn new(value: T) -> Self {
-        Self(Mutex::new(value))
-    }
-
-    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        let mut g = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Some(f(&mut g))
-    }
-
-    fn get_mut(&mut self) -> &mut T {
-        self.0
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
 
 /// Device memory of the fuzz device (small: arenas are real heap buffers).
 pub const MEM: u64 = 1 << 20;

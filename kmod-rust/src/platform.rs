@@ -21,10 +21,10 @@ use crate::davinci_driver_core::{
     Error, Platform, Result, Serialized, StreamRegions, MAX_ALLOCATIONS,
 };
 use crate::davinci_ring::RingRegion;
-use crate::davinci_shm_copy::{copy_from_shared, copy_to_shared};
+use crate::davinci_shm_copy::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use crate::davinci_uapi::{Errno, DOORBELL_SIZE};
-use crate::device::Wake;
+use crate::wake::Wake;
 
 /// `vmalloc_user` buffers alive, over every device: zero once every client closed, checked at
 /// module unload (a leak is reported as `davinci: leak: ...`).
@@ -291,22 +291,12 @@ impl Platform for KernelPlatform {
     }
 
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
-        const STEP: usize = 256;
         let (b, rel) = self.find(client, dst, len)?;
         let n = usize::try_from(len).map_err(|_| fault())?;
         let d = b.range(rel, n).ok_or_else(fault)?;
-        let mut chunk = [0u8; STEP];
-        for (i, c) in chunk.iter_mut().enumerate() {
-            *c = pattern.to_ne_bytes()[i % 4];
-        }
-        let mut off = 0;
-        while off < n {
-            let k = (n - off).min(STEP);
-            // SAFETY: `off + k <= n` and `[d, d + n)` lies in the live buffer (`range`); STEP
-            // is a multiple of 4, so every step starts at pattern phase 0.
-            unsafe { copy_to_shared(d.add(off), &chunk[..k]) };
-            off += k;
-        }
+        // SAFETY: `range` checked `[d, d + n)` lies in the live buffer; the device side
+        // touches it only atomically (the client's mapping may write it concurrently).
+        unsafe { fill_shared(d, n, pattern) };
         Ok(())
     }
 

@@ -10,43 +10,16 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
-use davinci_driver_core::{Error, Lock, Platform, Result, StreamRegions};
+use davinci_driver_core::{Error, Platform, Result, StdLock, StreamRegions};
 use davinci_uapi::Errno;
 
 use davinci_shm::OutOfBounds;
 
 use crate::memfd::SharedRegion;
 use crate::stream_mem::{StreamMem, StreamPart};
-
-/// [`Lock`] over `std::sync::Mutex`: each stream's and each event's data-path state. A stream
-/// is served by one poller, so its lock is contended only by a control-path reader (a
-/// usage report); an event's, only while two pollers record or wait on it at once.
-pub struct MockLock<T>(Mutex<T>);
-
-impl<T> Lock<T> for MockLock<T> {
-    fn new(value: T) -> Self {
-        Self(Mutex::new(value))
-    }
-
-    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        // Poisoned only if a thread panicked inside; driver-core has no panicking paths and
-        // keeps the state consistent between calls, so carry on.
-        let mut g = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Some(f(&mut g))
-    }
-
-    fn get_mut(&mut self) -> &mut T {
-        self.0
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
 
 /// The mock device's platform: arenas, stream memory, time, and the wake-ups.
 pub struct MockPlatform {
@@ -190,7 +163,7 @@ impl MockPlatform {
 
 impl Platform for MockPlatform {
     type StreamMem = Arc<StreamMem>;
-    type Lock<T> = MockLock<T>;
+    type Lock<T> = StdLock<T>;
 
     fn create_stream(
         &mut self,

@@ -87,8 +87,8 @@
 #[cfg(test)]
 extern crate std;
 
-mod device;
-mod host;
+mod device_end;
+mod host_end;
 #[cfg(loom)]
 mod loom_mem;
 #[cfg(not(loom))]
@@ -101,8 +101,8 @@ pub mod test_util;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub use device::{DeviceConsumer, DeviceProducer, SubmitError};
-pub use host::{Consumer, Producer};
+pub use device_end::{DeviceConsumer, DeviceProducer, SubmitError};
+pub use host_end::{Consumer, Producer};
 #[cfg(loom)]
 pub use loom_mem::{doorbell_pair, Doorbell, DoorbellWatch, RingRegion, LOOM_MAX_SLOT};
 #[cfg(not(loom))]

@@ -1,6 +1,7 @@
 //! Byte copies to and from shared memory that another process (or the device) may access
-//! concurrently: every access is a relaxed atomic (8 bytes at a time where aligned), so a
-//! racing peer can make the bytes meaningless but never makes the copy undefined behaviour.
+//! concurrently, and pattern fills of it: every access is a relaxed atomic (8 bytes at a time
+//! where aligned), so a racing peer can make the bytes meaningless but never makes the copy
+//! undefined behaviour.
 //! [`SharedMapping`](crate::SharedMapping) copies with these; ring slots use the whole-slot
 //! volatile copies of the ring ends (`davinci-ring`).
 #![allow(unsafe_code)]
@@ -66,6 +67,32 @@ pub unsafe fn copy_to_shared(dst: *mut u8, data: &[u8]) {
     }
 }
 
+/// Fills `len` bytes of shared memory at `dst` with the native-endian bytes of `pattern`,
+/// repeated from `dst` on (a trailing partial pattern is written as its first bytes), with
+/// relaxed atomic stores ([`copy_to_shared`] of a pattern buffer, a chunk at a time).
+///
+/// # Safety
+/// `[dst, dst + len)` is valid for writes (a live shared mapping) and is not accessed
+/// non-atomically by this process while the fill runs.
+pub unsafe fn fill_shared(dst: *mut u8, len: usize, pattern: u32) {
+    const CHUNK: usize = 256;
+    let bytes = pattern.to_ne_bytes();
+    let mut buf = [0u8; CHUNK];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = bytes[i % 4];
+    }
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(CHUNK);
+        // SAFETY: `off + n <= len`, so `[dst + off, dst + off + n)` lies in the range the
+        // caller vouches for, with the same contract; `buf` is this function's own stack
+        // memory, so it cannot overlap the shared range. CHUNK is a multiple of 4, so every
+        // step starts at pattern phase 0.
+        unsafe { copy_to_shared(dst.add(off), &buf[..n]) };
+        off += n;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +110,32 @@ mod tests {
                 // SAFETY: as above.
                 unsafe { copy_from_shared(base.add(start), &mut out[..len]) };
                 assert_eq!(out[..len], data[..len], "start {start} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn fills_every_length_and_alignment_from_pattern_phase_0() {
+        let pattern = 0x4433_2211u32;
+        let bytes = pattern.to_ne_bytes();
+        for start in 0..9 {
+            for len in [0, 1, 3, 4, 7, 8, 255, 256, 257, 600] {
+                let mut shared = [0u64; 128];
+                let base = shared.as_mut_ptr().cast::<u8>();
+                // SAFETY: `start + len <= 608 < 1024`: inside `shared`, which nothing else
+                // touches.
+                unsafe { fill_shared(base.add(start), len, pattern) };
+                let mut out = [0u8; 1024];
+                // SAFETY: the whole of `shared`, as above.
+                unsafe { copy_from_shared(base, &mut out) };
+                for (i, &b) in out.iter().enumerate() {
+                    let want = if (start..start + len).contains(&i) {
+                        bytes[(i - start) % 4]
+                    } else {
+                        0
+                    };
+                    assert_eq!(b, want, "start {start} len {len} byte {i}");
+                }
             }
         }
     }

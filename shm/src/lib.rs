@@ -21,7 +21,7 @@
 mod copy;
 mod mapping;
 
-pub use copy::{copy_from_shared, copy_to_shared};
+pub use copy::{copy_from_shared, copy_to_shared, fill_shared};
 pub use mapping::{
     futex_wait, futex_waitv, futex_wake, involuntary_switches, FutexWaiter, OutOfBounds,
     SharedMapping, FUTEX_WAITV_MAX,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::copy::{copy_from_shared, copy_to_shared};
+use crate::copy::{copy_from_shared, copy_to_shared, fill_shared};
 
 /// Bytes moved per step of a bounce-buffered copy or fill.
 const CHUNK: usize = 4096;
@@ -158,19 +158,9 @@ impl SharedMapping {
     pub fn fill(&self, dst: u64, len: u64, pattern: u32) -> Result<(), OutOfBounds> {
         let len = usize::try_from(len).map_err(|_| OutOfBounds)?;
         let d = self.range(dst, len)?;
-        let bytes = pattern.to_ne_bytes();
-        let mut buf = [0u8; CHUNK];
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = bytes[i % 4];
-        }
-        let mut off = 0;
-        while off < len {
-            let n = (len - off).min(CHUNK);
-            // SAFETY: `off + n <= len` and `[d, d + len)` was checked by `range`. CHUNK is a
-            // multiple of 4, so every step starts at pattern phase 0.
-            unsafe { copy_to_shared(d.add(off), &buf[..n]) };
-            off += n;
-        }
+        // SAFETY: `[d, d + len)` was checked by `range`: it lies in the live read/write
+        // mapping, which this process only ever accesses atomically (this type's rule).
+        unsafe { fill_shared(d, len, pattern) };
         Ok(())
     }
 

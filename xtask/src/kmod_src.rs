@@ -8,8 +8,9 @@
 //! `crate::davinci_ring::x`, `$crate::` likewise, `davinci_uapi::x` → `crate::davinci_uapi::x`).
 //! Nothing else changes: the kernel build sees exactly the code the tests ran, with no cargo
 //! features (so `uapi` without zerocopy/bitflags and `ring` without volatile-register, the
-//! configurations the workspace tests build), and without the modules that only tests or loom
-//! compile (`cfg(test)`, `cfg(loom)`, `test-util`), which are left out rather than cfg'd out.
+//! configurations the workspace tests build), and without the modules that only tests, loom or
+//! user-space hosts compile (`cfg(test)`, `cfg(loom)`, `test-util`, `std`), which are left out
+//! rather than cfg'd out.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -26,8 +27,9 @@ pub const CRATES: &[(&str, &str)] = &[
     ("davinci_shm_copy", "shm/src/copy.rs"),
 ];
 
-/// A `mod` declaration whose attributes say it is never compiled into the kernel.
-fn test_or_loom_only(attrs: &[String]) -> bool {
+/// A `mod` declaration whose attributes say it is never compiled into the kernel: test and
+/// loom code, and what a cargo feature adds (`test-util`; `std`, user-space hosts' support).
+fn never_in_kernel(attrs: &[String]) -> bool {
     attrs.iter().any(|a| {
         let a = a.replace(' ', "");
         a.starts_with("#[cfg(test")
@@ -36,6 +38,7 @@ fn test_or_loom_only(attrs: &[String]) -> bool {
             || a.starts_with("#[cfg(any(test")
             || a.starts_with("#[cfg(all(any(test")
             || a.contains("feature=\"test-util\"")
+            || a.contains("feature=\"std\"")
     })
 }
 
@@ -127,7 +130,7 @@ fn inline(file: &Path, name: &str, depth: usize, out: &mut String) -> Result<(),
             continue;
         }
         if let Some(m) = mod_decl(line) {
-            if test_or_loom_only(&attrs) {
+            if never_in_kernel(&attrs) {
                 attrs.clear();
                 continue;
             }

@@ -17,6 +17,10 @@ fn generated_kernel_source_compiles_as_one_no_std_crate() {
         !text.contains("pub mod test_util"),
         "test support leaked in"
     );
+    assert!(
+        !text.contains("pub mod std_lock"),
+        "user-space support (feature std) leaked in"
+    );
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kmod-src");
     std::fs::create_dir_all(&dir).expect("dir");
     let src = dir.join("davinci_core.rs");

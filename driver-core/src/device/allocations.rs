@@ -1,0 +1,78 @@
+//! Allocations: ALLOC_MEMORY and FREE_MEMORY, a client's device memory within its limit. The
+//! allocator itself (where an allocation lies) is `crate::memory`; the platform backs each
+//! range for its client.
+
+use davinci_uapi::{mmap_offset, AllocMemoryArgs, MmapKind};
+
+use super::entries::Allocation;
+use super::DeviceCore;
+use crate::error::{ensure, fail, Result};
+use crate::memory::DVA_BASE;
+use crate::platform::Platform;
+
+impl<P: Platform> DeviceCore<P> {
+    /// ALLOC_MEMORY: `args.size` and `args.flags` in; the rest out.
+    pub fn alloc_memory(&mut self, client: u32, args: &mut AllocMemoryArgs) -> Result<()> {
+        self.require_client(client)?;
+        ensure!(args.flags == 0, EINVAL, "alloc flags must be 0");
+        ensure!(args.size > 0, EINVAL, "allocation size is 0");
+        let Some(rounded) = self.memory.round(args.size) else {
+            fail!(EOVERFLOW, "allocation size overflows");
+        };
+        let limit = self.client_limit();
+        let held = self.client_mut(client)?.memory;
+        ensure!(
+            held.checked_add(rounded).is_some_and(|t| t <= limit),
+            ENOMEM,
+            "allocation would exceed this client's device memory limit"
+        );
+        // Reserve a handle first (so a full table fails before memory moves).
+        let handle = self.allocations.insert(
+            Allocation {
+                owner: client,
+                offset: 0,
+                size: 0,
+            },
+            "allocation table is full",
+        )?;
+        let (offset, size) = match self.memory.allocate(rounded, handle) {
+            Ok(v) => v,
+            Err(e) => {
+                self.allocations.remove(handle);
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.platform.alloc_backing(client, offset, size) {
+            let _ = self.memory.free(offset, handle);
+            self.allocations.remove(handle);
+            return Err(e);
+        }
+        if let Some(a) = self.allocations.get_mut(handle) {
+            a.offset = offset;
+            a.size = size;
+        }
+        let c = self.client_mut(client)?;
+        c.allocations += 1;
+        c.memory += size;
+        args.handle = handle;
+        args.dev_addr = DVA_BASE + offset;
+        args.alloc_size = size;
+        args.mmap_offset = mmap_offset(MmapKind::Memory, handle);
+        Ok(())
+    }
+
+    /// FREE_MEMORY.
+    pub fn free_memory(&mut self, client: u32, handle: u32) -> Result<()> {
+        let (offset, size) = match self.allocations.get(handle) {
+            Some(a) if a.owner == client => (a.offset, a.size),
+            _ => fail!(ENOENT, "no such allocation for this client"),
+        };
+        self.memory.free(offset, handle)?;
+        self.allocations.remove(handle);
+        self.platform.free_backing(client, offset, size);
+        let c = self.client_mut(client)?;
+        c.allocations -= 1;
+        c.memory -= size;
+        Ok(())
+    }
+}

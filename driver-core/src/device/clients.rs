@@ -1,0 +1,161 @@
+//! Clients: attaching an open file (exclusive mode refuses a second client, naming the
+//! holder), detaching it with everything it held, and what each client uses (LIST_CLIENTS).
+
+use davinci_uapi::{ClientUsage, Errno, ShareMode};
+
+use super::entries::{Client, OpenParams, Role, StreamState};
+use super::DeviceCore;
+use crate::error::{Error, Result};
+use crate::limits::CONTAINER_LEN;
+use crate::platform::{Lock, Platform};
+
+/// Why an open failed; on `EBUSY` also who holds the device.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenError {
+    /// The errno and message.
+    pub error: Error,
+    /// The exclusive holder, when `error` is `EBUSY`.
+    pub holder: Option<ClientUsage>,
+}
+
+fn container_str(c: &[u8; CONTAINER_LEN]) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    out.copy_from_slice(c);
+    out
+}
+
+impl<P: Platform> DeviceCore<P> {
+    /// Attached clients (control opens excluded).
+    pub fn client_count(&self) -> u32 {
+        self.clients
+            .iter()
+            .filter(|(_, c)| c.params.role == Role::Client)
+            .count() as u32
+    }
+
+    /// The usage report of client `handle` (`c`).
+    pub(crate) fn usage(&self, handle: u32, c: &Client) -> ClientUsage {
+        // Live streams' counters (each read under its lock) on top of the destroyed ones'.
+        let (mut submitted, mut completed, mut queued) = (c.submitted, c.completed, 0u64);
+        for (_, s) in self.streams.iter().filter(|(_, s)| s.owner == handle) {
+            let _ = s.run.with(|e| {
+                submitted += e.submitted;
+                completed += e.completed;
+                if e.state == StreamState::Running {
+                    queued += u64::from(e.cmd.queued());
+                }
+            });
+        }
+        ClientUsage {
+            client_id: c.id,
+            pid: c.params.pid,
+            uid: c.params.uid,
+            pad: 0,
+            contexts: c.contexts,
+            streams: c.streams,
+            events: c.events,
+            allocations: c.allocations,
+            memory_bytes: c.memory,
+            tasks_submitted: submitted,
+            tasks_completed: completed,
+            container: container_str(&c.params.container),
+            tasks_queued: queued,
+            comm: c.params.comm,
+        }
+    }
+
+    /// Usage of every attached client (control opens excluded), in table order.
+    pub fn clients(&self) -> impl Iterator<Item = ClientUsage> + '_ {
+        self.clients
+            .iter()
+            .filter(|(_, c)| c.params.role == Role::Client)
+            .map(|(h, c)| self.usage(h, c))
+    }
+
+    /// Usage of one open (by its handle).
+    pub fn client_usage(&self, client: u32) -> Option<ClientUsage> {
+        self.clients.get(client).map(|c| self.usage(client, c))
+    }
+
+    /// Attaches an open file. In exclusive mode a second client gets `EBUSY` naming the holder.
+    #[allow(clippy::result_large_err)] // No heap here; the holder is returned by value on purpose.
+    pub fn open(&mut self, params: OpenParams) -> core::result::Result<u32, OpenError> {
+        let role_is_client = params.role == Role::Client;
+        if params.role == Role::Client && self.share == ShareMode::Exclusive {
+            if let Some((holder_handle, holder)) = self
+                .clients
+                .iter()
+                .find(|(_, c)| c.params.role == Role::Client)
+            {
+                return Err(OpenError {
+                    error: Error::new(
+                        Errno::EBUSY,
+                        "device is in exclusive mode and held by another client",
+                    ),
+                    holder: Some(self.usage(holder_handle, holder)),
+                });
+            }
+        }
+        let id = self.next_client_id;
+        let client = Client {
+            id,
+            params,
+            contexts: 0,
+            streams: 0,
+            events: 0,
+            allocations: 0,
+            memory: 0,
+            submitted: 0,
+            completed: 0,
+            last_error: None,
+            failures: 0,
+        };
+        let handle = self
+            .clients
+            .insert(client, "too many open files on this device")
+            .map_err(|error| OpenError {
+                error,
+                holder: None,
+            })?;
+        self.next_client_id = self.next_client_id.wrapping_add(1).max(1);
+        if role_is_client {
+            self.clients_opened += 1;
+        }
+        Ok(handle)
+    }
+
+    /// Detaches an open file and releases everything it held (streams, events, contexts,
+    /// memory). Unknown handles are ignored.
+    pub fn close(&mut self, client: u32) {
+        if self.clients.get(client).is_none() {
+            return;
+        }
+        while let Some(ctx) = self.contexts.find(|c| c.owner == client) {
+            let _ = self.destroy_context(client, ctx);
+        }
+        while let Some(a) = self.allocations.find(|a| a.owner == client) {
+            let _ = self.free_memory(client, a);
+        }
+        self.clients.remove(client);
+        // Waiters of this client (other threads of the same open) must notice.
+        self.platform.notify_waiters();
+    }
+
+    pub(crate) fn client_mut(&mut self, client: u32) -> Result<&mut Client> {
+        match self.clients.get_mut(client) {
+            Some(c) => Ok(c),
+            None => Err(Error::new(Errno::ENODEV, "client is not attached")),
+        }
+    }
+
+    pub(crate) fn require_client(&self, client: u32) -> Result<()> {
+        match self.clients.get(client) {
+            Some(c) if c.params.role == Role::Client => Ok(()),
+            Some(_) => Err(Error::new(
+                Errno::EPERM,
+                "a control (read-only) open cannot own device resources",
+            )),
+            None => Err(Error::new(Errno::ENODEV, "client is not attached")),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! What the device's tables hold: one entry per client, context, event, allocation and
+//! stream, the values behind the per-stream and per-event locks (the data path's state), and
+//! what a stopped stream does to the events it was to record. The control-plane operations
+//! on them are `impl DeviceCore` blocks in the sibling modules; the engine reads them too.
+
+use davinci_ring::{DeviceConsumer, DeviceProducer};
+use davinci_uapi::{Errno, EventRecord, Opcode, TaskDesc};
+
+use crate::error::Error;
+use crate::inject::Inject;
+use crate::limits::{CONTAINER_LEN, MAX_EVENTS};
+use crate::platform::{Lock, Platform};
+use crate::table::Table;
+
+/// What an open file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// May own resources; counts for device sharing.
+    Client,
+    /// Operators: queries and (admin) share changes only.
+    Control,
+}
+
+/// Who opened the device, as the platform established it (credentials, cgroup).
+#[derive(Debug, Clone, Copy)]
+pub struct OpenParams {
+    /// Client or control open.
+    pub role: Role,
+    /// Process id.
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+    /// Whether the opener may change device sharing (uid 0 or the configured group).
+    pub admin: bool,
+    /// Container id, NUL-padded (empty if none).
+    pub container: [u8; CONTAINER_LEN],
+    /// Process name (`comm`), NUL-padded, at most 15 bytes (`ClientUsage::comm_field`).
+    pub comm: [u8; 16],
+}
+
+/// An open file (a client or a control open) and what it holds.
+pub(crate) struct Client {
+    pub(crate) id: u32,
+    pub(crate) params: OpenParams,
+    pub(crate) contexts: u32,
+    pub(crate) streams: u32,
+    pub(crate) events: u32,
+    pub(crate) allocations: u32,
+    pub(crate) memory: u64,
+    /// Tasks taken and completed by the client's streams already destroyed (the live ones
+    /// count their own, in [`StreamEngine`]: nothing shared between streams is written per task).
+    pub(crate) submitted: u64,
+    pub(crate) completed: u64,
+    /// The last failed command (request number) and why, for GET_LAST_ERROR.
+    pub(crate) last_error: Option<(u32, Error)>,
+    /// Failed commands so far.
+    pub(crate) failures: u64,
+}
+
+/// A context: its owner (its streams and events name it).
+pub(crate) struct ContextEntry {
+    pub(crate) owner: u32,
+}
+
+/// An event: who owns it, its context, and its value behind its lock.
+pub(crate) struct EventEntry<P: Platform> {
+    pub(crate) owner: u32,
+    pub(crate) ctx: u32,
+    /// What EVENT_RECORD changes and EVENT_WAIT reads (the data path), locked per event.
+    pub(crate) state: P::Lock<EventValue>,
+}
+
+/// An event's value, and what a stopped stream made unreachable.
+pub(crate) struct EventValue {
+    pub(crate) value: u64,
+    /// The highest value a stopped or destroyed stream was to record (an EVENT_RECORD it
+    /// will never run), and that stream's errno: waits for a value up to it that the event
+    /// has not reached fail instead of waiting forever (abi.md 8).
+    pub(crate) poisoned: Option<(u64, Errno)>,
+}
+
+impl EventValue {
+    /// Whether waiting for `value` can no longer succeed, and why: the event has not reached
+    /// it and a stream that was to record it (or a higher value) has stopped.
+    pub(crate) fn unreachable(&self, value: u64) -> Option<Errno> {
+        match self.poisoned {
+            Some((p, errno)) if self.value < value && value <= p => Some(errno),
+            _ => None,
+        }
+    }
+}
+
+/// A stream that stopped (`errno`) or was destroyed will never run what its host had
+/// queued: each EVENT_RECORD among those descriptors (and `failed`, the descriptor it stopped
+/// on, if any) marks its event's value as unreachable through it, so waits for that value
+/// fail rather than hang. Only events of the stream's own context and client count; the
+/// descriptors are untrusted copies, read once. Returns whether any event was marked (the
+/// caller wakes the waiters).
+pub(crate) fn poison_queued_records<P: Platform>(
+    events: &Table<EventEntry<P>, MAX_EVENTS>,
+    (owner, ctx): (u32, u32),
+    s: &mut StreamEngine,
+    failed: Option<&TaskDesc>,
+    errno: Errno,
+) -> bool {
+    let poison = |d: &TaskDesc| -> bool {
+        if d.opcode != Opcode::EventRecord as u8 {
+            return false;
+        }
+        match events.get(d.handle) {
+            Some(e) if e.owner == owner && e.ctx == ctx => e
+                .state
+                .with(|e| {
+                    if d.imm <= e.value {
+                        return false;
+                    }
+                    let p = e.poisoned.map_or(d.imm, |(p, _)| p.max(d.imm));
+                    e.poisoned = Some((p, errno));
+                    true
+                })
+                .unwrap_or(false),
+            _ => false,
+        }
+    };
+    let mut any = failed.is_some_and(poison);
+    // What the host published past the device's head; every slot if the indices are corrupt
+    // (a stale record there is harmless: its value is already reached).
+    let (n, queued) = match s.cmd.available() {
+        Ok(n) => (n, false),
+        Err(_) => (s.cmd.region().entries(), true),
+    };
+    for i in 0..n {
+        let d = if queued {
+            s.cmd.peek_queued(i)
+        } else {
+            s.cmd.peek(i)
+        };
+        if let Some(d) = d {
+            any |= poison(&d);
+        }
+    }
+    any
+}
+
+/// An allocation: its owner and where it lies in device memory.
+pub(crate) struct Allocation {
+    pub(crate) owner: u32,
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
+}
+
+/// A stream's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// Consuming.
+    Running,
+    /// Stopped by an invalid descriptor or a corrupt ring; the errno says why.
+    Error(Errno),
+}
+
+/// An EVENT_WAIT descriptor taken but not yet completed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) event: u32,
+    pub(crate) value: u64,
+    pub(crate) user_data: u64,
+}
+
+/// A stream: who owns it and its memory (fixed while it lives), and the engine state behind
+/// its lock (the data path changes it).
+pub(crate) struct StreamEntry<P: Platform> {
+    pub(crate) owner: u32,
+    pub(crate) ctx: u32,
+    /// Declared before `mem`: the ring views point into it and must go first.
+    pub(crate) run: P::Lock<StreamEngine>,
+    pub(crate) cmd_bytes: u64,
+    pub(crate) event_bytes: u64,
+    pub(crate) mem: Option<P::StreamMem>,
+}
+
+/// The state of a stream the data path changes: its ring ends, health, a pending wait and
+/// its task counters (per stream, summed when read).
+pub(crate) struct StreamEngine {
+    pub(crate) cmd: DeviceConsumer<TaskDesc>,
+    pub(crate) evt: DeviceProducer<EventRecord>,
+    pub(crate) state: StreamState,
+    pub(crate) pending: Option<Pending>,
+    pub(crate) submitted: u64,
+    pub(crate) completed: u64,
+    /// Times it entered the error state, and the doorbells that woke it.
+    pub(crate) errors: u64,
+    pub(crate) doorbells: u64,
+    /// An armed fault (`DeviceCore::inject`), and `submitted` when it was armed.
+    pub(crate) inject: Option<Inject>,
+    pub(crate) inject_base: u64,
+    /// A fault halted it (a hung task, or it stopped consuming): nothing more is taken.
+    pub(crate) halted: bool,
+}
+
+impl StreamEngine {
+    /// Puts the stream in the error state with `errno` at command-ring `index` (the ring's
+    /// error word says so to the host) and counts it (GET_COUNTERS `stream_errors`): the one
+    /// way a stream stops, whatever stopped it.
+    pub(crate) fn enter_error(&mut self, errno: Errno, index: u32) {
+        self.state = StreamState::Error(errno);
+        self.errors += 1;
+        self.cmd.set_error(errno.code() as u32, index);
+    }
+}
+
+/// The task, error and doorbell counters of destroyed streams (GET_COUNTERS adds the live
+/// streams' on top).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Retired {
+    pub(crate) submitted: u64,
+    pub(crate) completed: u64,
+    pub(crate) errors: u64,
+    pub(crate) doorbells: u64,
+}

@@ -1,0 +1,236 @@
+//! The device: [`DeviceCore`], all state the driver keeps, independent of kernel or user
+//! space, with its [`Config`]; what it reports about itself (GET_INFO, GET_COUNTERS) and its
+//! sharing mode. The operations on each kind of object are `impl DeviceCore` blocks in the
+//! submodules: `clients` (open, close, usage), `contexts`, `allocations` (device memory),
+//! `streams` (create, destroy, reset, fault arming, mmap targets) and `events`; what the
+//! tables hold is `entries`. Handles are per client: every lookup checks the owner, and a
+//! foreign handle is reported exactly like a stale one (`ENOENT`).
+
+use davinci_uapi::{DeviceCounters, DeviceInfo, Features, ShareMode};
+
+use crate::error::{ensure, fail, Result};
+use crate::inject::Inject;
+use crate::limits::{
+    MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
+    MAX_EVENT_ENTRIES, MAX_STREAMS, SUPPORTED_OPCODES,
+};
+use crate::memory::Allocator;
+use crate::platform::{Lock, Platform};
+use crate::table::Table;
+
+mod allocations;
+pub(crate) mod clients;
+mod contexts;
+pub(crate) mod entries;
+mod events;
+pub(crate) mod streams;
+
+use entries::{Allocation, Client, ContextEntry, EventEntry, Retired, Role, StreamEntry};
+
+/// Device configuration, fixed at creation.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// N of davinciN.
+    pub device_id: u32,
+    /// Device memory in bytes.
+    pub memory_size: u64,
+    /// Per-client memory limit in bytes (0 = the whole device).
+    pub client_memory_limit: u64,
+    /// Page size of mappings (power of two); also the allocation alignment.
+    pub page_size: u32,
+    /// Features the platform supports (the core adds the ones it implements).
+    pub platform_features: Features,
+}
+
+/// One davinci device: all state the driver keeps, independent of kernel or user space.
+pub struct DeviceCore<P: Platform> {
+    pub(crate) config: Config,
+    pub(crate) platform: P,
+    pub(crate) share: ShareMode,
+    pub(crate) next_client_id: u32,
+    pub(crate) clients: Table<Client, MAX_CLIENTS>,
+    pub(crate) contexts: Table<ContextEntry, MAX_CONTEXTS>,
+    pub(crate) streams: Table<StreamEntry<P>, MAX_STREAMS>,
+    pub(crate) events: Table<EventEntry<P>, MAX_EVENTS>,
+    pub(crate) allocations: Table<Allocation, MAX_ALLOCATIONS>,
+    pub(crate) memory: Allocator<MAX_BLOCKS>,
+    /// The fault every new stream is armed with (`inject`), if any.
+    pub(crate) inject: Option<Inject>,
+    /// GET_COUNTERS: the counters of destroyed streams, and client opens so far.
+    pub(crate) retired: Retired,
+    pub(crate) clients_opened: u64,
+}
+
+impl<P: Platform> DeviceCore<P> {
+    /// A device with no clients, in exclusive mode.
+    ///
+    /// `const`: a device is about 190 KB (its tables are fixed-size arrays), too big for a
+    /// kernel stack, so the kernel module builds its devices in static storage at compile
+    /// time; user-space hosts call it at run time.
+    pub const fn new(config: Config, platform: P) -> Self {
+        let page = if config.page_size.is_power_of_two() && config.page_size >= 64 {
+            config.page_size
+        } else {
+            4096
+        };
+        let config = Config {
+            page_size: page,
+            ..config
+        };
+        Self {
+            memory: Allocator::new(config.memory_size, page as u64),
+            config,
+            platform,
+            share: ShareMode::Exclusive,
+            next_client_id: 1,
+            clients: Table::new(),
+            contexts: Table::new(),
+            streams: Table::new(),
+            events: Table::new(),
+            allocations: Table::new(),
+            inject: None,
+            retired: Retired {
+                submitted: 0,
+                completed: 0,
+                errors: 0,
+                doorbells: 0,
+            },
+            clients_opened: 0,
+        }
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        &self.platform
+    }
+
+    /// The platform, mutably.
+    pub fn platform_mut(&mut self) -> &mut P {
+        &mut self.platform
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Current sharing mode.
+    pub fn share_mode(&self) -> ShareMode {
+        self.share
+    }
+
+    /// GET_INFO.
+    pub fn info(&self) -> DeviceInfo {
+        let c = &self.config;
+        DeviceInfo {
+            abi_major: davinci_uapi::ABI_VERSION_MAJOR,
+            abi_minor: davinci_uapi::ABI_VERSION_MINOR,
+            features: Features::from_bits_retain(
+                c.platform_features.bits()
+                    | (Features::SUBMIT_IOCTL.bits()
+                        | Features::EVENTS.bits()
+                        | Features::DEVICE_SHARE.bits()
+                        | Features::LIST_CLIENTS.bits()
+                        | Features::CALLER_ID.bits()
+                        | Features::OPCODE_MASK.bits()
+                        | Features::LAST_ERROR.bits()
+                        | Features::FAULT_DETAIL.bits()
+                        | Features::COUNTERS.bits()),
+            ),
+            device_id: c.device_id,
+            page_size: c.page_size,
+            memory_size: self.memory.size(),
+            memory_used: self.memory.used(),
+            client_memory_limit: self.client_limit(),
+            max_clients: MAX_CLIENTS as u32,
+            max_contexts: MAX_CONTEXTS as u32,
+            max_streams: MAX_STREAMS as u32,
+            max_events: MAX_EVENTS as u32,
+            max_allocations: MAX_ALLOCATIONS as u32,
+            max_cmd_entries: MAX_CMD_ENTRIES,
+            max_event_entries: MAX_EVENT_ENTRIES,
+            mem_align: self.memory.align() as u32,
+            share_mode: self.share as u32,
+            clients: self.client_count(),
+            caller_id: 0,
+            opcodes: SUPPORTED_OPCODES,
+            reserved: [0; 3],
+        }
+    }
+
+    /// GET_INFO as `open` asks it: [`info`](Self::info) with the caller's own client id (0
+    /// for a control open, which is not a client).
+    pub fn info_for(&self, open: u32) -> DeviceInfo {
+        let caller_id = match self.clients.get(open) {
+            Some(c) if c.params.role == Role::Client => c.id,
+            _ => 0,
+        };
+        DeviceInfo {
+            caller_id,
+            ..self.info()
+        }
+    }
+
+    /// GET_COUNTERS: device-wide counters since the device started (destroyed streams'
+    /// included, each live stream's read under its lock) and the objects that exist now.
+    pub fn counters(&self) -> DeviceCounters {
+        let Retired {
+            mut submitted,
+            mut completed,
+            mut errors,
+            mut doorbells,
+        } = self.retired;
+        for (_, s) in self.streams.iter() {
+            let _ = s.run.with(|e| {
+                submitted += e.submitted;
+                completed += e.completed;
+                errors += e.errors;
+                doorbells += e.doorbells;
+            });
+        }
+        DeviceCounters {
+            tasks_submitted: submitted,
+            tasks_completed: completed,
+            stream_errors: errors,
+            doorbells,
+            clients_opened: self.clients_opened,
+            contexts: self.contexts.len() as u32,
+            streams: self.streams.len() as u32,
+            events: self.events.len() as u32,
+            allocations: self.allocations.len() as u32,
+            reserved: [0; 4],
+        }
+    }
+
+    fn client_limit(&self) -> u64 {
+        match self.config.client_memory_limit {
+            0 => self.memory.size(),
+            l => l.min(self.memory.size()),
+        }
+    }
+
+    /// SET_DEVICE_SHARE. Admin only; idempotent; `EBUSY` if going exclusive would strand
+    /// attached clients.
+    pub fn set_share_mode(&mut self, client: u32, mode: ShareMode) -> Result<()> {
+        let Some(c) = self.clients.get(client) else {
+            fail!(ENODEV, "client is not attached");
+        };
+        ensure!(
+            c.params.admin,
+            EPERM,
+            "changing device sharing needs an admin (the kernel driver: CAP_SYS_ADMIN; davinci-mockd: root, the daemon's own user, --admin-uid or an --admin-group member)"
+        );
+        if mode == self.share {
+            return Ok(());
+        }
+        if mode == ShareMode::Exclusive {
+            ensure!(
+                self.client_count() <= 1,
+                EBUSY,
+                "more than one client is attached; switching to exclusive would strand them"
+            );
+        }
+        self.share = mode;
+        Ok(())
+    }
+}

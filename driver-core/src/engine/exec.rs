@@ -1,0 +1,292 @@
+//! One descriptor, validated and executed: the copy taken from the command ring is checked
+//! field by field (opcode, reserved fields, dtype, alignment, every address range inside one
+//! allocation of the submitting client, events of the stream's context) and run against the
+//! client's device memory through the platform. The pass loop around it (flow control,
+//! records, faults) is the parent module's.
+
+use davinci_uapi::{Dtype, Errno, FaultKind, FaultOperand, Opcode, TaskDesc};
+
+use crate::device::entries::{Allocation, EventEntry, Pending};
+use crate::error::{fail_at, Error, Result};
+use crate::limits::{MAX_ALLOCATIONS, MAX_BLOCKS, MAX_EVENTS};
+use crate::memory::{Allocator, DVA_BASE};
+use crate::platform::{locked, Platform};
+use crate::softfloat;
+use crate::table::Table;
+
+/// Elements per chunk of ADD (stack buffers, no allocation).
+const CHUNK: usize = 256;
+
+/// What executing a descriptor of one stream reaches: the device's memory, allocations and
+/// events, seen as the stream's owner in the stream's context.
+pub(super) struct Exec<'a, P: Platform> {
+    pub(super) platform: &'a P,
+    pub(super) allocations: &'a Table<Allocation, MAX_ALLOCATIONS>,
+    pub(super) memory: &'a Allocator<MAX_BLOCKS>,
+    pub(super) events: &'a Table<EventEntry<P>, MAX_EVENTS>,
+    pub(super) owner: u32,
+    pub(super) ctx: u32,
+    /// An EVENT_RECORD ran (its waiters must be woken).
+    pub(super) recorded: bool,
+}
+
+/// Outcome of executing one descriptor.
+pub(super) enum Done {
+    /// Completed with this result.
+    Complete(u64),
+    /// EVENT_WAIT not yet satisfied.
+    Wait(Pending),
+}
+
+/// The first of `fields` that is not zero, if any: a field this opcode does not use.
+fn first_nonzero(fields: &[(FaultOperand, u64)]) -> Option<FaultOperand> {
+    fields.iter().find(|(_, v)| *v != 0).map(|(op, _)| *op)
+}
+
+/// `EBADMSG` about the first used-but-not-allowed field, if any.
+fn unused_zero(fields: &[(FaultOperand, u64)], msg: &'static str) -> Result<()> {
+    match first_nonzero(fields) {
+        Some(op) => Err(Error::at(Errno::EBADMSG, msg, op, FaultKind::NotZero)),
+        None => Ok(()),
+    }
+}
+
+/// `EINVAL` unless `value` is a multiple of 4 (the alignment every element and pattern has).
+fn aligned4(value: u64, op: FaultOperand, msg: &'static str) -> Result<()> {
+    if value % 4 == 0 {
+        Ok(())
+    } else {
+        Err(Error::at(Errno::EINVAL, msg, op, FaultKind::Misaligned).value(4))
+    }
+}
+
+impl<P: Platform> Exec<'_, P> {
+    /// Device-memory offset of `[addr, addr + len)` (operand `op`) if it lies inside one
+    /// allocation of the submitting client. Otherwise: `ERANGE` if the computation overflows
+    /// or the range starts in one of the client's allocations and runs past its end (the
+    /// fault says by how many bytes), `EACCES` if it does not start in one.
+    fn range(&self, addr: u64, len: u64, op: FaultOperand) -> Result<u64> {
+        let Some(end) = addr.checked_add(len) else {
+            return Err(Error::at(
+                Errno::ERANGE,
+                "address + length overflows",
+                op,
+                FaultKind::Overflow,
+            ));
+        };
+        let not_owned = || {
+            Error::at(
+                Errno::EACCES,
+                "the address is not in one of this client's allocations",
+                op,
+                FaultKind::NotOwned,
+            )
+        };
+        let offset = addr.checked_sub(DVA_BASE).ok_or_else(not_owned)?;
+        let a = self
+            .memory
+            .owner_of(offset, 1)
+            .and_then(|h| self.allocations.get(h))
+            .filter(|a| a.owner == self.owner)
+            .ok_or_else(not_owned)?;
+        let alloc_end = DVA_BASE.saturating_add(a.offset).saturating_add(a.size);
+        if end > alloc_end {
+            let past = u32::try_from(end - alloc_end).unwrap_or(u32::MAX);
+            return Err(Error::at(
+                Errno::ERANGE,
+                "the range runs past the end of its allocation",
+                op,
+                FaultKind::PastEnd,
+            )
+            .value(past));
+        }
+        Ok(offset)
+    }
+
+    fn event(&self, handle: u32) -> Result<&'_ EventEntry<P>> {
+        let (owner, ctx) = (self.owner, self.ctx);
+        match self.events.get(handle) {
+            Some(e) if e.owner == owner && e.ctx == ctx => Ok(e),
+            _ => Err(Error::at(
+                Errno::ENOENT,
+                "no such event in this stream's context",
+                FaultOperand::Handle,
+                FaultKind::NoSuchEvent,
+            )),
+        }
+    }
+
+    pub(super) fn execute(&mut self, d: &TaskDesc) -> Result<Done> {
+        use FaultOperand as F;
+        unused_zero(
+            &[
+                (F::Reserved, u64::from(d.flags)),
+                (F::Reserved, u64::from(d.reserved0)),
+                (F::Reserved, u64::from(d.reserved1)),
+            ],
+            "reserved descriptor fields must be 0",
+        )?;
+        let Some(op) = Opcode::from_u8(d.opcode) else {
+            fail_at!(EBADMSG, "unknown opcode", Opcode, Unknown);
+        };
+        if op != Opcode::Add {
+            unused_zero(
+                &[(F::Dtype, u64::from(d.dtype))],
+                "dtype must be 0 except for ADD",
+            )?;
+        }
+        match op {
+            Opcode::Nop => {
+                unused_zero(
+                    &[
+                        (F::Dst, d.dst),
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Len, d.len),
+                        (F::Imm, d.imm),
+                        (F::Handle, u64::from(d.handle)),
+                    ],
+                    "NOP operands must be 0",
+                )?;
+                Ok(Done::Complete(0))
+            }
+            Opcode::Fill => {
+                unused_zero(
+                    &[
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Handle, u64::from(d.handle)),
+                        (F::Imm, d.imm >> 32),
+                    ],
+                    "FILL uses only dst, len and a 32-bit imm",
+                )?;
+                aligned4(d.dst, F::Dst, "FILL needs dst 4-byte aligned")?;
+                aligned4(d.len, F::Len, "FILL needs len a multiple of 4 bytes")?;
+                let dst = self.range(d.dst, d.len, F::Dst)?;
+                self.platform
+                    .mem_fill(self.owner, dst, d.len, d.imm as u32)?;
+                Ok(Done::Complete(d.len))
+            }
+            Opcode::Copy => {
+                unused_zero(
+                    &[
+                        (F::Src1, d.src1),
+                        (F::Imm, d.imm),
+                        (F::Handle, u64::from(d.handle)),
+                    ],
+                    "COPY uses only dst, src0 and len",
+                )?;
+                let dst = self.range(d.dst, d.len, F::Dst)?;
+                let src = self.range(d.src0, d.len, F::Src0)?;
+                self.platform.mem_copy(self.owner, dst, src, d.len)?;
+                Ok(Done::Complete(d.len))
+            }
+            Opcode::Add => {
+                unused_zero(
+                    &[(F::Imm, d.imm), (F::Handle, u64::from(d.handle))],
+                    "ADD uses only dtype, dst, src0, src1 and len",
+                )?;
+                let Some(dtype) = Dtype::from_u8(d.dtype) else {
+                    fail_at!(EBADMSG, "unknown ADD dtype", Dtype, Unknown);
+                };
+                let Some(bytes) = d.len.checked_mul(dtype.size()) else {
+                    fail_at!(ERANGE, "ADD element count overflows", Len, Overflow);
+                };
+                aligned4(d.dst, F::Dst, "ADD needs dst 4-byte aligned")?;
+                aligned4(d.src0, F::Src0, "ADD needs src0 4-byte aligned")?;
+                aligned4(d.src1, F::Src1, "ADD needs src1 4-byte aligned")?;
+                let dst = self.range(d.dst, bytes, F::Dst)?;
+                let a = self.range(d.src0, bytes, F::Src0)?;
+                let b = self.range(d.src1, bytes, F::Src1)?;
+                self.add(dtype, dst, a, b, bytes)?;
+                Ok(Done::Complete(d.len))
+            }
+            Opcode::EventRecord => {
+                unused_zero(
+                    &[
+                        (F::Dst, d.dst),
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Len, d.len),
+                    ],
+                    "EVENT_RECORD uses only handle and imm",
+                )?;
+                let v = locked(&self.event(d.handle)?.state, |e| {
+                    e.value = e.value.max(d.imm);
+                    e.value
+                })?;
+                self.recorded = true;
+                Ok(Done::Complete(v))
+            }
+            Opcode::EventWait => {
+                unused_zero(
+                    &[
+                        (F::Dst, d.dst),
+                        (F::Src0, d.src0),
+                        (F::Src1, d.src1),
+                        (F::Len, d.len),
+                    ],
+                    "EVENT_WAIT uses only handle and imm",
+                )?;
+                let (value, unreachable) = locked(&self.event(d.handle)?.state, |e| {
+                    (e.value, e.unreachable(d.imm))
+                })?;
+                if value >= d.imm {
+                    Ok(Done::Complete(value))
+                } else if unreachable.is_some() {
+                    fail_at!(
+                        EIO,
+                        "the event will not reach this value: the stream that was to record it was stopped",
+                        Imm,
+                        Unreachable
+                    )
+                } else {
+                    Ok(Done::Wait(Pending {
+                        event: d.handle,
+                        value: d.imm,
+                        user_data: d.user_data,
+                    }))
+                }
+            }
+            Opcode::KernelLaunch => {
+                fail_at!(
+                    EBADMSG,
+                    "KERNEL_LAUNCH needs hardware; the software engine has no kernels",
+                    Opcode,
+                    Unknown
+                )
+            }
+        }
+    }
+
+    fn add(&mut self, dtype: Dtype, dst: u64, a: u64, b: u64, bytes: u64) -> Result<()> {
+        let mut ba = [0u8; CHUNK * 4];
+        let mut bb = [0u8; CHUNK * 4];
+        let mut done = 0u64;
+        while done < bytes {
+            let n = (bytes - done).min((CHUNK * 4) as u64) as usize;
+            let (xa, xb) = (&mut ba[..n], &mut bb[..n]);
+            self.platform.mem_read(self.owner, a + done, xa)?;
+            self.platform.mem_read(self.owner, b + done, xb)?;
+            // An index loop rather than `chunks_exact(4).zip(..)`: the iterator's length
+            // divides by the chunk size, and Linux 6.12's objtool does not know that
+            // `panic_const_div_by_zero` never returns (a "falls through" warning per copy).
+            let mut i = 0;
+            while i + 4 <= n {
+                let p = u32::from_ne_bytes([xa[i], xa[i + 1], xa[i + 2], xa[i + 3]]);
+                let q = u32::from_ne_bytes([xb[i], xb[i + 1], xb[i + 2], xb[i + 3]]);
+                // Two's complement: U32 and I32 wrap to the same bits. F32 in integer
+                // arithmetic, so every host (the kernel is soft-float) gives the same bits.
+                let r = match dtype {
+                    Dtype::U32 | Dtype::I32 => p.wrapping_add(q),
+                    Dtype::F32 => softfloat::f32_add(p, q),
+                };
+                xa[i..i + 4].copy_from_slice(&r.to_ne_bytes());
+                i += 4;
+            }
+            self.platform.mem_write(self.owner, dst + done, xa)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,349 @@
+//! The software engine: takes descriptors from a stream's command ring, validates each copy,
+//! executes it against the submitting client's device memory, and writes one event record per
+//! descriptor, in order. Like `null_blk` for block devices: the hardware we do not have. The
+//! kernel module and the mock device run this same code.
+//!
+//! Flow control: a descriptor is taken only while an event slot is free, so the event ring
+//! never overflows and nothing is buffered. An invalid descriptor gets an error completion and
+//! puts the stream in the error state; a corrupt ring (indices the protocol cannot produce)
+//! puts it in the error state with `EPROTO`. Other streams and clients are unaffected.
+
+use davinci_ring::RingError;
+use davinci_uapi::{Errno, EventRecord, FaultKind, FaultOperand, Opcode, TaskDesc};
+
+use crate::device::entries::{poison_queued_records, StreamEngine, StreamState};
+use crate::device::DeviceCore;
+use crate::error::Error;
+use crate::inject::Inject;
+use crate::platform::{Lock, Platform};
+
+mod exec;
+
+use exec::{Done, Exec};
+
+/// What one `run_stream` call achieved, and what the worker should wait for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// This many descriptors were completed (more may be waiting: call again).
+    Progress(u32),
+    /// The command ring is empty: spin briefly, then sleep until the doorbell.
+    Idle,
+    /// The event ring is full: the host has not consumed completions yet.
+    Stalled,
+    /// Waiting for `event` to reach `value` (an EVENT_WAIT): sleep until an event is recorded.
+    Blocked {
+        /// Event handle.
+        event: u32,
+        /// Value awaited.
+        value: u64,
+    },
+    /// The stream is in the error state.
+    Failed(Errno),
+    /// An injected fault halted the stream without an error ([`Inject::HangAt`],
+    /// [`Inject::StopAt`]): it takes nothing more until it is destroyed or the device is
+    /// reset, so there is nothing to wait for.
+    Halted,
+    /// The stream no longer exists.
+    Gone,
+}
+
+/// The event record of one descriptor: its result, or its negative errno with the fault (which
+/// operand, what was wrong) packed into `result` (abi.md 7).
+fn record(
+    user_data: u64,
+    opcode: u8,
+    status: core::result::Result<u64, Error>,
+    now: u64,
+) -> EventRecord {
+    let (status, result) = match status {
+        Ok(r) => (0, r),
+        Err(e) => (-e.errno.code(), e.fault.map_or(0, |f| f.encode())),
+    };
+    EventRecord {
+        user_data,
+        status,
+        opcode,
+        pad: [0; 3],
+        result,
+        timestamp_ns: now,
+    }
+}
+
+impl<P: Platform> DeviceCore<P> {
+    /// Runs `stream` for up to `budget` descriptors. The data path: takes `&self` and the
+    /// stream's lock (and an event's, for EVENT_RECORD/WAIT), so a host may run different
+    /// streams on several threads at once; the control path (`&mut self`) excludes it. The
+    /// worker sleeps according to the result.
+    pub fn run_stream(&self, stream: u32, budget: u32) -> Run {
+        let Some(s) = self.streams.get(stream) else {
+            return Run::Gone;
+        };
+        // `None`: this thread holds the lock already, which only a host bug can cause;
+        // nothing ran, so report nothing to do.
+        s.run
+            .with(|e| self.run_locked(e, (s.owner, s.ctx), budget))
+            .unwrap_or(Run::Idle)
+    }
+
+    fn run_locked(&self, s: &mut StreamEngine, (owner, ctx): (u32, u32), budget: u32) -> Run {
+        let DeviceCore {
+            platform,
+            events,
+            allocations,
+            memory,
+            ..
+        } = self;
+        if let StreamState::Error(e) = s.state {
+            return Run::Failed(e);
+        }
+        if s.halted {
+            return Run::Halted;
+        }
+        // Stops the stream at `index` (the descriptor `failed`, if one failed): the error
+        // state, and the events its queued records can no longer reach (their waiters wake).
+        let fail_stream =
+            |s: &mut StreamEngine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
+                s.enter_error(errno, index);
+                if poison_queued_records(events, (owner, ctx), s, failed, errno) {
+                    platform.notify_waiters();
+                }
+                Run::Failed(errno)
+            };
+
+        let mut free = match s.evt.free() {
+            Ok(f) => f,
+            Err(_) => {
+                let head = s.cmd.head();
+                return fail_stream(s, Errno::EPROTO, head, None);
+            }
+        };
+        let mut completed = 0u32;
+        let mut taken = 0u32;
+
+        // A pending EVENT_WAIT completes first (its event slot was reserved when taken).
+        if let Some(p) = s.pending {
+            let event = events
+                .get(p.event)
+                .and_then(|e| e.state.with(|v| (v.value, v.unreachable(p.value))));
+            let value = event.map(|(v, _)| v);
+            let unreachable = event.and_then(|(_, u)| u);
+            match value {
+                Some(v) if v < p.value && unreachable.is_none() => {
+                    return Run::Blocked {
+                        event: p.event,
+                        value: p.value,
+                    }
+                }
+                _ => {}
+            }
+            if free == 0 {
+                return Run::Stalled;
+            }
+            let status = match (value, unreachable) {
+                // The stream that was to record the value stopped: this one fails too.
+                (_, Some(_)) => Err(Error::at(
+                    Errno::EIO,
+                    "the event will not reach this value",
+                    FaultOperand::Imm,
+                    FaultKind::Unreachable,
+                )),
+                (Some(v), None) => Ok(v),
+                // The event was destroyed: the wait is cancelled, the stream goes on.
+                (None, None) => Err(Error::new(Errno::ECANCELED, "the event was destroyed")),
+            };
+            let rec = record(
+                p.user_data,
+                Opcode::EventWait as u8,
+                status,
+                platform.now_ns(),
+            );
+            let _ = s.evt.push(&rec);
+            s.pending = None;
+            if unreachable.is_some() {
+                s.evt.publish();
+                let index = s.cmd.head().wrapping_sub(1);
+                s.completed += 1;
+                platform.notify_waiters();
+                return fail_stream(s, Errno::EIO, index, None);
+            }
+            free -= 1;
+            completed += 1;
+        }
+
+        let avail = match s.cmd.available() {
+            Ok(a) => a,
+            Err(_) => {
+                s.evt.publish();
+                let head = s.cmd.head();
+                return fail_stream(s, Errno::EPROTO, head, None);
+            }
+        };
+        let n = avail.min(free).min(budget);
+        // An armed fault that falls in this run fires at that position (tasks before it run).
+        let fault = s.inject.and_then(|f| {
+            let done = s.submitted.wrapping_sub(s.inject_base);
+            let before = f.nth().checked_sub(1)?.checked_sub(done)?;
+            u32::try_from(before)
+                .ok()
+                .filter(|&k| k < n)
+                .map(|k| (k, f))
+        });
+        let mut exec = Exec {
+            platform,
+            allocations,
+            memory,
+            events,
+            owner,
+            ctx,
+            recorded: false,
+        };
+        let mut failed = None;
+        let mut blocked = None;
+        // The clock is read once per pass for tasks that take no time (NOP, EVENT_RECORD):
+        // they share the reading of the first of them, or of the data task before them
+        // (read when it finished). A clock read per NOP was a tenth of the device's time.
+        let mut stamp: Option<u64> = None;
+        while taken < n {
+            if let Some((at, f)) = fault {
+                if at == taken {
+                    s.inject = None;
+                    if let Inject::StopAt { .. } = f {
+                        s.halted = true;
+                        break;
+                    }
+                }
+            }
+            // Copied out of shared memory once; everything below looks only at the copy.
+            let Some(d) = s.cmd.peek(taken) else {
+                break;
+            };
+            let index = s.cmd.head().wrapping_add(taken);
+            taken += 1;
+            match fault {
+                Some((at, Inject::HangAt { .. })) if at + 1 == taken => {
+                    s.halted = true;
+                    break;
+                }
+                Some((at, Inject::ErrorAt { errno, .. })) if at + 1 == taken => {
+                    let e = Error::new(errno, "injected device fault");
+                    let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
+                    let _ = s.evt.push(&rec);
+                    completed += 1;
+                    failed = Some((errno, index, d));
+                    break;
+                }
+                _ => {}
+            }
+            match exec.execute(&d) {
+                Ok(Done::Complete(r)) => {
+                    let instant =
+                        d.opcode == Opcode::Nop as u8 || d.opcode == Opcode::EventRecord as u8;
+                    let now = match stamp {
+                        Some(t) if instant => t,
+                        _ => {
+                            let t = exec.platform.now_ns();
+                            stamp = Some(t);
+                            t
+                        }
+                    };
+                    let rec = record(d.user_data, d.opcode, Ok(r), now);
+                    let _ = s.evt.push(&rec);
+                    completed += 1;
+                }
+                Ok(Done::Wait(p)) => {
+                    s.pending = Some(p);
+                    blocked = Some(Run::Blocked {
+                        event: p.event,
+                        value: p.value,
+                    });
+                    break;
+                }
+                Err(e) => {
+                    let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
+                    let _ = s.evt.push(&rec);
+                    completed += 1;
+                    failed = Some((e.errno, index, d));
+                    break;
+                }
+            }
+        }
+        let recorded = exec.recorded;
+        if taken > 0 {
+            s.cmd.advance(taken);
+        }
+        if completed > 0 {
+            s.evt.publish();
+        }
+        s.submitted += u64::from(taken);
+        s.completed += u64::from(completed);
+        if completed > 0 || recorded {
+            platform.notify_waiters();
+        }
+        if let Some((errno, index, d)) = failed {
+            return fail_stream(s, errno, index, Some(&d));
+        }
+        if let Some(b) = blocked {
+            if completed > 0 {
+                return Run::Progress(completed);
+            }
+            return b;
+        }
+        if completed > 0 {
+            Run::Progress(completed)
+        } else if s.halted {
+            Run::Halted
+        } else if avail > 0 && free == 0 {
+            Run::Stalled
+        } else {
+            Run::Idle
+        }
+    }
+
+    /// Before the worker sleeps on the doorbell: arms NEED_WAKEUP and re-checks the ring.
+    /// `true` = nothing arrived, sleep until the doorbell changes; `false` = run again.
+    /// The data path, like [`run_stream`](Self::run_stream).
+    pub fn stream_prepare_sleep(&self, stream: u32) -> bool {
+        self.streams
+            .get(stream)
+            .and_then(|s| {
+                s.run.with(|e| {
+                    e.state == StreamState::Running && e.pending.is_none() && e.cmd.prepare_sleep()
+                })
+            })
+            .unwrap_or(false)
+    }
+
+    /// Before the worker of a **stalled** stream (`Run::Stalled`: descriptors waiting, event
+    /// ring full) sleeps on the doorbell: arms NEED_WAKEUP and re-reads the host's event-ring
+    /// head. `true` = still full, sleep until the doorbell changes (the host rings after
+    /// reaping, docs/abi.md 5.4); `false` = a slot was freed (or the stream changed), run
+    /// again.
+    pub fn stream_prepare_stall_sleep(&self, stream: u32) -> bool {
+        self.streams
+            .get(stream)
+            .and_then(|s| {
+                s.run.with(|e| {
+                    e.state == StreamState::Running && e.cmd.prepare_stall_sleep(&mut e.evt)
+                })
+            })
+            .unwrap_or(false)
+    }
+
+    /// After the worker woke up (or decided not to sleep): disarms NEED_WAKEUP (the producer
+    /// stops ringing). `rung`: the stream's doorbell woke it (the host saw the doorbell word
+    /// change while the worker slept), counted in GET_COUNTERS `doorbells`.
+    pub fn stream_woke(&self, stream: u32, rung: bool) {
+        if let Some(s) = self.streams.get(stream) {
+            let _ = s.run.with(|e| {
+                e.cmd.clear_need_wakeup();
+                e.doorbells += u64::from(rung);
+            });
+        }
+    }
+}
+
+impl From<RingError> for Error {
+    fn from(_: RingError) -> Self {
+        Error::new(Errno::EPROTO, "ring indices are corrupt")
+    }
+}

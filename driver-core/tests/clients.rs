@@ -1,0 +1,265 @@
+//! driver-core against its checking fake platform: Clients: exclusive and shared opens, admin-only sharing changes, LIST_CLIENTS usage,
+//! isolation between clients, and everything a client held released on close.
+
+mod support;
+
+use davinci_driver_core::{Reply, Role, Run, UserMem};
+use davinci_uapi::*;
+use support::*;
+
+#[test]
+fn exclusive_sharing_and_admin() {
+    let mut dev = device();
+    let a = dev.open(params(100, 1000, Role::Client)).unwrap();
+    let e = dev.open(params(200, 1000, Role::Client)).unwrap_err();
+    assert_eq!(e.error.errno, Errno::EBUSY);
+    let holder = e.holder.unwrap();
+    assert_eq!(holder.pid, 100);
+    assert!(holder.container.starts_with(b"ctr-100"));
+    // Control opens are always allowed and are not clients.
+    let ctl = dev.open(params(300, 1000, Role::Control)).unwrap();
+    let root = dev.open(params(301, 0, Role::Control)).unwrap();
+    assert_eq!(dev.client_count(), 1);
+    let mut x = CreateContextArgs::default();
+    assert_eq!(
+        call(&mut dev, ctl, DRIVER_CMD_CREATE_CONTEXT, &mut x),
+        Err(Errno::EPERM)
+    );
+    let mut q = DeviceShareArgs::default();
+    call(&mut dev, ctl, DRIVER_CMD_QUERY_DEVICE_SHARE, &mut q).unwrap();
+    assert_eq!((q.mode, q.clients), (0, 1));
+    // Non-admin set: EPERM. Admin set to the current mode: no-op.
+    let mut set = DeviceShareArgs {
+        mode: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, ctl, DRIVER_CMD_SET_DEVICE_SHARE, &mut set),
+        Err(Errno::EPERM)
+    );
+    let mut same = DeviceShareArgs::default();
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut same).unwrap();
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut set).unwrap();
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut set).unwrap();
+    let b = dev.open(params(200, 1000, Role::Client)).unwrap();
+    assert_eq!(dev.client_count(), 2);
+    // Going exclusive would strand one of them.
+    assert_eq!(
+        call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut same),
+        Err(Errno::EBUSY)
+    );
+    let mut bad = DeviceShareArgs {
+        mode: 2,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut bad),
+        Err(Errno::EINVAL)
+    );
+    dev.close(b);
+    call(&mut dev, root, DRIVER_CMD_SET_DEVICE_SHARE, &mut same).unwrap();
+    dev.close(a);
+    assert_eq!(dev.client_count(), 0);
+}
+
+struct Collect(Vec<(u64, Vec<u8>)>);
+
+impl UserMem for Collect {
+    fn write(&mut self, addr: u64, data: &[u8]) -> davinci_driver_core::Result<()> {
+        self.0.push((addr, data.to_vec()));
+        Ok(())
+    }
+}
+
+#[test]
+fn list_clients_reports_usage() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let k = ctx(&mut dev, a);
+    let _m = alloc(&mut dev, a, 10_000);
+    let mut h = stream(&mut dev, a, k, 8, 8);
+    h.prod.push(&TaskDesc::nop(1)).unwrap();
+    h.prod.publish();
+    assert_eq!(dev.run_stream(h.handle, 64), Run::Progress(1));
+    // Two more published but not yet taken by the device: queued.
+    h.prod.push(&TaskDesc::nop(2)).unwrap();
+    h.prod.push(&TaskDesc::nop(3)).unwrap();
+    h.prod.publish();
+    let _ = b;
+    let args = ListClientsArgs {
+        buf: 0x1000,
+        capacity: 8,
+        entry_size: core::mem::size_of::<ClientUsage>() as u32,
+        ..Default::default()
+    };
+    let mut raw = vec![0u8; ListClientsArgs::SIZE];
+    args.encode(&mut raw);
+    let mut out = Collect(Vec::new());
+    dev.ioctl(a, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+        .unwrap();
+    let args = ListClientsArgs::decode(&raw);
+    assert_eq!(args.count, 2);
+    assert_eq!(out.0.len(), 2);
+    assert_eq!(out.0[1].0, 0x1000 + ClientUsage::SIZE as u64);
+    let ua = ClientUsage::decode(&out.0[0].1);
+    assert_eq!(
+        (ua.pid, ua.uid, ua.contexts, ua.streams, ua.allocations),
+        (10, 1000, 1, 1, 1)
+    );
+    assert_eq!(ua.memory_bytes, 12288);
+    assert_eq!((ua.tasks_submitted, ua.tasks_completed), (1, 1));
+    // ABI 1.2: the process name and what is queued but not taken.
+    assert_eq!((ua.comm(), ua.tasks_queued), ("proc-10", 2));
+    assert_eq!(ClientUsage::decode(&out.0[1].1).comm(), "proc-20");
+    // Capacity 0 only counts; wrong entry size is refused.
+    let mut probe = ListClientsArgs {
+        entry_size: ClientUsage::SIZE as u32,
+        ..Default::default()
+    };
+    call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe).unwrap();
+    assert_eq!(probe.count, 2);
+    for bad in [0, 4, 100, 4104] {
+        probe.entry_size = bad;
+        assert_eq!(
+            call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe),
+            Err(Errno::EINVAL),
+            "entry_size {bad}"
+        );
+    }
+    // An older caller with a 16-byte entry, or a 1.1 caller with its 120-byte entry, gets the
+    // prefix it knows; a newer one with a 160-byte entry gets our 144 bytes and 16 zero bytes,
+    // at its stride.
+    for (stride, known) in [(16usize, 16usize), (120, 120), (160, ClientUsage::SIZE)] {
+        let args = ListClientsArgs {
+            buf: 0x2000,
+            capacity: 8,
+            entry_size: stride as u32,
+            ..Default::default()
+        };
+        let mut raw = vec![0u8; ListClientsArgs::SIZE];
+        args.encode(&mut raw);
+        let mut out = Collect(Vec::new());
+        dev.ioctl(a, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+            .unwrap();
+        let mut flat = std::collections::BTreeMap::new();
+        for (addr, data) in &out.0 {
+            for (i, b) in data.iter().enumerate() {
+                assert!(
+                    flat.insert(addr + i as u64, *b).is_none(),
+                    "byte written twice"
+                );
+            }
+        }
+        assert_eq!(
+            flat.len(),
+            2 * stride,
+            "exactly two entries of {stride} bytes"
+        );
+        let second: Vec<u8> = (0..stride as u64)
+            .map(|i| flat[&(0x2000 + stride as u64 + i)])
+            .collect();
+        assert_eq!(&second[4..8], &20u32.to_ne_bytes(), "pid of client b");
+        assert!(second[known..].iter().all(|&b| b == 0));
+        if stride >= ClientUsage::SIZE {
+            let u = ClientUsage::decode(&second[..ClientUsage::SIZE]);
+            assert_eq!((u.uid, u.comm()), (1001, "proc-20"));
+        }
+    }
+}
+
+#[test]
+fn isolation_between_clients() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let ka = ctx(&mut dev, a);
+    let kb = ctx(&mut dev, b);
+    let ma = alloc(&mut dev, a, 4096);
+    let mut sb = stream(&mut dev, b, kb, 8, 8);
+    // b cannot use a's handles...
+    let mut h = HandleArgs {
+        handle: ma.handle,
+        pad: 0,
+    };
+    assert_eq!(
+        call(&mut dev, b, DRIVER_CMD_FREE_MEMORY, &mut h),
+        Err(Errno::ENOENT)
+    );
+    h.handle = ka;
+    assert_eq!(
+        call(&mut dev, b, DRIVER_CMD_DESTROY_CONTEXT, &mut h),
+        Err(Errno::ENOENT)
+    );
+    assert!(dev.mmap_target(b, ma.mmap_offset, 4096).is_err());
+    assert!(dev.mmap_target(a, ma.mmap_offset, 4096).is_ok());
+    assert!(
+        dev.mmap_target(a, ma.mmap_offset, 8192).is_err(),
+        "longer than the object"
+    );
+    // ...nor a's memory through a descriptor.
+    sb.prod
+        .push(&TaskDesc::fill(1, DevAddr(ma.dev_addr), 64, 1))
+        .unwrap();
+    sb.prod.publish();
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Failed(Errno::EACCES));
+    assert_eq!(mem(&mut dev, a, &ma, 64), vec![0; 64]);
+}
+
+#[test]
+fn close_releases_everything_and_slow_submit_works() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let _m = alloc(&mut dev, c, 1 << 20);
+    let mut s = stream(&mut dev, c, k, 4, 4);
+    let mut sub = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::nop(42),
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub),
+        Ok(Reply::Kick(s.handle))
+    );
+    assert_eq!(sub.index, 0);
+    s.prod.resync_tail();
+    assert_eq!(s.prod.tail(), 1);
+    for i in 0..3 {
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
+        assert_eq!(sub.index, i + 1);
+    }
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub),
+        Err(Errno::EAGAIN)
+    );
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(4));
+    assert_eq!(drain(&mut s).len(), 4);
+    let mut w = WaitEventArgs {
+        kind: 1,
+        handle: s.handle,
+        value: 4,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Ok(Reply::Done)
+    );
+    assert_eq!(w.current, 4);
+    w.value = 5;
+    w.timeout_ns = 1000;
+    assert!(matches!(
+        call(&mut dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Ok(Reply::Wait(_))
+    ));
+    assert_eq!(dev.info().memory_used, 1 << 20);
+    dev.close(c);
+    assert_eq!(dev.info().memory_used, 0);
+    assert_eq!(dev.platform().released_streams, 1);
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Gone);
+    assert_eq!(dev.client_count(), 0);
+}

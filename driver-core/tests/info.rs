@@ -1,0 +1,201 @@
+//! driver-core against its checking fake platform: What the device reports about itself: GET_INFO (the caller's id, the opcodes it runs) and
+//! GET_COUNTERS (totals that outlive the streams and clients they came from).
+
+mod support;
+
+use davinci_driver_core::{Config, DeviceCore, Reply, Role, Run};
+use davinci_uapi::*;
+use support::*;
+
+/// ABI 1.1: GET_INFO tells a client its own client id (the one LIST_CLIENTS reports, so a
+/// client in a container can find itself) and which opcodes the device runs; an opcode
+/// outside the mask fails with EBADMSG, one inside does not fail for its opcode.
+#[test]
+fn get_info_names_the_caller_and_the_opcodes() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let info = |dev: &mut DeviceCore<HeapPlatform>, who: u32| {
+        let mut i = DeviceInfo::default();
+        call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();
+        i
+    };
+    let (ia, ib, ic) = (info(&mut dev, a), info(&mut dev, b), info(&mut dev, root));
+    assert!(ia
+        .features
+        .contains(Features::CALLER_ID | Features::OPCODE_MASK));
+    assert_eq!(
+        (ia.abi_major, ia.abi_minor),
+        (ABI_VERSION_MAJOR, ABI_VERSION_MINOR)
+    );
+    assert_eq!(ic.caller_id, 0, "a control open is not a client");
+    let ids: Vec<(u32, u32)> = dev.clients().map(|u| (u.pid, u.client_id)).collect();
+    assert!(
+        ids.contains(&(10, ia.caller_id)) && ids.contains(&(20, ib.caller_id)),
+        "{ids:?}"
+    );
+    assert_ne!(ia.caller_id, ib.caller_id);
+    // WAIT_EVENT on a stream: the completion count is 32 bits; a value with high bits is
+    // EINVAL, not silently truncated.
+    let k0 = ctx(&mut dev, a);
+    let s0 = stream(&mut dev, a, k0, 8, 8);
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s0.handle,
+        value: 1 << 32,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EINVAL)
+    );
+    w.value = 0;
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Ok(Reply::Done)
+    );
+    // The mask: NOP..EVENT_WAIT run, KERNEL_LAUNCH does not.
+    assert_eq!(ia.opcodes, 0b11_1111);
+    let k = ctx(&mut dev, a);
+    for op in 0..8u8 {
+        let mut s = stream(&mut dev, a, k, 8, 8);
+        let mut d = TaskDesc::nop(u64::from(op));
+        d.opcode = op;
+        s.prod.push(&d).unwrap();
+        s.prod.publish();
+        dev.run_stream(s.handle, 8);
+        let rec = drain(&mut s)[0];
+        let bad_opcode = rec.status == -Errno::EBADMSG.code();
+        // Operands are zero, so only the opcode itself can make a descriptor EBADMSG... except
+        // EVENT_* with handle 0 (ENOENT) and zero-length FILL/COPY/ADD (fine).
+        assert_eq!(
+            bad_opcode,
+            ia.opcodes & (1 << op) == 0,
+            "opcode {op}: status {}",
+            rec.status
+        );
+    }
+}
+
+fn counters(dev: &mut DeviceCore<HeapPlatform>, c: u32) -> DeviceCounters {
+    let mut k = DeviceCounters::default();
+    call(dev, c, DRIVER_CMD_GET_COUNTERS, &mut k).unwrap();
+    assert_eq!(k, dev.counters(), "the ioctl reports what counters() says");
+    k
+}
+
+/// GET_COUNTERS (ABI 1.3): device-wide totals that only grow, across streams and clients
+/// that are gone (a destroyed stream's tasks, a closed client's), stream errors from a failed
+/// descriptor and from a reset, doorbells (`stream_woke` told so by the host, or NOTIFY),
+/// client opens without control opens, and the live object counts; any open may ask.
+#[test]
+fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
+    let mut dev = device();
+    assert!(dev.info().features.contains(Features::COUNTERS));
+    let ctl = dev.open(params(9, 0, Role::Control)).unwrap();
+    let zero = counters(&mut dev, ctl);
+    assert_eq!(
+        zero,
+        DeviceCounters::default(),
+        "a new device counts nothing"
+    );
+
+    let root = dev.open(params(10, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    dev.close(root);
+    let a = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(2, 1000, Role::Client)).unwrap();
+    let (ka, kb) = (ctx(&mut dev, a), ctx(&mut dev, b));
+    let mut sa = stream(&mut dev, a, ka, 16, 16);
+    let mut sb = stream(&mut dev, b, kb, 16, 16);
+    let _mem = alloc(&mut dev, b, 4096);
+    nops(&mut sa, 1, 5);
+    nops(&mut sb, 1, 3);
+    assert_eq!(dev.run_stream(sa.handle, 64), Run::Progress(5));
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Progress(3));
+    drain(&mut sa);
+    drain(&mut sb);
+    let k = counters(&mut dev, a);
+    assert_eq!((k.tasks_submitted, k.tasks_completed), (8, 8));
+    assert_eq!(
+        (k.clients_opened, k.contexts, k.streams, k.allocations),
+        (2, 2, 2, 1)
+    );
+    assert_eq!((k.stream_errors, k.doorbells), (0, 0));
+
+    // A doorbell is counted when the host says one woke the worker, not at every disarm...
+    assert!(dev.stream_prepare_sleep(sa.handle));
+    dev.stream_woke(sa.handle, false);
+    assert_eq!(counters(&mut dev, ctl).doorbells, 0);
+    assert!(dev.stream_prepare_sleep(sa.handle));
+    dev.stream_woke(sa.handle, true);
+    assert_eq!(counters(&mut dev, ctl).doorbells, 1);
+    // ... and NOTIFY is not counted where the doorbell is a word (this device): the host
+    // counts the word's changes, NOTIFY's included. Where it is not, NOTIFY is the doorbell.
+    assert!(dev.info().features.contains(Features::DOORBELL_FUTEX));
+    let mut h = HandleArgs {
+        handle: sa.handle,
+        pad: 0,
+    };
+    call(&mut dev, a, DRIVER_CMD_NOTIFY, &mut h).unwrap();
+    assert_eq!(counters(&mut dev, ctl).doorbells, 1);
+    let mut plain = DeviceCore::new(
+        Config {
+            platform_features: Features::empty(),
+            ..*dev.config()
+        },
+        HeapPlatform::default(),
+    );
+    let p = plain.open(params(5, 1000, Role::Client)).unwrap();
+    let kp = ctx(&mut plain, p);
+    let sp = stream(&mut plain, p, kp, 16, 16);
+    let mut h = HandleArgs {
+        handle: sp.handle,
+        pad: 0,
+    };
+    call(&mut plain, p, DRIVER_CMD_NOTIFY, &mut h).unwrap();
+    call(&mut plain, p, DRIVER_CMD_NOTIFY, &mut h).unwrap();
+    assert_eq!(plain.counters().doorbells, 2);
+
+    // A descriptor that fails (unknown opcode) puts the stream in the error state: one error.
+    let mut bad = TaskDesc::nop(9);
+    bad.opcode = 0xee;
+    sa.prod.push(&bad).unwrap();
+    sa.prod.publish();
+    assert!(matches!(dev.run_stream(sa.handle, 64), Run::Failed(_)));
+    let k = counters(&mut dev, ctl);
+    assert_eq!(
+        (k.tasks_submitted, k.tasks_completed, k.stream_errors),
+        (9, 9, 1)
+    );
+
+    // Client a goes (its stream with it): its tasks, error and wake-up stay counted.
+    dev.close(a);
+    let k = counters(&mut dev, ctl);
+    assert_eq!(
+        (
+            k.tasks_submitted,
+            k.tasks_completed,
+            k.stream_errors,
+            k.doorbells
+        ),
+        (9, 9, 1, 1)
+    );
+    assert_eq!((k.clients_opened, k.contexts, k.streams), (2, 1, 1));
+
+    // A reset stops b's running stream: a second error. A new client is a third open.
+    assert_eq!(dev.reset(), 1);
+    let c = dev.open(params(3, 1000, Role::Client)).unwrap();
+    let k = counters(&mut dev, c);
+    assert_eq!((k.stream_errors, k.clients_opened), (2, 3));
+    dev.close(b);
+    dev.close(c);
+    let k = counters(&mut dev, ctl);
+    assert_eq!((k.tasks_submitted, k.tasks_completed), (9, 9));
+    assert_eq!(
+        (k.contexts, k.streams, k.events, k.allocations),
+        (0, 0, 0, 0)
+    );
+}

@@ -1,0 +1,178 @@
+//! What driver-core's integration tests share: the device they run (driver-core's own checking
+//! heap platform, `test_util`, with room for the larger allocations the tests make), open
+//! parameters by pid and uid, ioctls through `DeviceCore::ioctl`, and a host's view of a
+//! stream (its ring ends over the platform's memory).
+#![allow(dead_code)]
+
+use davinci_driver_core::{
+    DeviceCore, NoUserMem, OpenParams, Reply, Role, CONTAINER_LEN, DVA_BASE,
+};
+use davinci_ring::{Consumer, Producer, RingRegion};
+use davinci_uapi::*;
+
+pub use davinci_driver_core::test_util::HeapPlatform;
+
+/// Device memory of the test device.
+pub const MEM: u64 = 16 << 20;
+
+/// A fresh device: [`MEM`] bytes, 8 MiB per client.
+pub fn device() -> DeviceCore<HeapPlatform> {
+    davinci_driver_core::test_util::device_with(MEM, 8 << 20)
+}
+
+/// Open parameters for `pid` running as `uid` (admin if 0), in container `ctr-<pid>`.
+pub fn params(pid: u32, uid: u32, role: Role) -> OpenParams {
+    let mut container = [0u8; CONTAINER_LEN];
+    let name = format!("ctr-{pid}");
+    container[..name.len()].copy_from_slice(name.as_bytes());
+    OpenParams {
+        role,
+        pid,
+        uid,
+        admin: uid == 0,
+        container,
+        comm: davinci_uapi::ClientUsage::comm_field(&format!("proc-{pid}")),
+    }
+}
+
+pub fn call<T: Wire>(
+    dev: &mut DeviceCore<HeapPlatform>,
+    client: u32,
+    request: u32,
+    args: &mut T,
+) -> Result<Reply, Errno> {
+    let mut b = vec![0u8; T::SIZE];
+    args.encode(&mut b);
+    let r = dev.ioctl(client, request, &mut b, &mut NoUserMem);
+    *args = T::decode(&b);
+    r.map_err(|e| e.errno)
+}
+
+pub fn ctx(dev: &mut DeviceCore<HeapPlatform>, c: u32) -> u32 {
+    let mut a = CreateContextArgs::default();
+    call(dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut a).unwrap();
+    a.handle
+}
+
+pub fn alloc(dev: &mut DeviceCore<HeapPlatform>, c: u32, size: u64) -> AllocMemoryArgs {
+    let mut a = AllocMemoryArgs {
+        size,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+    a
+}
+
+/// The host's ends of one stream: its handle, the command ring's producer, the event ring's
+/// consumer, and the command ring's base (for tests that corrupt it).
+pub struct Host {
+    pub handle: u32,
+    pub prod: Producer<TaskDesc>,
+    pub cons: Consumer<EventRecord>,
+    pub cmd_ptr: *mut u8,
+}
+
+pub fn stream(dev: &mut DeviceCore<HeapPlatform>, c: u32, ctx: u32, ce: u32, ee: u32) -> Host {
+    let mut a = CreateStreamArgs {
+        ctx,
+        cmd_entries: ce,
+        event_entries: ee,
+        ..Default::default()
+    };
+    let r = call(dev, c, DRIVER_CMD_CREATE_STREAM, &mut a).unwrap();
+    assert_eq!(r, Reply::StreamCreated(a.handle));
+    assert_eq!(a.cmd_ring.entries, ce);
+    assert_eq!(a.cmd_ring.offsets.slots, 192);
+    let m = dev.stream_mem(c, a.handle).unwrap();
+    // SAFETY: the fake platform's buffers live as long as the stream, which outlives `Host`
+    // in every test; both sides only touch them through the ring protocol.
+    let (cr, er) = unsafe {
+        (
+            RingRegion::new(m.cmd_ptr, m.cmd_len, ce, 64).unwrap(),
+            RingRegion::new(m.event_ptr, m.event_len, ee, 32).unwrap(),
+        )
+    };
+    Host {
+        handle: a.handle,
+        prod: Producer::new(cr),
+        cons: Consumer::new(er),
+        cmd_ptr: m.cmd_ptr,
+    }
+}
+
+pub fn drain(h: &mut Host) -> Vec<EventRecord> {
+    let mut v = Vec::new();
+    h.cons.consume(usize::MAX, |r| v.push(r));
+    v
+}
+
+pub fn mem(dev: &mut DeviceCore<HeapPlatform>, c: u32, a: &AllocMemoryArgs, len: usize) -> Vec<u8> {
+    use davinci_driver_core::Platform;
+    let mut b = vec![0; len];
+    dev.platform_mut()
+        .mem_read(c, a.dev_addr - DVA_BASE, &mut b)
+        .unwrap();
+    b
+}
+
+pub fn event(dev: &mut DeviceCore<HeapPlatform>, c: u32, ctx: u32) -> u32 {
+    let mut a = CreateEventArgs {
+        ctx,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_CREATE_EVENT, &mut a).unwrap();
+    a.handle
+}
+
+/// WAIT_EVENT(EVENT) for `value` with timeout 0: the errno, and `status`.
+pub fn wait_event_now(
+    dev: &mut DeviceCore<HeapPlatform>,
+    c: u32,
+    ev: u32,
+    value: u64,
+) -> (Result<Reply, Errno>, u32) {
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Event as u32,
+        handle: ev,
+        value,
+        ..Default::default()
+    };
+    let r = call(dev, c, DRIVER_CMD_WAIT_EVENT, &mut w);
+    (r, w.status)
+}
+
+pub fn nops(h: &mut Host, from: u64, n: u64) {
+    for i in from..from + n {
+        h.prod.push(&TaskDesc::nop(i)).unwrap();
+    }
+    h.prod.publish();
+}
+
+pub fn user_data(v: &[EventRecord]) -> Vec<u64> {
+    v.iter().map(|r| r.user_data).collect()
+}
+
+/// WAIT_EVENT on `stream` for `value` that has already timed out: the errno and `status`.
+pub fn wait_stream_timed_out(
+    dev: &mut DeviceCore<HeapPlatform>,
+    c: u32,
+    stream: u32,
+    value: u64,
+) -> (Result<Option<()>, Errno>, u32) {
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: stream,
+        value,
+        timeout_ns: 1_000_000,
+        ..Default::default()
+    };
+    let spec = match call(dev, c, DRIVER_CMD_WAIT_EVENT, &mut w) {
+        Ok(Reply::Wait(spec)) => spec,
+        Err(e) => return (Err(e), w.status),
+        other => panic!("expected a blocking wait, got {other:?}"),
+    };
+    let mut raw = vec![0u8; WaitEventArgs::SIZE];
+    w.encode(&mut raw);
+    let r = dev.finish_wait(c, &spec, &mut raw, true);
+    (r.map_err(|e| e.errno), WaitEventArgs::decode(&raw).status)
+}

@@ -1,0 +1,151 @@
+//! The command table: every ioctl's request number (`DRIVER_CMD_*`, `_IOC` encoded with the
+//! magic byte and its argument struct), and [`COMMANDS`], the same as data (name, number,
+//! direction, argument, who may call it) for dispatch and the C header generator.
+
+use super::device_info::{DeviceInfo, DeviceShareArgs};
+use super::resources::{
+    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, HandleArgs,
+    SubmitTaskArgs, WaitEventArgs,
+};
+use super::usage::{DeviceCounters, LastError, ListClientsArgs};
+use crate::ioctl::{ior, iow, iowr};
+
+/// The ioctl magic (`type`) byte of every command.
+pub const DRIVER_MAGIC: u8 = b'd';
+
+/// `_IOWR('d', 0x01, struct davinci_create_context_args)`.
+pub const DRIVER_CMD_CREATE_CONTEXT: u32 = iowr::<CreateContextArgs>(DRIVER_MAGIC, 0x01);
+/// `_IOW('d', 0x02, struct davinci_handle_args)`.
+pub const DRIVER_CMD_DESTROY_CONTEXT: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x02);
+/// `_IOWR('d', 0x03, struct davinci_submit_task_args)`.
+pub const DRIVER_CMD_SUBMIT_TASK: u32 = iowr::<SubmitTaskArgs>(DRIVER_MAGIC, 0x03);
+/// `_IOWR('d', 0x04, struct davinci_alloc_memory_args)`.
+pub const DRIVER_CMD_ALLOC_MEMORY: u32 = iowr::<AllocMemoryArgs>(DRIVER_MAGIC, 0x04);
+/// `_IOW('d', 0x05, struct davinci_handle_args)`.
+pub const DRIVER_CMD_FREE_MEMORY: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x05);
+/// `_IOWR('d', 0x06, struct davinci_wait_event_args)`.
+pub const DRIVER_CMD_WAIT_EVENT: u32 = iowr::<WaitEventArgs>(DRIVER_MAGIC, 0x06);
+/// `_IOWR('d', 0x07, struct davinci_create_stream_args)`.
+pub const DRIVER_CMD_CREATE_STREAM: u32 = iowr::<CreateStreamArgs>(DRIVER_MAGIC, 0x07);
+/// `_IOW('d', 0x08, struct davinci_handle_args)`.
+pub const DRIVER_CMD_DESTROY_STREAM: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x08);
+/// `_IOR('d', 0x09, struct davinci_device_info)`.
+pub const DRIVER_CMD_GET_INFO: u32 = ior::<DeviceInfo>(DRIVER_MAGIC, 0x09);
+/// `_IOR('d', 0x0a, struct davinci_device_share_args)`.
+pub const DRIVER_CMD_QUERY_DEVICE_SHARE: u32 = ior::<DeviceShareArgs>(DRIVER_MAGIC, 0x0a);
+/// `_IOW('d', 0x0b, struct davinci_device_share_args)`.
+pub const DRIVER_CMD_SET_DEVICE_SHARE: u32 = iow::<DeviceShareArgs>(DRIVER_MAGIC, 0x0b);
+/// `_IOWR('d', 0x0c, struct davinci_list_clients_args)`.
+pub const DRIVER_CMD_LIST_CLIENTS: u32 = iowr::<ListClientsArgs>(DRIVER_MAGIC, 0x0c);
+/// `_IOWR('d', 0x0d, struct davinci_create_event_args)`.
+pub const DRIVER_CMD_CREATE_EVENT: u32 = iowr::<CreateEventArgs>(DRIVER_MAGIC, 0x0d);
+/// `_IOW('d', 0x0e, struct davinci_handle_args)`.
+pub const DRIVER_CMD_DESTROY_EVENT: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x0e);
+/// `_IOW('d', 0x0f, struct davinci_handle_args)`: wake the device for a stream (the software
+/// doorbell, for drivers without `DOORBELL_MMIO` or `DOORBELL_FUTEX`).
+pub const DRIVER_CMD_NOTIFY: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x0f);
+/// `_IOR('d', 0x10, struct davinci_last_error)`: why the last failed command of this open
+/// failed (ABI 1.2).
+pub const DRIVER_CMD_GET_LAST_ERROR: u32 = ior::<LastError>(DRIVER_MAGIC, 0x10);
+/// `_IOR('d', 0x11, struct davinci_device_counters)`: device-wide counters (ABI 1.3).
+pub const DRIVER_CMD_GET_COUNTERS: u32 = ior::<DeviceCounters>(DRIVER_MAGIC, 0x11);
+
+/// Direction of an ioctl's argument, as the C macro names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// `_IOR`: the driver writes the argument.
+    Read,
+    /// `_IOW`: the driver reads the argument.
+    Write,
+    /// `_IOWR`: both.
+    ReadWrite,
+}
+
+/// Who may issue a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Any open file, including a control (operator) open.
+    Any,
+    /// An attached client (not a control open).
+    Client,
+    /// An admin (uid 0 or the configured admin group) on any open.
+    Admin,
+}
+
+/// One command of the ABI.
+#[derive(Debug, Clone, Copy)]
+pub struct Command {
+    /// Name without prefix (`CREATE_CONTEXT`).
+    pub name: &'static str,
+    /// Command number (`_IOC_NR`).
+    pub nr: u8,
+    /// Argument direction.
+    pub dir: Dir,
+    /// C struct tag of the argument.
+    pub arg: &'static str,
+    /// Argument size.
+    pub size: usize,
+    /// The full request number.
+    pub request: u32,
+    /// Who may call it.
+    pub caller: Caller,
+}
+
+macro_rules! commands {
+    ($( $name:ident = $nr:literal, $dir:ident, $ty:ty, $caller:ident, $req:ident; )*) => {
+        /// Every command, in number order.
+        pub const COMMANDS: &[Command] = &[
+            $( Command {
+                name: stringify!($name),
+                nr: $nr,
+                dir: Dir::$dir,
+                arg: <$ty as crate::layout::AbiStruct>::INFO.c_name,
+                size: core::mem::size_of::<$ty>(),
+                request: $req,
+                caller: Caller::$caller,
+            }, )*
+        ];
+    };
+}
+
+commands! {
+    CREATE_CONTEXT = 0x01, ReadWrite, CreateContextArgs, Client, DRIVER_CMD_CREATE_CONTEXT;
+    DESTROY_CONTEXT = 0x02, Write, HandleArgs, Client, DRIVER_CMD_DESTROY_CONTEXT;
+    SUBMIT_TASK = 0x03, ReadWrite, SubmitTaskArgs, Client, DRIVER_CMD_SUBMIT_TASK;
+    ALLOC_MEMORY = 0x04, ReadWrite, AllocMemoryArgs, Client, DRIVER_CMD_ALLOC_MEMORY;
+    FREE_MEMORY = 0x05, Write, HandleArgs, Client, DRIVER_CMD_FREE_MEMORY;
+    WAIT_EVENT = 0x06, ReadWrite, WaitEventArgs, Client, DRIVER_CMD_WAIT_EVENT;
+    CREATE_STREAM = 0x07, ReadWrite, CreateStreamArgs, Client, DRIVER_CMD_CREATE_STREAM;
+    DESTROY_STREAM = 0x08, Write, HandleArgs, Client, DRIVER_CMD_DESTROY_STREAM;
+    GET_INFO = 0x09, Read, DeviceInfo, Any, DRIVER_CMD_GET_INFO;
+    QUERY_DEVICE_SHARE = 0x0a, Read, DeviceShareArgs, Any, DRIVER_CMD_QUERY_DEVICE_SHARE;
+    SET_DEVICE_SHARE = 0x0b, Write, DeviceShareArgs, Admin, DRIVER_CMD_SET_DEVICE_SHARE;
+    LIST_CLIENTS = 0x0c, ReadWrite, ListClientsArgs, Any, DRIVER_CMD_LIST_CLIENTS;
+    CREATE_EVENT = 0x0d, ReadWrite, CreateEventArgs, Client, DRIVER_CMD_CREATE_EVENT;
+    DESTROY_EVENT = 0x0e, Write, HandleArgs, Client, DRIVER_CMD_DESTROY_EVENT;
+    NOTIFY = 0x0f, Write, HandleArgs, Client, DRIVER_CMD_NOTIFY;
+    GET_LAST_ERROR = 0x10, Read, LastError, Any, DRIVER_CMD_GET_LAST_ERROR;
+    GET_COUNTERS = 0x11, Read, DeviceCounters, Any, DRIVER_CMD_GET_COUNTERS;
+}
+
+/// The command with this request number, if any.
+pub fn command_by_request(request: u32) -> Option<&'static Command> {
+    COMMANDS.iter().find(|c| c.request == request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_unique_and_ordered() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert_eq!(c.nr as usize, i + 1, "{} out of order", c.name);
+            assert_eq!(crate::ioctl::ioc_nr(c.request), c.nr);
+            assert_eq!(crate::ioctl::ioc_type(c.request), DRIVER_MAGIC);
+            assert_eq!(crate::ioctl::ioc_size(c.request), c.size);
+            assert_eq!(command_by_request(c.request).map(|f| f.name), Some(c.name));
+        }
+        assert!(command_by_request(0).is_none());
+    }
+}

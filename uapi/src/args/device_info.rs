@@ -1,0 +1,202 @@
+//! What the device is and how it is shared: GET_INFO (ABI version, feature bits, limits,
+//! memory) and QUERY/SET_DEVICE_SHARE with the sharing modes.
+
+use crate::layout::{abi_flags, abi_struct, ConstGroup};
+
+abi_struct! {
+    /// GET_INFO: ABI version, features, limits and memory of the device. Any open may call it.
+    #[c_name = "davinci_device_info"]
+    pub struct DeviceInfo {
+        /// ABI major version of the driver (from driver). A client refuses another major.
+        pub abi_major: u16,
+        /// ABI minor version of the driver (from driver).
+        pub abi_minor: u16,
+        /// `DAVINCI_FEAT_*` bits (from driver).
+        pub features: Features,
+        /// Device index N of /dev/davinciN (from driver).
+        pub device_id: u32,
+        /// Page size of mappings (from driver).
+        pub page_size: u32,
+        /// Total device memory in bytes (from driver).
+        pub memory_size: u64,
+        /// Device memory allocated by all clients (from driver).
+        pub memory_used: u64,
+        /// Per-client device memory limit in bytes (from driver).
+        pub client_memory_limit: u64,
+        /// Most clients attached at once (from driver).
+        pub max_clients: u32,
+        /// Most contexts on the device (from driver).
+        pub max_contexts: u32,
+        /// Most streams on the device (from driver).
+        pub max_streams: u32,
+        /// Most events on the device (from driver).
+        pub max_events: u32,
+        /// Most allocations on the device (from driver).
+        pub max_allocations: u32,
+        /// Deepest command ring (from driver).
+        pub max_cmd_entries: u32,
+        /// Deepest event ring (from driver).
+        pub max_event_entries: u32,
+        /// Alignment of every allocation's device address and size (from driver).
+        pub mem_align: u32,
+        /// `DAVINCI_SHARE_*` mode now in force (from driver).
+        pub share_mode: u32,
+        /// Clients attached now (from driver).
+        pub clients: u32,
+        /// The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
+        /// control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
+        /// (from driver). ABI 1.1.
+        pub caller_id: u32,
+        /// Bit `n` set: opcode `n` (`DAVINCI_OP_*`) runs on this device; a descriptor with
+        /// another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`
+        /// (from driver). ABI 1.1.
+        pub opcodes: u32,
+        /// Reserved, zero (from driver).
+        pub reserved: [u64; 3],
+    }
+}
+
+abi_struct! {
+    /// QUERY_DEVICE_SHARE (all fields from driver) and SET_DEVICE_SHARE (`mode` to driver,
+    /// the rest must be 0).
+    #[c_name = "davinci_device_share_args"]
+    pub struct DeviceShareArgs {
+        /// `DAVINCI_SHARE_EXCLUSIVE` (0) or `DAVINCI_SHARE_SHARED` (1) (to driver for SET,
+        /// from driver for QUERY).
+        pub mode: u32,
+        /// Clients attached (from driver, QUERY); must be 0 (to driver, SET).
+        pub clients: u32,
+        /// Reserved: 0 (from driver, QUERY); must be 0 (to driver, SET).
+        pub reserved: u64,
+    }
+}
+
+abi_flags! {
+    /// Feature bits in `DeviceInfo::features`. Probe these instead of comparing versions.
+    #[c_prefix = "DAVINCI_FEAT_"]
+    pub struct Features: u32 {
+        /// Writing the doorbell page is enough to wake the device (real hardware).
+        const DOORBELL_MMIO = 1 << 0;
+        /// After writing the doorbell word, also `FUTEX_WAKE` it (shared, not private): the
+        /// device is software watching that word (mock device).
+        const DOORBELL_FUTEX = 1 << 1;
+        /// SUBMIT_TASK (the slow path) is available.
+        const SUBMIT_IOCTL = 1 << 2;
+        /// Events (CREATE_EVENT, EVENT_RECORD, EVENT_WAIT) are available.
+        const EVENTS = 1 << 3;
+        /// Device sharing (QUERY/SET_DEVICE_SHARE) is available.
+        const DEVICE_SHARE = 1 << 4;
+        /// LIST_CLIENTS is available.
+        const LIST_CLIENTS = 1 << 5;
+        /// GET_INFO's `caller_id` is the caller's own client id (ABI 1.1).
+        const CALLER_ID = 1 << 6;
+        /// GET_INFO's `opcodes` lists the opcodes the device runs (ABI 1.1).
+        const OPCODE_MASK = 1 << 7;
+        /// GET_LAST_ERROR says why the last failed command of an open failed (ABI 1.2).
+        const LAST_ERROR = 1 << 8;
+        /// A failed descriptor's event record carries a `Fault` in `result`: which operand,
+        /// what was wrong, by how much (ABI 1.2).
+        const FAULT_DETAIL = 1 << 9;
+        /// GET_COUNTERS reports device-wide counters (ABI 1.3).
+        const COUNTERS = 1 << 10;
+    }
+}
+
+impl DeviceInfo {
+    /// `share_mode` as a [`ShareMode`] (`None` for a value this ABI does not define).
+    pub const fn share_mode(&self) -> Option<ShareMode> {
+        ShareMode::from_u32(self.share_mode)
+    }
+}
+
+/// Device sharing mode (`DeviceShareArgs::mode`, `DeviceInfo::share_mode`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShareMode {
+    /// One client at a time; a second open fails with `EBUSY`. The default.
+    Exclusive = 0,
+    /// Many clients, each isolated.
+    Shared = 1,
+}
+
+impl ShareMode {
+    /// Every mode, in wire order.
+    pub const ALL: [ShareMode; 2] = [ShareMode::Exclusive, ShareMode::Shared];
+
+    /// Decodes a wire value.
+    pub const fn from_u32(v: u32) -> Option<ShareMode> {
+        match v {
+            0 => Some(ShareMode::Exclusive),
+            1 => Some(ShareMode::Shared),
+            _ => None,
+        }
+    }
+
+    /// The mode's one spelling in every tool, log line, metric label and JSON document:
+    /// `"exclusive"` or `"shared"` (what [`FromStr`](core::str::FromStr) accepts, in any case).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ShareMode::Exclusive => "exclusive",
+            ShareMode::Shared => "shared",
+        }
+    }
+}
+
+impl core::fmt::Display for ShareMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// A share-mode name that is neither `exclusive` nor `shared`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownShareMode;
+
+impl core::fmt::Display for UnknownShareMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("expected exclusive or shared")
+    }
+}
+
+impl core::str::FromStr for ShareMode {
+    type Err = UnknownShareMode;
+
+    /// `exclusive` or `shared`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ShareMode::ALL
+            .into_iter()
+            .find(|m| s.eq_ignore_ascii_case(m.name()))
+            .ok_or(UnknownShareMode)
+    }
+}
+
+/// The sharing modes, for the C header.
+pub(crate) const SHARE_MODES: ConstGroup = ConstGroup {
+    title: "Device sharing modes (davinci_device_share_args.mode)",
+    c_prefix: "DAVINCI_SHARE_",
+    items: &[
+        (
+            "EXCLUSIVE",
+            ShareMode::Exclusive as u64,
+            "one client at a time (default)",
+        ),
+        ("SHARED", ShareMode::Shared as u64, "many isolated clients"),
+    ],
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_mode_names_round_trip() {
+        for m in ShareMode::ALL {
+            assert_eq!(ShareMode::from_u32(m as u32), Some(m));
+            assert_eq!(m.name().parse(), Ok(m));
+        }
+        assert_eq!("SHARED".parse(), Ok(ShareMode::Shared));
+        assert_eq!(ShareMode::Exclusive.name(), "exclusive");
+        assert_eq!("both".parse::<ShareMode>(), Err(UnknownShareMode));
+        assert_eq!("".parse::<ShareMode>(), Err(UnknownShareMode));
+    }
+}

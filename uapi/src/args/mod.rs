@@ -1,0 +1,27 @@
+//! ioctl commands and their argument structs.
+//!
+//! Every struct is `#[repr(C)]` with only fixed-width integers (user pointers as `u64`), no
+//! implicit padding (checked at compile time), and reserved/pad fields that must be zero (the
+//! driver rejects non-zero ones with `EINVAL`). "to driver" fields are read by the driver,
+//! "from driver" fields are written by it; the driver ignores the incoming value of a
+//! "from driver" field.
+//!
+//! By role: [`commands`] (the request numbers and the command table), [`resources`] (what only
+//! a client calls: contexts, memory, streams, events, submit, wait), [`device_info`] (GET_INFO
+//! and sharing) and [`usage`] (LIST_CLIENTS, GET_LAST_ERROR, GET_COUNTERS). Everything is
+//! re-exported here and at the crate root.
+
+use crate::layout::ConstGroup;
+
+pub mod commands;
+pub mod device_info;
+pub mod resources;
+pub mod usage;
+
+pub use commands::*;
+pub use device_info::*;
+pub use resources::*;
+pub use usage::*;
+
+/// Wire constants of this module, for the C header.
+pub const CONSTS: &[ConstGroup] = &[device_info::SHARE_MODES, resources::WAIT_KINDS];

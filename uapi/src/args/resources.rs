@@ -1,0 +1,179 @@
+//! Arguments of the commands only a client may call: creating and destroying its contexts,
+//! device memory, streams and events (a single handle destroys any of them), submitting a task
+//! through the slow path, and waiting for a stream or an event.
+
+use crate::layout::{abi_struct, ConstGroup};
+use crate::rings::RingMapping;
+use crate::task::TaskDesc;
+
+abi_struct! {
+    /// A single handle (DESTROY_CONTEXT, FREE_MEMORY, DESTROY_STREAM, DESTROY_EVENT, NOTIFY).
+    #[c_name = "davinci_handle_args"]
+    pub struct HandleArgs {
+        /// The handle (to driver).
+        pub handle: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+    }
+}
+
+abi_struct! {
+    /// CREATE_CONTEXT: a context groups streams and events; handles are per client.
+    #[c_name = "davinci_create_context_args"]
+    pub struct CreateContextArgs {
+        /// Reserved context flags, must be 0 (to driver).
+        pub flags: u32,
+        /// The new context handle (from driver).
+        pub handle: u32,
+        /// Reserved, must be 0 (to driver).
+        pub reserved: u64,
+    }
+}
+
+abi_struct! {
+    /// ALLOC_MEMORY: allocate device memory. The driver assigns the device address; there is
+    /// no way to name physical memory. The memory starts zeroed.
+    #[c_name = "davinci_alloc_memory_args"]
+    pub struct AllocMemoryArgs {
+        /// Requested size in bytes, > 0 (to driver).
+        pub size: u64,
+        /// Reserved allocation flags, must be 0 (to driver).
+        pub flags: u32,
+        /// Allocation handle (from driver).
+        pub handle: u32,
+        /// Device virtual address of the first byte, aligned to `davinci_device_info.mem_align` (from driver).
+        pub dev_addr: u64,
+        /// Size actually reserved (`size` rounded up to `mem_align`) (from driver).
+        pub alloc_size: u64,
+        /// mmap offset cookie of the host view; map `alloc_size` rounded up to a page (from driver).
+        pub mmap_offset: u64,
+    }
+}
+
+abi_struct! {
+    /// CREATE_STREAM: a stream is an ordered queue with a command ring, an event ring and a
+    /// doorbell. The reply says where each is mapped and where each ring field lives.
+    #[c_name = "davinci_create_stream_args"]
+    pub struct CreateStreamArgs {
+        /// Context handle (to driver).
+        pub ctx: u32,
+        /// Reserved stream flags, must be 0 (to driver).
+        pub flags: u32,
+        /// Command-ring depth, a power of two within `davinci_device_info` limits (to driver).
+        pub cmd_entries: u32,
+        /// Event-ring depth, a power of two, >= `cmd_entries` (to driver).
+        pub event_entries: u32,
+        /// The new stream handle (from driver).
+        pub handle: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+        /// Command ring mapping (from driver).
+        pub cmd_ring: RingMapping,
+        /// Event ring mapping (from driver).
+        pub event_ring: RingMapping,
+        /// mmap offset cookie of the doorbell page (from driver).
+        pub doorbell_offset: u64,
+        /// Length of the doorbell mapping (one page) (from driver).
+        pub doorbell_size: u64,
+        /// Reserved, must be 0 (to driver).
+        pub reserved: [u64; 2],
+    }
+}
+
+abi_struct! {
+    /// CREATE_EVENT: an event is a monotonically increasing 64-bit value within a context,
+    /// raised by EVENT_RECORD descriptors and awaited by EVENT_WAIT descriptors or WAIT_EVENT.
+    #[c_name = "davinci_create_event_args"]
+    pub struct CreateEventArgs {
+        /// Context handle (to driver).
+        pub ctx: u32,
+        /// Reserved event flags, must be 0 (to driver).
+        pub flags: u32,
+        /// The new event handle (from driver).
+        pub handle: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+    }
+}
+
+abi_struct! {
+    /// SUBMIT_TASK: the slow path. The driver places `desc` into the stream's command ring as
+    /// if the client had produced it (reading the shared tail once), publishes it, and wakes
+    /// the device. The client must not have unpublished slots in that ring meanwhile.
+    #[c_name = "davinci_submit_task_args"]
+    pub struct SubmitTaskArgs {
+        /// Stream handle (to driver).
+        pub stream: u32,
+        /// Reserved submit flags, must be 0 (to driver).
+        pub flags: u32,
+        /// The descriptor (to driver).
+        pub desc: TaskDesc,
+        /// Free-running ring index the descriptor was placed at (from driver).
+        pub index: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+    }
+}
+
+abi_struct! {
+    /// WAIT_EVENT: block until a stream or an event reaches a value, or the timeout passes.
+    #[c_name = "davinci_wait_event_args"]
+    pub struct WaitEventArgs {
+        /// `DAVINCI_WAIT_STREAM` (1) or `DAVINCI_WAIT_EVENT` (2) (to driver).
+        pub kind: u32,
+        /// Stream or event handle (to driver).
+        pub handle: u32,
+        /// Stream: number of completions the stream must have produced (its event-ring tail,
+        /// a free-running 32-bit count, compared wrapping); the high 32 bits must be 0
+        /// (`EINVAL`). Event: the value it must reach (to driver).
+        pub value: u64,
+        /// Relative timeout in nanoseconds on the monotonic clock; 0 polls once and returns
+        /// `EAGAIN` if not reached; `DAVINCI_WAIT_FOREVER` waits without limit (to driver).
+        pub timeout_ns: u64,
+        /// The current value when the call returned (from driver).
+        pub current: u64,
+        /// Stream: 0, or the errno that put the stream in the error state (the call then fails
+        /// with `EIO`) (from driver).
+        pub status: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+    }
+}
+
+/// `WaitEventArgs::timeout_ns` that waits without limit.
+pub const WAIT_FOREVER: u64 = u64::MAX;
+
+/// What WAIT_EVENT waits on (`WaitEventArgs::kind`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitKind {
+    /// A stream's completion count (event-ring tail).
+    Stream = 1,
+    /// An event's value.
+    Event = 2,
+}
+
+impl WaitKind {
+    /// Decodes a wire value.
+    pub const fn from_u32(v: u32) -> Option<WaitKind> {
+        match v {
+            1 => Some(WaitKind::Stream),
+            2 => Some(WaitKind::Event),
+            _ => None,
+        }
+    }
+}
+
+/// What WAIT_EVENT waits on, for the C header.
+pub(crate) const WAIT_KINDS: ConstGroup = ConstGroup {
+    title: "What WAIT_EVENT waits on (davinci_wait_event_args.kind)",
+    c_prefix: "DAVINCI_WAIT_",
+    items: &[
+        (
+            "STREAM",
+            WaitKind::Stream as u64,
+            "a stream's completion count",
+        ),
+        ("EVENT", WaitKind::Event as u64, "an event's value"),
+    ],
+};
