@@ -256,7 +256,7 @@ impl<P: Platform> DeviceCore<P> {
                 ensure!(a.pad == 0, EINVAL, "pad must be 0");
                 let stride = a.entry_size as u64;
                 ensure!(
-                    (8..=LIST_ENTRY_MAX).contains(&stride) && stride % 8 == 0,
+                    (8..=LIST_ENTRY_MAX).contains(&stride) && stride.is_multiple_of(8),
                     EINVAL,
                     "entry_size must be a multiple of 8 between 8 and 4096"
                 );

@@ -263,7 +263,7 @@ impl Platform for HeapPlatform {
     }
 
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
-        assert!(len % 4 == 0, "fill length {len} not a multiple of 4");
+        assert!(len.is_multiple_of(4), "fill length {len} not a multiple of 4");
         self.check(client, dst, len, "a fill");
         let (d, n) = (dst as usize, len as usize);
         self.arena(client, |a| {
@@ -356,7 +356,7 @@ impl RingMem {
     }
 
     fn word(base: *mut u8, off: usize) -> &'static AtomicU32 {
-        assert!(off + 4 <= hdr::SIZE && off % 4 == 0);
+        assert!(off + 4 <= hdr::SIZE && off.is_multiple_of(4));
         // SAFETY: `base` is a live, 64-byte-aligned ring mapping of at least `hdr::SIZE`
         // bytes (callers use a `RingMem` only while its stream exists), `off` is a 4-aligned
         // header offset, and every access to header words anywhere is atomic.

@@ -151,7 +151,7 @@ const _: () = {
     ];
     let mut i = 0;
     while i < fields.len() {
-        assert!(fields[i].offset() % 4 == 0 && fields[i].offset() + 4 <= RING_HEADER_SIZE);
+        assert!(fields[i].offset().is_multiple_of(4) && fields[i].offset() + 4 <= RING_HEADER_SIZE);
         i += 1;
     }
 };

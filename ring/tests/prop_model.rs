@@ -73,7 +73,7 @@ impl Mem {
     }
 
     fn word(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= RING_HEADER_SIZE);
+        assert!(off.is_multiple_of(4) && off + 4 <= RING_HEADER_SIZE);
         // SAFETY: `base` points to a live, 64-byte aligned buffer of at least
         // `RING_HEADER_SIZE` bytes owned by `self`; `off` is a 4-aligned header offset; every
         // access to header words (ring ends and this test) is atomic.

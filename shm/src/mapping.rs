@@ -170,7 +170,7 @@ impl SharedMapping {
     /// # Errors
     /// `OutOfBounds` unless the word lies inside the mapping and `offset` is a multiple of 4.
     pub fn word(&self, offset: u64) -> Result<&AtomicU32, OutOfBounds> {
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return Err(OutOfBounds);
         }
         let p = self.range(offset, 4)?;

@@ -53,7 +53,7 @@ fn unused_zero(fields: &[(FaultOperand, u64)], msg: &'static str) -> Result<()> 
 
 /// `EINVAL` unless `value` is a multiple of 4 (the alignment every element and pattern has).
 fn aligned4(value: u64, op: FaultOperand, msg: &'static str) -> Result<()> {
-    if value % 4 == 0 {
+    if value.is_multiple_of(4) {
         Ok(())
     } else {
         Err(Error::at(Errno::EINVAL, msg, op, FaultKind::Misaligned).value(4))
