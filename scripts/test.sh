@@ -1,41 +1,79 @@
 #!/usr/bin/env bash
-# The project's test command, run by developers and by CI (.ci/run):
-#   formatting, clippy (warnings are errors), the whole workspace test suite (which includes the
-#   C header checks: they need a C compiler), the data-path suites again against a real
-#   davinci-mockd, the runtime library without its embedded mock (and the layering rule that it
-#   then links no device code), the fuzz targets type-checked on stable and run briefly on
-#   nightly (DAVINCI_SKIP_FUZZ=1 skips the runs), the kernel module in
-#   QEMU (DAVINCI_SKIP_KMOD=1 skips it), the loom model of the ring protocol and the mutation
-#   check of its orderings.
-# Every step runs even if an earlier one failed; a summary at the end says which failed.
+# scripts/test.sh: the project's test command, run by developers and by CI (.ci/run).
+#
+# Steps, each run even if an earlier one failed; a summary at the end says which failed and
+# how long each took:
+#   formatting; the tree's shape (cargo xtask check: layering, file sizes, doc paths, MSRV);
+#   clippy (warnings are errors); the workspace's tests (unit, crate integration, the
+#   conformance suite on the embedded device, system tests, fuzz replays, the C header
+#   checks: they need a C compiler); the conformance suite and the million-task run again
+#   against a real davinci-mockd; the quick start; the runtime library without its embedded
+#   device; every fuzz target on nightly (scripts/fuzz.sh); the kernel module in QEMU
+#   (scripts/kmod-test.sh, the same test binaries); the loom models of the ring protocol and
+#   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
+#   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
+#
+# The kernel's toolchain and test kernel (scripts/kmod/toolchain.sh: Debian packages,
+# bindgen, a Linux 6.12 build cached outside the repository) are prepared in the background,
+# at low priority, while the first steps run.
+#
+# Environment (every variable of the project's scripts starts with DAVINCI_):
+#   DAVINCI_SKIP_KMOD=1         no kernel step (a machine that cannot run QEMU)
+#   DAVINCI_SKIP_FUZZ=1         no nightly fuzz runs (a machine without nightly); the fuzz
+#                               targets are then type-checked on stable instead
+#   DAVINCI_SKIP_MSRV=1         no build with the declared rust-version's toolchain
+#   DAVINCI_SKIP_PROMETHEUS=1   the exporter's test against a real Prometheus is skipped
+#   DAVINCI_FUZZ_SECONDS=N      seconds per fuzz target (default 20)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+case "${1:-}" in
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    "") ;;
+    *) echo "scripts/test.sh: takes no arguments (got '$1'); --help says what it does" >&2; exit 2 ;;
+esac
+
+as_root=()
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then as_root=(sudo -n); fi
+can_install() { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }
+apt_install() {
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null
+}
 
 # The ABI tests compile C against uapi/include/davinci/uapi.h with `cc` (or `gcc`).
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if can_install && command -v apt-get >/dev/null 2>&1; then
         echo "==> no C compiler: installing gcc"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc </dev/null
+        apt_install gcc libc6-dev
     else
         echo "scripts/test.sh: no C compiler (cc or gcc) found; the ABI tests compile C." >&2
         echo "Install one (Debian/Ubuntu: sudo apt-get install gcc) and re-run." >&2
         exit 1
     fi
 fi
-
-# The exporter's test scrapes it with a real Prometheus (Debian's package): installed here when
-# missing and possible, so the test finds it (the test itself would install it too, or fail
-# saying how; DAVINCI_SKIP_PROMETHEUS=1 skips that one test).
+# The exporter's test scrapes it with a real Prometheus (Debian's package).
 if ! command -v prometheus >/dev/null 2>&1 && [ "${DAVINCI_SKIP_PROMETHEUS:-0}" != 1 ] \
-    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    && can_install && command -v apt-get >/dev/null 2>&1; then
     echo "==> no prometheus: installing Debian's package (the exporter test scrapes with it)"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus </dev/null
+    apt_install prometheus
 fi
 
 log_dir=$(mktemp -d)
-trap 'rm -rf "$log_dir"' EXIT
+prep_pid=
+cleanup() {
+    [ -n "$prep_pid" ] && kill "$prep_pid" 2>/dev/null
+    rm -rf "$log_dir"
+}
+trap cleanup EXIT
+
+# The kernel toolchain and test kernel, in the background (apt-get, cargo install, make -j).
+if [ "${DAVINCI_SKIP_KMOD:-0}" != 1 ]; then
+    echo "==> preparing the kernel toolchain in the background (log: $log_dir/kmod-prepare.log)"
+    nice -n 15 bash scripts/kmod/toolchain.sh >"$log_dir/kmod-prepare.log" 2>&1 &
+    prep_pid=$!
+fi
 
 summary=()
 failed_steps=0
@@ -53,90 +91,68 @@ step() {
     local status=0
     "$@" 2>&1 | tee "$log" || status=$?
     local secs=$((SECONDS - start))
-    # Count what cargo's test harness reported ("test result: ok. N passed; M failed; ...").
+    # What the test harness reported ("test result: ok. N passed; M failed; ...").
     local p f
     p=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
     f=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p' "$log" | awk '{s+=$1} END {print s+0}')
     tests_passed=$((tests_passed + p))
     tests_failed=$((tests_failed + f))
     if [ "$status" -eq 0 ]; then
-        summary+=("ok     $name (${secs}s)")
+        summary+=("ok      $name (${secs}s)")
     else
-        summary+=("FAILED $name (${secs}s, exit $status)")
+        summary+=("FAILED  $name (${secs}s, exit $status)")
         failed_steps=$((failed_steps + 1))
     fi
 }
+skip() { summary+=("SKIPPED $1 ($2)"); }
 
-step "rustfmt" cargo fmt --all -- --check
+step "rustfmt" sh -c 'cargo fmt --all -- --check && rustfmt --edition 2021 --check kmod-rust/src/davinci_main.rs'
+step "the tree's shape (layering, file sizes, doc paths, MSRV)" cargo xtask check
 step "clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "tests" cargo test --workspace
-# The data-path tests again, against a davinci-mockd process instead of the embedded device.
-step "tests (davinci-mockd backend)" env DAVINCI_TEST_BACKEND=mockd \
-    cargo test -p davinci-tests --test conformance --test million
+# Every selection below keeps the workspace's feature set, so nothing is built twice.
+step "conformance and million tasks (davinci-mockd backend)" env DAVINCI_TEST_BACKEND=mockd \
+    cargo test --workspace --test conformance --test million
+# The quick start README.md shows (`cargo run -p davinci-shim --example quickstart`), as
+# `cargo test` built it.
+step "quick start example" target/debug/examples/quickstart
+# The runtime library without the embedded device builds and passes its tests (that it links
+# no device code is the layering check's).
+step "shim without the embedded device" cargo test -p davinci-shim --no-default-features
 
-# The quick start README.md shows, run as a user would.
-step "quick start example" cargo run -q -p davinci-shim --example quickstart
-
-# The runtime library without the embedded mock device: it builds, its tests pass, and it
-# links no device code (a production runtime that opens /dev/davinciN gets only the ABI, the
-# rings, shared memory and the daemon's wire protocol). davinci-smi never links the device.
-step "shim without the embedded mock" cargo test -p davinci-shim --no-default-features
-layering() {
-    local bad=0 tree
-    tree=$(cargo tree -p davinci-shim --no-default-features -e normal --prefix none)
-    for forbidden in davinci-mock-device davinci-driver-core tracing-subscriber; do
-        if grep -q "^$forbidden " <<<"$tree"; then
-            echo "davinci-shim --no-default-features depends on $forbidden"
-            bad=1
-        fi
-    done
-    # The operators' tools speak the ABI like any client: none links the device.
-    for tool in davinci-smi davinci-exporter davinci-device-plugin; do
-        tree=$(cargo tree -p "$tool" -e normal --prefix none)
-        for forbidden in davinci-mock-device davinci-driver-core; do
-            if grep -q "^$forbidden " <<<"$tree"; then
-                echo "$tool depends on $forbidden"
-                bad=1
-            fi
-        done
-    done
-    [ "$bad" -eq 0 ] && echo "layering: shim (no default features), smi, exporter and device plugin link no device code"
-    return "$bad"
-}
-step "layering" layering
-
-# The fuzz targets (fuzz/, a crate outside the workspace) type-check on stable, so no change
-# elsewhere leaves them stale; running them needs nightly (scripts/fuzz.sh).
-step "fuzz targets build" cargo check --manifest-path fuzz/Cargo.toml --bins --locked
-# Every fuzz target built on nightly (libFuzzer + ASan) and run for DAVINCI_FUZZ_SECONDS (20)
-# each from its seeds (fuzz/seeds); any finding fails the step (scripts/fuzz.sh).
-# DAVINCI_SKIP_FUZZ=1 skips it on a machine without nightly, and the summary says so. (The
-# seeds and every past finding, fuzz/regressions, are also replayed on stable by the tests.)
 if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
-    summary+=("SKIPPED fuzz targets run (DAVINCI_SKIP_FUZZ=1)")
+    # No nightly: the targets (a crate outside the workspace) at least type-check on stable.
+    step "fuzz targets build (stable)" cargo check --manifest-path fuzz/Cargo.toml --bins --locked
+    skip "fuzz targets run" "DAVINCI_SKIP_FUZZ=1"
 else
-    step "fuzz targets run (nightly, ${DAVINCI_FUZZ_SECONDS:-20}s each)" scripts/fuzz.sh
+    step "fuzz targets (nightly, ${DAVINCI_FUZZ_SECONDS:-20}s each)" scripts/fuzz.sh
 fi
 
-# The kernel module in a real Linux 6.12 kernel under QEMU: the conformance suite, the
-# kernel-only tests, the million-task run, davinci-smi and davinci-workload against
-# /dev/davinci0 (kmod-rust/qemu-test.sh). The first run installs Debian packages (root or
-# passwordless sudo) and builds the kernel (about 8 minutes, cached outside the repository);
-# later runs take seconds. DAVINCI_SKIP_KMOD=1 skips it on a machine that cannot run it, and
-# the summary says so.
-step "kernel module sources formatted" rustfmt --edition 2021 --check kmod-rust/src/davinci_main.rs
 if [ "${DAVINCI_SKIP_KMOD:-0}" = 1 ]; then
-    summary+=("SKIPPED kernel module in QEMU (DAVINCI_SKIP_KMOD=1)")
+    skip "kernel module in QEMU" "DAVINCI_SKIP_KMOD=1"
 else
-    step "kernel module in QEMU (Linux 6.12)" kmod-rust/qemu-test.sh
+    echo
+    echo "==> waiting for the kernel toolchain prepared in the background"
+    prep_status=0
+    wait "$prep_pid" || prep_status=$?
+    prep_pid=
+    if [ "$prep_status" -ne 0 ]; then
+        cat "$log_dir/kmod-prepare.log"
+        summary+=("FAILED  kernel toolchain (exit $prep_status; its log is above)")
+        failed_steps=$((failed_steps + 1))
+    else
+        grep '^==> kmod' "$log_dir/kmod-prepare.log" || true
+        step "kernel module in QEMU (Linux 6.12)" scripts/kmod-test.sh
+    fi
 fi
 
-# The loom model of the ring protocol, then the mutation check: every ordering site weakened
-# in turn must make a model fail. Their own target directory, so `--cfg loom` does not
-# invalidate the main build.
-step "loom (davinci-ring)" env RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
-    cargo test -p davinci-ring --release --test loom
-step "ordering mutation check" env CARGO_TARGET_DIR=target/loom ring/scripts/mutation-check.sh
+step "loom models and ordering mutation check (davinci-ring)" scripts/ring-mutation-check.sh
+
+if [ "${DAVINCI_SKIP_MSRV:-0}" = 1 ]; then
+    skip "build with the declared rust-version" "DAVINCI_SKIP_MSRV=1"
+else
+    step "build with the declared rust-version" cargo xtask msrv --build
+fi
 
 echo
 echo "==> summary"
@@ -148,5 +164,5 @@ if [ "$failed_steps" -ne 0 ]; then
 else
     echo "scripts/test.sh: all steps passed"
 fi
-echo "tests: $tests_passed passed, $tests_failed failed"
+echo "tests: $tests_passed passed, $tests_failed failed; $SECONDS s in all"
 [ "$failed_steps" -eq 0 ]

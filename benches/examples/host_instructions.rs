@@ -1,5 +1,5 @@
 //! The host side of streaming NOPs at batch 64, in functions callgrind can count alone
-//! (`benches/callgrind.sh`): `host_submit` builds 64 descriptors and submits them (one publish,
+//! (`scripts/bench-callgrind.sh`): `host_submit` builds 64 descriptors and submits them (one publish,
 //! at most one doorbell), `host_reap` takes their 64 completions and checks each one's
 //! `user_data` and status. The wait in between (`synchronize`) is left out: it is time spent
 //! waiting for the device, not work per task.

@@ -18,7 +18,7 @@ pub const MOCKD: &str = "davinci-mockd";
 
 /// How to get the daemon, for messages.
 pub const BUILD_HINT: &str = "build it into the same target directory with `cargo build --release \
-     -p davinci-mock-device --bin davinci-mockd`, or pass --mockd PATH";
+     -p davinci-mockd`, or pass --mockd PATH";
 
 /// Where the daemon binary is: `explicit` if given, else `davinci-mockd` in the directory of
 /// this executable (or its parent, for an executable under `deps/`).

@@ -263,7 +263,10 @@ impl Platform for HeapPlatform {
     }
 
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
-        assert!(len.is_multiple_of(4), "fill length {len} not a multiple of 4");
+        assert!(
+            len.is_multiple_of(4),
+            "fill length {len} not a multiple of 4"
+        );
         self.check(client, dst, len, "a fill");
         let (d, n) = (dst as usize, len as usize);
         self.arena(client, |a| {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# /init of the QEMU guest kmod-rust/qemu-test.sh boots: loads the module, runs the conformance
+# /init of the QEMU guest scripts/kmod-test.sh boots: loads the module, runs the conformance
 # suite, the kernel-only tests, the million-task run, davinci-smi and davinci-workload against
 # /dev/davinci0, unloads the module, and reports on the serial console. Every line meant for
 # the host starts with "ktest: "; the host decides from "ktest: ALL PASSED" and from the

@@ -79,7 +79,7 @@
 //! header fields are loom atomics, slots loom `UnsafeCell`s, the doorbell a loom atomic) and
 //! `ring/tests/loom.rs` checks it:
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p davinci-ring --release --test loom`.
-//! `ring/scripts/mutation-check.sh` weakens each ordering in turn and shows a model fails.
+//! `scripts/ring-mutation-check.sh` weakens each ordering in turn and shows a model fails.
 #![no_std]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

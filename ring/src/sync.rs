@@ -3,9 +3,9 @@
 //!
 //! Every acquire, release or fence in this crate is written as [`ord`]`(Site::X, Ordering::Y)`
 //! or [`fence_at`]`(Site::X, Ordering::Y)`. In ordinary builds both are the identity (inlined
-//! to the plain ordering). Under `cfg(loom)` the environment variable `RING_MUTANT=<Site>`
+//! to the plain ordering). Under `cfg(loom)` the environment variable `DAVINCI_RING_MUTANT=<Site>`
 //! weakens that one site to `Relaxed` (or removes that fence), which is how
-//! `ring/scripts/mutation-check.sh` shows that each of these orderings is needed by at least
+//! `scripts/ring-mutation-check.sh` shows that each of these orderings is needed by at least
 //! one loom model. The one exception is [`doorbell_hardware_fence`] (a CPU barrier before MMIO,
 //! not a Rust-model ordering). `Relaxed` accesses are written plainly, each with a comment
 //! saying why it may be relaxed.
@@ -29,7 +29,7 @@ macro_rules! sites {
             #[cfg_attr(not(loom), allow(dead_code))]
             pub(crate) const ALL: &'static [Site] = &[$(Site::$name),*];
 
-            /// The site's name (the value `RING_MUTANT` takes).
+            /// The site's name (the value `DAVINCI_RING_MUTANT` takes).
             #[cfg_attr(not(loom), allow(dead_code))]
             pub(crate) const fn name(self) -> &'static str {
                 match self {
@@ -117,16 +117,16 @@ mod mutation {
 
     static MUTANT: OnceLock<Option<Site>> = OnceLock::new();
 
-    /// Whether `RING_MUTANT` names `site`. An unknown name panics, so a typo in the mutation
+    /// Whether `DAVINCI_RING_MUTANT` names `site`. An unknown name panics, so a typo in the mutation
     /// script cannot pass for a mutation that no model catches.
     pub(super) fn active(site: Site) -> bool {
         let mutant = MUTANT.get_or_init(|| {
-            let name = std::env::var("RING_MUTANT")
+            let name = std::env::var("DAVINCI_RING_MUTANT")
                 .ok()
                 .filter(|n| !n.is_empty())?;
             match Site::ALL.iter().find(|s| s.name() == name) {
                 Some(s) => Some(*s),
-                None => panic!("RING_MUTANT={name} is not an ordering site of davinci-ring"),
+                None => panic!("DAVINCI_RING_MUTANT={name} is not an ordering site of davinci-ring"),
             }
         });
         *mutant == Some(site)

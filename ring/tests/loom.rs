@@ -6,7 +6,7 @@
 //! ```text
 //! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p davinci-ring --release --test loom
 //! ```
-//! `ring/scripts/mutation-check.sh` runs these once per ordering site with `RING_MUTANT=<site>`
+//! `scripts/ring-mutation-check.sh` runs these once per ordering site with `DAVINCI_RING_MUTANT=<site>`
 //! (that site weakened to Relaxed / fence removed) and tabulates which models fail.
 #![cfg(loom)]
 

@@ -1,5 +1,5 @@
 //! What only a kernel driver can show, run in the QEMU guest against `/dev/davinciN`
-//! (kmod-rust/qemu-test.sh): user pointers that fault, mmap cookies of other clients, a client
+//! (scripts/kmod-test.sh): user pointers that fault, mmap cookies of other clients, a client
 //! killed with SIGKILL in the middle of its work, a WAIT_EVENT interrupted by a signal, and
 //! mappings that a fork does not inherit.
 //!
@@ -28,8 +28,7 @@ use davinci_uapi::{
 };
 use nix::libc;
 
-const KERNEL_ONLY: &str =
-    "needs the kernel module: runs in the QEMU guest (kmod-rust/qemu-test.sh)";
+const KERNEL_ONLY: &str = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)";
 
 /// The device node under test: `DAVINCI_TEST_BACKEND`, which must be a `/dev/` path.
 fn node_path() -> String {
@@ -198,7 +197,7 @@ impl Drop for Shared {
 }
 
 #[test]
-#[ignore = "needs the kernel module: runs in the QEMU guest (kmod-rust/qemu-test.sh)"]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
 fn bad_user_pointers_are_efault_and_the_file_goes_on() {
     let _ = KERNEL_ONLY;
     let path = node_path();
@@ -289,7 +288,7 @@ fn bad_user_pointers_are_efault_and_the_file_goes_on() {
 }
 
 #[test]
-#[ignore = "needs the kernel module: runs in the QEMU guest (kmod-rust/qemu-test.sh)"]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
 fn mmap_takes_only_the_callers_own_cookies_at_their_own_size() {
     let path = node_path();
     let pg = page();
@@ -384,7 +383,7 @@ fn mmap_takes_only_the_callers_own_cookies_at_their_own_size() {
 }
 
 #[test]
-#[ignore = "needs the kernel module: runs in the QEMU guest (kmod-rust/qemu-test.sh)"]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
 fn mappings_are_not_inherited_across_fork() {
     let path = node_path();
     let a = Node::open(&path, true);
@@ -434,7 +433,7 @@ fn mappings_are_not_inherited_across_fork() {
 extern "C" fn on_sigusr1(_: libc::c_int) {}
 
 #[test]
-#[ignore = "needs the kernel module: runs in the QEMU guest (kmod-rust/qemu-test.sh)"]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
 fn a_signal_interrupts_wait_event_with_eintr() {
     let path = node_path();
     let n = Arc::new(Node::open(&path, true));
@@ -508,7 +507,7 @@ fn a_signal_interrupts_wait_event_with_eintr() {
 }
 
 #[test]
-#[ignore = "needs the kernel module: runs in the QEMU guest (kmod-rust/qemu-test.sh)"]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
 fn a_client_killed_mid_submission_gives_everything_back() {
     let path = node_path();
     let ctl = Control::open(&path).expect("control open");

@@ -68,7 +68,7 @@ stream ≥0.5 of its fair share; 4 processes ≥0.7× 1 process; ≤5 doorbells 
 load; with --contended, round-trip p99 ≤20× the quiet p50 (measured first, before the hog).
 
 The daemon rows need davinci-mockd: beside this executable (cargo build --release -p
-davinci-mock-device --bin davinci-mockd) or --mockd PATH; without it they say
+davinci-mockd) or --mockd PATH; without it they say
 \"skipped: <why>\". io_uring rows say skipped (with the errno) where io_uring_setup fails.
 
 Progress lines go to stderr; the table (or JSON) to stdout. A default run takes under a

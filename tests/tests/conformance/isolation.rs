@@ -5,7 +5,7 @@
 //!
 //! Part of the conformance suite, so it runs wherever that suite runs: against the embedded
 //! mock device (`cargo test`), a `davinci-mockd` process (`DAVINCI_TEST_BACKEND=mockd`,
-//! scripts/test.sh) and the kernel module in QEMU (kmod-rust/qemu-test.sh, which requires
+//! scripts/test.sh) and the kernel module in QEMU (scripts/kmod-test.sh, which requires
 //! every test listed here to pass in the guest). A test that cannot apply to a backend says
 //! why in its doc comment, prints a line and passes there.
 //!

@@ -89,9 +89,11 @@ pub fn packages_named(text: &str) -> Vec<String> {
         .windows(2)
         .filter(|w| w[0] == "-p" || w[0] == "--package")
         .map(|w| w[1].trim_end_matches([',', '.', ')', ';', ':']).to_string())
+        // Package names are lower case; `-p PACKAGE` is a placeholder.
         .filter(|n| {
-            n.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            !n.is_empty()
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 # davinci_core.rs (uapi + ring + driver-core), and davinci.ko. Needs toolchain.sh sourced.
 set -euo pipefail
 OUT=${1:?build directory}
-KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../kmod-rust" && pwd)
 ROOT=$(dirname "$KMOD_DIR")
 rm -rf "$OUT" && mkdir -p "$OUT"
 cp "$KMOD_DIR"/src/*.rs "$KMOD_DIR"/src/*.c "$KMOD_DIR/Kbuild" "$KMOD_DIR/Makefile" "$OUT/"

@@ -2,7 +2,7 @@
 # Host-side instructions per NOP task at batch 64, counted by callgrind: only the work the
 # runtime's thread does per task (build the descriptor, push, publish, doorbell when asked,
 # take and check the completion), not the device and not the wait in between.
-#   benches/callgrind.sh [BATCHES]      (default 2000; needs valgrind)
+#   scripts/bench-callgrind.sh [BATCHES]      (default 2000; needs valgrind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 batches=${1:-2000}

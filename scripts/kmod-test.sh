@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
-# kmod-rust/qemu-test.sh: the kernel module under test in a real Linux 6.12 kernel.
+# scripts/kmod-test.sh: the kernel module under test in a real Linux 6.12 kernel.
 #
 # On a Debian machine (root, or passwordless sudo, for the packages):
 #   1. installs the toolchain and builds the test kernel once, cached outside the repository
-#      (scripts/toolchain.sh; the key covers the kernel version, the config fragment, the
-#      bindings patch, rustc and bindgen, so later runs reuse it in seconds);
+#      (scripts/kmod/toolchain.sh; the key covers the kernel version, the config fragment,
+#      the bindings patch, rustc and bindgen, so later runs reuse it in seconds);
 #   2. builds davinci.ko from kmod-rust/src plus uapi, ring and driver-core as source;
-#   3. builds the guest programs as static binaries: the conformance suite, the kernel-only
-#      tests, the million-task run, davinci-smi, davinci-workload, davinci-testclient;
-#   4. packs them with busybox into an initramfs whose /init is guest/init.sh;
+#   3. takes the guest programs from the workspace's test build (`cargo test --workspace`,
+#      which the test command has just run, so nothing is built twice): the conformance
+#      suite, the kernel-only tests, the million-task run, davinci-smi, davinci-workload,
+#      davinci-exporter, davinci-device-plugin and its kubelet stand-in, davinci-testclient;
+#      stripped of debug information, with the C libraries they load;
+#   4. packs them with busybox into an initramfs whose /init is kmod-rust/guest/init.sh;
 #   5. boots QEMU (TCG), streams the guest's serial console, and exits 0 only if the guest
 #      reported every step passed, every conformance test ran under its own name and passed,
 #      and the kernel logged no warning, BUG, oops or leak.
 #
 # Environment: DAVINCI_KMOD_WORK (build directory, default target/kmod), DAVINCI_KMOD_CACHE
-# (kernel cache, default /var/cache/davinci-kmod for root), QEMU_TIMEOUT (seconds, default
-# 1200), QEMU_MEM (default 1G), JOBS.
+# (kernel cache, default /var/cache/davinci-kmod for root), DAVINCI_QEMU_TIMEOUT (seconds,
+# default 1200), DAVINCI_QEMU_MEM (default 1G), DAVINCI_JOBS (make -j).
 set -euo pipefail
-KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(dirname "$KMOD_DIR")
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KMOD_DIR=$ROOT/kmod-rust
 WORK=${DAVINCI_KMOD_WORK:-$ROOT/target/kmod}
-QEMU_TIMEOUT=${QEMU_TIMEOUT:-1200}
-QEMU_MEM=${QEMU_MEM:-1G}
+QEMU_TIMEOUT=${DAVINCI_QEMU_TIMEOUT:-1200}
+QEMU_MEM=${DAVINCI_QEMU_MEM:-1G}
 
 case "${1:-}" in
     -h | --help)
@@ -30,20 +33,20 @@ case "${1:-}" in
         ;;
     "") ;;
     *)
-        echo "kmod-rust/qemu-test.sh: takes no arguments (got '$1'); --help says what it does" >&2
+        echo "scripts/kmod-test.sh: takes no arguments (got '$1'); --help says what it does" >&2
         exit 2
         ;;
 esac
 
 t0=$SECONDS
-# shellcheck source=scripts/toolchain.sh
-source "$KMOD_DIR/scripts/toolchain.sh"
+# shellcheck source=kmod/toolchain.sh
+source "$ROOT/scripts/kmod/toolchain.sh"
 say "toolchain and kernel ready ($((SECONDS - t0)) s): $($RUSTC --version)"
 mkdir -p "$WORK"
 
 # ---- the module --------------------------------------------------------------------------
 t=$SECONDS
-bash "$KMOD_DIR/scripts/build-module.sh" "$WORK/module"
+bash "$ROOT/scripts/kmod/build-module.sh" "$WORK/module"
 if grep -qiE 'warning|error' "$WORK/module/build.log"; then
     echo "kmod: the module build printed warnings (see $WORK/module/build.log); they are errors here" >&2
     exit 1
@@ -52,41 +55,42 @@ say "davinci.ko built ($((SECONDS - t)) s, no warnings)"
 
 # ---- the guest programs ------------------------------------------------------------------
 t=$SECONDS
-GUEST_TARGET=x86_64-unknown-linux-gnu
-guest_cargo() {
-    (cd "$ROOT" && RUSTFLAGS='-C target-feature=+crt-static -C strip=debuginfo' \
-        CARGO_PROFILE_RELEASE_DEBUG=false CARGO_TARGET_DIR="$ROOT/target/guest" \
-        cargo "$@" --release --locked --target "$GUEST_TARGET")
-}
-guest_cargo build --quiet -p davinci-smi -p davinci-workload -p davinci-exporter \
-    -p davinci-device-plugin -p davinci-tests --bins
-guest_cargo build --quiet -p davinci-device-plugin --example kubelet_standin
-# The test executables' names carry a hash: take them from cargo's own report.
-tests_json=$(guest_cargo test --quiet -p davinci-tests --test conformance --test kernel \
-    --test million --no-run --message-format=json)
-test_exe() {
-    grep -F "\"kind\":[\"test\"],\"crate_types\":[\"bin\"],\"name\":\"$1\"," <<<"$tests_json" \
-        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1
-}
-BIN=$ROOT/target/guest/$GUEST_TARGET/release
-declare -A guest_bins=(
-    [conformance]=$(test_exe conformance)
-    [kernel]=$(test_exe kernel)
-    [million]=$(test_exe million)
-    [davinci-smi]=$BIN/davinci-smi
-    [davinci-workload]=$BIN/davinci-workload
-    [davinci-exporter]=$BIN/davinci-exporter
-    [davinci-device-plugin]=$BIN/davinci-device-plugin
-    [kubelet_standin]=$BIN/examples/kubelet_standin
-    [davinci-testclient]=$BIN/davinci-testclient
+# Every executable of the workspace's test build, by kind and name, from cargo's own report
+# (the same selection as the test command's `cargo test --workspace`: nothing is rebuilt).
+(cd "$ROOT" && cargo test --workspace --locked --no-run --quiet --message-format=json) \
+    >"$WORK/artifacts.json"
+artifacts=$(python3 - "$WORK/artifacts.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])
+PY
 )
+exe() { awk -v k="$1" -v n="$2" '$1 == k && $2 == n { print $3 }' <<<"$artifacts" | tail -n1; }
+declare -A guest_bins=(
+    [conformance]=$(exe test conformance)
+    [kernel]=$(exe test kernel)
+    [million]=$(exe test million)
+    [davinci-smi]=$(exe bin davinci-smi)
+    [davinci-workload]=$(exe bin davinci-workload)
+    [davinci-exporter]=$(exe bin davinci-exporter)
+    [davinci-device-plugin]=$(exe bin davinci-device-plugin)
+    [kubelet_standin]=$(exe example kubelet_standin)
+    [davinci-testclient]=$(exe bin davinci-testclient)
+)
+mkdir -p "$WORK/bin"
+libs=()
 for name in "${!guest_bins[@]}"; do
     f=${guest_bins[$name]}
     [ -n "$f" ] && [ -x "$f" ] || { echo "kmod: guest program $name was not built" >&2; exit 1; }
-    file -L "$f" | grep -qE 'statically linked|static-pie linked' \
-        || { echo "kmod: $f is not static" >&2; exit 1; }
+    objcopy --strip-debug "$f" "$WORK/bin/$name"
+    guest_bins[$name]=$WORK/bin/$name
+    # The C libraries it loads (and the loader), installed at the paths ldd names.
+    while read -r lib; do libs+=("$lib"); done < <(ldd "$f" | grep -oE '/[^ ]+' | sort -u)
 done
-say "guest programs built ($((SECONDS - t)) s)"
+mapfile -t libs < <(printf '%s\n' "${libs[@]}" | sort -u)
+say "guest programs ready ($((SECONDS - t)) s, from the test build)"
 
 # ---- the initramfs -----------------------------------------------------------------------
 BB=/bin/busybox
@@ -94,6 +98,12 @@ file -L "$BB" | grep -q 'statically linked' || { echo "kmod: $BB is not static (
 list=$WORK/initramfs.list
 {
     for d in /dev /proc /sys /tmp /bin; do echo "dir $d 755 0 0"; done
+    # The shared libraries the guest programs load, at the paths their loader looks in.
+    for lib in "${libs[@]}"; do dirname "$lib"; done | sort -u | while read -r d; do
+        p=
+        for c in ${d//\// }; do p=$p/$c; echo "dir $p 755 0 0"; done
+    done | awk '!seen[$0]++'
+    for lib in "${libs[@]}"; do echo "file $lib $(readlink -f "$lib") 755 0 0"; done
     echo "nod /dev/console 600 0 0 c 5 1"
     echo "nod /dev/null 666 0 0 c 1 3"
     echo "file /bin/busybox $BB 755 0 0"

@@ -1,11 +1,11 @@
 #!/bin/bash
 # Regenerates docs/operators.md from real runs: starts davinci-mockd in /run/davinci (so it
 # needs root, a free /run/davinci, a free /tmp/davinci-1000 and setpriv), runs clients and
-# davinci-smi, captures their output and fills docs/tools/operators.md.in. Build first:
-#   cargo build -p davinci-smi -p davinci-mock-device -p davinci-tests -p davinci-workload \
+# davinci-smi, captures their output and fills docs/operators.md.in. Build first:
+#   cargo build -p davinci-smi -p davinci-mockd -p davinci-tests -p davinci-workload \
 #       -p davinci-exporter -p davinci-device-plugin --bins --examples
 # and have Debian's prometheus and curl installed.
-# Usage: docs/tools/operators-capture.sh   (from the repository root)
+# Usage: scripts/docs/operators-capture.sh   (from the repository root)
 set -u
 ROOT=$(pwd)
 B=$(realpath "${CARGO_TARGET_DIR:-target}")/debug
@@ -146,5 +146,5 @@ cap workload davinci-workload --device mock:$D/davinci1.sock --tasks 20000
 kill -TERM $MPID; wait $MPID; echo "[exit status $?]" >> out/mockd-stderr.txt
 ls -l $D >> out/ls.txt 2>&1
 cap gone davinci-smi --device mock:$D/davinci0.sock info --json
-python3 "$ROOT/docs/tools/operators-gen.py" "$WORK/out" "$ROOT/docs/tools/operators.md.in" "$ROOT/docs/operators.md" "$B/"
+python3 "$ROOT/scripts/docs/operators-gen.py" "$WORK/out" "$ROOT/docs/operators.md.in" "$ROOT/docs/operators.md" "$B/"
 rm -rf "$WORK"

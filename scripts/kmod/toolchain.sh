@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Sourced by kmod-rust/qemu-test.sh: installs what building a Rust kernel module on Linux 6.12
-# needs on a fresh Debian machine, and builds (once, cached outside the repository) the test
-# kernel. Sets KSRC, KBUILD, MAKE_VARS (the toolchain variables every make of the kernel and
-# the module must get) and BINDGEN.
+# scripts/kmod/toolchain.sh: installs what building a Rust kernel module on Linux 6.12 needs
+# on a fresh Debian machine, and builds (once, cached outside the repository in
+# DAVINCI_KMOD_CACHE, default /var/cache/davinci-kmod for root) the test kernel.
+# Sourced by scripts/kmod-test.sh, it then sets KSRC, KBUILD, MAKE_VARS (the toolchain
+# variables every make of the kernel and the module must get), BINDGEN, RUSTC and
+# RUST_LIB_SRC; run on its own, it only prepares (scripts/test.sh runs it in the background
+# while the other steps run). DAVINCI_BINDGEN_VERSION, DAVINCI_JOBS (make -j, default: CPUs).
 #
 # Facts this relies on (measured on this machine kind, see docs/kernel.md):
 # * Debian's linux-source-6.12 + rustc-web (its rustc builds the kernel; rustup's toolchains
@@ -11,9 +14,9 @@
 # * tinyconfig + config.fragment builds in about 4 minutes with -j2.
 set -euo pipefail
 
-KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BINDGEN_VERSION=${BINDGEN_VERSION:-0.73.2}
-JOBS=${JOBS:-$(nproc)}
+KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../kmod-rust" && pwd)
+BINDGEN_VERSION=${DAVINCI_BINDGEN_VERSION:-0.73.2}
+JOBS=${DAVINCI_JOBS:-$(nproc)}
 if [ -z "${DAVINCI_KMOD_CACHE:-}" ]; then
     if [ "$(id -u)" = 0 ]; then DAVINCI_KMOD_CACHE=/var/cache/davinci-kmod
     else DAVINCI_KMOD_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/davinci-kmod; fi

@@ -1,32 +1,31 @@
 #!/usr/bin/env bash
-# Mutation check of the ring's memory orderings against the loom models.
+# scripts/ring-mutation-check.sh: the loom models of the ring protocol, then the mutation
+# check of its memory orderings against them (the test command's step).
 #
-#   ring/scripts/mutation-check.sh            # from anywhere in the workspace
+#   scripts/ring-mutation-check.sh            # from anywhere in the workspace
 #
 # 1. Guard: every Acquire/Release/AcqRel/SeqCst in ring/src is written as
 #    `ord(Site::X, Ordering::Y)` or `fence_at(Site::X, Ordering::Y)` (the one exception is the
 #    doorbell's hardware fence, see sync.rs), and every site is used exactly once, so the
 #    mutations below cover every ordering in the crate.
 # 2. Builds the loom models once (RUSTFLAGS="--cfg loom", release), runs them unmutated (all
-#    must pass), then once per site with RING_MUTANT=<site>: that one ordering weakened to
+#    must pass), then once per site with DAVINCI_RING_MUTANT=<site>: that one ordering weakened to
 #    Relaxed (or that one fence removed) at run time, everything else unchanged.
 # 3. Prints a Markdown table: site, ordering, the models that fail and how. Exits non-zero
 #    if the baseline fails or any mutant survives every model.
 #
-# Environment: LOOM_MAX_PREEMPTIONS (default 2), CARGO_TARGET_DIR (default /work/target-ring
-# if /work exists, else cargo's default), MUTANT_TIMEOUT seconds per run (default 600).
+# Environment: LOOM_MAX_PREEMPTIONS (loom's own; default 2), CARGO_TARGET_DIR (default
+# target/loom: `--cfg loom` would otherwise invalidate the main build), DAVINCI_MUTANT_TIMEOUT
+# seconds per run (default 600).
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ring="$(dirname "$here")"
-src="$ring/src"
-cd "$ring/.."
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+src="$root/ring/src"
+cd "$root"
 
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
-if [[ -z "${CARGO_TARGET_DIR:-}" && -d /work ]]; then
-    export CARGO_TARGET_DIR=/work/target-ring
-fi
-timeout_s="${MUTANT_TIMEOUT:-600}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/loom}"
+timeout_s="${DAVINCI_MUTANT_TIMEOUT:-600}"
 
 # ---- 1. guard ---------------------------------------------------------------------------
 # Sites: the names listed in `sites! { ... }` in sync.rs.
@@ -100,7 +99,7 @@ mapfile -t models < <("$bin" --list 2>/dev/null | sed -n 's/: test$//p')
 # run <mutant or empty> -> prints "model<TAB>verdict" for each model
 run() {
     local out
-    out="$(env -u RING_MUTANT ${1:+RING_MUTANT="$1"} RUST_BACKTRACE=0 timeout "$timeout_s" "$bin" --test-threads=2 2>&1 || true)"
+    out="$(env -u DAVINCI_RING_MUTANT ${1:+DAVINCI_RING_MUTANT="$1"} RUST_BACKTRACE=0 timeout "$timeout_s" "$bin" --test-threads=2 2>&1 || true)"
     for m in "${models[@]}"; do
         if grep -qE "^test $m \.\.\. ok$" <<<"$out"; then
             printf '%s\tok\n' "$m"
@@ -129,6 +128,8 @@ if grep -q FAIL <<<"$baseline"; then
     echo "$baseline" >&2
     exit 1
 fi
+echo "loom models, unmutated (LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS):"
+sed 's/^/  /; s/\t/: /' <<<"$baseline"
 
 echo >&2
 echo "| site | ordering | weakened to | models that fail |"
