@@ -63,8 +63,13 @@ artifacts=$(python3 - "$WORK/artifacts.json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kind = m["target"]["kind"][0]
+    # A test target is its harness; a binary or an example is the program itself, not the
+    # harness of its unit tests that `cargo test` builds beside it.
+    if m["profile"]["test"] == (kind == "test"):
+        print(kind, m["target"]["name"], m["executable"])
 PY
 )
 exe() { awk -v k="$1" -v n="$2" '$1 == k && $2 == n { print $3 }' <<<"$artifacts" | tail -n1; }

@@ -126,7 +126,9 @@ mod mutation {
                 .filter(|n| !n.is_empty())?;
             match Site::ALL.iter().find(|s| s.name() == name) {
                 Some(s) => Some(*s),
-                None => panic!("DAVINCI_RING_MUTANT={name} is not an ordering site of davinci-ring"),
+                None => {
+                    panic!("DAVINCI_RING_MUTANT={name} is not an ordering site of davinci-ring")
+                }
             }
         });
         *mutant == Some(site)
