@@ -24,6 +24,9 @@
 #   DAVINCI_SKIP_MSRV=1         no build with the declared rust-version's toolchain
 #   DAVINCI_SKIP_PROMETHEUS=1   the exporter's test against a real Prometheus is skipped
 #   DAVINCI_FUZZ_SECONDS=N      seconds per fuzz target (default 20)
+#   DAVINCI_TIDY=1              remove each step's own build directory (fuzz/target,
+#                               target/loom, target/msrv) once the step is done, for a disk
+#                               that cannot hold them all; the default when CI=true
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -75,6 +78,15 @@ if [ "${DAVINCI_SKIP_KMOD:-0}" != 1 ]; then
     prep_pid=$!
 fi
 
+TIDY=${DAVINCI_TIDY:-$([ "${CI:-}" = true ] && echo 1 || echo 0)}
+# tidy DIR...: with DAVINCI_TIDY=1, removes a finished step's own build directories.
+tidy() {
+    [ "$TIDY" = 1 ] || return 0
+    rm -rf "$@"
+}
+# The free space where the build writes, for the summary (a full disk fails steps oddly).
+disk_free() { df -Pk "$ROOT" 2>/dev/null | awk 'NR == 2 { printf "%.1f GiB free", $4 / 1048576 }'; }
+
 summary=()
 failed_steps=0
 tests_passed=0
@@ -97,10 +109,12 @@ step() {
     f=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p' "$log" | awk '{s+=$1} END {print s+0}')
     tests_passed=$((tests_passed + p))
     tests_failed=$((tests_failed + f))
+    local free
+    free=$(disk_free)
     if [ "$status" -eq 0 ]; then
-        summary+=("ok      $name (${secs}s)")
+        summary+=("ok      $name (${secs}s; $free)")
     else
-        summary+=("FAILED  $name (${secs}s, exit $status)")
+        summary+=("FAILED  $name (${secs}s, exit $status; $free)")
         failed_steps=$((failed_steps + 1))
     fi
 }
@@ -126,6 +140,7 @@ if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
     skip "fuzz targets run" "DAVINCI_SKIP_FUZZ=1"
 else
     step "fuzz targets (nightly, ${DAVINCI_FUZZ_SECONDS:-20}s each)" scripts/fuzz.sh
+    tidy fuzz/target
 fi
 
 if [ "${DAVINCI_SKIP_KMOD:-0}" = 1 ]; then
@@ -147,11 +162,13 @@ else
 fi
 
 step "loom models and ordering mutation check (davinci-ring)" scripts/ring-mutation-check.sh
+tidy target/loom
 
 if [ "${DAVINCI_SKIP_MSRV:-0}" = 1 ]; then
     skip "build with the declared rust-version" "DAVINCI_SKIP_MSRV=1"
 else
     step "build with the declared rust-version" cargo xtask msrv --build
+    tidy target/msrv
 fi
 
 echo

@@ -162,5 +162,10 @@ fn cli_check_passes_on_the_workspace_and_rejects_unknown_arguments() {
         .output()
         .expect("run xtask");
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cargo xtask gen-header"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown arguments [\"gen-headers\"]")
+            && stderr.contains("usage: cargo xtask"),
+        "{stderr}"
+    );
 }
