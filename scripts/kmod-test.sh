@@ -41,7 +41,7 @@ esac
 t0=$SECONDS
 # shellcheck source=kmod/toolchain.sh
 source "$ROOT/scripts/kmod/toolchain.sh"
-say "toolchain and kernel ready ($((SECONDS - t0)) s): $($RUSTC --version)"
+say "toolchain and kernel ready ($((SECONDS - t0)) s): $($KMOD_RUSTC --version)"
 mkdir -p "$WORK"
 
 # ---- the module --------------------------------------------------------------------------
@@ -55,23 +55,9 @@ say "davinci.ko built ($((SECONDS - t)) s, no warnings)"
 
 # ---- the guest programs ------------------------------------------------------------------
 t=$SECONDS
-# Every executable of the workspace's test build, by kind and name, from cargo's own report
-# (the same selection as the test command's `cargo test --workspace`: nothing is rebuilt).
-(cd "$ROOT" && cargo test --workspace --locked --no-run --quiet --message-format=json) \
-    >"$WORK/artifacts.json"
-artifacts=$(python3 - "$WORK/artifacts.json" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
-        continue
-    kind = m["target"]["kind"][0]
-    # A test target is its harness; a binary or an example is the program itself, not the
-    # harness of its unit tests that `cargo test` builds beside it.
-    if m["profile"]["test"] == (kind == "test"):
-        print(kind, m["target"]["name"], m["executable"])
-PY
-)
+# Every executable of the workspace's test build (nothing is rebuilt after `cargo test
+# --workspace`).
+artifacts=$(bash "$ROOT/scripts/test-artifacts.sh")
 exe() { awk -v k="$1" -v n="$2" '$1 == k && $2 == n { print $3 }' <<<"$artifacts" | tail -n1; }
 declare -A guest_bins=(
     [conformance]=$(exe test conformance)

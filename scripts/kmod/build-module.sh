@@ -8,6 +8,6 @@ ROOT=$(dirname "$KMOD_DIR")
 rm -rf "$OUT" && mkdir -p "$OUT"
 cp "$KMOD_DIR"/src/*.rs "$KMOD_DIR"/src/*.c "$KMOD_DIR/Kbuild" "$KMOD_DIR/Makefile" "$OUT/"
 (cd "$ROOT" && cargo run --quiet -p xtask -- kmod-src "$OUT/davinci_core.rs")
-make -s -C "$OUT" KDIR="$KBUILD" RUSTC="$RUSTC" BINDGEN="$BINDGEN" RUSTFMT=/usr/bin/rustfmt \
-    RUSTDOC=/usr/bin/rustdoc RUST_LIB_SRC="$RUST_LIB_SRC" 2>&1 | tee "$OUT/build.log"
+make -s -C "$OUT" KDIR="$KBUILD" RUSTC="$KMOD_RUSTC" BINDGEN="$KMOD_BINDGEN" RUSTFMT=/usr/bin/rustfmt \
+    RUSTDOC=/usr/bin/rustdoc RUST_LIB_SRC="$KMOD_RUST_LIB_SRC" 2>&1 | tee "$OUT/build.log"
 [ -f "$OUT/davinci.ko" ] || { echo "kmod: davinci.ko did not build (see $OUT/build.log)" >&2; exit 1; }

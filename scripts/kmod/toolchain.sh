@@ -3,8 +3,8 @@
 # on a fresh Debian machine, and builds (once, cached outside the repository in
 # DAVINCI_KMOD_CACHE, default /var/cache/davinci-kmod for root) the test kernel.
 # Sourced by scripts/kmod-test.sh, it then sets KSRC, KBUILD, MAKE_VARS (the toolchain
-# variables every make of the kernel and the module must get), BINDGEN, RUSTC and
-# RUST_LIB_SRC; run on its own, it only prepares (scripts/test.sh runs it in the background
+# variables every make of the kernel and the module must get), KMOD_BINDGEN, KMOD_RUSTC and
+# KMOD_RUST_LIB_SRC (not RUSTC: cargo would build the workspace again with the kernel's rustc); run on its own, it only prepares (scripts/test.sh runs it in the background
 # while the other steps run). DAVINCI_BINDGEN_VERSION, DAVINCI_JOBS (make -j, default: CPUs).
 #
 # Facts this relies on (measured on this machine kind, see docs/kernel.md):
@@ -42,22 +42,22 @@ if [ -n "$missing" ]; then
 fi
 
 # ---- bindgen ---------------------------------------------------------------------------
-BINDGEN=$DAVINCI_KMOD_CACHE/bindgen-$BINDGEN_VERSION/bin/bindgen
-if [ ! -x "$BINDGEN" ]; then
+KMOD_BINDGEN=$DAVINCI_KMOD_CACHE/bindgen-$BINDGEN_VERSION/bin/bindgen
+if [ ! -x "$KMOD_BINDGEN" ]; then
     say "installing bindgen-cli $BINDGEN_VERSION (crates.io)"
     cargo install --quiet --locked bindgen-cli --version "$BINDGEN_VERSION" \
         --root "$DAVINCI_KMOD_CACHE/bindgen-$BINDGEN_VERSION"
 fi
 
 # ---- the toolchain the kernel is built with --------------------------------------------
-RUSTC=/usr/bin/rustc
-RUST_LIB_SRC=$(dirname "$(dpkg -L rust-web-src | grep -m1 '/library/core$')")
-MAKE_VARS=(LLVM=1 ARCH=x86_64 RUSTC=$RUSTC HOSTRUSTC=$RUSTC RUSTDOC=/usr/bin/rustdoc
-           RUSTFMT=/usr/bin/rustfmt BINDGEN=$BINDGEN RUST_LIB_SRC=$RUST_LIB_SRC)
+KMOD_RUSTC=/usr/bin/rustc
+KMOD_RUST_LIB_SRC=$(dirname "$(dpkg -L rust-web-src | grep -m1 '/library/core$')")
+MAKE_VARS=(LLVM=1 ARCH=x86_64 RUSTC=$KMOD_RUSTC HOSTRUSTC=$KMOD_RUSTC RUSTDOC=/usr/bin/rustdoc
+           RUSTFMT=/usr/bin/rustfmt BINDGEN=$KMOD_BINDGEN RUST_LIB_SRC=$KMOD_RUST_LIB_SRC)
 
 # ---- the kernel, cached by everything that changes it ----------------------------------
 src_version=$(dpkg-query -W -f '${Version}' linux-source-6.12)
-key=$( { echo "$src_version"; $RUSTC --version; $BINDGEN --version;
+key=$( { echo "$src_version"; $KMOD_RUSTC --version; $KMOD_BINDGEN --version;
          cat "$KMOD_DIR/kernel/config.fragment" "$KMOD_DIR/kernel/bindings_helper.patch"; } \
        | sha256sum | cut -c1-16)
 KDIR=$DAVINCI_KMOD_CACHE/linux-$key
@@ -88,4 +88,4 @@ if [ ! -f "$KBUILD/arch/x86/boot/bzImage" ] || [ ! -f "$KDIR/.complete" ]; then
         [ "$old" = "$KDIR" ] || { say "removing the stale kernel build $old"; rm -rf "$old"; }
     done
 fi
-export KSRC KBUILD BINDGEN RUST_LIB_SRC RUSTC
+export KSRC KBUILD KMOD_BINDGEN KMOD_RUST_LIB_SRC KMOD_RUSTC

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# scripts/test-artifacts.sh: lists the executables of the workspace's test build, one per
+# line as `KIND NAME PATH` (KIND: test, bin or example), from cargo's own report of
+# `cargo test --workspace --no-run` (the test command's selection: after `cargo test
+# --workspace` nothing is rebuilt). A test target is its harness; a binary or an example is
+# the program itself, not the harness of its unit tests that `cargo test` builds beside it.
+# Used by scripts/test.sh (the conformance suite again, against davinci-mockd) and
+# scripts/kmod-test.sh (the guest programs).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+case "${1:-}" in
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    "") ;;
+    *) echo "scripts/test-artifacts.sh: takes no arguments (got '$1')" >&2; exit 2 ;;
+esac
+cd "$ROOT"
+cargo test --workspace --locked --no-run --quiet --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kind = m["target"]["kind"][0]
+    if m["profile"]["test"] == (kind == "test"):
+        print(kind, m["target"]["name"], m["executable"])
+'
