@@ -51,7 +51,7 @@ pub use error::{Error, Result};
 pub use inject::Inject;
 pub use limits::{
     CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
-    MAX_EVENT_ENTRIES, MAX_STREAMS,
+    MAX_EVENT_ENTRIES, MAX_STREAMS, MIN_PASS_WORK, PASS_WORK,
 };
 pub use memory::DVA_BASE;
 pub use platform::{Lock, Platform, Serialized, StreamRegions};

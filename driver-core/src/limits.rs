@@ -24,3 +24,19 @@ pub const CONTAINER_LEN: usize = 64;
 /// Opcodes the software engine runs (bit `n` = `DAVINCI_OP_*` value `n`): NOP, FILL, COPY, ADD,
 /// EVENT_RECORD, EVENT_WAIT; not KERNEL_LAUNCH (hardware only).
 pub const SUPPORTED_OPCODES: u32 = (1 << 6) - 1;
+
+/// Work one stream's pass may do on long tasks before the engine returns and the host lets
+/// the others run (and the control path in), in bytes filled: COPY costs
+/// [`COPY_COST`] per byte, ADD [`ADD_COST`] (U32, I32) or [`ADD_F32_COST`] (F32, soft-float).
+/// A task longer than that runs over several passes ([`Run::Continuing`](crate::Run)); a
+/// client's share of it is divided among its streams, so a client's pass does this much work
+/// however many streams it has (docs/abi.md 7.3).
+pub const PASS_WORK: u64 = 1 << 20;
+/// The least work a stream's pass does on a long task, however many streams its client has.
+pub const MIN_PASS_WORK: u64 = 16 << 10;
+/// Work per byte of COPY (a read and a write).
+pub const COPY_COST: u64 = 2;
+/// Work per byte of ADD on 32-bit integers (two reads, a write).
+pub const ADD_COST: u64 = 4;
+/// Work per byte of ADD on F32 (soft-float, every host the same bits).
+pub const ADD_F32_COST: u64 = 32;

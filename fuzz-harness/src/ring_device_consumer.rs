@@ -236,7 +236,9 @@ pub fn run(data: &[u8]) {
                             "{outstanding} records outstanding in {ee} slots"
                         );
                     }
-                    Run::Idle | Run::Stalled | Run::Blocked { .. } => assert_eq!(published, 0),
+                    Run::Idle | Run::Stalled | Run::Blocked { .. } | Run::Continuing => {
+                        assert_eq!(published, 0)
+                    }
                     Run::Gone => panic!("stream vanished"),
                     Run::Halted => panic!("stream halted with no fault injected"),
                 }

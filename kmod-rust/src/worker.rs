@@ -58,7 +58,7 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
         let mut runs = [0u8; MAX_STREAMS];
         for (&h, run) in handles[..n].iter().zip(runs.iter_mut()) {
             *run = match dev.run_stream(h, BUDGET) {
-                Run::Progress(_) => {
+                Run::Progress(_) | Run::Continuing => {
                     busy = true;
                     0
                 }

@@ -211,6 +211,11 @@ impl Core {
                         ran += n as usize;
                         Seen::Busy
                     }
+                    // A long task ran a chunk: the lock is released, others go next.
+                    Run::Continuing => {
+                        progress = true;
+                        Seen::Busy
+                    }
                     Run::Idle => Seen::Idle,
                     Run::Stalled => Seen::Stalled,
                     Run::Blocked { .. } => Seen::Blocked,

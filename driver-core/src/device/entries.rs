@@ -166,6 +166,28 @@ pub(crate) struct Pending {
     pub(crate) user_data: u64,
 }
 
+/// A long task (FILL, COPY, ADD) taken from the command ring and part-way done: the copy
+/// read once when it was taken (validated then; its ranges are checked again before every
+/// chunk, the control path may free them between two), the bytes done, and its command-ring
+/// index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Partial {
+    pub(crate) d: TaskDesc,
+    pub(crate) done: u64,
+    pub(crate) index: u32,
+}
+
+impl Partial {
+    /// `d`, taken and not started (its index is set when the pass knows it).
+    pub(crate) fn new(d: &TaskDesc) -> Self {
+        Partial {
+            d: *d,
+            done: 0,
+            index: 0,
+        }
+    }
+}
+
 /// A stream: who owns it and its memory (fixed while it lives), and the engine state behind
 /// its lock (the data path changes it).
 pub(crate) struct StreamEntry<P: Platform> {
@@ -185,6 +207,8 @@ pub(crate) struct StreamEngine {
     pub(crate) evt: DeviceProducer<EventRecord>,
     pub(crate) state: StreamState,
     pub(crate) pending: Option<Pending>,
+    /// A long task part-way done (never with `pending`: each holds the stream's next record).
+    pub(crate) partial: Option<Partial>,
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
     /// Times it entered the error state, and the doorbells that woke it.

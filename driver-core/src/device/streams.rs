@@ -100,6 +100,7 @@ impl<P: Platform> DeviceCore<P> {
                 evt,
                 state: StreamState::Running,
                 pending: None,
+                partial: None,
                 submitted: 0,
                 completed: 0,
                 errors: 0,

@@ -6,9 +6,9 @@
 
 use davinci_uapi::{Dtype, Errno, FaultKind, FaultOperand, Opcode, TaskDesc};
 
-use crate::device::entries::{Allocation, EventEntry, Pending};
+use crate::device::entries::{Allocation, EventEntry, Partial, Pending};
 use crate::error::{fail_at, Error, Result};
-use crate::limits::{MAX_ALLOCATIONS, MAX_BLOCKS, MAX_EVENTS};
+use crate::limits::{ADD_COST, ADD_F32_COST, COPY_COST, MAX_ALLOCATIONS, MAX_BLOCKS, MAX_EVENTS};
 use crate::memory::{Allocator, DVA_BASE};
 use crate::platform::{locked, Platform};
 use crate::softfloat;
@@ -36,6 +36,27 @@ pub(super) enum Done {
     Complete(u64),
     /// EVENT_WAIT not yet satisfied.
     Wait(Pending),
+    /// A long task (FILL, COPY, ADD), validated and not yet run: [`Exec::advance`] runs it,
+    /// a budget of work at a time.
+    Long(Partial),
+}
+
+/// Bytes of the next chunk: what is left, or what `work` pays for at `cost` per byte, a
+/// multiple of 4 unless it is the rest (every FILL and ADD length is one), at least 4.
+fn chunk(left: u64, work: u64, cost: u64) -> u64 {
+    let affordable = (work / cost).max(4) & !3;
+    left.min(affordable)
+}
+
+/// ADD's dtype and its length in bytes.
+fn add_operands(d: &TaskDesc) -> Result<(Dtype, u64)> {
+    let Some(dtype) = Dtype::from_u8(d.dtype) else {
+        fail_at!(EBADMSG, "unknown ADD dtype", Dtype, Unknown);
+    };
+    let Some(bytes) = d.len.checked_mul(dtype.size()) else {
+        fail_at!(ERANGE, "ADD element count overflows", Len, Overflow);
+    };
+    Ok((dtype, bytes))
 }
 
 /// The first of `fields` that is not zero, if any: a field this opcode does not use.
@@ -162,10 +183,8 @@ impl<P: Platform> Exec<'_, P> {
                 )?;
                 aligned4(d.dst, F::Dst, "FILL needs dst 4-byte aligned")?;
                 aligned4(d.len, F::Len, "FILL needs len a multiple of 4 bytes")?;
-                let dst = self.range(d.dst, d.len, F::Dst)?;
-                self.platform
-                    .mem_fill(self.owner, dst, d.len, d.imm as u32)?;
-                Ok(Done::Complete(d.len))
+                self.range(d.dst, d.len, F::Dst)?;
+                Ok(Done::Long(Partial::new(d)))
             }
             Opcode::Copy => {
                 unused_zero(
@@ -176,30 +195,23 @@ impl<P: Platform> Exec<'_, P> {
                     ],
                     "COPY uses only dst, src0 and len",
                 )?;
-                let dst = self.range(d.dst, d.len, F::Dst)?;
-                let src = self.range(d.src0, d.len, F::Src0)?;
-                self.platform.mem_copy(self.owner, dst, src, d.len)?;
-                Ok(Done::Complete(d.len))
+                self.range(d.dst, d.len, F::Dst)?;
+                self.range(d.src0, d.len, F::Src0)?;
+                Ok(Done::Long(Partial::new(d)))
             }
             Opcode::Add => {
                 unused_zero(
                     &[(F::Imm, d.imm), (F::Handle, u64::from(d.handle))],
                     "ADD uses only dtype, dst, src0, src1 and len",
                 )?;
-                let Some(dtype) = Dtype::from_u8(d.dtype) else {
-                    fail_at!(EBADMSG, "unknown ADD dtype", Dtype, Unknown);
-                };
-                let Some(bytes) = d.len.checked_mul(dtype.size()) else {
-                    fail_at!(ERANGE, "ADD element count overflows", Len, Overflow);
-                };
+                let (_, bytes) = add_operands(d)?;
                 aligned4(d.dst, F::Dst, "ADD needs dst 4-byte aligned")?;
                 aligned4(d.src0, F::Src0, "ADD needs src0 4-byte aligned")?;
                 aligned4(d.src1, F::Src1, "ADD needs src1 4-byte aligned")?;
-                let dst = self.range(d.dst, bytes, F::Dst)?;
-                let a = self.range(d.src0, bytes, F::Src0)?;
-                let b = self.range(d.src1, bytes, F::Src1)?;
-                self.add(dtype, dst, a, b, bytes)?;
-                Ok(Done::Complete(d.len))
+                self.range(d.dst, bytes, F::Dst)?;
+                self.range(d.src0, bytes, F::Src0)?;
+                self.range(d.src1, bytes, F::Src1)?;
+                Ok(Done::Long(Partial::new(d)))
             }
             Opcode::EventRecord => {
                 unused_zero(
@@ -257,6 +269,62 @@ impl<P: Platform> Exec<'_, P> {
                 )
             }
         }
+    }
+
+    /// Runs the next chunk of long task `p` (validated by [`execute`](Self::execute)) that
+    /// `work` pays for, and takes its cost from `work`. Its ranges are checked again first:
+    /// the control path may have freed them since the last chunk (`EACCES` then, and
+    /// nothing written). `Some(result)` once the task is done.
+    pub(super) fn advance(&mut self, p: &mut Partial, work: &mut u64) -> Result<Option<u64>> {
+        use FaultOperand as F;
+        let d = p.d;
+        let (total, cost) = match Opcode::from_u8(d.opcode) {
+            Some(Opcode::Fill) => (d.len, 1),
+            Some(Opcode::Copy) => (d.len, COPY_COST),
+            Some(Opcode::Add) => {
+                let (dtype, bytes) = add_operands(&d)?;
+                let cost = if dtype == Dtype::F32 {
+                    ADD_F32_COST
+                } else {
+                    ADD_COST
+                };
+                (bytes, cost)
+            }
+            // `execute` makes a partial task only of the three above.
+            _ => fail_at!(EBADMSG, "not a long task", Opcode, Unknown),
+        };
+        let n = chunk(total - p.done, *work, cost);
+        match Opcode::from_u8(d.opcode) {
+            Some(Opcode::Fill) => {
+                let dst = self.range(d.dst, total, F::Dst)?;
+                self.platform
+                    .mem_fill(self.owner, dst + p.done, n, d.imm as u32)?;
+            }
+            Some(Opcode::Copy) => {
+                let dst = self.range(d.dst, total, F::Dst)?;
+                let src = self.range(d.src0, total, F::Src0)?;
+                // memmove in chunks: front to back, unless the destination overlaps the
+                // source from above (then back to front, so no byte is overwritten before it
+                // is read).
+                let at = if dst > src && dst - src < total {
+                    total - p.done - n
+                } else {
+                    p.done
+                };
+                self.platform.mem_copy(self.owner, dst + at, src + at, n)?;
+            }
+            _ => {
+                let (dtype, _) = add_operands(&d)?;
+                let dst = self.range(d.dst, total, F::Dst)?;
+                let a = self.range(d.src0, total, F::Src0)?;
+                let b = self.range(d.src1, total, F::Src1)?;
+                let at = p.done;
+                self.add(dtype, dst + at, a + at, b + at, n)?;
+            }
+        }
+        p.done += n;
+        *work = work.saturating_sub(n.saturating_mul(cost));
+        Ok((p.done >= total).then_some(d.len))
     }
 
     fn add(&mut self, dtype: Dtype, dst: u64, a: u64, b: u64, bytes: u64) -> Result<()> {

@@ -15,6 +15,7 @@ use crate::device::entries::{poison_queued_records, StreamEngine, StreamState};
 use crate::device::DeviceCore;
 use crate::error::Error;
 use crate::inject::Inject;
+use crate::limits::{MIN_PASS_WORK, PASS_WORK};
 use crate::platform::{Lock, Platform};
 
 mod exec;
@@ -26,6 +27,9 @@ use exec::{Done, Exec};
 pub enum Run {
     /// This many descriptors were completed (more may be waiting: call again).
     Progress(u32),
+    /// A long task ran a chunk and is not done: call again, after letting the other streams
+    /// and the control path run (the engine holds nothing between two calls).
+    Continuing,
     /// The command ring is empty: spin briefly, then sleep until the doorbell.
     Idle,
     /// The event ring is full: the host has not consumed completions yet.
@@ -69,8 +73,17 @@ fn record(
     }
 }
 
+/// What one stream may do in one pass: its client's share divided among the client's streams.
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    descriptors: u32,
+    work: u64,
+}
+
 impl<P: Platform> DeviceCore<P> {
-    /// Runs `stream` for up to `budget` descriptors. The data path: takes `&self` and the
+    /// Runs `stream` for up to `budget` descriptors and [`PASS_WORK`] of long tasks, both
+    /// divided among the streams of its client (a client's pass is the same however many
+    /// streams it has); a long task runs over several calls ([`Run::Continuing`]). The data path: takes `&self` and the
     /// stream's lock (and an event's, for EVENT_RECORD/WAIT), so a host may run different
     /// streams on several threads at once; the control path (`&mut self`) excludes it. The
     /// worker sleeps according to the result.
@@ -80,12 +93,24 @@ impl<P: Platform> DeviceCore<P> {
         };
         // `None`: this thread holds the lock already, which only a host bug can cause;
         // nothing ran, so report nothing to do.
+        // A client's share of a pass is the same however many streams it has: each of its
+        // streams gets that share divided by their number (at least one descriptor and
+        // `MIN_PASS_WORK`).
+        let streams = self.clients.get(s.owner).map_or(1, |c| c.streams.max(1));
+        let share = Share {
+            descriptors: (budget / streams).max(1),
+            work: (PASS_WORK / u64::from(streams)).max(MIN_PASS_WORK),
+        };
         s.run
-            .with(|e| self.run_locked(e, (s.owner, s.ctx), budget))
+            .with(|e| self.run_locked(e, (s.owner, s.ctx), share))
             .unwrap_or(Run::Idle)
     }
 
-    fn run_locked(&self, s: &mut StreamEngine, (owner, ctx): (u32, u32), budget: u32) -> Run {
+    fn run_locked(&self, s: &mut StreamEngine, (owner, ctx): (u32, u32), share: Share) -> Run {
+        let Share {
+            descriptors: budget,
+            mut work,
+        } = share;
         let DeviceCore {
             platform,
             events,
@@ -110,6 +135,15 @@ impl<P: Platform> DeviceCore<P> {
                 Run::Failed(errno)
             };
 
+        let mut exec = Exec {
+            platform,
+            allocations,
+            memory,
+            events,
+            owner,
+            ctx,
+            recorded: false,
+        };
         let mut free = match s.evt.free() {
             Ok(f) => f,
             Err(_) => {
@@ -170,6 +204,33 @@ impl<P: Platform> DeviceCore<P> {
             completed += 1;
         }
 
+        // A long task part-way done goes on first (its event slot is free: nothing else was
+        // recorded since it was taken, and the host only frees slots).
+        if let Some(mut p) = s.partial.take() {
+            if free == 0 {
+                s.partial = Some(p);
+                return Run::Stalled;
+            }
+            let status = match exec.advance(&mut p, &mut work) {
+                Ok(None) => {
+                    s.partial = Some(p);
+                    return Run::Continuing;
+                }
+                Ok(Some(r)) => Ok(r),
+                Err(e) => Err(e),
+            };
+            let rec = record(p.d.user_data, p.d.opcode, status, platform.now_ns());
+            let _ = s.evt.push(&rec);
+            s.completed += 1;
+            if let Err(e) = status {
+                s.evt.publish();
+                platform.notify_waiters();
+                return fail_stream(s, e.errno, p.index, Some(&p.d));
+            }
+            free -= 1;
+            completed += 1;
+        }
+
         let avail = match s.cmd.available() {
             Ok(a) => a,
             Err(_) => {
@@ -188,21 +249,13 @@ impl<P: Platform> DeviceCore<P> {
                 .filter(|&k| k < n)
                 .map(|k| (k, f))
         });
-        let mut exec = Exec {
-            platform,
-            allocations,
-            memory,
-            events,
-            owner,
-            ctx,
-            recorded: false,
-        };
         let mut failed = None;
         let mut blocked = None;
         // The clock is read once per pass for tasks that take no time (NOP, EVENT_RECORD):
         // they share the reading of the first of them, or of the data task before them
         // (read when it finished). A clock read per NOP was a tenth of the device's time.
         let mut stamp: Option<u64> = None;
+        let mut continuing = false;
         while taken < n {
             if let Some((at, f)) = fault {
                 if at == taken {
@@ -250,6 +303,33 @@ impl<P: Platform> DeviceCore<P> {
                     let _ = s.evt.push(&rec);
                     completed += 1;
                 }
+                Ok(Done::Long(mut p)) => {
+                    p.index = index;
+                    match exec.advance(&mut p, &mut work) {
+                        Ok(Some(r)) => {
+                            let now = exec.platform.now_ns();
+                            stamp = Some(now);
+                            let _ = s.evt.push(&record(d.user_data, d.opcode, Ok(r), now));
+                            completed += 1;
+                            // The pass's work is spent: the rest waits for the next one.
+                            if work == 0 {
+                                break;
+                            }
+                        }
+                        Ok(None) => {
+                            s.partial = Some(p);
+                            continuing = true;
+                            break;
+                        }
+                        Err(e) => {
+                            let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
+                            let _ = s.evt.push(&rec);
+                            completed += 1;
+                            failed = Some((e.errno, index, d));
+                            break;
+                        }
+                    }
+                }
                 Ok(Done::Wait(p)) => {
                     s.pending = Some(p);
                     blocked = Some(Run::Blocked {
@@ -290,6 +370,8 @@ impl<P: Platform> DeviceCore<P> {
         }
         if completed > 0 {
             Run::Progress(completed)
+        } else if continuing {
+            Run::Continuing
         } else if s.halted {
             Run::Halted
         } else if avail > 0 && free == 0 {
@@ -307,7 +389,10 @@ impl<P: Platform> DeviceCore<P> {
             .get(stream)
             .and_then(|s| {
                 s.run.with(|e| {
-                    e.state == StreamState::Running && e.pending.is_none() && e.cmd.prepare_sleep()
+                    e.state == StreamState::Running
+                        && e.pending.is_none()
+                        && e.partial.is_none()
+                        && e.cmd.prepare_sleep()
                 })
             })
             .unwrap_or(false)
