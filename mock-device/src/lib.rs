@@ -7,7 +7,9 @@
 //!   memfds, a futex word for WAIT_EVENT sleepers, `FUTEX_WAKE` for stream kicks.
 //! * [`MockDevice`]: the device behind a reader-writer lock (control path exclusive,
 //!   pollers shared), a bounded set of poller threads serving all its streams (run, spin,
-//!   arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking half of WAIT_EVENT,
+//!   arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking half of WAIT_EVENT
+//!   (in the caller's thread, or handed back as a [`PendingWait`] for one thread to serve
+//!   many: [`MockDevice::ioctl_start`], [`MockDevice::check_waits`]),
 //!   [`MockDevice::map`] which resolves mmap cookies to memfd descriptors, and fault
 //!   injection ([`Inject`], [`MockDevice::inject`], [`MockDevice::reset`]).
 //! * [`MockConfig`] and [`local_open_params`]: what a device is made with and how the calling
@@ -39,6 +41,7 @@ mod waits;
 
 pub use config::{local_open_params, MockConfig};
 pub use davinci_driver_core::{Inject, NoUserMem, OpenError, OpenParams, Role, UserMem};
-pub use mock_device::{MapSource, MockDevice};
+pub use mock_device::{MapSource, MockDevice, Started};
 pub use platform::MockPlatform;
 pub use stream_mem::StreamMem;
+pub use waits::{PendingWait, WaitCheck};

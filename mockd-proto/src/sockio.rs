@@ -104,18 +104,26 @@ impl SeqPacket {
     /// # Errors
     /// `sendmsg(2)` errors (`EPIPE` once the peer is gone; `EMSGSIZE` for an oversized frame).
     pub fn send(&self, frame: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        self.send_flags(frame, fds, MsgFlags::MSG_NOSIGNAL)
+    }
+
+    /// Sends one frame without descriptors, never blocking: `WouldBlock` when the peer's
+    /// receive queue is full (a peer that does not read its replies), for a sender that
+    /// serves many peers.
+    ///
+    /// # Errors
+    /// `sendmsg(2)` errors, `WouldBlock` among them.
+    pub fn send_nowait(&self, frame: &[u8]) -> io::Result<()> {
+        self.send_flags(frame, &[], MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT)
+    }
+
+    fn send_flags(&self, frame: &[u8], fds: &[BorrowedFd<'_>], flags: MsgFlags) -> io::Result<()> {
         let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
         let cmsg = [ControlMessage::ScmRights(&raw)];
         let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsg };
         let iov = [IoSlice::new(frame)];
         loop {
-            match sendmsg::<UnixAddr>(
-                self.fd.as_raw_fd(),
-                &iov,
-                cmsgs,
-                MsgFlags::MSG_NOSIGNAL,
-                None,
-            ) {
+            match sendmsg::<UnixAddr>(self.fd.as_raw_fd(), &iov, cmsgs, flags, None) {
                 Ok(n) if n == frame.len() => return Ok(()),
                 Ok(_) => return Err(io::Error::other("short send of a seqpacket frame")),
                 Err(nix::Error::EINTR) => continue,

@@ -22,18 +22,26 @@ use tracing::{debug, info, warn};
 
 use crate::peer::{comm_of_pid, container_of_pid};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
+use crate::waits::{self, Waiting};
+use davinci_mock_device::Started;
+
+/// A reply's bytes; one that does not encode becomes an `EPROTO` reply.
+pub(crate) fn encode_reply(r: &Reply) -> Option<Vec<u8>> {
+    match r.encode() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            warn!(error = %e, "reply does not encode; sending EPROTO instead");
+            Reply::err(r.kind, r.tag, Errno::EPROTO, "reply too large")
+                .encode()
+                .ok()
+        }
+    }
+}
 
 /// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
 pub(crate) fn send_reply(conn: &SeqPacket, r: &Reply, fd: Option<std::os::fd::BorrowedFd<'_>>) {
-    let bytes = match r.encode() {
-        Ok(b) => b,
-        Err(e) => {
-            warn!(error = %e, "reply does not encode; sending EPROTO instead");
-            match Reply::err(r.kind, r.tag, Errno::EPROTO, "reply too large").encode() {
-                Ok(b) => b,
-                Err(_) => return,
-            }
-        }
+    let Some(bytes) = encode_reply(r) else {
+        return;
     };
     let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
     if let Err(e) = conn.send(&bytes, &fds) {
@@ -46,7 +54,7 @@ fn proto_reply(frame: &[u8], e: ProtoError) -> Reply {
     Reply::err(kind, Request::peek_tag(frame), Errno::EPROTO, e.0)
 }
 
-fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Error>) -> Reply {
+pub(crate) fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Error>) -> Reply {
     match r {
         Ok(()) => Reply::ok(kind, tag, arg),
         Err(e) => Reply {
@@ -117,11 +125,8 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
             return;
         }
     };
-    let waits = Arc::new(AtomicUsize::new(0));
-    // The threads answering blocking WAIT_EVENTs (at most MAX_WAITS_PER_CONN alive): joined
-    // when the connection ends, after its open is closed (which wakes and fails their waits),
-    // so no thread of a connection outlives it.
-    let mut waiters: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    // Blocking waits in flight, answered by the device's wait thread (`crate::waits`).
+    let in_flight = Arc::new(AtomicUsize::new(0));
     loop {
         let n = match recv_frame(conn, &mut buf) {
             None => break,
@@ -151,54 +156,95 @@ pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
                 None,
             ),
             Kind::Close => {
-                // Released before the reply: a client that saw it knows its resources are gone.
+                // Released before the reply: a client that saw it knows its resources are
+                // gone, and its waits were answered before it.
                 shared.dev.close(client);
                 log_closed(shared, &cred, client, role);
-                join_all(waiters);
+                drain_waits(&in_flight);
                 send_reply(conn, &Reply::ok(Kind::Close, req.tag, Vec::new()), None);
                 return;
             }
             Kind::Mmap => mmap(shared, conn, client, &req),
-            Kind::Ioctl => {
-                if is_blocking_wait(&req) && waits.load(Ordering::Acquire) < MAX_WAITS_PER_CONN {
-                    waits.fetch_add(1, Ordering::AcqRel);
-                    let (s, c, w) = (shared.clone(), conn.clone(), waits.clone());
-                    let p = peer.clone();
-                    let moved = req.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("{}-wait", shared.name))
-                        .spawn(move || {
-                            ioctl(&s, &c, &p, client, moved);
-                            w.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    match spawned {
-                        Ok(h) => {
-                            waiters.retain(|h| !h.is_finished());
-                            waiters.push(h);
-                        }
-                        Err(e) => {
-                            waits.fetch_sub(1, Ordering::AcqRel);
-                            debug!(error = %e, "cannot start a wait thread; waiting inline");
-                            ioctl(shared, conn, &peer, client, req);
-                        }
-                    }
-                } else {
-                    ioctl(shared, conn, &peer, client, req);
-                }
+            Kind::Ioctl if is_blocking_wait(&req) => {
+                start_wait(shared, conn, client, req, &in_flight)
             }
+            Kind::Ioctl => ioctl(shared, conn, &peer, client, req),
         }
     }
+    // The end of the connection, however it came: the open is closed, which ends its waits
+    // (their replies go nowhere).
     shared.dev.close(client);
     log_closed(shared, &cred, client, role);
-    join_all(waiters);
 }
 
-/// Joins a closed connection's wait threads: its open is gone, so each wait ends at once
-/// (`ECANCELED`/`ENODEV`, a reply nobody reads). None can panic (no panicking paths); if one
-/// did, there is nothing left to clean up for it.
-fn join_all(waiters: Vec<std::thread::JoinHandle<()>>) {
-    for h in waiters {
-        let _ = h.join();
+/// How long CLOSE waits for the open's waits to be answered (the close ended them: the
+/// wait thread answers at its next look).
+const DRAIN_WAITS: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn drain_waits(in_flight: &AtomicUsize) {
+    let start = std::time::Instant::now();
+    while in_flight.load(Ordering::Acquire) > 0 && start.elapsed() < DRAIN_WAITS {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// A blocking WAIT_EVENT: answered now if it need not wait, else queued for the device's
+/// wait thread; never waited for on this thread, so the connection's end is always seen.
+/// At most [`MAX_WAITS_PER_CONN`] in flight per connection; more fail with `EBUSY`.
+fn start_wait(
+    shared: &Arc<Shared>,
+    conn: &Arc<SeqPacket>,
+    client: u32,
+    req: Request,
+    in_flight: &Arc<AtomicUsize>,
+) {
+    let Request {
+        tag,
+        request,
+        mut arg,
+        ..
+    } = req;
+    if in_flight.load(Ordering::Acquire) >= MAX_WAITS_PER_CONN {
+        let msg = format!(
+            "{MAX_WAITS_PER_CONN} blocking WAIT_EVENTs are in flight on this open already \
+             (the most one open may have); wait for one to end, or use another open"
+        );
+        send_reply(
+            conn,
+            &Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, &msg),
+            None,
+        );
+        return;
+    }
+    let r = shared.dev.ioctl_start(
+        client,
+        request,
+        &mut arg,
+        &mut davinci_driver_core::NoUserMem,
+    );
+    match r {
+        Ok(Started::Waiting(wait)) => {
+            in_flight.fetch_add(1, Ordering::AcqRel);
+            let w = Waiting {
+                wait,
+                conn: conn.clone(),
+                tag,
+                arg: arg.clone(),
+                in_flight: in_flight.clone(),
+            };
+            if let Err(e) = waits::queue(shared, w) {
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+                warn!(device = %shared.name, error = %e, "cannot start the wait thread");
+                let msg = "the daemon could not start its wait thread; try again";
+                send_reply(
+                    conn,
+                    &Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, msg),
+                    None,
+                );
+            }
+        }
+        Ok(Started::Done) => send_reply(conn, &driver_reply(Kind::Ioctl, tag, arg, Ok(())), None),
+        Err(e) => send_reply(conn, &driver_reply(Kind::Ioctl, tag, arg, Err(e)), None),
     }
 }
 

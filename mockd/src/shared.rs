@@ -1,6 +1,6 @@
 //! What every thread serving one `davinci-mockd` device shares: the device, its name, the
-//! admin policy, the HELLO timeout, the lock around sharing changes, and the live
-//! connections (for shutdown and the connection limit). The acceptor (`daemon`) creates it;
+//! admin policy, the HELLO timeout, the lock around sharing changes, the live
+//! connections (for shutdown and the connection limit) and the blocking waits in flight. The acceptor (`daemon`) creates it;
 //! each connection (`conn`) reads it.
 #![forbid(unsafe_code)]
 
@@ -12,8 +12,9 @@ use davinci_mock_device::MockDevice;
 use davinci_mockd_proto::sockio::SeqPacket;
 
 use crate::peer::AdminPolicy;
+use crate::waits::Waits;
 
-/// Blocking waits served on their own threads per connection; more are served inline.
+/// Blocking WAIT_EVENTs one connection may have in flight; more are refused with `EBUSY`.
 pub const MAX_WAITS_PER_CONN: usize = 32;
 
 /// What every thread serving one device shares.
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) conns: Mutex<HashMap<u64, Arc<SeqPacket>>>,
     pub(crate) next_conn: AtomicU64,
     pub(crate) live: AtomicUsize,
+    /// Blocking waits in flight, served by one thread ([`crate::waits`]).
+    pub(crate) waits: Waits,
 }
 
 impl Shared {
@@ -49,6 +52,7 @@ impl Shared {
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             live: AtomicUsize::new(0),
+            waits: Waits::default(),
         }
     }
 

@@ -163,6 +163,38 @@ impl Device {
         r
     }
 
+    /// WAIT_EVENT, riding out `EBUSY` (a `davinci-mockd` open that has as many blocking
+    /// waits in flight as it may: docs/abi.md 9): tried again every millisecond until the
+    /// wait's own timeout has passed, then `ETIMEDOUT`.
+    pub(crate) fn call_wait(&self, op: &'static str, a: &mut WaitEventArgs) -> Result<()> {
+        let start = std::time::Instant::now();
+        let total = a.timeout_ns;
+        loop {
+            let mut attempt = *a;
+            match self.call(op, DRIVER_CMD_WAIT_EVENT, &mut attempt) {
+                Err(e) if e.is(Errno::EBUSY) && total != 0 => {
+                    let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    if total != WAIT_FOREVER && spent >= total {
+                        *a = attempt;
+                        return Err(Error::new(
+                            Errno::ETIMEDOUT,
+                            op,
+                            format!("the device had no room for the wait within {total} ns ({e})"),
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    if total != WAIT_FOREVER {
+                        a.timeout_ns = total - spent;
+                    }
+                }
+                r => {
+                    *a = attempt;
+                    return r;
+                }
+            }
+        }
+    }
+
     /// A command whose argument is a single handle (destroy, free, notify).
     pub(crate) fn call_handle(&self, op: &'static str, request: u32, handle: u32) -> Result<()> {
         self.call(op, request, &mut HandleArgs { handle, pad: 0 })

@@ -118,7 +118,7 @@ impl Event {
             timeout_ns,
             ..Default::default()
         };
-        match self.ctx.dev.call(op, DRIVER_CMD_WAIT_EVENT, &mut a) {
+        match self.ctx.dev.call_wait(op, &mut a) {
             Ok(()) => Ok(a),
             // The stream that was to record the value stopped (abi.md 8): say why it did.
             Err(e) if e.is(Errno::EIO) => {

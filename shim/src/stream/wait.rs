@@ -214,7 +214,7 @@ impl Stream {
             timeout_ns: ns(timeout),
             ..Default::default()
         };
-        match self.ctx.dev.call(op, DRIVER_CMD_WAIT_EVENT, &mut a) {
+        match self.ctx.dev.call_wait(op, &mut a) {
             Ok(()) => Ok(a),
             Err(e) if e.is(Errno::EIO) => {
                 // The ring header says why; WAIT_EVENT's status is the fallback.
