@@ -1,9 +1,18 @@
 //! The device's fixed capacities (every table is a fixed-size array: no heap) and what its
 //! software engine runs. GET_INFO reports them; the kernel module sizes its buffers by them.
 
-/// Most open files (clients and control opens) at once: 256 clients and room for the
-/// operators' tools (davinci-smi, the exporter, the device plugin) besides.
+/// Most open files (clients and control opens) at once: [`MAX_CLIENT_OPENS`] clients and
+/// room for the operators' tools (davinci-smi, the exporter, the device plugin) besides.
 pub const MAX_CLIENTS: usize = 320;
+/// Most client opens at once: the other `MAX_CLIENTS - MAX_CLIENT_OPENS` slots are only ever
+/// control opens, so tenants cannot take the operators' room.
+pub const MAX_CLIENT_OPENS: usize = 256;
+/// Most control opens of non-admin users at once (a tenant may look at the device too, but
+/// cannot take the operators' room): at least `MAX_CLIENTS - MAX_CLIENT_OPENS -
+/// MAX_USER_CONTROL_OPENS` slots stay for admins whatever the tenants hold.
+pub const MAX_USER_CONTROL_OPENS: usize = 32;
+/// Most control opens of one non-admin user at once.
+pub const MAX_CONTROL_OPENS_PER_USER: usize = 8;
 /// Most contexts on a device.
 pub const MAX_CONTEXTS: usize = 256;
 /// Most streams on a device.

@@ -263,3 +263,56 @@ fn close_releases_everything_and_slow_submit_works() {
     assert_eq!(dev.run_stream(s.handle, 64), Run::Gone);
     assert_eq!(dev.client_count(), 0);
 }
+
+#[test]
+fn tenants_cannot_take_the_operators_room() {
+    use davinci_driver_core::{
+        MAX_CLIENTS, MAX_CLIENT_OPENS, MAX_CONTROL_OPENS_PER_USER, MAX_USER_CONTROL_OPENS,
+    };
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    // Every client slot taken, by tenants of several users.
+    for i in 0..MAX_CLIENT_OPENS as u32 {
+        dev.open(params(100 + i, 1000 + i % 4, Role::Client))
+            .unwrap();
+    }
+    let e = dev.open(params(9, 1000, Role::Client)).unwrap_err().error;
+    assert_eq!(e.errno, Errno::ENOSPC);
+    assert!(e.msg.contains("kept for operators"), "{}", e.msg);
+    // A non-admin user may look, a few times, not without bound.
+    for _ in 0..MAX_CONTROL_OPENS_PER_USER {
+        dev.open(params(9, 1000, Role::Control)).unwrap();
+    }
+    let e = dev.open(params(9, 1000, Role::Control)).unwrap_err().error;
+    assert_eq!(e.errno, Errno::ENOSPC);
+    assert!(e.msg.contains("this user has"), "{}", e.msg);
+    // Nor can several users together take the admins' room.
+    let mut uid = 2000;
+    let mut opened = MAX_CONTROL_OPENS_PER_USER;
+    while opened < MAX_USER_CONTROL_OPENS {
+        dev.open(params(9, uid, Role::Control)).unwrap();
+        opened += 1;
+        if opened % MAX_CONTROL_OPENS_PER_USER == 0 {
+            uid += 1;
+        }
+    }
+    let e = dev
+        .open(params(9, uid + 1, Role::Control))
+        .unwrap_err()
+        .error;
+    assert_eq!(e.errno, Errno::ENOSPC);
+    assert!(e.msg.contains("kept for admins"), "{}", e.msg);
+    // The operators' tools (admins) still open, up to the table's end.
+    let room = MAX_CLIENTS - MAX_CLIENT_OPENS - MAX_USER_CONTROL_OPENS - 1;
+    for _ in 0..room {
+        dev.open(params(2, 0, Role::Control)).unwrap();
+    }
+    assert_eq!(
+        dev.open(params(2, 0, Role::Control))
+            .unwrap_err()
+            .error
+            .errno,
+        Errno::ENOSPC
+    );
+}

@@ -20,6 +20,7 @@ use davinci_uapi::{
 };
 use tracing::{debug, info, warn};
 
+use crate::gate::Ticket;
 use crate::peer::{comm_of_pid, container_of_pid};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
 use crate::waits::{self, Waiting};
@@ -87,20 +88,22 @@ fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, (ProtoEr
 }
 
 /// Serves one connection: HELLO, then requests until CLOSE or the end of the connection.
-pub(crate) fn serve(shared: &Arc<Shared>, conn: &Arc<SeqPacket>) {
-    let cred = match conn.peer_cred() {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(device = %shared.name, error = %e, "no peer credentials; dropping connection");
-            return;
-        }
-    };
+/// `cred` are the peer's credentials, read when it connected; `ticket` its room on the
+/// device (`crate::gate`), given back when this returns.
+pub(crate) fn serve(
+    shared: &Arc<Shared>,
+    conn: &Arc<SeqPacket>,
+    cred: PeerCred,
+    mut ticket: Ticket,
+) {
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     // A connection that never says HELLO does not keep its thread (and connection slot).
     if let Err(e) = conn.set_recv_timeout(Some(shared.hello_timeout)) {
         debug!(error = %e, "cannot bound the wait for HELLO");
     }
-    let Some(frame) = recv_frame(conn, &mut buf) else {
+    let first = recv_frame(conn, &mut buf);
+    ticket.hello_done();
+    let Some(frame) = first else {
         debug!(device = %shared.name, pid = cred.pid, "closed (or silent) before HELLO");
         return;
     };

@@ -2,10 +2,15 @@
 //! open file (see [`davinci_mockd_proto::wire`] for the frames, [`crate::conn`] for how one
 //! connection is served).
 //!
-//! Threads: one acceptor per device, one reader per connection, and one short-lived thread
-//! per blocking WAIT_EVENT (so a client's other threads keep being served while one waits,
-//! as with concurrent `ioctl`s on one kernel file; at most [`MAX_WAITS_PER_CONN`] at a time,
-//! further waits are served inline). Nothing a peer sends can panic the daemon or disturb
+//! Threads, per device: one acceptor, one reader per connection (at most
+//! [`MAX_CONNECTIONS`]), one thread answering every blocking WAIT_EVENT while any is in
+//! flight (`crate::waits`: a reader never blocks on one, so a client's other threads keep
+//! being served while one waits, as with concurrent `ioctl`s on one kernel file, and the
+//! connection's end is always seen; at most [`MAX_WAITS_PER_CONN`] in flight per connection,
+//! more get `EBUSY`), and the device's pollers (`davinci_mock_device`: at least
+//! `MockConfig::pollers`, one more per 127 streams). So a device never has more than
+//! `2 + MAX_CONNECTIONS + pollers` threads, whatever its clients do; the process adds its
+//! signal thread. Nothing a peer sends can panic the daemon or disturb
 //! another connection: malformed frames get an `EPROTO` reply (or, before `HELLO`, the
 //! connection is closed), and a connection's end, however it comes, closes its open, which
 //! releases every context, stream and allocation it held.
@@ -18,22 +23,22 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use davinci_driver_core::{NoUserMem, Role};
-use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
+use davinci_mockd_proto::sockio::{PeerCred, SeqListener, SeqPacket};
 use davinci_mockd_proto::{
     check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, Request,
     SocketDir, SocketDirOrigin,
 };
 use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::conn::{send_reply, serve};
+use crate::gate::Ticket;
 use crate::peer::AdminPolicy;
 use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice};
 
+pub use crate::gate::{ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO_PER_USER};
 pub use crate::shared::MAX_WAITS_PER_CONN;
-/// Connections (including ones that have not sent HELLO yet) per device.
-pub const MAX_CONNECTIONS: usize = 320;
 /// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
 pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -268,10 +273,12 @@ impl ConnServer {
 
     /// Serves one connection until it ends (CLOSE, the peer's end of the connection, a
     /// refused or malformed HELLO), exactly as a connection thread of the daemon does; the
-    /// open it made is closed when this returns. Blocking WAIT_EVENTs are answered from
-    /// their own threads, which may outlive the call by their timeout.
+    /// open it made is closed when this returns. Blocking WAIT_EVENTs are answered by the
+    /// device's wait thread, which ends once they have (the close ends them).
     pub fn serve(&self, conn: SeqPacket) {
-        serve(&self.shared, &Arc::new(conn));
+        if let Some((cred, ticket)) = admit(&self.shared, &conn) {
+            serve(&self.shared, &Arc::new(conn), cred, ticket);
+        }
     }
 }
 
@@ -353,11 +360,11 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
 /// connection under the client's reply.
 const REFUSE_DRAIN: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Refuses a connection past [`MAX_CONNECTIONS`]: its HELLO is read first (waiting up to
-/// [`REFUSE_DRAIN`]), so the `ENOSPC` reply carries its tag and the connection is closed with
-/// nothing unread. (Closing a Unix socket with unread data resets it: the client's `recv`
-/// would fail with `ECONNRESET` before it could read why it was refused.)
-fn refuse(conn: &SeqPacket) {
+/// Refuses a connection the gate did not admit (`why`): its HELLO is read first (waiting up
+/// to [`REFUSE_DRAIN`]), so the `ENOSPC` reply carries its tag and the connection is closed
+/// with nothing unread. (Closing a Unix socket with unread data resets it: the client's
+/// `recv` would fail with `ECONNRESET` before it could read why it was refused.)
+fn refuse(conn: &SeqPacket, why: &str) {
     let mut buf = [0u8; 64];
     let tag = match conn.set_recv_timeout(Some(REFUSE_DRAIN)) {
         // Truncated or not, the first frame is consumed; its tag is in its first bytes.
@@ -367,13 +374,28 @@ fn refuse(conn: &SeqPacket) {
         },
         Err(_) => 0,
     };
-    let r = Reply::err(
-        Kind::Hello as u16,
-        tag,
-        Errno::ENOSPC,
-        "too many connections to this device",
-    );
+    let r = Reply::err(Kind::Hello as u16, tag, Errno::ENOSPC, why);
     send_reply(conn, &r, None);
+}
+
+/// Admits a new connection ([`crate::gate`], by its peer's credentials) or refuses it.
+fn admit(shared: &Shared, conn: &SeqPacket) -> Option<(PeerCred, Ticket)> {
+    let cred = match conn.peer_cred() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(device = %shared.name, error = %e, "no peer credentials; dropping connection");
+            return None;
+        }
+    };
+    let admin = shared.admin.is_admin(&cred);
+    match shared.gate.admit(cred.uid, admin) {
+        Ok(t) => Some((cred, t)),
+        Err(why) => {
+            debug!(device = %shared.name, pid = cred.pid, uid = cred.uid, why, "connection refused");
+            refuse(conn, why);
+            None
+        }
+    }
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
@@ -390,27 +412,23 @@ fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        if shared.live.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-            refuse(&conn);
+        let Some((cred, ticket)) = admit(shared, &conn) else {
             continue;
-        }
+        };
         let conn = Arc::new(conn);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        shared.live.fetch_add(1, Ordering::AcqRel);
         shared.conns().insert(id, conn.clone());
         let s = shared.clone();
         let c = conn.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("{}-conn{id}", shared.name))
             .spawn(move || {
-                serve(&s, &c);
+                serve(&s, &c, cred, ticket);
                 s.conns().remove(&id);
-                s.live.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
             warn!(device = %shared.name, "cannot start a connection thread; dropping it");
             shared.conns().remove(&id);
-            shared.live.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

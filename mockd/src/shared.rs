@@ -5,12 +5,13 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use davinci_mock_device::MockDevice;
 use davinci_mockd_proto::sockio::SeqPacket;
 
+use crate::gate::Gate;
 use crate::peer::AdminPolicy;
 use crate::waits::Waits;
 
@@ -30,7 +31,8 @@ pub(crate) struct Shared {
     pub(crate) stopping: AtomicBool,
     pub(crate) conns: Mutex<HashMap<u64, Arc<SeqPacket>>>,
     pub(crate) next_conn: AtomicU64,
-    pub(crate) live: AtomicUsize,
+    /// Who may connect (`crate::gate`).
+    pub(crate) gate: Arc<Gate>,
     /// Blocking waits in flight, served by one thread ([`crate::waits`]).
     pub(crate) waits: Waits,
 }
@@ -51,7 +53,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
-            live: AtomicUsize::new(0),
+            gate: Arc::default(),
             waits: Waits::default(),
         }
     }

@@ -5,8 +5,10 @@ use davinci_uapi::{ClientUsage, Errno, ShareMode};
 
 use super::entries::{Client, OpenParams, Role, StreamState};
 use super::DeviceCore;
-use crate::error::{Error, Result};
-use crate::limits::CONTAINER_LEN;
+use crate::error::{ensure, Error, Result};
+use crate::limits::{
+    CONTAINER_LEN, MAX_CLIENT_OPENS, MAX_CONTROL_OPENS_PER_USER, MAX_USER_CONTROL_OPENS,
+};
 use crate::platform::{Lock, Platform};
 
 /// Why an open failed; on `EBUSY` also who holds the device.
@@ -96,6 +98,10 @@ impl<P: Platform> DeviceCore<P> {
                 });
             }
         }
+        self.check_room(&params).map_err(|error| OpenError {
+            error,
+            holder: None,
+        })?;
         let id = self.next_client_id;
         let client = Client {
             id,
@@ -122,6 +128,41 @@ impl<P: Platform> DeviceCore<P> {
             self.clients_opened += 1;
         }
         Ok(handle)
+    }
+
+    /// Whether `params` may open: client opens take at most [`MAX_CLIENT_OPENS`] slots,
+    /// non-admins' control opens at most [`MAX_USER_CONTROL_OPENS`] (and
+    /// [`MAX_CONTROL_OPENS_PER_USER`] per user), so the rest of the table is always there
+    /// for the operators' tools run by admins.
+    fn check_room(&self, params: &OpenParams) -> Result<()> {
+        let count = |f: &dyn Fn(&Client) -> bool| self.clients.iter().filter(|(_, c)| f(c)).count();
+        match params.role {
+            Role::Client => {
+                ensure!(
+                    count(&|c| c.params.role == Role::Client) < MAX_CLIENT_OPENS,
+                    ENOSPC,
+                    "the device has as many client opens as it takes (256); the remaining \
+                     slots are kept for operators' control opens"
+                );
+            }
+            Role::Control if !params.admin => {
+                let user = |c: &Client| c.params.role == Role::Control && !c.params.admin;
+                ensure!(
+                    count(&|c| user(c) && c.params.uid == params.uid) < MAX_CONTROL_OPENS_PER_USER,
+                    ENOSPC,
+                    "this user has as many control opens of the device as a non-admin user may \
+                     (8); close one"
+                );
+                ensure!(
+                    count(&user) < MAX_USER_CONTROL_OPENS,
+                    ENOSPC,
+                    "non-admin users hold as many control opens as they may (32); the \
+                     remaining slots are kept for admins"
+                );
+            }
+            Role::Control => {}
+        }
+        Ok(())
     }
 
     /// Detaches an open file and releases everything it held (streams, events, contexts,
