@@ -39,7 +39,7 @@ pub const SUPPORTED_OPCODES: u32 = (1 << 6) - 1;
 /// [`COPY_COST`] per byte, ADD [`ADD_COST`] (U32, I32) or [`ADD_F32_COST`] (F32, soft-float).
 /// A task longer than that runs over several passes ([`Run::Continuing`](crate::Run)); a
 /// client's share of it is divided among its streams, so a client's pass does this much work
-/// however many streams it has (docs/abi.md 7.3).
+/// however many streams it has (docs/abi.md 6).
 pub const PASS_WORK: u64 = 1 << 20;
 /// The least work a stream's pass does on a long task, however many streams its client has.
 pub const MIN_PASS_WORK: u64 = 16 << 10;
