@@ -1312,3 +1312,58 @@ fn a_silent_connection_holds_no_slot_past_the_hello_timeout() {
     d.stop();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// FILLs of this size (or a quarter of the device's memory, if less) keep the noisy tenant's
+/// stream busy: many chunks each (docs/abi.md 6, "Long tasks share the device").
+const NOISY_FILL: u64 = 32 << 20;
+/// How many the noisy tenant queues: 512 MiB of FILL in all.
+const NOISY_FILLS: u64 = 16;
+
+/// A noisy neighbour (issue 21): tenant A queues 512 MiB of FILL on one stream; meanwhile
+/// tenant B makes twenty NOP round trips, allocations and frees, and an operator reads
+/// GET_INFO and LIST_CLIENTS. None of it waits for a FILL to end: when B is done, A's FILLs
+/// have not all finished (before long tasks ran in chunks, each of B's commands waited for
+/// the FILL that held the device, so A's sixteen were done by B's sixteenth round). Then A's
+/// FILLs all complete, correctly. No timing is asserted: only the order of events.
+#[test]
+fn a_tenants_long_fills_hold_up_neither_another_tenants_tasks_nor_commands() {
+    let (_shared, a, b) = shared_pair();
+    let ctl = control_of(&a).unwrap();
+    let size = NOISY_FILL.min(a.info().memory_size / 4) & !4095;
+    let big = a.alloc(size as usize).unwrap();
+    let a_ctx = a.create_context().unwrap();
+    let mut noisy = a_ctx
+        .create_stream_with(StreamOptions::depths(32, 32))
+        .unwrap();
+    let fills: Vec<TaskDesc> = (0..NOISY_FILLS)
+        .map(|i| TaskDesc::fill(i, big.dev_addr(), size, 0x5eed_0000 | i as u32))
+        .collect();
+    noisy.submit_batch(&fills).unwrap();
+
+    let b_ctx = b.create_context().unwrap();
+    let mut quiet = b_ctx.create_stream().unwrap();
+    let mut noisy_done = Vec::new();
+    for round in 0..20u64 {
+        quiet.submit(&TaskDesc::nop(round)).unwrap();
+        quiet.synchronize(T).unwrap();
+        let c = poll_all(&mut quiet);
+        assert_eq!(c.len(), 1, "round {round}");
+        assert!(c[0].is_ok(), "round {round}: {:?}", c[0]);
+        drop(b.alloc(4096).unwrap());
+        ctl.info().expect("GET_INFO beside a noisy tenant");
+        ctl.clients().expect("LIST_CLIENTS beside a noisy tenant");
+        noisy.poll(&mut noisy_done);
+    }
+    assert!(
+        noisy_done.len() < NOISY_FILLS as usize,
+        "all {NOISY_FILLS} FILLs of {size} bytes ended during B's twenty rounds: B's commands \
+         waited for them"
+    );
+    noisy.synchronize(T).unwrap();
+    noisy.poll(&mut noisy_done);
+    assert_eq!(noisy_done.len(), NOISY_FILLS as usize);
+    assert!(noisy_done.iter().all(Completion::is_ok), "{noisy_done:?}");
+    let last = 0x5eed_0000 | (NOISY_FILLS - 1) as u32;
+    let tail = big.read_vec::<u32>(size as usize - 64, 16).unwrap();
+    assert_eq!(tail, vec![last; 16]);
+}
