@@ -8,6 +8,7 @@
 pub mod hog;
 pub mod measure;
 pub mod mockd;
+pub mod neighbour;
 pub mod plot;
 pub mod procs;
 pub mod report;

@@ -49,3 +49,42 @@ pub const COPY_COST: u64 = 2;
 pub const ADD_COST: u64 = 4;
 /// Work per byte of ADD on F32 (soft-float, every host the same bits).
 pub const ADD_F32_COST: u64 = 32;
+
+/// What one client may hold of each device-wide table while the device is shared (an
+/// exclusive device's one client may hold all of it): [`Quota::FAIR`] by default, so at least
+/// four tenants that each take their whole quota fit; operators choose others
+/// (`davinci-mockd --client-quota`). Exceeding one is `ENOSPC`, naming the quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Contexts.
+    pub contexts: u32,
+    /// Streams.
+    pub streams: u32,
+    /// Events.
+    pub events: u32,
+    /// Allocations.
+    pub allocations: u32,
+}
+
+impl Quota {
+    /// A quarter of each table.
+    pub const FAIR: Quota = Quota {
+        contexts: (MAX_CONTEXTS / 4) as u32,
+        streams: (MAX_STREAMS / 4) as u32,
+        events: (MAX_EVENTS / 4) as u32,
+        allocations: (MAX_ALLOCATIONS / 4) as u32,
+    };
+    /// Every table whole: no quota.
+    pub const NONE: Quota = Quota {
+        contexts: MAX_CONTEXTS as u32,
+        streams: MAX_STREAMS as u32,
+        events: MAX_EVENTS as u32,
+        allocations: MAX_ALLOCATIONS as u32,
+    };
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Quota::FAIR
+    }
+}

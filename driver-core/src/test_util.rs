@@ -22,7 +22,7 @@ use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::{Errno, EventRecord, Features, TaskDesc};
 
 use crate::{
-    Config, DeviceCore, Error, OpenParams, Platform, Result, Role, StdLock, StreamRegions,
+    Config, DeviceCore, Error, OpenParams, Platform, Quota, Result, Role, StdLock, StreamRegions,
     CONTAINER_LEN,
 };
 
@@ -307,6 +307,7 @@ pub fn device_with(memory_size: u64, client_limit: u64) -> DeviceCore<HeapPlatfo
             client_memory_limit: client_limit,
             page_size: PAGE,
             platform_features: Features::DOORBELL_FUTEX,
+            quota: Quota::FAIR,
         },
         HeapPlatform::default(),
     )

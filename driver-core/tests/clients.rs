@@ -293,7 +293,7 @@ fn tenants_cannot_take_the_operators_room() {
     while opened < MAX_USER_CONTROL_OPENS {
         dev.open(params(9, uid, Role::Control)).unwrap();
         opened += 1;
-        if opened % MAX_CONTROL_OPENS_PER_USER == 0 {
+        if opened.is_multiple_of(MAX_CONTROL_OPENS_PER_USER) {
             uid += 1;
         }
     }
@@ -315,4 +315,82 @@ fn tenants_cannot_take_the_operators_room() {
             .errno,
         Errno::ENOSPC
     );
+}
+
+#[test]
+fn a_shared_device_holds_each_client_to_its_quota_and_an_exclusive_one_does_not() {
+    use davinci_driver_core::{Quota, MAX_CONTEXTS};
+    let mut dev = device();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    // Exclusive: the one client may fill the context table's fair share and more.
+    let mut held = Vec::new();
+    for _ in 0..Quota::FAIR.contexts + 1 {
+        held.push(ctx(&mut dev, a));
+    }
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    // Shared: over its quota already, A creates no more until it is back under it.
+    let mut c = CreateContextArgs::default();
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_CREATE_CONTEXT, &mut c),
+        Err(Errno::ENOSPC)
+    );
+    let mut e = LastError::default();
+    call(&mut dev, a, DRIVER_CMD_GET_LAST_ERROR, &mut e).unwrap();
+    assert!(
+        e.message_str().contains("quota of contexts"),
+        "{}",
+        e.message_str()
+    );
+    for h in held.drain(..2) {
+        let mut d = HandleArgs { handle: h, pad: 0 };
+        call(&mut dev, a, DRIVER_CMD_DESTROY_CONTEXT, &mut d).unwrap();
+    }
+    let k = ctx(&mut dev, a);
+    // Streams, events and allocations, each to its quota; another client is not held back.
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let kb = ctx(&mut dev, b);
+    for (what, quota) in [
+        ("streams", Quota::FAIR.streams),
+        ("events", Quota::FAIR.events),
+        ("allocations", Quota::FAIR.allocations),
+    ] {
+        let make = |dev: &mut davinci_driver_core::DeviceCore<HeapPlatform>, c, k| match what {
+            "streams" => {
+                let mut s = CreateStreamArgs {
+                    ctx: k,
+                    cmd_entries: 2,
+                    event_entries: 2,
+                    ..Default::default()
+                };
+                call(dev, c, DRIVER_CMD_CREATE_STREAM, &mut s)
+            }
+            "events" => {
+                let mut e = CreateEventArgs {
+                    ctx: k,
+                    ..Default::default()
+                };
+                call(dev, c, DRIVER_CMD_CREATE_EVENT, &mut e)
+            }
+            _ => {
+                let mut m = AllocMemoryArgs {
+                    size: 4096,
+                    ..Default::default()
+                };
+                call(dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut m)
+            }
+        };
+        for i in 0..quota {
+            make(&mut dev, a, k).unwrap_or_else(|e| panic!("{what} {i}: {e:?}"));
+        }
+        assert_eq!(make(&mut dev, a, k), Err(Errno::ENOSPC), "{what}");
+        call(&mut dev, a, DRIVER_CMD_GET_LAST_ERROR, &mut e).unwrap();
+        assert!(
+            e.message_str().contains(&format!("quota of {what}")),
+            "{}",
+            e.message_str()
+        );
+        make(&mut dev, b, kb).unwrap_or_else(|e| panic!("B's first of {what}: {e:?}"));
+    }
+    assert!(MAX_CONTEXTS as u32 > Quota::FAIR.contexts);
 }

@@ -21,7 +21,7 @@ use kernel::sync::lock::Guard;
 use kernel::sync::{CondVar, Mutex};
 use kernel::time::msecs_to_jiffies;
 
-use crate::davinci_driver_core::{Config, DeviceCore};
+use crate::davinci_driver_core::{Config, DeviceCore, Quota};
 use crate::davinci_uapi::{Errno, Features};
 use crate::platform::KernelPlatform;
 use crate::wake::Wakeups;
@@ -40,6 +40,7 @@ const fn config(device_id: u32) -> Config {
         // No doorbell a client can ring without a system call: clients wake the worker with
         // NOTIFY (docs/abi.md 5.3), and only while it sleeps (NEED_WAKEUP).
         platform_features: Features::empty(),
+        quota: Quota::FAIR,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use davinci_driver_core::{Inject, OpenParams, Role, CONTAINER_LEN};
+use davinci_driver_core::{Inject, OpenParams, Quota, Role, CONTAINER_LEN};
 
 /// Configuration of a mock device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,9 @@ pub struct MockConfig {
     /// device). For testing a runtime's error handling; [`MockDevice::inject`](crate::MockDevice::inject) changes it
     /// later, per stream or for the device.
     pub inject: Option<Inject>,
+    /// What one client may hold of each table while the device is shared
+    /// ([`Quota::FAIR`] by default).
+    pub quota: Quota,
 }
 
 impl Default for MockConfig {
@@ -52,6 +55,7 @@ impl Default for MockConfig {
             event_timeout: Duration::from_millis(50),
             idle_spin: Duration::from_millis(2),
             inject: None,
+            quota: Quota::FAIR,
         }
     }
 }

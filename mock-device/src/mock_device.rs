@@ -86,6 +86,7 @@ impl MockDevice {
                 client_memory_limit: config.client_memory_limit,
                 page_size: 4096,
                 platform_features: Features::DOORBELL_FUTEX,
+                quota: config.quota,
             },
             platform,
         );

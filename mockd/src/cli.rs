@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use davinci_driver_core::Inject;
+use davinci_driver_core::{Inject, Quota};
 use davinci_uapi::{Errno, ShareMode};
 use nix::sys::signal::{SigSet, Signal};
 use tracing::{info, warn};
@@ -28,6 +28,11 @@ Options:
                                  (powers of 1024) [default: 256M]
       --client-memory-limit <SIZE>
                                  Most memory one client may hold [default: the whole device]
+      --client-quota <KIND=N,...>
+                                 Most of each table one client may hold while a device is
+                                 shared: contexts, streams, events, allocations (e.g.
+                                 streams=128,events=512) [default: a quarter of each: 64
+                                 contexts, 64 streams, 256 events, 256 allocations]
   -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
                                  else /tmp/davinci-$UID] (see Socket directory below)
@@ -208,6 +213,7 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
                 }
             }
             "--client-memory-limit" => cfg.client_memory_limit = parse_size(&value("a size")?)?,
+            "--client-quota" => cfg.quota = parse_quota(&value("KIND=N,...")?, cfg.quota)?,
             "-d" | "--socket-dir" => dir = Some(PathBuf::from(value("a directory")?)),
             "--socket-mode" => {
                 let v = value("octal permissions")?;
@@ -352,6 +358,36 @@ pub fn main() -> i32 {
     daemon.stop();
     info!("sockets removed; bye");
     0
+}
+
+/// `--client-quota contexts=N,streams=N,events=N,allocations=N` (any of them) over `base`;
+/// each N from 1 to the table's size.
+pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
+    let mut q = base;
+    for part in v.split(',').filter(|p| !p.is_empty()) {
+        let (kind, n) = part.split_once('=').ok_or_else(|| {
+            format!("--client-quota '{part}': expected KIND=N (KIND: contexts, streams, events, allocations)")
+        })?;
+        let (field, max) = match kind {
+            "contexts" => (&mut q.contexts, Quota::NONE.contexts),
+            "streams" => (&mut q.streams, Quota::NONE.streams),
+            "events" => (&mut q.events, Quota::NONE.events),
+            "allocations" => (&mut q.allocations, Quota::NONE.allocations),
+            other => {
+                return Err(format!(
+                    "--client-quota: unknown kind '{other}' (expected contexts, streams, events or allocations)"
+                ))
+            }
+        };
+        *field = n
+            .parse()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| {
+                format!("--client-quota {kind}={n}: expected 1..={max} (the table's size)")
+            })?;
+    }
+    Ok(q)
 }
 
 #[cfg(test)]
@@ -509,6 +545,30 @@ mod tests {
         ) {
             Ok(Command::Run(_, _, after)) => assert_eq!(after, Some(Duration::from_millis(250))),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn client_quota_sets_the_kinds_it_names_and_refuses_nonsense() {
+        let c = run(&["--client-quota", "streams=128,events=512"]).unwrap();
+        assert_eq!(
+            c.quota,
+            Quota {
+                streams: 128,
+                events: 512,
+                ..Quota::FAIR
+            }
+        );
+        assert_eq!(run(&[]).unwrap().quota, Quota::FAIR);
+        for (bad, says) in [
+            ("streams", "expected KIND=N"),
+            ("threads=4", "unknown kind 'threads'"),
+            ("streams=0", "expected 1..=256"),
+            ("events=1025", "expected 1..=1024"),
+            ("contexts=x", "expected 1..=256"),
+        ] {
+            let e = run(&["--client-quota", bad]).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 }

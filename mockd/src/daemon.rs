@@ -35,7 +35,7 @@ use crate::conn::{send_reply, serve};
 use crate::gate::Ticket;
 use crate::peer::AdminPolicy;
 use crate::shared::Shared;
-use davinci_mock_device::{local_open_params, MockConfig, MockDevice};
+use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 
 pub use crate::gate::{ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO_PER_USER};
 pub use crate::shared::MAX_WAITS_PER_CONN;
@@ -51,6 +51,8 @@ pub struct DaemonConfig {
     pub memory: u64,
     /// Per-client memory limit in bytes (0 = none beyond the device).
     pub client_memory_limit: u64,
+    /// What one client may hold of each table while a device is shared (`--client-quota`).
+    pub quota: Quota,
     /// Where the sockets go, and how that directory was chosen (which decides who must own
     /// it: [`check_socket_dir`]). A `PathBuf` converts to an explicit directory.
     pub socket_dir: SocketDir,
@@ -77,6 +79,7 @@ impl Default for DaemonConfig {
             devices: 1,
             memory: 256 << 20,
             client_memory_limit: 0,
+            quota: Quota::FAIR,
             socket_dir: default_socket_dir_choice(),
             socket_mode: 0o660,
             socket_group: None,
@@ -151,6 +154,7 @@ impl Daemon {
                 device_id: n,
                 memory_size: cfg.memory,
                 client_memory_limit: cfg.client_memory_limit,
+                quota: cfg.quota,
                 inject: cfg.inject,
                 ..MockConfig::default()
             });

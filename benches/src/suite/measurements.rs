@@ -11,6 +11,7 @@ use davinci_shim::Device;
 use super::options::{Options, Windows};
 use crate::measure::{Fail, LatencyRun, ThroughputRun};
 use crate::mockd::{self, Mockd};
+use crate::neighbour::Neighbour;
 use crate::procs::{self, ProcsRun};
 use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
 use crate::stats::Summary;
@@ -61,6 +62,9 @@ pub enum Key {
     Procs(usize),
     /// Ours: one SUBMIT_TASK ioctl per task through `davinci-mockd`.
     SubmitTask,
+    /// Ours, through `davinci-mockd`: round trips (`None`) or a control operation beside
+    /// another client that keeps its stream busy with 128 MiB FILLs ([`crate::neighbour`]).
+    Noisy(Option<ControlOp>),
 }
 
 /// What a measurement gave.
@@ -170,6 +174,16 @@ impl Measurements {
             Key::Control(op, Backend::Mockd) => {
                 let dev = self.mockd_device()?;
                 lat(shim_rows::control(&dev, op, w.control)?)
+            }
+            Key::Noisy(op) => {
+                let dev = self.mockd_device()?;
+                let noisy = Neighbour::start(self.mockd_device()?)?;
+                let run = match op {
+                    None => shim_rows::round_trip(&dev, w.latency),
+                    Some(op) => shim_rows::control(&dev, op, w.control),
+                };
+                noisy.stop()?;
+                lat(run?)
             }
             Key::SubmitTask => {
                 let dev = self.mockd_device()?;

@@ -244,6 +244,23 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             Some("baseline/ioctl-floor"),
             None,
         ),
+        // Another tenant keeps the device busy with 128 MiB FILLs (issue 21's targets).
+        row(
+            "ours/noisy/rtt-p99",
+            "ns",
+            Noisy(None),
+            p99,
+            None,
+            Some(Target::value_at_most(5e6)),
+        ),
+        row(
+            "ours/noisy/alloc4k-p99",
+            "ns",
+            Noisy(Some(ControlOp::AllocFree4K)),
+            p99,
+            None,
+            Some(Target::value_at_most(50e6)),
+        ),
     ]);
     rows
 }

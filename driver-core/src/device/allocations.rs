@@ -4,6 +4,7 @@
 
 use davinci_uapi::{mmap_offset, AllocMemoryArgs, MmapKind};
 
+use super::clients::Holding;
 use super::entries::Allocation;
 use super::DeviceCore;
 use crate::error::{ensure, fail, Result};
@@ -19,6 +20,7 @@ impl<P: Platform> DeviceCore<P> {
         let Some(rounded) = self.memory.round(args.size) else {
             fail!(EOVERFLOW, "allocation size overflows");
         };
+        self.within_quota(client, Holding::Allocations)?;
         let limit = self.client_limit();
         let held = self.client_mut(client)?.memory;
         ensure!(

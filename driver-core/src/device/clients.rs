@@ -11,6 +11,15 @@ use crate::limits::{
 };
 use crate::platform::{Lock, Platform};
 
+/// What a client holds, for [`DeviceCore::within_quota`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holding {
+    Contexts,
+    Streams,
+    Events,
+    Allocations,
+}
+
 /// Why an open failed; on `EBUSY` also who holds the device.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenError {
@@ -128,6 +137,26 @@ impl<P: Platform> DeviceCore<P> {
             self.clients_opened += 1;
         }
         Ok(handle)
+    }
+
+    /// `ENOSPC` unless `client` may hold one more of `kind` ([`Quota`]: the device's quota
+    /// while it is shared; an exclusive device's one client may fill every table).
+    pub(crate) fn within_quota(&self, client: u32, kind: Holding) -> Result<()> {
+        let Some(c) = self.clients.get(client) else {
+            return Err(Error::new(Errno::ENODEV, "client is not attached"));
+        };
+        if self.share == ShareMode::Exclusive {
+            return Ok(());
+        }
+        let q = &self.config.quota;
+        let (held, quota, msg) = match kind {
+            Holding::Contexts => (c.contexts, q.contexts, "this client holds its quota of contexts on a shared device (the operator's --client-quota; a quarter of the table by default)"),
+            Holding::Streams => (c.streams, q.streams, "this client holds its quota of streams on a shared device (the operator's --client-quota; a quarter of the table by default)"),
+            Holding::Events => (c.events, q.events, "this client holds its quota of events on a shared device (the operator's --client-quota; a quarter of the table by default)"),
+            Holding::Allocations => (c.allocations, q.allocations, "this client holds its quota of allocations on a shared device (the operator's --client-quota; a quarter of the table by default)"),
+        };
+        ensure!(held < quota, ENOSPC, msg);
+        Ok(())
     }
 
     /// Whether `params` may open: client opens take at most [`MAX_CLIENT_OPENS`] slots,

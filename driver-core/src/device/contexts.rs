@@ -3,6 +3,7 @@
 
 use davinci_uapi::Errno;
 
+use super::clients::Holding;
 use super::entries::ContextEntry;
 use super::DeviceCore;
 use crate::error::{Error, Result};
@@ -12,6 +13,7 @@ impl<P: Platform> DeviceCore<P> {
     /// CREATE_CONTEXT.
     pub fn create_context(&mut self, client: u32) -> Result<u32> {
         self.require_client(client)?;
+        self.within_quota(client, Holding::Contexts)?;
         let h = self
             .contexts
             .insert(ContextEntry { owner: client }, "context table is full")?;

@@ -1,6 +1,7 @@
 //! Events: CREATE_EVENT and DESTROY_EVENT. Recording and waiting are the engine's
 //! (EVENT_RECORD/EVENT_WAIT descriptors) and dispatch's (WAIT_EVENT).
 
+use super::clients::Holding;
 use super::entries::{EventEntry, EventValue};
 use super::DeviceCore;
 use crate::error::{ensure, fail, Result};
@@ -12,6 +13,7 @@ impl<P: Platform> DeviceCore<P> {
         self.require_client(client)?;
         ensure!(flags == 0, EINVAL, "event flags must be 0");
         self.own_context(client, ctx)?;
+        self.within_quota(client, Holding::Events)?;
         let h = self.events.insert(
             EventEntry {
                 owner: client,

@@ -10,6 +10,7 @@ use davinci_uapi::{DeviceCounters, DeviceInfo, Features, ShareMode};
 
 use crate::error::{ensure, fail, Result};
 use crate::inject::Inject;
+use crate::limits::Quota;
 use crate::limits::{
     MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
     MAX_EVENT_ENTRIES, MAX_STREAMS, SUPPORTED_OPCODES,
@@ -40,6 +41,8 @@ pub struct Config {
     pub page_size: u32,
     /// Features the platform supports (the core adds the ones it implements).
     pub platform_features: Features,
+    /// What one client may hold of each table while the device is shared.
+    pub quota: Quota,
 }
 
 /// One davinci device: all state the driver keeps, independent of kernel or user space.

@@ -9,6 +9,7 @@ use davinci_uapi::{
     mmap_offset, CreateStreamArgs, Errno, MmapKind, RingMapping, RingOffsets, DOORBELL_SIZE,
 };
 
+use super::clients::Holding;
 use super::entries::{poison_queued_records, StreamEngine, StreamEntry, StreamState};
 use super::DeviceCore;
 use crate::error::{ensure, fail, Error, Result};
@@ -79,6 +80,7 @@ impl<P: Platform> DeviceCore<P> {
             ENOSPC,
             "stream table is full"
         );
+        self.within_quota(client, Holding::Streams)?;
         let StreamRegions { mem, cmd, event } =
             self.platform
                 .create_stream(client, ce, cmd_bytes, ee, event_bytes)?;
