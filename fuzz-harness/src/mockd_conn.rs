@@ -441,10 +441,8 @@ pub fn run(data: &[u8]) {
             }
             Step::HangUp => break,
         };
-        if bytes.is_empty() {
-            // A zero-length datagram reads as the end of the connection.
-            c.closing = true;
-        }
+        // A zero-length frame is a malformed one (EPROTO, tag 0), not the end of the
+        // connection.
         // Before the first reply the daemon reads exactly one frame: pipelining starts after.
         let before_hello = c.opened.is_none();
         match fds_next.take() {

@@ -132,6 +132,20 @@ impl SeqPacket {
         }
     }
 
+    /// After a `recv` of 0 bytes: whether the peer closed (or shut down) its end, rather than
+    /// sent an empty frame (a `SOCK_SEQPACKET` read gives 0 bytes for both).
+    pub fn peer_closed(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        // nix names no POLLRDHUP (Linux: the peer shut down its writing end, or closed).
+        let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
+        let hup = rdhup | PollFlags::POLLHUP | PollFlags::POLLERR;
+        let mut fds = [PollFd::new(self.fd.as_fd(), rdhup)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) => fds[0].revents().is_some_and(|r| r.intersects(hup)),
+            Err(_) => true,
+        }
+    }
+
     /// Receives one frame into `buf` (its length is the largest frame accepted). With
     /// `accept_fds`, up to [`MAX_FDS`] descriptors are installed (close-on-exec) and returned;
     /// without, any the peer sent are discarded by the kernel and `fds_dropped` is set.

@@ -70,7 +70,15 @@ pub(crate) fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Err
 /// frame's). `None` = the peer closed (or shut down).
 fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, (ProtoError, usize)>> {
     match conn.recv(buf, false) {
-        Ok(r) if r.len == 0 && !r.truncated => None,
+        // Zero bytes: the end of the connection, or an empty frame (refused like any other
+        // malformed one).
+        Ok(r) if r.len == 0 && !r.truncated => {
+            if conn.peer_closed() {
+                None
+            } else {
+                Some(Err((ProtoError("empty frame"), 0)))
+            }
+        }
         Ok(r) if r.truncated => Some(Err((
             ProtoError("frame longer than the largest request"),
             buf.len(),

@@ -179,6 +179,13 @@ fn malformed_frames_get_eproto_and_disturb_nobody() {
     assert_eq!(r.errno, Errno::ENOTTY.code());
     let (r, _) = bad.call(Kind::Ioctl, 0xdead_beef, vec![]);
     assert_eq!(r.errno, Errno::ENOTTY.code());
+    // An empty frame is a malformed one, not the end of the connection.
+    bad.c.send(&[], &[]).unwrap();
+    let (r, _) = bad.recv();
+    assert_eq!(r.errno, Errno::EPROTO.code());
+    assert!(r.msg.contains("empty frame"), "{}", r.msg);
+    let (r, _) = bad.call(Kind::Ioctl, DRIVER_CMD_GET_INFO, vec![0; DeviceInfo::SIZE]);
+    assert_eq!(r.errno, 0, "the connection survived the empty frame");
     // An oversized frame, and descriptors sent to the daemon.
     bad.c.send(&vec![0u8; MAX_REQUEST + 100], &[]).unwrap();
     assert!(bad.recv().0.msg.contains("longer"));
