@@ -138,10 +138,12 @@ impl SeqPacket {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         // nix names no POLLRDHUP (Linux: the peer shut down its writing end, or closed).
         let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
-        let hup = rdhup | PollFlags::POLLHUP | PollFlags::POLLERR;
+        let hup = PollFlags::POLLHUP | PollFlags::POLLERR;
         let mut fds = [PollFd::new(self.fd.as_fd(), rdhup)];
         match poll(&mut fds, PollTimeout::ZERO) {
-            Ok(_) => fds[0].revents().is_some_and(|r| r.intersects(hup)),
+            // `revents()` is `None` when the kernel set a flag nix does not know, which only
+            // POLLRDHUP (asked for above) can be.
+            Ok(_) => fds[0].revents().is_none_or(|r| r.intersects(hup)),
             Err(_) => true,
         }
     }
@@ -332,6 +334,26 @@ impl Drop for SeqListener {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_empty_frame_and_a_hang_up_read_alike_and_peer_closed_tells_them_apart() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        let mut buf = [0u8; 16];
+        b.send(&[], &[]).unwrap();
+        assert_eq!(a.recv(&mut buf, false).unwrap().len, 0);
+        assert!(!a.peer_closed(), "an empty frame is not a hang-up");
+        b.send(b"x", &[]).unwrap();
+        drop(b);
+        assert_eq!(a.recv(&mut buf, false).unwrap().len, 1);
+        assert_eq!(a.recv(&mut buf, false).unwrap().len, 0);
+        assert!(a.peer_closed(), "the peer hung up");
+        // A peer that only stopped writing has ended the connection too.
+        let (a, b) = SeqPacket::pair().unwrap();
+        nix::sys::socket::shutdown(b.fd.as_raw_fd(), nix::sys::socket::Shutdown::Write).unwrap();
+        assert_eq!(a.recv(&mut buf, false).unwrap().len, 0);
+        assert!(a.peer_closed(), "the peer shut down its writing end");
+    }
+
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
 

@@ -98,7 +98,8 @@ impl<P: Platform> DeviceCore<P> {
         // `MIN_PASS_WORK`).
         let streams = self.clients.get(s.owner).map_or(1, |c| c.streams.max(1));
         let share = Share {
-            descriptors: (budget / streams).max(1),
+            // At least one descriptor, unless the host gave no budget at all.
+            descriptors: (budget / streams).max(budget.min(1)),
             work: (PASS_WORK / u64::from(streams)).max(MIN_PASS_WORK),
         };
         s.run
