@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/test.sh: the project's test command, run by developers and by CI (.ci/run).
 #
-# Steps, each run even if an earlier one failed; a summary at the end says which failed and
-# how long each took:
+# Steps, each run even if an earlier one failed (the kernel step in the background beside
+# the last two: its guest uses one core); a summary at the end says which failed and how
+# long each took:
 #   formatting; the tree's shape (cargo xtask check: layering, file sizes, doc paths, MSRV);
 #   clippy (warnings are errors); the workspace's tests (unit, crate integration, the
 #   conformance suite on the embedded device, system tests, fuzz replays, the C header
@@ -65,8 +66,16 @@ fi
 
 log_dir=$(mktemp -d)
 prep_pid=
+bg_names=()
+bg_logs=()
+bg_starts=()
+bg_pids=()
 cleanup() {
-    [ -n "$prep_pid" ] && kill "$prep_pid" 2>/dev/null
+    local p
+    for p in $prep_pid ${bg_pids[@]+"${bg_pids[@]}"}; do
+        pkill -P "$p" 2>/dev/null
+        kill "$p" 2>/dev/null
+    done
     rm -rf "$log_dir"
 }
 trap cleanup EXIT
@@ -74,7 +83,11 @@ trap cleanup EXIT
 # The kernel toolchain and test kernel, in the background (apt-get, cargo install, make -j).
 if [ "${DAVINCI_SKIP_KMOD:-0}" != 1 ]; then
     echo "==> preparing the kernel toolchain in the background (log: $log_dir/kmod-prepare.log)"
-    nice -n 15 bash scripts/kmod/toolchain.sh >"$log_dir/kmod-prepare.log" 2>&1 &
+    (
+        status=0
+        nice -n 15 bash scripts/kmod/toolchain.sh >"$log_dir/kmod-prepare.log" 2>&1 || status=$?
+        echo "$status" >"$log_dir/kmod-prepare.status"
+    ) &
     prep_pid=$!
 fi
 
@@ -102,7 +115,40 @@ step() {
     echo "==> $name: $*"
     local status=0
     "$@" 2>&1 | tee "$log" || status=$?
-    local secs=$((SECONDS - start))
+    record "$name" "$status" $((SECONDS - start)) "$log"
+}
+
+# step_start NAME CMD...: starts a step in the background, its output kept and shown when
+# it ends (steps_finish): for a step that leaves a core idle (QEMU runs the guest on one).
+step_start() {
+    local name=$1
+    shift
+    local log="$log_dir/bg-${#bg_names[@]}.log"
+    echo
+    echo "==> $name: $* (in the background; its output follows when it ends)"
+    ( status=0; "$@" >"$log" 2>&1 || status=$?; echo "$status" >"$log.status" ) &
+    bg_pids+=($!)
+    bg_names+=("$name")
+    bg_logs+=("$log")
+    bg_starts+=("$SECONDS")
+}
+
+# steps_finish: waits for the background steps, shows their output, records them.
+steps_finish() {
+    local i status
+    for i in "${!bg_names[@]}"; do
+        wait "${bg_pids[$i]}" || true
+        echo
+        echo "==> ${bg_names[$i]}: its output"
+        cat "${bg_logs[$i]}"
+        status=$(cat "${bg_logs[$i]}.status" 2>/dev/null || echo 1)
+        record "${bg_names[$i]}" "$status" $((SECONDS - bg_starts[i])) "${bg_logs[$i]}"
+    done
+}
+
+# record NAME STATUS SECONDS LOG: a step's line in the summary and its test counts.
+record() {
+    local name=$1 status=$2 secs=$3 log=$4
     # What the test harness reported ("test result: ok. N passed; M failed; ...").
     local p f
     p=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
@@ -153,22 +199,24 @@ else
     tidy fuzz/target
 fi
 
+# The kernel module in QEMU, in the background: the guest runs on one core, and the loom
+# models and the MSRV build use the other meanwhile. It waits for the toolchain first.
+kmod_step() {
+    while [ ! -f "$log_dir/kmod-prepare.status" ]; do sleep 1; done
+    local status
+    status=$(cat "$log_dir/kmod-prepare.status")
+    if [ "$status" != 0 ]; then
+        cat "$log_dir/kmod-prepare.log"
+        echo "scripts/test.sh: preparing the kernel toolchain failed (exit $status; its log is above)"
+        return 1
+    fi
+    grep '^==> kmod' "$log_dir/kmod-prepare.log" || true
+    scripts/kmod-test.sh
+}
 if [ "${DAVINCI_SKIP_KMOD:-0}" = 1 ]; then
     skip "kernel module in QEMU" "DAVINCI_SKIP_KMOD=1"
 else
-    echo
-    echo "==> waiting for the kernel toolchain prepared in the background"
-    prep_status=0
-    wait "$prep_pid" || prep_status=$?
-    prep_pid=
-    if [ "$prep_status" -ne 0 ]; then
-        cat "$log_dir/kmod-prepare.log"
-        summary+=("FAILED  kernel toolchain (exit $prep_status; its log is above)")
-        failed_steps=$((failed_steps + 1))
-    else
-        grep '^==> kmod' "$log_dir/kmod-prepare.log" || true
-        step "kernel module in QEMU (Linux 6.12)" scripts/kmod-test.sh
-    fi
+    step_start "kernel module in QEMU (Linux 6.12)" kmod_step
 fi
 
 step "loom models and ordering mutation check (davinci-ring)" scripts/ring-mutation-check.sh
@@ -180,6 +228,9 @@ else
     step "build with the declared rust-version" cargo xtask msrv --build
     tidy target/msrv
 fi
+
+steps_finish
+prep_pid=
 
 echo
 echo "==> summary"

@@ -40,7 +40,9 @@ pub mod test_util;
 mod waits;
 
 pub use config::{local_open_params, MockConfig};
-pub use davinci_driver_core::{Inject, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem};
+pub use davinci_driver_core::{
+    Inject, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem, MAX_CLIENT_OPENS,
+};
 pub use mock_device::{MapSource, MockDevice, Started};
 pub use platform::MockPlatform;
 pub use stream_mem::StreamMem;

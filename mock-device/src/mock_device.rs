@@ -99,6 +99,7 @@ impl MockDevice {
             served: Mutex::new(HashMap::new()),
             pollers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
+            writers: AtomicU32::new(0),
             config,
         });
         // The pollers start with the device (a fixed set of threads, not one per stream). One
@@ -275,9 +276,11 @@ impl MockDevice {
         self.core().shared().info()
     }
 
-    /// Usage of every attached client.
+    /// Usage of every attached client. Read with the device held exclusively, like
+    /// LIST_CLIENTS: each live stream's counters are read under its lock, which a poller
+    /// running a stream takes again at once (a report beside a busy stream would wait as long).
     pub fn clients(&self) -> Vec<ClientUsage> {
-        self.core().shared().clients().collect()
+        self.core().lock().clients().collect()
     }
 
     /// The sharing mode now in force.

@@ -204,7 +204,7 @@ impl Core {
             let mut progress = false;
             let mut ran = 0usize;
             for (h, _) in &streams {
-                let r = self.shared().run_stream(*h, budget);
+                let r = self.shared_for_run().run_stream(*h, budget);
                 seen.push(match r {
                     Run::Progress(n) => {
                         progress = true;

@@ -12,15 +12,19 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use davinci_driver_core::DeviceCore;
 
 use crate::config::MockConfig;
 use crate::platform::MockPlatform;
 use crate::stream_mem::StreamMem;
+
+/// The longest a poller lets waiting control-path callers go first before its next run.
+const WRITERS_FIRST: Duration = Duration::from_millis(1);
 
 /// A stream being served: whose it is and the poller that serves it (whose set holds its
 /// memory while it may look at it).
@@ -59,6 +63,8 @@ pub(crate) struct Core {
     pub(crate) pollers: Mutex<Vec<Poller>>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) config: MockConfig,
+    /// Control-path callers waiting for the device (see [`Core::lock`]).
+    pub(crate) writers: AtomicU32,
 }
 
 pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
@@ -71,9 +77,30 @@ pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
 pub(crate) type Exclusive<'a> = RwLockWriteGuard<'a, DeviceCore<MockPlatform>>;
 
 impl Core {
-    /// The device held exclusively: the control path.
+    /// The device held exclusively: the control path. Counted in `writers` while it waits,
+    /// so the pollers let it in between two runs ([`Core::shared_for_run`]): std's
+    /// reader-writer lock clears its writer-waiting mark when it wakes the writer, and a
+    /// poller taking the lock again at once could keep a command out for as long as it has
+    /// work.
     pub(crate) fn lock(&self) -> Exclusive<'_> {
-        relock(self.dev.write())
+        self.writers.fetch_add(1, Ordering::SeqCst);
+        let g = relock(self.dev.write());
+        self.writers.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
+    /// The device held shared for a poller's next run: after the control-path callers that
+    /// wait for it (a command waits for at most one run of one stream per poller), though
+    /// never more than [`WRITERS_FIRST`] (callers arriving without pause do not stop the
+    /// data path).
+    pub(crate) fn shared_for_run(&self) -> RwLockReadGuard<'_, DeviceCore<MockPlatform>> {
+        if self.writers.load(Ordering::SeqCst) > 0 {
+            let start = Instant::now();
+            while self.writers.load(Ordering::SeqCst) > 0 && start.elapsed() < WRITERS_FIRST {
+                std::thread::yield_now();
+            }
+        }
+        self.shared()
     }
 
     /// The device held shared: the data path (and reports that change nothing).

@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use davinci_mock_device::{local_open_params, MockDevice, NoUserMem, Role};
+use davinci_mock_device::{local_open_params, MockDevice, NoUserMem, Role, MAX_CLIENT_OPENS};
 use davinci_mockd::daemon::{Daemon, DaemonConfig, MAX_CONNECTIONS};
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{Kind, MmapArgs, Reply, WireRole, MAX_REPLY};
@@ -1040,9 +1040,10 @@ fn kill_all(clients: Vec<TestClient>) {
 ///    behind it and a thread blocked in WAIT_EVENT) are SIGKILLed together with their work in
 ///    flight, and the device returns to its baseline: no client listed, GET_INFO's clients
 ///    and memory as before, and for the daemon its threads, descriptors and memfd mappings as
-///    before. Then the bound: this process fills the device's open-file table (driver-core
-///    `MAX_CLIENTS`, control opens included) with client opens, the next open is refused with
-///    `ENOSPC` saying why, and closing them all brings the baseline back again.
+///    before. Then the bound: this process fills the device's client slots (driver-core
+///    `MAX_CLIENT_OPENS`) with client opens, the next open is refused with `ENOSPC` saying
+///    why, an operator's control open still succeeds, and closing them all brings the
+///    baseline back again.
 ///
 ///    mockd (its own daemon, so the counts are this test's) and kernel. Not embedded: the
 ///    device lives inside the test process there, and other processes cannot reach it.
@@ -1080,11 +1081,12 @@ fn two_hundred_fifty_six_killed_clients_leave_the_device_at_its_baseline() {
         "the device is not idle at the start"
     );
     let base_proc = target.daemon.as_ref().map(Mockd::stats);
-    // This test's control open takes one of the device's open files.
-    let room = base.max_clients as usize - 1;
+    // Client opens take at most MAX_CLIENT_OPENS of the device's open files (the rest are
+    // the operators': docs/abi.md 1.1).
+    let room = MAX_CLIENT_OPENS;
     assert!(
-        room >= KILL_CLIENTS,
-        "the device takes only {room} clients besides this test's control open"
+        room >= KILL_CLIENTS && room < base.max_clients as usize,
+        "the device takes only {room} clients"
     );
 
     let back_to_baseline = |what: &str| {
@@ -1156,19 +1158,22 @@ fn two_hundred_fifty_six_killed_clients_leave_the_device_at_its_baseline() {
         t0.elapsed().as_secs_f64()
     );
 
-    // The bound: the table full of this process's client opens, one more refused.
+    // The bound: every client slot taken by this process's opens, one more refused saying
+    // why; an operator (this test runs as an admin) still gets a control open.
     let opens: Vec<Device> = (0..room)
         .map(|i| Device::open(path).unwrap_or_else(|e| panic!("client open {i}: {e}")))
         .collect();
     assert_eq!(ctl.info().unwrap().clients as usize, room);
-    let e = Device::open(path).expect_err("an open past the device's table");
+    let e = Device::open(path).expect_err("a client open past the client slots");
     assert_eq!(e.errno(), Some(Errno::ENOSPC), "{e}");
     let msg = e.to_string();
     assert!(
-        msg.contains("too many") || msg.contains("table is full"),
+        msg.contains("kept for operators"),
         "the refusal says why: {msg}"
     );
-    drop(opens);
+    let operator = Control::open(path).expect("an operator's open beside full client slots");
+    assert_eq!(operator.info().unwrap().clients as usize, room);
+    drop((opens, operator));
     back_to_baseline("the table was full");
 
     // Still whole: a client gets all the free memory in one piece (up to `FILL_MAX`: see
@@ -1316,15 +1321,18 @@ fn a_silent_connection_holds_no_slot_past_the_hello_timeout() {
 /// FILLs of this size (or a quarter of the device's memory, if less) keep the noisy tenant's
 /// stream busy: many chunks each (docs/abi.md 6, "Long tasks share the device").
 const NOISY_FILL: u64 = 32 << 20;
-/// How many the noisy tenant queues: 512 MiB of FILL in all.
-const NOISY_FILLS: u64 = 16;
+/// How many the noisy tenant queues: 2 GiB of FILL in all, far more than the quiet tenant's
+/// few round trips take even when the machine is crowded (the device's thread is slowed as
+/// much as the quiet tenant's).
+const NOISY_FILLS: u64 = 64;
 
-/// A noisy neighbour (issue 21): tenant A queues 512 MiB of FILL on one stream; meanwhile
-/// tenant B makes twenty NOP round trips, allocations and frees, and an operator reads
+/// A noisy neighbour (issue 21): tenant A queues 2 GiB of FILL on one stream; meanwhile
+/// tenant B makes eight NOP round trips, allocations and frees, and an operator reads
 /// GET_INFO and LIST_CLIENTS. None of it waits for a FILL to end: when B is done, A's FILLs
 /// have not all finished (before long tasks ran in chunks, each of B's commands waited for
-/// the FILL that held the device, so A's sixteen were done by B's sixteenth round). Then A's
-/// FILLs all complete, correctly. No timing is asserted: only the order of events.
+/// the FILL that held the device). A then destroys its stream with FILLs still queued, which
+/// does not wait for them either; the FILLs that completed did so correctly. No timing is
+/// asserted: only the order of events.
 #[test]
 fn a_tenants_long_fills_hold_up_neither_another_tenants_tasks_nor_commands() {
     let (_shared, a, b) = shared_pair();
@@ -1333,7 +1341,7 @@ fn a_tenants_long_fills_hold_up_neither_another_tenants_tasks_nor_commands() {
     let big = a.alloc(size as usize).unwrap();
     let a_ctx = a.create_context().unwrap();
     let mut noisy = a_ctx
-        .create_stream_with(StreamOptions::depths(32, 32))
+        .create_stream_with(StreamOptions::depths(64, 64))
         .unwrap();
     let fills: Vec<TaskDesc> = (0..NOISY_FILLS)
         .map(|i| TaskDesc::fill(i, big.dev_addr(), size, 0x5eed_0000 | i as u32))
@@ -1343,7 +1351,7 @@ fn a_tenants_long_fills_hold_up_neither_another_tenants_tasks_nor_commands() {
     let b_ctx = b.create_context().unwrap();
     let mut quiet = b_ctx.create_stream().unwrap();
     let mut noisy_done = Vec::new();
-    for round in 0..20u64 {
+    for round in 0..8u64 {
         quiet.submit(&TaskDesc::nop(round)).unwrap();
         quiet.synchronize(T).unwrap();
         let c = poll_all(&mut quiet);
@@ -1356,14 +1364,19 @@ fn a_tenants_long_fills_hold_up_neither_another_tenants_tasks_nor_commands() {
     }
     assert!(
         noisy_done.len() < NOISY_FILLS as usize,
-        "all {NOISY_FILLS} FILLs of {size} bytes ended during B's twenty rounds: B's commands \
+        "all {NOISY_FILLS} FILLs of {size} bytes ended during B's eight rounds: B's commands \
          waited for them"
     );
-    noisy.synchronize(T).unwrap();
-    noisy.poll(&mut noisy_done);
-    assert_eq!(noisy_done.len(), NOISY_FILLS as usize);
     assert!(noisy_done.iter().all(Completion::is_ok), "{noisy_done:?}");
-    let last = 0x5eed_0000 | (NOISY_FILLS - 1) as u32;
-    let tail = big.read_vec::<u32>(size as usize - 64, 16).unwrap();
-    assert_eq!(tail, vec![last; 16]);
+    // A's stream goes with FILLs still queued (and one part-way), and B carries on.
+    drop(noisy);
+    assert_works(&b, &mut quiet, 21);
+    if let Some(last) = noisy_done.last() {
+        let word = big.read_vec::<u32>(0, 1).unwrap()[0];
+        assert!(
+            word >= 0x5eed_0000 | last.user_data as u32,
+            "FILL {} completed but the buffer holds {word:#x}",
+            last.user_data
+        );
+    }
 }
