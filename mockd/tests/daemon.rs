@@ -5,6 +5,8 @@
 //! a refused socket directory).
 #![forbid(unsafe_code)]
 
+mod support;
+
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
@@ -12,14 +14,15 @@ use davinci_mockd::daemon::{Daemon, DaemonConfig};
 use davinci_mockd::peer::AdminPolicy;
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
-    holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Reply, Request, SocketDir,
-    SocketDirOrigin, WireRole, MAX_REPLY, MAX_REQUEST,
+    holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Request, SocketDir, SocketDirOrigin,
+    WireRole, MAX_REQUEST,
 };
 use davinci_uapi::{
     AllocMemoryArgs, DeviceInfo, DeviceShareArgs, ShareMode, DRIVER_CMD_ALLOC_MEMORY,
     DRIVER_CMD_GET_INFO, DRIVER_CMD_SET_DEVICE_SHARE,
 };
-use davinci_uapi::{Errno, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR};
+use davinci_uapi::{Errno, Wire, ABI_VERSION_MAJOR};
+use support::{ioctl, new_stream, Raw};
 
 fn start(tag: &str, admin: AdminPolicy) -> Daemon {
     let dir = std::env::temp_dir().join(format!("davinci-d-{}-{tag}", std::process::id()));
@@ -31,49 +34,6 @@ fn start(tag: &str, admin: AdminPolicy) -> Daemon {
         ..DaemonConfig::default()
     })
     .unwrap()
-}
-
-struct Raw {
-    c: SeqPacket,
-    tag: u32,
-}
-
-impl Raw {
-    fn call(&mut self, kind: Kind, request: u32, arg: Vec<u8>) -> (Reply, usize) {
-        self.tag += 1;
-        let f = Request {
-            kind,
-            tag: self.tag,
-            request,
-            arg,
-        };
-        self.c.send(&f.encode().unwrap(), &[]).unwrap();
-        self.recv()
-    }
-
-    fn recv(&mut self) -> (Reply, usize) {
-        let mut buf = vec![0u8; MAX_REPLY];
-        let r = self.c.recv(&mut buf, true).unwrap();
-        assert!(r.len > 0, "daemon closed the connection");
-        let rep = Reply::decode(&buf[..r.len]).unwrap();
-        assert_eq!(rep.nfds as usize, r.fds.len());
-        (rep, r.fds.len())
-    }
-
-    fn open(path: &Path, role: WireRole) -> (Raw, Reply) {
-        let mut raw = Raw {
-            c: SeqPacket::connect(path).unwrap(),
-            tag: 0,
-        };
-        let h = Hello {
-            abi_major: ABI_VERSION_MAJOR,
-            abi_minor: ABI_VERSION_MINOR,
-            role: role as u32,
-            reserved: 0,
-        };
-        let (r, _) = raw.call(Kind::Hello, 0, h.encode());
-        (raw, r)
-    }
 }
 
 #[test]
@@ -696,36 +656,6 @@ fn a_users_own_daemon_its_admins_audit_log_and_socket_directory() {
         "{log}"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// One ioctl through the daemon: (errno, the argument after the call).
-fn ioctl<T: Wire>(raw: &mut Raw, request: u32, args: &T) -> (i32, T) {
-    let mut arg = vec![0; T::SIZE];
-    args.encode(&mut arg);
-    let (r, _) = raw.call(Kind::Ioctl, request, arg);
-    (r.errno, T::decode(&r.arg))
-}
-
-fn new_stream(raw: &mut Raw) -> u32 {
-    use davinci_uapi::{CreateContextArgs, CreateStreamArgs};
-    let (e, ctx) = ioctl(
-        raw,
-        davinci_uapi::DRIVER_CMD_CREATE_CONTEXT,
-        &CreateContextArgs::default(),
-    );
-    assert_eq!(e, 0);
-    let (e, s) = ioctl(
-        raw,
-        davinci_uapi::DRIVER_CMD_CREATE_STREAM,
-        &CreateStreamArgs {
-            ctx: ctx.handle,
-            cmd_entries: 8,
-            event_entries: 8,
-            ..Default::default()
-        },
-    );
-    assert_eq!(e, 0);
-    s.handle
 }
 
 /// WAIT_EVENT on `stream` for `value` (up to 10 s): (errno, status).

@@ -11,94 +11,38 @@ use std::time::{Duration, Instant};
 
 use davinci_mockd::daemon::{Daemon, DaemonConfig, MAX_WAITS_PER_CONN};
 use davinci_mockd::peer::AdminPolicy;
-use davinci_mockd_proto::sockio::SeqPacket;
-use davinci_mockd_proto::{Hello, Kind, Reply, Request, WireRole, MAX_REPLY};
+use davinci_mockd_proto::{Kind, WireRole};
 use davinci_uapi::{
-    CreateContextArgs, CreateStreamArgs, DeviceInfo, Errno, ShareMode, WaitEventArgs, WaitKind,
-    Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_CREATE_CONTEXT,
-    DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_GET_INFO, DRIVER_CMD_WAIT_EVENT,
+    DeviceInfo, Errno, ShareMode, WaitEventArgs, WaitKind, Wire, DRIVER_CMD_GET_INFO,
+    DRIVER_CMD_WAIT_EVENT,
 };
 
-struct Raw {
-    c: SeqPacket,
-    tag: u32,
+mod support;
+
+use support::{ioctl, new_stream, Raw};
+
+/// A client open on `path`; a reply that never comes fails the test instead of hanging it.
+fn client(path: &Path) -> Raw {
+    let (raw, r) = Raw::open(path, WireRole::Client);
+    assert_eq!(r.errno, 0, "{}", r.msg);
+    raw.c
+        .set_recv_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    raw
 }
 
-impl Raw {
-    fn open(path: &Path) -> Raw {
-        let c = SeqPacket::connect(path).unwrap();
-        // A reply that never comes fails the test instead of hanging it.
-        c.set_recv_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut raw = Raw { c, tag: 0 };
-        let h = Hello {
-            abi_major: ABI_VERSION_MAJOR,
-            abi_minor: ABI_VERSION_MINOR,
-            role: WireRole::Client as u32,
-            reserved: 0,
-        };
-        let tag = raw.send(Kind::Hello, 0, h.encode());
-        let r = raw.recv();
-        assert_eq!((r.tag, r.errno), (tag, 0), "{}", r.msg);
-        raw
+/// Sends a WAIT_EVENT on `stream` for a value nothing will reach (60 s); its tag.
+fn send_wait(raw: &mut Raw, stream: u32) -> u32 {
+    let mut arg = vec![0; WaitEventArgs::SIZE];
+    WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: stream,
+        value: 1,
+        timeout_ns: 60_000_000_000,
+        ..Default::default()
     }
-
-    fn send(&mut self, kind: Kind, request: u32, arg: Vec<u8>) -> u32 {
-        self.tag += 1;
-        let f = Request {
-            kind,
-            tag: self.tag,
-            request,
-            arg,
-        };
-        self.c.send(&f.encode().unwrap(), &[]).unwrap();
-        self.tag
-    }
-
-    fn recv(&mut self) -> Reply {
-        let mut buf = vec![0u8; MAX_REPLY];
-        let r = self.c.recv(&mut buf, true).unwrap();
-        assert!(r.len > 0, "daemon closed the connection");
-        Reply::decode(&buf[..r.len]).unwrap()
-    }
-
-    fn ioctl<T: Wire>(&mut self, request: u32, args: &T) -> (i32, T) {
-        let mut arg = vec![0; T::SIZE];
-        args.encode(&mut arg);
-        let tag = self.send(Kind::Ioctl, request, arg);
-        let r = self.recv();
-        assert_eq!(r.tag, tag, "a reply to another request");
-        (r.errno, T::decode(&r.arg))
-    }
-
-    fn new_stream(&mut self) -> u32 {
-        let (e, ctx) = self.ioctl(DRIVER_CMD_CREATE_CONTEXT, &CreateContextArgs::default());
-        assert_eq!(e, 0);
-        let (e, s) = self.ioctl(
-            DRIVER_CMD_CREATE_STREAM,
-            &CreateStreamArgs {
-                ctx: ctx.handle,
-                cmd_entries: 8,
-                event_entries: 8,
-                ..Default::default()
-            },
-        );
-        assert_eq!(e, 0);
-        s.handle
-    }
-
-    /// Sends a WAIT_EVENT on `stream` for a value nothing will reach (60 s); its tag.
-    fn send_wait(&mut self, stream: u32) -> u32 {
-        let mut arg = vec![0; WaitEventArgs::SIZE];
-        WaitEventArgs {
-            kind: WaitKind::Stream as u32,
-            handle: stream,
-            value: 1,
-            timeout_ns: 60_000_000_000,
-            ..Default::default()
-        }
-        .encode(&mut arg);
-        self.send(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, arg)
-    }
+    .encode(&mut arg);
+    raw.send(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, arg)
 }
 
 fn start(tag: &str) -> Daemon {
@@ -141,19 +85,19 @@ fn waits_take_one_thread_and_a_dead_client_with_waits_in_flight_is_released() {
     // Twenty clients, each with a stream and more blocking waits than it may have.
     let mut clients = Vec::new();
     for _ in 0..20 {
-        let mut c = Raw::open(&sock);
-        let s = c.new_stream();
+        let mut c = client(&sock);
+        let s = new_stream(&mut c);
         let tags: Vec<u32> = (0..MAX_WAITS_PER_CONN + 3)
-            .map(|_| c.send_wait(s))
+            .map(|_| send_wait(&mut c, s))
             .collect();
         // The three past the limit are refused at once, saying why; the others wait.
         for &t in &tags[MAX_WAITS_PER_CONN..] {
-            let r = c.recv();
+            let (r, _) = c.recv();
             assert_eq!((r.tag, r.errno), (t, Errno::EBUSY.code()), "{}", r.msg);
             assert!(r.msg.contains("in flight on this open"), "{}", r.msg);
         }
         // The reader is not held by the waits: other requests are answered.
-        let (e, info) = c.ioctl(DRIVER_CMD_GET_INFO, &DeviceInfo::default());
+        let (e, info) = ioctl(&mut c, DRIVER_CMD_GET_INFO, &DeviceInfo::default());
         assert_eq!(e, 0);
         assert!(info.clients >= 1);
         clients.push(c);
@@ -173,8 +117,8 @@ fn waits_take_one_thread_and_a_dead_client_with_waits_in_flight_is_released() {
     eventually("the threads back to what they were", || threads() <= before);
     assert_eq!((dev.info().clients, dev.info().memory_used), (0, 0));
     // And the tables are free for the next tenant.
-    let mut c = Raw::open(&sock);
-    c.new_stream();
+    let mut c = client(&sock);
+    new_stream(&mut c);
 }
 
 #[test]
@@ -182,12 +126,12 @@ fn close_answers_the_waits_in_flight_before_its_own_reply() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = start("close");
     let sock = d.sockets()[0].clone();
-    let mut c = Raw::open(&sock);
-    let s = c.new_stream();
-    let mut tags: Vec<u32> = (0..5).map(|_| c.send_wait(s)).collect();
+    let mut c = client(&sock);
+    let s = new_stream(&mut c);
+    let mut tags: Vec<u32> = (0..5).map(|_| send_wait(&mut c, s)).collect();
     let close = c.send(Kind::Close, 0, Vec::new());
     for _ in 0..5 {
-        let r = c.recv();
+        let (r, _) = c.recv();
         assert!(r.errno != 0, "a wait for a value never reached succeeded");
         let i = tags
             .iter()
@@ -195,6 +139,6 @@ fn close_answers_the_waits_in_flight_before_its_own_reply() {
             .expect("a reply to a wait");
         tags.remove(i);
     }
-    let r = c.recv();
+    let (r, _) = c.recv();
     assert_eq!((r.tag, r.errno), (close, 0));
 }

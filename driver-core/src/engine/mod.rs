@@ -288,8 +288,34 @@ impl<P: Platform> DeviceCore<P> {
                 }
                 _ => {}
             }
-            match exec.execute(&d) {
-                Ok(Done::Complete(r)) => {
+            // What the descriptor came to: a result, or an error (a long task runs its first
+            // chunk now; one that is not done stays with the stream for the next pass).
+            let outcome = match exec.execute(&d) {
+                Ok(Done::Complete(r)) => Ok(r),
+                Ok(Done::Wait(p)) => {
+                    s.pending = Some(p);
+                    blocked = Some(Run::Blocked {
+                        event: p.event,
+                        value: p.value,
+                    });
+                    break;
+                }
+                Ok(Done::Long(mut p)) => {
+                    p.index = index;
+                    match exec.advance(&mut p, &mut work) {
+                        Ok(Some(r)) => Ok(r),
+                        Ok(None) => {
+                            s.partial = Some(p);
+                            continuing = true;
+                            break;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(r) => {
                     let instant =
                         d.opcode == Opcode::Nop as u8 || d.opcode == Opcode::EventRecord as u8;
                     let now = match stamp {
@@ -303,41 +329,10 @@ impl<P: Platform> DeviceCore<P> {
                     let rec = record(d.user_data, d.opcode, Ok(r), now);
                     let _ = s.evt.push(&rec);
                     completed += 1;
-                }
-                Ok(Done::Long(mut p)) => {
-                    p.index = index;
-                    match exec.advance(&mut p, &mut work) {
-                        Ok(Some(r)) => {
-                            let now = exec.platform.now_ns();
-                            stamp = Some(now);
-                            let _ = s.evt.push(&record(d.user_data, d.opcode, Ok(r), now));
-                            completed += 1;
-                            // The pass's work is spent: the rest waits for the next one.
-                            if work == 0 {
-                                break;
-                            }
-                        }
-                        Ok(None) => {
-                            s.partial = Some(p);
-                            continuing = true;
-                            break;
-                        }
-                        Err(e) => {
-                            let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
-                            let _ = s.evt.push(&rec);
-                            completed += 1;
-                            failed = Some((e.errno, index, d));
-                            break;
-                        }
+                    // The pass's work is spent (by long tasks): the rest waits for the next.
+                    if work == 0 {
+                        break;
                     }
-                }
-                Ok(Done::Wait(p)) => {
-                    s.pending = Some(p);
-                    blocked = Some(Run::Blocked {
-                        event: p.event,
-                        value: p.value,
-                    });
-                    break;
                 }
                 Err(e) => {
                     let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
