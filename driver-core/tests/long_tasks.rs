@@ -76,6 +76,11 @@ fn a_long_fill_runs_in_bounded_chunks_with_the_control_path_between_them() {
     assert_eq!((r[0].status, r[0].result), (0, len));
     let m = mem(&mut dev, c, &a, len as usize);
     assert!(m.chunks_exact(4).all(|w| w == [0xA5; 4]));
+    // Counted once each: taken when the FILL started, completed when it ended.
+    let u = dev.client_usage(c).unwrap();
+    assert_eq!((u.tasks_submitted, u.tasks_completed), (2, 2));
+    let k = dev.counters();
+    assert_eq!((k.tasks_submitted, k.tasks_completed), (2, 2));
 }
 
 #[test]
@@ -224,6 +229,8 @@ fn freeing_the_buffer_of_a_task_part_way_stops_it_before_it_writes_again() {
         "the allocator reuses the freed range"
     );
     assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(Errno::EACCES));
+    let u = dev.client_usage(c).unwrap();
+    assert_eq!((u.tasks_submitted, u.tasks_completed), (1, 1), "the NOP was not taken");
     let r = drain(&mut s);
     assert_eq!(user_data(&r), [1]);
     assert_eq!(r[0].status, -Errno::EACCES.code());

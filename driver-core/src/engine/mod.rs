@@ -222,8 +222,8 @@ impl<P: Platform> DeviceCore<P> {
             };
             let rec = record(p.d.user_data, p.d.opcode, status, platform.now_ns());
             let _ = s.evt.push(&rec);
-            s.completed += 1;
             if let Err(e) = status {
+                s.completed += 1;
                 s.evt.publish();
                 platform.notify_waiters();
                 return fail_stream(s, e.errno, p.index, Some(&p.d));
