@@ -37,9 +37,9 @@ pub const SUPPORTED_OPCODES: u32 = (1 << 6) - 1;
 /// Work one stream's pass may do on long tasks before the engine returns and the host lets
 /// the others run (and the control path in), in bytes filled: COPY costs
 /// [`COPY_COST`] per byte, ADD [`ADD_COST`] (U32, I32) or [`ADD_F32_COST`] (F32, soft-float).
-/// A task longer than that runs over several passes ([`Run::Continuing`](crate::Run)); a
-/// client's share of it is divided among its streams, so a client's pass does this much work
-/// however many streams it has (docs/abi.md 6).
+/// A task longer than that runs over several passes ([`Run::Continuing`](crate::Run)); it
+/// is divided among a client's streams, so a client's pass does this much work however many
+/// streams it has (down to [`MIN_PASS_WORK`] a stream; docs/abi.md 6).
 pub const PASS_WORK: u64 = 1 << 20;
 /// The least work a stream's pass does on a long task, however many streams its client has.
 pub const MIN_PASS_WORK: u64 = 16 << 10;

@@ -230,7 +230,11 @@ fn freeing_the_buffer_of_a_task_part_way_stops_it_before_it_writes_again() {
     );
     assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(Errno::EACCES));
     let u = dev.client_usage(c).unwrap();
-    assert_eq!((u.tasks_submitted, u.tasks_completed), (1, 1), "the NOP was not taken");
+    assert_eq!(
+        (u.tasks_submitted, u.tasks_completed),
+        (1, 1),
+        "the NOP was not taken"
+    );
     let r = drain(&mut s);
     assert_eq!(user_data(&r), [1]);
     assert_eq!(r[0].status, -Errno::EACCES.code());
