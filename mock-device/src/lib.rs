@@ -43,7 +43,7 @@ pub use config::{local_open_params, MockConfig};
 pub use davinci_driver_core::{
     Inject, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem, MAX_CLIENT_OPENS,
 };
-pub use mock_device::{MapSource, MockDevice, Started};
+pub use mock_device::{MapSource, MockDevice};
 pub use platform::MockPlatform;
 pub use stream_mem::StreamMem;
-pub use waits::{PendingWait, WaitCheck};
+pub use waits::{PendingWait, Started, WaitCheck};

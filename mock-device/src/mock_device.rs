@@ -22,16 +22,6 @@ use crate::config::MockConfig;
 use crate::platform::MockPlatform;
 use crate::state::{Core, Exclusive};
 use crate::stream_mem::StreamPart;
-use crate::waits::PendingWait;
-
-/// What [`MockDevice::ioctl_start`] did.
-#[derive(Debug)]
-pub enum Started {
-    /// The ioctl is answered (the reply is in its argument).
-    Done,
-    /// A WAIT_EVENT that waits: check it with [`MockDevice::check_waits`].
-    Waiting(PendingWait),
-}
 
 /// Where a client maps an mmap cookie: a descriptor (its own, to close) and the file offset.
 #[derive(Debug)]
@@ -147,30 +137,6 @@ impl MockDevice {
         core.reap(false);
     }
 
-    /// One ioctl for `client` that never blocks: like [`ioctl`](Self::ioctl), but a
-    /// WAIT_EVENT that cannot be answered at once is handed back as a [`PendingWait`] (the
-    /// caller checks it with [`check_waits`](Self::check_waits) until it ends) instead of
-    /// blocking the calling thread.
-    pub fn ioctl_start(
-        &self,
-        client: u32,
-        request: u32,
-        arg: &mut [u8],
-        user: &mut dyn UserMem,
-    ) -> Result<Started, Error> {
-        let core = self.core();
-        let mut g = core.lock();
-        if core.shutdown.load(Ordering::Acquire) {
-            return Err(Error::new(Errno::ENODEV, "the device has shut down"));
-        }
-        match g.ioctl(client, request, arg, user)? {
-            Reply::Wait(spec) => Ok(Started::Waiting(PendingWait::new(client, spec))),
-            other => self
-                .finish(g, client, request, other)
-                .map(|()| Started::Done),
-        }
-    }
-
     /// One ioctl for `client`: `arg` holds the argument bytes (`_IOC_SIZE(request)` of them)
     /// and receives the reply fields (also on most errors, e.g. WAIT_EVENT's `status`).
     /// Blocks for WAIT_EVENT, with the device unlocked.
@@ -192,8 +158,8 @@ impl MockDevice {
         }
     }
 
-    /// What a dispatched ioctl leaves to the host, but a wait.
-    fn finish(
+    /// What a dispatched ioctl leaves to the host, but a wait (`waits` answers those).
+    pub(crate) fn finish(
         &self,
         mut g: Exclusive<'_>,
         client: u32,

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use davinci_driver_core::{Error, WaitSpec};
+use davinci_driver_core::{Error, Reply, UserMem, WaitSpec};
 use davinci_shm::futex_wait;
 use davinci_uapi::Errno;
 
@@ -106,7 +106,40 @@ impl Drop for WaitCheck<'_> {
     }
 }
 
+/// What [`MockDevice::ioctl_start`] did.
+#[derive(Debug)]
+pub enum Started {
+    /// The ioctl is answered (the reply is in its argument).
+    Done,
+    /// A WAIT_EVENT that waits: check it with [`MockDevice::check_waits`].
+    Waiting(PendingWait),
+}
+
 impl MockDevice {
+    /// One ioctl for `client` that never blocks: like [`ioctl`](Self::ioctl), but a
+    /// WAIT_EVENT that cannot be answered at once is handed back as a [`PendingWait`] (the
+    /// caller checks it with [`check_waits`](Self::check_waits) until it ends) instead of
+    /// blocking the calling thread.
+    pub fn ioctl_start(
+        &self,
+        client: u32,
+        request: u32,
+        arg: &mut [u8],
+        user: &mut dyn UserMem,
+    ) -> Result<Started, Error> {
+        let core = self.core();
+        let mut g = core.lock();
+        if core.shutdown.load(Ordering::Acquire) {
+            return Err(Error::new(Errno::ENODEV, "the device has shut down"));
+        }
+        match g.ioctl(client, request, arg, user)? {
+            Reply::Wait(spec) => Ok(Started::Waiting(PendingWait::new(client, spec))),
+            other => self
+                .finish(g, client, request, other)
+                .map(|()| Started::Done),
+        }
+    }
+
     /// Holds the device exclusively to check pending waits ([`WaitCheck::poll`]), then
     /// [`sleep`](WaitCheck::sleep) until something changes.
     pub fn check_waits(&self) -> WaitCheck<'_> {

@@ -22,48 +22,10 @@ use tracing::{debug, info, warn};
 
 use crate::gate::Ticket;
 use crate::peer::{comm_of_pid, container_of_pid};
+use crate::reply::{driver_reply, proto_reply, send_reply};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
-use crate::waits::{self, Waiting};
+use crate::waits::Waiting;
 use davinci_mock_device::Started;
-
-/// A reply's bytes; one that does not encode becomes an `EPROTO` reply.
-pub(crate) fn encode_reply(r: &Reply) -> Option<Vec<u8>> {
-    match r.encode() {
-        Ok(b) => Some(b),
-        Err(e) => {
-            warn!(error = %e, "reply does not encode; sending EPROTO instead");
-            Reply::err(r.kind, r.tag, Errno::EPROTO, "reply too large")
-                .encode()
-                .ok()
-        }
-    }
-}
-
-/// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
-pub(crate) fn send_reply(conn: &SeqPacket, r: &Reply, fd: Option<std::os::fd::BorrowedFd<'_>>) {
-    let Some(bytes) = encode_reply(r) else {
-        return;
-    };
-    let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
-    if let Err(e) = conn.send(&bytes, &fds) {
-        debug!(error = %e, "reply not delivered (peer gone)");
-    }
-}
-
-fn proto_reply(frame: &[u8], e: ProtoError) -> Reply {
-    let kind = Request::peek_kind(frame).map_or(0, |k| k as u16);
-    Reply::err(kind, Request::peek_tag(frame), Errno::EPROTO, e.0)
-}
-
-pub(crate) fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Error>) -> Reply {
-    match r {
-        Ok(()) => Reply::ok(kind, tag, arg),
-        Err(e) => Reply {
-            arg,
-            ..Reply::err(kind as u16, tag, e.errno, e.msg)
-        },
-    }
-}
 
 /// Receives one frame: its length, or why it is refused with the length of what arrived
 /// (the bytes an error reply takes the frame's kind and tag from: never a longer, earlier
@@ -243,7 +205,7 @@ fn start_wait(
                 arg: arg.clone(),
                 in_flight: in_flight.clone(),
             };
-            if let Err(e) = waits::queue(shared, w) {
+            if let Err(e) = shared.waits.queue(w) {
                 in_flight.fetch_sub(1, Ordering::AcqRel);
                 warn!(device = %shared.name, error = %e, "cannot start the wait thread");
                 let msg = "the daemon could not start its wait thread; try again";

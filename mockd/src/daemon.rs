@@ -31,9 +31,10 @@ use davinci_mockd_proto::{
 use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
 use tracing::{debug, info, warn};
 
-use crate::conn::{send_reply, serve};
+use crate::conn::serve;
 use crate::gate::Ticket;
 use crate::peer::AdminPolicy;
+use crate::reply::send_reply;
 use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 

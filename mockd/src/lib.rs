@@ -3,7 +3,7 @@
 //!
 //! * [`daemon`]: the devices and their acceptors; `shared` is what the threads serving one
 //!   device share; `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and
-//!   CLOSE frames; `gate` decides who may connect; `waits` answers its blocking WAIT_EVENTs (one thread per device).
+//!   CLOSE frames; `gate` decides who may connect; `reply` encodes and sends replies; `waits` answers its blocking WAIT_EVENTs (one thread per device).
 //! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
 //!   admin ([`peer::AdminPolicy`]).
 //! * [`cli`]: the command line, logging and signals; the binary is one call to [`cli::main`].
@@ -19,5 +19,6 @@ mod conn;
 pub mod daemon;
 mod gate;
 pub mod peer;
+mod reply;
 mod shared;
 mod waits;

@@ -34,7 +34,7 @@ pub(crate) struct Shared {
     /// Who may connect (`crate::gate`).
     pub(crate) gate: Arc<Gate>,
     /// Blocking waits in flight, served by one thread ([`crate::waits`]).
-    pub(crate) waits: Waits,
+    pub(crate) waits: Arc<Waits>,
 }
 
 impl Shared {
@@ -44,6 +44,7 @@ impl Shared {
         admin: AdminPolicy,
         hello_timeout: std::time::Duration,
     ) -> Shared {
+        let waits = Arc::new(Waits::new(dev.clone(), name.clone()));
         Shared {
             dev,
             name,
@@ -54,7 +55,7 @@ impl Shared {
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             gate: Arc::default(),
-            waits: Waits::default(),
+            waits,
         }
     }
 

@@ -14,13 +14,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use davinci_driver_core::Error;
-use davinci_mock_device::PendingWait;
+use davinci_mock_device::{MockDevice, PendingWait};
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{Kind, Reply};
 use tracing::{debug, warn};
 
-use crate::conn::{driver_reply, encode_reply};
-use crate::shared::Shared;
+use crate::reply::{driver_reply, encode_reply};
 
 /// The longest the wait thread sleeps without looking (a safety net: every change that can
 /// end a wait wakes it).
@@ -44,108 +43,118 @@ struct Queue {
     running: bool,
 }
 
-/// One device's queued waits.
-#[derive(Default)]
+/// One device's queued waits, and what the wait thread needs: the device and its name.
 pub(crate) struct Waits {
+    dev: MockDevice,
+    /// `davinciN`, for logs.
+    name: String,
     queue: Mutex<Queue>,
 }
 
 impl Waits {
-    fn queue(&self) -> MutexGuard<'_, Queue> {
+    pub(crate) fn new(dev: MockDevice, name: String) -> Self {
+        Waits {
+            dev,
+            name,
+            queue: Mutex::default(),
+        }
+    }
+
+    fn locked(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-/// Queues `w` and makes sure the device's wait thread looks at it.
-///
-/// # Errors
-/// No wait thread could be started (the wait is answered `EAGAIN` by the caller).
-pub(crate) fn queue(shared: &Arc<Shared>, w: Waiting) -> io::Result<()> {
-    let mut q = shared.waits.queue();
-    q.waiting.push(w);
-    if !q.running {
-        let s = shared.clone();
-        let started = std::thread::Builder::new()
-            .name(format!("{}-waits", shared.name))
-            .spawn(move || run(&s));
-        if let Err(e) = started {
-            q.waiting.pop();
-            return Err(e);
+    /// Queues `w` and makes sure the device's wait thread looks at it.
+    ///
+    /// # Errors
+    /// No wait thread could be started (the caller answers the wait `EBUSY`).
+    pub(crate) fn queue(self: &Arc<Self>, w: Waiting) -> io::Result<()> {
+        let mut q = self.locked();
+        q.waiting.push(w);
+        if !q.running {
+            let me = self.clone();
+            let started = std::thread::Builder::new()
+                .name(format!("{}-waits", self.name))
+                .spawn(move || me.run());
+            if let Err(e) = started {
+                q.waiting.pop();
+                return Err(e);
+            }
+            q.running = true;
         }
-        q.running = true;
+        drop(q);
+        // A thread asleep with older waits looks again now.
+        self.dev.wake_waits();
+        Ok(())
     }
-    drop(q);
-    // A thread asleep with older waits looks again now.
-    shared.dev.wake_waits();
-    Ok(())
-}
 
-fn run(shared: &Shared) {
-    loop {
-        let batch = {
-            let mut q = shared.waits.queue();
-            if q.waiting.is_empty() {
-                q.running = false;
-                return;
+    fn run(&self) {
+        loop {
+            let batch = {
+                let mut q = self.locked();
+                if q.waiting.is_empty() {
+                    q.running = false;
+                    return;
+                }
+                std::mem::take(&mut q.waiting)
+            };
+            // Counted as a sleeper from before the first check: a change after it ends the
+            // sleep below at once.
+            let mut check = self.dev.check_waits();
+            let mut ended = Vec::new();
+            let mut pending = Vec::with_capacity(batch.len());
+            for mut w in batch {
+                match check.poll(&w.wait, &mut w.arg) {
+                    Some(r) => ended.push((w, r)),
+                    None => pending.push(w),
+                }
             }
-            std::mem::take(&mut q.waiting)
-        };
-        // Counted as a sleeper from before the first check: a change after it ends the
-        // sleep below at once.
-        let mut check = shared.dev.check_waits();
-        let mut ended = Vec::new();
-        let mut pending = Vec::with_capacity(batch.len());
-        for mut w in batch {
-            match check.poll(&w.wait, &mut w.arg) {
-                Some(r) => ended.push((w, r)),
-                None => pending.push(w),
+            check.release();
+            let now = Instant::now();
+            let nearest = pending.iter().map(|w| w.wait.deadline()).min();
+            let fresh = {
+                let mut q = self.locked();
+                let fresh = !q.waiting.is_empty();
+                q.waiting.append(&mut pending);
+                fresh
+            };
+            for (w, r) in ended {
+                self.answer(w, r);
             }
-        }
-        check.release();
-        let now = Instant::now();
-        let nearest = pending.iter().map(|w| w.wait.deadline()).min();
-        let fresh = {
-            let mut q = shared.waits.queue();
-            let fresh = !q.waiting.is_empty();
-            q.waiting.append(&mut pending);
-            fresh
-        };
-        for (w, r) in ended {
-            answer(shared, w, r);
-        }
-        if fresh {
-            continue;
-        }
-        let timeout = nearest.map_or(SAFETY_NET, |d| {
-            d.saturating_duration_since(now).min(SAFETY_NET)
-        });
-        check.sleep(timeout);
-    }
-}
-
-/// Sends a wait's reply without blocking: a peer whose receive queue is full does not read
-/// its replies, and is disconnected rather than allowed to hold up everyone's waits.
-fn answer(shared: &Shared, w: Waiting, r: Result<(), Error>) {
-    let Waiting {
-        conn,
-        tag,
-        arg,
-        in_flight,
-        ..
-    } = w;
-    let reply: Reply = driver_reply(Kind::Ioctl, tag, arg, r);
-    if let Some(bytes) = encode_reply(&reply) {
-        match conn.send_nowait(&bytes) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                warn!(
-                    device = %shared.name,
-                    "a client does not read its replies (its queue is full); disconnecting it"
-                );
-                conn.shutdown();
+            if fresh {
+                continue;
             }
-            Err(e) => debug!(error = %e, "wait reply not delivered (peer gone)"),
+            let timeout = nearest.map_or(SAFETY_NET, |d| {
+                d.saturating_duration_since(now).min(SAFETY_NET)
+            });
+            check.sleep(timeout);
         }
     }
-    in_flight.fetch_sub(1, Ordering::AcqRel);
+
+    /// Sends a wait's reply without blocking: a peer whose receive queue is full does not
+    /// read its replies, and is disconnected rather than allowed to hold up everyone's waits.
+    fn answer(&self, w: Waiting, r: Result<(), Error>) {
+        let Waiting {
+            conn,
+            tag,
+            arg,
+            in_flight,
+            ..
+        } = w;
+        let reply: Reply = driver_reply(Kind::Ioctl, tag, arg, r);
+        if let Some(bytes) = encode_reply(&reply) {
+            match conn.send_nowait(&bytes) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    warn!(
+                        device = %self.name,
+                        "a client does not read its replies (its queue is full); disconnecting it"
+                    );
+                    conn.shutdown();
+                }
+                Err(e) => debug!(error = %e, "wait reply not delivered (peer gone)"),
+            }
+        }
+        in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
