@@ -126,7 +126,13 @@ step_start() {
     local log="$log_dir/bg-${#bg_names[@]}.log"
     echo
     echo "==> $name: $* (in the background; its output follows when it ends)"
-    ( status=0; "$@" >"$log" 2>&1 || status=$?; echo "$status" >"$log.status" ) &
+    # Its own end time too: it is recorded when the foreground steps are done.
+    (
+        status=0
+        "$@" >"$log" 2>&1 || status=$?
+        echo "$SECONDS" >"$log.end"
+        echo "$status" >"$log.status"
+    ) &
     bg_pids+=($!)
     bg_names+=("$name")
     bg_logs+=("$log")
@@ -135,14 +141,15 @@ step_start() {
 
 # steps_finish: waits for the background steps, shows their output, records them.
 steps_finish() {
-    local i status
+    local i status end
     for i in "${!bg_names[@]}"; do
         wait "${bg_pids[$i]}" || true
         echo
         echo "==> ${bg_names[$i]}: its output"
         cat "${bg_logs[$i]}"
         status=$(cat "${bg_logs[$i]}.status" 2>/dev/null || echo 1)
-        record "${bg_names[$i]}" "$status" $((SECONDS - bg_starts[i])) "${bg_logs[$i]}"
+        end=$(cat "${bg_logs[$i]}.end" 2>/dev/null || echo "$SECONDS")
+        record "${bg_names[$i]}" "$status" $((end - bg_starts[i])) "${bg_logs[$i]}"
     done
 }
 

@@ -102,7 +102,10 @@ impl<P: Platform> DeviceCore<P> {
         let streams = self.clients.get(s.owner).map_or(1, |c| c.streams.max(1));
         let share = Share {
             descriptors: budget,
-            work: (PASS_WORK / u64::from(streams)).max(MIN_PASS_WORK),
+            work: PASS_WORK
+                .checked_div(u64::from(streams))
+                .unwrap_or(PASS_WORK)
+                .max(MIN_PASS_WORK),
         };
         s.run
             .with(|e| self.run_locked(e, (s.owner, s.ctx), share))
