@@ -1167,8 +1167,11 @@ fn two_hundred_fifty_six_killed_clients_leave_the_device_at_its_baseline() {
     let e = Device::open(path).expect_err("a client open past the client slots");
     assert_eq!(e.errno(), Some(Errno::ENOSPC), "{e}");
     let msg = e.to_string();
+    // The daemon's reply carries the driver's words; open(2) on the kernel's node carries
+    // only the errno (the shim describes it).
     assert!(
-        msg.contains("kept for operators"),
+        msg.contains("kept for operators")
+            || (backend() == Backend::Kernel && msg.contains("table is full")),
         "the refusal says why: {msg}"
     );
     let operator = Control::open(path).expect("an operator's open beside full client slots");
