@@ -24,7 +24,7 @@ use crate::gate::Ticket;
 use crate::peer::{comm_of_pid, container_of_pid};
 use crate::reply::{driver_reply, proto_reply, send_reply};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
-use crate::waits::Waiting;
+use crate::waits::{QueueError, Waiting, MAX_WAITS_PER_DEVICE};
 use davinci_mock_device::Started;
 
 /// Receives one frame: its length, or why it is refused with the length of what arrived
@@ -207,11 +207,19 @@ fn start_wait(
             };
             if let Err(e) = shared.waits.queue(w) {
                 in_flight.fetch_sub(1, Ordering::AcqRel);
-                warn!(device = %shared.name, error = %e, "cannot start the wait thread");
-                let msg = "the daemon could not start its wait thread; try again";
+                let msg = match e {
+                    QueueError::Full => format!(
+                        "{MAX_WAITS_PER_DEVICE} blocking WAIT_EVENTs are in flight on this \
+                         device already (the most it serves); wait for one to end"
+                    ),
+                    QueueError::NoThread(e) => {
+                        warn!(device = %shared.name, error = %e, "cannot start the wait thread");
+                        "the daemon could not start its wait thread; try again".to_string()
+                    }
+                };
                 send_reply(
                     conn,
-                    &Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, msg),
+                    &Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, &msg),
                     None,
                 );
             }

@@ -6,8 +6,8 @@
 //! [`MAX_CONNECTIONS`]), one thread answering every blocking WAIT_EVENT while any is in
 //! flight (`crate::waits`: a reader never blocks on one, so a client's other threads keep
 //! being served while one waits, as with concurrent `ioctl`s on one kernel file, and the
-//! connection's end is always seen; at most [`MAX_WAITS_PER_CONN`] in flight per connection,
-//! more get `EBUSY`), and the device's pollers (`davinci_mock_device`: at least
+//! connection's end is always seen; at most [`MAX_WAITS_PER_CONN`] in flight per connection
+//! and [`MAX_WAITS_PER_DEVICE`] per device, more get `EBUSY`), and the device's pollers (`davinci_mock_device`: at least
 //! `MockConfig::pollers`, one more per 127 streams). So a device never has more than
 //! `2 + MAX_CONNECTIONS + pollers` threads, whatever its clients do; the process adds its
 //! signal thread. Nothing a peer sends can panic the daemon or disturb
@@ -40,6 +40,7 @@ use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 
 pub use crate::gate::{ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO_PER_USER};
 pub use crate::shared::MAX_WAITS_PER_CONN;
+pub use crate::waits::MAX_WAITS_PER_DEVICE;
 /// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
 pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 

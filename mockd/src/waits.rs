@@ -21,6 +21,20 @@ use tracing::{debug, warn};
 
 use crate::reply::{driver_reply, encode_reply};
 
+/// Blocking waits in flight per device: each change the device announces has the wait thread
+/// check them all with the device held, so their number bounds that work (about 0.2 ms for
+/// all of them), whatever the tenants queue.
+pub const MAX_WAITS_PER_DEVICE: usize = 1024;
+
+/// Why a wait was not queued.
+#[derive(Debug)]
+pub(crate) enum QueueError {
+    /// [`MAX_WAITS_PER_DEVICE`] are in flight.
+    Full,
+    /// The wait thread could not be started.
+    NoThread(io::Error),
+}
+
 /// The longest the wait thread sleeps without looking (a safety net: every change that can
 /// end a wait wakes it).
 const SAFETY_NET: Duration = Duration::from_secs(1);
@@ -39,6 +53,8 @@ pub(crate) struct Waiting {
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiting>,
+    /// Waits queued or being checked (the thread takes them out of `waiting` to check them).
+    in_flight: usize,
     /// The wait thread runs (it clears this, under the lock, when it finds nothing left).
     running: bool,
 }
@@ -67,21 +83,23 @@ impl Waits {
     /// Queues `w` and makes sure the device's wait thread looks at it.
     ///
     /// # Errors
-    /// No wait thread could be started (the caller answers the wait `EBUSY`).
-    pub(crate) fn queue(self: &Arc<Self>, w: Waiting) -> io::Result<()> {
+    /// [`MAX_WAITS_PER_DEVICE`] are in flight, or no wait thread could be started (the
+    /// caller answers the wait `EBUSY`).
+    pub(crate) fn queue(self: &Arc<Self>, w: Waiting) -> Result<(), QueueError> {
         let mut q = self.locked();
-        q.waiting.push(w);
+        if q.in_flight >= MAX_WAITS_PER_DEVICE {
+            return Err(QueueError::Full);
+        }
         if !q.running {
             let me = self.clone();
-            let started = std::thread::Builder::new()
+            std::thread::Builder::new()
                 .name(format!("{}-waits", self.name))
-                .spawn(move || me.run());
-            if let Err(e) = started {
-                q.waiting.pop();
-                return Err(e);
-            }
+                .spawn(move || me.run())
+                .map_err(QueueError::NoThread)?;
             q.running = true;
         }
+        q.waiting.push(w);
+        q.in_flight += 1;
         drop(q);
         // A thread asleep with older waits looks again now.
         self.dev.wake_waits();
@@ -118,9 +136,11 @@ impl Waits {
                 q.waiting.append(&mut pending);
                 fresh
             };
+            let answered = ended.len();
             for (w, r) in ended {
                 self.answer(w, r);
             }
+            self.locked().in_flight -= answered;
             if fresh {
                 continue;
             }

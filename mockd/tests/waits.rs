@@ -142,3 +142,58 @@ fn close_answers_the_waits_in_flight_before_its_own_reply() {
     let (r, _) = c.recv();
     assert_eq!((r.tag, r.errno), (close, 0));
 }
+
+#[test]
+fn a_device_serves_a_bounded_number_of_waits() {
+    use davinci_mockd::daemon::MAX_WAITS_PER_DEVICE;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = start("bound");
+    let sock = d.sockets()[0].clone();
+    let per_conn = MAX_WAITS_PER_CONN;
+    let conns = MAX_WAITS_PER_DEVICE / per_conn + 1;
+    let mut clients = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..conns {
+        let mut c = client(&sock);
+        let s = new_stream(&mut c);
+        let tags: Vec<u32> = (0..per_conn).map(|_| send_wait(&mut c, s)).collect();
+        clients.push((c, tags));
+    }
+    // The device's bound is reached by the last connection's waits: they are refused at
+    // once, saying so; every earlier one waits.
+    let (last, tags) = clients.last_mut().unwrap();
+    for &t in tags.iter() {
+        let (r, _) = last.recv();
+        assert_eq!((r.tag, r.errno), (t, Errno::EBUSY.code()), "{}", r.msg);
+        assert!(r.msg.contains("on this device"), "{}", r.msg);
+        refused.push(t);
+    }
+    assert_eq!(refused.len(), conns * per_conn - MAX_WAITS_PER_DEVICE);
+    // Once some end (their client closes), there is room again: a wait is admitted (and
+    // times out) instead of refused.
+    drop(clients.remove(0));
+    let (last, _) = clients.last_mut().unwrap();
+    let s = new_stream(last);
+    let mut w = vec![0; WaitEventArgs::SIZE];
+    WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s,
+        value: 1,
+        timeout_ns: 20_000_000,
+        ..Default::default()
+    }
+    .encode(&mut w);
+    let mut admitted = false;
+    for _ in 0..200 {
+        let tag = last.send(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, w.clone());
+        let (r, _) = last.recv();
+        assert_eq!(r.tag, tag);
+        if r.errno != Errno::EBUSY.code() {
+            assert_eq!(r.errno, Errno::ETIMEDOUT.code(), "{}", r.msg);
+            admitted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(admitted, "no room for a wait after 32 ended");
+}
