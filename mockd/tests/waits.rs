@@ -153,10 +153,16 @@ fn a_device_serves_a_bounded_number_of_waits() {
     let conns = MAX_WAITS_PER_DEVICE / per_conn + 1;
     let mut clients = Vec::new();
     let mut refused = Vec::new();
-    for _ in 0..conns {
+    for i in 0..conns {
         let mut c = client(&sock);
         let s = new_stream(&mut c);
         let tags: Vec<u32> = (0..per_conn).map(|_| send_wait(&mut c, s)).collect();
+        if i + 1 < conns {
+            // Its reader has taken every wait before this GET_INFO (one reader per
+            // connection, frames in order): queued, before the next connection's.
+            let (e, _) = ioctl(&mut c, DRIVER_CMD_GET_INFO, &DeviceInfo::default());
+            assert_eq!(e, 0, "connection {i}: a wait was refused before the bound");
+        }
         clients.push((c, tags));
     }
     // The device's bound is reached by the last connection's waits: they are refused at
