@@ -31,18 +31,23 @@ fn client(path: &Path) -> Raw {
     raw
 }
 
-/// Sends a WAIT_EVENT on `stream` for a value nothing will reach (60 s); its tag.
-fn send_wait(raw: &mut Raw, stream: u32) -> u32 {
+/// Sends a WAIT_EVENT on `stream` for a value nothing will reach, for up to `timeout`; its tag.
+fn send_wait_for(raw: &mut Raw, stream: u32, timeout: Duration) -> u32 {
     let mut arg = vec![0; WaitEventArgs::SIZE];
     WaitEventArgs {
         kind: WaitKind::Stream as u32,
         handle: stream,
         value: 1,
-        timeout_ns: 60_000_000_000,
+        timeout_ns: timeout.as_nanos() as u64,
         ..Default::default()
     }
     .encode(&mut arg);
     raw.send(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, arg)
+}
+
+/// [`send_wait_for`] 60 s.
+fn send_wait(raw: &mut Raw, stream: u32) -> u32 {
+    send_wait_for(raw, stream, Duration::from_secs(60))
 }
 
 fn start(tag: &str) -> Daemon {
@@ -180,18 +185,9 @@ fn a_device_serves_a_bounded_number_of_waits() {
     drop(clients.remove(0));
     let (last, _) = clients.last_mut().unwrap();
     let s = new_stream(last);
-    let mut w = vec![0; WaitEventArgs::SIZE];
-    WaitEventArgs {
-        kind: WaitKind::Stream as u32,
-        handle: s,
-        value: 1,
-        timeout_ns: 20_000_000,
-        ..Default::default()
-    }
-    .encode(&mut w);
     let mut admitted = false;
     for _ in 0..200 {
-        let tag = last.send(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, w.clone());
+        let tag = send_wait_for(last, s, Duration::from_millis(20));
         let (r, _) = last.recv();
         assert_eq!(r.tag, tag);
         if r.errno != Errno::EBUSY.code() {
