@@ -70,13 +70,15 @@ bg_names=()
 bg_logs=()
 bg_starts=()
 bg_pids=()
+# Runs at exit, with set -e still on: a command failing here would become the script's exit
+# status, so each is allowed to fail (the processes have usually ended already).
 cleanup() {
     local p
     for p in $prep_pid ${bg_pids[@]+"${bg_pids[@]}"}; do
-        pkill -P "$p" 2>/dev/null
-        kill "$p" 2>/dev/null
+        pkill -P "$p" 2>/dev/null || true
+        kill "$p" 2>/dev/null || true
     done
-    rm -rf "$log_dir"
+    rm -rf "$log_dir" || true
 }
 trap cleanup EXIT
 
