@@ -270,7 +270,7 @@ impl<P: Platform> DeviceCore<P> {
                 let mut count = 0u32;
                 let mut bytes = [0u8; core::mem::size_of::<ClientUsage>()];
                 let known = (stride as usize).min(bytes.len());
-                for u in self.clients() {
+                for u in self.clients_seen_by(client) {
                     if count < a.capacity {
                         u.encode(&mut bytes);
                         let Some(addr) = (count as u64)

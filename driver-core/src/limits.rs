@@ -83,6 +83,21 @@ impl Quota {
     };
 }
 
+impl Quota {
+    /// Whether every quota is from 1 to its table's size.
+    pub const fn is_valid(&self) -> bool {
+        let n = Quota::NONE;
+        self.contexts >= 1
+            && self.contexts <= n.contexts
+            && self.streams >= 1
+            && self.streams <= n.streams
+            && self.events >= 1
+            && self.events <= n.events
+            && self.allocations >= 1
+            && self.allocations <= n.allocations
+    }
+}
+
 impl Default for Quota {
     fn default() -> Self {
         Quota::FAIR

@@ -1,12 +1,84 @@
-//! Fixed-capacity handle tables. A handle is `generation << 16 | (index + 1)`: 0 is never a
-//! handle, and a stale handle (its slot reused) does not resolve.
+//! Fixed-capacity handle tables. A handle is `generation << 16 | (index + 1)` passed through
+//! the device's [`Scramble`]: 0 is never a handle, a stale handle (its slot reused) does not
+//! resolve, and a handle's value says nothing a tenant can read about the slot or how often
+//! it was used (docs/abi.md 1.2).
 
 use crate::error::{fail, Result};
 
-/// A fixed-capacity table of `T` addressed by generation-checked handles.
+/// A keyed bijection of `u32` that keeps 0 at 0 (and so every other value away from 0):
+/// xor-shifts and multiplications by odd numbers, both invertible modulo 2^32. Handles and
+/// client ids go out through it, so their values carry no sequence (slot, generation, open
+/// count) another tenant's activity would show in. It hides; it is not a cipher: the key is
+/// random per device (the host's [`DeviceCore::set_secret`](crate::DeviceCore::set_secret)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scramble {
+    m1: u32,
+    m2: u32,
+    inv1: u32,
+    inv2: u32,
+}
+
+impl Scramble {
+    /// The key before a host sets one (fmix32's multipliers).
+    pub const DEFAULT: Scramble = Scramble::from_multipliers(0x85eb_ca6b, 0xc2b2_ae35);
+
+    /// The scramble for a secret `key` (any value; the multipliers are forced odd).
+    pub const fn new(key: u64) -> Scramble {
+        // splitmix64's finaliser spreads any key (0 too) over both multipliers.
+        let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        Scramble::from_multipliers(z as u32, (z >> 32) as u32)
+    }
+
+    const fn from_multipliers(m1: u32, m2: u32) -> Scramble {
+        let (m1, m2) = (m1 | 1, m2 | 1);
+        Scramble {
+            m1,
+            m2,
+            inv1: inverse(m1),
+            inv2: inverse(m2),
+        }
+    }
+
+    /// `x` scrambled (0 stays 0).
+    pub const fn apply(&self, x: u32) -> u32 {
+        let mut x = x ^ (x >> 16);
+        x = x.wrapping_mul(self.m1);
+        x ^= x >> 16;
+        x = x.wrapping_mul(self.m2);
+        x ^ (x >> 16)
+    }
+
+    /// The `x` whose [`apply`](Self::apply) is `y`.
+    pub const fn undo(&self, y: u32) -> u32 {
+        // `x ^= x >> 16` is its own inverse on 32 bits.
+        let mut x = y ^ (y >> 16);
+        x = x.wrapping_mul(self.inv2);
+        x ^= x >> 16;
+        x = x.wrapping_mul(self.inv1);
+        x ^ (x >> 16)
+    }
+}
+
+/// The inverse of odd `a` modulo 2^32 (Newton's iteration doubles the correct bits each step:
+/// 3, 6, 12, 24, 48).
+const fn inverse(a: u32) -> u32 {
+    let mut x = a;
+    let mut i = 0;
+    while i < 4 {
+        x = x.wrapping_mul(2u32.wrapping_sub(a.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+/// A fixed-capacity table of `T` addressed by generation-checked, scrambled handles.
 pub struct Table<T, const N: usize> {
     slots: [Slot<T>; N],
     len: usize,
+    scramble: Scramble,
 }
 
 struct Slot<T> {
@@ -35,7 +107,18 @@ impl<T, const N: usize> Table<T, N> {
                 }
             }; N],
             len: 0,
+            scramble: Scramble::DEFAULT,
         }
+    }
+
+    /// Sets the scramble of the table's handles. Only while the table is empty (a handle
+    /// given out under the old one would no longer resolve): `false` otherwise, nothing done.
+    pub fn set_scramble(&mut self, scramble: Scramble) -> bool {
+        if self.len != 0 {
+            return false;
+        }
+        self.scramble = scramble;
+        true
     }
 
     /// Capacity.
@@ -53,11 +136,13 @@ impl<T, const N: usize> Table<T, N> {
         self.len == 0
     }
 
-    fn handle_of(index: usize, generation: u16) -> u32 {
-        ((generation as u32) << 16) | (index as u32 + 1)
+    fn handle_of(&self, index: usize, generation: u16) -> u32 {
+        self.scramble
+            .apply(((generation as u32) << 16) | (index as u32 + 1))
     }
 
     fn index_of(&self, handle: u32) -> Option<usize> {
+        let handle = self.scramble.undo(handle);
         let low = (handle & 0xffff) as usize;
         if low == 0 || low > N {
             return None;
@@ -79,7 +164,8 @@ impl<T, const N: usize> Table<T, N> {
         let slot = &mut self.slots[index];
         slot.value = Some(value);
         self.len += 1;
-        Ok(Self::handle_of(index, slot.generation))
+        let generation = slot.generation;
+        Ok(self.handle_of(index, generation))
     }
 
     /// The entry for `handle`.
@@ -110,17 +196,16 @@ impl<T, const N: usize> Table<T, N> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
             s.value
                 .as_ref()
-                .map(|v| (Self::handle_of(i, s.generation), v))
+                .map(|v| (self.handle_of(i, s.generation), v))
         })
     }
 
     /// `(handle, &mut entry)` for every entry.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
-            let generation = s.generation;
-            s.value
-                .as_mut()
-                .map(move |v| (Self::handle_of(i, generation), v))
+        let scramble = self.scramble;
+        self.slots.iter_mut().enumerate().filter_map(move |(i, s)| {
+            let raw = ((s.generation as u32) << 16) | (i as u32 + 1);
+            s.value.as_mut().map(move |v| (scramble.apply(raw), v))
         })
     }
 
@@ -154,5 +239,42 @@ mod tests {
         assert_eq!(t.get(0), None);
         assert_eq!(t.get(0xffff_0003), None);
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn scramble_is_a_bijection_that_keeps_zero_and_hides_the_slot() {
+        for key in [0u64, 1, 42, u64::MAX, 0x1234_5678_9abc_def0] {
+            let s = Scramble::new(key);
+            assert_eq!(s.apply(0), 0);
+            for x in (1u32..=70_000).chain([u32::MAX, 0x8000_0000, 0xffff_0001]) {
+                let y = s.apply(x);
+                assert_ne!(y, 0, "{x:#x} scrambled to 0 under key {key}");
+                assert_eq!(s.undo(y), x, "undo(apply({x:#x})) under key {key}");
+            }
+        }
+        // Neighbouring slots and successive generations do not give neighbouring values.
+        let s = Scramble::new(7);
+        let (a, b, c) = (s.apply(0x1_0001), s.apply(0x1_0002), s.apply(0x2_0001));
+        assert!(
+            a.abs_diff(b) > 0xffff && a.abs_diff(c) > 0xffff,
+            "{a:#x} {b:#x} {c:#x}"
+        );
+        assert_ne!(Scramble::new(1), Scramble::new(2));
+    }
+
+    #[test]
+    fn handles_depend_on_the_key_and_the_key_changes_only_while_empty() {
+        let mut t: Table<u32, 4> = Table::new();
+        assert!(t.set_scramble(Scramble::new(1)));
+        let a = t.insert(1, "full").unwrap();
+        assert!(!t.set_scramble(Scramble::new(2)), "a handle is out");
+        assert_eq!(t.get(a), Some(&1));
+        let mut u: Table<u32, 4> = Table::new();
+        assert!(u.set_scramble(Scramble::new(2)));
+        let b = u.insert(1, "full").unwrap();
+        assert_ne!(a, b, "the same slot under another key");
+        assert_eq!(u.get(a), None);
+        assert_eq!(t.remove(a), Some(1));
+        assert!(t.set_scramble(Scramble::new(2)));
     }
 }

@@ -3,7 +3,7 @@
 
 mod support;
 
-use davinci_driver_core::{Reply, Role, Run, UserMem};
+use davinci_driver_core::{DeviceCore, Reply, Role, Run, UserMem};
 use davinci_uapi::*;
 use support::*;
 
@@ -98,7 +98,8 @@ fn list_clients_reports_usage() {
     let mut raw = vec![0u8; ListClientsArgs::SIZE];
     args.encode(&mut raw);
     let mut out = Collect(Vec::new());
-    dev.ioctl(a, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+    // An admin sees every client (ABI 1.4: anyone else only its own user's).
+    dev.ioctl(root, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
         .unwrap();
     let args = ListClientsArgs::decode(&raw);
     assert_eq!(args.count, 2);
@@ -119,7 +120,7 @@ fn list_clients_reports_usage() {
         entry_size: ClientUsage::SIZE as u32,
         ..Default::default()
     };
-    call(&mut dev, a, DRIVER_CMD_LIST_CLIENTS, &mut probe).unwrap();
+    call(&mut dev, root, DRIVER_CMD_LIST_CLIENTS, &mut probe).unwrap();
     assert_eq!(probe.count, 2);
     for bad in [0, 4, 100, 4104] {
         probe.entry_size = bad;
@@ -142,7 +143,7 @@ fn list_clients_reports_usage() {
         let mut raw = vec![0u8; ListClientsArgs::SIZE];
         args.encode(&mut raw);
         let mut out = Collect(Vec::new());
-        dev.ioctl(a, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+        dev.ioctl(root, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
             .unwrap();
         let mut flat = std::collections::BTreeMap::new();
         for (addr, data) in &out.0 {
@@ -168,6 +169,166 @@ fn list_clients_reports_usage() {
             assert_eq!((u.uid, u.comm()), (1001, "proc-20"));
         }
     }
+}
+
+/// The `(pid, uid)` of every client `open` sees in LIST_CLIENTS, and the count it is told.
+fn seen_by(dev: &mut DeviceCore<HeapPlatform>, open: u32) -> (Vec<(u32, u32)>, u32) {
+    let args = ListClientsArgs {
+        buf: 0x1000,
+        capacity: 16,
+        entry_size: ClientUsage::SIZE as u32,
+        ..Default::default()
+    };
+    let mut raw = vec![0u8; ListClientsArgs::SIZE];
+    args.encode(&mut raw);
+    let mut out = Collect(Vec::new());
+    dev.ioctl(open, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+        .unwrap();
+    let seen = out
+        .0
+        .iter()
+        .map(|(_, b)| {
+            let u = ClientUsage::decode(b);
+            (u.pid, u.uid)
+        })
+        .collect();
+    (seen, ListClientsArgs::decode(&raw).count)
+}
+
+#[test]
+fn list_clients_shows_a_non_admin_only_its_own_users_clients() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let a2 = dev.open(params(11, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let tool = dev.open(params(30, 1001, Role::Control)).unwrap();
+    assert_ne!(
+        dev.info().features & Features::OWN_CLIENTS,
+        Features::empty()
+    );
+    let all = vec![(10, 1000), (11, 1000), (20, 1001)];
+    assert_eq!(seen_by(&mut dev, root), (all, 3), "an admin sees everyone");
+    let mine = vec![(10, 1000), (11, 1000)];
+    assert_eq!(seen_by(&mut dev, a), (mine.clone(), 2));
+    assert_eq!(seen_by(&mut dev, a2), (mine, 2));
+    assert_eq!(seen_by(&mut dev, b), (vec![(20, 1001)], 1));
+    // A non-admin's control open (a tool run by that user) sees that user's clients.
+    assert_eq!(seen_by(&mut dev, tool), (vec![(20, 1001)], 1));
+    // The device-wide count stays public (GET_INFO, QUERY_DEVICE_SHARE): no identities in it.
+    assert_eq!(dev.info_for(b).clients, 3);
+    dev.close(b);
+    assert_eq!(seen_by(&mut dev, tool), (vec![], 0));
+}
+
+#[test]
+fn handles_and_client_ids_carry_no_sequence_and_follow_the_secret() {
+    // Two devices, each with its own secret: the same calls give different handles and ids,
+    // and neither counts up from the last one.
+    let mut ids = Vec::new();
+    let mut handles = Vec::new();
+    for secret in [1u64, 2] {
+        let mut dev = device();
+        dev.set_secret(secret).unwrap();
+        let root = dev.open(params(1, 0, Role::Control)).unwrap();
+        dev.set_share_mode(root, ShareMode::Shared).unwrap();
+        let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+        let b = dev.open(params(11, 1000, Role::Client)).unwrap();
+        let (ia, ib) = (dev.info_for(a).caller_id, dev.info_for(b).caller_id);
+        assert!(ia != 0 && ib != 0 && ia != ib);
+        assert!(
+            ia.abs_diff(ib) > 0xffff,
+            "ids {ia:#x} {ib:#x} look sequential"
+        );
+        let k1 = ctx(&mut dev, a);
+        let k2 = ctx(&mut dev, a);
+        assert!(
+            k1.abs_diff(k2) > 0xffff,
+            "handles {k1:#x} {k2:#x} look sequential"
+        );
+        // A destroyed context's slot, reused, gives a value unrelated to the old one.
+        let mut h = HandleArgs { handle: k1, pad: 0 };
+        call(&mut dev, a, DRIVER_CMD_DESTROY_CONTEXT, &mut h).unwrap();
+        let k3 = ctx(&mut dev, a);
+        assert!(k3.abs_diff(k1) > 0xffff, "{k1:#x} reused as {k3:#x}");
+        // The handles resolve, the destroyed one does not.
+        assert_eq!(
+            call(&mut dev, a, DRIVER_CMD_DESTROY_CONTEXT, &mut h),
+            Err(Errno::ENOENT)
+        );
+        ids.push((ia, ib));
+        handles.push((k1, k2));
+        // Once anything is open the secret and the quota stay.
+        assert_eq!(dev.set_secret(9).unwrap_err().errno, Errno::EBUSY);
+        assert_eq!(
+            dev.set_quota(davinci_driver_core::Quota::NONE)
+                .unwrap_err()
+                .errno,
+            Errno::EBUSY
+        );
+    }
+    assert_ne!(ids[0], ids[1]);
+    assert_ne!(handles[0], handles[1]);
+}
+
+#[test]
+fn get_info_reports_the_quota_in_force() {
+    use davinci_driver_core::Quota;
+    let mut dev = device();
+    let q = Quota {
+        contexts: 3,
+        streams: 5,
+        events: 7,
+        allocations: 9,
+    };
+    assert_eq!(
+        dev.set_quota(Quota { contexts: 0, ..q }).unwrap_err().errno,
+        Errno::EINVAL
+    );
+    assert_eq!(
+        dev.set_quota(Quota {
+            events: 100_000,
+            ..q
+        })
+        .unwrap_err()
+        .errno,
+        Errno::EINVAL
+    );
+    dev.set_quota(q).unwrap();
+    let info = dev.info();
+    assert_ne!(info.features & Features::QUOTAS, Features::empty());
+    let quota = |i: &DeviceInfo| {
+        (
+            i.quota_contexts,
+            i.quota_streams,
+            i.quota_events,
+            i.quota_allocations,
+        )
+    };
+    // Exclusive: the one client may fill every table.
+    assert_eq!(
+        quota(&info),
+        (
+            info.max_contexts,
+            info.max_streams,
+            info.max_events,
+            info.max_allocations
+        )
+    );
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    assert_eq!(quota(&dev.info_for(a)), (3, 5, 7, 9));
+    // ... and it is the quota enforced.
+    for _ in 0..3 {
+        ctx(&mut dev, a);
+    }
+    let mut x = CreateContextArgs::default();
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_CREATE_CONTEXT, &mut x),
+        Err(Errno::ENOSPC)
+    );
 }
 
 #[test]

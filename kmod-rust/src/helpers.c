@@ -4,10 +4,14 @@
  * the container id) and its name. The accessors are static inlines and macros over
  * task_struct fields, which the module's Rust side cannot reach safely on 6.12 (bindgen's
  * task_struct layout is off for this configuration; see docs/kernel.md), so they stay in C.
+ * Also the module's parameters (the Rust module! macro of 6.12 has none) and its random
+ * source.
  */
 #include <linux/cgroup.h>
 #include <linux/init_task.h>
+#include <linux/moduleparam.h>
 #include <linux/nsproxy.h>
+#include <linux/random.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/string.h>
@@ -16,6 +20,41 @@ int davinci_current_cgroup_path(char *buf, size_t len);
 void davinci_current_comm(char buf[16]);
 int davinci_need_resched(void);
 void davinci_cpu_relax(void);
+void davinci_quota_params(unsigned int out[4]);
+u64 davinci_random_u64(void);
+
+/*
+ * What one client may hold of each table while a device is shared (docs/kernel.md); 0 is
+ * driver-core's default, a quarter of the table. Read-only once loaded: a device takes them
+ * before its first open.
+ */
+static unsigned int quota_contexts;
+module_param(quota_contexts, uint, 0444);
+MODULE_PARM_DESC(quota_contexts, "contexts one client may hold on a shared device (0: a quarter of the 256)");
+static unsigned int quota_streams;
+module_param(quota_streams, uint, 0444);
+MODULE_PARM_DESC(quota_streams, "streams one client may hold on a shared device (0: a quarter of the 256)");
+static unsigned int quota_events;
+module_param(quota_events, uint, 0444);
+MODULE_PARM_DESC(quota_events, "events one client may hold on a shared device (0: a quarter of the 1024)");
+static unsigned int quota_allocations;
+module_param(quota_allocations, uint, 0444);
+MODULE_PARM_DESC(quota_allocations, "allocations one client may hold on a shared device (0: a quarter of the 1024)");
+
+/* The quota parameters: contexts, streams, events, allocations (0: the default). */
+void davinci_quota_params(unsigned int out[4])
+{
+	out[0] = quota_contexts;
+	out[1] = quota_streams;
+	out[2] = quota_events;
+	out[3] = quota_allocations;
+}
+
+/* A random number for a device's handle secret (get_random_u64 may be inline). */
+u64 davinci_random_u64(void)
+{
+	return get_random_u64();
+}
 
 /*
  * The current task's cgroup v2 path as the initial cgroup namespace sees it (so a process in

@@ -14,6 +14,7 @@ use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::new_mutex;
 
+use crate::davinci_driver_core::Quota;
 use crate::device::{DevState, Misc, STATES};
 use crate::fops::fops;
 use crate::wake::{Wake, Wakeups};
@@ -44,6 +45,25 @@ impl DevState {
         // dropped at module unload, after the worker stopped and no file is open).
         let wake = unsafe { Wake::new(&st.wake) };
         st.lock().platform_mut().set_wake(wake);
+        // What is known only now, before the first open: a random handle secret and the
+        // quota parameters.
+        {
+            let mut dev = st.lock();
+            let quota = quota_params();
+            if let Err(e) = dev.set_secret(random_u64()).and_then(|()| dev.set_quota(quota)) {
+                pr_err!(
+                    "davinci{}: {} (quota_contexts={} quota_streams={} quota_events={} \
+                     quota_allocations={})\n",
+                    index,
+                    e.msg,
+                    quota.contexts,
+                    quota.streams,
+                    quota.events,
+                    quota.allocations
+                );
+                return Err(EINVAL);
+            }
+        }
         STATES[index].store(raw.cast_mut(), Ordering::Release);
 
         // The worker.
@@ -102,4 +122,33 @@ impl PinnedDrop for DevState {
         }
         STATES[self.index].store(core::ptr::null_mut(), Ordering::Release);
     }
+}
+
+extern "C" {
+    /// `helpers.c`: the module parameters quota_contexts, quota_streams, quota_events and
+    /// quota_allocations, in that order (0: the default).
+    fn davinci_quota_params(out: *mut u32);
+    /// `helpers.c`: `get_random_u64()`.
+    fn davinci_random_u64() -> u64;
+}
+
+/// The quota the module parameters ask for: each 0 (not given) is the default's.
+fn quota_params() -> Quota {
+    let mut p = [0u32; 4];
+    // SAFETY: `p` is a live array of the four `unsigned int`s the helper writes.
+    unsafe { davinci_quota_params(p.as_mut_ptr()) };
+    let or = |v: u32, d: u32| if v == 0 { d } else { v };
+    let d = Quota::FAIR;
+    Quota {
+        contexts: or(p[0], d.contexts),
+        streams: or(p[1], d.streams),
+        events: or(p[2], d.events),
+        allocations: or(p[3], d.allocations),
+    }
+}
+
+/// A random number from the kernel's generator.
+fn random_u64() -> u64 {
+    // SAFETY: no arguments; get_random_u64 may be called in process context at any time.
+    unsafe { davinci_random_u64() }
 }

@@ -82,6 +82,8 @@ impl MockDevice {
         );
         // Cannot fail for the whole device (no stream to look up).
         let _ = dev.inject(None, config.inject);
+        // Nothing is open yet, so this cannot fail.
+        let _ = dev.set_secret(random_secret());
         let core = Arc::new(Core {
             dev: RwLock::new(dev),
             notified,
@@ -301,4 +303,14 @@ impl MockDevice {
     pub fn shutdown(&self) {
         self.core().shutdown();
     }
+}
+
+/// A random secret for the device's handle scramble: std's `RandomState` keys come from the
+/// operating system's random source (and differ per call), so hashing nothing with one gives
+/// a number no tenant can predict.
+fn random_secret() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }

@@ -23,6 +23,10 @@ const T: Duration = Duration::from_secs(20);
 #[path = "conformance/isolation.rs"]
 mod isolation;
 
+/// Per-client quotas (issue 21, ABI 1.4), on the same backends.
+#[path = "conformance/quotas.rs"]
+mod quotas;
+
 fn dev() -> Device {
     open_default().expect("open the test device")
 }

@@ -60,7 +60,7 @@ fn struct_sizes() {
 
 #[test]
 fn abi_version() {
-    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 3));
+    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 4));
     assert!(abi_compatible(1));
     assert!(!abi_compatible(2));
 }

@@ -83,6 +83,22 @@ impl<P: Platform> DeviceCore<P> {
             .map(|(h, c)| self.usage(h, c))
     }
 
+    /// The clients `open` may see (LIST_CLIENTS, docs/abi.md 3): every client for an admin,
+    /// the clients of the caller's own user for anyone else; none for an unknown open.
+    pub fn clients_seen_by(&self, open: u32) -> impl Iterator<Item = ClientUsage> + '_ {
+        let viewer = self
+            .clients
+            .get(open)
+            .map(|c| (c.params.admin, c.params.uid));
+        self.clients
+            .iter()
+            .filter(move |(_, c)| {
+                c.params.role == Role::Client
+                    && matches!(viewer, Some((admin, uid)) if admin || uid == c.params.uid)
+            })
+            .map(|(h, c)| self.usage(h, c))
+    }
+
     /// Usage of one open (by its handle).
     pub fn client_usage(&self, client: u32) -> Option<ClientUsage> {
         self.clients.get(client).map(|c| self.usage(client, c))
@@ -111,7 +127,7 @@ impl<P: Platform> DeviceCore<P> {
             error,
             holder: None,
         })?;
-        let id = self.next_client_id;
+        let id = self.client_ids.apply(self.next_client_id);
         let client = Client {
             id,
             params,
@@ -148,7 +164,7 @@ impl<P: Platform> DeviceCore<P> {
         if self.share == ShareMode::Exclusive {
             return Ok(());
         }
-        let q = &self.config.quota;
+        let q = &self.quota_now();
         let (held, quota, msg) = match kind {
             Holding::Contexts => (c.contexts, q.contexts, "this client holds its quota of contexts on a shared device (the operator's --client-quota; a quarter of the table by default)"),
             Holding::Streams => (c.streams, q.streams, "this client holds its quota of streams on a shared device (the operator's --client-quota; a quarter of the table by default)"),

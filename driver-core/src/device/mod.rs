@@ -17,7 +17,7 @@ use crate::limits::{
 };
 use crate::memory::Allocator;
 use crate::platform::{Lock, Platform};
-use crate::table::Table;
+use crate::table::{Scramble, Table};
 
 mod allocations;
 pub(crate) mod clients;
@@ -51,6 +51,8 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) platform: P,
     pub(crate) share: ShareMode,
     pub(crate) next_client_id: u32,
+    /// Client ids go out through it ([`Scramble`]: no visible open count).
+    pub(crate) client_ids: Scramble,
     pub(crate) clients: Table<Client, MAX_CLIENTS>,
     pub(crate) contexts: Table<ContextEntry, MAX_CONTEXTS>,
     pub(crate) streams: Table<StreamEntry<P>, MAX_STREAMS>,
@@ -86,6 +88,7 @@ impl<P: Platform> DeviceCore<P> {
             platform,
             share: ShareMode::Exclusive,
             next_client_id: 1,
+            client_ids: Scramble::DEFAULT,
             clients: Table::new(),
             contexts: Table::new(),
             streams: Table::new(),
@@ -125,6 +128,7 @@ impl<P: Platform> DeviceCore<P> {
     /// GET_INFO.
     pub fn info(&self) -> DeviceInfo {
         let c = &self.config;
+        let quota = self.quota_now();
         DeviceInfo {
             abi_major: davinci_uapi::ABI_VERSION_MAJOR,
             abi_minor: davinci_uapi::ABI_VERSION_MINOR,
@@ -138,7 +142,9 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::OPCODE_MASK.bits()
                         | Features::LAST_ERROR.bits()
                         | Features::FAULT_DETAIL.bits()
-                        | Features::COUNTERS.bits()),
+                        | Features::COUNTERS.bits()
+                        | Features::QUOTAS.bits()
+                        | Features::OWN_CLIENTS.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,
@@ -157,8 +163,67 @@ impl<P: Platform> DeviceCore<P> {
             clients: self.client_count(),
             caller_id: 0,
             opcodes: SUPPORTED_OPCODES,
-            reserved: [0; 3],
+            quota_contexts: quota.contexts,
+            quota_streams: quota.streams,
+            quota_events: quota.events,
+            quota_allocations: quota.allocations,
+            reserved: 0,
         }
+    }
+
+    /// What one client may hold of each table now: the configured quota while the device is
+    /// shared, every table whole while it is exclusive.
+    pub fn quota_now(&self) -> Quota {
+        match self.share {
+            ShareMode::Shared => self.config.quota,
+            ShareMode::Exclusive => Quota::NONE,
+        }
+    }
+
+    /// Sets what a host learns only at run time, before anything is open: the secret that
+    /// scrambles handles and client ids (a random number per device: the kernel's
+    /// `get_random_u64`, the daemon's `getrandom`), so that no value a tenant sees carries a
+    /// sequence another tenant's activity shows in. `EBUSY` once anything is open (handles
+    /// given out would no longer resolve).
+    pub fn set_secret(&mut self, secret: u64) -> Result<()> {
+        self.ensure_unused()?;
+        let key = |n: u64| Scramble::new(secret ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        // Each table empty (checked above), so each takes its key.
+        let all = self.clients.set_scramble(key(1))
+            & self.contexts.set_scramble(key(2))
+            & self.streams.set_scramble(key(3))
+            & self.events.set_scramble(key(4))
+            & self.allocations.set_scramble(key(5));
+        debug_assert!(all);
+        self.client_ids = key(6);
+        Ok(())
+    }
+
+    /// Sets the per-client quota (a host's run-time setting, e.g. the kernel module's
+    /// parameters), before anything is open: `EBUSY` after; `EINVAL` for a quota of 0 or
+    /// one larger than its table.
+    pub fn set_quota(&mut self, quota: Quota) -> Result<()> {
+        self.ensure_unused()?;
+        ensure!(
+            quota.is_valid(),
+            EINVAL,
+            "each quota must be from 1 to its table's size"
+        );
+        self.config.quota = quota;
+        Ok(())
+    }
+
+    fn ensure_unused(&self) -> Result<()> {
+        ensure!(
+            self.clients.is_empty()
+                && self.contexts.is_empty()
+                && self.streams.is_empty()
+                && self.events.is_empty()
+                && self.allocations.is_empty(),
+            EBUSY,
+            "a host sets this only before the device's first open"
+        );
+        Ok(())
     }
 
     /// GET_INFO as `open` asks it: [`info`](Self::info) with the caller's own client id (0

@@ -24,6 +24,9 @@ pub(super) struct Seen {
 pub(super) struct Open {
     pub(super) handle: u32,
     pub(super) role: Role,
+    /// Who opened: LIST_CLIENTS shows an admin everyone, anyone else its own user's clients.
+    pub(super) uid: u32,
+    pub(super) admin: bool,
 }
 
 /// The device and what the harness knows of it.

@@ -76,7 +76,7 @@ fn outcome(r: davinci_shim::Result<()>) -> Option<(Option<Errno>, String)> {
 /// Puts a device in shared mode and, when dropped, back in the mode it found it in (the kernel
 /// module's devices outlive the test; the mock devices are fresh per test anyway). Drop it
 /// after every client it let in.
-struct SharedMode {
+pub(super) struct SharedMode {
     ctl: Control,
     before: ShareMode,
 }
@@ -98,7 +98,7 @@ impl Drop for SharedMode {
 
 /// Two clients, A and B, of one device of the configured backend, in shared mode. Bind the
 /// result as `let (_shared, a, b) = ...` so that the clients are dropped first.
-fn shared_pair() -> (SharedMode, Device, Device) {
+pub(super) fn shared_pair() -> (SharedMode, Device, Device) {
     let a = dev();
     let shared = SharedMode::enable(control_of(&a).expect("control open"));
     let b = second_client(&a).expect("a second client in shared mode");

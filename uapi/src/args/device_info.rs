@@ -51,8 +51,21 @@ abi_struct! {
         /// another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`
         /// (from driver). ABI 1.1.
         pub opcodes: u32,
+        /// Most contexts the caller may hold at once now: the per-client quota while the
+        /// device is shared, `max_contexts` while it is exclusive. Valid with
+        /// `DAVINCI_FEAT_QUOTAS` (from driver). ABI 1.4.
+        pub quota_contexts: u32,
+        /// Most streams the caller may hold at once now (as `quota_contexts`) (from driver).
+        /// ABI 1.4.
+        pub quota_streams: u32,
+        /// Most events the caller may hold at once now (as `quota_contexts`) (from driver).
+        /// ABI 1.4.
+        pub quota_events: u32,
+        /// Most allocations the caller may hold at once now (as `quota_contexts`)
+        /// (from driver). ABI 1.4.
+        pub quota_allocations: u32,
         /// Reserved, zero (from driver).
-        pub reserved: [u64; 3],
+        pub reserved: u64,
     }
 }
 
@@ -99,6 +112,11 @@ abi_flags! {
         const FAULT_DETAIL = 1 << 9;
         /// GET_COUNTERS reports device-wide counters (ABI 1.3).
         const COUNTERS = 1 << 10;
+        /// GET_INFO's `quota_*` fields say what the caller may hold (ABI 1.4).
+        const QUOTAS = 1 << 11;
+        /// LIST_CLIENTS lists the caller's own user's clients only, unless the caller is an
+        /// admin (ABI 1.4; before, every caller saw every client).
+        const OWN_CLIENTS = 1 << 12;
     }
 }
 
