@@ -38,6 +38,7 @@ use crate::reply::send_reply;
 use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 
+pub use crate::audit::{AUDIT_BURST, AUDIT_INTERVAL};
 pub use crate::gate::{ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO_PER_USER};
 pub use crate::shared::MAX_WAITS_PER_CONN;
 pub use crate::waits::MAX_WAITS_PER_DEVICE;
@@ -205,8 +206,8 @@ impl Daemon {
         self.served.iter().map(|s| s.shared.dev.clone()).collect()
     }
 
-    /// Stops accepting, removes the sockets, disconnects every client (closing their opens)
-    /// and stops the devices.
+    /// Stops accepting, removes the sockets, disconnects every client (closing their opens),
+    /// stops the devices and writes the audit log's pending counts of suppressed records.
     pub fn stop(mut self) {
         self.stop_inner();
     }
@@ -226,6 +227,8 @@ impl Daemon {
                 c.shutdown();
             }
             s.shared.dev.shutdown();
+            // Counts of suppressed audit records still pending are written now.
+            s.shared.audit.flush();
         }
         if self.created_dir && !self.served.is_empty() {
             // Only if empty: never removes anything but what the daemon created.

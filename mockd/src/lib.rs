@@ -3,7 +3,8 @@
 //!
 //! * [`daemon`]: the devices and their acceptors; `shared` is what the threads serving one
 //!   device share; `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and
-//!   CLOSE frames; `gate` decides who may connect; `reply` encodes and sends replies; `waits` answers its blocking WAIT_EVENTs (one thread per device).
+//!   CLOSE frames; `gate` decides who may connect; `reply` encodes and sends replies; `waits` answers its blocking WAIT_EVENTs (one thread per device); `audit` rate-limits
+//!   the audit log's lines.
 //! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
 //!   admin ([`peer::AdminPolicy`]).
 //! * [`cli`]: the command line, logging and signals; the binary is one call to [`cli::main`].
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod audit;
 pub mod cli;
 mod conn;
 pub mod daemon;
