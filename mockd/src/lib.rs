@@ -7,7 +7,8 @@
 //!   the audit log's lines.
 //! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
 //!   admin ([`peer::AdminPolicy`]).
-//! * [`cli`]: the command line, logging and signals; the binary is one call to [`cli::main`].
+//! * [`cli`]: the command line, logging and signals (`signals`: taken from a signalfd, with
+//!   their sender); the binary is one call to [`cli::main`].
 //!
 //! The wire protocol and socket I/O are `davinci-mockd-proto`, shared with the clients; the
 //! device itself is `davinci-mock-device`, which the shim also embeds. This crate is the only
@@ -23,4 +24,5 @@ mod gate;
 pub mod peer;
 mod reply;
 mod shared;
+mod signals;
 mod waits;

@@ -3,9 +3,11 @@
 //! `davinci-mockd` binary run in a socket directory of its own with its log collected.
 #![allow(dead_code)]
 
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{Hello, Kind, Reply, Request, WireRole, MAX_REPLY};
@@ -109,11 +111,12 @@ pub fn scratch_path(tag: &str) -> PathBuf {
 
 /// The `davinci-mockd` binary, running with `--socket-dir` and `--exit-with-parent` at
 /// `RUST_LOG=info`; its stderr is read as it comes (a daemon that logs a lot never blocks
-/// on a full pipe) and returned by [`Mockd::stop`].
+/// on a full pipe), seen with [`Mockd::wait_for_log`] and returned by [`Mockd::stop`].
 pub struct Mockd {
     pub child: Child,
     pub dir: PathBuf,
-    log: Option<std::thread::JoinHandle<String>>,
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Mockd {
@@ -132,11 +135,16 @@ impl Mockd {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let log = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in err.lines() {
+                let Ok(line) = line else { return };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
         });
         let mut ready = String::new();
         std::io::BufReader::new(child.stdout.take().unwrap())
@@ -145,7 +153,8 @@ impl Mockd {
         let mut d = Mockd {
             child,
             dir,
-            log: Some(log),
+            log,
+            reader: Some(reader),
         };
         if !ready.contains("davinci-mockd: ready") {
             let (status, log) = d.stop();
@@ -169,22 +178,37 @@ impl Mockd {
         nix::sys::signal::kill(self.pid(), sig).unwrap();
     }
 
+    /// The first line of its log so far that contains `what`, waiting up to 10 s for it.
+    pub fn wait_for_log(&self, what: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            let log = self.log.lock().unwrap().clone();
+            if let Some(l) = log.lines().find(|l| l.contains(what)) {
+                return l.to_string();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no {what:?} in the log after 10 s:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// SIGTERM, then its exit status and its whole log (stderr).
     pub fn stop(&mut self) -> (ExitStatus, String) {
         let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGTERM);
         let status = self.child.wait().unwrap();
-        let log = self
-            .log
-            .take()
-            .map(|l| l.join().unwrap())
-            .unwrap_or_default();
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        let log = self.log.lock().unwrap().clone();
         (status, log)
     }
 }
 
 impl Drop for Mockd {
     fn drop(&mut self) {
-        if self.log.is_some() {
+        if self.reader.is_some() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
