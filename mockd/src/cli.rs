@@ -87,6 +87,11 @@ sockets, so the daemon refuses to start unless
     link, no write permission for group or others;
   --socket-dir, $DAVINCI_SOCKET_DIR, /run/davinci: owned by the daemon's user or root, no
     write permission for others unless sticky (a group-writable directory is allowed).
+Whoever can move it, or a directory above it, could put their own in its place, so every
+directory above it up to / must be owned by root or the daemon's user, not writable by
+others unless sticky, nor by its group unless sticky or owned by root (not even then for
+the per-user fallbacks); in a sticky directory others may write to, the entry on the way
+must be owned by root or the daemon's user (as /tmp/davinci-$UID in /tmp is).
 
 Exit status: 0 clean shutdown, 1 cannot start (socket in use, socket directory not writable
 or refused), 2 usage.

@@ -3,8 +3,10 @@
 //!
 //! * [`daemon`]: the devices and their acceptors; `shared` is what the threads serving one
 //!   device share; `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and
-//!   CLOSE frames; `gate` decides who may connect; `reply` encodes and sends replies; `waits` answers its blocking WAIT_EVENTs (one thread per device); `audit` rate-limits
-//!   the audit log's lines.
+//!   CLOSE frames; `gate` decides who may connect; `reply` encodes and sends replies;
+//!   `waits` answers its blocking WAIT_EVENTs (one thread per device); `audit` rate-limits
+//!   the audit log's lines; `socket_dir` creates and checks the socket directory and every
+//!   directory above it.
 //! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
 //!   admin ([`peer::AdminPolicy`]).
 //! * [`cli`]: the command line, logging and signals (`signals`: taken from a signalfd, with
@@ -25,4 +27,5 @@ pub mod peer;
 mod reply;
 mod shared;
 mod signals;
+mod socket_dir;
 mod waits;
