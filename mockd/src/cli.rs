@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use davinci_driver_core::{Inject, Quota};
 use davinci_uapi::{Errno, ShareMode};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
 use davinci_mockd_proto::{default_socket_dir_choice, SocketDir};
@@ -15,6 +15,7 @@ use davinci_units::{parse_duration, parse_size};
 
 use crate::daemon::{Daemon, DaemonConfig};
 use crate::peer::AdminPolicy;
+use crate::signals::Signals;
 
 /// `--help` text.
 pub const USAGE: &str = "\
@@ -73,7 +74,8 @@ socket listens it prints one line to stdout:
   davinci-mockd: ready: <N> device(s) in <DIR>
 SIGTERM or SIGINT: stop accepting, remove the sockets, close every client, exit 0.
 SIGUSR1: reset every device now (as --reset-after does). docs/abi.md 5.6 says what clients
-see of each fault and of a reset.
+see of each fault and of a reset. The log names each signal's sender (sender_pid,
+sender_uid, si_code; sender=--reset-after for the daemon's own timer).
 
 Admins (who may change device sharing): uid 0 unless --no-root-admin, the daemon's own
 user unless --no-owner-admin, every --admin-uid, members of every --admin-group. The
@@ -85,6 +87,11 @@ sockets, so the daemon refuses to start unless
     link, no write permission for group or others;
   --socket-dir, $DAVINCI_SOCKET_DIR, /run/davinci: owned by the daemon's user or root, no
     write permission for others unless sticky (a group-writable directory is allowed).
+Whoever can move it, or a directory above it, could put their own in its place, so every
+directory above it up to / must be owned by root or the daemon's user, not writable by
+others unless sticky, nor by its group unless sticky or owned by root (not even then for
+the per-user fallbacks); in a sticky directory others may write to, the entry on the way
+must be owned by root or the daemon's user (as /tmp/davinci-$UID in /tmp is).
 
 Exit status: 0 clean shutdown, 1 cannot start (socket in use, socket directory not writable
 or refused), 2 usage.
@@ -276,18 +283,17 @@ pub fn main() -> i32 {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 
-    // Block the shutdown signals before any thread starts (threads inherit the mask); this
-    // thread then takes them synchronously with sigwait.
-    let mut sigs = SigSet::empty();
-    sigs.add(Signal::SIGTERM);
-    sigs.add(Signal::SIGINT);
-    sigs.add(Signal::SIGUSR1);
-    if let Err(e) = sigs.thread_block() {
-        eprintln!("davinci-mockd: cannot block signals: {e}");
-        return 1;
-    }
+    // Block the shutdown and reset signals before any thread starts (threads inherit the
+    // mask); this thread then takes them synchronously from a signalfd, with their sender.
+    let signals = match Signals::block() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("davinci-mockd: cannot block signals: {e}");
+            return 1;
+        }
+    };
     if with_parent {
-        // SIGTERM (taken by sigwait below) when the parent exits; a parent already gone
+        // SIGTERM (taken from the signalfd below) when the parent exits; a parent already gone
         // (reparented to init) means there is nobody to serve.
         if nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_err()
             || nix::unistd::getppid().as_raw() == 1
@@ -343,18 +349,31 @@ pub fn main() -> i32 {
             warn!(error = %e, "--reset-after: cannot start its timer; no reset will happen");
         }
     }
-    let sig = loop {
-        match sigs.wait() {
-            Ok(Signal::SIGUSR1) => {
+    loop {
+        match signals.next() {
+            Ok(s) if s.signal == Some(Signal::SIGUSR1) => {
                 for (n, dev) in daemon.devices().iter().enumerate() {
                     let stopped = dev.reset();
-                    warn!(device = n, streams_stopped = stopped, "device reset");
+                    warn!(
+                        device = n, streams_stopped = stopped, signal = %s.name(),
+                        sender = %s.sender(), sender_pid = s.pid, sender_uid = s.uid,
+                        si_code = %s.code_name(), "device reset"
+                    );
                 }
             }
-            other => break other,
+            Ok(s) => {
+                info!(
+                    signal = %s.name(), sender = %s.sender(), sender_pid = s.pid,
+                    sender_uid = s.uid, si_code = %s.code_name(), "shutting down"
+                );
+                break;
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the signalfd; shutting down");
+                break;
+            }
         }
-    };
-    info!(signal = ?sig.ok(), "shutting down");
+    }
     daemon.stop();
     info!("sockets removed; bye");
     0

@@ -20,6 +20,7 @@ use davinci_uapi::{
 };
 use tracing::{debug, info, warn};
 
+use crate::audit::Record;
 use crate::gate::Ticket;
 use crate::peer::{comm_of_pid, container_of_pid};
 use crate::reply::{driver_reply, proto_reply, send_reply};
@@ -229,10 +230,13 @@ fn start_wait(
     }
 }
 
-/// Client opens and closes are logged at `info`, control opens (davinci-smi) at `debug`.
+/// Client opens and closes are logged at `info` (rate-limited per uid: `crate::audit`),
+/// control opens (davinci-smi) at `debug`.
 fn log_closed(shared: &Shared, cred: &PeerCred, client: u32, role: Role) {
     if role == Role::Client {
-        info!(device = %shared.name, pid = cred.pid, handle = client, "client closed");
+        shared.audit.record(Record::ClientClosed, cred.uid, || {
+            info!(device = %shared.name, pid = cred.pid, handle = client, "client closed");
+        });
     } else {
         debug!(device = %shared.name, pid = cred.pid, handle = client, "control closed");
     }
@@ -310,10 +314,13 @@ fn hello(
             };
             let container = usage.container_id().unwrap_or_default();
             if role == Role::Client {
-                info!(
-                    device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
-                    container = %container, handle = client, "client opened"
-                );
+                shared.audit.record(Record::ClientOpened, cred.uid, || {
+                    info!(
+                        device = %shared.name, pid = cred.pid, uid = cred.uid,
+                        admin = params.admin, container = %container, handle = client,
+                        "client opened"
+                    );
+                });
             } else {
                 debug!(
                     device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
@@ -338,7 +345,9 @@ fn hello(
                 holder.encode(&mut p);
                 r.payload = p;
             }
-            info!(device = %shared.name, pid = cred.pid, error = %r.msg, "open refused");
+            shared.audit.record(Record::OpenRefused, cred.uid, || {
+                info!(device = %shared.name, pid = cred.pid, error = %r.msg, "open refused");
+            });
             send_reply(conn, &r, None);
             Ok(None)
         }
@@ -401,9 +410,10 @@ impl UserMem for PayloadMem {
     }
 }
 
-/// SET_DEVICE_SHARE, audited: every change (who, from what to what) and every refusal is
-/// logged, and a refusal for want of admin rights says who the admins are and how to become
-/// one. Changes through this daemon are serialized so "from" and "to" are exact.
+/// SET_DEVICE_SHARE, audited: every accepted call (who, from what to what) is logged, and
+/// every refusal (rate-limited per uid: `crate::audit`); a refusal for want of admin rights
+/// says who the admins are and how to become one. Changes through this daemon are
+/// serialized so "from" and "to" are exact.
 fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Result<(), Error> {
     let requested = DeviceShareArgs::from_bytes(arg).map(|a| a.mode);
     let requested_name = match requested.and_then(ShareMode::from_u32) {
@@ -434,13 +444,15 @@ fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Resul
             Ok(())
         }
         Err(e) => {
-            warn!(
-                device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
-                container = %peer.container, admin = peer.admin,
-                mode = %from, requested = %requested_name,
-                errno = %e.errno.name(), error = %e.msg,
-                "device sharing change refused"
-            );
+            shared.audit.record(Record::ShareRefused, c.uid, || {
+                warn!(
+                    device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
+                    container = %peer.container, admin = peer.admin,
+                    mode = %from, requested = %requested_name,
+                    errno = %e.errno.name(), error = %e.msg,
+                    "device sharing change refused"
+                );
+            });
             Err(e)
         }
     }

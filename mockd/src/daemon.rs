@@ -25,8 +25,7 @@ use std::thread::JoinHandle;
 use davinci_driver_core::{NoUserMem, Role};
 use davinci_mockd_proto::sockio::{PeerCred, SeqListener, SeqPacket};
 use davinci_mockd_proto::{
-    check_socket_dir, default_socket_dir_choice, socket_name, DirFacts, Kind, Reply, Request,
-    SocketDir, SocketDirOrigin,
+    default_socket_dir_choice, socket_name, Kind, Reply, Request, SocketDir,
 };
 use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
 use tracing::{debug, info, warn};
@@ -38,8 +37,10 @@ use crate::reply::send_reply;
 use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 
+pub use crate::audit::{AUDIT_BURST, AUDIT_INTERVAL};
 pub use crate::gate::{ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO_PER_USER};
 pub use crate::shared::MAX_WAITS_PER_CONN;
+pub use crate::socket_dir::prepare_socket_dir;
 pub use crate::waits::MAX_WAITS_PER_DEVICE;
 /// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
 pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -56,7 +57,8 @@ pub struct DaemonConfig {
     /// What one client may hold of each table while a device is shared (`--client-quota`).
     pub quota: Quota,
     /// Where the sockets go, and how that directory was chosen (which decides who must own
-    /// it: [`check_socket_dir`]). A `PathBuf` converts to an explicit directory.
+    /// it and the directories above it: [`prepare_socket_dir`]). A `PathBuf` converts to an
+    /// explicit directory.
     pub socket_dir: SocketDir,
     /// Permission bits of each socket (connecting needs write permission).
     pub socket_mode: u32,
@@ -120,8 +122,9 @@ impl Daemon {
     /// Creates the devices, binds every socket and starts accepting.
     ///
     /// # Errors
-    /// The socket directory cannot be created or may not be used ([`check_socket_dir`]:
-    /// owned by another user, or writable by others), a socket cannot be bound (another
+    /// The socket directory cannot be created or may not be used ([`prepare_socket_dir`]:
+    /// it, or a directory above it, is owned by another user or writable by others), a
+    /// socket cannot be bound (another
     /// daemon listens there, or a non-socket file is in the way), or the initial sharing
     /// mode cannot be set.
     pub fn start(cfg: &DaemonConfig) -> io::Result<Daemon> {
@@ -205,8 +208,8 @@ impl Daemon {
         self.served.iter().map(|s| s.shared.dev.clone()).collect()
     }
 
-    /// Stops accepting, removes the sockets, disconnects every client (closing their opens)
-    /// and stops the devices.
+    /// Stops accepting, removes the sockets, disconnects every client (closing their opens),
+    /// stops the devices and writes the audit log's pending counts of suppressed records.
     pub fn stop(mut self) {
         self.stop_inner();
     }
@@ -226,6 +229,8 @@ impl Daemon {
                 c.shutdown();
             }
             s.shared.dev.shutdown();
+            // Counts of suppressed audit records still pending are written now.
+            s.shared.audit.flush();
         }
         if self.created_dir && !self.served.is_empty() {
             // Only if empty: never removes anything but what the daemon created.
@@ -286,45 +291,6 @@ impl ConnServer {
             serve(&self.shared, &Arc::new(conn), cred, ticket);
         }
     }
-}
-
-/// Creates the socket directory if it is missing (mode 0755, parents too) and checks that
-/// the daemon may use it ([`check_socket_dir`]), whether it created it or found it. Returns
-/// whether it created it.
-///
-/// A private directory is examined without following a symbolic link (a link in `/tmp` is
-/// someone else's to redirect); an explicit or system directory is followed.
-///
-/// # Errors
-/// The directory cannot be created or examined, or may not be used.
-pub fn prepare_socket_dir(dir: &SocketDir, daemon_uid: u32) -> io::Result<bool> {
-    use std::os::unix::fs::DirBuilderExt;
-    let p = dir.path.display();
-    let existed = std::fs::symlink_metadata(&dir.path).is_ok();
-    if !existed {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir.path)
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot create socket directory {p}: {e} (choose one with --socket-dir)"
-                    ),
-                )
-            })?;
-    }
-    let follow = dir.origin != SocketDirOrigin::Private;
-    let facts = DirFacts::of(&dir.path, follow).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot examine socket directory {p}: {e} (choose one with --socket-dir)"),
-        )
-    })?;
-    check_socket_dir(daemon_uid, dir, &facts)
-        .map_err(|m| io::Error::new(io::ErrorKind::PermissionDenied, m))?;
-    Ok(!existed)
 }
 
 /// `--share-mode`: sets a new device's mode through an internal admin control open (the

@@ -1,6 +1,7 @@
 //! What every thread serving one `davinci-mockd` device shares: the device, its name, the
 //! admin policy, the HELLO timeout, the lock around sharing changes, the live
-//! connections (for shutdown and the connection limit) and the blocking waits in flight. The acceptor (`daemon`) creates it;
+//! connections (for shutdown and the connection limit), the blocking waits in flight and the
+//! rate-limited audit log. The acceptor (`daemon`) creates it;
 //! each connection (`conn`) reads it.
 #![forbid(unsafe_code)]
 
@@ -11,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use davinci_mock_device::MockDevice;
 use davinci_mockd_proto::sockio::SeqPacket;
 
+use crate::audit::AuditLog;
 use crate::gate::Gate;
 use crate::peer::AdminPolicy;
 use crate::waits::Waits;
@@ -35,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) gate: Arc<Gate>,
     /// Blocking waits in flight, served by one thread ([`crate::waits`]).
     pub(crate) waits: Arc<Waits>,
+    /// Opens, closes and refused sharing changes, rate-limited ([`crate::audit`]).
+    pub(crate) audit: AuditLog,
 }
 
 impl Shared {
@@ -45,6 +49,7 @@ impl Shared {
         hello_timeout: std::time::Duration,
     ) -> Shared {
         let waits = Arc::new(Waits::new(dev.clone(), name.clone()));
+        let audit = AuditLog::new(name.clone());
         Shared {
             dev,
             name,
@@ -56,6 +61,7 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             gate: Arc::default(),
             waits,
+            audit,
         }
     }
 

@@ -1,8 +1,9 @@
 //! `davinci-mockd` in-process ([`Daemon`]), through raw frames on its sockets: opens,
 //! ioctls, mmaps, exclusive mode, malformed frames, the admin policy, socket groups, the
-//! HELLO timeout, the initial sharing mode, the socket-directory checks; and the
-//! `davinci-mockd` binary run by a non-root user (its own user is an admin, the audit log,
-//! a refused socket directory).
+//! HELLO timeout, the initial sharing mode, the socket-directory checks (the directory and
+//! every directory above it); and the `davinci-mockd` binary run by a non-root user (its own
+//! user is an admin, the audit log, a refused socket directory) and under a world-writable
+//! parent.
 #![forbid(unsafe_code)]
 
 mod support;
@@ -357,6 +358,102 @@ fn an_untrusted_socket_directory_is_refused() {
     }
     let _ = std::fs::remove_file(&link);
     let _ = std::fs::remove_dir_all(&p);
+}
+
+/// Every directory above the socket directory is checked too: one that every user may
+/// write to and that is not sticky lets anyone move the socket directory away and put
+/// their own sockets in its place. Refused before anything is created in it; sticky, it is
+/// fine while the entry in it is the daemon's user's (or root's).
+#[test]
+fn a_socket_directory_under_a_world_writable_parent_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = scratch("open-parent");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = parent.join("sockets");
+    let says = format!(
+        "the directory {} above it (mode 0777) is writable by every user and not sticky",
+        parent.display()
+    );
+    // Missing: refused before it is created.
+    let e = start_in(dir.clone().into()).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(e.to_string().contains(&says), "{e}");
+    assert!(
+        !dir.exists(),
+        "nothing is created under an untrusted parent"
+    );
+    // Already there and the daemon's own: still refused, for a private directory too.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = start_in(dir.clone().into()).unwrap_err();
+    assert!(e.to_string().contains(&says), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("chmod o-w {}", parent.display())),
+        "{e}"
+    );
+    let e = start_in(SocketDir {
+        path: dir.clone(),
+        origin: SocketDirOrigin::Private,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains(&says), "{e}");
+    // Sticky (like /tmp), the directory in it ours: accepted.
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    start_in(dir.clone().into()).unwrap().stop();
+    // Sticky, but the directory on the way belongs to another user (only root can make
+    // that here): they may move it away, so refused, naming it.
+    if nix::unistd::getuid().is_root() {
+        let theirs = parent.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(54321)), None).unwrap();
+        let e = start_in(theirs.join("sockets").into()).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "{} is owned by uid 54321, not by root, and in the sticky directory {}",
+                theirs.display(),
+                parent.display()
+            )),
+            "{e}"
+        );
+        assert!(!theirs.join("sockets").exists());
+    }
+    let _ = std::fs::remove_dir_all(&parent);
+}
+
+/// The binary: a socket directory under a world-writable, non-sticky parent is refused at
+/// start with exit status 1 and a message naming that parent and the rule.
+#[test]
+fn the_binary_refuses_a_socket_directory_under_a_world_writable_parent() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = scratch("open-parent-bin");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = parent.join("sockets");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_davinci-mockd"))
+        .arg("--socket-dir")
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "davinci-mockd: refusing socket directory {}: the directory {} above it (mode 0777) is writable by every user and not sticky",
+            dir.display(),
+            parent.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("may be writable by others only if it is sticky"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "never ready");
+    assert!(!dir.exists());
+    let _ = std::fs::remove_dir_all(&parent);
 }
 
 #[test]

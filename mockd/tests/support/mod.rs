@@ -1,8 +1,13 @@
 //! What the daemon's integration tests share: a raw client of one connection (frames by hand,
-//! replies checked for their descriptors), one ioctl through it, and a new stream.
+//! replies checked for their descriptors), one ioctl through it, a new stream, and the
+//! `davinci-mockd` binary run in a socket directory of its own with its log collected.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{Hello, Kind, Reply, Request, WireRole, MAX_REPLY};
@@ -93,4 +98,138 @@ pub fn new_stream(raw: &mut Raw) -> u32 {
     );
     assert_eq!(e, 0);
     s.handle
+}
+
+/// A fresh scratch path under the temporary directory, for this test process and `tag`
+/// (whatever was there removed).
+pub fn scratch_path(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("davinci-t-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// The `davinci-mockd` binary, running with `--socket-dir` and `--exit-with-parent` at
+/// `RUST_LOG=info`; its stderr is read as it comes (a daemon that logs a lot never blocks
+/// on a full pipe), seen with [`Mockd::wait_for_log`] and returned by [`Mockd::stop`].
+pub struct Mockd {
+    pub child: Child,
+    pub dir: PathBuf,
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Mockd {
+    /// Starts the binary with `args` in the socket directory `scratch_path(tag)` and waits
+    /// for its ready line.
+    pub fn start(tag: &str, args: &[&str]) -> Mockd {
+        let dir = scratch_path(tag);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_davinci-mockd"))
+            .args(args)
+            .arg("--exit-with-parent")
+            .arg("--socket-dir")
+            .arg(&dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in err.lines() {
+                let Ok(line) = line else { return };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let mut d = Mockd {
+            child,
+            dir,
+            log,
+            reader: Some(reader),
+        };
+        if !ready.contains("davinci-mockd: ready") {
+            let (status, log) = d.stop();
+            panic!("davinci-mockd did not start ({status}): {ready}{log}");
+        }
+        d
+    }
+
+    /// Device `n`'s socket.
+    pub fn socket(&self, n: u32) -> PathBuf {
+        self.dir.join(format!("davinci{n}.sock"))
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// Sends it `sig`.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(self.pid(), sig).unwrap();
+    }
+
+    /// The first line of its log so far that contains `what`, waiting up to 10 s for it.
+    pub fn wait_for_log(&self, what: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            let log = self.log.lock().unwrap().clone();
+            if let Some(l) = log.lines().find(|l| l.contains(what)) {
+                return l.to_string();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no {what:?} in the log after 10 s:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, then its exit status and its whole log (stderr).
+    pub fn stop(&mut self) -> (ExitStatus, String) {
+        let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGTERM);
+        let status = self.child.wait().unwrap();
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        let log = self.log.lock().unwrap().clone();
+        (status, log)
+    }
+}
+
+impl Drop for Mockd {
+    fn drop(&mut self) {
+        if self.reader.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The lines of `log` that contain every one of `words`.
+pub fn lines_with<'a>(log: &'a str, words: &[&str]) -> Vec<&'a str> {
+    log.lines()
+        .filter(|l| words.iter().all(|w| l.contains(w)))
+        .collect()
+}
+
+/// The whole-number value of `field=` in a log line.
+pub fn field_u64(line: &str, field: &str) -> Option<u64> {
+    let key = format!(" {field}=");
+    let at = line.find(&key)? + key.len();
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
