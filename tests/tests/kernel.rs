@@ -581,3 +581,51 @@ fn a_client_killed_mid_submission_gives_everything_back() {
     buf.read(0, &mut out).unwrap();
     assert_eq!(out, 0x0102_0304u32.to_ne_bytes().repeat(4));
 }
+
+/// The module's `quota_*` parameter, as /sys shows it.
+fn quota_param(name: &str) -> u32 {
+    let p = format!("/sys/module/davinci/parameters/quota_{name}");
+    let v = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {p}: {e}"));
+    v.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{p}: {v:?}: {e}"))
+}
+
+#[test]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
+fn the_quota_parameters_reach_get_info_and_bind_on_a_shared_device() {
+    let path = node_path();
+    let ctl = Control::open(&path).expect("control open");
+    let before = ctl.share_mode().expect("QUERY_DEVICE_SHARE");
+    ctl.set_share_mode(ShareMode::Shared).expect("shared");
+    let info = ctl.info().expect("GET_INFO");
+    // The guest loads the module with quota_events=200 and the others left at 0 (the default,
+    // a quarter of each table).
+    let events = quota_param("events");
+    assert_eq!(events, 200, "init.sh sets quota_events=200");
+    assert_eq!(info.quota_events, events);
+    for (name, got, table) in [
+        ("contexts", info.quota_contexts, info.max_contexts),
+        ("streams", info.quota_streams, info.max_streams),
+        ("allocations", info.quota_allocations, info.max_allocations),
+    ] {
+        assert_eq!(quota_param(name), 0, "{name}: not given");
+        assert_eq!(got, table / 4, "{name}: the default quota");
+    }
+    // And it binds: the 201st event of one client is refused.
+    let dev = Device::open(&path).expect("a client");
+    let ctx = dev.create_context().expect("context");
+    let held: Vec<_> = (0..events)
+        .map(|i| {
+            ctx.create_event()
+                .unwrap_or_else(|e| panic!("event {i}: {e}"))
+        })
+        .collect();
+    let e = ctx.create_event().expect_err("one event past quota_events");
+    assert_eq!(e.errno(), Some(davinci_shim::Errno::ENOSPC), "{e}");
+    drop(held);
+    drop(ctx);
+    drop(dev);
+    ctl.set_share_mode(before)
+        .expect("restore the sharing mode");
+}
