@@ -210,6 +210,16 @@ impl SeqPacket {
         })
     }
 
+    /// A pidfd of the process that connected (`SO_PEERPIDFD`, Linux 6.5): it names that
+    /// process even after its pid is reused, and polls readable once it has exited.
+    ///
+    /// # Errors
+    /// `getsockopt(2)` errors: `ENOPROTOOPT` before Linux 6.5, `ESRCH` when the process that
+    /// connected is already gone.
+    pub fn peer_pidfd(&self) -> io::Result<OwnedFd> {
+        getsockopt(&self.fd, sockopt::PeerPidfd).map_err(nix_io)
+    }
+
     /// Bounds how long `recv` blocks (`None`: forever). A timed-out `recv` fails with
     /// `WouldBlock`.
     ///

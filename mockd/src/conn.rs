@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::audit::Record;
 use crate::gate::Ticket;
-use crate::peer::{comm_of_pid, container_of_pid};
+use crate::peer::Identity;
 use crate::reply::{driver_reply, proto_reply, send_reply};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
 use crate::waits::{QueueError, Waiting, MAX_WAITS_PER_DEVICE};
@@ -59,14 +59,15 @@ fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, (ProtoEr
 }
 
 /// Serves one connection: HELLO, then requests until CLOSE or the end of the connection.
-/// `cred` are the peer's credentials, read when it connected; `ticket` its room on the
-/// device (`crate::gate`), given back when this returns.
+/// `who` is the peer, taken when it connected ([`crate::peer::identify`]); `ticket` its room
+/// on the device (`crate::gate`), given back when this returns.
 pub(crate) fn serve(
     shared: &Arc<Shared>,
     conn: &Arc<SeqPacket>,
-    cred: PeerCred,
+    who: Identity,
     mut ticket: Ticket,
 ) {
+    let cred = who.cred;
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     // A connection that never says HELLO does not keep its thread (and connection slot).
     if let Err(e) = conn.set_recv_timeout(Some(shared.hello_timeout)) {
@@ -88,7 +89,7 @@ pub(crate) fn serve(
     let (client, role, peer) = match frame
         .map_err(|(e, _)| e)
         .and_then(|n| Request::decode(&buf[..n]))
-        .and_then(|req| hello(shared, conn, &cred, &req))
+        .and_then(|req| hello(shared, conn, &who, &req))
     {
         Ok(Some(opened)) => opened,
         Ok(None) => return,
@@ -261,9 +262,10 @@ struct Peer {
 fn hello(
     shared: &Shared,
     conn: &SeqPacket,
-    cred: &PeerCred,
+    who: &Identity,
     req: &Request,
 ) -> Result<Option<(u32, Role, Peer)>, ProtoError> {
+    let cred = &who.cred;
     if req.kind != Kind::Hello {
         return Err(ProtoError("the first frame must be HELLO"));
     }
@@ -294,9 +296,9 @@ fn hello(
         role,
         pid: cred.pid,
         uid: cred.uid,
-        admin: shared.admin.is_admin(cred),
-        container: container_of_pid(cred.pid),
-        comm: comm_of_pid(cred.pid),
+        admin: who.admin,
+        container: who.container,
+        comm: who.comm,
     };
     match shared.dev.open(params) {
         Ok(client) => {

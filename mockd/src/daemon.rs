@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use davinci_driver_core::{NoUserMem, Role};
-use davinci_mockd_proto::sockio::{PeerCred, SeqListener, SeqPacket};
+use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
 use davinci_mockd_proto::{
     default_socket_dir_choice, socket_name, Kind, Reply, Request, SocketDir,
 };
@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::conn::serve;
 use crate::gate::Ticket;
-use crate::peer::AdminPolicy;
+use crate::peer::{identify, AdminPolicy, Identity};
 use crate::reply::send_reply;
 use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
@@ -287,8 +287,8 @@ impl ConnServer {
     /// open it made is closed when this returns. Blocking WAIT_EVENTs are answered by the
     /// device's wait thread, which ends once they have (the close ends them).
     pub fn serve(&self, conn: SeqPacket) {
-        if let Some((cred, ticket)) = admit(&self.shared, &conn) {
-            serve(&self.shared, &Arc::new(conn), cred, ticket);
+        if let Some((who, ticket)) = admit(&self.shared, &conn) {
+            serve(&self.shared, &Arc::new(conn), who, ticket);
         }
     }
 }
@@ -350,18 +350,19 @@ fn refuse(conn: &SeqPacket, why: &str) {
     send_reply(conn, &r, None);
 }
 
-/// Admits a new connection ([`crate::gate`], by its peer's credentials) or refuses it.
-fn admit(shared: &Shared, conn: &SeqPacket) -> Option<(PeerCred, Ticket)> {
-    let cred = match conn.peer_cred() {
-        Ok(c) => c,
+/// Admits a new connection ([`crate::gate`], by its peer's credentials) or refuses it. Who
+/// the peer is ([`identify`]) is taken here, once, right after `accept`.
+fn admit(shared: &Shared, conn: &SeqPacket) -> Option<(Identity, Ticket)> {
+    let who = match identify(conn, &shared.admin) {
+        Ok(w) => w,
         Err(e) => {
             warn!(device = %shared.name, error = %e, "no peer credentials; dropping connection");
             return None;
         }
     };
-    let admin = shared.admin.is_admin(&cred);
-    match shared.gate.admit(cred.uid, admin) {
-        Ok(t) => Some((cred, t)),
+    let cred = who.cred;
+    match shared.gate.admit(cred.uid, who.admin) {
+        Ok(t) => Some((who, t)),
         Err(why) => {
             debug!(device = %shared.name, pid = cred.pid, uid = cred.uid, why, "connection refused");
             refuse(conn, why);
@@ -384,7 +385,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        let Some((cred, ticket)) = admit(shared, &conn) else {
+        let Some((who, ticket)) = admit(shared, &conn) else {
             continue;
         };
         let conn = Arc::new(conn);
@@ -395,7 +396,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
         let spawned = std::thread::Builder::new()
             .name(format!("{}-conn{id}", shared.name))
             .spawn(move || {
-                serve(&s, &c, cred, ticket);
+                serve(&s, &c, who, ticket);
                 s.conns().remove(&id);
             });
         if spawned.is_err() {

@@ -1,15 +1,93 @@
-//! Who is on the other end of a connection: container id from `/proc/<pid>/cgroup`,
-//! supplementary groups from `/proc/<pid>/status`, and the admin policy.
+//! Who is on the other end of a connection ([`Identity`]): pid, uid and gid from
+//! `SO_PEERCRED`, container id from `/proc/<pid>/cgroup`, process name from
+//! `/proc/<pid>/comm`, supplementary groups from `/proc/<pid>/status`, and the admin policy.
 //!
-//! Both files are read right after `accept`, for the pid `SO_PEERCRED` recorded at
-//! `connect`. A process that exits in between (or a pid reused in that window) reads as "no
-//! container" and "no supplementary groups": the open then has less privilege, never more.
+//! All of it is taken once, in the accept loop right after `accept`, for the process that
+//! called `connect` (the kernel's `SO_PEERCRED`), never re-read later: a child that connects
+//! and passes the socket on is who the open is attributed to, as the kernel driver attributes
+//! an open to its opener. A pidfd of that process (`SO_PEERPIDFD`) is taken before the
+//! `/proc` reads and polled after them: if the process had exited by then, its pid may
+//! already name another process, so what was read is dropped and the open gets no
+//! container, no name and no supplementary groups: less privilege, never someone else's.
 #![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, OwnedFd};
 
 use davinci_driver_core::container::container_field;
 use davinci_driver_core::CONTAINER_LEN;
 
-use davinci_mockd_proto::sockio::PeerCred;
+use davinci_mockd_proto::sockio::{PeerCred, SeqPacket};
+
+/// Who connected, as taken at accept ([`identify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// `SO_PEERCRED`: the connecting process's pid, uid and gid at `connect`.
+    pub cred: PeerCred,
+    /// Whether the peer may change device sharing and see every client ([`AdminPolicy`]).
+    pub admin: bool,
+    /// Container id, NUL-padded (empty on the host or when the process was gone).
+    pub container: [u8; CONTAINER_LEN],
+    /// Process name, NUL-padded (empty when the process was gone).
+    pub comm: [u8; 16],
+}
+
+/// Takes the identity of the process that connected `conn` (see the module's text).
+///
+/// # Errors
+/// No peer credentials (`getsockopt` failed).
+pub fn identify(conn: &SeqPacket, policy: &AdminPolicy) -> std::io::Result<Identity> {
+    let cred = conn.peer_cred()?;
+    // Before Linux 6.5 there is no SO_PEERPIDFD: the reads are then trusted as read (a pid
+    // reused between connect and accept would lend its container and name).
+    let pidfd = match conn.peer_pidfd() {
+        Ok(fd) => Some(fd),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ESRCH) => {
+            return Ok(Identity::gone(cred, policy));
+        }
+        Err(_) => None,
+    };
+    let groups = if policy.gids.is_empty() {
+        Vec::new()
+    } else {
+        std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
+            .map(|s| groups_from_status(&s))
+            .unwrap_or_default()
+    };
+    let container = container_of_pid(cred.pid);
+    let comm = comm_of_pid(cred.pid);
+    if pidfd.as_ref().is_some_and(has_exited) {
+        return Ok(Identity::gone(cred, policy));
+    }
+    Ok(Identity {
+        cred,
+        admin: policy.is_admin_with(&cred, &groups),
+        container,
+        comm,
+    })
+}
+
+impl Identity {
+    /// A peer whose process had exited before it could be read: credentials only.
+    fn gone(cred: PeerCred, policy: &AdminPolicy) -> Identity {
+        Identity {
+            cred,
+            admin: policy.is_admin_with(&cred, &[]),
+            container: [0; CONTAINER_LEN],
+            comm: [0; 16],
+        }
+    }
+}
+
+/// Whether the process behind `pidfd` has exited (a pidfd polls readable then).
+fn has_exited(pidfd: &OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) => false,
+        // Readable (exited) or any error: do not trust the reads.
+        _ => true,
+    }
+}
 
 pub use davinci_driver_core::container::container_id_from_cgroup;
 
@@ -94,19 +172,6 @@ impl AdminPolicy {
             || groups.iter().any(|g| self.gids.contains(g))
     }
 
-    /// Whether the peer is an admin, reading its supplementary groups from `/proc` when the
-    /// policy has admin groups.
-    pub fn is_admin(&self, cred: &PeerCred) -> bool {
-        let groups = if self.gids.is_empty() {
-            Vec::new()
-        } else {
-            std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
-                .map(|s| groups_from_status(&s))
-                .unwrap_or_default()
-        };
-        self.is_admin_with(cred, &groups)
-    }
-
     /// The admins in words, for the start-up log and messages: `uid 0 (root), uid 1000 (the
     /// daemon's user), uid 1001, members of group 4242`, or `nobody`.
     pub fn describe(&self) -> String {
@@ -158,6 +223,55 @@ impl AdminPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_peer_is_identified_as_it_was_at_connect() {
+        let dir = std::env::temp_dir().join(format!("davinci-peer-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = davinci_mockd_proto::sockio::SeqListener::bind(&path, 0o600).unwrap();
+        let _client = SeqPacket::connect(&path).unwrap();
+        let conn = listener.accept().unwrap();
+        let me = std::process::id();
+        let policy = AdminPolicy {
+            root: false,
+            ..AdminPolicy::default()
+        };
+        let who = identify(&conn, &policy).unwrap();
+        assert_eq!(who.cred.pid, me);
+        assert_eq!(who.container, container_of_pid(me));
+        assert_eq!(who.comm, comm_of_pid(me));
+        assert_ne!(who.comm, [0; 16], "this process has a name");
+        assert!(!who.admin, "nobody is an admin under this policy");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_gone_peer_keeps_only_its_credentials() {
+        let cred = PeerCred {
+            pid: 4_000_000,
+            uid: 0,
+            gid: 0,
+        };
+        let who = Identity::gone(cred, &AdminPolicy::default());
+        assert_eq!((who.container, who.comm), ([0; CONTAINER_LEN], [0; 16]));
+        assert!(who.admin, "uid 0 is still root by its credentials");
+        let groups_only = AdminPolicy {
+            root: false,
+            gids: vec![4242],
+            ..AdminPolicy::default()
+        };
+        let user = PeerCred {
+            uid: 1000,
+            gid: 1000,
+            ..cred
+        };
+        assert!(
+            !Identity::gone(user, &groups_only).admin,
+            "supplementary groups of a gone process are not trusted"
+        );
+    }
 
     #[test]
     fn container_of_this_process_is_well_formed() {

@@ -386,3 +386,44 @@ fn one_open_serves_other_threads_while_one_waits() {
         vec![7; 4]
     );
 }
+
+/// Who sees whom (ABI 1.4, docs/abi.md LIST_CLIENTS): root's client is listed to root (an
+/// admin) and not to another user running `davinci-smi`, who still sees how many clients the
+/// device has, but not who they are.
+#[test]
+fn a_user_sees_only_their_own_clients_and_an_admin_sees_everyone() {
+    if !nix::unistd::getuid().is_root() {
+        eprintln!("not root: cannot run davinci-smi as another user; skipped");
+        return;
+    }
+    // Group 65534 may connect, so uid/gid 65534 reaches the device.
+    let d = Mockd::start(&["--share-mode", "shared", "--socket-group", "65534"]).unwrap();
+    let a = Client::start(&d.path(0), &["hold"]);
+    a.expect("ready");
+    let listed = usage(&d);
+    assert_eq!(
+        listed.len(),
+        1,
+        "root (an admin) sees root's client: {listed:?}"
+    );
+    // The same query as uid/gid 65534 (nobody).
+    let mut c = smi_cmd(&d, &["info", "-t", "usage", "-i", "0", "--json"]);
+    c.uid(65534).gid(65534);
+    let (code, out) = run(c);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(code, 0, "{v}");
+    let clients = v["devices"][0]["clients"]
+        .as_array()
+        .expect("clients array");
+    assert!(
+        clients.is_empty(),
+        "another user sees none of root's clients: {clients:?}"
+    );
+    let mut c = smi_cmd(&d, &["info", "-i", "0", "--json"]);
+    c.uid(65534).gid(65534);
+    let (code, out) = run(c);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["devices"][0]["clients"], 1, "the count stays public: {v}");
+    assert_eq!(a.release(), 0);
+}
