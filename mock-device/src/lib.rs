@@ -2,9 +2,9 @@
 //! the shim's `Device::embedded()` and for the `davinci-mockd` daemon (crate `davinci-mockd`),
 //! which serves it on sockets.
 //!
-//! * [`MockPlatform`]: driver-core's `Platform` over memfds: per-client device-memory
-//!   arenas (sparse memfds; freed ranges are punched out), per-stream ring and doorbell
-//!   memfds, a futex word for WAIT_EVENT sleepers, `FUTEX_WAKE` for stream kicks.
+//! * [`MockPlatform`]: driver-core's `Platform` over memfds: device memory (one sealed memfd
+//!   per allocation, punched empty when freed), per-stream ring and doorbell memfds, a futex
+//!   word for WAIT_EVENT sleepers, `FUTEX_WAKE` for stream kicks.
 //! * [`MockDevice`]: the device behind a reader-writer lock (control path exclusive,
 //!   pollers shared), a bounded set of poller threads serving all its streams (run, spin,
 //!   arm NEED_WAKEUP, `futex_waitv` on the doorbells), the blocking half of WAIT_EVENT

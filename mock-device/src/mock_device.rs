@@ -204,14 +204,19 @@ impl MockDevice {
         }
     }
 
+    /// Memfds backing device memory now: one per live allocation of any client.
+    pub fn backed_allocations(&self) -> usize {
+        self.core().shared().platform().backed_allocations()
+    }
+
     /// Resolves an mmap request of `client`: `cookie` must name an object it owns and `len`
     /// must not exceed the object. Returns a descriptor to map and the offset within it.
     pub fn map(&self, client: u32, cookie: u64, len: u64) -> Result<MapSource, Error> {
         let g = self.core().shared();
         match g.mmap_target(client, cookie, len)? {
             MmapTarget::Memory { offset, .. } => Ok(MapSource {
-                fd: g.platform().arena_fd(client)?,
-                offset,
+                fd: g.platform().allocation_fd(client, offset)?,
+                offset: 0,
             }),
             MmapTarget::CmdRing { stream } => self.stream_part(&g, client, stream, StreamPart::Cmd),
             MmapTarget::EventRing { stream } => {

@@ -1,13 +1,15 @@
 //! [`MockPlatform`]: driver-core's [`Platform`] over memfds and threads.
 //!
-//! Device memory is backed *per client*: each client that allocates gets an arena, a sparse
-//! memfd of the device's `memory_size`, and its allocation `[offset, offset + len)` lives at
-//! the same offset in its own arena. A client is only ever given descriptors of its own
-//! arena, so no mapping can reach another client's memory (the isolation the daemon relies
-//! on). Freed ranges are punched out of the arena: the pages are released and read as zero.
+//! Device memory is backed *per allocation*: each allocation `[offset, offset + len)` of a
+//! client is its own sealed memfd of exactly `len` bytes ([`Backing`]). A client is only ever
+//! given the descriptor of an allocation it holds, so what it can map, and so touch, is
+//! exactly what it was granted and what GET_INFO and LIST_CLIENTS count: never another
+//! client's memory, never device memory nobody allocated. A freed allocation's memfd is
+//! punched empty before the device lets go of it, so a mapping the client keeps pins nothing
+//! the device wrote (what the client writes there afterwards is its own process's memory).
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -21,10 +23,42 @@ use davinci_shm::OutOfBounds;
 use crate::memfd::SharedRegion;
 use crate::stream_mem::{StreamMem, StreamPart};
 
-/// The mock device's platform: arenas, stream memory, time, and the wake-ups.
+/// The memfds backing device memory: one per allocation, by `(client, device offset)`.
+#[derive(Debug, Default)]
+struct Backing(BTreeMap<(u32, u64), SharedRegion>);
+
+impl Backing {
+    /// The allocation of `client` that holds `[offset, offset + len)`, and where the range
+    /// starts in it (the core validated the range against one allocation before asking).
+    fn find(&self, client: u32, offset: u64, len: u64) -> Result<(&SharedRegion, u64)> {
+        let outside = || {
+            Error::new(
+                Errno::EFAULT,
+                "device memory access outside the client's allocations",
+            )
+        };
+        let ((_, start), region) = self
+            .0
+            .range((client, 0)..=(client, offset))
+            .next_back()
+            .ok_or_else(outside)?;
+        let at = offset - start;
+        let end = at.checked_add(len).ok_or_else(outside)?;
+        if end > region.map().len() as u64 {
+            return Err(outside());
+        }
+        Ok((region, at))
+    }
+}
+
+/// The bounce buffer of a COPY between two allocations (on the stack: a copy within one
+/// mapping bounces the same way, in `davinci_shm`).
+const COPY_CHUNK: usize = 32 << 10;
+
+/// The mock device's platform: device memory, stream memory, time, and the wake-ups.
 pub struct MockPlatform {
     memory_size: u64,
-    arenas: HashMap<u32, SharedRegion>,
+    backing: Backing,
     /// Live streams' memory, by stream handle (registered once the core assigned the handle),
     /// to kick their pollers.
     streams: HashMap<u32, Arc<StreamMem>>,
@@ -48,7 +82,7 @@ impl std::fmt::Debug for MockPlatform {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MockPlatform")
             .field("memory_size", &self.memory_size)
-            .field("arenas", &self.arenas.len())
+            .field("allocations", &self.backing.0.len())
             .field("streams", &self.streams.len())
             .field("waiters", &self.waiters.load(Ordering::Relaxed))
             .finish()
@@ -58,7 +92,7 @@ impl std::fmt::Debug for MockPlatform {
 fn oob(_: OutOfBounds) -> Error {
     Error::new(
         Errno::EFAULT,
-        "device memory access outside the client's arena",
+        "device memory access outside the client's allocations",
     )
 }
 
@@ -68,7 +102,7 @@ impl MockPlatform {
     pub(crate) fn new(memory_size: u64, notified: Arc<AtomicU32>, kick: Arc<AtomicU32>) -> Self {
         Self {
             memory_size,
-            arenas: HashMap::new(),
+            backing: Backing::default(),
             streams: HashMap::new(),
             waiters: AtomicUsize::new(0),
             notified,
@@ -100,28 +134,42 @@ impl MockPlatform {
         }
     }
 
-    fn arena(&self, client: u32) -> Result<&SharedRegion> {
-        self.arenas.get(&client).ok_or(Error::new(
-            Errno::EFAULT,
-            "client has no device memory backing",
-        ))
-    }
-
     /// Remembers a new stream's memory under its handle (after `CREATE_STREAM`).
     pub(crate) fn register_stream(&mut self, stream: u32, mem: Arc<StreamMem>) {
         self.streams.insert(stream, mem);
     }
 
-    /// Drops a closed client's arena (its allocations were freed by the core already).
+    /// Drops whatever backing a closed client still had (the core freed its allocations
+    /// already, so normally nothing).
     pub(crate) fn forget_client(&mut self, client: u32) {
-        self.arenas.remove(&client);
+        let gone: Vec<_> = self
+            .backing
+            .0
+            .range((client, 0)..=(client, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Some(r) = self.backing.0.remove(&k) {
+                let _ = r.discard(0, r.map().len() as u64);
+            }
+        }
     }
 
-    /// A descriptor of `client`'s arena, for mapping an allocation's host view.
-    pub(crate) fn arena_fd(&self, client: u32) -> Result<OwnedFd> {
-        self.arena(client)?
-            .dup_fd()
-            .map_err(|_| Error::new(Errno::ENOMEM, "could not duplicate the arena descriptor"))
+    /// A descriptor of `client`'s allocation at device offset `offset` (its whole memfd),
+    /// for mapping the allocation's host view.
+    pub(crate) fn allocation_fd(&self, client: u32, offset: u64) -> Result<OwnedFd> {
+        let Some(region) = self.backing.0.get(&(client, offset)) else {
+            return Err(Error::new(
+                Errno::ENOENT,
+                "no such allocation for this client",
+            ));
+        };
+        region.dup_fd().map_err(|_| {
+            Error::new(
+                Errno::ENOMEM,
+                "could not duplicate the allocation's descriptor",
+            )
+        })
     }
 
     /// A descriptor of one part of a stream's memory.
@@ -155,9 +203,9 @@ impl MockPlatform {
         davinci_shm::futex_wake(&self.notified);
     }
 
-    /// Number of arenas (clients with device memory), for tests.
-    pub fn arenas(&self) -> usize {
-        self.arenas.len()
+    /// Memfds backing device memory (one per live allocation), for tests.
+    pub fn backed_allocations(&self) -> usize {
+        self.backing.0.len()
     }
 }
 
@@ -206,48 +254,58 @@ impl Platform for MockPlatform {
                 "allocation beyond the device memory",
             ));
         }
-        if !self.arenas.contains_key(&client) {
-            let size = usize::try_from(self.memory_size).map_err(|_| {
-                Error::new(Errno::ENOMEM, "device memory larger than the address space")
-            })?;
-            let arena = SharedRegion::new("davinci-device-memory", size).map_err(|_| {
-                Error::new(
-                    Errno::ENOMEM,
-                    "could not create the client's device memory (memfd)",
-                )
-            })?;
-            self.arenas.insert(client, arena);
-        }
+        let size = usize::try_from(len)
+            .map_err(|_| Error::new(Errno::ENOMEM, "allocation larger than the address space"))?;
+        let region = SharedRegion::new("davinci-device-memory", size).map_err(|_| {
+            Error::new(
+                Errno::ENOMEM,
+                "could not create the allocation's memory (memfd)",
+            )
+        })?;
+        self.backing.0.insert((client, offset), region);
         Ok(())
     }
 
-    fn free_backing(&mut self, client: u32, offset: u64, len: u64) {
-        if let Some(arena) = self.arenas.get(&client) {
-            // Out of range cannot happen for a range the core allocated; nothing to release then.
-            let _ = arena.discard(offset, len);
+    fn free_backing(&mut self, client: u32, offset: u64, _len: u64) {
+        if let Some(region) = self.backing.0.remove(&(client, offset)) {
+            // Released now, even while the client still maps it: its pages read as zero.
+            let _ = region.discard(0, region.map().len() as u64);
         }
     }
 
     fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.arena(client)?.map().read(offset, buf).map_err(oob)
+        let (r, at) = self.backing.find(client, offset, buf.len() as u64)?;
+        r.map().read(at, buf).map_err(oob)
     }
 
     fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
-        self.arena(client)?.map().write(offset, data).map_err(oob)
+        let (r, at) = self.backing.find(client, offset, data.len() as u64)?;
+        r.map().write(at, data).map_err(oob)
     }
 
     fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
-        self.arena(client)?
-            .map()
-            .copy_within(dst, src, len)
-            .map_err(oob)
+        let (to, d) = self.backing.find(client, dst, len)?;
+        let (from, s) = self.backing.find(client, src, len)?;
+        if std::ptr::eq(to, from) {
+            // One allocation: memmove within its mapping.
+            return to.map().copy_within(d, s, len).map_err(oob);
+        }
+        // Two allocations (two memfds, never overlapping): through a bounce buffer.
+        let mut buf = [0u8; COPY_CHUNK];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(COPY_CHUNK as u64);
+            let chunk = buf.get_mut(..n as usize).ok_or_else(|| oob(OutOfBounds))?;
+            from.map().read(s + done, chunk).map_err(oob)?;
+            to.map().write(d + done, chunk).map_err(oob)?;
+            done += n;
+        }
+        Ok(())
     }
 
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
-        self.arena(client)?
-            .map()
-            .fill(dst, len, pattern)
-            .map_err(oob)
+        let (r, at) = self.backing.find(client, dst, len)?;
+        r.map().fill(at, len, pattern).map_err(oob)
     }
 
     fn now_ns(&self) -> u64 {

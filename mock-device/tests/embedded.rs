@@ -53,7 +53,7 @@ fn cookies_map_only_for_their_owner_and_within_the_object() {
     let s = stream(&dev, one);
 
     let m = dev.map(one, a.mmap_offset, a.alloc_size).unwrap();
-    assert_eq!(m.offset, a.dev_addr - davinci_driver_core::DVA_BASE);
+    assert_eq!(m.offset, 0, "an allocation is its own memfd");
     assert!(dev
         .map(one, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
         .is_ok());
@@ -195,6 +195,76 @@ fn close_and_shutdown_stop_the_workers() {
             .errno,
         Errno::ENODEV
     );
+}
+
+/// Memory a client can touch is memory it was granted (issue 21): the descriptor behind an
+/// allocation's mmap cookie is a memfd of exactly that allocation, sealed at its size, so no
+/// mapping of it reaches another allocation, another client's memory or device memory nobody
+/// allocated; freeing the allocation empties the memfd at once, even while the client still
+/// holds the descriptor; and the device holds one memfd per live allocation, none after.
+#[test]
+fn a_clients_memory_descriptor_is_its_allocation_and_nothing_more() {
+    use std::os::fd::AsFd;
+    let dev = MockDevice::new(MockConfig::default());
+    let c = client(&dev);
+    let mut allocs = Vec::new();
+    for size in [4096u64, 3 * 4096, 64 << 10] {
+        let mut a = AllocMemoryArgs {
+            size,
+            ..Default::default()
+        };
+        call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+        allocs.push(a);
+    }
+    assert_eq!(dev.backed_allocations(), 3);
+    let stat = |fd: &std::os::fd::OwnedFd| nix::sys::stat::fstat(fd.as_fd()).unwrap();
+    let mut inodes = std::collections::HashSet::new();
+    for a in &allocs {
+        let m = dev.map(c, a.mmap_offset, a.alloc_size).unwrap();
+        let st = stat(&m.fd);
+        assert_eq!(
+            (m.offset, st.st_size as u64),
+            (0, a.alloc_size),
+            "the descriptor holds exactly the allocation"
+        );
+        assert!(inodes.insert(st.st_ino), "each allocation its own memfd");
+    }
+    // The device writes through to what the client's descriptor shows.
+    let s = stream(&dev, c);
+    let big = allocs[2];
+    let mut sub = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::fill(1, DevAddr(big.dev_addr), big.alloc_size, 0x0a0b_0c0d),
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s.handle,
+        value: 1,
+        timeout_ns: 10_000_000_000,
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
+    assert_eq!(w.status, 0);
+    let kept = dev.map(c, big.mmap_offset, big.alloc_size).unwrap().fd;
+    let mut word = [0u8; 4];
+    nix::sys::uio::pread(&kept, &mut word, (big.alloc_size - 4) as i64).unwrap();
+    assert_eq!(u32::from_ne_bytes(word), 0x0a0b_0c0d);
+    assert!(stat(&kept).st_blocks > 0, "the FILL's pages are there");
+    // Freed while the client still holds the descriptor: emptied at once, and gone from the
+    // device.
+    let mut h = HandleArgs {
+        handle: big.handle,
+        pad: 0,
+    };
+    call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
+    assert_eq!(stat(&kept).st_blocks, 0, "a freed allocation pins no pages");
+    nix::sys::uio::pread(&kept, &mut word, 0).unwrap();
+    assert_eq!(word, [0; 4]);
+    assert_eq!(dev.backed_allocations(), 2);
+    dev.close(c);
+    assert_eq!(dev.backed_allocations(), 0);
 }
 
 /// The embedded device hands out the same sealed memory as the daemon: every descriptor

@@ -79,7 +79,7 @@ fn random_file_operations_between_ring_operations_never_hurt_the_device() {
 #[test]
 fn the_scripted_attack_on_every_descriptor() {
     let mut ops = Vec::new();
-    for part in [Part::Cmd, Part::Event, Part::Doorbell, Part::Arena] {
+    for part in [Part::Cmd, Part::Event, Part::Doorbell, Part::Memory] {
         ops.extend([
             Op::Push {
                 n: 3,

@@ -3,7 +3,7 @@
 //!
 //! [`SharedMapping`] is the one audited type for such memory in user space, used by the
 //! runtime library (`davinci-shim`: the host's views of rings, doorbells and device memory)
-//! and by the mock device (`davinci-mock-device`: its arenas and stream memory). Its rules:
+//! and by the mock device (`davinci-mock-device`: its allocations' and streams' memory). Its rules:
 //!
 //! * No `&`/`&mut` to mapped bytes is ever formed: the other party writes them whenever it
 //!   likes. Bytes move with relaxed atomic loads and stores ([`copy_from_shared`],

@@ -241,7 +241,7 @@ pub struct ProcStats {
     pub fds: usize,
     /// Threads.
     pub threads: usize,
-    /// Mappings of davinci memfds (rings, doorbells, device-memory arenas).
+    /// Mappings of davinci memfds (rings, doorbells, allocations).
     pub memfd_maps: usize,
 }
 

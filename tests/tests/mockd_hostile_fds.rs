@@ -1,5 +1,5 @@
 //! A hostile client against a real `davinci-mockd` process: everything it can do to the
-//! memfds the daemon hands it (command ring, event ring, doorbell page, device-memory arena):
+//! memfds the daemon hands it (command ring, event ring, doorbell page, an allocation's memory):
 //! truncate or grow them, punch holes, add seals, reopen them through `/proc`, map them with
 //! other offsets and write there, close and map again. Meanwhile a well-behaved client process
 //! (`davinci-testclient work --until-eof`) keeps computing on the same device and checks every
@@ -40,10 +40,10 @@ enum Part {
     Cmd,
     Event,
     Doorbell,
-    Arena,
+    Memory,
 }
 
-const PARTS: [Part; 4] = [Part::Cmd, Part::Event, Part::Doorbell, Part::Arena];
+const PARTS: [Part; 4] = [Part::Cmd, Part::Event, Part::Doorbell, Part::Memory];
 
 /// The daemon, its well-behaved client, and what the daemon held before each arrived.
 struct Scene {
@@ -52,6 +52,9 @@ struct Scene {
     /// Before any connection.
     empty: ProcStats,
     good_memory: u64,
+    /// The daemon's memfd mappings for the good client: three per stream (command ring,
+    /// event ring, doorbell) and one per allocation (each is its own memfd).
+    good_maps: usize,
     rounds_seen: u64,
 }
 
@@ -76,12 +79,15 @@ impl Scene {
         );
         let ready = good.expect("ready");
         let good_memory = ready["memory_bytes"].as_u64().unwrap();
+        let good_maps = 3 * ready["streams"].as_u64().unwrap() as usize
+            + ready["allocations"].as_u64().unwrap() as usize;
         good.expect("progress");
         let mut s = Scene {
             d,
             good: Some(good),
             empty,
             good_memory,
+            good_maps,
             rounds_seen: 0,
         };
         s.wait_until("the daemon holds only the good client's resources", |s| {
@@ -90,13 +96,15 @@ impl Scene {
         s
     }
 
-    /// The daemon maps the good client's four memfds (arena, command ring, event ring,
+    /// The daemon maps the good client's memfds (its allocations, command ring, event ring,
     /// doorbell) and nothing else, and the device counts one client with its memory. (Its
     /// descriptor and thread counts are compared only once every client has gone: each
     /// `info` call's control connection and each blocking wait come and go meanwhile.)
     fn only_the_good_client(&self) -> bool {
         let info = self.info();
-        self.d.stats().memfd_maps == 4 && info.clients == 1 && info.memory_used == self.good_memory
+        self.d.stats().memfd_maps == self.good_maps
+            && info.clients == 1
+            && info.memory_used == self.good_memory
     }
 
     fn info(&self) -> DeviceInfo {
@@ -208,7 +216,7 @@ impl Attacker {
                 self.stream.event_ring.mmap_size,
             ),
             Part::Doorbell => (self.stream.doorbell_offset, self.stream.doorbell_size),
-            Part::Arena => (self.mem.mmap_offset, self.mem.alloc_size),
+            Part::Memory => (self.mem.mmap_offset, self.mem.alloc_size),
         }
     }
 
@@ -398,7 +406,7 @@ fn attack(part: Part) {
     // state, calls on it fail with EIO and WAIT_EVENT reports the errno that put it there.
     // The event ring's tail and the doorbell are the device's to write
     // (it keeps its own copies) and the host's head read 0 already (this client never
-    // consumed): the stream works on. The arena read zeros and is filled again.
+    // consumed): the stream works on. The allocation read zeros and is filled again.
     let after = a.fill(0x7777_7777);
     match part {
         Part::Cmd => {
@@ -414,9 +422,9 @@ fn attack(part: Part) {
                 "{what}: WAIT_EVENT names the stream's error: {e}"
             );
         }
-        Part::Event | Part::Doorbell | Part::Arena => {
+        Part::Event | Part::Doorbell | Part::Memory => {
             after.unwrap_or_else(|e| panic!("{what}: the stream should still work: {e}"));
-            if part == Part::Arena {
+            if part == Part::Memory {
                 assert_eq!(pread_u32(&fd, off), 0x7777_7777);
             }
         }
@@ -442,8 +450,8 @@ fn doorbell_fd_attacks_leave_the_daemon_and_other_clients_unharmed() {
 }
 
 #[test]
-fn arena_fd_attacks_leave_the_daemon_and_other_clients_unharmed() {
-    attack(Part::Arena);
+fn allocation_fd_attacks_leave_the_daemon_and_other_clients_unharmed() {
+    attack(Part::Memory);
 }
 
 /// Every descriptor of every kind the daemon hands out carries the seals, including those of

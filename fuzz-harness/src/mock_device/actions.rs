@@ -236,23 +236,31 @@ impl State {
                 let c = &self.clients[me];
                 match self.dev.map(c.handle, cookie, len) {
                     Ok(src) => {
-                        if owner < self.clients.len() {
-                            // A memory cookie resolves to the caller's own arena, whoever's
-                            // cookie it was (handles may coincide), never to another's.
-                            let mine_fd = self
-                                .dev
-                                .map(c.handle, c.work.mmap_offset, 4096)
-                                .expect("own arena");
-                            let ino = |fd: &std::os::fd::OwnedFd| {
-                                nix::sys::stat::fstat(fd).expect("fstat").st_ino
-                            };
-                            assert_eq!(
-                                ino(&src.fd),
-                                ino(&mine_fd.fd),
-                                "client {} mapped another client's memory (mine: {mine})",
-                                c.handle
-                            );
-                        }
+                        // A memory cookie resolves only to the caller's own allocation
+                        // with that cookie (its own memfd), never to another's.
+                        let own = [&c.work, &c.guard]
+                            .into_iter()
+                            .find(|a| a.mmap_offset == cookie)
+                            .unwrap_or_else(|| {
+                                panic!(
+                                    "client {} mapped cookie {cookie:#x}, not one of its own",
+                                    c.handle
+                                )
+                            });
+                        let own_fd = self
+                            .dev
+                            .map(c.handle, own.mmap_offset, 4096)
+                            .expect("own allocation");
+                        let ino = |fd: &std::os::fd::OwnedFd| {
+                            nix::sys::stat::fstat(fd).expect("fstat").st_ino
+                        };
+                        assert_eq!(
+                            ino(&src.fd),
+                            ino(&own_fd.fd),
+                            "client {} mapped memory other than its allocation (owner: {mine})",
+                            c.handle
+                        );
+                        assert_eq!(src.offset, 0, "an allocation is its own memfd");
                         if len > 0 {
                             let m = SharedMapping::map(src.fd.as_fd(), src.offset, len as usize)
                                 .expect("map what the device resolved");

@@ -2,7 +2,8 @@
 //! through the shim (`--device PATH`, else `DAVINCI_DEVICE`), does work whose results it
 //! checks against the CPU, and reports on stdout as JSON lines:
 //!
-//! * `{"event":"ready","pid":P,...}` once it holds a context, a stream and memory;
+//! * `{"event":"ready","pid":P,...}` once it holds a context, a stream and memory (`work`:
+//!   with `memory_bytes`, `streams` and `allocations` held);
 //! * `{"event":"progress","round":R}` after the first round (`spin`);
 //! * `{"event":"done","pid":P,"ok":true,"rounds":R,"tasks":T,"mismatches":0}` (`work`);
 //! * `{"event":"error","errno":"EBUSY","message":"..."}` (exit status 1) if anything fails.
@@ -168,7 +169,9 @@ fn main() {
     let b = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
     let c = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
     let memory: usize = a.len() + b.len() + c.len();
-    say(json!({"event": "ready", "pid": pid, "memory_bytes": memory}));
+    say(
+        json!({"event": "ready", "pid": pid, "memory_bytes": memory, "streams": 1, "allocations": 3}),
+    );
     let rounds = if o.mode == "spin" || o.until_eof {
         u64::MAX
     } else {

@@ -236,6 +236,6 @@ fn cookie(stream: &CreateStreamArgs, mem: &AllocMemoryArgs, part: Part) -> (u64,
         Part::Cmd => (stream.cmd_ring.mmap_offset, stream.cmd_ring.mmap_size),
         Part::Event => (stream.event_ring.mmap_offset, stream.event_ring.mmap_size),
         Part::Doorbell => (stream.doorbell_offset, stream.doorbell_size),
-        Part::Arena => (mem.mmap_offset, mem.alloc_size),
+        Part::Memory => (mem.mmap_offset, mem.alloc_size),
     }
 }

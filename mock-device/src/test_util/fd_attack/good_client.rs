@@ -26,7 +26,9 @@ pub(super) struct Good {
     events: Held,
     pub(super) work: AllocMemoryArgs,
     canary: AllocMemoryArgs,
-    arena: Held,
+    /// The work and canary buffers' own descriptors (each allocation is its own memfd).
+    work_mem: Held,
+    canary_mem: Held,
     submitted: u64,
 }
 
@@ -47,14 +49,16 @@ impl Good {
         );
         let work = alloc(dev, client, GOOD_ALLOC);
         let canary = alloc(dev, client, 4096);
-        let arena = map(dev, client, work.mmap_offset, work.alloc_size);
+        let work_mem = map(dev, client, work.mmap_offset, work.alloc_size);
+        let canary_mem = map(dev, client, canary.mmap_offset, canary.alloc_size);
         let mut g = Good {
             client,
             stream: s.handle,
             events,
             work,
             canary,
-            arena,
+            work_mem,
+            canary_mem,
             submitted: 0,
         };
         g.run(
@@ -120,20 +124,17 @@ impl Good {
                 pattern,
             ),
         );
-        let base = self.work.dev_addr;
         for off in (0..GOOD_ALLOC).step_by(1021 * 4) {
-            let at = self.arena.offset + off;
-            assert_eq!(pread_u32(&self.arena.fd, at), pattern, "good work @{off}");
+            let at = self.work_mem.offset + off;
+            assert_eq!(
+                pread_u32(&self.work_mem.fd, at),
+                pattern,
+                "good work @{off}"
+            );
         }
-        let canary_at = self.arena.offset
-            + self
-                .canary
-                .dev_addr
-                .checked_sub(base)
-                .expect("the canary is allocated after the work buffer");
         for off in (0..4096).step_by(4 * 97) {
             assert_eq!(
-                pread_u32(&self.arena.fd, canary_at + off),
+                pread_u32(&self.canary_mem.fd, self.canary_mem.offset + off),
                 CANARY,
                 "good canary @{off}"
             );

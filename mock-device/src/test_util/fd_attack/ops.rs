@@ -23,12 +23,12 @@ pub enum Part {
     Event,
     /// The doorbell page.
     Doorbell,
-    /// The device-memory arena.
-    Arena,
+    /// An allocation's memory (its own memfd).
+    Memory,
 }
 
 /// Every part, in [`Part`]'s order (its index in the attacker's descriptors).
-pub(super) const PARTS: [Part; 4] = [Part::Cmd, Part::Event, Part::Doorbell, Part::Arena];
+pub(super) const PARTS: [Part; 4] = [Part::Cmd, Part::Event, Part::Doorbell, Part::Memory];
 
 /// One step of the attacker (or of the good client).
 #[derive(Debug, Clone, Arbitrary)]
