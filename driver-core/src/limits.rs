@@ -11,6 +11,10 @@ pub const MAX_CLIENT_OPENS: usize = 256;
 /// cannot take the operators' room): at least `MAX_CLIENTS - MAX_CLIENT_OPENS -
 /// MAX_USER_CONTROL_OPENS` slots stay for admins whatever the tenants hold.
 pub const MAX_USER_CONTROL_OPENS: usize = 32;
+/// Most client opens of one non-admin user at once (a quarter of [`MAX_CLIENT_OPENS`]), so
+/// that one user cannot take every client slot and lock the other tenants out; admins (who
+/// could change the device's sharing anyway) are not held to it.
+pub const MAX_CLIENT_OPENS_PER_USER: usize = MAX_CLIENT_OPENS / 4;
 /// Most control opens of one non-admin user at once.
 pub const MAX_CONTROL_OPENS_PER_USER: usize = 8;
 /// Most contexts on a device.

@@ -275,7 +275,8 @@ fn handles_and_client_ids_carry_no_sequence_and_follow_the_secret() {
 #[test]
 fn get_info_reports_the_quota_in_force() {
     use davinci_driver_core::Quota;
-    let mut dev = device();
+    // No operator's memory limit on this one.
+    let mut dev = davinci_driver_core::test_util::device_with(16 << 20, 0);
     let q = Quota {
         contexts: 3,
         streams: 5,
@@ -306,7 +307,7 @@ fn get_info_reports_the_quota_in_force() {
             i.quota_allocations,
         )
     };
-    // Exclusive: the one client may fill every table.
+    // Exclusive: the one client may fill every table, and take all the memory.
     assert_eq!(
         quota(&info),
         (
@@ -316,10 +317,24 @@ fn get_info_reports_the_quota_in_force() {
             info.max_allocations
         )
     );
+    assert_eq!(info.client_memory_limit, info.memory_size);
     let root = dev.open(params(1, 0, Role::Control)).unwrap();
     dev.set_share_mode(root, ShareMode::Shared).unwrap();
     let a = dev.open(params(10, 1000, Role::Client)).unwrap();
     assert_eq!(quota(&dev.info_for(a)), (3, 5, 7, 9));
+    // Shared without an operator's memory limit: a quarter of the memory each.
+    let shared = dev.info_for(a);
+    assert_eq!(shared.client_memory_limit, shared.memory_size / 4);
+    let mut big = AllocMemoryArgs {
+        size: shared.memory_size / 4 + 4096,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_ALLOC_MEMORY, &mut big),
+        Err(Errno::ENOMEM)
+    );
+    big.size = shared.memory_size / 4;
+    call(&mut dev, a, DRIVER_CMD_ALLOC_MEMORY, &mut big).unwrap();
     // ... and it is the quota enforced.
     for _ in 0..3 {
         ctx(&mut dev, a);
@@ -428,14 +443,29 @@ fn close_releases_everything_and_slow_submit_works() {
 #[test]
 fn tenants_cannot_take_the_operators_room() {
     use davinci_driver_core::{
-        MAX_CLIENTS, MAX_CLIENT_OPENS, MAX_CONTROL_OPENS_PER_USER, MAX_USER_CONTROL_OPENS,
+        MAX_CLIENTS, MAX_CLIENT_OPENS, MAX_CLIENT_OPENS_PER_USER, MAX_CONTROL_OPENS_PER_USER,
+        MAX_USER_CONTROL_OPENS,
     };
     let mut dev = device();
     let root = dev.open(params(1, 0, Role::Control)).unwrap();
     dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    // One user takes at most a quarter of the client slots: the others can still open.
+    for i in 0..MAX_CLIENT_OPENS_PER_USER as u32 {
+        dev.open(params(100 + i, 1000, Role::Client)).unwrap();
+    }
+    let e = dev.open(params(99, 1000, Role::Client)).unwrap_err().error;
+    assert_eq!(e.errno, Errno::ENOSPC);
+    assert!(
+        e.msg.contains("this user has as many client opens"),
+        "{}",
+        e.msg
+    );
+    // An admin is not held to it (it could change the sharing anyway).
+    let admin_client = dev.open(params(98, 0, Role::Client)).unwrap();
+    dev.close(admin_client);
     // Every client slot taken, by tenants of several users.
-    for i in 0..MAX_CLIENT_OPENS as u32 {
-        dev.open(params(100 + i, 1000 + i % 4, Role::Client))
+    for i in MAX_CLIENT_OPENS_PER_USER as u32..MAX_CLIENT_OPENS as u32 {
+        dev.open(params(100 + i, 1001 + i % 3, Role::Client))
             .unwrap();
     }
     let e = dev.open(params(9, 1000, Role::Client)).unwrap_err().error;

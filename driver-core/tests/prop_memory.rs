@@ -494,7 +494,12 @@ fn run_device(mem: u64, limit: u64, nclients: usize, ops: &[DOp]) {
     let size = mem & !(page - 1);
     let mut m = DevModel {
         space: Space::new(size),
-        limit: if limit == 0 { size } else { limit.min(size) },
+        // Shared, so without a limit each client may hold a quarter (ABI 1.4).
+        limit: if limit == 0 {
+            size / 4
+        } else {
+            limit.min(size)
+        },
         clients,
         allocs: BTreeMap::new(),
         stale: Vec::new(),

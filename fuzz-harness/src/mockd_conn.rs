@@ -108,7 +108,8 @@ fn server() -> &'static Server {
             ..MockConfig::default()
         });
         let uid = nix::unistd::getuid().as_raw();
-        let cs = ConnServer::new(dev.clone(), AdminPolicy::owned_by(uid), DEADLINE);
+        let cs = ConnServer::new(dev.clone(), AdminPolicy::owned_by(uid), DEADLINE)
+            .expect("start the connection server (its refusing thread)");
         let (tx, rx) = channel::<SeqPacket>();
         let (done_tx, done_rx) = channel::<()>();
         std::thread::Builder::new()

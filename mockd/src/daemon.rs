@@ -24,16 +24,13 @@ use std::thread::JoinHandle;
 
 use davinci_driver_core::{NoUserMem, Role};
 use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
-use davinci_mockd_proto::{
-    default_socket_dir_choice, socket_name, Kind, Reply, Request, SocketDir,
-};
-use davinci_uapi::{DeviceShareArgs, Errno, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
+use davinci_mockd_proto::{default_socket_dir_choice, socket_name, SocketDir};
+use davinci_uapi::{DeviceShareArgs, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
 use tracing::{debug, info, warn};
 
 use crate::conn::serve;
 use crate::gate::Ticket;
 use crate::peer::{identify, AdminPolicy, Identity};
-use crate::reply::send_reply;
 use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 
@@ -165,7 +162,12 @@ impl Daemon {
             });
             let name = format!("davinci{n}");
             set_initial_share_mode(&dev, &name, cfg.share_mode)?;
-            let shared = Arc::new(Shared::new(dev, name, cfg.admin.clone(), cfg.hello_timeout));
+            let shared = Arc::new(Shared::new(
+                dev,
+                name,
+                cfg.admin.clone(),
+                cfg.hello_timeout,
+            )?);
             let (s, l) = (shared.clone(), listener.clone());
             let acceptor = std::thread::Builder::new()
                 .name(format!("davinci{n}-accept"))
@@ -266,15 +268,18 @@ impl std::fmt::Debug for ConnServer {
 impl ConnServer {
     /// Serves `dev` as `davinci{device_id}`, with `admin` deciding who may change sharing and
     /// `hello_timeout` bounding the wait for a connection's HELLO.
+    ///
+    /// # Errors
+    /// The device's refusing thread cannot be started.
     pub fn new(
         dev: MockDevice,
         admin: AdminPolicy,
         hello_timeout: std::time::Duration,
-    ) -> ConnServer {
+    ) -> io::Result<ConnServer> {
         let name = format!("davinci{}", dev.config().device_id);
-        ConnServer {
-            shared: Arc::new(Shared::new(dev, name, admin, hello_timeout)),
-        }
+        Ok(ConnServer {
+            shared: Arc::new(Shared::new(dev, name, admin, hello_timeout)?),
+        })
     }
 
     /// The device.
@@ -287,7 +292,7 @@ impl ConnServer {
     /// open it made is closed when this returns. Blocking WAIT_EVENTs are answered by the
     /// device's wait thread, which ends once they have (the close ends them).
     pub fn serve(&self, conn: SeqPacket) {
-        if let Some((who, ticket)) = admit(&self.shared, &conn) {
+        if let Some((conn, who, ticket)) = admit(&self.shared, conn) {
             serve(&self.shared, &Arc::new(conn), who, ticket);
         }
     }
@@ -328,32 +333,10 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
     Ok(())
 }
 
-/// How long a refused connection's HELLO is waited for, so that closing it does not reset the
-/// connection under the client's reply.
-const REFUSE_DRAIN: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Refuses a connection the gate did not admit (`why`): its HELLO is read first (waiting up
-/// to [`REFUSE_DRAIN`]), so the `ENOSPC` reply carries its tag and the connection is closed
-/// with nothing unread. (Closing a Unix socket with unread data resets it: the client's
-/// `recv` would fail with `ECONNRESET` before it could read why it was refused.)
-fn refuse(conn: &SeqPacket, why: &str) {
-    let mut buf = [0u8; 64];
-    let tag = match conn.set_recv_timeout(Some(REFUSE_DRAIN)) {
-        // Truncated or not, the first frame is consumed; its tag is in its first bytes.
-        Ok(()) => match conn.recv(&mut buf, false) {
-            Ok(r) if r.len > 0 => Request::peek_tag(&buf[..r.len.min(buf.len())]),
-            _ => 0,
-        },
-        Err(_) => 0,
-    };
-    let r = Reply::err(Kind::Hello as u16, tag, Errno::ENOSPC, why);
-    send_reply(conn, &r, None);
-}
-
 /// Admits a new connection ([`crate::gate`], by its peer's credentials) or refuses it. Who
 /// the peer is ([`identify`]) is taken here, once, right after `accept`.
-fn admit(shared: &Shared, conn: &SeqPacket) -> Option<(Identity, Ticket)> {
-    let who = match identify(conn, &shared.admin) {
+fn admit(shared: &Shared, conn: SeqPacket) -> Option<(SeqPacket, Identity, Ticket)> {
+    let who = match identify(&conn, &shared.admin) {
         Ok(w) => w,
         Err(e) => {
             warn!(device = %shared.name, error = %e, "no peer credentials; dropping connection");
@@ -362,10 +345,11 @@ fn admit(shared: &Shared, conn: &SeqPacket) -> Option<(Identity, Ticket)> {
     };
     let cred = who.cred;
     match shared.gate.admit(cred.uid, who.admin) {
-        Ok(t) => Some((who, t)),
+        Ok(t) => Some((conn, who, t)),
         Err(why) => {
             debug!(device = %shared.name, pid = cred.pid, uid = cred.uid, why, "connection refused");
-            refuse(conn, why);
+            // Answered off this loop (`crate::refuse`): a refusal may wait for a HELLO.
+            shared.refuser.refuse(conn, why);
             None
         }
     }
@@ -385,7 +369,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        let Some((who, ticket)) = admit(shared, &conn) else {
+        let Some((conn, who, ticket)) = admit(shared, conn) else {
             continue;
         };
         let conn = Arc::new(conn);

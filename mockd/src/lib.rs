@@ -4,7 +4,8 @@
 //! * [`daemon`]: the devices and their acceptors; `shared` is what the threads serving one
 //!   device share; `conn` serves one connection (one open): HELLO, then IOCTL, MMAP and
 //!   CLOSE frames; `gate` decides who may connect; `reply` encodes and sends replies;
-//!   `waits` answers its blocking WAIT_EVENTs (one thread per device); `audit` rate-limits
+//!   `waits` answers its blocking WAIT_EVENTs (one thread per device); `refuse` answers
+//!   the connections `gate` refused (one thread per device); `audit` rate-limits
 //!   the audit log's lines; `socket_dir` creates and checks the socket directory and every
 //!   directory above it.
 //! * [`peer`]: who is on the other end of a connection (container, groups) and who is an
@@ -24,6 +25,7 @@ mod conn;
 pub mod daemon;
 mod gate;
 pub mod peer;
+mod refuse;
 mod reply;
 mod shared;
 mod signals;

@@ -1,7 +1,7 @@
 //! What every thread serving one `davinci-mockd` device shares: the device, its name, the
 //! admin policy, the HELLO timeout, the lock around sharing changes, the live
-//! connections (for shutdown and the connection limit), the blocking waits in flight and the
-//! rate-limited audit log. The acceptor (`daemon`) creates it;
+//! connections (for shutdown and the connection limit), the blocking waits in flight, the
+//! rate-limited audit log and the thread that answers refused connections. The acceptor (`daemon`) creates it;
 //! each connection (`conn`) reads it.
 #![forbid(unsafe_code)]
 
@@ -15,6 +15,7 @@ use davinci_mockd_proto::sockio::SeqPacket;
 use crate::audit::AuditLog;
 use crate::gate::Gate;
 use crate::peer::AdminPolicy;
+use crate::refuse::Refuser;
 use crate::waits::Waits;
 
 /// Blocking WAIT_EVENTs one connection may have in flight; more are refused with `EBUSY`.
@@ -39,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) waits: Arc<Waits>,
     /// Opens, closes and refused sharing changes, rate-limited ([`crate::audit`]).
     pub(crate) audit: AuditLog,
+    /// Answers refused connections off the accept loop ([`crate::refuse`]).
+    pub(crate) refuser: Refuser,
 }
 
 impl Shared {
@@ -47,10 +50,11 @@ impl Shared {
         name: String,
         admin: AdminPolicy,
         hello_timeout: std::time::Duration,
-    ) -> Shared {
+    ) -> std::io::Result<Shared> {
         let waits = Arc::new(Waits::new(dev.clone(), name.clone()));
         let audit = AuditLog::new(name.clone());
-        Shared {
+        let refuser = Refuser::start(&name)?;
+        Ok(Shared {
             dev,
             name,
             admin,
@@ -62,7 +66,8 @@ impl Shared {
             gate: Arc::default(),
             waits,
             audit,
-        }
+            refuser,
+        })
     }
 
     pub(crate) fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<SeqPacket>>> {

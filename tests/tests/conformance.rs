@@ -27,6 +27,10 @@ mod isolation;
 #[path = "conformance/quotas.rs"]
 mod quotas;
 
+/// Noisy and hostile neighbours (issue 21): the daemon and the kernel.
+#[path = "conformance/neighbours.rs"]
+mod neighbours;
+
 fn dev() -> Device {
     open_default().expect("open the test device")
 }

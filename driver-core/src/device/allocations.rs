@@ -26,7 +26,9 @@ impl<P: Platform> DeviceCore<P> {
         ensure!(
             held.checked_add(rounded).is_some_and(|t| t <= limit),
             ENOMEM,
-            "allocation would exceed this client's device memory limit"
+            "allocation would exceed this client's device memory limit (GET_INFO \
+             client_memory_limit: the operator's --client-memory-limit; on a shared device a \
+             quarter of the device's memory by default)"
         );
         // Reserve a handle first (so a full table fails before memory moves).
         let handle = self.allocations.insert(

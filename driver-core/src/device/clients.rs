@@ -7,7 +7,8 @@ use super::entries::{Client, OpenParams, Role, StreamState};
 use super::DeviceCore;
 use crate::error::{ensure, Error, Result};
 use crate::limits::{
-    CONTAINER_LEN, MAX_CLIENT_OPENS, MAX_CONTROL_OPENS_PER_USER, MAX_USER_CONTROL_OPENS,
+    CONTAINER_LEN, MAX_CLIENT_OPENS, MAX_CLIENT_OPENS_PER_USER, MAX_CONTROL_OPENS_PER_USER,
+    MAX_USER_CONTROL_OPENS,
 };
 use crate::platform::{Lock, Platform};
 
@@ -188,6 +189,15 @@ impl<P: Platform> DeviceCore<P> {
                     ENOSPC,
                     "the device has as many client opens as it takes (256); the remaining \
                      slots are kept for operators' control opens"
+                );
+                ensure!(
+                    params.admin
+                        || count(&|c| c.params.role == Role::Client && c.params.uid == params.uid)
+                            < MAX_CLIENT_OPENS_PER_USER,
+                    ENOSPC,
+                    "this user has as many client opens of the device as one non-admin user \
+                     may (64, a quarter of the 256), so that other tenants can open it too; \
+                     close one"
                 );
             }
             Role::Control if !params.admin => {

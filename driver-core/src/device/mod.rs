@@ -35,7 +35,8 @@ pub struct Config {
     pub device_id: u32,
     /// Device memory in bytes.
     pub memory_size: u64,
-    /// Per-client memory limit in bytes (0 = the whole device).
+    /// Per-client memory limit in bytes (0: a quarter of the device while it is shared, the
+    /// whole device while it is exclusive).
     pub client_memory_limit: u64,
     /// Page size of mappings (power of two); also the allocation alignment.
     pub page_size: u32,
@@ -270,10 +271,15 @@ impl<P: Platform> DeviceCore<P> {
         }
     }
 
+    /// What one client may allocate now: the configured limit; without one, a quarter of the
+    /// device's memory while it is shared (the same fair share as [`Quota::FAIR`], so four
+    /// tenants that each take all they may fit) and all of it while it is exclusive.
     fn client_limit(&self) -> u64 {
-        match self.config.client_memory_limit {
-            0 => self.memory.size(),
-            l => l.min(self.memory.size()),
+        let size = self.memory.size();
+        match (self.config.client_memory_limit, self.share) {
+            (0, ShareMode::Shared) => size / 4,
+            (0, ShareMode::Exclusive) => size,
+            (l, _) => l.min(size),
         }
     }
 

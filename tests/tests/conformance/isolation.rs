@@ -77,12 +77,12 @@ fn outcome(r: davinci_shim::Result<()>) -> Option<(Option<Errno>, String)> {
 /// module's devices outlive the test; the mock devices are fresh per test anyway). Drop it
 /// after every client it let in.
 pub(super) struct SharedMode {
-    ctl: Control,
+    pub(super) ctl: Control,
     before: ShareMode,
 }
 
 impl SharedMode {
-    fn enable(ctl: Control) -> SharedMode {
+    pub(super) fn enable(ctl: Control) -> SharedMode {
         let before = ctl.share_mode().expect("QUERY_DEVICE_SHARE");
         ctl.set_share_mode(ShareMode::Shared)
             .expect("SET_DEVICE_SHARE shared (the tests run as an admin of the device)");

@@ -469,7 +469,11 @@ struct davinci_device_info {
 	__u64 memory_size;
 	/* Device memory allocated by all clients (from driver). */
 	__u64 memory_used;
-	/* Per-client device memory limit in bytes (from driver). */
+	/*
+	 * Device memory one client may hold now, in bytes: the operator's limit, or without
+	 * one (since 1.4) a quarter of `memory_size` while the device is shared and all of
+	 * it while it is exclusive (from driver).
+	 */
 	__u64 client_memory_limit;
 	/* Most clients attached at once (from driver). */
 	__u32 max_clients;

@@ -21,7 +21,9 @@ abi_struct! {
         pub memory_size: u64,
         /// Device memory allocated by all clients (from driver).
         pub memory_used: u64,
-        /// Per-client device memory limit in bytes (from driver).
+        /// Device memory one client may hold now, in bytes: the operator's limit, or without
+        /// one (since 1.4) a quarter of `memory_size` while the device is shared and all of
+        /// it while it is exclusive (from driver).
         pub client_memory_limit: u64,
         /// Most clients attached at once (from driver).
         pub max_clients: u32,

@@ -1,0 +1,268 @@
+//! `davinci-attacker`: a hostile (or merely heavy) tenant for the noisy-neighbour suite
+//! (tests/tests/conformance/neighbours.rs, issue 21). It opens a device through the shim
+//! (`--device PATH`), attacks it one way until it is killed, and reports on stdout as JSON
+//! lines: `{"event":"ready",...}` once the attack is in place (with what it holds), then
+//! `{"event":"progress","n":N}` about every 100 ms while work it does completes (`fills`,
+//! `memory`, `pre-hello`). Anything unexpected: `{"event":"error","message":"..."}` and exit 1.
+//!
+//! Patterns (issue 21's list):
+//! * `fills`: four streams of FILLs, each over a quarter of the memory it may hold (at most
+//!   128 MiB), four queued per stream, each completion checked, for ever;
+//! * `waits`: 8 client opens, each with 32 threads blocked in a WAIT_EVENT on an event that
+//!   is never recorded (a waiting EVENT_WAIT holds its record back); waits a device refuses
+//!   (`EBUSY`) are counted, not fatal;
+//! * `opens`: client opens until the device refuses one (`ENOSPC`), then control opens until
+//!   it refuses one; all held;
+//! * `pre-hello`: (the daemon only) connections to the socket that never say HELLO, up to 400,
+//!   reopened as the daemon closes them;
+//! * `tables`: one open that takes all it may of contexts, streams, events and allocations;
+//! * `memory`: allocations of 1 MiB until refused, then every byte of them written through the
+//!   client's own mappings, round after round.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use davinci_shim::{Control, Device, DeviceMem, Errno, StreamOptions, TaskDesc};
+use serde_json::json;
+
+/// Longer than any test: a wait that only the process's end ends.
+const FOREVER: Duration = Duration::from_secs(3600);
+
+fn say(v: serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+fn fail(what: impl std::fmt::Display) -> ! {
+    say(json!({"event": "error", "message": what.to_string()}));
+    std::process::exit(1);
+}
+
+/// Reports `n` as progress about every 100 ms (`last` remembers when it last did).
+fn progress(n: u64, last: &mut Instant) {
+    if last.elapsed() >= Duration::from_millis(100) {
+        say(json!({"event": "progress", "n": n}));
+        *last = Instant::now();
+    }
+}
+
+fn fills(path: &str) -> ! {
+    let dev = Device::open(path).unwrap_or_else(|e| fail(e));
+    // All the memory it may hold (at most 512 MiB), a quarter per stream.
+    let bytes = (dev.info().client_memory_limit.min(512 << 20) as usize / 4) & !4095;
+    let buf = dev.alloc(bytes * 4).unwrap_or_else(|e| fail(e));
+    let ctx = dev.create_context().unwrap_or_else(|e| fail(e));
+    let mut streams: Vec<_> = (0..4)
+        .map(|_| {
+            ctx.create_stream_with(StreamOptions::depths(8, 8))
+                .unwrap_or_else(|e| fail(e))
+        })
+        .collect();
+    let fill = |s: usize, i: u64| {
+        let at = buf.addr(s * bytes).unwrap_or_else(|e| fail(e));
+        TaskDesc::fill(i, at, bytes as u64, i as u32)
+    };
+    for (k, s) in streams.iter_mut().enumerate() {
+        let batch: Vec<_> = (0..4).map(|i| fill(k, i)).collect();
+        s.submit_batch(&batch).unwrap_or_else(|e| fail(e));
+    }
+    say(json!({"event": "ready", "streams": 4, "fill_bytes": bytes}));
+    let (mut n, mut next, mut last) = (0u64, 4u64, Instant::now());
+    let mut done = Vec::new();
+    loop {
+        for (k, s) in streams.iter_mut().enumerate() {
+            done.clear();
+            s.poll(&mut done);
+            if let Some(c) = done.iter().find(|c| !c.is_ok()) {
+                fail(format!("a FILL failed: {c:?}"));
+            }
+            let batch: Vec<_> = (0..done.len() as u64).map(|j| fill(k, next + j)).collect();
+            next += batch.len() as u64;
+            n += batch.len() as u64;
+            if !batch.is_empty() {
+                s.submit_batch(&batch).unwrap_or_else(|e| fail(e));
+            }
+        }
+        progress(n, &mut last);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn waits(path: &str) -> ! {
+    let mut held = Vec::new();
+    let mut waiting = 0usize;
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            let dev = Device::open(path).unwrap_or_else(|e| fail(e));
+            let ctx = dev.create_context().unwrap_or_else(|e| fail(e));
+            let gate = ctx.create_event().unwrap_or_else(|e| fail(e));
+            let late = ctx.create_event().unwrap_or_else(|e| fail(e));
+            let mut s = ctx.create_stream().unwrap_or_else(|e| fail(e));
+            // `late` is recorded behind a wait for `gate`'s first record, which nobody makes.
+            s.submit(&TaskDesc::event_wait(1, gate.handle(), 1))
+                .unwrap_or_else(|e| fail(e));
+            late.record(&mut s).unwrap_or_else(|e| fail(e));
+            held.push((dev, ctx, gate, late, s));
+        }
+        for (_, _, _, late, _) in &held {
+            for _ in 0..32 {
+                scope.spawn(move || match late.synchronize(FOREVER) {
+                    Err(e) if e.errno() == Some(Errno::EBUSY) => {}
+                    Err(e) => fail(format!("a wait ended: {e}")),
+                    Ok(()) => fail("a wait for an event nobody records returned"),
+                });
+                waiting += 1;
+            }
+        }
+        // Give the waits time to reach the device; EBUSY ones end their threads.
+        std::thread::sleep(Duration::from_millis(500));
+        say(json!({"event": "ready", "opens": held.len(), "waits": waiting}));
+        loop {
+            std::thread::park();
+        }
+    })
+}
+
+fn opens(path: &str) -> ! {
+    let mut clients = Vec::new();
+    let why = loop {
+        match Device::open(path) {
+            Ok(d) => clients.push(d),
+            Err(e) => break e,
+        }
+        if clients.len() > 4096 {
+            fail("4096 client opens and none refused: the device has no bound");
+        }
+    };
+    if why.errno() != Some(Errno::ENOSPC) {
+        fail(format!("client opens ended with {why}, not ENOSPC"));
+    }
+    let mut controls = Vec::new();
+    let cwhy = loop {
+        match Control::open(path) {
+            Ok(c) => controls.push(c),
+            Err(e) => break e,
+        }
+        if controls.len() > 4096 {
+            fail("4096 control opens and none refused: the device has no bound");
+        }
+    };
+    say(json!({
+        "event": "ready",
+        "clients": clients.len(),
+        "controls": controls.len(),
+        "refused": why.to_string(),
+        "control_refused": cwhy.to_string(),
+    }));
+    loop {
+        std::thread::park();
+    }
+}
+
+fn pre_hello(path: &str) -> ! {
+    use davinci_mockd_proto::sockio::SeqPacket;
+    let Some(sock) = path.strip_prefix("mock:") else {
+        fail("pre-hello needs a davinci-mockd device (mock:PATH)");
+    };
+    let sock = std::path::Path::new(sock);
+    let mut conns: Vec<SeqPacket> = Vec::new();
+    let (mut n, mut last) = (0u64, Instant::now());
+    let mut ready = false;
+    loop {
+        // Drop what the daemon closed (after its HELLO timeout), then top up.
+        conns.retain(|c| !c.peer_closed());
+        while conns.len() < 400 {
+            match SeqPacket::connect(sock) {
+                Ok(c) => {
+                    conns.push(c);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        if !ready {
+            say(json!({"event": "ready", "connections": conns.len()}));
+            ready = true;
+        }
+        progress(n, &mut last);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tables(path: &str) -> ! {
+    let dev = Device::open(path).unwrap_or_else(|e| fail(e));
+    let mut contexts = Vec::new();
+    while let Ok(c) = dev.create_context() {
+        contexts.push(c);
+    }
+    let Some(first) = contexts.first() else {
+        fail("no context at all");
+    };
+    let mut streams = Vec::new();
+    while let Ok(s) = first.create_stream_with(StreamOptions::depths(8, 8)) {
+        streams.push(s);
+    }
+    let mut events = Vec::new();
+    while let Ok(e) = first.create_event() {
+        events.push(e);
+    }
+    let mut allocations = Vec::new();
+    while let Ok(a) = dev.alloc(4096) {
+        allocations.push(a);
+        if allocations.len() > 1 << 16 {
+            fail("65536 allocations and none refused");
+        }
+    }
+    say(json!({
+        "event": "ready",
+        "contexts": contexts.len(),
+        "streams": streams.len(),
+        "events": events.len(),
+        "allocations": allocations.len(),
+    }));
+    loop {
+        std::thread::park();
+    }
+}
+
+fn memory(path: &str) -> ! {
+    let dev = Device::open(path).unwrap_or_else(|e| fail(e));
+    let mut bufs = Vec::new();
+    while let Ok(b) = dev.alloc(1 << 20) {
+        bufs.push(b);
+        if bufs.len() > 1 << 16 {
+            fail("64 GiB allocated and none refused");
+        }
+    }
+    say(json!({"event": "ready", "bytes": bufs.len() << 20}));
+    let chunk = vec![0x5au8; 1 << 20];
+    let (mut n, mut last) = (0u64, Instant::now());
+    loop {
+        for b in &bufs {
+            b.write(0, &chunk).unwrap_or_else(|e| fail(e));
+            n += 1;
+            progress(n, &mut last);
+        }
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: davinci-attacker fills|waits|opens|pre-hello|tables|memory --device PATH";
+    let mode = args.next().unwrap_or_else(|| fail(usage));
+    let path = match (args.next().as_deref(), args.next()) {
+        (Some("--device"), Some(p)) => p,
+        _ => fail(usage),
+    };
+    match mode.as_str() {
+        "fills" => fills(&path),
+        "waits" => waits(&path),
+        "opens" => opens(&path),
+        "pre-hello" => pre_hello(&path),
+        "tables" => tables(&path),
+        "memory" => memory(&path),
+        other => fail(format!("unknown pattern '{other}'; {usage}")),
+    }
+}
