@@ -9,7 +9,8 @@
 #   3. takes the guest programs from the workspace's test build (`cargo test --workspace`,
 #      which the test command has just run, so nothing is built twice): the conformance
 #      suite, the kernel-only tests, the million-task run, davinci-smi, davinci-workload,
-#      davinci-exporter, davinci-device-plugin and its kubelet stand-in, davinci-testclient;
+#      davinci-exporter, davinci-device-plugin and its kubelet stand-in, davinci-testclient,
+#      davinci-attacker;
 #      stripped of debug information, with the C libraries they load;
 #   4. packs them with busybox into an initramfs whose /init is kmod-rust/guest/init.sh;
 #   5. boots QEMU (TCG), streams the guest's serial console, and exits 0 only if the guest
@@ -69,6 +70,7 @@ declare -A guest_bins=(
     [davinci-device-plugin]=$(exe bin davinci-device-plugin)
     [kubelet_standin]=$(exe example kubelet_standin)
     [davinci-testclient]=$(exe bin davinci-testclient)
+    [davinci-attacker]=$(exe bin davinci-attacker)
 )
 mkdir -p "$WORK/bin"
 libs=()

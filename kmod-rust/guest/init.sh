@@ -72,6 +72,8 @@ if check insmod insmod /davinci.ko quota_events=200; then
     check device-nodes ls -l /dev/davinci0 /dev/davinci1
     # The suite that runs against the embedded mock and davinci-mockd, unchanged.
     check conformance /bin/conformance --test-threads=1
+    # The noisy-neighbour figures (one line per attacker pattern), for docs/security.md.
+    check neighbour-figures /bin/conformance neighbours --test-threads=1 --nocapture
     # What only a kernel can show (bad user pointers, foreign mmap cookies, SIGKILL reclaim).
     check kernel-only /bin/kernel --include-ignored --test-threads=1
     check million-tasks /bin/million --test-threads=1

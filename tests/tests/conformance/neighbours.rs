@@ -141,10 +141,17 @@ fn pct(v: &[Duration], p: f64) -> f64 {
     v[i].as_secs_f64() * 1e3
 }
 
-/// One run of an operators' tool against `path`: it must succeed and say `want`.
+/// One run of an operators' tool against `path`: it must succeed and say `want`. The tool
+/// is the workspace's test build of it (`testbin-NAME`) or, in the kernel guest, `NAME`.
 fn tool(program: &str, args: &[&str], path: &str, want: &str) -> Duration {
+    let test_build = bin(&format!("testbin-{program}"));
+    let exe = if test_build.exists() {
+        test_build
+    } else {
+        bin(program)
+    };
     let t0 = Instant::now();
-    let out = Command::new(bin(program))
+    let out = Command::new(&exe)
         .args(["--device", path])
         .args(args)
         .output()
@@ -189,9 +196,9 @@ fn measure(path: &str, ctl: &Control) -> Figures {
         drop(Device::open(path).expect("another open beside the attacker"));
         opens.push(t0.elapsed());
     }
-    let smi = tool("testbin-davinci-smi", &["info", "--json"], path, "\"abi\"");
+    let smi = tool("davinci-smi", &["info", "--json"], path, "\"abi\"");
     let plugin = tool(
-        "testbin-davinci-device-plugin",
+        "davinci-device-plugin",
         &["--list", "--json"],
         path,
         "\"Healthy\"",
