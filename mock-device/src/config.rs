@@ -43,6 +43,17 @@ pub struct MockConfig {
     pub quota: Quota,
 }
 
+impl MockConfig {
+    /// Most poller threads the device runs at once: `pollers`, or as many as its most
+    /// streams need when each serves `FUTEX_WAITV_MAX - 1` of them.
+    pub fn most_pollers(&self) -> usize {
+        let per = davinci_shm::FUTEX_WAITV_MAX - 1;
+        self.pollers
+            .max(1)
+            .max(davinci_driver_core::MAX_STREAMS.div_ceil(per))
+    }
+}
+
 impl Default for MockConfig {
     fn default() -> Self {
         Self {

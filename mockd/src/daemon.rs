@@ -74,6 +74,18 @@ pub struct DaemonConfig {
     pub inject: Option<davinci_driver_core::Inject>,
 }
 
+impl DaemonConfig {
+    /// Most threads a daemon with this configuration runs, whatever its clients do: the main
+    /// thread and `--reset-after`'s timer; per device an acceptor, a refusing thread
+    /// (`crate::refuse`), a wait thread (`crate::waits`), its pollers
+    /// ([`MockConfig::most_pollers`]) and one thread per connection, at most
+    /// [`MAX_CONNECTIONS`]. Blocking waits, refusals and opens add none beyond these.
+    pub fn most_threads(&self) -> usize {
+        let pollers = MockConfig::default().most_pollers();
+        2 + self.devices as usize * (3 + pollers + MAX_CONNECTIONS)
+    }
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         Self {

@@ -274,6 +274,14 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
             }
         }
         let threads = daemon.as_ref().map(|d| d.stats().threads);
+        if let Some(n) = threads {
+            // The daemon (one device, the binary's defaults) within its documented bound.
+            let bound = davinci_mockd::daemon::DaemonConfig::default().most_threads();
+            assert!(
+                n <= bound,
+                "davinci-mockd runs {n} threads beside the {pattern} attacker, over its bound {bound}"
+            );
+        }
         a.kill();
         drop(a);
         // Back to the baseline.
