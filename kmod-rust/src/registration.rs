@@ -50,7 +50,10 @@ impl DevState {
         {
             let mut dev = st.lock();
             let quota = quota_params();
-            if let Err(e) = dev.set_secret(random_u64()).and_then(|()| dev.set_quota(quota)) {
+            if let Err(e) = dev
+                .set_secret(random_u64())
+                .and_then(|()| dev.set_quota(quota))
+            {
                 pr_err!(
                     "davinci{}: {} (quota_contexts={} quota_streams={} quota_events={} \
                      quota_allocations={})\n",
