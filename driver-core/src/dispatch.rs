@@ -451,7 +451,7 @@ impl<P: Platform> DeviceCore<P> {
                 s.enter_error(Errno::EPROTO, head);
                 poison_queued_records(events, (owner, ctx), s, None, Errno::EPROTO);
                 // WAIT_EVENT callers on this stream now fail with EIO.
-                platform.notify_waiters();
+                platform.notify_waiters(owner);
                 fail!(
                     EIO,
                     "command ring indices are corrupt: the stream is now in the error state (EPROTO)"

@@ -109,9 +109,12 @@ pub trait Platform {
     /// Wakes the device worker of `stream` (after SUBMIT_TASK or NOTIFY).
     fn kick_stream(&mut self, stream: u32);
 
-    /// Wakes WAIT_EVENT sleepers and event-blocked streams: completions were published or an
-    /// event was recorded.
-    fn notify_waiters(&self);
+    /// Wakes the WAIT_EVENT sleepers of open `client` (the handle `open` returned), and
+    /// event-blocked streams: completions of its streams were published, one of its events
+    /// was recorded or destroyed, one of its streams stopped, or it closed. Only that open's
+    /// sleepers can be waiting for what changed (handles are per client), so a host may wake
+    /// just them: one tenant's waiters do not all wake on every other tenant's completion.
+    fn notify_waiters(&self, client: u32);
 }
 
 /// `f` on the value of `lock`; `EBUSY` if this thread holds it already (which the core

@@ -92,8 +92,8 @@ pub struct HeapPlatform {
     pub now: core::sync::atomic::AtomicU64,
     /// Kicks seen.
     pub kicks: u64,
-    /// notify_waiters calls seen.
-    pub notifies: core::sync::atomic::AtomicU64,
+    /// The open of every `notify_waiters` call, in order.
+    pub notified: Mutex<Vec<u32>>,
 }
 
 // SAFETY: the raw pointers in `StreamMem` point into the `AlignedBuf`s it owns, which move
@@ -285,9 +285,11 @@ impl Platform for HeapPlatform {
         self.kicks += 1;
     }
 
-    fn notify_waiters(&self) {
-        self.notifies
-            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    fn notify_waiters(&self, client: u32) {
+        self.notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(client);
     }
 }
 

@@ -585,3 +585,50 @@ fn a_shared_device_holds_each_client_to_its_quota_and_an_exclusive_one_does_not(
     }
     assert!(MAX_CONTEXTS as u32 > Quota::FAIR.contexts);
 }
+
+/// The opens `notify_waiters` was called for since the last look.
+fn notified(dev: &DeviceCore<HeapPlatform>) -> Vec<u32> {
+    std::mem::take(&mut *dev.platform().notified.lock().unwrap())
+}
+
+/// Waiters are woken per open (a host may keep one wait queue per open or per hash of it):
+/// what one client's streams and events do notifies that client only, so another tenant's
+/// blocked waiters are not all woken by it; a device reset notifies everyone.
+#[test]
+fn what_a_clients_streams_do_notifies_that_client_only() {
+    let mut dev = device();
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let ka = ctx(&mut dev, a);
+    let kb = ctx(&mut dev, b);
+    let mut ha = stream(&mut dev, a, ka, 8, 8);
+    let _hb = stream(&mut dev, b, kb, 8, 8);
+    let ea = event(&mut dev, a, ka);
+    notified(&dev);
+    // A's completions.
+    nops(&mut ha, 1, 2);
+    assert_eq!(dev.run_stream(ha.handle, 64), Run::Progress(2));
+    let n = notified(&dev);
+    assert!(!n.is_empty() && n.iter().all(|&c| c == a), "{n:?}");
+    // A's event recorded by its stream.
+    ha.prod.push(&TaskDesc::event_record(3, ea, 1)).unwrap();
+    ha.prod.publish();
+    dev.run_stream(ha.handle, 64);
+    let n = notified(&dev);
+    assert!(!n.is_empty() && n.iter().all(|&c| c == a), "{n:?}");
+    // A's event destroyed, A's stream destroyed, A closed: A's waiters only.
+    let mut h = HandleArgs { handle: ea, pad: 0 };
+    call(&mut dev, a, DRIVER_CMD_DESTROY_EVENT, &mut h).unwrap();
+    assert_eq!(notified(&dev), vec![a]);
+    h.handle = ha.handle;
+    call(&mut dev, a, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+    assert!(notified(&dev).iter().all(|&c| c == a));
+    // A reset concerns every open.
+    dev.reset();
+    let n = notified(&dev);
+    assert!(n.contains(&a) && n.contains(&b), "{n:?}");
+    dev.close(a);
+    assert!(notified(&dev).iter().all(|&c| c == a));
+}

@@ -18,6 +18,7 @@ use crate::davinci_uapi::{
     DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
+use crate::wake::queue_of;
 
 /// Longest single sleep of a WAIT_EVENT before it re-checks (the deadline is exact anyway).
 const WAIT_SLICE_MS: u64 = 1000;
@@ -172,7 +173,8 @@ fn ioctl(o: &Open, cmd: u32, arg: c_ulong) -> c_int {
                     }
                 }
                 let left_ms = (deadline - now).div_ceil(1_000_000).clamp(1, WAIT_SLICE_MS) as u32;
-                if let Woke::Signal = dev.wait(&o.dev.wake.waiters, left_ms) {
+                let queue = &o.dev.wake.waiters[queue_of(o.client)];
+                if let Woke::Signal = dev.wait(queue, left_ms) {
                     return errno(Errno::EINTR);
                 }
             }

@@ -312,9 +312,9 @@ impl Platform for KernelPlatform {
         }
     }
 
-    fn notify_waiters(&self) {
+    fn notify_waiters(&self, client: u32) {
         if let Some(w) = &self.wake {
-            w.notify();
+            w.notify(client);
         }
     }
 }

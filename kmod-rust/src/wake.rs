@@ -7,15 +7,26 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use kernel::init::pin_init_array_from_fn;
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, CondVar};
+
+/// WAIT_EVENT sleepers' queues per device: an open sleeps on the queue of its client handle
+/// ([`queue_of`]) and is woken only by what its own streams and events do (and the few opens
+/// hashed with it), not by every completion of every tenant.
+pub(crate) const WAIT_QUEUES: usize = 16;
+
+/// The queue an open's WAIT_EVENT sleeps on (handles are scrambled, so this spreads them).
+pub(crate) fn queue_of(client: u32) -> usize {
+    client as usize % WAIT_QUEUES
+}
 
 /// A device's wait queues, and the count of the worker's wake-ups.
 #[pin_data]
 pub(crate) struct Wakeups {
-    /// WAIT_EVENT sleepers.
+    /// WAIT_EVENT sleepers, by [`queue_of`] their open.
     #[pin]
-    pub(crate) waiters: CondVar,
+    pub(crate) waiters: [CondVar; WAIT_QUEUES],
     /// The worker's sleep.
     #[pin]
     pub(crate) worker_cv: CondVar,
@@ -27,7 +38,7 @@ impl Wakeups {
     /// Empty wait queues, no kicks yet.
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Wakeups {
-            waiters <- new_condvar!(),
+            waiters <- pin_init_array_from_fn(|_| new_condvar!()),
             worker_cv <- new_condvar!(),
             kicks: AtomicU64::new(0),
         })
@@ -39,10 +50,13 @@ impl Wakeups {
         self.worker_cv.notify_all();
     }
 
-    /// Completions were published or an event recorded: wake WAIT_EVENT sleepers, and the
+    /// Something open `client`'s waiters may wait for happened (its completions published,
+    /// its event recorded, its stream stopped): wake the sleepers of its queue, and the
     /// worker (a stream blocked on an event may go on).
-    pub(crate) fn notify(&self) {
-        self.waiters.notify_all();
+    pub(crate) fn notify(&self, client: u32) {
+        if let Some(q) = self.waiters.get(queue_of(client)) {
+            q.notify_all();
+        }
         self.kick();
     }
 }
@@ -73,8 +87,8 @@ impl Wake {
     }
 
     /// [`Wakeups::notify`].
-    pub(crate) fn notify(&self) {
+    pub(crate) fn notify(&self, client: u32) {
         // SAFETY: as in `kick`.
-        unsafe { &*self.0 }.notify();
+        unsafe { &*self.0 }.notify(client);
     }
 }

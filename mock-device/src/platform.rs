@@ -318,7 +318,7 @@ impl Platform for MockPlatform {
         }
     }
 
-    fn notify_waiters(&self) {
+    fn notify_waiters(&self, _client: u32) {
         // Nothing written and no syscall when nobody waits (the common case on the data
         // path). A waiter counts itself and checks its condition with the device held
         // exclusively, which this caller excludes: either its check saw what this announces,

@@ -234,7 +234,7 @@ impl<P: Platform> DeviceCore<P> {
         }
         self.clients.remove(client);
         // Waiters of this client (other threads of the same open) must notice.
-        self.platform.notify_waiters();
+        self.platform.notify_waiters(client);
     }
 
     pub(crate) fn client_mut(&mut self, client: u32) -> Result<&mut Client> {

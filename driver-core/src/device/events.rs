@@ -37,7 +37,7 @@ impl<P: Platform> DeviceCore<P> {
         }
         self.events.remove(event);
         self.client_mut(client)?.events -= 1;
-        self.platform.notify_waiters();
+        self.platform.notify_waiters(client);
         Ok(())
     }
 }

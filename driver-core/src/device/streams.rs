@@ -173,7 +173,7 @@ impl<P: Platform> DeviceCore<P> {
         c.streams -= 1;
         c.submitted += counts.0;
         c.completed += counts.1;
-        self.platform.notify_waiters();
+        self.platform.notify_waiters(client);
         Ok(())
     }
 
@@ -214,6 +214,7 @@ impl<P: Platform> DeviceCore<P> {
             streams,
             events,
             platform,
+            clients,
             ..
         } = self;
         let mut stopped = 0;
@@ -230,7 +231,10 @@ impl<P: Platform> DeviceCore<P> {
             poison_queued_records(events, (owner, ctx), e, None, Errno::ECANCELED);
             stopped += 1;
         }
-        platform.notify_waiters();
+        // Every open's waiters: a reset concerns them all.
+        for (client, _) in clients.iter() {
+            platform.notify_waiters(client);
+        }
         stopped
     }
 

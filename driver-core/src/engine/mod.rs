@@ -136,7 +136,7 @@ impl<P: Platform> DeviceCore<P> {
             |s: &mut StreamEngine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
                 s.enter_error(errno, index);
                 if poison_queued_records(events, (owner, ctx), s, failed, errno) {
-                    platform.notify_waiters();
+                    platform.notify_waiters(owner);
                 }
                 Run::Failed(errno)
             };
@@ -203,7 +203,7 @@ impl<P: Platform> DeviceCore<P> {
                 s.evt.publish();
                 let index = s.cmd.head().wrapping_sub(1);
                 s.completed += 1;
-                platform.notify_waiters();
+                platform.notify_waiters(owner);
                 return fail_stream(s, Errno::EIO, index, None);
             }
             free -= 1;
@@ -230,7 +230,7 @@ impl<P: Platform> DeviceCore<P> {
             if let Err(e) = status {
                 s.completed += 1;
                 s.evt.publish();
-                platform.notify_waiters();
+                platform.notify_waiters(owner);
                 return fail_stream(s, e.errno, p.index, Some(&p.d));
             }
             free -= 1;
@@ -358,7 +358,7 @@ impl<P: Platform> DeviceCore<P> {
         s.submitted += u64::from(taken);
         s.completed += u64::from(completed);
         if completed > 0 || recorded {
-            platform.notify_waiters();
+            platform.notify_waiters(owner);
         }
         if let Some((errno, index, d)) = failed {
             return fail_stream(s, errno, index, Some(&d));
