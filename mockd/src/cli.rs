@@ -302,6 +302,7 @@ pub fn main() -> i32 {
             return 1;
         }
     }
+    raise_fd_limit(cfg.most_fds());
     let daemon = match Daemon::start(&cfg) {
         Ok(d) => d,
         Err(e) => {
@@ -377,6 +378,32 @@ pub fn main() -> i32 {
     daemon.stop();
     info!("sockets removed; bye");
     0
+}
+
+/// Raises the soft limit on open files to the hard one when it is below `need` (what the
+/// daemon may hold: [`DaemonConfig::most_fds`]; systemd's default soft limit is 1024), and
+/// says so; warns when even the hard limit is below it (then a busy device's allocations can
+/// fail with `ENOMEM`, saying why, until the operator raises `LimitNOFILE`).
+fn raise_fd_limit(need: u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= need {
+        return;
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => info!(from = soft, to = hard, need, "raised the open-file limit"),
+        Err(e) => warn!(soft, hard, need, error = %e, "cannot raise the open-file limit"),
+    }
+    if hard < need {
+        warn!(
+            hard,
+            need,
+            "the open-file limit is below what the devices may hold: busy devices may refuse \
+             allocations and streams (raise LimitNOFILE or ulimit -n)"
+        );
+    }
 }
 
 /// `--client-quota contexts=N,streams=N,events=N,allocations=N` (any of them) over `base`;

@@ -859,3 +859,29 @@ fn the_binary_injects_faults_and_resets_on_sigusr1() {
     .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// A daemon started with a low soft limit on open files (systemd's default is 1024; each
+/// allocation is a memfd) raises it to the hard limit and says so: a busy device's
+/// allocations do not fail for want of descriptors the system would give it.
+#[test]
+fn a_low_open_file_limit_is_raised_to_the_hard_one() {
+    if !std::path::Path::new("/usr/bin/prlimit").exists() {
+        eprintln!("no prlimit (util-linux): skipped");
+        return;
+    }
+    let need = davinci_mockd::daemon::DaemonConfig::default().most_fds();
+    let hard = need + 1000;
+    let limit = format!("--nofile=256:{hard}");
+    let mut d = support::Mockd::start_under("nofile", &["/usr/bin/prlimit", &limit], &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let soft: u64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert_eq!(soft, hard, "{line}");
+    let log = d.wait_for_log("raised the open-file limit");
+    assert!(log.contains(&format!("to={hard}")), "{log}");
+    let (status, _) = d.stop();
+    assert!(status.success());
+}

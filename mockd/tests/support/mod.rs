@@ -123,8 +123,23 @@ impl Mockd {
     /// Starts the binary with `args` in the socket directory `scratch_path(tag)` and waits
     /// for its ready line.
     pub fn start(tag: &str, args: &[&str]) -> Mockd {
+        Mockd::start_under(tag, &[], args)
+    }
+
+    /// [`start`](Self::start), the binary run by the command `wrapper` (`prlimit ...`, which
+    /// execs it: the pid is the daemon's); none when empty.
+    pub fn start_under(tag: &str, wrapper: &[&str], args: &[&str]) -> Mockd {
         let dir = scratch_path(tag);
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_davinci-mockd"))
+        let bin = env!("CARGO_BIN_EXE_davinci-mockd");
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = std::process::Command::new(w);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => std::process::Command::new(bin),
+        };
+        let mut child = cmd
             .args(args)
             .arg("--exit-with-parent")
             .arg("--socket-dir")
