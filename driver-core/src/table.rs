@@ -136,9 +136,13 @@ impl<T, const N: usize> Table<T, N> {
         self.len == 0
     }
 
+    /// The unscrambled handle of slot `index` at `generation`.
+    const fn raw(index: usize, generation: u16) -> u32 {
+        ((generation as u32) << 16) | (index as u32 + 1)
+    }
+
     fn handle_of(&self, index: usize, generation: u16) -> u32 {
-        self.scramble
-            .apply(((generation as u32) << 16) | (index as u32 + 1))
+        self.scramble.apply(Self::raw(index, generation))
     }
 
     fn index_of(&self, handle: u32) -> Option<usize> {
@@ -204,8 +208,8 @@ impl<T, const N: usize> Table<T, N> {
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
         let scramble = self.scramble;
         self.slots.iter_mut().enumerate().filter_map(move |(i, s)| {
-            let raw = ((s.generation as u32) << 16) | (i as u32 + 1);
-            s.value.as_mut().map(move |v| (scramble.apply(raw), v))
+            let handle = scramble.apply(Self::raw(i, s.generation));
+            s.value.as_mut().map(move |v| (handle, v))
         })
     }
 

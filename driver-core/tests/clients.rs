@@ -74,10 +74,7 @@ impl UserMem for Collect {
 #[test]
 fn list_clients_reports_usage() {
     let mut dev = device();
-    let root = dev.open(params(1, 0, Role::Control)).unwrap();
-    dev.set_share_mode(root, ShareMode::Shared).unwrap();
-    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
-    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let (root, a, b) = shared_pair(&mut dev);
     let k = ctx(&mut dev, a);
     let _m = alloc(&mut dev, a, 10_000);
     let mut h = stream(&mut dev, a, k, 8, 8);
@@ -349,10 +346,7 @@ fn get_info_reports_the_quota_in_force() {
 #[test]
 fn isolation_between_clients() {
     let mut dev = device();
-    let root = dev.open(params(1, 0, Role::Control)).unwrap();
-    dev.set_share_mode(root, ShareMode::Shared).unwrap();
-    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
-    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let (_root, a, b) = shared_pair(&mut dev);
     let ka = ctx(&mut dev, a);
     let kb = ctx(&mut dev, b);
     let ma = alloc(&mut dev, a, 4096);
@@ -597,10 +591,7 @@ fn notified(dev: &DeviceCore<HeapPlatform>) -> Vec<u32> {
 #[test]
 fn what_a_clients_streams_do_notifies_that_client_only() {
     let mut dev = device();
-    let root = dev.open(params(1, 0, Role::Control)).unwrap();
-    dev.set_share_mode(root, ShareMode::Shared).unwrap();
-    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
-    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let (_root, a, b) = shared_pair(&mut dev);
     let ka = ctx(&mut dev, a);
     let kb = ctx(&mut dev, b);
     let mut ha = stream(&mut dev, a, ka, 8, 8);

@@ -13,10 +13,7 @@ use support::*;
 #[test]
 fn get_info_names_the_caller_and_the_opcodes() {
     let mut dev = device();
-    let root = dev.open(params(1, 0, Role::Control)).unwrap();
-    dev.set_share_mode(root, ShareMode::Shared).unwrap();
-    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
-    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    let (root, a, b) = shared_pair(&mut dev);
     let info = |dev: &mut DeviceCore<HeapPlatform>, who: u32| {
         let mut i = DeviceInfo::default();
         call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();

@@ -34,6 +34,26 @@ fn stream(dev: &MockDevice, c: u32) -> CreateStreamArgs {
     s
 }
 
+/// Submits `desc` as the first task of `stream` (SUBMIT_TASK) and waits until it completed,
+/// successfully.
+fn run_first_task(dev: &MockDevice, c: u32, stream: u32, desc: TaskDesc) {
+    let mut sub = SubmitTaskArgs {
+        stream,
+        desc,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: stream,
+        value: 1,
+        timeout_ns: 10_000_000_000,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
+    assert_eq!(w.status, 0);
+}
+
 #[test]
 fn cookies_map_only_for_their_owner_and_within_the_object() {
     let dev = MockDevice::new(MockConfig::default());
@@ -232,21 +252,12 @@ fn a_clients_memory_descriptor_is_its_allocation_and_nothing_more() {
     // The device writes through to what the client's descriptor shows.
     let s = stream(&dev, c);
     let big = allocs[2];
-    let mut sub = SubmitTaskArgs {
-        stream: s.handle,
-        desc: TaskDesc::fill(1, DevAddr(big.dev_addr), big.alloc_size, 0x0a0b_0c0d),
-        ..Default::default()
-    };
-    call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
-    let mut w = WaitEventArgs {
-        kind: WaitKind::Stream as u32,
-        handle: s.handle,
-        value: 1,
-        timeout_ns: 10_000_000_000,
-        ..Default::default()
-    };
-    call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
-    assert_eq!(w.status, 0);
+    run_first_task(
+        &dev,
+        c,
+        s.handle,
+        TaskDesc::fill(1, DevAddr(big.dev_addr), big.alloc_size, 0x0a0b_0c0d),
+    );
     let kept = dev.map(c, big.mmap_offset, big.alloc_size).unwrap().fd;
     let mut word = [0u8; 4];
     nix::sys::uio::pread(&kept, &mut word, (big.alloc_size - 4) as i64).unwrap();
@@ -315,21 +326,12 @@ fn every_descriptor_map_returns_is_sealed_against_resizing() {
         assert_eq!(nix::sys::stat::fstat(&fd).unwrap().st_size, size);
     }
     // The device works on.
-    let mut sub = SubmitTaskArgs {
-        stream: s.handle,
-        desc: TaskDesc::fill(1, DevAddr(a.dev_addr), 8192, 3),
-        ..Default::default()
-    };
-    call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
-    let mut w = WaitEventArgs {
-        kind: WaitKind::Stream as u32,
-        handle: s.handle,
-        value: 1,
-        timeout_ns: 10_000_000_000,
-        ..Default::default()
-    };
-    call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w).unwrap();
-    assert_eq!(w.status, 0);
+    run_first_task(
+        &dev,
+        c,
+        s.handle,
+        TaskDesc::fill(1, DevAddr(a.dev_addr), 8192, 3),
+    );
 }
 
 /// Threads of this process whose name starts with `prefix`.

@@ -10,18 +10,8 @@ use std::time::Instant;
 
 use davinci_mockd::daemon::{AUDIT_BURST, AUDIT_INTERVAL};
 use davinci_mockd_proto::{Kind, WireRole};
-use davinci_uapi::{DeviceShareArgs, Errno, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
-use support::{field_u64, lines_with, Mockd, Raw};
-
-fn share_arg(mode: u32) -> Vec<u8> {
-    let mut arg = vec![0; DeviceShareArgs::SIZE];
-    DeviceShareArgs {
-        mode,
-        ..DeviceShareArgs::default()
-    }
-    .encode(&mut arg);
-    arg
-}
+use davinci_uapi::{Errno, DRIVER_CMD_SET_DEVICE_SHARE};
+use support::{field_u64, lines_with, share_arg, Mockd, Raw};
 
 /// The most lines one (kind, uid) may write in `secs` seconds: the burst, one per interval
 /// after it, and one more for an interval that began before the first record.

@@ -19,11 +19,11 @@ use davinci_mockd_proto::{
     WireRole, MAX_REQUEST,
 };
 use davinci_uapi::{
-    AllocMemoryArgs, DeviceInfo, DeviceShareArgs, ShareMode, DRIVER_CMD_ALLOC_MEMORY,
-    DRIVER_CMD_GET_INFO, DRIVER_CMD_SET_DEVICE_SHARE,
+    AllocMemoryArgs, DeviceInfo, ShareMode, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_GET_INFO,
+    DRIVER_CMD_SET_DEVICE_SHARE,
 };
 use davinci_uapi::{Errno, Wire, ABI_VERSION_MAJOR};
-use support::{ioctl, new_stream, Raw};
+use support::{ioctl, new_stream, share_arg, Raw};
 
 fn start(tag: &str, admin: AdminPolicy) -> Daemon {
     let dir = std::env::temp_dir().join(format!("davinci-d-{}-{tag}", std::process::id()));
@@ -238,16 +238,6 @@ fn admin_policy_applies_to_set_device_share() {
         Errno::EPERM.code()
     };
     assert_eq!(r.errno, expect, "{}", r.msg);
-}
-
-fn share_arg(mode: u32) -> Vec<u8> {
-    let mut arg = vec![0; DeviceShareArgs::SIZE];
-    DeviceShareArgs {
-        mode,
-        ..DeviceShareArgs::default()
-    }
-    .encode(&mut arg);
-    arg
 }
 
 #[test]

@@ -35,6 +35,16 @@ pub fn params(pid: u32, uid: u32, role: Role) -> OpenParams {
     }
 }
 
+/// Puts `dev` in shared mode through an admin's control open and opens two clients of two
+/// users: `(root, a, b)`, with pids 10 and 20 and uids 1000 and 1001.
+pub fn shared_pair(dev: &mut DeviceCore<HeapPlatform>) -> (u32, u32, u32) {
+    let root = dev.open(params(1, 0, Role::Control)).unwrap();
+    dev.set_share_mode(root, ShareMode::Shared).unwrap();
+    let a = dev.open(params(10, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(20, 1001, Role::Client)).unwrap();
+    (root, a, b)
+}
+
 pub fn call<T: Wire>(
     dev: &mut DeviceCore<HeapPlatform>,
     client: u32,

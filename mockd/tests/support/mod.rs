@@ -248,3 +248,14 @@ pub fn field_u64(line: &str, field: &str) -> Option<u64> {
         .collect();
     digits.parse().ok()
 }
+
+/// A SET_DEVICE_SHARE argument for `mode`.
+pub fn share_arg(mode: u32) -> Vec<u8> {
+    let mut arg = vec![0; davinci_uapi::DeviceShareArgs::SIZE];
+    davinci_uapi::DeviceShareArgs {
+        mode,
+        ..davinci_uapi::DeviceShareArgs::default()
+    }
+    .encode(&mut arg);
+    arg
+}
