@@ -51,6 +51,24 @@ impl<const N: usize> Allocator<N> {
         }
     }
 
+    /// Makes this an empty allocator of `size` bytes (rounded down to the alignment), in
+    /// place (it is too big for a kernel stack); `EBUSY` while anything is allocated.
+    pub fn reset(&mut self, size: u64) -> Result<()> {
+        ensure!(self.used == 0, EBUSY, "device memory is in use");
+        let size = size & !(self.align - 1);
+        self.size = size;
+        self.count = 0;
+        if size > 0 && N > 0 {
+            self.blocks[0] = Block {
+                offset: 0,
+                size,
+                alloc: 0,
+            };
+            self.count = 1;
+        }
+        Ok(())
+    }
+
     /// Total bytes.
     pub fn size(&self) -> u64 {
         self.size
@@ -199,6 +217,23 @@ mod tests {
         a.free(o4, 4).unwrap();
         assert_eq!(a.used(), 0);
         assert_eq!(a.blocks(), 1, "everything merged back");
+    }
+
+    #[test]
+    fn reset_resizes_an_unused_allocator_and_refuses_a_used_one() {
+        let mut a = Allocator::<8>::new(1 << 20, 4096);
+        a.reset((4 << 20) + 100).unwrap();
+        assert_eq!(a.size(), 4 << 20);
+        let (off, len) = a.allocate(3 << 20, 1).unwrap();
+        assert_eq!((off, len), (0, 3 << 20));
+        assert_eq!(
+            a.reset(1 << 20).unwrap_err().errno,
+            davinci_uapi::Errno::EBUSY
+        );
+        a.free(0, 1).unwrap();
+        a.reset(8192).unwrap();
+        assert_eq!(a.allocate(8192, 2).unwrap(), (0, 8192));
+        assert!(a.allocate(4096, 3).is_err());
     }
 
     #[test]

@@ -91,6 +91,16 @@ pub trait Platform {
     /// the next owner.
     fn free_backing(&mut self, client: u32, offset: u64, len: u64);
 
+    /// The object `client` could map at `cookie` (its mmap cookie; `len` bytes) is going: a
+    /// FREE_MEMORY, a DESTROY_STREAM, a close. Called before its backing is released
+    /// ([`free_backing`](Self::free_backing), [`release_stream`](Self::release_stream)). A
+    /// host whose mappings pin the object's pages (the kernel module) must make them stop
+    /// reaching them here, so no page outlives the device's own accounting; a host whose
+    /// backing release already does (the mock's punched memfds) has nothing to do.
+    fn revoke_mappings(&mut self, client: u32, cookie: u64, len: u64) {
+        let _ = (client, cookie, len);
+    }
+
     /// Copies device memory at `offset` (owned by `client`, already validated) into `buf`.
     fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()>;
 

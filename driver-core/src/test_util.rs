@@ -94,6 +94,8 @@ pub struct HeapPlatform {
     pub kicks: u64,
     /// The open of every `notify_waiters` call, in order.
     pub notified: Mutex<Vec<u32>>,
+    /// Every `revoke_mappings` call, in order: `(client, cookie, len)`.
+    pub revoked: Vec<(u32, u64, u64)>,
 }
 
 // SAFETY: the raw pointers in `StreamMem` point into the `AlignedBuf`s it owns, which move
@@ -226,6 +228,10 @@ impl Platform for HeapPlatform {
             a[offset as usize..(offset + len) as usize].fill(0);
         });
         Ok(())
+    }
+
+    fn revoke_mappings(&mut self, client: u32, cookie: u64, len: u64) {
+        self.revoked.push((client, cookie, len));
     }
 
     fn free_backing(&mut self, client: u32, offset: u64, len: u64) {

@@ -73,6 +73,8 @@ impl<P: Platform> DeviceCore<P> {
         };
         self.memory.free(offset, handle)?;
         self.allocations.remove(handle);
+        self.platform
+            .revoke_mappings(client, mmap_offset(MmapKind::Memory, handle), size);
         self.platform.free_backing(client, offset, size);
         let c = self.client_mut(client)?;
         c.allocations -= 1;

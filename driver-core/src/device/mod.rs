@@ -25,6 +25,7 @@ mod contexts;
 pub(crate) mod entries;
 mod events;
 pub(crate) mod streams;
+mod undo;
 
 use entries::{Allocation, Client, ContextEntry, EventEntry, Retired, Role, StreamEntry};
 
@@ -211,6 +212,23 @@ impl<P: Platform> DeviceCore<P> {
             "each quota must be from 1 to its table's size"
         );
         self.config.quota = quota;
+        Ok(())
+    }
+
+    /// Sets the device's id (N of davinciN) and memory size (rounded down to the page size),
+    /// before anything is open: a host that learns them at run time (the kernel module's
+    /// parameters) builds the device once, in place, and sets them. `EBUSY` after the first
+    /// open; `EINVAL` for less than a page of memory.
+    pub fn set_identity(&mut self, device_id: u32, memory_size: u64) -> Result<()> {
+        self.ensure_unused()?;
+        ensure!(
+            memory_size >= u64::from(self.config.page_size),
+            EINVAL,
+            "device memory must be at least a page"
+        );
+        self.memory.reset(memory_size)?;
+        self.config.device_id = device_id;
+        self.config.memory_size = self.memory.size();
         Ok(())
     }
 

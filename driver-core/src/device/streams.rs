@@ -151,6 +151,8 @@ impl<P: Platform> DeviceCore<P> {
                 ctx,
                 mut run,
                 mem,
+                cmd_bytes,
+                event_bytes,
                 ..
             } = s;
             let e = run.get_mut();
@@ -166,6 +168,14 @@ impl<P: Platform> DeviceCore<P> {
             // Ring views go first: they point into `mem`.
             drop(run);
             if let Some(mem) = mem {
+                for (kind, len) in [
+                    (MmapKind::CmdRing, cmd_bytes),
+                    (MmapKind::EventRing, event_bytes),
+                    (MmapKind::Doorbell, DOORBELL_SIZE),
+                ] {
+                    self.platform
+                        .revoke_mappings(client, mmap_offset(kind, stream), len);
+                }
                 self.platform.release_stream(client, stream, mem);
             }
         }
