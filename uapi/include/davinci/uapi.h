@@ -624,15 +624,16 @@ struct davinci_client_usage {
  */
 struct davinci_last_error {
 	/*
-	 * Request number of the last failed command of this open; 0 if none failed yet
-	 * (from driver).
+	 * Request number of the last failed command of this open; 0 if none failed yet.
+	 * What polling answers is not a failure here: `EAGAIN` and `ETIMEDOUT` (since 1.4)
+	 * leave the record alone (from driver).
 	 */
 	__u32 request;
 	/* Its errno, positive (from driver). Not named `errno`, which is a macro in C. */
 	__u32 error;
 	/*
-	 * Commands of this open that failed so far: two reads with the same count saw the
-	 * same failure (from driver).
+	 * Commands of this open that failed so far (`EAGAIN` and `ETIMEDOUT` not counted,
+	 * since 1.4): two reads with the same count saw the same failure (from driver).
 	 */
 	__u64 count;
 	/*

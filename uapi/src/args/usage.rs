@@ -139,13 +139,14 @@ abi_struct! {
     /// every reply carries its message anyway.
     #[c_name = "davinci_last_error"]
     pub struct LastError {
-        /// Request number of the last failed command of this open; 0 if none failed yet
-        /// (from driver).
+        /// Request number of the last failed command of this open; 0 if none failed yet.
+        /// What polling answers is not a failure here: `EAGAIN` and `ETIMEDOUT` (since 1.4)
+        /// leave the record alone (from driver).
         pub request: u32,
         /// Its errno, positive (from driver). Not named `errno`, which is a macro in C.
         pub error: u32,
-        /// Commands of this open that failed so far: two reads with the same count saw the
-        /// same failure (from driver).
+        /// Commands of this open that failed so far (`EAGAIN` and `ETIMEDOUT` not counted,
+        /// since 1.4): two reads with the same count saw the same failure (from driver).
         pub count: u64,
         /// What was wrong: UTF-8, NUL-terminated, cut at a character boundary to fit
         /// (from driver).
