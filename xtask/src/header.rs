@@ -144,8 +144,8 @@ pub fn render_header(abi: &Abi<'_>) -> Result<String, GenError> {
 
     section(&mut o, "Layout checks");
     o.push_str(
-        "/*\n * The sizes and offsets of the Rust definitions. A failure means this compiler lays\n \
-         * a struct out differently from the driver: do not use the ABI from this build.\n \
+        "/*\n * The sizes and offsets the driver uses (uapi/src). A failure means this compiler\n \
+         * lays a struct out differently from the driver: do not use the ABI from this build.\n \
          * (C11 and later; the layout is the same for older C and for C++.)\n */\n",
     );
     o.push_str(

@@ -201,8 +201,8 @@ abi_struct! {
         pub stream_errors: u64,
         /// Doorbells that woke the device: a worker asleep with NEED_WAKEUP armed found its
         /// stream's doorbell word changed (once per sleep, however often it was rung), or,
-        /// on a driver without `DOORBELL_FUTEX`, a NOTIFY. Near zero per task under load,
-        /// when NEED_WAKEUP is clear and hosts do not ring (from driver).
+        /// on a driver without `DAVINCI_FEAT_DOORBELL_FUTEX`, a NOTIFY. Near zero per task
+        /// under load, when NEED_WAKEUP is clear and hosts do not ring (from driver).
         pub doorbells: u64,
         /// Client opens attached since the device started (control opens excluded)
         /// (from driver).
