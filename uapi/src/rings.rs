@@ -34,12 +34,12 @@ abi_struct! {
         /// Producer index (free-running). Written by the producer with a Release store after
         /// the slots it publishes; read by the consumer with an Acquire load.
         pub tail: u32,
-        /// Padding to keep `tail` alone on its cache line. Zero.
+        /// Padding to keep `tail` alone on its cache line. Nobody writes it; ignore it.
         pub pad_tail: [u8; 60],
         /// Consumer index (free-running). Written by the consumer with a Release store after it
         /// has copied the slots out; read by the producer with an Acquire load.
         pub head: u32,
-        /// Padding to keep `head` alone on its cache line. Zero.
+        /// Padding to keep `head` alone on its cache line. Nobody writes it; ignore it.
         pub pad_head: [u8; 60],
         /// Number of slots, a power of two. Device-written at creation, constant.
         pub entries: u32,
@@ -53,7 +53,7 @@ abi_struct! {
         pub error: u32,
         /// Free-running index of the descriptor that caused `error`. Device-written.
         pub error_index: u32,
-        /// Reserved, zero.
+        /// Reserved: the host never writes it and ignores it (a later minor may use it).
         pub reserved: [u8; 40],
     }
 }
@@ -144,7 +144,7 @@ abi_struct! {
         pub mmap_size: u64,
         /// Number of slots, a power of two (from driver).
         pub entries: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub pad: u32,
         /// Field offsets within the mapping (from driver).
         pub offsets: RingOffsets,

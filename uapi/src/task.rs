@@ -277,7 +277,7 @@ abi_struct! {
         pub status: i32,
         /// The descriptor's opcode (from device).
         pub opcode: u8,
-        /// Reserved, zero (from device).
+        /// Reserved: ignore it, a later minor may use it (from device).
         pub pad: [u8; 3],
         /// Opcode-specific result (bytes, elements, event value); for a failed descriptor, a
         /// packed fault or 0: bits 0..8 `DAVINCI_FAULT_OPERAND_*` (which operand), bits 8..16

@@ -81,6 +81,34 @@ fn header_comments_name_no_rust_types() {
     );
 }
 
+/// A reserved field the driver writes is one a client ignores (docs/abi.md 1.4): its comment
+/// says so and never promises "zero", which a later minor may break (issue 22: a 1.0 client
+/// checked GET_INFO's reserved[0], which 1.1 gave a meaning).
+#[test]
+fn reserved_output_fields_say_to_ignore_them() {
+    let mut wrong = Vec::new();
+    for s in davinci_uapi::STRUCTS {
+        for f in s.fields {
+            if !(f.name.starts_with("pad") || f.name.starts_with("reserved")) {
+                continue;
+            }
+            let doc = f.doc.join(" ");
+            let written = doc.contains("from driver") || doc.contains("from device");
+            let read = doc.contains("to driver") || doc.contains("to device");
+            let untagged = !written && !read;
+            if (written || untagged)
+                && (!doc.contains("ignore") || doc.to_lowercase().contains("zero"))
+            {
+                wrong.push(format!("{}.{}: {doc}", s.c_name, f.name));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "say \"ignore it\", not \"zero\": {wrong:#?}"
+    );
+}
+
 #[test]
 fn abi_doc_generated_blocks_are_up_to_date() {
     let files = generated_files(&workspace_root()).expect("metadata renders");

@@ -7,9 +7,11 @@
  * Specification: docs/abi.md. Source of truth: the davinci-uapi crate (uapi/src);
  * regenerate this file with `cargo xtask gen-header`.
  *
- * Every struct has fixed-width fields only, explicit padding only (reserved and pad
- * fields must be zero) and user pointers as __u64, so the layout is the same for
- * 32- and 64-bit callers. The layout checks at the end pin every size and offset.
+ * Every struct has fixed-width fields only, explicit padding only and user pointers as
+ * __u64, so the layout is the same for 32- and 64-bit callers. The layout checks at
+ * the end pin every size and offset. Reserved and pad fields the driver reads (to
+ * driver) must be zero (EINVAL otherwise); those it writes (from driver), a client
+ * ignores: a later minor may give them a meaning.
  */
 #ifndef DAVINCI_UAPI_H
 #define DAVINCI_UAPI_H
@@ -184,14 +186,14 @@ struct davinci_ring_header {
 	 * the slots it publishes; read by the consumer with an Acquire load.
 	 */
 	__u32 tail;
-	/* Padding to keep `tail` alone on its cache line. Zero. */
+	/* Padding to keep `tail` alone on its cache line. Nobody writes it; ignore it. */
 	__u8 pad_tail[60];
 	/*
 	 * Consumer index (free-running). Written by the consumer with a Release store after it
 	 * has copied the slots out; read by the producer with an Acquire load.
 	 */
 	__u32 head;
-	/* Padding to keep `head` alone on its cache line. Zero. */
+	/* Padding to keep `head` alone on its cache line. Nobody writes it; ignore it. */
 	__u8 pad_head[60];
 	/* Number of slots, a power of two. Device-written at creation, constant. */
 	__u32 entries;
@@ -208,7 +210,7 @@ struct davinci_ring_header {
 	__u32 error;
 	/* Free-running index of the descriptor that caused `error`. Device-written. */
 	__u32 error_index;
-	/* Reserved, zero. */
+	/* Reserved: the host never writes it and ignores it (a later minor may use it). */
 	__u8 reserved[40];
 };
 
@@ -252,7 +254,7 @@ struct davinci_ring_mapping {
 	__u64 mmap_size;
 	/* Number of slots, a power of two (from driver). */
 	__u32 entries;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u32 pad;
 	/* Field offsets within the mapping (from driver). */
 	struct davinci_ring_offsets offsets;
@@ -306,7 +308,7 @@ struct davinci_event_record {
 	__s32 status;
 	/* The descriptor's opcode (from device). */
 	__u8 opcode;
-	/* Reserved, zero (from device). */
+	/* Reserved: ignore it, a later minor may use it (from device). */
 	__u8 pad[3];
 	/*
 	 * Opcode-specific result (bytes, elements, event value); for a failed descriptor, a
@@ -547,7 +549,7 @@ struct davinci_device_info {
 	 * (from driver). ABI 1.4.
 	 */
 	__u32 quota_allocations;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u64 reserved;
 };
 
@@ -565,7 +567,10 @@ struct davinci_device_share_args {
 	__u32 mode;
 	/* Clients attached (from driver, QUERY); must be 0 (to driver, SET). */
 	__u32 clients;
-	/* Reserved: 0 (from driver, QUERY); must be 0 (to driver, SET). */
+	/*
+	 * Reserved: ignore it (from driver, QUERY; a later minor may use it); must be 0
+	 * (to driver, SET).
+	 */
 	__u64 reserved;
 };
 
@@ -604,7 +609,7 @@ struct davinci_client_usage {
 	__u32 pid;
 	/* User id of the opener (from driver). */
 	__u32 uid;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u32 pad;
 	/* Contexts held (from driver). */
 	__u32 contexts;
@@ -702,7 +707,7 @@ struct davinci_device_counters {
 	__u32 events;
 	/* Allocations that exist now (from driver). */
 	__u32 allocations;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u64 reserved[4];
 };
 

@@ -66,7 +66,7 @@ abi_struct! {
         /// Most allocations the caller may hold at once now (as `quota_contexts`)
         /// (from driver). ABI 1.4.
         pub quota_allocations: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub reserved: u64,
     }
 }
@@ -81,7 +81,8 @@ abi_struct! {
         pub mode: u32,
         /// Clients attached (from driver, QUERY); must be 0 (to driver, SET).
         pub clients: u32,
-        /// Reserved: 0 (from driver, QUERY); must be 0 (to driver, SET).
+        /// Reserved: ignore it (from driver, QUERY; a later minor may use it); must be 0
+        /// (to driver, SET).
         pub reserved: u64,
     }
 }

@@ -33,7 +33,7 @@ abi_struct! {
         pub pid: u32,
         /// User id of the opener (from driver).
         pub uid: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub pad: u32,
         /// Contexts held (from driver).
         pub contexts: u32,
@@ -215,7 +215,7 @@ abi_struct! {
         pub events: u32,
         /// Allocations that exist now (from driver).
         pub allocations: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub reserved: [u64; 4],
     }
 }
