@@ -203,6 +203,39 @@ fn instant_tasks_share_one_clock_reading_per_run() {
     assert!(drain(&mut s)[0].timestamp_ns > t[5]);
 }
 
+/// What a client finds when it first looks at a new stream (docs/abi.md, CREATE_STREAM): every
+/// index 0 and no error, but `NEED_WAKEUP` may already be set: the device's worker arms it as
+/// soon as it finds the new command ring empty, perhaps before the client looks, and then the
+/// client's first publish must ring. (The 1.0 text promised `flags` 0.)
+#[test]
+fn a_new_stream_may_already_ask_for_a_doorbell() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let mut s = stream(&mut dev, c, k, 4, 4);
+    let r = s.prod.region();
+    assert_eq!(
+        (r.flags(), r.error(), r.dropped()),
+        (RingFlags::empty(), None, 0)
+    );
+    // The worker's first look: nothing to run, so it arms NEED_WAKEUP and would sleep.
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Idle);
+    assert!(dev.stream_prepare_sleep(s.handle));
+    let r = s.prod.region();
+    assert_eq!(
+        r.flags(),
+        RingFlags::NEED_WAKEUP,
+        "before the client did anything"
+    );
+    assert_eq!((r.error(), r.dropped()), (None, 0));
+    assert_eq!((s.prod.tail(), s.cons.head()), (0, 0));
+    // The client's first publish sees it and must ring.
+    s.prod.push(&TaskDesc::nop(1)).unwrap();
+    assert!(s.prod.publish(), "the first publish must ring the doorbell");
+    dev.stream_woke(s.handle, true);
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(1));
+}
+
 #[test]
 fn flow_control_never_overflows_the_event_ring() {
     let mut dev = device();
