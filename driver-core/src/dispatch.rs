@@ -95,8 +95,15 @@ impl<P: Platform> DeviceCore<P> {
         r
     }
 
-    /// Keeps `e` as the last failure of `client` (GET_LAST_ERROR).
+    /// Keeps `e` as the last failure of `client` (GET_LAST_ERROR), unless it is what polling
+    /// answers: `EAGAIN` (a full command ring, a WAIT_EVENT with timeout 0 not reached) and
+    /// `ETIMEDOUT` (a wait's timeout passed) say "not yet", not "wrong", and a client that
+    /// polls would otherwise replace the record of its last real failure at every look
+    /// (docs/abi.md, GET_LAST_ERROR). They are not counted either.
     fn note_failure(&mut self, client: u32, request: u32, e: &Error) {
+        if matches!(e.errno, Errno::EAGAIN | Errno::ETIMEDOUT) {
+            return;
+        }
         if let Some(c) = self.clients.get_mut(client) {
             c.last_error = Some((request, *e));
             c.failures = c.failures.wrapping_add(1);

@@ -197,6 +197,82 @@ fn get_last_error_says_why_the_last_command_of_this_open_failed() {
     assert_eq!(last_error(&mut dev, a).count, 2);
 }
 
+/// Polling is not failing: EAGAIN (WAIT_EVENT with timeout 0, a full command ring on
+/// SUBMIT_TASK) and ETIMEDOUT (a wait's timeout) leave the last real failure's record and
+/// count alone (docs/abi.md, GET_LAST_ERROR; issue 22). Under 1.2 and 1.3 each poll replaced
+/// it.
+#[test]
+fn polling_outcomes_do_not_replace_the_last_error() {
+    let mut dev = device();
+    let a = dev.open(params(100, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, a);
+    let mut h = HandleArgs {
+        handle: 0xdead,
+        pad: 0,
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_DESTROY_CONTEXT, &mut h),
+        Err(Errno::ENOENT)
+    );
+    let real = last_error(&mut dev, a);
+    assert_eq!(
+        (real.request, real.error, real.count),
+        (DRIVER_CMD_DESTROY_CONTEXT, Errno::ENOENT.code() as u32, 1)
+    );
+
+    // WAIT_EVENT(STREAM) with timeout 0, not reached: EAGAIN.
+    let s = stream(&mut dev, a, k, 2, 2);
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s.handle,
+        value: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EAGAIN)
+    );
+    // The same with a timeout that passes: ETIMEDOUT.
+    assert_eq!(
+        wait_stream_timed_out(&mut dev, a, s.handle, 1).0,
+        Err(Errno::ETIMEDOUT)
+    );
+    // WAIT_EVENT(EVENT) with timeout 0: EAGAIN too.
+    let ev = event(&mut dev, a, k);
+    assert_eq!(wait_event_now(&mut dev, a, ev, 1).0, Err(Errno::EAGAIN));
+    // SUBMIT_TASK on a full command ring (the device never ran): EAGAIN.
+    for i in 0..2 {
+        let mut t = SubmitTaskArgs {
+            stream: s.handle,
+            desc: TaskDesc::nop(i),
+            ..Default::default()
+        };
+        call(&mut dev, a, DRIVER_CMD_SUBMIT_TASK, &mut t).unwrap();
+    }
+    let mut t = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::nop(2),
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_SUBMIT_TASK, &mut t),
+        Err(Errno::EAGAIN)
+    );
+    assert_eq!(last_error(&mut dev, a), real, "polling replaced the record");
+
+    // The next real failure still replaces it, and counts.
+    w.pad = 1;
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EINVAL)
+    );
+    let e = last_error(&mut dev, a);
+    assert_eq!(
+        (e.request, e.error, e.count),
+        (DRIVER_CMD_WAIT_EVENT, Errno::EINVAL.code() as u32, 2)
+    );
+}
+
 #[test]
 fn last_error_messages_are_cut_at_a_character_boundary() {
     let long = "é".repeat(100); // 200 bytes of two-byte characters

@@ -203,6 +203,39 @@ fn instant_tasks_share_one_clock_reading_per_run() {
     assert!(drain(&mut s)[0].timestamp_ns > t[5]);
 }
 
+/// What a client finds when it first looks at a new stream (docs/abi.md, CREATE_STREAM): every
+/// index 0 and no error, but `NEED_WAKEUP` may already be set: the device's worker arms it as
+/// soon as it finds the new command ring empty, perhaps before the client looks, and then the
+/// client's first publish must ring. (The 1.0 text promised `flags` 0.)
+#[test]
+fn a_new_stream_may_already_ask_for_a_doorbell() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let mut s = stream(&mut dev, c, k, 4, 4);
+    let r = s.prod.region();
+    assert_eq!(
+        (r.flags(), r.error(), r.dropped()),
+        (RingFlags::empty(), None, 0)
+    );
+    // The worker's first look: nothing to run, so it arms NEED_WAKEUP and would sleep.
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Idle);
+    assert!(dev.stream_prepare_sleep(s.handle));
+    let r = s.prod.region();
+    assert_eq!(
+        r.flags(),
+        RingFlags::NEED_WAKEUP,
+        "before the client did anything"
+    );
+    assert_eq!((r.error(), r.dropped()), (None, 0));
+    assert_eq!((s.prod.tail(), s.cons.head()), (0, 0));
+    // The client's first publish sees it and must ring.
+    s.prod.push(&TaskDesc::nop(1)).unwrap();
+    assert!(s.prod.publish(), "the first publish must ring the doorbell");
+    dev.stream_woke(s.handle, true);
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(1));
+}
+
 #[test]
 fn flow_control_never_overflows_the_event_ring() {
     let mut dev = device();
@@ -365,6 +398,164 @@ fn invalid_descriptors_fail_only_their_stream() {
         good.prod.publish();
         assert_eq!(dev.run_stream(good.handle, 64), Run::Progress(1));
         assert_eq!(drain(&mut good)[0].status, 0);
+    }
+}
+
+/// A descriptor with several things wrong reports the first check that fails, in the order
+/// docs/abi.md section 6 states: reserved fields, the opcode, dtype, the unused operands (in
+/// `dst, src0, src1, len, imm, handle` order for every opcode, FILL's high half of `imm`
+/// included), then the opcode's own checks (ADD's dtype and length, alignment, each range in
+/// operand order; within a range: overflow, then ownership of its first byte, then its end).
+#[test]
+fn checks_run_in_the_documented_order() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let a = alloc(&mut dev, c, 4096);
+    let at = DevAddr(a.dev_addr);
+    let foreign = DevAddr(0x1234);
+    use FaultKind as K;
+    use FaultOperand as O;
+    let f = |operand, kind| Fault::new(operand, kind);
+    let cases: Vec<(&str, TaskDesc, Errno, Fault)> = vec![
+        (
+            "reserved before the opcode",
+            TaskDesc {
+                opcode: 99,
+                flags: 1,
+                ..TaskDesc::nop(1)
+            },
+            Errno::EBADMSG,
+            f(O::Reserved, K::NotZero),
+        ),
+        (
+            "the opcode before dtype",
+            TaskDesc {
+                opcode: 99,
+                dtype: 7,
+                ..TaskDesc::nop(1)
+            },
+            Errno::EBADMSG,
+            f(O::Opcode, K::Unknown),
+        ),
+        (
+            "dtype before the unused operands",
+            TaskDesc {
+                dtype: 1,
+                dst: 8,
+                ..TaskDesc::nop(1)
+            },
+            Errno::EBADMSG,
+            f(O::Dtype, K::NotZero),
+        ),
+        (
+            "KERNEL_LAUNCH is refused before its operands are looked at",
+            TaskDesc {
+                dst: 8,
+                ..TaskDesc::kernel_launch(1, 1, 1, foreign, 8)
+            },
+            Errno::EBADMSG,
+            f(O::Opcode, K::Unknown),
+        ),
+        (
+            "FILL: imm's high half before handle",
+            TaskDesc {
+                handle: 3,
+                imm: 1 << 32,
+                ..TaskDesc::fill(1, at, 64, 0)
+            },
+            Errno::EBADMSG,
+            f(O::Imm, K::NotZero),
+        ),
+        (
+            "FILL: src0 before imm",
+            TaskDesc {
+                src0: 4,
+                imm: 1 << 32,
+                ..TaskDesc::fill(1, at, 64, 0)
+            },
+            Errno::EBADMSG,
+            f(O::Src0, K::NotZero),
+        ),
+        (
+            "EVENT_WAIT: an unused operand before the handle",
+            TaskDesc {
+                len: 4,
+                ..TaskDesc::event_wait(1, 0x0001_0001, 1)
+            },
+            Errno::EBADMSG,
+            f(O::Len, K::NotZero),
+        ),
+        (
+            "FILL: alignment before the range",
+            TaskDesc::fill(1, foreign + 2, 8, 0),
+            Errno::EINVAL,
+            Fault::with_value(O::Dst, K::Misaligned, 4),
+        ),
+        (
+            "FILL: dst's alignment before len's",
+            TaskDesc::fill(1, at + 2, 6, 0),
+            Errno::EINVAL,
+            Fault::with_value(O::Dst, K::Misaligned, 4),
+        ),
+        (
+            "COPY: dst's range before src0's",
+            TaskDesc::copy(1, foreign, foreign, 8),
+            Errno::EACCES,
+            f(O::Dst, K::NotOwned),
+        ),
+        (
+            "a range of length 0 still needs its address in an allocation",
+            TaskDesc::copy(1, at, foreign, 0),
+            Errno::EACCES,
+            f(O::Src0, K::NotOwned),
+        ),
+        (
+            "ADD: the dtype before the length and the alignment",
+            TaskDesc {
+                dtype: 9,
+                ..TaskDesc::add(1, Dtype::U32, at + 2, at, at, u64::MAX)
+            },
+            Errno::EBADMSG,
+            f(O::Dtype, K::Unknown),
+        ),
+        (
+            "ADD: len * 4 overflowing before the alignment",
+            TaskDesc::add(1, Dtype::U32, at + 2, at, at, u64::MAX / 2),
+            Errno::ERANGE,
+            f(O::Len, K::Overflow),
+        ),
+        (
+            "ADD: the alignment of every operand before any range",
+            TaskDesc::add(1, Dtype::U32, foreign, at, at + 2, 4),
+            Errno::EINVAL,
+            Fault::with_value(O::Src1, K::Misaligned, 4),
+        ),
+        (
+            "a range: overflow before ownership",
+            TaskDesc::copy(1, at, DevAddr(u64::MAX - 3), 8),
+            Errno::ERANGE,
+            f(O::Src0, K::Overflow),
+        ),
+        (
+            "a range: ownership of its first byte, then its end",
+            TaskDesc::copy(1, at + 4000, at, 200),
+            Errno::ERANGE,
+            Fault::with_value(O::Dst, K::PastEnd, 104),
+        ),
+    ];
+    for (what, desc, errno, fault) in cases {
+        let mut s = stream(&mut dev, c, k, 2, 2);
+        s.prod.push(&desc).unwrap();
+        s.prod.publish();
+        assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(errno), "{what}");
+        let recs = drain(&mut s);
+        assert_eq!(recs.len(), 1, "{what}");
+        assert_eq!(
+            (recs[0].status, Fault::decode(recs[0].result)),
+            (-errno.code(), Some(fault)),
+            "{what}: {desc:?}"
+        );
     }
 }
 

@@ -143,3 +143,58 @@ fn records_a_stopped_stream_will_never_run_fail_their_waiters() {
         (Opcode::EventWait as u8, -Errno::EIO.code())
     );
 }
+
+/// abi.md 8, "Recording again after a stop": a value a stopped stream had queued stays
+/// unreachable until a record actually reaches it. Re-recording the same value on a working
+/// stream does not lift that while the record waits in its ring (the device reads a ring's
+/// descriptors only when it takes them), so a wait checked in between fails with EIO, on the
+/// host and on the device; once the record ran, the value is reached. A value above
+/// everything the stopped stream had queued is never unreachable: that is how to record again.
+#[test]
+fn re_recording_a_value_a_stopped_stream_had_queued_reaches_it_only_when_it_runs() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let ev = event(&mut dev, c, k);
+
+    // A stops on a bad descriptor with records of 1 and 2 queued behind it.
+    let mut a = stream(&mut dev, c, k, 8, 8);
+    a.prod
+        .push(&TaskDesc::fill(1, DevAddr(DVA_BASE + (1 << 30)), 64, 0))
+        .unwrap();
+    a.prod.push(&TaskDesc::event_record(2, ev, 1)).unwrap();
+    a.prod.push(&TaskDesc::event_record(3, ev, 2)).unwrap();
+    a.prod.publish();
+    assert_eq!(dev.run_stream(a.handle, 64), Run::Failed(Errno::EACCES));
+    let mut h = HandleArgs {
+        handle: a.handle,
+        pad: 0,
+    };
+    call(&mut dev, c, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+
+    // The client re-submits on B what A never ran: the same values, 1 then 2.
+    let mut b = stream(&mut dev, c, k, 8, 8);
+    b.prod.push(&TaskDesc::event_record(4, ev, 1)).unwrap();
+    b.prod.publish();
+    // Waited for at once, before the device has taken B's record: EIO, A's errno.
+    let unreachable = (Err(Errno::EIO), Errno::EACCES.code() as u32);
+    assert_eq!(wait_event_now(&mut dev, c, ev, 1), unreachable);
+    // A stream whose EVENT_WAIT the device reaches first fails too.
+    let mut w = stream(&mut dev, c, k, 8, 8);
+    w.prod.push(&TaskDesc::event_wait(5, ev, 1)).unwrap();
+    w.prod.publish();
+    assert_eq!(dev.run_stream(w.handle, 64), Run::Failed(Errno::EIO));
+    // Once B's record ran, 1 is reached; 2, queued by A and not re-recorded yet, is not.
+    assert_eq!(dev.run_stream(b.handle, 64), Run::Progress(1));
+    assert_eq!(wait_event_now(&mut dev, c, ev, 1).0, Ok(Reply::Done));
+    assert_eq!(wait_event_now(&mut dev, c, ev, 2), unreachable);
+
+    // A value above everything A had queued is an ordinary value: not reached yet.
+    b.prod.push(&TaskDesc::event_record(6, ev, 3)).unwrap();
+    b.prod.publish();
+    assert_eq!(wait_event_now(&mut dev, c, ev, 3).0, Err(Errno::EAGAIN));
+    assert_eq!(dev.run_stream(b.handle, 64), Run::Progress(1));
+    // Reaching 3 reaches 2 as well.
+    assert_eq!(wait_event_now(&mut dev, c, ev, 2).0, Ok(Reply::Done));
+    assert_eq!(wait_event_now(&mut dev, c, ev, 3).0, Ok(Reply::Done));
+}

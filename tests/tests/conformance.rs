@@ -13,8 +13,8 @@ use davinci_tests::model::{self, Rng};
 use davinci_tests::workload::{self, WorkloadConfig};
 use davinci_tests::{backend_name, control_of, open_default, second_client};
 use davinci_uapi::{
-    HandleArgs, WaitEventArgs, WaitKind, Wire, DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_FREE_MEMORY,
-    DRIVER_CMD_WAIT_EVENT,
+    HandleArgs, LastError, WaitEventArgs, WaitKind, Wire, DRIVER_CMD_DESTROY_CONTEXT,
+    DRIVER_CMD_FREE_MEMORY, DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_WAIT_EVENT,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -1233,4 +1233,61 @@ fn device_counters_count_this_clients_work_and_keep_it() {
     if exact {
         assert_eq!((gone.streams, gone.contexts, gone.allocations), (0, 0, 0));
     }
+}
+
+/// GET_LAST_ERROR (ABI 1.2) through a real open of every backend: what polling answers
+/// (EAGAIN from WAIT_EVENT with timeout 0, ETIMEDOUT from a wait whose timeout passed) does
+/// not replace the record of the last real failure, nor count as one (issue 22: a client that
+/// polled lost the message of the failure it was about to report).
+#[test]
+fn polling_does_not_replace_the_last_error() {
+    let dev = dev();
+    assert!(dev.features().contains(davinci_shim::Features::LAST_ERROR));
+    let last = || {
+        let mut arg = vec![0u8; LastError::SIZE];
+        dev.raw_ioctl(DRIVER_CMD_GET_LAST_ERROR, &mut arg)
+            .expect("GET_LAST_ERROR");
+        LastError::decode(&arg)
+    };
+    let err = raw_handle(&dev, DRIVER_CMD_DESTROY_CONTEXT, 0x7fff_0001).unwrap_err();
+    assert_eq!(err.errno(), Some(Errno::ENOENT), "{err}");
+    let real = last();
+    assert_eq!(
+        (real.request, real.error),
+        (DRIVER_CMD_DESTROY_CONTEXT, Errno::ENOENT.code() as u32),
+        "{:?}",
+        real.message_str()
+    );
+
+    let ctx = dev.create_context().unwrap();
+    let s = ctx.create_stream().unwrap();
+    let ev = ctx.create_event().unwrap();
+    let wait = |kind: WaitKind, handle: u32, timeout_ns: u64| {
+        let mut arg = vec![0u8; WaitEventArgs::SIZE];
+        WaitEventArgs {
+            kind: kind as u32,
+            handle,
+            value: 1,
+            timeout_ns,
+            ..Default::default()
+        }
+        .encode(&mut arg);
+        dev.raw_ioctl(DRIVER_CMD_WAIT_EVENT, &mut arg)
+            .unwrap_err()
+            .errno()
+    };
+    assert_eq!(wait(WaitKind::Stream, s.handle(), 0), Some(Errno::EAGAIN));
+    assert_eq!(wait(WaitKind::Event, ev.handle(), 0), Some(Errno::EAGAIN));
+    assert_eq!(
+        wait(WaitKind::Event, ev.handle(), 1_000_000),
+        Some(Errno::ETIMEDOUT)
+    );
+    let after = last();
+    assert_eq!(
+        (after.request, after.error, after.count),
+        (real.request, real.error, real.count),
+        "polling replaced the last error: {:?}",
+        after.message_str()
+    );
+    assert_eq!(after.message_str(), real.message_str());
 }

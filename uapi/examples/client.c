@@ -76,7 +76,9 @@ static void *map_cookie(int fd, __u64 cookie, __u64 len)
 static int ring_doorbell(int fd, const struct davinci_device_info *info, struct stream *s)
 {
 	if (info->features & DAVINCI_FEAT_DOORBELL_MMIO) {
-		/* Hardware: the write is the event; the new tail is its conventional value. */
+		/* Hardware: the write is the event; the new tail is its conventional value. MMIO
+		 * wins when DOORBELL_FUTEX is set too (abi.md 5.3). */
+		__atomic_thread_fence(__ATOMIC_RELEASE);
 		*s->doorbell = s->my_tail;
 		return 0;
 	}

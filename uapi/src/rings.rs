@@ -25,20 +25,21 @@ pub const RING_MIN_ENTRIES: u32 = 2;
 pub const RING_MAX_ENTRIES: u32 = 1 << 15;
 
 abi_struct! {
-    /// The ring header as laid out in shared memory. User space never forms a reference to
-    /// it: the ring crate accesses each field atomically through raw pointers at the offsets
-    /// below (which `CREATE_STREAM` also returns, as `io_uring_params` does).
+    /// The ring header as laid out in shared memory. Never copy it as a struct: access each
+    /// field with one aligned 32-bit atomic load or store (`__atomic_*`, in the kernel
+    /// `READ_ONCE`/`WRITE_ONCE`) at its offset (which `CREATE_STREAM` also returns, as
+    /// `io_uring_params` does).
     #[c_name = "davinci_ring_header"]
     pub struct RingHeader {
         /// Producer index (free-running). Written by the producer with a Release store after
         /// the slots it publishes; read by the consumer with an Acquire load.
         pub tail: u32,
-        /// Padding to keep `tail` alone on its cache line. Zero.
+        /// Padding to keep `tail` alone on its cache line. Nobody writes it; ignore it.
         pub pad_tail: [u8; 60],
         /// Consumer index (free-running). Written by the consumer with a Release store after it
         /// has copied the slots out; read by the producer with an Acquire load.
         pub head: u32,
-        /// Padding to keep `head` alone on its cache line. Zero.
+        /// Padding to keep `head` alone on its cache line. Nobody writes it; ignore it.
         pub pad_head: [u8; 60],
         /// Number of slots, a power of two. Device-written at creation, constant.
         pub entries: u32,
@@ -52,7 +53,7 @@ abi_struct! {
         pub error: u32,
         /// Free-running index of the descriptor that caused `error`. Device-written.
         pub error_index: u32,
-        /// Reserved, zero.
+        /// Reserved: the host never writes it and ignores it (a later minor may use it).
         pub reserved: [u8; 40],
     }
 }
@@ -73,8 +74,14 @@ abi_flags! {
     /// Ring status bits in `davinci_ring_header.flags`, written by the device side only.
     #[c_prefix = "DAVINCI_RING_F_"]
     pub struct RingFlags: u32 {
-        /// The device consumer is about to sleep (or sleeps): the producer must write the
-        /// doorbell after publishing. Checked by the producer after `fence(SeqCst)`.
+        /// The device is about to sleep, or sleeps, for either reason: its command ring is
+        /// empty, or descriptors wait and the event ring is full. The host loads `flags`
+        /// after a full fence (`__atomic_thread_fence(__ATOMIC_SEQ_CST)`) both after
+        /// publishing descriptors (storing the command ring's `tail`) and after releasing
+        /// event slots (storing the event ring's `head`), and whenever the bit is set it
+        /// rings the doorbell: as `DAVINCI_FEAT_DOORBELL_MMIO` or
+        /// `DAVINCI_FEAT_DOORBELL_FUTEX` says, or with neither, `DAVINCI_IOCTL_NOTIFY`. A new
+        /// stream may have it set already.
         const NEED_WAKEUP = 1 << 0;
         /// The stream is in the error state; `error` and `error_index` say why. Nothing more
         /// is consumed from this ring.
@@ -137,7 +144,7 @@ abi_struct! {
         pub mmap_size: u64,
         /// Number of slots, a power of two (from driver).
         pub entries: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub pad: u32,
         /// Field offsets within the mapping (from driver).
         pub offsets: RingOffsets,

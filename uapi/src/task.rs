@@ -277,10 +277,11 @@ abi_struct! {
         pub status: i32,
         /// The descriptor's opcode (from device).
         pub opcode: u8,
-        /// Reserved, zero (from device).
+        /// Reserved: ignore it, a later minor may use it (from device).
         pub pad: [u8; 3],
         /// Opcode-specific result (bytes, elements, event value); for a failed descriptor, a
-        /// packed `Fault` (which operand, what was wrong) or 0 (from device).
+        /// packed fault or 0: bits 0..8 `DAVINCI_FAULT_OPERAND_*` (which operand), bits 8..16
+        /// `DAVINCI_FAULT_*` (what was wrong), bits 32..64 its value (from device).
         pub result: u64,
         /// Device time of completion, nanoseconds on the device's monotonic clock (from device).
         pub timestamp_ns: u64,

@@ -75,6 +75,39 @@ pub(crate) fn doc_table(rows: &[(String, String, String)]) -> String {
     o
 }
 
+/// A bullet per flag bit named in `names` (full C names, e.g. `DAVINCI_FEAT_DOORBELL_FUTEX`),
+/// each with the bit's doc text: word for word what the header's comment on the bit and the
+/// tables of section 11 say, so a rule the spec quotes this way (the doorbell's, section 5.3)
+/// cannot drift from them.
+pub(crate) fn doc_bits_block(abi: &Abi<'_>, names: &str) -> Result<String, GenError> {
+    let mut o = String::new();
+    for name in names.split_whitespace() {
+        let found = abi.flags.iter().find_map(|f| {
+            let bit = name.strip_prefix(f.c_prefix)?;
+            f.bits.iter().find(|(n, _, _)| *n == bit)
+        });
+        let Some((_, value, doc)) = found else {
+            return err(format!(
+                "{ABI_DOC_PATH}: generated block names unknown flag bit `{name}`"
+            ));
+        };
+        let text = format!("* `{name}` (`{value:#x}`): {}", doc.trim());
+        for (i, line) in wrap(&text, 93).iter().enumerate() {
+            if i > 0 {
+                o.push_str("  ");
+            }
+            o.push_str(line);
+            o.push('\n');
+        }
+    }
+    if o.is_empty() {
+        return err(format!(
+            "{ABI_DOC_PATH}: a generated bits block names no flag bit"
+        ));
+    }
+    Ok(o)
+}
+
 pub(crate) fn render_doc_block(
     abi: &Abi<'_>,
     structs: &[Resolved<'_>],
@@ -91,6 +124,9 @@ pub(crate) fn render_doc_block(
             .map(|(n, v, d)| (format!("DAVINCI_{n}"), v.to_string(), d.to_string()))
             .collect();
         return Ok(doc_table(&rows));
+    }
+    if let Some(names) = spec.strip_prefix("bits ") {
+        return doc_bits_block(abi, names);
     }
     if let Some(name) = spec.strip_prefix("struct ") {
         let name = name.trim();
@@ -139,7 +175,7 @@ pub(crate) fn render_doc_block(
         };
     }
     err(format!(
-        "{ABI_DOC_PATH}: unknown generated block `{spec}` (use commands, scalars, struct NAME, flags PREFIX, consts PREFIX)"
+        "{ABI_DOC_PATH}: unknown generated block `{spec}` (use commands, scalars, struct NAME, flags PREFIX, consts PREFIX, bits NAME...)"
     ))
 }
 

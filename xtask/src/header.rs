@@ -27,9 +27,11 @@ pub fn render_header(abi: &Abi<'_>) -> Result<String, GenError> {
          * structs, the shared ring layout, task descriptors and event records.\n *\n \
          * Specification: docs/abi.md. Source of truth: the davinci-uapi crate (uapi/src);\n \
          * regenerate this file with `cargo xtask gen-header`.\n *\n \
-         * Every struct has fixed-width fields only, explicit padding only (reserved and pad\n \
-         * fields must be zero) and user pointers as __u64, so the layout is the same for\n \
-         * 32- and 64-bit callers. The layout checks at the end pin every size and offset.\n */"
+         * Every struct has fixed-width fields only, explicit padding only and user pointers as\n \
+         * __u64, so the layout is the same for 32- and 64-bit callers. The layout checks at\n \
+         * the end pin every size and offset. Reserved and pad fields the driver reads (to\n \
+         * driver) must be zero (EINVAL otherwise); those it writes (from driver), a client\n \
+         * ignores: a later minor may give them a meaning.\n */"
     );
     o.push_str("#ifndef DAVINCI_UAPI_H\n#define DAVINCI_UAPI_H\n\n");
     o.push_str("#include <linux/types.h>\n#include <linux/ioctl.h>\n");
@@ -144,8 +146,8 @@ pub fn render_header(abi: &Abi<'_>) -> Result<String, GenError> {
 
     section(&mut o, "Layout checks");
     o.push_str(
-        "/*\n * The sizes and offsets of the Rust definitions. A failure means this compiler lays\n \
-         * a struct out differently from the driver: do not use the ABI from this build.\n \
+        "/*\n * The sizes and offsets the driver uses (uapi/src). A failure means this compiler\n \
+         * lays a struct out differently from the driver: do not use the ABI from this build.\n \
          * (C11 and later; the layout is the same for older C and for C++.)\n */\n",
     );
     o.push_str(

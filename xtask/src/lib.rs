@@ -189,6 +189,32 @@ mod tests {
     }
 
     #[test]
+    fn bits_blocks_quote_the_doc_of_each_bit_and_refuse_unknown_ones() {
+        let doc = "<!-- generated: bits DAVINCI_FEAT_DOORBELL_FUTEX DAVINCI_RING_F_ERROR -->\n\
+                   <!-- end generated -->\n";
+        let new = update_doc(doc).expect("renders");
+        let futex = davinci_uapi::Features::INFO
+            .bits
+            .iter()
+            .find(|b| b.0 == "DOORBELL_FUTEX")
+            .expect("the bit exists");
+        let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words(&new).contains(&words(futex.2)),
+            "the bit's doc, word for word: {new}"
+        );
+        assert!(
+            new.contains("* `DAVINCI_FEAT_DOORBELL_FUTEX` (`0x2`): "),
+            "{new}"
+        );
+        assert!(new.contains("* `DAVINCI_RING_F_ERROR` (`0x2`): "), "{new}");
+        assert!(new.lines().all(|l| l.len() <= 95), "{new}");
+        let e = update_doc("<!-- generated: bits DAVINCI_FEAT_NOPE -->\n<!-- end generated -->\n")
+            .expect_err("unknown bit");
+        assert!(e.0.contains("DAVINCI_FEAT_NOPE"), "{e}");
+    }
+
+    #[test]
     fn doc_blocks_are_replaced_and_text_kept() {
         let doc = "intro\n<!-- generated: struct davinci_handle_args -->\nold\n<!-- end generated -->\noutro\n";
         let new = update_doc(doc).expect("renders");

@@ -94,6 +94,25 @@ fn coverage_problems(doc: &str) -> Vec<String> {
         }
     }
 
+    // The doorbell rule is quoted from the bits' own doc text (the header's comments), so the
+    // three cannot drift apart again (issue 22: the header kept ABI 1.0's lost-wake-up rule).
+    let doorbell = section(doc, "### 5.3 Doorbell and the NEED_WAKEUP handshake").unwrap_or("");
+    let quoted = doorbell
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("<!-- generated: bits "))
+        .unwrap_or("");
+    for bit in [
+        "DAVINCI_RING_F_NEED_WAKEUP",
+        "DAVINCI_FEAT_DOORBELL_MMIO",
+        "DAVINCI_FEAT_DOORBELL_FUTEX",
+    ] {
+        if !quoted.split_whitespace().any(|w| w == bit) {
+            problems.push(format!(
+                "section 5.3 does not quote {bit} from uapi/src (a generated bits block)"
+            ));
+        }
+    }
+
     for s in davinci_uapi::STRUCTS {
         if !doc.contains(&format!("<!-- generated: struct {} -->", s.c_name)) {
             problems.push(format!("no generated block for struct {}", s.c_name));

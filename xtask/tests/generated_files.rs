@@ -40,6 +40,75 @@ fn checked_in_header_is_up_to_date() {
     assert_eq!(c_header().lines().next(), Some(BANNER));
 }
 
+/// The header is for C clients: its comments name C things (`davinci_device_info.features`,
+/// `__atomic_thread_fence`), never the Rust types and paths they are generated from
+/// (`DeviceInfo::features`, `fence(SeqCst)`, a `Fault`).
+#[test]
+fn header_comments_name_no_rust_types() {
+    let header = c_header();
+    let mut names: Vec<&str> = davinci_uapi::STRUCTS.iter().map(|s| s.rust_name).collect();
+    names.extend(davinci_uapi::FLAGS.iter().map(|f| f.rust_name));
+    names.extend([
+        "Fault",
+        "FaultKind",
+        "FaultOperand",
+        "Errno",
+        "Opcode",
+        "Dtype",
+        "DevAddr",
+        "ShareMode",
+        "WaitKind",
+    ]);
+    let mut found = Vec::new();
+    for n in &names {
+        let camel = n.chars().filter(char::is_ascii_uppercase).count() > 1;
+        let word = |w: &str| w.trim_matches(|c: char| !c.is_ascii_alphanumeric()) == *n;
+        if header.contains(&format!("`{n}`"))
+            || header.contains(&format!("{n}::"))
+            || (camel && header.split_whitespace().any(word))
+        {
+            found.push(*n);
+        }
+    }
+    for rustism in ["::", "SeqCst", "Option<", "&self"] {
+        if header.contains(rustism) {
+            found.push(rustism);
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{HEADER_PATH} names Rust things a C client cannot use: {found:?}"
+    );
+}
+
+/// A reserved field the driver writes is one a client ignores (docs/abi.md 1.4): its comment
+/// says so and never promises "zero", which a later minor may break (issue 22: a 1.0 client
+/// checked GET_INFO's reserved[0], which 1.1 gave a meaning).
+#[test]
+fn reserved_output_fields_say_to_ignore_them() {
+    let mut wrong = Vec::new();
+    for s in davinci_uapi::STRUCTS {
+        for f in s.fields {
+            if !(f.name.starts_with("pad") || f.name.starts_with("reserved")) {
+                continue;
+            }
+            let doc = f.doc.join(" ");
+            let written = doc.contains("from driver") || doc.contains("from device");
+            let read = doc.contains("to driver") || doc.contains("to device");
+            let untagged = !written && !read;
+            if (written || untagged)
+                && (!doc.contains("ignore") || doc.to_lowercase().contains("zero"))
+            {
+                wrong.push(format!("{}.{}: {doc}", s.c_name, f.name));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "say \"ignore it\", not \"zero\": {wrong:#?}"
+    );
+}
+
 #[test]
 fn abi_doc_generated_blocks_are_up_to_date() {
     let files = generated_files(&workspace_root()).expect("metadata renders");

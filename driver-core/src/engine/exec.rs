@@ -61,7 +61,8 @@ fn add_operands(d: &TaskDesc) -> Result<(Dtype, u64)> {
     Ok((dtype, bytes))
 }
 
-/// The first of `fields` that is not zero, if any: a field this opcode does not use.
+/// The first of `fields` that is not zero, if any: a field this opcode does not use. Every
+/// caller lists them in the order docs/abi.md 7 states (`dst, src0, src1, len, imm, handle`).
 fn first_nonzero(fields: &[(FaultOperand, u64)]) -> Option<FaultOperand> {
     fields.iter().find(|(_, v)| *v != 0).map(|(op, _)| *op)
 }
@@ -178,8 +179,8 @@ impl<P: Platform> Exec<'_, P> {
                     &[
                         (F::Src0, d.src0),
                         (F::Src1, d.src1),
-                        (F::Handle, u64::from(d.handle)),
                         (F::Imm, d.imm >> 32),
+                        (F::Handle, u64::from(d.handle)),
                     ],
                     "FILL uses only dst, len and a 32-bit imm",
                 )?;

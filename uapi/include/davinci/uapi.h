@@ -7,9 +7,11 @@
  * Specification: docs/abi.md. Source of truth: the davinci-uapi crate (uapi/src);
  * regenerate this file with `cargo xtask gen-header`.
  *
- * Every struct has fixed-width fields only, explicit padding only (reserved and pad
- * fields must be zero) and user pointers as __u64, so the layout is the same for
- * 32- and 64-bit callers. The layout checks at the end pin every size and offset.
+ * Every struct has fixed-width fields only, explicit padding only and user pointers as
+ * __u64, so the layout is the same for 32- and 64-bit callers. The layout checks at
+ * the end pin every size and offset. Reserved and pad fields the driver reads (to
+ * driver) must be zero (EINVAL otherwise); those it writes (from driver), a client
+ * ignores: a later minor may give them a meaning.
  */
 #ifndef DAVINCI_UAPI_H
 #define DAVINCI_UAPI_H
@@ -57,8 +59,13 @@
 
 /* Ring status bits in `davinci_ring_header.flags`, written by the device side only. */
 /*
- * The device consumer is about to sleep (or sleeps): the producer must write the doorbell
- * after publishing. Checked by the producer after `fence(SeqCst)`.
+ * The device is about to sleep, or sleeps, for either reason: its command ring is empty,
+ * or descriptors wait and the event ring is full. The host loads `flags` after a full
+ * fence (`__atomic_thread_fence(__ATOMIC_SEQ_CST)`) both after publishing descriptors
+ * (storing the command ring's `tail`) and after releasing event slots (storing the event
+ * ring's `head`), and whenever the bit is set it rings the doorbell: as
+ * `DAVINCI_FEAT_DOORBELL_MMIO` or `DAVINCI_FEAT_DOORBELL_FUTEX` says, or with neither,
+ * `DAVINCI_IOCTL_NOTIFY`. A new stream may have it set already.
  */
 #define DAVINCI_RING_F_NEED_WAKEUP (1U << 0)
 /*
@@ -67,12 +74,24 @@
  */
 #define DAVINCI_RING_F_ERROR       (1U << 1)
 
-/* Feature bits in `DeviceInfo::features`. Probe these instead of comparing versions. */
-/* Writing the doorbell page is enough to wake the device (real hardware). */
+/*
+ * Feature bits in `davinci_device_info.features`. Probe these instead of comparing
+ * versions.
+ */
+/*
+ * The doorbell is a device register (real hardware): to ring it, store the command ring's
+ * tail into the `__u32` at `DAVINCI_DOORBELL_REG_OFFSET` of the doorbell page with one
+ * volatile 32-bit write, after a release fence; every write wakes the device, whatever its
+ * value. Wins if `DAVINCI_FEAT_DOORBELL_FUTEX` is set too: write the register, no futex
+ * call.
+ */
 #define DAVINCI_FEAT_DOORBELL_MMIO  (1U << 0)
 /*
- * After writing the doorbell word, also `FUTEX_WAKE` it (shared, not private): the device
- * is software watching that word (mock device).
+ * The doorbell is a memory word a software device watches (the mock device): to ring it,
+ * increment the word atomically (`__atomic_fetch_add(word, 1, __ATOMIC_RELAXED)`), then
+ * `FUTEX_WAKE` it as a shared futex (not `FUTEX_WAKE_PRIVATE`). Never write the tail into
+ * it (ABI 1.0's rule): a host that rang twice with the same tail, after a publish and
+ * after a reap, left the word unchanged and the device asleep.
  */
 #define DAVINCI_FEAT_DOORBELL_FUTEX (1U << 1)
 /* SUBMIT_TASK (the slow path) is available. */
@@ -90,8 +109,8 @@
 /* GET_LAST_ERROR says why the last failed command of an open failed (ABI 1.2). */
 #define DAVINCI_FEAT_LAST_ERROR     (1U << 8)
 /*
- * A failed descriptor's event record carries a `Fault` in `result`: which operand, what
- * was wrong, by how much (ABI 1.2).
+ * A failed descriptor's event record carries a fault in `result`: which operand
+ * (`DAVINCI_FAULT_OPERAND_*`), what was wrong (`DAVINCI_FAULT_*`), by how much (ABI 1.2).
  */
 #define DAVINCI_FEAT_FAULT_DETAIL   (1U << 9)
 /* GET_COUNTERS reports device-wide counters (ABI 1.3). */
@@ -154,9 +173,10 @@
 /* ---- Structures -------------------------------------------------------------- */
 
 /*
- * The ring header as laid out in shared memory. User space never forms a reference to
- * it: the ring crate accesses each field atomically through raw pointers at the offsets
- * below (which `CREATE_STREAM` also returns, as `io_uring_params` does).
+ * The ring header as laid out in shared memory. Never copy it as a struct: access each
+ * field with one aligned 32-bit atomic load or store (`__atomic_*`, in the kernel
+ * `READ_ONCE`/`WRITE_ONCE`) at its offset (which `CREATE_STREAM` also returns, as
+ * `io_uring_params` does).
  *
  * 192 bytes.
  */
@@ -166,14 +186,14 @@ struct davinci_ring_header {
 	 * the slots it publishes; read by the consumer with an Acquire load.
 	 */
 	__u32 tail;
-	/* Padding to keep `tail` alone on its cache line. Zero. */
+	/* Padding to keep `tail` alone on its cache line. Nobody writes it; ignore it. */
 	__u8 pad_tail[60];
 	/*
 	 * Consumer index (free-running). Written by the consumer with a Release store after it
 	 * has copied the slots out; read by the producer with an Acquire load.
 	 */
 	__u32 head;
-	/* Padding to keep `head` alone on its cache line. Zero. */
+	/* Padding to keep `head` alone on its cache line. Nobody writes it; ignore it. */
 	__u8 pad_head[60];
 	/* Number of slots, a power of two. Device-written at creation, constant. */
 	__u32 entries;
@@ -190,7 +210,7 @@ struct davinci_ring_header {
 	__u32 error;
 	/* Free-running index of the descriptor that caused `error`. Device-written. */
 	__u32 error_index;
-	/* Reserved, zero. */
+	/* Reserved: the host never writes it and ignores it (a later minor may use it). */
 	__u8 reserved[40];
 };
 
@@ -234,7 +254,7 @@ struct davinci_ring_mapping {
 	__u64 mmap_size;
 	/* Number of slots, a power of two (from driver). */
 	__u32 entries;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u32 pad;
 	/* Field offsets within the mapping (from driver). */
 	struct davinci_ring_offsets offsets;
@@ -288,11 +308,12 @@ struct davinci_event_record {
 	__s32 status;
 	/* The descriptor's opcode (from device). */
 	__u8 opcode;
-	/* Reserved, zero (from device). */
+	/* Reserved: ignore it, a later minor may use it (from device). */
 	__u8 pad[3];
 	/*
 	 * Opcode-specific result (bytes, elements, event value); for a failed descriptor, a
-	 * packed `Fault` (which operand, what was wrong) or 0 (from device).
+	 * packed fault or 0: bits 0..8 `DAVINCI_FAULT_OPERAND_*` (which operand), bits 8..16
+	 * `DAVINCI_FAULT_*` (what was wrong), bits 32..64 its value (from device).
 	 */
 	__u64 result;
 	/* Device time of completion, nanoseconds on the device's monotonic clock (from device). */
@@ -528,7 +549,7 @@ struct davinci_device_info {
 	 * (from driver). ABI 1.4.
 	 */
 	__u32 quota_allocations;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u64 reserved;
 };
 
@@ -546,7 +567,10 @@ struct davinci_device_share_args {
 	__u32 mode;
 	/* Clients attached (from driver, QUERY); must be 0 (to driver, SET). */
 	__u32 clients;
-	/* Reserved: 0 (from driver, QUERY); must be 0 (to driver, SET). */
+	/*
+	 * Reserved: ignore it (from driver, QUERY; a later minor may use it); must be 0
+	 * (to driver, SET).
+	 */
 	__u64 reserved;
 };
 
@@ -585,7 +609,7 @@ struct davinci_client_usage {
 	__u32 pid;
 	/* User id of the opener (from driver). */
 	__u32 uid;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u32 pad;
 	/* Contexts held (from driver). */
 	__u32 contexts;
@@ -624,15 +648,16 @@ struct davinci_client_usage {
  */
 struct davinci_last_error {
 	/*
-	 * Request number of the last failed command of this open; 0 if none failed yet
-	 * (from driver).
+	 * Request number of the last failed command of this open; 0 if none failed yet.
+	 * What polling answers is not a failure here: `EAGAIN` and `ETIMEDOUT` (since 1.4)
+	 * leave the record alone (from driver).
 	 */
 	__u32 request;
 	/* Its errno, positive (from driver). Not named `errno`, which is a macro in C. */
 	__u32 error;
 	/*
-	 * Commands of this open that failed so far: two reads with the same count saw the
-	 * same failure (from driver).
+	 * Commands of this open that failed so far (`EAGAIN` and `ETIMEDOUT` not counted,
+	 * since 1.4): two reads with the same count saw the same failure (from driver).
 	 */
 	__u64 count;
 	/*
@@ -665,8 +690,8 @@ struct davinci_device_counters {
 	/*
 	 * Doorbells that woke the device: a worker asleep with NEED_WAKEUP armed found its
 	 * stream's doorbell word changed (once per sleep, however often it was rung), or,
-	 * on a driver without `DOORBELL_FUTEX`, a NOTIFY. Near zero per task under load,
-	 * when NEED_WAKEUP is clear and hosts do not ring (from driver).
+	 * on a driver without `DAVINCI_FEAT_DOORBELL_FUTEX`, a NOTIFY. Near zero per task
+	 * under load, when NEED_WAKEUP is clear and hosts do not ring (from driver).
 	 */
 	__u64 doorbells;
 	/*
@@ -682,7 +707,7 @@ struct davinci_device_counters {
 	__u32 events;
 	/* Allocations that exist now (from driver). */
 	__u32 allocations;
-	/* Reserved, zero (from driver). */
+	/* Reserved: ignore it, a later minor may use it (from driver). */
 	__u64 reserved[4];
 };
 
@@ -750,8 +775,8 @@ DAVINCI_INLINE int davinci_record_errno(const struct davinci_event_record *r)
 /* ---- Layout checks ----------------------------------------------------------- */
 
 /*
- * The sizes and offsets of the Rust definitions. A failure means this compiler lays
- * a struct out differently from the driver: do not use the ABI from this build.
+ * The sizes and offsets the driver uses (uapi/src). A failure means this compiler
+ * lays a struct out differently from the driver: do not use the ABI from this build.
  * (C11 and later; the layout is the same for older C and for C++.)
  */
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L

@@ -66,7 +66,7 @@ abi_struct! {
         /// Most allocations the caller may hold at once now (as `quota_contexts`)
         /// (from driver). ABI 1.4.
         pub quota_allocations: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub reserved: u64,
     }
 }
@@ -81,19 +81,29 @@ abi_struct! {
         pub mode: u32,
         /// Clients attached (from driver, QUERY); must be 0 (to driver, SET).
         pub clients: u32,
-        /// Reserved: 0 (from driver, QUERY); must be 0 (to driver, SET).
+        /// Reserved: ignore it (from driver, QUERY; a later minor may use it); must be 0
+        /// (to driver, SET).
         pub reserved: u64,
     }
 }
 
 abi_flags! {
-    /// Feature bits in `DeviceInfo::features`. Probe these instead of comparing versions.
+    /// Feature bits in `davinci_device_info.features`. Probe these instead of comparing
+    /// versions.
     #[c_prefix = "DAVINCI_FEAT_"]
     pub struct Features: u32 {
-        /// Writing the doorbell page is enough to wake the device (real hardware).
+        /// The doorbell is a device register (real hardware): to ring it, store the command
+        /// ring's tail into the `__u32` at `DAVINCI_DOORBELL_REG_OFFSET` of the doorbell page
+        /// with one volatile 32-bit write, after a release fence; every write wakes the
+        /// device, whatever its value. Wins if `DAVINCI_FEAT_DOORBELL_FUTEX` is set too:
+        /// write the register, no futex call.
         const DOORBELL_MMIO = 1 << 0;
-        /// After writing the doorbell word, also `FUTEX_WAKE` it (shared, not private): the
-        /// device is software watching that word (mock device).
+        /// The doorbell is a memory word a software device watches (the mock device): to
+        /// ring it, increment the word atomically (`__atomic_fetch_add(word, 1,
+        /// __ATOMIC_RELAXED)`), then `FUTEX_WAKE` it as a shared futex (not
+        /// `FUTEX_WAKE_PRIVATE`). Never write the tail into it (ABI 1.0's rule): a host that
+        /// rang twice with the same tail, after a publish and after a reap, left the word
+        /// unchanged and the device asleep.
         const DOORBELL_FUTEX = 1 << 1;
         /// SUBMIT_TASK (the slow path) is available.
         const SUBMIT_IOCTL = 1 << 2;
@@ -109,8 +119,9 @@ abi_flags! {
         const OPCODE_MASK = 1 << 7;
         /// GET_LAST_ERROR says why the last failed command of an open failed (ABI 1.2).
         const LAST_ERROR = 1 << 8;
-        /// A failed descriptor's event record carries a `Fault` in `result`: which operand,
-        /// what was wrong, by how much (ABI 1.2).
+        /// A failed descriptor's event record carries a fault in `result`: which operand
+        /// (`DAVINCI_FAULT_OPERAND_*`), what was wrong (`DAVINCI_FAULT_*`), by how much
+        /// (ABI 1.2).
         const FAULT_DETAIL = 1 << 9;
         /// GET_COUNTERS reports device-wide counters (ABI 1.3).
         const COUNTERS = 1 << 10;

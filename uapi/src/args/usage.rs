@@ -33,7 +33,7 @@ abi_struct! {
         pub pid: u32,
         /// User id of the opener (from driver).
         pub uid: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub pad: u32,
         /// Contexts held (from driver).
         pub contexts: u32,
@@ -139,13 +139,14 @@ abi_struct! {
     /// every reply carries its message anyway.
     #[c_name = "davinci_last_error"]
     pub struct LastError {
-        /// Request number of the last failed command of this open; 0 if none failed yet
-        /// (from driver).
+        /// Request number of the last failed command of this open; 0 if none failed yet.
+        /// What polling answers is not a failure here: `EAGAIN` and `ETIMEDOUT` (since 1.4)
+        /// leave the record alone (from driver).
         pub request: u32,
         /// Its errno, positive (from driver). Not named `errno`, which is a macro in C.
         pub error: u32,
-        /// Commands of this open that failed so far: two reads with the same count saw the
-        /// same failure (from driver).
+        /// Commands of this open that failed so far (`EAGAIN` and `ETIMEDOUT` not counted,
+        /// since 1.4): two reads with the same count saw the same failure (from driver).
         pub count: u64,
         /// What was wrong: UTF-8, NUL-terminated, cut at a character boundary to fit
         /// (from driver).
@@ -200,8 +201,8 @@ abi_struct! {
         pub stream_errors: u64,
         /// Doorbells that woke the device: a worker asleep with NEED_WAKEUP armed found its
         /// stream's doorbell word changed (once per sleep, however often it was rung), or,
-        /// on a driver without `DOORBELL_FUTEX`, a NOTIFY. Near zero per task under load,
-        /// when NEED_WAKEUP is clear and hosts do not ring (from driver).
+        /// on a driver without `DAVINCI_FEAT_DOORBELL_FUTEX`, a NOTIFY. Near zero per task
+        /// under load, when NEED_WAKEUP is clear and hosts do not ring (from driver).
         pub doorbells: u64,
         /// Client opens attached since the device started (control opens excluded)
         /// (from driver).
@@ -214,7 +215,7 @@ abi_struct! {
         pub events: u32,
         /// Allocations that exist now (from driver).
         pub allocations: u32,
-        /// Reserved, zero (from driver).
+        /// Reserved: ignore it, a later minor may use it (from driver).
         pub reserved: [u64; 4],
     }
 }
