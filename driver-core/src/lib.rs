@@ -48,7 +48,7 @@ pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
 pub use engine::Run;
 pub use error::{Error, Result};
-pub use inject::Inject;
+pub use inject::{Inject, ParseInjectError};
 pub use limits::{
     Quota, CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CLIENT_OPENS,
     MAX_CLIENT_OPENS_PER_USER, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_CONTROL_OPENS_PER_USER,

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use davinci_driver_core::{Inject, Quota};
-use davinci_uapi::{Errno, ShareMode};
+use davinci_uapi::ShareMode;
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
@@ -107,44 +107,15 @@ fn parse_group(s: &str) -> Result<u32, String> {
     }
 }
 
-/// Parses an `--inject` fault: `error-at=N[:ERRNO]`, `hang-at=N` or `stop-at=N`.
+/// Parses an `--inject` fault: `error-at=N[:ERRNO]`, `hang-at=N` or `stop-at=N`
+/// (driver-core's [`Inject::parse`], the same text the kernel module's `inject` takes).
 pub fn parse_inject(s: &str) -> Result<Inject, String> {
-    let bad = |why: &str| {
+    Inject::parse(s).map_err(|why| {
         format!(
             "--inject '{s}': {why}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
              (N >= 1)"
         )
-    };
-    let (kind, rest) = s.split_once('=').ok_or_else(|| bad("no '='"))?;
-    let (n, errno) = match rest.split_once(':') {
-        Some((n, e)) => (n, Some(e)),
-        None => (rest, None),
-    };
-    let nth: u64 = n
-        .trim()
-        .parse()
-        .ok()
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| bad("N must be a whole number from 1"))?;
-    let errno = match errno {
-        None => Errno::EIO,
-        Some(e) => {
-            let e = e.trim();
-            let by_name = (1..=4095)
-                .filter_map(Errno::from_code)
-                .find(|x| x.name().eq_ignore_ascii_case(e));
-            by_name
-                .or_else(|| e.parse().ok().and_then(Errno::from_code))
-                .ok_or_else(|| bad(&format!("unknown errno '{e}'")))?
-        }
-    };
-    match kind.trim() {
-        "error-at" => Ok(Inject::ErrorAt { nth, errno }),
-        "hang-at" | "stop-at" if rest.contains(':') => Err(bad("only error-at takes an errno")),
-        "hang-at" => Ok(Inject::HangAt { nth }),
-        "stop-at" => Ok(Inject::StopAt { nth }),
-        other => Err(bad(&format!("unknown fault '{other}'"))),
-    }
+    })
 }
 
 /// What the command line asks for.
@@ -439,6 +410,7 @@ pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use davinci_uapi::Errno;
 
     fn run_as(uid: u32, args: &[&str]) -> Result<DaemonConfig, String> {
         let default_dir = || SocketDir {
