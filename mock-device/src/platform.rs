@@ -242,6 +242,8 @@ impl Platform for MockPlatform {
         self.streams.remove(&stream);
         // Wake a poller that may sleep on the doorbell: its stream is gone.
         mem.kick();
+        // Then its pages go, whatever the client still maps.
+        mem.discard();
     }
 
     fn alloc_backing(&mut self, client: u32, offset: u64, len: u64) -> Result<()> {

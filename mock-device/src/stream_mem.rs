@@ -130,6 +130,16 @@ impl StreamMem {
             futex_wake(w);
         }
     }
+
+    /// Releases the pages of the stream's three memfds now: a destroyed stream pins no memory
+    /// through a client's leftover mappings, which read as zeros from then on (docs/abi.md 4,
+    /// as the kernel driver revokes them). The device no longer runs the stream (driver-core
+    /// dropped its ring views), and a poller still holding it was kicked first.
+    pub(crate) fn discard(&self) {
+        for r in [&self.cmd, &self.event, &self.doorbell] {
+            let _ = r.discard(0, r.map().len() as u64);
+        }
+    }
 }
 
 #[cfg(test)]
