@@ -101,7 +101,7 @@ list=$WORK/initramfs.list
     echo "nod /dev/null 666 0 0 c 1 3"
     echo "file /bin/busybox $BB 755 0 0"
     for a in sh mount echo cat ls grep cut insmod rmmod lsmod reboot dmesg sleep uname \
-             mkfifo mkdir kill test true false seq; do
+             mkfifo mkdir kill test true false seq chgrp; do
         echo "slink /bin/$a /bin/busybox 777 0 0"
     done
     echo "file /init $KMOD_DIR/guest/init.sh 755 0 0"
@@ -133,11 +133,19 @@ fail=0
 bad() { echo "kmod: FAIL: $*" >&2; fail=1; }
 [ "$qemu_rc" -eq 0 ] || bad "QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s)"
 grep -qx 'ktest: ALL PASSED' "$LOG" || bad "the guest did not report ALL PASSED"
-if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak' "$LOG"; then
+# BUG: covers KASAN reports and soft lockups; "blocked for more than" is the hung-task
+# detector, "detected stall" RCU's.
+if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak|blocked for more than|detected stall' "$LOG"; then
     bad "the kernel logged the warnings above"
 fi
 grep -q 'davinci: ABI ' "$LOG" || bad "no module load message"
-grep -q 'davinci: unloading' "$LOG" || bad "no module unload message"
+# The test kernel the results stand on: two CPUs really online (SMP), KASAN armed.
+grep -q '^ktest: kernel .*, 2 cpu(s)$' "$LOG" || bad "the guest did not run on 2 CPUs"
+grep -q 'KernelAddressSanitizer initialized' "$LOG" || bad "KASAN was not armed in the guest"
+# The kernel crate's bindings give task_struct, file and vm_area_struct the compiler's layout
+# (bindings_helper.patch's bindgen parameters; the module checks at load).
+grep -q 'davinci: bindings agree with C' "$LOG" || bad "the kernel crate's bindings disagree with C (see the 'bindings:' lines)"
+grep -q 'davinci: unloaded' "$LOG" || bad "no module unload message"
 # Same names as against the mock: every conformance test the host build lists ran and passed.
 names=$("${guest_bins[conformance]}" --list --format terse 2>/dev/null | sed -n 's/: test$//p')
 [ -n "$names" ] || bad "could not list the conformance tests"

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One `/dev/davinciN`: the driver-core device in static storage, the state that must not move
-//! ([`DevState`]: its mutex, its wait queues, its misc device), the locked device, and one open
-//! file ([`Open`]). Registration (`registration`), the file operations (`fops`, `ioctl`) and
+//! One `/dev/davinciN`: [`DevState`] (its mutex, its wait queues, the driver-core device in
+//! vmalloc'd storage, its node and worker), the locked device, and one open file ([`Open`]). Registration (`registration`), the file operations (`fops`, `ioctl`) and
 //! the worker thread (`worker`) build on these.
 //!
 //! Everything the ABI means is driver-core's: the module only moves bytes between user space
@@ -11,7 +10,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use kernel::ffi::c_int;
 
 use kernel::bindings;
@@ -24,17 +23,18 @@ use kernel::time::msecs_to_jiffies;
 use crate::davinci_driver_core::{Config, DeviceCore, Quota};
 use crate::davinci_uapi::{Errno, Features};
 use crate::platform::KernelPlatform;
+use crate::sys::{Misc, Worker};
 use crate::wake::Wakeups;
 
-/// Devices the module can host (`/dev/davinci0` .. `/dev/davinci{DEVICES-1}`).
-pub(crate) const DEVICES: usize = 2;
-/// Device memory of each device (an accounting bound: allocations are backed on demand).
-const MEMORY_SIZE: u64 = 256 << 20;
+/// Most devices the module can host (`devices` parameter: 1 to this).
+pub(crate) const MAX_DEVICES: usize = 8;
 
-const fn config(device_id: u32) -> Config {
+/// What every device starts as; `set_identity` gives it its id and memory size (the module
+/// parameters) before its first open.
+const fn config() -> Config {
     Config {
-        device_id,
-        memory_size: MEMORY_SIZE,
+        device_id: 0,
+        memory_size: 256 << 20,
         client_memory_limit: 0,
         page_size: 1 << bindings::PAGE_SHIFT,
         // No doorbell a client can ring without a system call: clients wake the worker with
@@ -44,39 +44,50 @@ const fn config(device_id: u32) -> Config {
     }
 }
 
-/// A driver-core device in static storage: about 190 KB, built at compile time (its
-/// constructor is `const`), never on a kernel stack.
+/// A driver-core device (about 190 KB: it lives in vmalloc'd memory, never on a kernel
+/// stack).
 ///
 /// # Invariants
 ///
-/// The device is only reached through [`DevState::lock`], which holds the state's mutex for
-/// as long as the reference lives.
-struct Storage(UnsafeCell<DeviceCore<KernelPlatform>>);
+/// A device's storage is only reached through [`DevState::lock`], which holds the state's
+/// mutex for as long as the reference lives. [`BLANK`] is never reached at all except to be
+/// copied.
+pub(crate) struct Storage(UnsafeCell<DeviceCore<KernelPlatform>>);
 
-// SAFETY: the device is only accessed with the mutex of its `DevState` held (type invariant),
-// so sharing the static between threads is sound.
+// SAFETY: a device is only accessed with the mutex of its `DevState` held (type invariant);
+// `BLANK` is only read, to be copied.
 unsafe impl Sync for Storage {}
 
-static STORAGE: [Storage; DEVICES] = [
-    Storage(UnsafeCell::new(DeviceCore::new(
-        config(0),
-        KernelPlatform::new(),
-    ))),
-    Storage(UnsafeCell::new(DeviceCore::new(
-        config(1),
-        KernelPlatform::new(),
-    ))),
-];
+/// The blank device every device is copied from (built at compile time: its constructor is
+/// `const`, so no 190 KB value is ever built on a stack).
+static BLANK: Storage = Storage(UnsafeCell::new(DeviceCore::new(
+    config(),
+    KernelPlatform::new(),
+)));
+
+/// A fresh device in vmalloc'd storage.
+pub(crate) fn new_storage() -> Result<VBox<Storage>> {
+    let mut b = VBox::<Storage>::new_uninit(GFP_KERNEL | __GFP_NOWARN)?;
+    // SAFETY: `BLANK` is a valid, const-built device that is never used otherwise (never
+    // locked, written or dropped): a bitwise copy is a fresh, independent device. It owns
+    // nothing (every table is empty, the platform has no buffers) and holds no pointer into
+    // itself, so the copy may live anywhere. `b` is a distinct allocation of the right size
+    // and alignment.
+    unsafe { core::ptr::copy_nonoverlapping(&BLANK, b.as_mut_ptr(), 1) };
+    // SAFETY: initialised just above.
+    Ok(unsafe { b.assume_init() })
+}
 
 /// The registered states, by device index (for `open`, which gets only the misc device).
-pub(crate) static STATES: [AtomicPtr<DevState>; DEVICES] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; DEVICES];
+pub(crate) static STATES: [AtomicPtr<DevState>; MAX_DEVICES] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_DEVICES];
 
-/// A misc device that is registered while this value lives.
-pub(crate) struct Misc(pub(crate) UnsafeCell<bindings::miscdevice>);
+/// Set once every device is registered (module init cannot fail after that), cleared when
+/// unloading starts: an `open` before it fails, so no file can outlive a failed init.
+pub(crate) static READY: AtomicBool = AtomicBool::new(false);
 
-/// The part of a device that must not move: its lock, its wait queues, its misc device.
-/// Registered and dropped (deregistered) in `registration`.
+/// One device: its lock, its wait queues, the driver-core device, its node and its worker.
+/// Built in `registration`.
 #[pin_data(PinnedDrop)]
 pub(crate) struct DevState {
     pub(crate) index: usize,
@@ -85,21 +96,25 @@ pub(crate) struct DevState {
     /// WAIT_EVENT sleepers and the worker's sleep.
     #[pin]
     pub(crate) wake: Wakeups,
-    pub(crate) misc: Misc,
-    pub(crate) name: [u8; 16],
-    pub(crate) worker: AtomicPtr<bindings::task_struct>,
+    pub(crate) core: VBox<Storage>,
+    /// `/dev/davinci<index>`, once registered.
+    pub(crate) misc: Option<Misc>,
+    /// The worker thread, once started.
+    pub(crate) worker: Option<Worker>,
+    /// Set (under the lock) before the worker is stopped: it must not go to sleep again.
+    pub(crate) stopping: AtomicBool,
 }
 
-// SAFETY: every mutable field is either behind the mutex (the device), atomic, or written only
-// during registration before the state is shared (`misc`, `name`).
+// SAFETY: every mutable field is either behind the mutex (the device), atomic, or set only
+// during registration and teardown, when no file is open (`misc`, `worker`).
 unsafe impl Sync for DevState {}
-// SAFETY: as for `Sync`; the raw pointers are owned kernel objects valid for the state's life.
+// SAFETY: as for `Sync`.
 unsafe impl Send for DevState {}
 
 /// The locked device: derefs to the driver-core device; waiting releases the lock.
 pub(crate) struct Locked<'a> {
     guard: Guard<'a, (), MutexBackend>,
-    index: usize,
+    core: &'a Storage,
 }
 
 impl core::ops::Deref for Locked<'_> {
@@ -107,14 +122,14 @@ impl core::ops::Deref for Locked<'_> {
     fn deref(&self) -> &Self::Target {
         // SAFETY: the guard holds the device's mutex (Storage invariant), so no other
         // reference to the device exists while this one lives.
-        unsafe { &*STORAGE[self.index].0.get() }
+        unsafe { &*self.core.0.get() }
     }
 }
 
 impl core::ops::DerefMut for Locked<'_> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         // SAFETY: as in `deref`; `&mut self` makes this the only reference.
-        unsafe { &mut *STORAGE[self.index].0.get() }
+        unsafe { &mut *self.core.0.get() }
     }
 }
 
@@ -147,7 +162,7 @@ impl DevState {
     pub(crate) fn lock(&self) -> Locked<'_> {
         Locked {
             guard: self.lock.lock(),
-            index: self.index,
+            core: &self.core,
         }
     }
 
@@ -155,10 +170,10 @@ impl DevState {
     pub(crate) fn of_misc(misc: *mut c_void) -> Option<&'static DevState> {
         STATES.iter().find_map(|s| {
             let p = s.load(Ordering::Acquire);
-            // SAFETY: a non-null entry points at a registered, pinned state that outlives
-            // every open of its device (module refcounting keeps it until unload).
-            (!p.is_null() && unsafe { (*p).misc.0.get().cast::<c_void>() } == misc)
-                .then(|| unsafe { &*p })
+            // SAFETY: a non-null entry points at a pinned state that outlives every open of
+            // its device (module refcounting keeps it until unload).
+            let st = unsafe { p.as_ref() }?;
+            st.misc.as_ref().is_some_and(|m| m.is(misc)).then_some(st)
         })
     }
 

@@ -1,43 +1,61 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The `ioctl` file operation: the argument copied in (its size and direction from the request
-//! number), `DeviceCore::ioctl` under the device lock, WAIT_EVENT's sleep with the lock
-//! released, and the results copied out after the lock is dropped (LIST_CLIENTS' entries
-//! gathered in a kernel buffer first, [`UserOut`]).
+//! The ioctl path: the argument copied in (its size and direction from the request number),
+//! `DeviceCore::ioctl` under the device lock, WAIT_EVENT's sleep with the lock released, and
+//! the results copied out after the lock is dropped (LIST_CLIENTS' entries gathered first,
+//! [`UserOut`]). User memory is only touched through `UserSlice`, never under the device lock.
 
-use core::ffi::c_void;
-use kernel::ffi::{c_int, c_long, c_uint, c_ulong};
+use kernel::ffi::{c_long, c_uint, c_ulong};
 
 use kernel::bindings;
 use kernel::prelude::*;
+use kernel::uaccess::UserSlice;
 
 use crate::davinci_driver_core::{Error as CoreError, Platform, Reply, UserMem, MAX_CLIENTS};
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
-    command_by_request, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS,
-    DRIVER_CMD_WAIT_EVENT,
+    command_by_request, ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_ALLOC_MEMORY,
+    DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT, DRIVER_CMD_CREATE_STREAM,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
+use crate::sys::File;
 use crate::wake::queue_of;
 
 /// Longest single sleep of a WAIT_EVENT before it re-checks (the deadline is exact anyway).
 const WAIT_SLICE_MS: u64 = 1000;
 /// Largest ioctl argument this driver has (the biggest ABI struct is far smaller).
 const MAX_ARG: usize = 256;
+/// Most bytes of LIST_CLIENTS entries kept in kernel memory: one entry of this driver's size
+/// per client. The zeroes that pad a caller's larger entries (up to 4096 bytes each) are
+/// written from a static page, not kept.
+const LIST_DATA_MAX: usize = MAX_CLIENTS * core::mem::size_of::<ClientUsage>();
+/// Most separate pieces LIST_CLIENTS writes: an entry and its padding, per client.
+const LIST_SEGS_MAX: usize = 2 * MAX_CLIENTS;
+/// Highest offset LIST_CLIENTS writes at from the caller's buffer: every client, at the
+/// largest entry size driver-core accepts.
+const LIST_SPAN_MAX: u64 = MAX_CLIENTS as u64 * 4096;
 
-/// Most bytes LIST_CLIENTS can write: every client, at the largest entry size driver-core
-/// accepts.
-const LIST_OUT_MAX: usize = MAX_CLIENTS * 4096;
+static ZEROS: [u8; 256] = [0; 256];
 
-/// LIST_CLIENTS' entries, gathered in a kernel buffer under the device lock and copied to the
-/// caller's buffer after the lock is dropped ([`UserOut::copy_out`]). A `copy_to_user` under
-/// the device lock could fault and take `mmap_lock`, which `mmap` holds while it takes the
-/// device lock: lockdep reported exactly that circular dependency.
+/// One piece of LIST_CLIENTS' output: `len` bytes at `off` from the caller's buffer, either
+/// kept bytes (from `at` in `UserOut::data`) or zeroes.
+struct Seg {
+    off: u64,
+    len: usize,
+    at: Option<usize>,
+}
+
+/// LIST_CLIENTS' entries, gathered under the device lock and copied to the caller's buffer
+/// after it is dropped ([`UserOut::copy_out`]): a copy to user space under the device lock
+/// could fault and take `mmap_lock`, which `mmap` and the fault handler hold while they take
+/// the device lock (lockdep reported that cycle). Kernel memory is bounded by the clients'
+/// entries (`LIST_DATA_MAX`, about 45 KiB), whatever entry size the caller asks for.
 struct UserOut {
-    /// The caller's buffer (`davinci_list_clients_args.buf`); driver-core writes the
-    /// entries upwards from it, contiguously.
+    /// The caller's buffer (`davinci_list_clients_args.buf`).
     base: u64,
-    bytes: KVec<u8>,
+    segs: KVVec<Seg>,
+    data: KVVec<u8>,
 }
 
 impl UserOut {
@@ -50,86 +68,146 @@ impl UserOut {
         };
         UserOut {
             base,
-            bytes: KVec::new(),
+            segs: KVVec::new(),
+            data: KVVec::new(),
         }
     }
 
-    /// Copies what was gathered to the caller: 0, or `-EFAULT`.
-    fn copy_out(&self) -> c_int {
-        if self.bytes.is_empty() {
-            return 0;
+    /// Copies what was gathered to the caller: `Ok`, or `EFAULT`.
+    fn copy_out(&self) -> Result {
+        for s in self.segs.iter() {
+            let addr = self.base.checked_add(s.off).ok_or(EFAULT)?;
+            let mut w = UserSlice::new(addr as usize, s.len).writer();
+            match s.at {
+                Some(at) => w.write_slice(self.data.get(at..at + s.len).ok_or(EFAULT)?)?,
+                None => {
+                    let mut left = s.len;
+                    while left > 0 {
+                        let k = left.min(ZEROS.len());
+                        w.write_slice(&ZEROS[..k])?;
+                        left -= k;
+                    }
+                }
+            }
         }
-        copy_out(self.base as c_ulong, &self.bytes)
+        Ok(())
     }
 }
 
 impl UserMem for UserOut {
     fn write(&mut self, addr: u64, data: &[u8]) -> crate::davinci_driver_core::Result<()> {
         let fault = || CoreError::new(Errno::EFAULT, "LIST_CLIENTS buffer range overflows");
-        let off = addr
-            .checked_sub(self.base)
-            .and_then(|o| usize::try_from(o).ok())
-            .ok_or_else(fault)?;
-        let end = off
-            .checked_add(data.len())
-            .filter(|&e| e <= LIST_OUT_MAX)
-            .ok_or_else(fault)?;
-        if end > self.bytes.len() {
-            self.bytes
-                .extend_with(end - self.bytes.len(), 0, GFP_KERNEL)
-                .map_err(|_| {
-                    CoreError::new(Errno::ENOMEM, "out of kernel memory (LIST_CLIENTS)")
-                })?;
+        let nomem = || CoreError::new(Errno::ENOMEM, "out of kernel memory (LIST_CLIENTS)");
+        let off = addr.checked_sub(self.base).ok_or_else(fault)?;
+        if off
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > LIST_SPAN_MAX)
+        {
+            return Err(fault());
         }
-        self.bytes[off..end].copy_from_slice(data);
-        Ok(())
+        if data.iter().all(|&b| b == 0) {
+            // Padding: remembered as a run of zeroes, merged with the run it continues.
+            if let Some(last) = self.segs.last_mut() {
+                if last.at.is_none() && last.off + last.len as u64 == off {
+                    last.len += data.len();
+                    return Ok(());
+                }
+            }
+            if self.segs.len() >= LIST_SEGS_MAX {
+                return Err(nomem());
+            }
+            return self
+                .segs
+                .push(
+                    Seg {
+                        off,
+                        len: data.len(),
+                        at: None,
+                    },
+                    GFP_KERNEL,
+                )
+                .map_err(|_| nomem());
+        }
+        if self.data.len() + data.len() > LIST_DATA_MAX || self.segs.len() >= LIST_SEGS_MAX {
+            return Err(nomem());
+        }
+        let at = self.data.len();
+        self.data
+            .extend_from_slice(data, GFP_KERNEL)
+            .map_err(|_| nomem())?;
+        self.segs
+            .push(
+                Seg {
+                    off,
+                    len: data.len(),
+                    at: Some(at),
+                },
+                GFP_KERNEL,
+            )
+            .map_err(|_| nomem())
     }
 }
 
-fn copy_out(arg: c_ulong, buf: &[u8]) -> c_int {
-    // SAFETY: as in `UserOut::write`.
-    let left =
-        unsafe { bindings::copy_to_user(arg as *mut c_void, buf.as_ptr().cast(), buf.len() as _) };
-    if left == 0 {
-        0
-    } else {
-        errno(Errno::EFAULT)
+/// Copies `buf` to the caller's `arg`: 0, or `-EFAULT`.
+fn copy_out(arg: c_ulong, buf: &[u8]) -> c_long {
+    match UserSlice::new(arg as usize, buf.len())
+        .writer()
+        .write_slice(buf)
+    {
+        Ok(()) => 0,
+        Err(_) => errno(Errno::EFAULT) as c_long,
     }
 }
 
-/// `unlocked_ioctl` (and `compat_ioctl`).
-pub(crate) unsafe extern "C" fn fop_ioctl(
-    file: *mut bindings::file,
-    cmd: c_uint,
-    arg: c_ulong,
-) -> c_long {
-    // SAFETY: `private_data` is the `Open` of this file (set in `open`), alive until release.
-    let o = unsafe { &*(*file).private_data.cast::<Open>() };
-    ioctl(o, cmd, arg) as c_long
+/// Whether request `cmd` creates an object (which must not outlive a lost reply).
+fn creates(cmd: u32) -> bool {
+    matches!(
+        cmd,
+        DRIVER_CMD_CREATE_CONTEXT
+            | DRIVER_CMD_CREATE_STREAM
+            | DRIVER_CMD_CREATE_EVENT
+            | DRIVER_CMD_ALLOC_MEMORY
+    )
 }
 
-fn ioctl(o: &Open, cmd: u32, arg: c_ulong) -> c_int {
+/// `unlocked_ioctl` (from `davinci_fops`; `compat_ptr_ioctl` calls it for 32-bit callers).
+#[no_mangle]
+unsafe extern "C" fn davinci_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ulong) -> c_long {
+    // SAFETY: `file` is the file of this call, used only during it.
+    let file = unsafe { File::new(file) };
+    // SAFETY: `private_data` is the `Open` of this file (set in `open`), alive until release,
+    // which cannot run during an ioctl on the file.
+    let o = unsafe { &*file.private().cast::<Open>() };
+    ioctl(file, o, cmd, arg)
+}
+
+fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
+    let fail = |e: Errno| errno(e) as c_long;
     // An unknown command is ENOTTY before its argument is touched (driver-core checks it
     // again, with the size, and says why).
     if command_by_request(cmd).is_none() {
-        return errno(Errno::ENOTTY);
+        return fail(Errno::ENOTTY);
     }
     let size = ioc_size(cmd);
     if size > MAX_ARG {
-        return errno(Errno::ENOTTY);
+        return fail(Errno::ENOTTY);
+    }
+    // Changing the sharing is an admin action: checked (and audited) against the opener's
+    // credentials here, besides driver-core's check of what open found.
+    if cmd == DRIVER_CMD_SET_DEVICE_SHARE && !file.admin() {
+        return fail(Errno::EPERM);
     }
     let mut buf = [0u8; MAX_ARG];
     let a = &mut buf[..size];
     let dir = ioc_dir(cmd);
-    if dir & IOC_WRITE != 0 && size > 0 {
-        // SAFETY: `copy_from_user` checks the user range and writes at most `size` bytes
-        // into `a`, a live kernel buffer of that length.
-        let left = unsafe {
-            bindings::copy_from_user(a.as_mut_ptr().cast(), arg as *const c_void, size as _)
-        };
-        if left != 0 {
-            return errno(Errno::EFAULT);
-        }
+    if dir & IOC_WRITE != 0
+        && size > 0
+        && UserSlice::new(arg as usize, size)
+            .reader()
+            .read_slice(a)
+            .is_err()
+    {
+        return fail(Errno::EFAULT);
     }
     let copy_back = |a: &[u8]| {
         if dir & IOC_READ != 0 {
@@ -148,15 +226,22 @@ fn ioctl(o: &Open, cmd: u32, arg: c_ulong) -> c_int {
             }
             drop(dev);
             // No user memory is touched under the device lock (see `UserOut`).
-            let c = out.copy_out();
-            if c != 0 {
-                return c;
+            if out.copy_out().is_err() {
+                return fail(Errno::EFAULT);
             }
-            copy_back(a)
+            let c = copy_back(a);
+            if c != 0 && creates(cmd) {
+                // The caller cannot learn the handle: what was created goes again, so a
+                // failed call creates nothing (docs/abi.md 1.4).
+                let _ = o.dev.lock().undo_create(o.client, cmd, a);
+                o.dev.wake.kick();
+            }
+            c
         }
         Ok(Reply::Wait(spec)) => {
             let now = dev.platform().now_ns();
             let deadline = now.saturating_add(spec.timeout_ns);
+            let mut interrupted = false;
             loop {
                 let now = dev.platform().now_ns();
                 let timed_out = now >= deadline;
@@ -165,17 +250,29 @@ fn ioctl(o: &Open, cmd: u32, arg: c_ulong) -> c_int {
                         drop(dev);
                         return copy_back(a);
                     }
+                    Ok(None) if interrupted => {
+                        // A signal: `current` and `status` as they are now, then the
+                        // kernel restarts the call (SA_RESTART) or returns EINTR.
+                        drop(dev);
+                        let c = copy_back(a);
+                        return if c != 0 {
+                            c
+                        } else {
+                            ERESTARTSYS.to_errno() as c_long
+                        };
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         drop(dev);
                         let c = copy_back(a);
-                        return if c != 0 { c } else { errno(e.errno) };
+                        return if c != 0 { c } else { fail(e.errno) };
                     }
                 }
                 let left_ms = (deadline - now).div_ceil(1_000_000).clamp(1, WAIT_SLICE_MS) as u32;
                 let queue = &o.dev.wake.waiters[queue_of(o.client)];
                 if let Woke::Signal = dev.wait(queue, left_ms) {
-                    return errno(Errno::EINTR);
+                    // One more look (the wait may have been reached meanwhile), then out.
+                    interrupted = true;
                 }
             }
         }
@@ -188,7 +285,7 @@ fn ioctl(o: &Open, cmd: u32, arg: c_ulong) -> c_int {
                     return c;
                 }
             }
-            errno(e.errno)
+            fail(e.errno)
         }
     }
 }

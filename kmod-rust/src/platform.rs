@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! [`KernelPlatform`]: driver-core's `Platform` in the kernel. Ring, doorbell and device memory
-//! are `vmalloc_user` buffers ([`VBuf`]), which `mmap` maps into the client with
-//! `remap_vmalloc_range`; the device side touches them only with the relaxed-atomic copies of
-//! `davinci_shm_copy`, since the client's mapping writes them concurrently.
+//! are vmalloc buffers ([`VBuf`]) charged to the opener's memory cgroup, which clients map
+//! page by page on fault (`fops`); freeing an object revokes its mappings first
+//! ([`Platform::revoke_mappings`] through the owner's file mapping), so no page outlives the
+//! device's accounting. The device side touches the buffers only with the relaxed-atomic
+//! copies of `davinci_shm_copy`, since the client's mapping writes them concurrently.
 //!
 //! # Invariants
 //!
@@ -15,28 +17,28 @@
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use kernel::bindings;
-
 use crate::davinci_driver_core::{
-    Error, Platform, Result, Serialized, StreamRegions, MAX_ALLOCATIONS,
+    Error, Platform, Result, Serialized, StreamRegions, MAX_ALLOCATIONS, MAX_CLIENTS,
 };
 use crate::davinci_ring::RingRegion;
 use crate::davinci_shm_copy::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use crate::davinci_uapi::{Errno, DOORBELL_SIZE};
+use crate::sys::{self, FileMapping};
 use crate::wake::Wake;
 
-/// `vmalloc_user` buffers alive, over every device: zero once every client closed, checked at
+/// Buffers alive, over every device: zero once every client closed, checked at
 /// module unload (a leak is reported as `davinci: leak: ...`).
 pub(crate) static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 
-/// A zeroed, page-aligned `vmalloc_user` buffer, freed on drop.
+/// A zeroed, page-aligned vmalloc buffer charged to its creator's memory cgroup, freed on
+/// drop.
 ///
 /// # Invariants
 ///
-/// `ptr` points at `len` bytes allocated by `vmalloc_user` (so mappable with
-/// `remap_vmalloc_range`), owned by this value until it is dropped. Pages mapped into a
-/// client stay alive after the drop: `remap_vmalloc_range` took a reference on each.
+/// `ptr` points at `len` bytes from `sys::buf_alloc`, owned by this value until it is
+/// dropped. Driver-core revokes an object's mappings before it drops its buffer, so no page
+/// is mapped when it is freed.
 pub(crate) struct VBuf {
     ptr: NonNull<u8>,
     len: usize,
@@ -52,10 +54,7 @@ impl VBuf {
         if len == 0 {
             return Err(Error::new(Errno::EINVAL, "buffer of 0 bytes"));
         }
-        // SAFETY: `vmalloc_user_noprof` has no preconditions; it returns zeroed memory marked
-        // VM_USERMAP, or null.
-        let p = unsafe { bindings::vmalloc_user_noprof(len as _) };
-        match NonNull::new(p.cast::<u8>()) {
+        match sys::buf_alloc(len) {
             Some(ptr) => {
                 LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
                 Ok(VBuf { ptr, len })
@@ -88,9 +87,9 @@ impl VBuf {
 
 impl Drop for VBuf {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `vmalloc_user` and is freed exactly once, here (type
-        // invariant). Pages a client still maps keep their own references.
-        unsafe { bindings::vfree(self.ptr.as_ptr().cast()) };
+        // SAFETY: `ptr` came from `buf_alloc(len)` and is freed exactly once, here (type
+        // invariant); its object's mappings were revoked before (`revoke_mappings`).
+        unsafe { sys::buf_free(self.ptr, self.len) };
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -109,9 +108,11 @@ struct Backing {
     buf: VBuf,
 }
 
-/// The kernel's platform: device-memory backings and the device's wake-ups.
+/// The kernel's platform: device-memory backings, each open's file mapping (where its
+/// objects' mappings are linked, for revoking them) and the device's wake-ups.
 pub(crate) struct KernelPlatform {
     backings: [Option<Backing>; MAX_ALLOCATIONS],
+    mappings: [Option<(u32, FileMapping)>; MAX_CLIENTS],
     wake: Option<Wake>,
 }
 
@@ -125,7 +126,25 @@ impl KernelPlatform {
     pub(crate) const fn new() -> Self {
         KernelPlatform {
             backings: [const { None }; MAX_ALLOCATIONS],
+            mappings: [const { None }; MAX_CLIENTS],
             wake: None,
+        }
+    }
+
+    /// Open `client`'s file mapping (set in `open`, right after the device's own open).
+    pub(crate) fn set_mapping(&mut self, client: u32, mapping: FileMapping) {
+        // The device has at most MAX_CLIENTS opens, each set once and cleared at release.
+        if let Some(slot) = self.mappings.iter_mut().find(|m| m.is_none()) {
+            *slot = Some((client, mapping));
+        }
+    }
+
+    /// Forgets open `client`'s file mapping (at release, after its objects went).
+    pub(crate) fn clear_mapping(&mut self, client: u32) {
+        for m in self.mappings.iter_mut() {
+            if matches!(m, Some((c, _)) if *c == client) {
+                *m = None;
+            }
         }
     }
 
@@ -230,10 +249,21 @@ impl Platform for KernelPlatform {
             .iter_mut()
             .find(|b| matches!(b, Some(b) if b.client == client && b.offset == offset))
         {
-            // The pages a client still maps stay valid (and private to it) until it unmaps;
-            // the next allocation gets fresh zeroed pages.
+            // Its mappings were revoked (`revoke_mappings`): the pages go now; the next
+            // allocation gets fresh zeroed ones.
             *slot = None;
         }
+    }
+
+    fn revoke_mappings(&mut self, client: u32, cookie: u64, len: u64) {
+        let Some((_, mapping)) = self.mappings.iter().flatten().find(|(c, _)| *c == client) else {
+            // No file: the open is going and has no mapping left.
+            return;
+        };
+        // SAFETY: the mapping is the file's of an open still attached (cleared at release,
+        // after everything it held went); every platform call runs in process context with
+        // only the device mutex held.
+        unsafe { sys::revoke(*mapping, cookie, len) };
     }
 
     fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -301,8 +331,7 @@ impl Platform for KernelPlatform {
     }
 
     fn now_ns(&self) -> u64 {
-        // SAFETY: no preconditions; a lock-free read of the monotonic clock.
-        unsafe { bindings::ktime_get_mono_fast_ns() }
+        sys::now_ns()
     }
 
     fn kick_stream(&mut self, _stream: u32) {

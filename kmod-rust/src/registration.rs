@@ -1,42 +1,41 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Bringing a device up and down: [`DevState::register`] builds its pinned state, starts its
-//! worker thread and registers its misc device (`/dev/davinciN`); dropping the state
-//! deregisters the misc device and stops the worker.
+//! Bringing a device up and down. [`DevState::new`] builds everything a device needs (its
+//! pinned state, the driver-core device with its id, memory, secret and quota, its worker)
+//! without making it reachable; [`DevState::register_node`] then registers `/dev/davinciN`.
+//! Module init builds every device before it registers any node, and sets `READY` last, so a
+//! failure anywhere leaves no file open on a device that is going away. Dropping a state
+//! deregisters its node (if it got one), stops its worker and frees the device.
 
-use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::pin::Pin;
-use core::sync::atomic::{AtomicPtr, Ordering};
-use kernel::ffi::c_int;
+use core::sync::atomic::Ordering;
 
-use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::new_mutex;
 
 use crate::davinci_driver_core::Quota;
-use crate::device::{DevState, Misc, STATES};
-use crate::fops::fops;
+use crate::device::{new_storage, DevState, STATES};
+use crate::sys::{self, Misc, Params, Worker};
 use crate::wake::{Wake, Wakeups};
 use crate::worker::worker_main;
 
 impl DevState {
-    /// Creates, wires and registers device `index` (`/dev/davinci<index>`) and its worker.
-    pub(crate) fn register(index: usize, module: &'static ThisModule) -> Result<Pin<KBox<Self>>> {
-        let mut name = [0u8; 16];
-        let label = b"davinci";
-        name[..label.len()].copy_from_slice(label);
-        name[label.len()] = b'0' + index as u8;
-        let st = KBox::pin_init(
+    /// Creates device `index` with its worker running, not yet reachable from user space.
+    /// `step` counts init's steps for the `fail_init` test parameter.
+    pub(crate) fn new(index: usize, p: &Params, step: &mut u32) -> Result<Pin<KBox<Self>>> {
+        p.step(step, "a device's storage")?;
+        let core = new_storage()?;
+        p.step(step, "a device's state")?;
+        let mut st = KBox::pin_init(
             pin_init!(DevState {
                 index,
                 lock <- new_mutex!(()),
                 wake <- Wakeups::new(),
-                // SAFETY: an all-zero miscdevice is the C "unset" value; it is filled in below
-                // before registration.
-                misc: Misc(UnsafeCell::new(unsafe { core::mem::zeroed() })),
-                name,
-                worker: AtomicPtr::new(core::ptr::null_mut()),
+                core,
+                misc: None,
+                worker: None,
+                stopping: core::sync::atomic::AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -44,21 +43,22 @@ impl DevState {
         // SAFETY: `st.wake` is pinned inside `st`, which outlives every device call (it is
         // dropped at module unload, after the worker stopped and no file is open).
         let wake = unsafe { Wake::new(&st.wake) };
-        st.lock().platform_mut().set_wake(wake);
-        // What is known only now, before the first open: a random handle secret and the
-        // quota parameters.
         {
             let mut dev = st.lock();
-            let quota = quota_params();
+            dev.platform_mut().set_wake(wake);
+            let quota = quota_of(p);
+            let memory = u64::from(p.memory_mb) << 20;
             if let Err(e) = dev
-                .set_secret(random_u64())
+                .set_identity(index as u32, memory)
+                .and_then(|()| dev.set_secret(sys::random_u64()))
                 .and_then(|()| dev.set_quota(quota))
             {
                 pr_err!(
-                    "davinci{}: {} (quota_contexts={} quota_streams={} quota_events={} \
-                     quota_allocations={})\n",
+                    "davinci{}: {} (memory_mb={} quota_contexts={} quota_streams={} \
+                     quota_events={} quota_allocations={})\n",
                     index,
                     e.msg,
+                    p.memory_mb,
                     quota.contexts,
                     quota.streams,
                     quota.events,
@@ -67,91 +67,78 @@ impl DevState {
                 return Err(EINVAL);
             }
         }
-        STATES[index].store(raw.cast_mut(), Ordering::Release);
-
-        // The worker.
-        // SAFETY: `worker_main` matches the kthread signature; `raw` outlives the thread
-        // (it is stopped in `PinnedDrop` before the state goes); the format string is a
-        // NUL-terminated literal and takes one `%d`.
-        let task = unsafe {
-            bindings::kthread_create_on_node(
-                Some(worker_main),
-                raw.cast_mut().cast::<c_void>(),
-                bindings::NUMA_NO_NODE,
-                c"davinci%d".as_ptr().cast(),
-                index as c_int,
-            )
+        // The worker. It only ever reaches the state through `raw`.
+        p.step(step, "a device's worker")?;
+        // SAFETY: `raw` points at the pinned state, which outlives the thread: the `Worker`
+        // lives in the state and is dropped (the thread stopped) in `PinnedDrop`, before the
+        // state goes.
+        let worker =
+            unsafe { Worker::start(worker_main, raw.cast_mut().cast::<c_void>(), index as u32) };
+        let worker = match worker {
+            Ok(w) => w,
+            Err(e) => {
+                pr_err!(
+                    "davinci{}: cannot start the worker thread ({:?})\n",
+                    index,
+                    e
+                );
+                return Err(e);
+            }
         };
-        if task.is_null() || (task as isize) < 0 && (task as isize) > -4096 {
-            return Err(ENOMEM);
-        }
-        st.worker.store(task, Ordering::Release);
-        // SAFETY: `task` is the thread just created, not yet running.
-        unsafe { bindings::wake_up_process(task) };
-
-        // The misc device.
-        // SAFETY: registration has not happened yet, so nothing else reads `misc`.
-        let misc = unsafe { &mut *st.misc.0.get() };
-        misc.minor = bindings::MISC_DYNAMIC_MINOR as c_int;
-        misc.name = st.name.as_ptr().cast();
-        misc.fops = fops(module);
-        misc.mode = 0o666;
-        // SAFETY: `misc` is fully initialised, pinned inside `st` and deregistered in
-        // `PinnedDrop` before it goes.
-        let r = unsafe { bindings::misc_register(st.misc.0.get()) };
-        if r != 0 {
-            return Err(Error::from_errno(r));
-        }
-        pr_info!("/dev/davinci{} ready\n", index);
+        // SAFETY: not registered yet: nothing else reaches the state (its worker only reads
+        // the lock, the wake-ups and the device).
+        unsafe { Pin::get_unchecked_mut(st.as_mut()) }.worker = Some(worker);
+        STATES[index].store(raw.cast_mut(), Ordering::Release);
         Ok(st)
+    }
+
+    /// Registers `/dev/davinci<index>` (mode `mode`): opens can come from now on (once the
+    /// module is `READY`).
+    pub(crate) fn register_node(self: Pin<&mut Self>, p: &Params, step: &mut u32) -> Result {
+        p.step(step, "a device's node")?;
+        let mode = p.mode;
+        let misc = Misc::register(self.index as u32, mode).inspect_err(|e| {
+            pr_err!(
+                "davinci{}: cannot register the device node ({:?})\n",
+                self.index,
+                e
+            );
+        })?;
+        // SAFETY: `misc` is not a pinned field; replacing it does not move the state.
+        unsafe { Pin::get_unchecked_mut(self) }.misc = Some(misc);
+        Ok(())
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for DevState {
     fn drop(self: Pin<&mut Self>) {
-        // SAFETY: registered in `register` (a state is only dropped after it succeeded or
-        // before `misc_register` ran, when `this_device` is still null).
-        unsafe {
-            if !(*self.misc.0.get()).this_device.is_null() {
-                bindings::misc_deregister(self.misc.0.get());
-            }
+        // SAFETY: neither `misc` nor `worker` is a pinned field; taking them does not move
+        // the state.
+        let this = unsafe { Pin::get_unchecked_mut(self) };
+        // No new opens (every file is closed: the module is going, or init failed before
+        // READY, when no open could succeed).
+        drop(this.misc.take());
+        // The worker must not go back to sleep after `kthread_stop`'s wake-up: mark it
+        // stopping and kick it under the lock it checks both under.
+        {
+            let _g = this.lock.lock();
+            this.stopping.store(true, Ordering::Relaxed);
+            this.wake.kick();
         }
-        let task = self.worker.swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if !task.is_null() {
-            // SAFETY: `task` is the worker created in `register`; `kthread_stop` wakes it,
-            // waits for it to return and drops the creation reference.
-            unsafe { bindings::kthread_stop(task) };
-        }
-        STATES[self.index].store(core::ptr::null_mut(), Ordering::Release);
+        drop(this.worker.take());
+        STATES[this.index].store(core::ptr::null_mut(), Ordering::Release);
     }
-}
-
-extern "C" {
-    /// `helpers.c`: the module parameters quota_contexts, quota_streams, quota_events and
-    /// quota_allocations, in that order (0: the default).
-    fn davinci_quota_params(out: *mut u32);
-    /// `helpers.c`: `get_random_u64()`.
-    fn davinci_random_u64() -> u64;
 }
 
 /// The quota the module parameters ask for: each 0 (not given) is the default's.
-fn quota_params() -> Quota {
-    let mut p = [0u32; 4];
-    // SAFETY: `p` is a live array of the four `unsigned int`s the helper writes.
-    unsafe { davinci_quota_params(p.as_mut_ptr()) };
+fn quota_of(p: &Params) -> Quota {
     let or = |v: u32, d: u32| if v == 0 { d } else { v };
     let d = Quota::FAIR;
     Quota {
-        contexts: or(p[0], d.contexts),
-        streams: or(p[1], d.streams),
-        events: or(p[2], d.events),
-        allocations: or(p[3], d.allocations),
+        contexts: or(p.quota[0], d.contexts),
+        streams: or(p.quota[1], d.streams),
+        events: or(p.quota[2], d.events),
+        allocations: or(p.quota[3], d.allocations),
     }
-}
-
-/// A random number from the kernel's generator.
-fn random_u64() -> u64 {
-    // SAFETY: no arguments; get_random_u64 may be called in process context at any time.
-    unsafe { davinci_random_u64() }
 }

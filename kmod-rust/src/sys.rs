@@ -25,6 +25,21 @@ pub(crate) struct Params {
     pub(crate) mode: u32,
     /// quota_contexts, quota_streams, quota_events, quota_allocations (0: the default).
     pub(crate) quota: [u32; 4],
+    /// Tests only: the init step to fail (0: none).
+    pub(crate) fail_init: u32,
+}
+
+impl Params {
+    /// Init step `n` (counted from 1 by the caller): `ENOMEM` if the `fail_init` parameter
+    /// names it.
+    pub(crate) fn step(&self, n: &mut u32, what: &str) -> Result {
+        *n += 1;
+        if *n == self.fail_init {
+            pr_info!("fail_init={}: failing init at {}\n", *n, what);
+            return Err(ENOMEM);
+        }
+        Ok(())
+    }
 }
 
 // Kernel structures cross as `c_void`: the Rust side never looks inside them.
@@ -61,6 +76,8 @@ extern "C" {
     fn davinci_need_resched() -> c_int;
     fn davinci_cpu_relax();
     fn davinci_random_u64() -> u64;
+    fn davinci_inject_text(out: *mut c_char, len: usize);
+    fn davinci_c_offset(which: c_uint) -> usize;
 }
 
 /// The module parameters as loaded.
@@ -69,6 +86,42 @@ pub(crate) fn params() -> Params {
     // SAFETY: `p` is a live `Params`, the layout the helper writes (repr(C), same fields).
     unsafe { davinci_params(&mut p) };
     p
+}
+
+/// The layouts the kernel crate's bindings give a few fields, against C's: `(what, Rust, C)`
+/// for each that differs.
+pub(crate) fn binding_mismatches() -> impl Iterator<Item = (&'static str, usize, usize)> {
+    use core::mem::{offset_of, size_of};
+    let rust = [
+        ("task_struct.pid", offset_of!(bindings::task_struct, pid)),
+        (
+            "task_struct.thread",
+            offset_of!(bindings::task_struct, thread),
+        ),
+        ("sizeof(task_struct)", size_of::<bindings::task_struct>()),
+        (
+            "file.private_data",
+            offset_of!(bindings::file, private_data),
+        ),
+        (
+            "vm_area_struct.vm_pgoff",
+            offset_of!(bindings::vm_area_struct, vm_pgoff),
+        ),
+    ];
+    rust.into_iter().enumerate().filter_map(|(i, (what, r))| {
+        // SAFETY: no preconditions; `i` is below the helper's five cases.
+        let c = unsafe { davinci_c_offset(i as c_uint) };
+        (r != c).then_some((what, r, c))
+    })
+}
+
+/// The `inject` parameter's text as given at load (empty if none), NUL-padded.
+pub(crate) fn inject_text() -> [u8; 64] {
+    let mut t = [0u8; 64];
+    // SAFETY: `t` is a live buffer of `t.len()` bytes; the helper writes at most that many,
+    // NUL-terminated.
+    unsafe { davinci_inject_text(t.as_mut_ptr().cast(), t.len()) };
+    t
 }
 
 /// `len` zeroed bytes of vmalloc memory charged to the caller's memory cgroup and counted in

@@ -8,12 +8,12 @@ use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
-use kernel::bindings;
-
 use crate::davinci_driver_core::{Run, MAX_STREAMS};
 use crate::device::DevState;
+use crate::sys;
 
-/// Descriptors the worker runs per stream per pass.
+/// Descriptors the worker runs per stream per turn (driver-core bounds the work of one turn
+/// on long tasks too: `PASS_WORK` bytes).
 const BUDGET: u32 = 64;
 /// The worker's safety-net sleep: it looks at every stream at least this often.
 const WORKER_TIMEOUT_MS: u32 = 50;
@@ -23,41 +23,42 @@ const WORKER_TIMEOUT_MS: u32 = 50;
 /// device's pollers follow the same rule (spin while nobody else needs the core).
 const IDLE_SPIN_NS: u64 = 50_000;
 
-extern "C" {
-    /// `helpers.c`: `need_resched()`, whether another task wants this CPU.
-    fn davinci_need_resched() -> c_int;
-    /// `helpers.c`: `cpu_relax()`.
-    fn davinci_cpu_relax();
-}
-
 /// The worker: runs every stream of its device while any makes progress; when none does, keeps
 /// looking for up to `IDLE_SPIN_NS` unless another task wants the CPU (`need_resched()`), then
 /// sleeps with NEED_WAKEUP armed on the streams that are idle or stalled (docs/abi.md 5.3,
 /// 5.4) until a NOTIFY, a SUBMIT_TASK, a completion or the safety-net timeout.
+///
+/// The device lock is held for one stream's turn at a time (at most `BUDGET` descriptors and
+/// `PASS_WORK` bytes of long-task work), and the worker yields the CPU between turns when
+/// another task wants it: an open, an ioctl or a fault waits for one turn, not a pass over
+/// every stream, and a non-preemptible kernel never runs a long loop without scheduling.
 pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
     // SAFETY: `data` is the pinned state, alive until `kthread_stop` returned (PinnedDrop).
     let st = unsafe { &*data.cast::<DevState>() };
     let mut handles = [0u32; MAX_STREAMS];
+    // What each stream's turn found, to arm the right half of its wake-up if the worker
+    // sleeps: IDLE (the command ring is empty), STALLED (the event ring is full), or 0.
+    const IDLE: u8 = 1;
+    const STALLED: u8 = 2;
+    let mut runs = [0u8; MAX_STREAMS];
     let mut idle_since: Option<u64> = None;
-    // SAFETY: no preconditions (in kthread context).
-    while !unsafe { bindings::kthread_should_stop() } {
-        let mut dev = st.lock();
-        let seen = st.wake.kicks.load(Ordering::Relaxed);
-        let mut n = 0;
-        for h in dev.stream_handles() {
-            if n < handles.len() {
-                handles[n] = h;
-                n += 1;
+    while !sys::kthread_should_stop() {
+        let (seen, n) = {
+            let dev = st.lock();
+            let seen = st.wake.kicks.load(Ordering::Relaxed);
+            let mut n = 0;
+            for h in dev.stream_handles() {
+                if n < handles.len() {
+                    handles[n] = h;
+                    n += 1;
+                }
             }
-        }
+            (seen, n)
+        };
         let mut busy = false;
-        // What each stream's run found, to arm the right half of its wake-up if the worker
-        // sleeps: IDLE (the command ring is empty), STALLED (the event ring is full), or 0.
-        const IDLE: u8 = 1;
-        const STALLED: u8 = 2;
-        let mut runs = [0u8; MAX_STREAMS];
         for (&h, run) in handles[..n].iter().zip(runs.iter_mut()) {
-            *run = match dev.run_stream(h, BUDGET) {
+            let r = st.lock().run_stream(h, BUDGET);
+            *run = match r {
                 Run::Progress(_) | Run::Continuing => {
                     busy = true;
                     0
@@ -66,27 +67,24 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
                 Run::Stalled => STALLED,
                 Run::Blocked { .. } | Run::Failed(_) | Run::Halted | Run::Gone => 0,
             };
+            if sys::need_resched() {
+                sys::cond_resched();
+            }
         }
         if busy {
             idle_since = None;
-            drop(dev);
-            // SAFETY: no preconditions; yields to the clients on a non-preemptible kernel.
-            unsafe { bindings::__cond_resched() };
+            sys::cond_resched();
             continue;
         }
         // Nothing ran: keep looking for a while, unless another task wants this CPU.
-        // SAFETY: no preconditions; a lock-free read of the monotonic clock.
-        let now = unsafe { bindings::ktime_get_mono_fast_ns() };
+        let now = sys::now_ns();
         let since = *idle_since.get_or_insert(now);
-        // SAFETY: no preconditions (reads the current task's flags).
-        let wanted = unsafe { davinci_need_resched() } != 0;
-        if now.wrapping_sub(since) < IDLE_SPIN_NS && !wanted {
-            drop(dev);
-            // SAFETY: no preconditions; a spin-wait hint.
-            unsafe { davinci_cpu_relax() };
+        if now.wrapping_sub(since) < IDLE_SPIN_NS && !sys::need_resched() {
+            sys::cpu_relax();
             continue;
         }
         idle_since = None;
+        let mut dev = st.lock();
         for (&h, run) in handles[..n].iter().zip(runs.iter()) {
             busy |= match *run {
                 IDLE => !dev.stream_prepare_sleep(h),
@@ -96,11 +94,13 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
         }
         if busy {
             drop(dev);
-            // SAFETY: no preconditions; yields to the clients on a non-preemptible kernel.
-            unsafe { bindings::__cond_resched() };
+            sys::cond_resched();
             continue;
         }
-        if st.wake.kicks.load(Ordering::Relaxed) == seen {
+        // A kick since the handles were taken (a new stream, a submit, teardown) means look
+        // again; `stopping` is set and kicked under this lock, so the worker cannot sleep
+        // through `kthread_stop`'s wake-up.
+        if st.wake.kicks.load(Ordering::Relaxed) == seen && !st.stopping.load(Ordering::Relaxed) {
             let _ = dev.wait(&st.wake.worker_cv, WORKER_TIMEOUT_MS);
         }
         for &h in &handles[..n] {
