@@ -102,7 +102,22 @@ init_failures() {
     [ "$step" -eq 9 ]
 }
 
+# bad_params: a parameter out of range fails the load with EINVAL and says which, in the log.
+bad_params() {
+    for p in devices=0 devices=9 memory_mb=0 memory_mb=4097 mode=01777; do
+        if insmod /davinci.ko "$p" 2>/dev/null; then
+            echo "ktest: insmod davinci.ko $p loaded"
+            rmmod davinci
+            return 1
+        fi
+        dmesg | grep -q "davinci: $p: \|davinci: ${p%%=*}=.*: " ||
+            { echo "ktest: no log line says why $p was refused"; return 1; }
+    done
+    ! grep -q '^davinci ' /proc/modules
+}
+
 mount -t debugfs none /sys/kernel/debug
+check bad-params bad_params
 check init-failures init_failures
 
 # One quota parameter away from its default (a quarter of the 1024 events), so the kernel-only
