@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use davinci_shim::{Device, DeviceMem, MemPool, StreamOptions, TaskDesc};
+use davinci_shim::{task, Device, MemPool, StreamOptions, Task};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -24,7 +24,9 @@ fn data_path(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(3));
 
     for batch in [1usize, 32, 256] {
-        let descs: Vec<TaskDesc> = (0..batch as u64).map(TaskDesc::nop).collect();
+        let descs: Vec<Task> = (0..batch as u64)
+            .map(|i| task::nop().with_user_data(i))
+            .collect();
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_function(format!("nop_batch_{batch}_submit_synchronize"), |b| {
             b.iter(|| {
@@ -40,7 +42,7 @@ fn data_path(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("nop_round_trip_spin_poll", |b| {
         b.iter(|| {
-            s.submit(&TaskDesc::nop(7)).expect("submit");
+            s.submit(&task::nop().with_user_data(7)).expect("submit");
             loop {
                 if s.poll_each(|c| {
                     black_box(c);
@@ -54,12 +56,11 @@ fn data_path(c: &mut Criterion) {
     });
 
     let buf = dev.alloc(1 << 20).expect("alloc");
-    let a = buf.dev_addr();
+    let fill = task::fill(&buf, 0x5a5a_5a5a).expect("fill");
     g.throughput(Throughput::Bytes(1 << 20));
     g.bench_function("fill_1MiB_submit_synchronize", |b| {
         b.iter(|| {
-            s.submit(&TaskDesc::fill(0, a, 1 << 20, 0x5a5a_5a5a))
-                .expect("submit");
+            s.submit(&fill).expect("submit");
             s.synchronize(T).expect("synchronize");
             s.poll_each(drop);
         })

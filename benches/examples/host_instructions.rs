@@ -10,15 +10,15 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use davinci_shim::{Completion, Device, Stream, StreamOptions, TaskDesc};
+use davinci_shim::{task, Completion, Device, Stream, StreamOptions, Task};
 
 const BATCH: u64 = 64;
 
 #[inline(never)]
-fn host_submit(s: &mut Stream, descs: &mut Vec<TaskDesc>, first: u64) -> davinci_shim::Result<()> {
+fn host_submit(s: &mut Stream, descs: &mut Vec<Task>, first: u64) -> davinci_shim::Result<()> {
     descs.clear();
-    descs.extend((first..first + BATCH).map(TaskDesc::nop));
-    s.submit_batch(descs)
+    descs.extend((first..first + BATCH).map(|i| task::nop().with_user_data(i)));
+    s.submit_batch(descs).map(|_| ())
 }
 
 #[inline(never)]

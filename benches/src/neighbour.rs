@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use davinci_shim::{Completion, Device, DeviceMem, StreamOptions, TaskDesc};
+use davinci_shim::{task, Completion, Device, DeviceBuffer, StreamOptions, Task};
 
 use crate::measure::Fail;
 
@@ -36,9 +36,12 @@ impl Neighbour {
         let buf = dev.alloc(FILL_BYTES)?;
         let ctx = dev.create_context()?;
         let mut s = ctx.create_stream_with(StreamOptions::depths(8, 8))?;
-        let addr = buf.dev_addr();
-        let fill = move |i: u64| TaskDesc::fill(i, addr, FILL_BYTES as u64, i as u32);
-        s.submit_batch(&(0..QUEUED as u64).map(fill).collect::<Vec<_>>())?;
+        let fill = |buf: &DeviceBuffer, from: u64| -> davinci_shim::Result<Vec<Task>> {
+            (from..from + QUEUED as u64)
+                .map(|i| Ok(task::fill(buf, i as u32)?.with_user_data(i)))
+                .collect()
+        };
+        s.submit_batch(&fill(&buf, 0)?)?;
         let stop = Arc::new(AtomicBool::new(false));
         let fills = Arc::new(AtomicU64::new(0));
         let (st, n) = (stop.clone(), fills.clone());
@@ -54,7 +57,7 @@ impl Neighbour {
                     return Err(Fail::Error(format!("the neighbour's FILL failed: {c:?}")));
                 }
                 n.fetch_add(done.len() as u64, Ordering::Relaxed);
-                let batch: Vec<TaskDesc> = (next..next + QUEUED as u64).map(fill).collect();
+                let batch = fill(&buf, next)?;
                 next += QUEUED as u64;
                 s.submit_batch(&batch)?;
             }

@@ -7,7 +7,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use davinci_shim::{Completion, Device, DeviceStats, SpinWait, Stream, StreamOptions, TaskDesc};
+use davinci_shim::{task, Completion, Device, DeviceStats, SpinWait, Stream, StreamOptions, Task};
 
 use crate::measure::{Fail, LatencyRun, ThroughputRun, Window};
 
@@ -107,12 +107,12 @@ impl Lane {
 
     /// Submits `descs.len()` NOPs numbered on from `submitted` if they fit without waiting;
     /// returns whether it did.
-    fn try_submit(&mut self, descs: &mut [TaskDesc]) -> Result<bool, Fail> {
+    fn try_submit(&mut self, descs: &mut [Task]) -> Result<bool, Fail> {
         if (self.stream.free_slots() as usize) < descs.len() {
             return Ok(false);
         }
         for (i, d) in descs.iter_mut().enumerate() {
-            *d = TaskDesc::nop(self.submitted + i as u64);
+            *d = task::nop().with_user_data(self.submitted + i as u64);
         }
         self.stream.submit_batch(descs)?;
         self.submitted += descs.len() as u64;
@@ -121,9 +121,9 @@ impl Lane {
 
     /// Submits `descs.len()` NOPs numbered on from `submitted`, waiting for room in the shim
     /// (`Stream::submit_batch` blocks when the ring is full).
-    fn submit(&mut self, descs: &mut [TaskDesc]) -> Result<(), Fail> {
+    fn submit(&mut self, descs: &mut [Task]) -> Result<(), Fail> {
         for (i, d) in descs.iter_mut().enumerate() {
-            *d = TaskDesc::nop(self.submitted + i as u64);
+            *d = task::nop().with_user_data(self.submitted + i as u64);
         }
         self.stream.submit_batch(descs)?;
         self.submitted += descs.len() as u64;
@@ -208,7 +208,7 @@ pub fn streaming(
             check: OrderCheck::default(),
         });
     }
-    let mut descs = vec![TaskDesc::nop(0); batch];
+    let mut descs = vec![task::nop(); batch];
     let interval = match pace {
         Pace::Full => None,
         Pace::Rate(r) if r > 0.0 => Some(Duration::from_secs_f64(batch as f64 / r)),
@@ -316,7 +316,8 @@ pub fn round_trip(dev: &Device, window: Window) -> Result<LatencyRun, Fail> {
     let mut lat = LatencyRun::new(window);
     loop {
         let t0 = Instant::now();
-        lane.stream.submit(&TaskDesc::nop(lane.submitted))?;
+        lane.stream
+            .submit(&task::nop().with_user_data(lane.submitted))?;
         lane.submitted += 1;
         let mut spins = 0u32;
         while lane.poll() == 0 {
@@ -387,7 +388,8 @@ pub fn submit_slow(dev: &Device, window: Window) -> Result<ThroughputRun, Fail> 
     let mut w = window.start();
     loop {
         if lane.stream.free_slots() > 0 {
-            lane.stream.submit_slow(&TaskDesc::nop(lane.submitted))?;
+            lane.stream
+                .submit_slow(&task::nop().with_user_data(lane.submitted))?;
             lane.submitted += 1;
         }
         total += lane.poll();

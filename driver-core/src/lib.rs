@@ -48,13 +48,13 @@ pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
 pub use engine::Run;
 pub use error::{Error, Result};
-pub use inject::{Inject, ParseInjectError};
+pub use inject::{Inject, InjectRule, InjectTarget, ParseInjectError, ParseRuleError};
 pub use limits::{
     Quota, CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CLIENT_OPENS,
     MAX_CLIENT_OPENS_PER_USER, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_CONTROL_OPENS_PER_USER,
     MAX_EVENTS, MAX_EVENT_ENTRIES, MAX_STREAMS, MAX_USER_CONTROL_OPENS, MIN_PASS_WORK, PASS_WORK,
 };
-pub use memory::DVA_BASE;
+pub use memory::{dva_offset, DVA_BASE, GENERATIONS, GEN_SHIFT};
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
 #[cfg(feature = "std")]
 pub use std_lock::StdLock;

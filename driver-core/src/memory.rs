@@ -1,12 +1,56 @@
 //! The device memory allocator: first-fit over a sorted, fixed-capacity block list covering
 //! `[0, size)`, splitting on allocation and merging neighbours on free (free-block reuse).
 //! Offsets are relative to the device memory; device virtual addresses are
-//! [`DVA_BASE`]` + offset`, so small integers (and 0) are never valid device addresses.
+//! [`DVA_BASE`]` + (generation << `[`GEN_SHIFT`]`) + offset`, so small integers (and 0) are
+//! never valid device addresses.
+//!
+//! The generation is the allocation's number modulo [`GENERATIONS`]: memory is reused as
+//! soon as it is freed, its address is not. A descriptor that still names a freed
+//! allocation's address (a runtime that kept it past the free) faults with `EACCES` on every
+//! host instead of writing into whatever was allocated there next, until [`GENERATIONS`]
+//! more allocations have been made on the device (docs/abi.md 3.3).
 
 use crate::error::{ensure, fail, Result};
 
-/// Device virtual address of device-memory offset 0.
+/// Device virtual address of device-memory offset 0, generation 0.
 pub const DVA_BASE: u64 = 0x0000_0010_0000_0000;
+
+/// Where the generation starts in a device address (minus [`DVA_BASE`]): device memory is at
+/// most `1 << GEN_SHIFT` bytes (1 TiB).
+pub const GEN_SHIFT: u32 = 40;
+
+/// Generations before an address comes round again (`1 << 20`): addresses stay below
+/// `DVA_BASE + (1 << 60)`.
+pub const GENERATIONS: u32 = 1 << 20;
+
+/// Most device memory an allocator manages: offsets must stay below the generation bits.
+pub const MAX_MEMORY: u64 = 1 << GEN_SHIFT;
+
+/// The device address of `offset` in generation `generation`.
+pub const fn dva(generation: u32, offset: u64) -> u64 {
+    DVA_BASE + ((generation as u64 % GENERATIONS as u64) << GEN_SHIFT) + offset
+}
+
+/// `(generation, offset)` of a device address, or `None` for one no allocation can have.
+pub const fn split_dva(addr: u64) -> Option<(u32, u64)> {
+    let Some(rel) = addr.checked_sub(DVA_BASE) else {
+        return None;
+    };
+    let generation = rel >> GEN_SHIFT;
+    if generation >= GENERATIONS as u64 {
+        return None;
+    }
+    Some((generation as u32, rel & (MAX_MEMORY - 1)))
+}
+
+/// The device-memory offset of a device address (its generation dropped), for hosts and
+/// tests that reach device memory by offset. `None` for an address no allocation can have.
+pub const fn dva_offset(addr: u64) -> Option<u64> {
+    match split_dva(addr) {
+        Some((_, offset)) => Some(offset),
+        None => None,
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
@@ -23,6 +67,8 @@ pub struct Allocator<const N: usize> {
     size: u64,
     align: u64,
     used: u64,
+    /// The next allocation's generation.
+    next_generation: u32,
 }
 
 impl<const N: usize> Allocator<N> {
@@ -30,6 +76,7 @@ impl<const N: usize> Allocator<N> {
     /// `align` must be a power of two; `size` is rounded down to it.
     pub const fn new(size: u64, align: u64) -> Self {
         let align = if align.is_power_of_two() { align } else { 4096 };
+        let size = if size > MAX_MEMORY { MAX_MEMORY } else { size };
         let size = size & !(align - 1);
         let mut blocks = [Block {
             offset: 0,
@@ -48,14 +95,22 @@ impl<const N: usize> Allocator<N> {
             size,
             align,
             used: 0,
+            next_generation: 0,
         }
+    }
+
+    /// A new allocation's generation (they go round in [`GENERATIONS`]).
+    pub fn take_generation(&mut self) -> u32 {
+        let g = self.next_generation;
+        self.next_generation = (g + 1) % GENERATIONS;
+        g
     }
 
     /// Makes this an empty allocator of `size` bytes (rounded down to the alignment), in
     /// place (it is too big for a kernel stack); `EBUSY` while anything is allocated.
     pub fn reset(&mut self, size: u64) -> Result<()> {
         ensure!(self.used == 0, EBUSY, "device memory is in use");
-        let size = size & !(self.align - 1);
+        let size = size.min(MAX_MEMORY) & !(self.align - 1);
         self.size = size;
         self.count = 0;
         if size > 0 && N > 0 {

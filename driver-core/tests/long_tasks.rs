@@ -5,7 +5,7 @@
 
 mod support;
 
-use davinci_driver_core::{Platform, Role, Run, StreamState, DVA_BASE, MIN_PASS_WORK, PASS_WORK};
+use davinci_driver_core::{dva_offset, Platform, Role, Run, StreamState, MIN_PASS_WORK, PASS_WORK};
 use davinci_uapi::*;
 use support::*;
 
@@ -136,7 +136,7 @@ fn a_chunked_copy_is_a_memmove_in_both_directions() {
     let len = PASS_WORK + PASS_WORK / 2 + 3;
     for (dst, src) in [(PASS_WORK / 2 + 5, 0), (1, PASS_WORK + 9)] {
         dev.platform()
-            .mem_write(c, a.dev_addr - DVA_BASE, &pattern)
+            .mem_write(c, dva_offset(a.dev_addr).unwrap(), &pattern)
             .unwrap();
         s.prod
             .push(&TaskDesc::copy(
@@ -175,10 +175,10 @@ fn a_chunked_add_gives_the_bits_of_an_unchunked_one() {
     let ys: Vec<f32> = (0..n).map(|i| 1.0 / (i as f32 + 1.0)).collect();
     let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
     dev.platform()
-        .mem_write(c, x.dev_addr - DVA_BASE, &bytes(&xs))
+        .mem_write(c, dva_offset(x.dev_addr).unwrap(), &bytes(&xs))
         .unwrap();
     dev.platform()
-        .mem_write(c, y.dev_addr - DVA_BASE, &bytes(&ys))
+        .mem_write(c, dva_offset(y.dev_addr).unwrap(), &bytes(&ys))
         .unwrap();
     let mut s = stream(&mut dev, c, k, 16, 16);
     s.prod
@@ -225,9 +225,11 @@ fn freeing_the_buffer_of_a_task_part_way_stops_it_before_it_writes_again() {
     // Another tenant gets the same memory before the next chunk.
     let b = alloc(&mut dev, other, len);
     assert_eq!(
-        b.dev_addr, a.dev_addr,
-        "the allocator reuses the freed range"
+        dva_offset(b.dev_addr),
+        dva_offset(a.dev_addr),
+        "the allocator reuses the freed range (under another address: its generation)"
     );
+    assert_ne!(b.dev_addr, a.dev_addr);
     assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(Errno::EACCES));
     let u = dev.client_usage(c).unwrap();
     assert_eq!(
@@ -271,4 +273,45 @@ fn destroying_a_stream_with_a_task_part_way_returns_everything() {
     dev.close(c);
     assert_eq!(dev.info().memory_used, 0);
     assert_eq!(dev.platform().live_streams, 0);
+}
+
+#[test]
+fn a_freed_address_faults_even_once_its_memory_is_reused() {
+    let mut dev = shared_device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let a = alloc(&mut dev, c, 4096);
+    let mut f = HandleArgs {
+        handle: a.handle,
+        pad: 0,
+    };
+    call(&mut dev, c, DRIVER_CMD_FREE_MEMORY, &mut f).unwrap();
+    // The same client gets the same memory back, under a new address.
+    let b = alloc(&mut dev, c, 4096);
+    assert_eq!(dva_offset(b.dev_addr), dva_offset(a.dev_addr));
+    assert_ne!(
+        b.dev_addr, a.dev_addr,
+        "a freed address was handed out again"
+    );
+    dev.platform_mut()
+        .mem_write(c, dva_offset(b.dev_addr).unwrap(), &[7u8; 64])
+        .unwrap();
+    let mut s = stream(&mut dev, c, k, 16, 16);
+    // A stale descriptor (the old address), then one through the new address.
+    s.prod
+        .push(&TaskDesc::fill(1, DevAddr(a.dev_addr), 64, 0xbad))
+        .unwrap();
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(Errno::EACCES));
+    let r = drain(&mut s);
+    assert_eq!(r[0].status, -Errno::EACCES.code());
+    assert_eq!(
+        davinci_uapi::Fault::decode(r[0].result).map(|f| f.kind),
+        Some(davinci_uapi::FaultKind::NotOwned)
+    );
+    assert_eq!(
+        mem(&mut dev, c, &b, 64),
+        vec![7u8; 64],
+        "the new owner's bytes"
+    );
 }

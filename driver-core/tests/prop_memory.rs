@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use davinci_driver_core::memory::Allocator;
 use davinci_driver_core::test_util::{self, HeapPlatform};
-use davinci_driver_core::{DeviceCore, NoUserMem, Role, DVA_BASE};
+use davinci_driver_core::{dva_offset, DeviceCore, NoUserMem, Role};
 use davinci_uapi::{
     AllocMemoryArgs, Errno, HandleArgs, ShareMode, Wire, DRIVER_CMD_ALLOC_MEMORY,
     DRIVER_CMD_FREE_MEMORY,
@@ -541,7 +541,7 @@ fn run_device(mem: u64, limit: u64, nclients: usize, ops: &[DOp]) {
                     ..Default::default()
                 };
                 let got = ioctl(&mut dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a)
-                    .map(|()| (a.dev_addr - DVA_BASE, a.alloc_size));
+                    .map(|()| (dva_offset(a.dev_addr).unwrap(), a.alloc_size));
                 assert_eq!(got, expect, "client {c} alloc {len} (flags {flags:#x})");
                 if let Ok((o, r)) = got {
                     assert_eq!(a.dev_addr % page, 0);
@@ -650,7 +650,7 @@ fn run_device(mem: u64, limit: u64, nclients: usize, ops: &[DOp]) {
         ..Default::default()
     };
     assert_eq!(ioctl(&mut dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a), Ok(()));
-    assert_eq!((a.dev_addr, a.alloc_size), (DVA_BASE, whole));
+    assert_eq!((dva_offset(a.dev_addr), a.alloc_size), (Some(0), whole));
     dev.close(c);
     assert_eq!(dev.info().memory_used, 0);
 }

@@ -69,6 +69,7 @@ pub fn run(data: &[u8]) {
                 .take(MmapArgs::SIZE)
                 .collect(),
             Kind::Close => Vec::new(),
+            Kind::Cancel => rest.iter().copied().chain([0u8; 4]).take(4).collect(),
             Kind::Ioctl => rest[..rest.len().min(MAX_ARG)].to_vec(),
         };
         let req = Request {

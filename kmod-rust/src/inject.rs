@@ -10,14 +10,15 @@ use kernel::ffi::c_int;
 
 use kernel::prelude::*;
 
-use crate::davinci_driver_core::Inject;
+use crate::davinci_driver_core::{InjectRule, InjectTarget};
 use crate::davinci_uapi::Errno;
 use crate::device::{errno, READY, STATES};
 
 /// What the parameter's text asks for.
 enum Fault {
-    /// Arm (or, `None`, disarm) every stream of every device, and every new one.
-    Arm(Option<Inject>),
+    /// Arm (or, `None`, disarm) every stream of every device, and every new one; a rule with
+    /// selectors arms only the new streams it selects.
+    Arm(Option<InjectRule>),
     /// Reset every device.
     Reset,
 }
@@ -26,12 +27,12 @@ fn parse(text: &str) -> Option<Fault> {
     match text.trim() {
         "" | "none" => Some(Fault::Arm(None)),
         "reset" => Some(Fault::Reset),
-        t => match Inject::parse(t) {
+        t => match InjectRule::parse(t) {
             Ok(f) => Some(Fault::Arm(Some(f))),
             Err(why) => {
                 pr_err!(
-                    "inject '{}': {}; expected error-at=N[:ERRNO], hang-at=N, stop-at=N, \
-                     none or reset\n",
+                    "inject '{}': {}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
+                     (then optionally @pid=N,uid=N,comm=NAME,streams=N), none or reset\n",
                     t,
                     why
                 );
@@ -53,8 +54,11 @@ fn apply(fault: &Fault) {
         };
         let mut dev = st.lock();
         match fault {
+            Fault::Arm(Some(rule)) if rule.target != InjectTarget::default() => {
+                dev.inject_rule(Some(*rule));
+            }
             Fault::Arm(f) => {
-                let _ = dev.inject(None, *f);
+                let _ = dev.inject(None, f.map(|r| r.fault));
             }
             Fault::Reset => {
                 let stopped = dev.reset();

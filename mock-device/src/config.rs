@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use davinci_driver_core::{Inject, OpenParams, Quota, Role, CONTAINER_LEN};
+use davinci_driver_core::{InjectRule, OpenParams, Quota, Role, CONTAINER_LEN};
 
 /// Configuration of a mock device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,10 +34,11 @@ pub struct MockConfig {
     /// switches grow): then another runnable thread (perhaps the host it waits for) needs the
     /// core, and spinning would only delay it.
     pub idle_spin: Duration,
-    /// A fault every stream is armed with from its creation ([`Inject`]; `None`: a healthy
-    /// device). For testing a runtime's error handling; [`MockDevice::inject`](crate::MockDevice::inject) changes it
-    /// later, per stream or for the device.
-    pub inject: Option<Inject>,
+    /// A fault the streams it selects are armed with from their creation ([`InjectRule`]:
+    /// an [`Inject`](crate::Inject) converts to a rule for every stream; `None`: a healthy device). For
+    /// testing a runtime's error handling; [`MockDevice::inject`](crate::MockDevice::inject)
+    /// changes it later, per stream or for the device.
+    pub inject: Option<InjectRule>,
     /// What one client may hold of each table while the device is shared
     /// ([`Quota::FAIR`] by default).
     pub quota: Quota,

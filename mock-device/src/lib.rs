@@ -41,7 +41,8 @@ mod waits;
 
 pub use config::{local_open_params, MockConfig};
 pub use davinci_driver_core::{
-    Inject, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem, MAX_CLIENT_OPENS,
+    Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem,
+    MAX_CLIENT_OPENS,
 };
 pub use mock_device::{MapSource, MockDevice};
 pub use platform::MockPlatform;

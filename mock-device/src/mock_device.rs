@@ -81,7 +81,7 @@ impl MockDevice {
             platform,
         );
         // Cannot fail for the whole device (no stream to look up).
-        let _ = dev.inject(None, config.inject);
+        dev.inject_rule(config.inject);
         // Nothing is open yet, so this cannot fail.
         let _ = dev.set_secret(random_secret());
         let core = Arc::new(Core {

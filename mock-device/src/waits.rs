@@ -191,9 +191,22 @@ impl Core {
                 ));
             }
             drop(g);
-            futex_wait(&self.notified, word, timeout.saturating_sub(elapsed));
+            let interrupted = futex_wait(&self.notified, word, timeout.saturating_sub(elapsed));
             g = self.lock();
             g.platform().remove_waiter();
+            if interrupted {
+                // A signal handler ran on this thread (the caller's, in an embedded device):
+                // return EINTR as the kernel driver does, with where things stand in `arg`,
+                // unless the wait is over anyway.
+                let done = g.finish_wait(client, spec, arg, false);
+                if !matches!(done, Ok(None)) {
+                    return done.map(|_| ());
+                }
+                return Err(Error::new(
+                    Errno::EINTR,
+                    "the wait was interrupted by a signal handler on the waiting thread",
+                ));
+            }
         }
     }
 }

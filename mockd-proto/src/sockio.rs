@@ -155,6 +155,21 @@ impl SeqPacket {
     /// # Errors
     /// `recvmsg(2)` errors.
     pub fn recv(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
+        self.recv_with(buf, accept_fds, true)
+    }
+
+    /// Like [`recv`](Self::recv), but a signal handler that interrupts the wait (one
+    /// installed without `SA_RESTART`: the kernel restarts the call for the others) ends it
+    /// with an [`io::ErrorKind::Interrupted`] error, for a caller whose blocking calls a signal
+    /// should end.
+    ///
+    /// # Errors
+    /// `recvmsg(2)` errors, `EINTR` among them.
+    pub fn recv_interruptible(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
+        self.recv_with(buf, accept_fds, false)
+    }
+
+    fn recv_with(&self, buf: &mut [u8], accept_fds: bool, restart: bool) -> io::Result<Received> {
         let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
         loop {
             let mut iov = [IoSliceMut::new(buf)];
@@ -170,7 +185,7 @@ impl SeqPacket {
                 MsgFlags::MSG_CMSG_CLOEXEC,
             ) {
                 Ok(m) => m,
-                Err(nix::Error::EINTR) => continue,
+                Err(nix::Error::EINTR) if restart => continue,
                 Err(e) => return Err(nix_io(e)),
             };
             let mut out = Received {

@@ -12,6 +12,7 @@
 //!   0  magic    u32  "DVMD"                   0  magic       u32  "DVMD"
 //!   4  version  u16  1                        4  version     u16  1
 //!   6  kind     u16  HELLO|IOCTL|MMAP|CLOSE   6  kind        u16  the request's kind
+//!                    |CANCEL
 //!   8  tag      u32  echoed in the reply      8  tag         u32  the request's tag
 //!  12  request  u32  ioctl number (IOCTL)    12  errno       i32  0, or a positive errno
 //!  16  arg_len  u32  <= MAX_ARG              16  arg_len     u32  <= MAX_ARG
@@ -32,6 +33,11 @@
 //! * `MMAP`: arg [`MmapArgs`] (cookie, length); reply arg [`MmapReply`] (offset into the fd)
 //!   and one memfd. The client maps `[offset, offset + len)` of that fd, shared.
 //! * `CLOSE`: no arg; reply errno 0, then the daemon closes the connection.
+//! * `CANCEL` (since ABI 1.4's daemon): arg = the tag (u32, little-endian) of a blocking
+//!   WAIT_EVENT in flight that the client gave up (a signal interrupted it); the daemon
+//!   answers that wait at once with `EINTR`, then replies errno 0 to the CANCEL (also for a
+//!   tag it does not know: the wait ended already). An older daemon replies `EPROTO`, which
+//!   loses nothing: the wait ends at its timeout.
 //!
 //! A frame that breaks any rule gets an `EPROTO` reply with a message saying what was wrong
 //! (and, before a successful `HELLO`, the connection is closed). Decoding never panics.
@@ -72,6 +78,12 @@ pub enum Kind {
     Mmap = 3,
     /// Close the open file.
     Close = 4,
+    /// Give up a blocking WAIT_EVENT still in flight: `arg` is the 4-byte tag (little
+    /// endian) of that request. The daemon answers the wait at once with `EINTR` (which the
+    /// client, having given up, discards), then replies to the CANCEL itself (errno 0, even
+    /// for an unknown or already answered tag: there is nothing left to cancel). A client whose wait was interrupted by a signal
+    /// sends it, so the wait does not hold a slot of the daemon until it times out.
+    Cancel = 5,
 }
 
 impl Kind {
@@ -82,6 +94,7 @@ impl Kind {
             2 => Some(Kind::Ioctl),
             3 => Some(Kind::Mmap),
             4 => Some(Kind::Close),
+            5 => Some(Kind::Cancel),
             _ => None,
         }
     }
@@ -93,6 +106,7 @@ impl Kind {
             Kind::Ioctl => "IOCTL",
             Kind::Mmap => "MMAP",
             Kind::Close => "CLOSE",
+            Kind::Cancel => "CANCEL",
         }
     }
 }
@@ -222,6 +236,7 @@ impl Request {
             Kind::Hello => Some(Hello::SIZE),
             Kind::Mmap => Some(MmapArgs::SIZE),
             Kind::Close => Some(0),
+            Kind::Cancel => Some(4),
             Kind::Ioctl => None,
         };
         if let Some(n) = expect {

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use davinci_driver_core::{Inject, Quota};
+use davinci_driver_core::{InjectRule, Quota};
 use davinci_uapi::ShareMode;
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
@@ -53,7 +53,7 @@ Options:
                                  the sharing of its devices)
       --exit-with-parent         Shut down (as on SIGTERM) when the process that started the daemon
                                  exits (test harnesses)
-      --inject <FAULT>           Arm every stream of every device with a fault, to test a runtime's
+      --inject <FAULT[@SEL]>     Arm the streams of every device with a fault, to test a runtime's
                                  error handling; counted per stream in tasks taken (the first is
                                  1), fires once per stream:
                                    error-at=N[:ERRNO]  task N completes with -ERRNO (a name like
@@ -63,6 +63,11 @@ Options:
                                                        stream takes nothing more (waits time out)
                                    stop-at=N           the stream stops consuming before task N
                                                        (its command ring fills up)
+                                 SEL (comma-separated) picks the streams: pid=N, uid=N,
+                                 comm=NAME (of the client's process), streams=N (only the first
+                                 N that match: a recovering runtime's next stream runs clean).
+                                 Without it: every stream, also those created later
+                                 (e.g. hang-at=5@pid=4242,streams=1)
       --reset-after <DURATION>   Reset every device once, DURATION after start-up (like 500ms, 2s,
                                  1m): every running stream stops with ECANCELED; clients,
                                  memory and contexts stay, new streams run
@@ -107,13 +112,14 @@ fn parse_group(s: &str) -> Result<u32, String> {
     }
 }
 
-/// Parses an `--inject` fault: `error-at=N[:ERRNO]`, `hang-at=N` or `stop-at=N`
-/// (driver-core's [`Inject::parse`], the same text the kernel module's `inject` takes).
-pub fn parse_inject(s: &str) -> Result<Inject, String> {
-    Inject::parse(s).map_err(|why| {
+/// Parses an `--inject` rule: `error-at=N[:ERRNO]`, `hang-at=N` or `stop-at=N`, then
+/// optionally `@` and selectors `pid=N`, `uid=N`, `comm=NAME`, `streams=N` (driver-core's
+/// [`InjectRule::parse`], the same text the kernel module's `inject` takes).
+pub fn parse_inject(s: &str) -> Result<InjectRule, String> {
+    InjectRule::parse(s).map_err(|why| {
         format!(
             "--inject '{s}': {why}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
-             (N >= 1)"
+             (N >= 1), then optionally @pid=N,uid=N,comm=NAME,streams=N"
         )
     })
 }
@@ -122,7 +128,7 @@ pub fn parse_inject(s: &str) -> Result<Inject, String> {
 #[derive(Debug)]
 pub enum Command {
     /// Run the daemon (and whether to exit with the parent, and when to reset the devices).
-    Run(DaemonConfig, bool, Option<std::time::Duration>),
+    Run(Box<DaemonConfig>, bool, Option<std::time::Duration>),
     /// Print this text to stdout and exit 0.
     Print(String),
 }
@@ -227,7 +233,7 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
         Some(d) => SocketDir::from(d),
         None => default_dir(),
     };
-    Ok(Command::Run(cfg, with_parent, reset_after))
+    Ok(Command::Run(Box::new(cfg), with_parent, reset_after))
 }
 
 /// Runs `davinci-mockd` with the process's arguments; returns the exit status.
@@ -244,7 +250,7 @@ pub fn main() -> i32 {
             print!("{s}");
             return 0;
         }
-        Command::Run(cfg, with_parent, reset_after) => (cfg, with_parent, reset_after),
+        Command::Run(cfg, with_parent, reset_after) => (*cfg, with_parent, reset_after),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -410,6 +416,7 @@ pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use davinci_driver_core::Inject;
     use davinci_uapi::Errno;
 
     fn run_as(uid: u32, args: &[&str]) -> Result<DaemonConfig, String> {
@@ -418,7 +425,7 @@ mod tests {
             origin: davinci_mockd_proto::SocketDirOrigin::Private,
         };
         match parse_args_for(args.iter().map(|s| s.to_string()), uid, default_dir)? {
-            Command::Run(c, _, _) => Ok(c),
+            Command::Run(c, _, _) => Ok(*c),
             Command::Print(_) => Err("printed".into()),
         }
     }
@@ -505,34 +512,36 @@ mod tests {
     #[test]
     fn inject_and_reset_options_parse_and_bad_ones_say_why() {
         assert_eq!(
-            parse_inject("error-at=3").unwrap(),
+            parse_inject("error-at=3").unwrap().fault,
             Inject::ErrorAt {
                 nth: 3,
                 errno: Errno::EIO
             }
         );
         assert_eq!(
-            parse_inject("error-at=1:efault").unwrap(),
+            parse_inject("error-at=1:efault").unwrap().fault,
             Inject::ErrorAt {
                 nth: 1,
                 errno: Errno::EFAULT
             }
         );
         assert_eq!(
-            parse_inject("error-at=7:12").unwrap(),
+            parse_inject("error-at=7:12").unwrap().fault,
             Inject::ErrorAt {
                 nth: 7,
                 errno: Errno::ENOMEM
             }
         );
         assert_eq!(
-            parse_inject("hang-at=5").unwrap(),
+            parse_inject("hang-at=5").unwrap().fault,
             Inject::HangAt { nth: 5 }
         );
         assert_eq!(
-            parse_inject("stop-at=2").unwrap(),
+            parse_inject("stop-at=2").unwrap().fault,
             Inject::StopAt { nth: 2 }
         );
+        let r = parse_inject("hang-at=5@pid=42,streams=1").unwrap();
+        assert_eq!((r.target.pid, r.target.streams), (Some(42), Some(1)));
         for (bad, why) in [
             ("hang", "no '='"),
             ("hang-at=0", "N must be"),
@@ -540,6 +549,8 @@ mod tests {
             ("error-at=2:EWHAT", "unknown errno 'EWHAT'"),
             ("hang-at=2:EIO", "only error-at takes an errno"),
             ("explode-at=2", "unknown fault 'explode-at'"),
+            ("hang-at=2@pod=3", "bad selector 'pod=3'"),
+            ("hang-at=2@streams=0", "bad selector 'streams=0'"),
         ] {
             let e = parse_inject(bad).unwrap_err();
             assert!(
@@ -548,7 +559,7 @@ mod tests {
             );
         }
         let cfg = run_as(1000, &["--inject", "stop-at=4"]).unwrap();
-        assert_eq!(cfg.inject, Some(Inject::StopAt { nth: 4 }));
+        assert_eq!(cfg.inject, Some(Inject::StopAt { nth: 4 }.into()));
         let e = run_as(1000, &["--inject=stop-at=4", "--inject", "hang-at=1"]).unwrap_err();
         assert!(e.contains("twice"), "{e}");
 

@@ -140,6 +140,12 @@ pub(crate) fn serve(
                 return;
             }
             Kind::Mmap => mmap(shared, conn, client, &req),
+            Kind::Cancel => {
+                if let Some(tag) = req.arg.get(..4).and_then(|b| b.try_into().ok()) {
+                    shared.waits.cancel(conn, u32::from_le_bytes(tag));
+                }
+                send_reply(conn, &Reply::ok(Kind::Cancel, req.tag, Vec::new()), None);
+            }
             Kind::Ioctl if is_blocking_wait(&req) => {
                 start_wait(shared, conn, client, req, &in_flight)
             }

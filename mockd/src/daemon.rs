@@ -69,9 +69,9 @@ pub struct DaemonConfig {
     pub share_mode: ShareMode,
     /// How long a new connection may take to send HELLO before it is closed.
     pub hello_timeout: std::time::Duration,
-    /// A fault every stream of every device is armed with (`--inject`; see
+    /// A fault the streams of every device are armed with (`--inject`, with its selectors; see
     /// [`MockConfig::inject`]).
-    pub inject: Option<davinci_driver_core::Inject>,
+    pub inject: Option<davinci_driver_core::InjectRule>,
 }
 
 impl DaemonConfig {

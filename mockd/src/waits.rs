@@ -35,6 +35,13 @@ pub(crate) enum QueueError {
     NoThread(io::Error),
 }
 
+fn cancelled() -> Error {
+    Error::new(
+        davinci_uapi::Errno::EINTR,
+        "the client gave up the wait (CANCEL: interrupted by a signal)",
+    )
+}
+
 /// The longest the wait thread sleeps without looking (a safety net: every change that can
 /// end a wait wakes it).
 const SAFETY_NET: Duration = Duration::from_secs(1);
@@ -57,6 +64,14 @@ struct Queue {
     in_flight: usize,
     /// The wait thread runs (it clears this, under the lock, when it finds nothing left).
     running: bool,
+    /// CANCELs that came while their waits were out of `waiting` being checked: matched when
+    /// the thread puts the batch back, then cleared (at most one per wait in flight).
+    cancelled: Vec<(usize, u32)>,
+}
+
+/// A connection's identity for CANCEL: its socket's address.
+fn conn_id(conn: &Arc<SeqPacket>) -> usize {
+    Arc::as_ptr(conn) as usize
 }
 
 /// One device's queued waits, and what the wait thread needs: the device and its name.
@@ -106,6 +121,26 @@ impl Waits {
         Ok(())
     }
 
+    /// CANCEL from `conn` of its wait `tag`: answered now with `EINTR` (the client gave up
+    /// on it, after a signal), so it holds no slot until its timeout. Unknown tags are
+    /// ignored.
+    pub(crate) fn cancel(&self, conn: &Arc<SeqPacket>, tag: u32) {
+        let id = (conn_id(conn), tag);
+        let mut q = self.locked();
+        if let Some(i) = q
+            .waiting
+            .iter()
+            .position(|w| (conn_id(&w.conn), w.tag) == id)
+        {
+            let w = q.waiting.swap_remove(i);
+            q.in_flight -= 1;
+            drop(q);
+            self.answer(w, Err(cancelled()));
+        } else if q.running && q.cancelled.len() < q.in_flight {
+            q.cancelled.push(id);
+        }
+    }
+
     fn run(&self) {
         loop {
             let batch = {
@@ -133,6 +168,12 @@ impl Waits {
             let fresh = {
                 let mut q = self.locked();
                 let fresh = !q.waiting.is_empty();
+                // CANCELs that came while this batch was being checked.
+                for id in std::mem::take(&mut q.cancelled) {
+                    if let Some(i) = pending.iter().position(|w| (conn_id(&w.conn), w.tag) == id) {
+                        ended.push((pending.swap_remove(i), Err(cancelled())));
+                    }
+                }
                 q.waiting.append(&mut pending);
                 fresh
             };

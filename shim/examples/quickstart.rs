@@ -6,13 +6,15 @@
 //! cargo run -p davinci-shim --example quickstart -- mock:/run/davinci/davinci0.sock
 //! ```
 //!
-//! It allocates device memory, fills and adds vectors on one stream, makes a second stream
-//! wait for the first through an event, reads the result back and checks it, then shows what
-//! errors look like: one caught on the host before submitting, one the device reports.
+//! It takes device memory from a pool, fills and adds vectors on one stream, makes a second
+//! stream wait for the first through an event record, drops a buffer with work still queued
+//! on it (safe: it returns to the pool once that work ran), reads the result back and checks
+//! it, then shows what errors look like: one caught on the host before submitting, one the
+//! device reports.
 use std::process::ExitCode;
 use std::time::Duration;
 
-use davinci_shim::{task, Device, DeviceMem, Region, Result};
+use davinci_shim::{task, Device, DeviceMem, MemPool, Region, Result};
 
 const N: usize = 1024;
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,9 +27,11 @@ fn run(path: &str) -> Result<()> {
     };
     println!("device: {dev}");
 
-    // Device memory: two inputs and a result, N f32 each.
+    // Device memory from a pool (one driver allocation for all three): two inputs and a
+    // result, N f32 each.
     let bytes = N * 4;
-    let (a, b, sum) = (dev.alloc(bytes)?, dev.alloc(bytes)?, dev.alloc(bytes)?);
+    let pool = MemPool::new(&dev);
+    let (a, b, sum) = (pool.alloc(bytes)?, pool.alloc(bytes)?, pool.alloc(bytes)?);
     a.write_slice(0, &(0..N).map(|i| i as f32).collect::<Vec<_>>())?;
 
     // Two streams in one context: `producer` fills b and records an event; `consumer` waits
@@ -38,10 +42,21 @@ fn run(path: &str) -> Result<()> {
     let filled = ctx.create_event()?;
 
     producer.submit(&task::fill(&b, 0.5f32.to_bits())?.with_user_data(1))?;
-    filled.record(&mut producer)?;
-    consumer.wait_event(&filled)?;
+    // The record's token names its value: a wait for it waits for exactly this record.
+    let ready = filled.record(&mut producer)?;
+    consumer.wait_recorded(&ready)?;
     consumer.submit(&task::add::<f32>(&sum, &a, &b)?.with_user_data(2))?;
+    // Safe with the add still queued: `b` goes back to the pool once the tasks that name it
+    // (the fill, the add) have run and their streams reaped them.
+    drop(b);
     consumer.synchronize(TIMEOUT)?;
+    producer.synchronize(TIMEOUT)?;
+    println!(
+        "event {:#x} reached value {}; pool: {:?}",
+        ready.event_handle(),
+        ready.value(),
+        pool.stats()
+    );
 
     let out: Vec<f32> = sum.read_vec(0, N)?;
     assert!(out.iter().enumerate().all(|(i, &x)| x == i as f32 + 0.5));
@@ -53,17 +68,22 @@ fn run(path: &str) -> Result<()> {
 
     // Errors, 1: caught on the host. The regions differ in length, so no task is submitted.
     let half = Region::range(&a, 0..bytes / 2)?;
-    match task::add::<f32>(&sum, half, &b) {
+    match task::add::<f32>(&sum, half, &a) {
         Err(e) => println!("host check: {e}"),
         Ok(_) => unreachable!("the lengths differ"),
     }
 
     // Errors, 2: reported by the device. This COPY reads 4 bytes past the end of `a` (the
-    // raw descriptor API does no host checks); the device stops the stream, and the error
-    // says which operand and what to do.
+    // raw descriptor API does no host checks, and keeps nothing alive: hence `unsafe`); the
+    // device stops the stream, and the error says which operand and what to do.
+    // (A buffer of its own: past the end of a pool block is still the pool's chunk.)
+    let lone = dev.alloc(bytes)?;
     let mut s = ctx.create_stream()?;
-    let past_end = davinci_shim::TaskDesc::copy(3, sum.dev_addr(), a.dev_addr() + 4, bytes as u64);
-    s.submit(&past_end)?;
+    let past_end =
+        davinci_shim::TaskDesc::copy(3, lone.dev_addr(), lone.dev_addr() + 4, bytes as u64);
+    // SAFETY: `lone`, which the descriptor names, lives until the end of this function, after
+    // the stream is dropped (below).
+    unsafe { s.submit_raw(&past_end)? };
     if let Err(e) = s.synchronize(TIMEOUT) {
         println!("device error: {e}");
     }

@@ -7,6 +7,7 @@ use std::fmt;
 use davinci_uapi::{Errno, EventRecord, Fault, Opcode};
 
 use crate::error::{Error, Result};
+use crate::stream::TaskId;
 
 /// One task's completion, copied out of the event ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct Completion {
     pub result: u64,
     /// Device time of completion (ns).
     pub timestamp_ns: u64,
+    /// The task's place in its stream (what `submit` returned for it).
+    pub task: TaskId,
 }
 
 impl From<EventRecord> for Completion {
@@ -32,6 +35,7 @@ impl From<EventRecord> for Completion {
             opcode: r.opcode,
             result: r.result,
             timestamp_ns: r.timestamp_ns,
+            task: TaskId(0),
         }
     }
 }
@@ -89,7 +93,7 @@ impl Completion {
         s
     }
 
-    /// `task user_data=0x7 (ADD) failed: ...`, with ` at command index N` when known.
+    /// `task #12 user_data=0x7 (ADD) failed: ...`, with ` at command index N` when known.
     pub(crate) fn describe(&self, index: Option<u32>) -> String {
         let op = match self.opcode() {
             Some(op) => format!("{op:?}").to_uppercase(),
@@ -99,7 +103,8 @@ impl Completion {
             .map(|i| format!(" at command index {i}"))
             .unwrap_or_default();
         format!(
-            "task user_data={:#x} ({op}){at} failed: {}",
+            "{} user_data={:#x} ({op}){at} failed: {}",
+            self.task,
             self.user_data,
             self.describe_status()
         )
@@ -116,16 +121,26 @@ pub struct StreamError {
     errno: Option<Errno>,
     raw: u32,
     index: u32,
+    task: TaskId,
 }
 
 impl StreamError {
-    /// What the command ring's header says: the raw `error` value and `error_index`.
-    pub(crate) fn from_header(raw: u32, index: u32) -> StreamError {
+    /// What the command ring's header says: the raw `error` value and `error_index`, and the
+    /// task that index belongs to.
+    pub(crate) fn from_header(raw: u32, index: u32, task: TaskId) -> StreamError {
         StreamError {
             errno: i32::try_from(raw).ok().and_then(Errno::from_code),
             raw,
             index,
+            task,
         }
+    }
+
+    /// The task at [`index`](Self::index): the one that failed (what
+    /// [`Stream::submit`](crate::Stream::submit) returned for it), or for a corrupt ring the
+    /// position where the device stopped reading.
+    pub fn task(&self) -> TaskId {
+        self.task
     }
 
     /// The errno (`EPROTO` for a corrupt ring, `EBADMSG`/`EINVAL`/`EACCES`/`ENOENT` for a bad

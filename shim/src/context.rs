@@ -45,7 +45,7 @@ impl Device {
 
 /// A context: groups streams and events (events are visible to the streams of their own
 /// context only). Streams and events keep their context alive: it is destroyed when the
-/// context value and all of them are gone.
+/// context value and all of them are gone. `Send + Sync`.
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,

@@ -42,6 +42,8 @@ pub struct ShareState {
 /// # }
 /// # Ok(()) }
 /// ```
+///
+/// `Send + Sync`.
 pub struct Control {
     backend: Box<dyn Backend>,
     path: DevicePath,

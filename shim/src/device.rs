@@ -40,12 +40,14 @@ pub(crate) struct DeviceInner {
 /// let ctx = dev.create_context()?;
 /// let mut stream = ctx.create_stream()?;
 /// let buf = dev.alloc(4096)?;
-/// stream.submit(&davinci_shim::TaskDesc::fill(1, buf.dev_addr(), 4096, 7))?;
+/// stream.submit(&davinci_shim::task::fill(&buf, 7)?)?;
 /// stream.synchronize(Duration::from_secs(5))?;
 /// assert_eq!(buf.read_vec::<u32>(0, 4)?, vec![7; 4]);
 /// # }
 /// # Ok(()) }
 /// ```
+///
+/// `Send + Sync`: share it (or clones of it) between threads.
 #[derive(Clone)]
 pub struct Device {
     pub(crate) inner: Arc<DeviceInner>,

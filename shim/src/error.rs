@@ -9,7 +9,7 @@ use davinci_uapi::Errno;
 /// [`errno`](Self::errno) is the errno the driver or the system returned (`None` for errors
 /// found by the library itself that have no errno), and [`message`](Self::message) says what
 /// was wrong (the driver's message when it gave one). `Display` prints all three:
-/// `ALLOC_MEMORY failed: ENOMEM: out of memory for this client`.
+/// `ALLOC_MEMORY failed: ENOMEM: out of memory for this client`. `Send + Sync`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     errno: Option<Errno>,

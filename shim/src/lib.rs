@@ -12,6 +12,10 @@
 //! | [`Context::create_event`], [`Event::record`] | `aclrtRecordEvent`  | `cudaEventRecord`       |
 //! | [`Stream::wait_event`]               | `aclrtStreamWaitEvent`      | `cudaStreamWaitEvent`   |
 //! | [`Device::alloc`] / [`MemPool`]      | `aclrtMalloc` / mem pools   | `cudaMalloc` / caching allocators |
+//! | drop of a buffer with work queued    | (stream-ordered free)       | `cudaFreeAsync`         |
+//! | [`Recorded::synchronize`], [`Stream::wait_recorded`] | (wait on a record) | (wait on a record) |
+//! | [`Recorded::elapsed`]                | `aclrtEventElapsedTime`     | `cudaEventElapsedTime`  |
+//! | [`Stream::launch_host_func`]         | `aclrtLaunchCallback`       | `cudaLaunchHostFunc`    |
 //!
 //! # Quick start
 //!
@@ -43,6 +47,25 @@
 //! # }
 //! # Ok(()) }
 //! ```
+//!
+//! # Safe by construction
+//!
+//! * **Buffer lifetimes.** A [`Task`] (built by the [`task`] builders from buffers) holds a
+//!   lease of every buffer it names; its stream keeps the leases until the task's completion
+//!   is reaped. Dropping a [`DeviceBuffer`] or [`PoolBuffer`] with work queued on it therefore
+//!   frees it in stream order: no queued task ever writes into memory handed out again. Raw
+//!   [`TaskDesc`]s go through the `unsafe` [`Stream::submit_raw`].
+//! * **Drops.** Dropping a [`Stream`] discards what it had queued and returns within one
+//!   chunk of device work (docs/abi.md, DESTROY_STREAM); then its leases go.
+//! * **Signals.** A blocking wait ([`Stream::synchronize`], [`Event::synchronize`],
+//!   [`Recorded::synchronize`]) returns `EINTR` when a signal handler installed without
+//!   `SA_RESTART` runs on its thread; nothing is lost. Submits are not interrupted.
+//! * **Threads.** [`Stream`] is `Send` (one user at a time: `&mut self`); [`Device`],
+//!   [`Context`], [`Event`], [`Recorded`], [`DeviceBuffer`], [`MemPool`], [`PoolBuffer`],
+//!   [`Task`], [`Control`] and [`Error`] are `Send + Sync`.
+//! * **Task ids.** [`Stream::submit`] returns a [`TaskId`], the task's place in its stream;
+//!   [`Completion::task`] and [`StreamError::task`] name the same ids, the shim's own
+//!   EVENT_RECORD/EVENT_WAIT/NOP descriptors included.
 //!
 //! A complete program with error handling: `shim/examples/quickstart.rs`
 //! (`cargo run -p davinci-shim --example quickstart [-- DEVICE]`). The [`task`] builders take
@@ -85,8 +108,36 @@ pub mod task;
 pub use completion::{Completion, StreamError};
 pub use context::Context;
 pub use control::{Control, ShareState};
+/// A device fault to inject on the embedded mock device ([`Stream::inject_fault`],
+/// [`MockConfig::inject`], [`MockDevice::inject`]), to test a runtime's error handling. A
+/// `davinci-mockd` device takes the same faults from its command line, and can target one
+/// client's streams there: `--inject 'error-at=3:EFAULT@pid=4242,streams=1'` (the kernel
+/// module's `inject` parameter takes the same text).
+///
+/// ```
+/// # fn main() -> davinci_shim::Result<()> {
+/// use davinci_shim::{task, Device, Errno, Inject};
+/// use std::time::Duration;
+/// let dev = Device::embedded()?;
+/// let ctx = dev.create_context()?;
+/// let (mut faulty, mut healthy) = (ctx.create_stream()?, ctx.create_stream()?);
+/// // The second task this stream takes fails as a hardware error would.
+/// faulty.inject_fault(Some(Inject::ErrorAt { nth: 2, errno: Errno::EIO }))?;
+/// let buf = dev.alloc(64)?;
+/// for s in [&mut faulty, &mut healthy] {
+///     s.submit(&task::fill(&buf, 1)?)?;
+///     s.submit(&task::fill(&buf, 2)?)?;
+/// }
+/// let e = faulty.synchronize(Duration::from_secs(5)).unwrap_err();
+/// assert!(e.is(Errno::EIO));
+/// healthy.synchronize(Duration::from_secs(5))?; // only the targeted stream
+/// # Ok(()) }
+/// ```
 #[cfg(feature = "embedded")]
-pub use davinci_mock_device::{Inject, MockConfig, MockDevice};
+#[doc(inline)]
+pub use davinci_mock_device::Inject;
+#[cfg(feature = "embedded")]
+pub use davinci_mock_device::{InjectRule, InjectTarget, MockConfig, MockDevice};
 /// Where `davinci-mockd` puts its sockets when not told otherwise.
 pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{
@@ -95,11 +146,11 @@ pub use davinci_uapi::{
 };
 pub use device::Device;
 pub use error::{Error, Result};
-pub use event::Event;
+pub use event::{Event, Recorded};
 pub use memory::{DeviceBuffer, DeviceMem};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
 pub use stats::DeviceStats;
 pub use stream::wait::{SpinWait, SPIN_LIMIT};
-pub use stream::{Stream, StreamOptions};
-pub use task::{Element, Region};
+pub use stream::{Stream, StreamOptions, TaskId};
+pub use task::{Element, Region, Task};

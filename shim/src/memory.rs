@@ -1,8 +1,14 @@
 //! Device memory: [`DeviceBuffer`] (one ALLOC_MEMORY allocation with its host view,
 //! made by [`Device::alloc`]) and the [`DeviceMem`] trait shared with pool blocks.
+//!
+//! An allocation is freed when the last of its holders is gone: the [`DeviceBuffer`] and
+//! every queued task that names it (a [`Task`](crate::task::Task) carries a [`Lease`] of each
+//! buffer it names, which its stream keeps until the task's completion is reaped). So
+//! dropping a buffer with work queued on it frees it in stream order, like `cudaFreeAsync`.
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::sync::Arc;
 
 use davinci_uapi::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -11,11 +17,46 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use davinci_shm::SharedMapping;
 
+pub(crate) mod sealed {
+    /// What keeps device memory alive while a queued task names it (a clone of the
+    /// allocation's or pool block's shared state). Not nameable outside the crate.
+    #[derive(Clone)]
+    pub enum Lease {
+        /// A whole allocation.
+        Buffer(std::sync::Arc<super::BufferInner>),
+        /// A pool block (which holds its chunk).
+        Block(std::sync::Arc<crate::pool::BlockInner>),
+    }
+
+    /// Memory the shim handed out, and only that: [`DeviceMem`](super::DeviceMem) is sealed,
+    /// so a safe [`Task`](crate::task::Task) names nothing but live memory of this library.
+    pub trait Leased {
+        /// A new lease of this memory.
+        fn lease(&self) -> Lease;
+    }
+}
+
+pub(crate) use sealed::Lease;
+
+impl Lease {
+    /// The open the memory belongs to.
+    pub(crate) fn device(&self) -> &Device {
+        match self {
+            Lease::Buffer(b) => &b.dev,
+            Lease::Block(b) => b.device(),
+        }
+    }
+}
+
 /// Device memory with a host view: a device address for descriptors, and copies in and out.
 ///
 /// The host view is shared with the device, which may write it at any time; reads and writes
 /// copy (the shim never hands out references into it). Offsets are in bytes.
-pub trait DeviceMem {
+///
+/// Implemented by [`DeviceBuffer`] and [`PoolBuffer`](crate::PoolBuffer) only (the trait is
+/// sealed): what the [`task`](crate::task) builders accept is memory this library handed out,
+/// which they keep alive until the task has run.
+pub trait DeviceMem: sealed::Leased {
     /// Device address of the first byte (what descriptors name).
     fn dev_addr(&self) -> DevAddr;
 
@@ -70,19 +111,26 @@ pub(crate) fn range_error(op: &'static str, offset: usize, n: usize, len: usize)
     )
 }
 
-/// One device allocation (`aclrtMalloc` / `cudaMalloc`) and its host view. Freed on drop.
+/// One device allocation (`aclrtMalloc` / `cudaMalloc`) and its host view.
+///
+/// Freed when dropped, or, if tasks built from it by the [`task`](crate::task) builders are
+/// still queued, once the last of them has completed and been reaped from its stream (or its
+/// stream is dropped): the free is stream-ordered, as with `cudaFreeAsync`, and a queued
+/// task can never write into memory handed out again. `Send + Sync`.
 ///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
 /// # #[cfg(feature = "embedded")] {
-/// use davinci_shim::{DeviceMem, Device, Dtype, TaskDesc};
+/// use davinci_shim::{task, DeviceMem, Device};
 /// use std::time::Duration;
 /// let dev = Device::embedded()?;
 /// let (a, b, sum) = (dev.alloc(16)?, dev.alloc(16)?, dev.alloc(16)?);
 /// a.write_slice(0, &[1u32, 2, 3, 4])?;
 /// b.write_slice(0, &[10u32, 20, 30, 40])?;
 /// let mut s = dev.create_context()?.create_stream()?;
-/// s.submit(&TaskDesc::add(7, Dtype::U32, sum.dev_addr(), a.dev_addr(), b.dev_addr(), 4))?;
+/// s.submit(&task::add::<u32>(&sum, &a, &b)?)?;
+/// // Dropping an input with the add still queued is fine: its free waits for the add.
+/// drop(a);
 /// s.synchronize(Duration::from_secs(5))?;
 /// assert_eq!(sum.read_vec::<u32>(0, 4)?, [11, 22, 33, 44]);
 /// // Out of bounds is an error, not a crash.
@@ -91,6 +139,12 @@ pub(crate) fn range_error(op: &'static str, offset: usize, n: usize, len: usize)
 /// # Ok(()) }
 /// ```
 pub struct DeviceBuffer {
+    inner: Arc<BufferInner>,
+}
+
+/// The allocation itself, shared by its [`DeviceBuffer`] and the leases of queued tasks;
+/// FREE_MEMORY when the last is gone.
+pub struct BufferInner {
     map: SharedMapping,
     dev: Device,
     handle: u32,
@@ -102,9 +156,9 @@ pub struct DeviceBuffer {
 impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceBuffer")
-            .field("handle", &self.handle)
-            .field("dev_addr", &format_args!("{:#x}", self.dev_addr))
-            .field("len", &self.len)
+            .field("handle", &self.inner.handle)
+            .field("dev_addr", &format_args!("{:#x}", self.inner.dev_addr))
+            .field("len", &self.inner.len)
             .finish()
     }
 }
@@ -145,41 +199,85 @@ impl DeviceBuffer {
         }
         let map = dev.map(OP, a.mmap_offset, a.alloc_size).map_err(free)?;
         Ok(DeviceBuffer {
-            map,
-            dev: dev.clone(),
-            handle: a.handle,
-            dev_addr: DevAddr(a.dev_addr),
-            len,
-            alloc_size: a.alloc_size,
+            inner: Arc::new(BufferInner {
+                map,
+                dev: dev.clone(),
+                handle: a.handle,
+                dev_addr: DevAddr(a.dev_addr),
+                len,
+                alloc_size: a.alloc_size,
+            }),
         })
     }
 
     /// The driver's handle of this allocation.
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.inner.handle
     }
 
     /// Bytes the driver reserved (the length rounded up to the device's alignment).
     pub fn capacity(&self) -> u64 {
-        self.alloc_size
+        self.inner.alloc_size
     }
 
     /// The device.
     pub fn device(&self) -> &Device {
-        &self.dev
+        &self.inner.dev
+    }
+
+    /// Queued tasks that name this buffer and have not been reaped yet (its free waits for
+    /// them).
+    pub fn pending_uses(&self) -> usize {
+        Arc::strong_count(&self.inner) - 1
+    }
+
+    /// The allocation's shared state (pool chunks hold it).
+    pub(crate) fn inner(&self) -> &Arc<BufferInner> {
+        &self.inner
+    }
+}
+
+impl sealed::Leased for DeviceBuffer {
+    fn lease(&self) -> Lease {
+        Lease::Buffer(self.inner.clone())
     }
 }
 
 impl DeviceMem for DeviceBuffer {
     fn dev_addr(&self) -> DevAddr {
-        self.dev_addr
+        self.inner.dev_addr
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.inner.len
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.inner.write(offset, data)
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.inner.read(offset, out)
+    }
+}
+
+impl BufferInner {
+    /// Device address of the first byte.
+    pub(crate) fn dev_addr(&self) -> DevAddr {
+        self.dev_addr
+    }
+
+    /// Bytes the driver reserved.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.alloc_size
+    }
+
+    /// The device.
+    pub(crate) fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         const OP: &str = "DeviceBuffer::write";
         if offset.checked_add(data.len()).is_none_or(|e| e > self.len) {
             return Err(range_error(OP, offset, data.len(), self.len));
@@ -189,7 +287,7 @@ impl DeviceMem for DeviceBuffer {
             .map_err(|_| range_error(OP, offset, data.len(), self.map.len()))
     }
 
-    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         const OP: &str = "DeviceBuffer::read";
         if offset.checked_add(out.len()).is_none_or(|e| e > self.len) {
             return Err(range_error(OP, offset, out.len(), self.len));
@@ -200,10 +298,10 @@ impl DeviceMem for DeviceBuffer {
     }
 }
 
-impl Drop for DeviceBuffer {
+impl Drop for BufferInner {
     fn drop(&mut self) {
-        // On failure the open's close frees it anyway. The host view is unmapped right after
-        // (field drop); the device has released the pages, so it reads zeros meanwhile.
+        // The last holder: no queued task names it any more. On failure the open's close
+        // frees it anyway. The host view is unmapped right after (field drop).
         let _ = self
             .dev
             .call_handle("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, self.handle);

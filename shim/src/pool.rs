@@ -10,7 +10,7 @@ use davinci_uapi::{DevAddr, Errno};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::memory::{range_error, DeviceBuffer, DeviceMem};
+use crate::memory::{range_error, sealed, BufferInner, DeviceMem, Lease};
 
 /// Sizes and bounds of a [`MemPool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub struct PoolStats {
 
 struct Chunk {
     id: u64,
-    buf: Arc<DeviceBuffer>,
+    buf: Arc<BufferInner>,
     /// Free ranges `(offset, len)`, sorted by offset, never adjacent (coalesced).
     free: Vec<(usize, usize)>,
     used: usize,
@@ -155,10 +155,14 @@ impl PoolInner {
 
 /// A thread-safe caching allocator of device memory. Cheap to clone (clones share the pool).
 ///
-/// Blocks are carved from chunks reserved with ALLOC_MEMORY; a freed block (dropped
-/// [`PoolBuffer`]) goes back to its chunk's free list and is reused by later allocations
-/// (first fit, neighbours merged). Chunks stay reserved until [`trim`](Self::trim) or until
+/// Blocks are carved from chunks reserved with ALLOC_MEMORY; a freed block goes back to its
+/// chunk's free list and is reused by later allocations (first fit, neighbours merged). A
+/// block is freed when its [`PoolBuffer`] is dropped and no queued task built from it by the
+/// [`task`](crate::task) builders is left unreaped: a block with work queued on it returns to
+/// the pool only after that work completed (stream-ordered, like `cudaFreeAsync`), so a
+/// queued task never writes into the block's next owner. Chunks stay reserved until [`trim`](Self::trim) or until
 /// the pool and all its blocks are gone. The pool never holds more than `max_bytes`.
+/// `Send + Sync`: one pool serves every thread.
 #[derive(Clone)]
 pub struct MemPool {
     inner: Arc<PoolInner>,
@@ -261,7 +265,7 @@ impl MemPool {
                         ),
                     ));
                 }
-                let buf = Arc::new(self.inner.dev.alloc(chunk_len)?);
+                let buf = self.inner.dev.alloc(chunk_len)?.inner().clone();
                 let id = s.next_id;
                 s.next_id += 1;
                 s.stats.driver_allocs += 1;
@@ -292,12 +296,14 @@ impl MemPool {
         s.stats.blocks += 1;
         s.stats.in_use_bytes += size as u64;
         Ok(PoolBuffer {
-            pool: self.inner.clone(),
-            chunk: buf,
-            chunk_id,
-            offset,
-            len,
-            size,
+            inner: Arc::new(BlockInner {
+                pool: self.inner.clone(),
+                chunk: buf,
+                chunk_id,
+                offset,
+                len,
+                size,
+            }),
         })
     }
 
@@ -323,10 +329,18 @@ impl MemPool {
     }
 }
 
-/// A block of a [`MemPool`]. Returns to the pool on drop.
+/// A block of a [`MemPool`]. Returns to the pool when dropped, or, with tasks built from it
+/// still queued, once the last of them has completed and been reaped (see [`MemPool`]).
+/// `Send + Sync`.
 pub struct PoolBuffer {
+    inner: Arc<BlockInner>,
+}
+
+/// A block itself, shared by its [`PoolBuffer`] and the leases of queued tasks; back to the
+/// pool when the last is gone.
+pub struct BlockInner {
     pool: Arc<PoolInner>,
-    chunk: Arc<DeviceBuffer>,
+    chunk: Arc<BufferInner>,
     chunk_id: u64,
     offset: usize,
     len: usize,
@@ -337,7 +351,7 @@ impl fmt::Debug for PoolBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolBuffer")
             .field("dev_addr", &format_args!("{:#x}", self.dev_addr()))
-            .field("len", &self.len)
+            .field("len", &self.inner.len)
             .finish()
     }
 }
@@ -345,40 +359,56 @@ impl fmt::Debug for PoolBuffer {
 impl PoolBuffer {
     /// Bytes reserved for this block (the length rounded up to the pool's alignment).
     pub fn capacity(&self) -> usize {
-        self.size
+        self.inner.size
+    }
+
+    /// Queued tasks that name this block and have not been reaped yet (its return to the
+    /// pool waits for them).
+    pub fn pending_uses(&self) -> usize {
+        Arc::strong_count(&self.inner) - 1
+    }
+}
+
+impl BlockInner {
+    /// The open the pool allocates from.
+    pub(crate) fn device(&self) -> &Device {
+        self.chunk.device()
+    }
+}
+
+impl sealed::Leased for PoolBuffer {
+    fn lease(&self) -> Lease {
+        Lease::Block(self.inner.clone())
     }
 }
 
 impl DeviceMem for PoolBuffer {
     fn dev_addr(&self) -> DevAddr {
-        self.chunk.dev_addr() + self.offset as u64
+        self.inner.chunk.dev_addr() + self.inner.offset as u64
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.inner.len
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        if offset.checked_add(data.len()).is_none_or(|e| e > self.len) {
-            return Err(range_error(
-                "PoolBuffer::write",
-                offset,
-                data.len(),
-                self.len,
-            ));
+        let b = &self.inner;
+        if offset.checked_add(data.len()).is_none_or(|e| e > b.len) {
+            return Err(range_error("PoolBuffer::write", offset, data.len(), b.len));
         }
-        self.chunk.write(self.offset + offset, data)
+        b.chunk.write(b.offset + offset, data)
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        if offset.checked_add(out.len()).is_none_or(|e| e > self.len) {
-            return Err(range_error("PoolBuffer::read", offset, out.len(), self.len));
+        let b = &self.inner;
+        if offset.checked_add(out.len()).is_none_or(|e| e > b.len) {
+            return Err(range_error("PoolBuffer::read", offset, out.len(), b.len));
         }
-        self.chunk.read(self.offset + offset, out)
+        b.chunk.read(b.offset + offset, out)
     }
 }
 
-impl Drop for PoolBuffer {
+impl Drop for BlockInner {
     fn drop(&mut self) {
         let mut s = self.pool.lock();
         if let Some(c) = s.chunks.iter_mut().find(|c| c.id == self.chunk_id) {
@@ -396,7 +426,7 @@ mod tests {
     #[test]
     fn chunk_free_list_splits_and_merges() {
         let dev = Device::embedded().unwrap();
-        let buf = Arc::new(dev.alloc(4096).unwrap());
+        let buf = dev.alloc(4096).unwrap().inner().clone();
         let mut c = Chunk {
             id: 1,
             buf,
@@ -423,7 +453,7 @@ mod tests {
     #[test]
     fn blocks_start_at_device_addresses_aligned_beyond_the_chunk() {
         let dev = Device::embedded().unwrap();
-        let buf = Arc::new(dev.alloc(3 * 4096).unwrap());
+        let buf = dev.alloc(3 * 4096).unwrap().inner().clone();
         let base = buf.dev_addr().0;
         let mut c = Chunk {
             id: 1,

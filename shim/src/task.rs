@@ -1,13 +1,28 @@
-//! Typed task builders: descriptors over device buffers, checked on the host before they
-//! are submitted.
+//! Tasks: descriptors over device buffers, checked on the host before they are submitted,
+//! that keep the buffers they name alive until they have run.
 //!
 //! [`TaskDesc`]'s own constructors take raw device addresses and counts whose unit depends on
-//! the opcode (FILL and COPY count bytes, ADD counts elements). These take [`Region`]s of
-//! device memory instead (a whole [`DeviceMem`] or a byte range of one), derive the count in
-//! the right unit, and refuse on the host what the device would refuse, naming the operand:
-//! lengths that differ, misaligned addresses or lengths, empty or out-of-bounds ranges. The
-//! result is an ordinary [`TaskDesc`]; set its `user_data` with
-//! [`TaskDesc::with_user_data`].
+//! the opcode (FILL and COPY count bytes, ADD counts elements). These builders take
+//! [`Region`]s of device memory instead (a whole [`DeviceMem`] or a byte range of one), derive
+//! the count in the right unit, and refuse on the host what the device would refuse, naming
+//! the operand: lengths that differ, misaligned addresses or lengths, empty or out-of-bounds
+//! ranges. The result is a [`Task`]: the descriptor plus a lease of every buffer it names.
+//! Set its `user_data` with [`Task::with_user_data`].
+//!
+//! # Buffer lifetimes
+//!
+//! A submitted [`Task`] keeps the memory it names: its stream holds the leases until the
+//! task's completion is taken off the event ring (by `poll`, `synchronize`, or a submit
+//! waiting for room), or until the stream is dropped (after the driver destroyed it, so
+//! nothing of it runs any more). Dropping a [`DeviceBuffer`](crate::DeviceBuffer) or
+//! [`PoolBuffer`](crate::PoolBuffer) while tasks on it are queued therefore frees it in
+//! stream order (`cudaFreeAsync`), not at once: a queued FILL can never write into memory
+//! that was handed out again. The design keeps tasks `'static` (no borrow of the buffers),
+//! so a runtime can queue work and drop its buffers early, as CUDA and ACL programs do.
+//!
+//! Raw [`TaskDesc`]s name bare addresses that nothing keeps alive: they are submitted through
+//! the `unsafe` [`Stream::submit_raw`](crate::Stream::submit_raw), for runtimes that manage
+//! lifetimes themselves.
 //!
 //! ```
 //! # fn main() -> davinci_shim::Result<()> {
@@ -22,6 +37,10 @@
 //! s.submit(&task::add::<f32>(&sum, &a, &b)?.with_user_data(7))?;
 //! // Half of `sum` to zero, by byte range:
 //! s.submit(&task::fill(Region::range(&sum, 8..16)?, 0)?)?;
+//! // Dropping a buffer with work queued on it is safe: it is freed once the work ran.
+//! let scratch = dev.alloc(1 << 20)?;
+//! s.submit(&task::fill(&scratch, 0xbad)?)?;
+//! drop(scratch);
 //! s.synchronize(Duration::from_secs(5))?;
 //! assert_eq!(sum.read_vec::<f32>(0, 4)?, [2.0, 2.5, 0.0, 0.0]);
 //! // Checked on the host: a 16-byte buffer does not receive a 12-byte sum.
@@ -32,37 +51,56 @@
 //! ```
 #![forbid(unsafe_code)]
 
+use std::fmt;
 use std::ops::{Bound, RangeBounds};
 
 use davinci_uapi::{DevAddr, Dtype, Errno, TaskDesc};
 
 use crate::error::{Error, Result};
-use crate::memory::DeviceMem;
+use crate::memory::sealed::Leased;
+use crate::memory::{DeviceMem, Lease};
 
 /// A byte range of device memory: a whole buffer (`&buf` converts) or part of one
-/// ([`Region::range`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Region {
+/// ([`Region::range`]). Borrows the buffer; a task built from it leases it.
+#[derive(Clone, Copy)]
+pub struct Region<'a> {
+    mem: &'a dyn Leased,
     addr: DevAddr,
     len: usize,
 }
 
-impl<T: DeviceMem + ?Sized> From<&T> for Region {
-    fn from(mem: &T) -> Region {
+impl fmt::Debug for Region<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Regions are equal when they cover the same bytes.
+impl PartialEq for Region<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.addr, self.len) == (other.addr, other.len)
+    }
+}
+
+impl Eq for Region<'_> {}
+
+impl<'a, T: DeviceMem> From<&'a T> for Region<'a> {
+    fn from(mem: &'a T) -> Region<'a> {
         Region {
+            mem,
             addr: mem.dev_addr(),
             len: mem.len(),
         }
     }
 }
 
-impl Region {
+impl<'a> Region<'a> {
     /// Bytes `range` of `mem` (`..` for all of it). `ERANGE` if the range does not lie in it
     /// or runs backwards.
-    pub fn range(
-        mem: &(impl DeviceMem + ?Sized),
-        range: impl RangeBounds<usize>,
-    ) -> Result<Region> {
+    pub fn range(mem: &'a impl DeviceMem, range: impl RangeBounds<usize>) -> Result<Region<'a>> {
         let len = mem.len();
         let start = match range.start_bound() {
             Bound::Included(&s) => Some(s),
@@ -76,6 +114,7 @@ impl Region {
         };
         match (start, end) {
             (Some(s), Some(e)) if s <= e && e <= len => Ok(Region {
+                mem,
                 addr: mem.dev_addr() + s as u64,
                 len: e - s,
             }),
@@ -105,6 +144,100 @@ impl Region {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    fn lease(&self) -> Lease {
+        self.mem.lease()
+    }
+}
+
+/// A task: a [`TaskDesc`] and a lease of every buffer it names, which keeps them alive until
+/// the task has run (see the [module](self) docs). Made by the builders of this module
+/// ([`fill`], [`copy`], [`add`], [`nop`]) and submitted with
+/// [`Stream::submit`](crate::Stream::submit). Cloning one clones the leases (cheap: reference
+/// counts). `Send + Sync`.
+#[derive(Clone)]
+pub struct Task {
+    desc: TaskDesc,
+    leases: [Option<Lease>; 3],
+}
+
+impl fmt::Debug for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Task").field("desc", &self.desc).finish()
+    }
+}
+
+impl Task {
+    fn new(desc: TaskDesc, leases: [Option<Lease>; 3]) -> Task {
+        Task { desc, leases }
+    }
+
+    /// A task that names no memory (events, NOP).
+    pub(crate) fn bare(desc: TaskDesc) -> Task {
+        Task::new(desc, [None, None, None])
+    }
+
+    /// The descriptor.
+    pub fn desc(&self) -> &TaskDesc {
+        &self.desc
+    }
+
+    /// This task with its `user_data` (echoed in its completion) set.
+    pub fn with_user_data(mut self, user_data: u64) -> Task {
+        self.desc.user_data = user_data;
+        self
+    }
+
+    /// Its `user_data`.
+    pub fn user_data(&self) -> u64 {
+        self.desc.user_data
+    }
+
+    /// The leases it holds (one per buffer operand).
+    pub(crate) fn leases(&self) -> impl Iterator<Item = &Lease> {
+        self.leases.iter().flatten()
+    }
+
+    /// Its leases, cloned.
+    pub(crate) fn clone_leases(&self) -> [Option<Lease>; 3] {
+        self.leases.clone()
+    }
+
+    /// Whether it holds any lease.
+    pub(crate) fn has_leases(&self) -> bool {
+        self.leases.iter().any(Option::is_some)
+    }
+}
+
+impl Task {
+    /// A task from a raw descriptor that names no device memory: NOP, EVENT_RECORD,
+    /// EVENT_WAIT, and opcodes this ABI does not define (the device refuses those). `EINVAL`
+    /// for FILL, COPY, ADD and KERNEL_LAUNCH, whose addresses nothing would keep alive: build
+    /// them with [`fill`], [`copy`], [`add`], or submit them with the `unsafe`
+    /// [`Stream::submit_raw`](crate::Stream::submit_raw). (For events, prefer
+    /// [`Event::record`](crate::Event::record) and
+    /// [`Stream::wait_event`](crate::Stream::wait_event), which check the context on the host.)
+    pub fn from_desc(desc: TaskDesc) -> Result<Task> {
+        use davinci_uapi::Opcode;
+        match Opcode::from_u8(desc.opcode) {
+            Some(op @ (Opcode::Fill | Opcode::Copy | Opcode::Add | Opcode::KernelLaunch)) => {
+                Err(invalid(
+                    "Task::from_desc",
+                    format!(
+                        "a {op:?} descriptor names device memory that nothing would keep alive: \
+                         build it with task::fill/copy/add, or submit it with the unsafe \
+                         Stream::submit_raw"
+                    ),
+                ))
+            }
+            _ => Ok(Task::bare(desc)),
+        }
+    }
+}
+
+/// NOP: does nothing and completes (a marker in a stream, e.g. for its `user_data`).
+pub fn nop() -> Task {
+    Task::bare(TaskDesc::nop(0))
 }
 
 mod sealed {
@@ -177,32 +310,38 @@ fn same_len(op: &'static str, dst: &Region, name: &str, other: &Region) -> Resul
 
 /// FILL: every 32-bit word of `dst` becomes `pattern`. `dst` must be non-empty and 4-byte
 /// aligned in start and length.
-pub fn fill(dst: impl Into<Region>, pattern: u32) -> Result<TaskDesc> {
+pub fn fill<'a>(dst: impl Into<Region<'a>>, pattern: u32) -> Result<Task> {
     const OP: &str = "task::fill";
     let dst = dst.into();
     aligned(OP, "dst", &dst)?;
-    Ok(TaskDesc::fill(0, dst.addr, dst.len as u64, pattern))
+    Ok(Task::new(
+        TaskDesc::fill(0, dst.addr, dst.len as u64, pattern),
+        [Some(dst.lease()), None, None],
+    ))
 }
 
 /// COPY: `src` to `dst`, which must be the same (non-zero) length. Overlapping regions are
 /// copied as `memmove` would.
-pub fn copy(dst: impl Into<Region>, src: impl Into<Region>) -> Result<TaskDesc> {
+pub fn copy<'a>(dst: impl Into<Region<'a>>, src: impl Into<Region<'a>>) -> Result<Task> {
     const OP: &str = "task::copy";
     let (dst, src) = (dst.into(), src.into());
     if dst.is_empty() {
         return Err(invalid(OP, "dst is empty".into()));
     }
     same_len(OP, &dst, "src", &src)?;
-    Ok(TaskDesc::copy(0, dst.addr, src.addr, dst.len as u64))
+    Ok(Task::new(
+        TaskDesc::copy(0, dst.addr, src.addr, dst.len as u64),
+        [Some(dst.lease()), Some(src.lease()), None],
+    ))
 }
 
 /// ADD of `E` elements: `dst[i] = a[i] + b[i]` over the whole regions, which must be the same
 /// length, a whole number of elements, and 4-byte aligned. The element count is derived.
-pub fn add<E: Element>(
-    dst: impl Into<Region>,
-    a: impl Into<Region>,
-    b: impl Into<Region>,
-) -> Result<TaskDesc> {
+pub fn add<'a, E: Element>(
+    dst: impl Into<Region<'a>>,
+    a: impl Into<Region<'a>>,
+    b: impl Into<Region<'a>>,
+) -> Result<Task> {
     const OP: &str = "task::add";
     let (dst, a, b) = (dst.into(), a.into(), b.into());
     aligned(OP, "dst", &dst)?;
@@ -211,80 +350,75 @@ pub fn add<E: Element>(
     same_len(OP, &dst, "a (src0)", &a)?;
     same_len(OP, &dst, "b (src1)", &b)?;
     let elements = dst.len as u64 / E::DTYPE.size();
-    Ok(TaskDesc::add(
-        0,
-        E::DTYPE,
-        dst.addr,
-        a.addr,
-        b.addr,
-        elements,
+    Ok(Task::new(
+        TaskDesc::add(0, E::DTYPE, dst.addr, a.addr, b.addr, elements),
+        [Some(dst.lease()), Some(a.lease()), Some(b.lease())],
     ))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "embedded"))]
 mod tests {
     use super::*;
+    use crate::{Device, DeviceBuffer};
     use davinci_uapi::Opcode;
 
-    /// Device memory that exists only as an address and a length.
-    struct Fake(u64, usize);
-
-    impl DeviceMem for Fake {
-        fn dev_addr(&self) -> DevAddr {
-            DevAddr(self.0)
-        }
-        fn len(&self) -> usize {
-            self.1
-        }
-        fn write(&self, _: usize, _: &[u8]) -> Result<()> {
-            Ok(())
-        }
-        fn read(&self, _: usize, _: &mut [u8]) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    fn msg(r: Result<TaskDesc>) -> (Option<Errno>, String) {
+    fn msg(r: Result<Task>) -> (Option<Errno>, String) {
         let e = r.unwrap_err();
         (e.errno(), e.message().to_string())
     }
 
+    fn three(dev: &Device) -> (DeviceBuffer, DeviceBuffer, DeviceBuffer) {
+        (
+            dev.alloc(64).unwrap(),
+            dev.alloc(64).unwrap(),
+            dev.alloc(64).unwrap(),
+        )
+    }
+
     #[test]
     fn builders_derive_units_and_addresses() {
-        let (a, b, c) = (Fake(0x1000, 64), Fake(0x2000, 64), Fake(0x3000, 64));
-        let d = add::<f32>(&c, &a, &b).unwrap().with_user_data(9);
+        let dev = Device::embedded().unwrap();
+        let (a, b, c) = three(&dev);
+        let (aa, ba, ca) = (a.dev_addr().0, b.dev_addr().0, c.dev_addr().0);
+        let t = add::<f32>(&c, &a, &b).unwrap().with_user_data(9);
+        let d = *t.desc();
         assert_eq!(
             (d.opcode, d.dtype, d.dst, d.src0, d.src1, d.len, d.user_data),
-            (
-                Opcode::Add as u8,
-                Dtype::F32 as u8,
-                0x3000,
-                0x1000,
-                0x2000,
-                16,
-                9
-            ),
+            (Opcode::Add as u8, Dtype::F32 as u8, ca, aa, ba, 16, 9),
             "ADD counts elements"
         );
-        let d = fill(Region::range(&a, 8..24).unwrap(), 7).unwrap();
-        assert_eq!((d.dst, d.len, d.imm), (0x1008, 16, 7), "FILL counts bytes");
-        let d = copy(&b, &a).unwrap();
-        assert_eq!(
-            (d.dst, d.src0, d.len),
-            (0x2000, 0x1000, 64),
-            "COPY counts bytes"
-        );
-        let d = copy(
+        assert_eq!(t.leases().count(), 3, "one lease per operand");
+        let d = *fill(Region::range(&a, 8..24).unwrap(), 7).unwrap().desc();
+        assert_eq!((d.dst, d.len, d.imm), (aa + 8, 16, 7), "FILL counts bytes");
+        let d = *copy(&b, &a).unwrap().desc();
+        assert_eq!((d.dst, d.src0, d.len), (ba, aa, 64), "COPY counts bytes");
+        let d = *copy(
             Region::range(&b, ..=3).unwrap(),
             Region::range(&a, 60..).unwrap(),
         )
-        .unwrap();
-        assert_eq!((d.dst, d.src0, d.len), (0x2000, 0x103c, 4));
+        .unwrap()
+        .desc();
+        assert_eq!((d.dst, d.src0, d.len), (ba, aa + 60, 4));
+    }
+
+    #[test]
+    fn a_task_keeps_what_it_names_alive() {
+        let dev = Device::embedded().unwrap();
+        let (a, b, _c) = three(&dev);
+        assert_eq!(a.pending_uses(), 0);
+        let t = copy(&a, &b).unwrap();
+        assert_eq!((a.pending_uses(), b.pending_uses()), (1, 1));
+        let t2 = t.clone();
+        assert_eq!(a.pending_uses(), 2);
+        drop((t, t2));
+        assert_eq!((a.pending_uses(), b.pending_uses()), (0, 0));
+        assert!(!nop().has_leases());
     }
 
     #[test]
     fn what_the_device_would_refuse_is_refused_on_the_host_naming_the_operand() {
-        let (a, b, c) = (Fake(0x1000, 64), Fake(0x2000, 64), Fake(0x3000, 64));
+        let dev = Device::embedded().unwrap();
+        let (a, b, c) = three(&dev);
         let short = Region::range(&a, 0..60).unwrap();
         let (errno, m) = msg(add::<u32>(&c, short, &b));
         assert_eq!(errno, Some(Errno::EINVAL));
@@ -292,7 +426,10 @@ mod tests {
         let odd = Region::range(&b, 2..66 - 4).unwrap();
         let (_, m) = msg(add::<i32>(&c, &a, odd));
         assert!(
-            m.contains("b (src1) starts at 0x2002: must be a multiple of 4"),
+            m.contains(&format!(
+                "b (src1) starts at {:#x}: must be a multiple of 4",
+                b.dev_addr().0 + 2
+            )),
             "{m}"
         );
         let (_, m) = msg(fill(Region::range(&a, 0..6).unwrap(), 0));
@@ -308,7 +445,8 @@ mod tests {
 
     #[test]
     fn ranges_outside_the_buffer_are_erange() {
-        let a = Fake(0x1000, 64);
+        let dev = Device::embedded().unwrap();
+        let a = dev.alloc(64).unwrap();
         for r in [
             Region::range(&a, 0..65),
             Region::range(&a, 65..),

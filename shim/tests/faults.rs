@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use davinci_shim::{task, Device, DeviceMem, Errno, Inject, MockConfig, StreamOptions, TaskDesc};
+use davinci_shim::{task, Device, DeviceMem, Errno, Inject, MockConfig, StreamOptions};
 
 const SHORT: Duration = Duration::from_millis(300);
 const LONG: Duration = Duration::from_secs(20);
 
 fn device(inject: Option<Inject>) -> Device {
     Device::embedded_with(MockConfig {
-        inject,
+        inject: inject.map(Into::into),
         ..MockConfig::default()
     })
     .expect("embedded device")
@@ -30,7 +30,7 @@ fn an_injected_error_fails_synchronize_naming_the_task_and_a_new_stream_recovers
     let mut s = ctx.create_stream().unwrap();
     for i in 1..=5 {
         // The stream may already be stopped when the later ones are submitted.
-        let _ = s.submit(&TaskDesc::nop(i));
+        let _ = s.submit(&task::nop().with_user_data(i));
     }
     let e = s.synchronize(LONG).unwrap_err();
     assert!(e.is(Errno::EIO), "{e}");
@@ -46,7 +46,10 @@ fn an_injected_error_fails_synchronize_naming_the_task_and_a_new_stream_recovers
             .collect::<Vec<_>>(),
         [(1, 0), (2, 0), (3, -Errno::EIO.code())]
     );
-    assert!(s.submit(&TaskDesc::nop(6)).unwrap_err().is(Errno::EIO));
+    assert!(s
+        .submit(&task::nop().with_user_data(6))
+        .unwrap_err()
+        .is(Errno::EIO));
 
     // Recovery: a new stream (armed like every stream: its third task fails too, so
     // disarm the device first, as a test of recovery would).
@@ -71,7 +74,7 @@ fn a_hung_task_and_a_stopped_stream_time_out_and_leave_other_streams_running() {
     mock.inject(Some(hung.handle()), Some(Inject::HangAt { nth: 2 }))
         .unwrap();
     for i in 1..=3 {
-        hung.submit(&TaskDesc::nop(i)).unwrap();
+        hung.submit(&task::nop().with_user_data(i)).unwrap();
     }
     let e = hung.synchronize(SHORT).unwrap_err();
     assert!(e.is(Errno::ETIMEDOUT), "{e}");
@@ -79,7 +82,7 @@ fn a_hung_task_and_a_stopped_stream_time_out_and_leave_other_streams_running() {
     hung.poll(&mut done);
     assert_eq!(done.iter().map(|c| c.user_data).collect::<Vec<_>>(), [1]);
     for i in 0..100 {
-        ok.submit(&TaskDesc::nop(i)).unwrap();
+        ok.submit(&task::nop().with_user_data(i)).unwrap();
     }
     ok.synchronize(LONG).unwrap();
 
@@ -92,7 +95,7 @@ fn a_hung_task_and_a_stopped_stream_time_out_and_leave_other_streams_running() {
         .unwrap();
     let mut refused = None;
     for i in 0..9 {
-        if let Err(e) = stop.submit(&TaskDesc::nop(i)) {
+        if let Err(e) = stop.submit(&task::nop().with_user_data(i)) {
             refused = Some((i, e));
             break;
         }
@@ -108,10 +111,10 @@ fn a_device_reset_stops_every_stream_with_a_clear_error_and_new_streams_run() {
     let ctx = dev.create_context().unwrap();
     let mut a = ctx.create_stream().unwrap();
     let mut b = ctx.create_stream().unwrap();
-    a.submit(&TaskDesc::nop(1)).unwrap();
+    a.submit(&task::nop().with_user_data(1)).unwrap();
     a.synchronize(LONG).unwrap();
     assert_eq!(dev.mock_device().unwrap().reset(), 2);
-    let e = a.submit(&TaskDesc::nop(2)).unwrap_err();
+    let e = a.submit(&task::nop().with_user_data(2)).unwrap_err();
     assert!(e.is(Errno::EIO), "{e}");
     assert!(e.message().contains("device was reset"), "{e}");
     let e = b.synchronize(SHORT).unwrap_err();
@@ -122,6 +125,6 @@ fn a_device_reset_stops_every_stream_with_a_clear_error_and_new_streams_run() {
     );
     // Completions taken before the reset are not lost; memory and the context stay.
     let mut c = ctx.create_stream().unwrap();
-    c.submit(&TaskDesc::nop(3)).unwrap();
+    c.submit(&task::nop().with_user_data(3)).unwrap();
     c.synchronize(LONG).unwrap();
 }

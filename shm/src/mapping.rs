@@ -187,15 +187,20 @@ impl SharedMapping {
 /// Returns at once if the word already differs. Spurious returns are possible: callers
 /// re-check what they wait for. Shared (not `FUTEX_PRIVATE`): the waker may be another
 /// process mapping the same memory.
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+///
+/// Returns `true` when the sleep ended because a signal handler ran on this thread (`EINTR`:
+/// a timed futex wait is never restarted, whatever the handler's `SA_RESTART`), for callers
+/// whose waits a signal should end; others ignore it.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: FUTEX_WAIT reads the 4-byte aligned word behind `word`, a live reference for
     // the whole call; the timeout points at a local timespec. The result (woken, EAGAIN
-    // because the value changed, ETIMEDOUT, EINTR) needs no handling: callers re-check.
-    unsafe {
+    // because the value changed, ETIMEDOUT) needs no handling: callers re-check; EINTR is
+    // reported.
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -204,8 +209,9 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
             &ts as *const libc::timespec,
             std::ptr::null::<u32>(),
             0u32,
-        );
-    }
+        )
+    };
+    rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
 }
 
 /// One word for [`futex_waitv`] to sleep on: while it holds `expected`.

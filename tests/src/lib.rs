@@ -6,9 +6,10 @@
 //! the same assertions run against each. [`model`] (from
 //! `davinci-workload`) holds the CPU reference the results are checked against; [`workload`]
 //! the workload itself.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod descs;
 pub mod mockd;
 pub mod raw;
 pub use davinci_workload::model;

@@ -6,6 +6,7 @@
 //! and finally a real Prometheus scrapes it and answers a query with the same values.
 #![forbid(unsafe_code)]
 
+use davinci_tests::descs::SubmitDescs;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -348,10 +349,10 @@ fn own_client(path: &str) -> OwnClient {
     // Idle first, so the device's worker goes to sleep and our doorbell must wake it.
     std::thread::sleep(Duration::from_millis(300));
     let nops: Vec<TaskDesc> = (0..NOPS).map(TaskDesc::nop).collect();
-    s.submit_batch(&nops).expect("submit");
+    s.submit_descs(&nops).expect("submit");
     s.synchronize(T).expect("synchronize");
     let mut bad = ctx.create_stream().expect("stream");
-    bad.submit(&TaskDesc::fill(99, DevAddr(0x10), 64, 0))
+    bad.submit_desc(&TaskDesc::fill(99, DevAddr(0x10), 64, 0))
         .expect("submit");
     assert!(bad.synchronize(T).is_err(), "the FILL of 0x10 must fail");
     OwnClient {

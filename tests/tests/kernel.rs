@@ -13,6 +13,7 @@
 //! The raw system calls (ioctl with deliberately bad pointers, mmap, fork, signals) are the
 //! point of these tests, so this file has `unsafe`, each block with its `SAFETY:` comment.
 
+use davinci_tests::descs::SubmitDescs;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
@@ -581,7 +582,7 @@ fn a_client_killed_mid_submission_gives_everything_back() {
     let buf = dev.alloc(held.memory_bytes as usize).expect("alloc");
     let ctx = dev.create_context().unwrap();
     let mut s = ctx.create_stream().unwrap();
-    s.submit(&davinci_shim::TaskDesc::fill(
+    s.submit_desc(&davinci_shim::TaskDesc::fill(
         7,
         buf.dev_addr(),
         buf.len() as u64 & !3,
@@ -824,7 +825,7 @@ fn long_fills_under_the_device_lock_hold_up_no_open() {
     // times.
     for (i, s) in streams.iter_mut().enumerate() {
         for k in 0..4u64 {
-            s.submit(&davinci_shim::TaskDesc::fill(
+            s.submit_desc(&davinci_shim::TaskDesc::fill(
                 k,
                 buf.dev_addr(),
                 buf.len() as u64 & !3,
@@ -1208,7 +1209,7 @@ impl Drop for Disarm {
 #[test]
 #[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
 fn the_engines_faults_reach_a_runtime_on_the_kernel_as_on_the_mock() {
-    use davinci_shim::{task, Errno, StreamOptions, TaskDesc};
+    use davinci_shim::{task, Errno, StreamOptions};
     const SHORT: Duration = Duration::from_millis(300);
     const LONG: Duration = Duration::from_secs(30);
     let path = node_path();
@@ -1227,7 +1228,7 @@ fn the_engines_faults_reach_a_runtime_on_the_kernel_as_on_the_mock() {
     let ctx = dev.create_context().unwrap();
     let mut s = ctx.create_stream().unwrap();
     for i in 1..=5 {
-        let _ = s.submit(&TaskDesc::nop(i));
+        let _ = s.submit(&davinci_shim::task::nop().with_user_data(i));
     }
     let e = s.synchronize(LONG).unwrap_err();
     assert!(e.is(Errno::EIO), "{e}");
@@ -1245,14 +1246,16 @@ fn the_engines_faults_reach_a_runtime_on_the_kernel_as_on_the_mock() {
     inject("hang-at=2");
     let mut hung = ctx.create_stream().unwrap();
     for i in 1..=3 {
-        hung.submit(&TaskDesc::nop(i)).unwrap();
+        hung.submit(&davinci_shim::task::nop().with_user_data(i))
+            .unwrap();
     }
     let e = hung.synchronize(SHORT).unwrap_err();
     assert!(e.is(Errno::ETIMEDOUT), "{e}");
     inject("none");
     let mut ok = ctx.create_stream().unwrap();
     for i in 0..100 {
-        ok.submit(&TaskDesc::nop(i)).unwrap();
+        ok.submit(&davinci_shim::task::nop().with_user_data(i))
+            .unwrap();
     }
     ok.synchronize(LONG).unwrap();
 
@@ -1261,7 +1264,11 @@ fn the_engines_faults_reach_a_runtime_on_the_kernel_as_on_the_mock() {
     let mut stop = ctx
         .create_stream_with(StreamOptions::depths(8, 8).submit_timeout(SHORT))
         .unwrap();
-    let refused = (0..9).find_map(|i| stop.submit(&TaskDesc::nop(i)).err().map(|e| (i, e)));
+    let refused = (0..9).find_map(|i| {
+        stop.submit(&davinci_shim::task::nop().with_user_data(i))
+            .err()
+            .map(|e| (i, e))
+    });
     inject("none");
     let (i, e) = refused.expect("the ninth submit finds the ring full");
     assert_eq!(i, 8, "eight slots fill, nothing is taken");
@@ -1269,14 +1276,18 @@ fn the_engines_faults_reach_a_runtime_on_the_kernel_as_on_the_mock() {
 
     // reset: every running stream stops with ECANCELED; a new one runs.
     let mut a = ctx.create_stream().unwrap();
-    a.submit(&TaskDesc::nop(1)).unwrap();
+    a.submit(&davinci_shim::task::nop().with_user_data(1))
+        .unwrap();
     a.synchronize(LONG).unwrap();
     inject("reset");
-    let e = a.submit(&TaskDesc::nop(2)).unwrap_err();
+    let e = a
+        .submit(&davinci_shim::task::nop().with_user_data(2))
+        .unwrap_err();
     assert!(e.is(Errno::EIO), "{e}");
     assert!(e.message().contains("device was reset"), "{e}");
     let mut c = ctx.create_stream().unwrap();
-    c.submit(&TaskDesc::nop(3)).unwrap();
+    c.submit(&davinci_shim::task::nop().with_user_data(3))
+        .unwrap();
     c.synchronize(LONG).unwrap();
 }
 

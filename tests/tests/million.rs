@@ -19,6 +19,7 @@
 //! submits and polls, the way a runtime's dispatcher would.
 #![forbid(unsafe_code)]
 
+use davinci_tests::descs::SubmitDescs;
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
@@ -195,7 +196,7 @@ fn million_tasks_four_streams_with_events() {
             if room > 0 {
                 descs.clear();
                 descs.extend((next[s]..next[s] + room).map(|n| prog.desc(s, n)));
-                let k = streams[s].try_submit_batch(&descs).expect("submit");
+                let k = streams[s].try_submit_descs(&descs).expect("submit");
                 next[s] += k as u64;
                 progress |= k > 0;
             }

@@ -3,6 +3,7 @@
 //! daemon's sockets exactly as they would to a kernel driver.
 #![forbid(unsafe_code)]
 
+use davinci_tests::descs::SubmitDescs;
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -356,7 +357,7 @@ fn one_open_serves_other_threads_while_one_waits() {
     // The stream stalls until the event's first record; its synchronize blocks in WAIT_EVENT
     // on the one socket.
     waiting
-        .submit(&davinci_shim::TaskDesc::event_wait(9, ev.handle(), 1))
+        .submit_desc(&davinci_shim::TaskDesc::event_wait(9, ev.handle(), 1))
         .unwrap();
     let waiter = std::thread::spawn(move || waiting.synchronize(Duration::from_secs(30)));
     std::thread::sleep(Duration::from_millis(100));
@@ -371,7 +372,7 @@ fn one_open_serves_other_threads_while_one_waits() {
     );
     let buf = dev.alloc(4096).unwrap();
     other
-        .submit(&davinci_shim::TaskDesc::fill(
+        .submit_desc(&davinci_shim::TaskDesc::fill(
             1,
             davinci_shim::DeviceMem::dev_addr(&buf),
             4096,
@@ -426,4 +427,92 @@ fn a_user_sees_only_their_own_clients_and_an_admin_sees_everyone() {
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["devices"][0]["clients"], 1, "the count stays public: {v}");
     assert_eq!(a.release(), 0);
+}
+
+/// Ctrl-C ends a workload whose device hung (issue 23): the round's `synchronize` is
+/// interrupted (EINTR) instead of waiting out its timeout, and the report says the run was
+/// interrupted, having checked no half round.
+#[test]
+fn ctrl_c_ends_a_workload_on_a_hung_device_without_waiting_for_the_timeout() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::io::Read;
+    use std::process::Stdio;
+    // Every stream hangs at its 40th task: the first round never completes.
+    let d = Mockd::start(&["--inject", "hang-at=40"]).unwrap();
+    let mut child = Command::new(bin("davinci-workload"))
+        .args(["--device", &d.path(0), "--timeout-secs", "120", "--json"])
+        .args(["--tasks", "1000", "--latency-samples", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start davinci-workload");
+    // Under way and hung by then (a safety margin, not a measurement).
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+    let t0 = Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < LONG,
+            "the workload still runs {LONG:?} after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = t0.elapsed();
+    println!("mockd: Ctrl-C ended a hung workload in {took:?}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["interrupted"], true, "{v}");
+    assert_eq!(v["rounds"], 0, "{v}");
+    assert!(
+        took < Duration::from_secs(60),
+        "Ctrl-C took {took:?}: the wait ran to its timeout"
+    );
+}
+
+/// `--inject FAULT@pid=N,streams=1` (issue 23): only the first stream of that process is
+/// armed; the stream a recovering runtime creates next runs clean, and another process's
+/// streams never fault.
+#[test]
+fn a_targeted_inject_faults_one_stream_of_one_process() {
+    let me = std::process::id();
+    let rule = format!("error-at=2:EFAULT@pid={me},streams=1");
+    let d = Mockd::start(&["--inject", &rule]).unwrap();
+    let dev = Device::open(&d.path(0)).unwrap();
+    let ctx = dev.create_context().unwrap();
+    let buf = dev.alloc(4096).unwrap();
+    let run = |s: &mut davinci_shim::Stream| {
+        for v in 0..3 {
+            s.submit(&davinci_shim::task::fill(&buf, v).unwrap())
+                .unwrap();
+        }
+        s.synchronize(Duration::from_secs(30))
+    };
+    let mut first = ctx.create_stream().unwrap();
+    let e = run(&mut first).unwrap_err();
+    assert!(e.is(Errno::EIO) && e.message().contains("EFAULT"), "{e}");
+    // Recovery: a new stream, not armed (the rule was for one stream).
+    drop(first);
+    let mut second = ctx.create_stream().unwrap();
+    run(&mut second).unwrap();
+    drop((second, ctx, buf, dev));
+    // Another process (a test client) is never armed.
+    let c = Client::start(&d.path(0), &["work", "--rounds", "5"]);
+    c.expect("ready");
+    assert_eq!(
+        c.expect("done")["ok"],
+        true,
+        "another process's streams were armed"
+    );
 }

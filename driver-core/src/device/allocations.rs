@@ -8,7 +8,7 @@ use super::clients::Holding;
 use super::entries::Allocation;
 use super::DeviceCore;
 use crate::error::{ensure, fail, Result};
-use crate::memory::DVA_BASE;
+use crate::memory::dva;
 use crate::platform::Platform;
 
 impl<P: Platform> DeviceCore<P> {
@@ -36,6 +36,7 @@ impl<P: Platform> DeviceCore<P> {
                 owner: client,
                 offset: 0,
                 size: 0,
+                generation: 0,
             },
             "allocation table is full",
         )?;
@@ -51,15 +52,17 @@ impl<P: Platform> DeviceCore<P> {
             self.allocations.remove(handle);
             return Err(e);
         }
+        let generation = self.memory.take_generation();
         if let Some(a) = self.allocations.get_mut(handle) {
             a.offset = offset;
             a.size = size;
+            a.generation = generation;
         }
         let c = self.client_mut(client)?;
         c.allocations += 1;
         c.memory += size;
         args.handle = handle;
-        args.dev_addr = DVA_BASE + offset;
+        args.dev_addr = dva(generation, offset);
         args.alloc_size = size;
         args.mmap_offset = mmap_offset(MmapKind::Memory, handle);
         Ok(())

@@ -147,6 +147,8 @@ pub(crate) struct Allocation {
     pub(crate) owner: u32,
     pub(crate) offset: u64,
     pub(crate) size: u64,
+    /// Its addresses' generation (`crate::memory::dva`).
+    pub(crate) generation: u32,
 }
 
 /// A stream's health.

@@ -9,7 +9,7 @@
 use davinci_uapi::{DeviceCounters, DeviceInfo, Features, ShareMode};
 
 use crate::error::{ensure, fail, Result};
-use crate::inject::Inject;
+use crate::inject::InjectRule;
 use crate::limits::Quota;
 use crate::limits::{
     MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
@@ -61,8 +61,8 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) events: Table<EventEntry<P>, MAX_EVENTS>,
     pub(crate) allocations: Table<Allocation, MAX_ALLOCATIONS>,
     pub(crate) memory: Allocator<MAX_BLOCKS>,
-    /// The fault every new stream is armed with (`inject`), if any.
-    pub(crate) inject: Option<Inject>,
+    /// The fault new streams are armed with (`inject`, `inject_rule`), and which, if any.
+    pub(crate) inject: Option<InjectRule>,
     /// GET_COUNTERS: the counters of destroyed streams, and client opens so far.
     pub(crate) retired: Retired,
     pub(crate) clients_opened: u64,

@@ -13,7 +13,7 @@ use super::clients::Holding;
 use super::entries::{poison_queued_records, StreamEngine, StreamEntry, StreamState};
 use super::DeviceCore;
 use crate::error::{ensure, fail, Error, Result};
-use crate::inject::Inject;
+use crate::inject::{Inject, InjectRule};
 use crate::limits::{MAX_CMD_ENTRIES, MAX_EVENT_ENTRIES};
 use crate::platform::{locked, Lock, Platform, StreamRegions};
 
@@ -107,7 +107,7 @@ impl<P: Platform> DeviceCore<P> {
                 completed: 0,
                 errors: 0,
                 doorbells: 0,
-                inject: self.inject,
+                inject: self.take_inject(client),
                 inject_base: 0,
                 halted: false,
             }),
@@ -187,6 +187,34 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 
+    /// The fault a new stream of `client` is armed with under the device-wide rule, if it
+    /// matches (counting it against the rule's `streams`).
+    fn take_inject(&mut self, client: u32) -> Option<Inject> {
+        let rule = self.inject?;
+        let p = self.clients.get(client)?.params;
+        if !rule.matches(p.pid, p.uid, &p.comm) {
+            return None;
+        }
+        if let Some(n) = rule.target.streams {
+            self.inject = (n > 1).then_some(InjectRule {
+                target: crate::inject::InjectTarget {
+                    streams: Some(n - 1),
+                    ..rule.target
+                },
+                ..rule
+            });
+        }
+        Some(rule.fault)
+    }
+
+    /// Arms a device-wide rule (or disarms, `None`): the streams created from now on that it
+    /// selects get its fault (the streams that exist keep theirs). A host's test hook
+    /// (`davinci-mockd --inject FAULT@SELECTORS`, the kernel module's `inject` parameter),
+    /// not an ioctl: no client can reach it.
+    pub fn inject_rule(&mut self, rule: Option<InjectRule>) {
+        self.inject = rule;
+    }
+
     /// Arms `fault` (or disarms, `None`) on `stream`, or, with `stream` `None`, on every
     /// stream and every stream created from now on. A host's test hook (the mock device's
     /// `--inject`), not an ioctl: no client can reach it. `ENOENT` if the stream does not
@@ -203,7 +231,7 @@ impl<P: Platform> DeviceCore<P> {
                 None => fail!(ENOENT, "no such stream"),
             },
             None => {
-                self.inject = fault;
+                self.inject = fault.map(InjectRule::from);
                 for (_, s) in self.streams.iter_mut() {
                     arm(s);
                 }

@@ -9,7 +9,7 @@ use davinci_uapi::{Dtype, Errno, FaultKind, FaultOperand, Opcode, TaskDesc};
 use crate::device::entries::{Allocation, EventEntry, Partial, Pending};
 use crate::error::{fail_at, Error, Result};
 use crate::limits::{ADD_COST, ADD_F32_COST, COPY_COST, MAX_ALLOCATIONS, MAX_BLOCKS, MAX_EVENTS};
-use crate::memory::{Allocator, DVA_BASE};
+use crate::memory::{dva, split_dva, Allocator};
 use crate::platform::{locked, Platform};
 use crate::softfloat;
 use crate::table::Table;
@@ -106,14 +106,16 @@ impl<P: Platform> Exec<'_, P> {
                 FaultKind::NotOwned,
             )
         };
-        let offset = addr.checked_sub(DVA_BASE).ok_or_else(not_owned)?;
+        // A freed allocation's address names nothing, even once its memory is reused: the
+        // generation must match too.
+        let (generation, offset) = split_dva(addr).ok_or_else(not_owned)?;
         let a = self
             .memory
             .owner_of(offset, 1)
             .and_then(|h| self.allocations.get(h))
-            .filter(|a| a.owner == self.owner)
+            .filter(|a| a.owner == self.owner && a.generation == generation)
             .ok_or_else(not_owned)?;
-        let alloc_end = DVA_BASE.saturating_add(a.offset).saturating_add(a.size);
+        let alloc_end = dva(generation, a.offset).saturating_add(a.size);
         if end > alloc_end {
             let past = u32::try_from(end - alloc_end).unwrap_or(u32::MAX);
             return Err(Error::at(

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use davinci_driver_core::{
-    DeviceCore, NoUserMem, OpenParams, Reply, Role, CONTAINER_LEN, DVA_BASE,
+    dva_offset, DeviceCore, NoUserMem, OpenParams, Reply, Role, CONTAINER_LEN,
 };
 use davinci_ring::{Consumer, Producer, RingRegion};
 use davinci_uapi::*;
@@ -120,7 +120,7 @@ pub fn mem(dev: &mut DeviceCore<HeapPlatform>, c: u32, a: &AllocMemoryArgs, len:
     use davinci_driver_core::Platform;
     let mut b = vec![0; len];
     dev.platform_mut()
-        .mem_read(c, a.dev_addr - DVA_BASE, &mut b)
+        .mem_read(c, dva_offset(a.dev_addr).unwrap(), &mut b)
         .unwrap();
     b
 }

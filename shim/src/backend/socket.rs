@@ -20,11 +20,19 @@ use davinci_mockd_proto::{
 };
 use davinci_uapi::{
     ClientUsage, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
-    DRIVER_CMD_LIST_CLIENTS,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 
 use super::{list_clients_arg, Backend, MapFd, Role};
 use crate::error::{Error, Result};
+
+/// Why no reply was read.
+enum Recv {
+    /// A signal handler interrupted the read (nothing was read).
+    Interrupted,
+    /// The connection is unusable, and why.
+    Dead(String),
+}
 
 /// A reply and the descriptors that came with it.
 struct Incoming {
@@ -165,42 +173,81 @@ impl SocketBackend {
                         g.done.insert(inc.reply.tag, inc);
                     }
                 }
-                Err(why) => g.dead = Some(why),
+                // A signal handler without SA_RESTART ran on this thread during a blocking
+                // WAIT_EVENT: as the kernel driver's would, the wait returns EINTR (its
+                // reply, when it comes, is dropped: the tag is no longer pending), and it is
+                // cancelled so the daemon does not keep it until its timeout. Other calls
+                // (which the daemon carries out anyway) read on, as the kernel's do not
+                // return EINTR either.
+                Err(Recv::Interrupted)
+                    if kind == Kind::Ioctl
+                        && request == DRIVER_CMD_WAIT_EVENT
+                        && !g.done.contains_key(&tag) =>
+                {
+                    g.pending.remove(&tag);
+                    self.cv.notify_all();
+                    drop(g);
+                    self.cancel(tag);
+                    return Err(Error::new(
+                        Errno::EINTR,
+                        op,
+                        "interrupted by a signal handler on the waiting thread",
+                    ));
+                }
+                Err(Recv::Interrupted) => {}
+                Err(Recv::Dead(why)) => g.dead = Some(why),
             }
             self.cv.notify_all();
         }
     }
 
+    /// Sends CANCEL for the wait `tag` (no wait for its reply: it is dropped as unasked).
+    fn cancel(&self, tag: u32) {
+        let frame = Request {
+            kind: Kind::Cancel,
+            tag: self.next_tag.fetch_add(1, Ordering::Relaxed),
+            request: 0,
+            arg: tag.to_le_bytes().to_vec(),
+        }
+        .encode();
+        if let Ok(frame) = frame {
+            let _ = self.conn.send(&frame, &[]);
+        }
+    }
+
     /// Reads one reply frame (the caller holds the reader role).
-    fn recv_one(&self) -> std::result::Result<Incoming, String> {
+    fn recv_one(&self) -> std::result::Result<Incoming, Recv> {
         let mut buf = relock(self.buf.lock());
-        let r = self.conn.recv(&mut buf, true).map_err(|e| {
-            format!(
+        let r = self.conn.recv_interruptible(&mut buf, true).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Recv::Interrupted;
+            }
+            Recv::Dead(format!(
                 "mock:{}: connection to davinci-mockd failed: {e}",
                 self.path.display()
-            )
+            ))
         })?;
         if r.len == 0 {
-            return Err(format!(
+            return Err(Recv::Dead(format!(
                 "mock:{}: davinci-mockd closed the connection (daemon stopped?)",
                 self.path.display()
-            ));
+            )));
         }
         if r.truncated || r.fds_dropped {
-            return Err(format!(
+            return Err(Recv::Dead(format!(
                 "mock:{}: oversized reply from davinci-mockd",
                 self.path.display()
-            ));
+            )));
         }
         let reply = Reply::decode(&buf[..r.len])
-            .map_err(|e| format!("mock:{}: bad reply: {e}", self.path.display()))?;
+            .map_err(|e| Recv::Dead(format!("mock:{}: bad reply: {e}", self.path.display())))?;
         if reply.nfds as usize != r.fds.len() {
-            return Err(format!(
+            return Err(Recv::Dead(format!(
                 "mock:{}: reply announced {} descriptors, {} arrived",
                 self.path.display(),
                 reply.nfds,
                 r.fds.len()
-            ));
+            )));
         }
         Ok(Incoming { reply, fds: r.fds })
     }

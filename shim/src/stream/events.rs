@@ -1,68 +1,128 @@
-//! Events on a [`Stream`]: [`Event::record`] submits EVENT_RECORD, [`Stream::wait_event`]
-//! submits EVENT_WAIT; both only between a context's own streams and events.
+//! Events on a [`Stream`]: [`Event::record`] submits EVENT_RECORD and returns the value it
+//! records as a [`Recorded`] token; [`Stream::wait_event`] and [`Stream::wait_recorded`]
+//! submit EVENT_WAIT; all only between a context's own streams and events.
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use davinci_uapi::*;
 
 use super::Stream;
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Event, Recorded};
+use crate::task::Task;
 
 impl Stream {
     /// Makes this stream wait (on the device) until `event` reaches the value of its latest
     /// [`record`](Event::record) (`aclrtStreamWaitEvent` / `cudaStreamWaitEvent`). Nothing is
     /// waited for if the event was never recorded. `user_data` of the task is 0.
+    ///
+    /// "Latest" is read now: if another thread records the event again before this call, the
+    /// stream waits for that later record. To wait for one particular record, use
+    /// [`wait_recorded`](Self::wait_recorded) with its token.
     pub fn wait_event(&mut self, event: &Event) -> Result<()> {
         self.wait_event_tagged(event, 0)
     }
 
     /// Like [`wait_event`](Self::wait_event), with the task's `user_data`.
     pub fn wait_event_tagged(&mut self, event: &Event, user_data: u64) -> Result<()> {
-        check_context(event, self, "Stream::wait_event")?;
-        self.submit(&TaskDesc::event_wait(
+        check_context(event.context(), event.handle(), self, "Stream::wait_event")?;
+        self.submit(&Task::bare(TaskDesc::event_wait(
             user_data,
             event.handle(),
             event.recorded(),
-        ))
+        )))
+        .map(|_| ())
+    }
+
+    /// Makes this stream wait (on the device) until the event of `record` reaches its value:
+    /// exactly that record, whatever was recorded since (a later record only raises the
+    /// value further, so the wait never waits for more than it names).
+    ///
+    /// ```
+    /// # fn main() -> davinci_shim::Result<()> {
+    /// # #[cfg(feature = "embedded")] {
+    /// use davinci_shim::{task, Device, DeviceMem};
+    /// use std::time::Duration;
+    /// let dev = Device::embedded()?;
+    /// let ctx = dev.create_context()?;
+    /// let (mut a, mut b) = (ctx.create_stream()?, ctx.create_stream()?);
+    /// let (x, y) = (dev.alloc(64)?, dev.alloc(64)?);
+    /// let ev = ctx.create_event()?;
+    /// a.submit(&task::fill(&x, 1)?)?;
+    /// let first = ev.record(&mut a)?;   // value 1
+    /// let _second = ev.record(&mut a)?; // value 2: does not move `first`
+    /// b.wait_recorded(&first)?;         // waits for value 1 only
+    /// b.submit(&task::copy(&y, &x)?)?;
+    /// b.synchronize(Duration::from_secs(5))?;
+    /// assert_eq!((first.value(), y.read_vec::<u32>(0, 1)?[0]), (1, 1));
+    /// # }
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_recorded(&mut self, record: &Recorded) -> Result<()> {
+        check_context(
+            record.context(),
+            record.event_handle(),
+            self,
+            "Stream::wait_recorded",
+        )?;
+        self.submit(&Task::bare(TaskDesc::event_wait(
+            0,
+            record.event_handle(),
+            record.value(),
+        )))
+        .map(|_| ())
     }
 }
 
 impl Event {
     /// Records the event on `stream` (`aclrtRecordEvent` / `cudaEventRecord`): once the
-    /// stream reaches this point, the event's value becomes the returned one. The task's
-    /// `user_data` is 0.
-    pub fn record(&self, stream: &mut Stream) -> Result<u64> {
+    /// stream reaches this point, the event's value becomes the returned one. The token
+    /// names that value: wait for it ([`Stream::wait_recorded`], [`Recorded::synchronize`])
+    /// or time between two of them ([`Recorded::elapsed`]). The task's `user_data` is 0.
+    pub fn record(&self, stream: &mut Stream) -> Result<Recorded> {
         self.record_tagged(stream, 0)
     }
 
     /// Like [`record`](Self::record), with the task's `user_data`.
-    pub fn record_tagged(&self, stream: &mut Stream, user_data: u64) -> Result<u64> {
-        check_context(self, stream, "Event::record")?;
+    pub fn record_tagged(&self, stream: &mut Stream, user_data: u64) -> Result<Recorded> {
+        check_context(self.context(), self.handle(), stream, "Event::record")?;
         let value = self.next_record();
-        if let Err(e) = stream.submit(&TaskDesc::event_record(user_data, self.handle(), value)) {
-            // Not recorded: give the value back unless another record took a later one.
-            self.unrecord(value);
-            return Err(e);
-        }
-        Ok(value)
+        let task = match stream.submit(&Task::bare(TaskDesc::event_record(
+            user_data,
+            self.handle(),
+            value,
+        ))) {
+            Ok(id) => id,
+            Err(e) => {
+                // Not recorded: give the value back unless another record took a later one.
+                self.unrecord(value);
+                return Err(e);
+            }
+        };
+        let stamp = Arc::new(OnceLock::new());
+        stream.pending.stamp_last(stamp.clone());
+        Ok(Recorded::new(self, value, stream.handle(), task, stamp))
     }
 }
 
-/// `EINVAL` unless `event` and `stream` belong to the same context.
-fn check_context(event: &Event, stream: &Stream, op: &'static str) -> Result<()> {
-    if Arc::ptr_eq(&stream.ctx, event.context()) {
+/// `EINVAL` unless the event (of context `ctx`) and `stream` belong to the same context.
+fn check_context(
+    ctx: &Arc<crate::context::ContextInner>,
+    event: u32,
+    stream: &Stream,
+    op: &'static str,
+) -> Result<()> {
+    if Arc::ptr_eq(&stream.ctx, ctx) {
         Ok(())
     } else {
         Err(Error::new(
             Errno::EINVAL,
             op,
             format!(
-                "event {:#x} belongs to context {:#x}, stream {:#x} to context {:#x}: \
+                "event {event:#x} belongs to context {:#x}, stream {:#x} to context {:#x}: \
                  events work within one context",
-                event.handle(),
-                event.context().handle,
+                ctx.handle,
                 stream.handle(),
                 stream.context_handle()
             ),

@@ -7,7 +7,7 @@
 //! ring: `poll` and the back-pressure backlog), `wait` (`synchronize`, waiting for room,
 //! and the wait policy [`SpinWait`](crate::SpinWait)) and `events` (recording and waiting
 //! for events on a stream).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -23,8 +23,12 @@ use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
 use crate::rings::{StreamRings, Wake};
 use crate::stats::{DeviceStats, Stats};
+pub use pending::TaskId;
+pub(crate) use pending::{Pending, Stamp};
 
 mod events;
+mod host;
+mod pending;
 mod reap;
 mod submit;
 pub(crate) mod wait;
@@ -110,26 +114,29 @@ impl StreamOptions {
 /// * [`synchronize`](Self::synchronize) blocks in the driver until everything submitted has
 ///   completed.
 ///
-/// A stream is used by one thread at a time (`&mut self`); it may move between threads.
-/// Dropping it destroys the stream (tasks not yet executed are discarded).
+/// A stream is used by one thread at a time (`&mut self`): it is `Send`, not `Sync`.
+/// Dropping it destroys the stream: tasks not yet executed are discarded, and the buffers
+/// that queued tasks named are released (freed, if nothing else holds them) once the driver
+/// has destroyed it (see [`Drop`](#impl-Drop-for-Stream)).
 ///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
 /// # #[cfg(feature = "embedded")] {
-/// use davinci_shim::{DeviceMem, Device, TaskDesc};
+/// use davinci_shim::{task, DeviceMem, Device, Region};
 /// use std::time::Duration;
 /// let dev = Device::embedded()?;
 /// let buf = dev.alloc(256)?;
 /// let mut stream = dev.create_context()?.create_stream()?;
 /// // Two tasks, one publish; completions come back in order, tagged with user_data.
-/// stream.submit_batch(&[
-///     TaskDesc::fill(1, buf.dev_addr(), 256, 0xabcd),
-///     TaskDesc::copy(2, buf.dev_addr() + 128, buf.dev_addr(), 64),
+/// let first = stream.submit_batch(&[
+///     task::fill(&buf, 0xabcd)?.with_user_data(1),
+///     task::copy(Region::range(&buf, 128..192)?, Region::range(&buf, 0..64)?)?.with_user_data(2),
 /// ])?;
 /// stream.synchronize(Duration::from_secs(5))?;
 /// let mut done = Vec::new();
 /// stream.poll(&mut done);
 /// assert_eq!(done.iter().map(|c| c.user_data).collect::<Vec<_>>(), [1, 2]);
+/// assert_eq!((done[0].task, done[1].task), (first, first.offset(1)));
 /// assert!(done.iter().all(|c| c.is_ok()));
 /// assert_eq!(buf.read_vec::<u32>(128, 2)?, [0xabcd, 0xabcd]);
 /// # }
@@ -143,6 +150,7 @@ pub struct Stream {
     backlog: VecDeque<Completion>,
     first_error: Option<Completion>,
     stats: Arc<Stats>,
+    pending: Pending,
 }
 
 impl fmt::Debug for Stream {
@@ -220,6 +228,7 @@ impl Stream {
             backlog: VecDeque::new(),
             first_error: None,
             stats: dev.inner.stats.register_stream(),
+            pending: Pending::default(),
         })
     }
 
@@ -273,9 +282,27 @@ impl Stream {
 
     /// The device's error state of this stream, if it stopped.
     pub fn error_state(&self) -> Option<StreamError> {
-        self.rings
-            .cmd_error()
-            .map(|(raw, index)| StreamError::from_header(raw, index))
+        self.rings.cmd_error().map(|(raw, index)| {
+            // The index is free-running and 32-bit: count back from the next task's id.
+            let back = self.pending.submitted as u32;
+            let back = u64::from(back.wrapping_sub(index));
+            StreamError::from_header(
+                raw,
+                index,
+                TaskId(self.pending.submitted.wrapping_sub(back)),
+            )
+        })
+    }
+
+    /// The id the next task submitted will get.
+    pub fn next_task(&self) -> TaskId {
+        TaskId(self.pending.submitted)
+    }
+
+    /// Queued tasks that keep something until they are reaped (tasks naming buffers, event
+    /// records, host callbacks).
+    pub fn pending_tasks(&self) -> usize {
+        self.pending.len()
     }
 
     fn check_error(&self, op: &'static str) -> Result<()> {
@@ -311,6 +338,29 @@ impl Stream {
         )
     }
 
+    /// Arms `fault` on this stream (or disarms it, `None`), counted from the next task it
+    /// takes; the other streams are not affected. For testing a runtime's error handling
+    /// against the embedded mock device; example on [`Inject`](crate::Inject). `ENODEV` on
+    /// another backend: start `davinci-mockd --inject FAULT@pid=N,streams=1`, or write the
+    /// kernel module's `inject` parameter, instead.
+    #[cfg(feature = "embedded")]
+    pub fn inject_fault(&mut self, fault: Option<crate::Inject>) -> Result<()> {
+        const OP: &str = "Stream::inject_fault";
+        let Some(mock) = self.ctx.dev.mock_device() else {
+            return Err(Error::new(
+                Errno::ENODEV,
+                OP,
+                format!(
+                    "{} is not the embedded mock device: use davinci-mockd --inject \
+                     FAULT@pid=N,streams=1 or the kernel module's inject parameter",
+                    self.ctx.dev
+                ),
+            ));
+        };
+        mock.inject(Some(self.handle), fault)
+            .map_err(|e| Error::new(e.errno, OP, e.msg))
+    }
+
     /// This stream's data-path counters so far (the same counters as [`Device::stats`], which
     /// sums them over the open's streams).
     ///
@@ -320,14 +370,25 @@ impl Stream {
     }
 }
 
+/// Destroys the stream (DESTROY_STREAM). It returns as soon as the driver has destroyed it:
+/// tasks not started are discarded, never run; a task the device was executing stops at its
+/// next chunk boundary (docs/abi.md 3.4), so the call takes at most one chunk's time. Then,
+/// with nothing of the stream running any more, the leases its queued tasks held are
+/// released (so their buffers are freed or return to their pool now, if nothing else holds
+/// them) and host callbacks not reached run with `ECANCELED`.
 impl Drop for Stream {
     fn drop(&mut self) {
         self.ctx.dev.inner.stats.retire_stream(&self.stats);
         // On failure the context's (or the open's) teardown releases it anyway.
-        let _ = self
+        let r = self
             .ctx
             .dev
             .call_handle("DESTROY_STREAM", DRIVER_CMD_DESTROY_STREAM, self.handle);
+        let why = match r {
+            Ok(()) => "the stream was dropped".to_string(),
+            Err(e) => format!("the stream was dropped ({e})"),
+        };
+        self.pending.discard(&why);
         // The ring ends and mappings are released after this (field drops).
     }
 }
@@ -342,6 +403,10 @@ mod tests {
         // Compile-time: a stream moves between threads (one user at a time, `&mut self`);
         // everything else may be shared.
         send::<super::Stream>();
+        send_sync::<crate::Recorded>();
+        send_sync::<crate::Task>();
+        send_sync::<crate::Control>();
+        send_sync::<super::TaskId>();
         send_sync::<crate::Device>();
         send_sync::<crate::Context>();
         send_sync::<crate::Event>();

@@ -21,9 +21,11 @@ impl Stream {
             usize::MAX
         };
         let keep = self.opts.keep_completions;
-        let (backlog, first_error) = (&mut self.backlog, &mut self.first_error);
+        let (backlog, first_error, pending) =
+            (&mut self.backlog, &mut self.first_error, &mut self.pending);
         let (n, wake) = self.rings.consume(room, |r| {
-            let c = Completion::from(r);
+            let mut c = Completion::from(r);
+            pending.reap(&mut c);
             if !c.is_ok() && first_error.is_none() {
                 *first_error = Some(c);
             }
@@ -64,9 +66,10 @@ impl Stream {
             f(c);
             n += 1;
         }
-        let first_error = &mut self.first_error;
+        let (first_error, pending) = (&mut self.first_error, &mut self.pending);
         let (taken, wake) = self.rings.consume(usize::MAX, |r| {
-            let c = Completion::from(r);
+            let mut c = Completion::from(r);
+            pending.reap(&mut c);
             if !c.is_ok() && first_error.is_none() {
                 *first_error = Some(c);
             }

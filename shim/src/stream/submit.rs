@@ -1,59 +1,152 @@
 //! Submitting on a [`Stream`]: descriptors into the mapped command ring with one release
 //! store per batch, the doorbell (or NOTIFY) when the device asked to be woken, and the slow
 //! path (SUBMIT_TASK). A full ring waits for room (`wait.rs`).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use davinci_uapi::*;
 
 use super::wait::deadline;
-use super::Stream;
-use crate::error::Result;
+use super::{Pending, Stream, TaskId};
+use crate::error::{Error, Result};
 use crate::rings::Wake;
 use crate::stats::Stats;
+use crate::task::Task;
+
+/// Descriptors copied into the ring per step of a batch (a stack buffer).
+const STEP: usize = 32;
 
 impl Stream {
-    /// Submits one task. Returns once it is in the command ring (not when it ran). If the
-    /// ring is full, waits for room (taking completions off the event ring into the backlog
-    /// if the device is stalled on it), at most `submit_timeout`.
-    pub fn submit(&mut self, desc: &TaskDesc) -> Result<()> {
-        self.submit_batch(std::slice::from_ref(desc))
+    /// Submits one task. Returns its [`TaskId`] once it is in the command ring (not when it
+    /// ran). If the ring is full, waits for room (taking completions off the event ring into
+    /// the backlog if the device is stalled on it), at most `submit_timeout`; a signal does
+    /// not end that wait.
+    ///
+    /// The stream keeps the task's leases until its completion is reaped, so the buffers it
+    /// names live at least that long ([`task`](crate::task) module docs). `EINVAL` if a buffer
+    /// belongs to another open of the device (its address means nothing here).
+    pub fn submit(&mut self, task: &Task) -> Result<TaskId> {
+        self.submit_batch(std::slice::from_ref(task))
     }
 
     /// Submits tasks in order with one publish (and at most one doorbell) per ring-full of
-    /// them; waits for room like [`submit`](Self::submit).
-    pub fn submit_batch(&mut self, descs: &[TaskDesc]) -> Result<()> {
+    /// them; waits for room like [`submit`](Self::submit). Returns the first task's id (the
+    /// others follow: [`TaskId::offset`]). If the wait for room fails midway, the tasks
+    /// already submitted stay submitted and the error says how many.
+    pub fn submit_batch(&mut self, tasks: &[Task]) -> Result<TaskId> {
         const OP: &str = "Stream::submit";
-        self.check_error(OP)?;
-        let mut rest = descs;
-        let mut until = None;
-        loop {
-            let n = self.rings.push_slice(rest);
-            rest = rest.get(n..).unwrap_or_default();
-            self.publish(OP, n)?;
-            if rest.is_empty() {
-                return Ok(());
-            }
-            let d = *until.get_or_insert_with(|| deadline(self.opts.submit_timeout));
-            Stats::bump(&self.stats.full_waits, 1);
-            self.wait_for_room(OP, d, rest.len())?;
-        }
+        self.check_devices(OP, tasks)?;
+        self.submit_with(
+            OP,
+            tasks.len(),
+            |i| *tasks[i].desc(),
+            |p, i| {
+                p.push(&tasks[i]);
+            },
+        )
     }
 
-    /// Submits as many of `descs` as fit without waiting (in order); returns how many.
-    pub fn try_submit_batch(&mut self, descs: &[TaskDesc]) -> Result<usize> {
+    /// Submits as many of `tasks` as fit without waiting (in order); returns how many.
+    pub fn try_submit_batch(&mut self, tasks: &[Task]) -> Result<usize> {
+        const OP: &str = "Stream::try_submit";
+        self.check_error(OP)?;
+        self.check_devices(OP, tasks)?;
+        let mut done = 0;
+        let mut buf = [TaskDesc::nop(0); STEP];
+        while done < tasks.len() {
+            let k = (tasks.len() - done).min(STEP);
+            for (slot, t) in buf.iter_mut().zip(&tasks[done..done + k]) {
+                *slot = *t.desc();
+            }
+            let pushed = self.rings.push_slice(&buf[..k]);
+            for t in &tasks[done..done + pushed] {
+                self.pending.push(t);
+            }
+            done += pushed;
+            if pushed < k {
+                break;
+            }
+        }
+        self.publish(OP, done)?;
+        Ok(done)
+    }
+
+    /// Submits one raw descriptor: [`submit`](Self::submit) for runtimes that manage buffer
+    /// lifetimes themselves (and for tests of what the device does with bad descriptors).
+    ///
+    /// # Safety
+    ///
+    /// Nothing keeps the memory `desc` names alive. The caller guarantees that every device
+    /// address it names stays allocated to this open, and is not freed and handed out again
+    /// (by the driver or by a [`MemPool`](crate::MemPool)), until the task's completion has
+    /// been reaped or the stream dropped. Otherwise the task may write into memory that now
+    /// belongs to another buffer or pool block of this process. (Addresses that belong to
+    /// nobody, or to another client, are safe: the device faults the task.)
+    #[allow(unsafe_code)]
+    pub unsafe fn submit_raw(&mut self, desc: &TaskDesc) -> Result<TaskId> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { self.submit_raw_batch(std::slice::from_ref(desc)) }
+    }
+
+    /// [`submit_batch`](Self::submit_batch) of raw descriptors.
+    ///
+    /// # Safety
+    ///
+    /// As [`submit_raw`](Self::submit_raw), for every descriptor.
+    #[allow(unsafe_code)]
+    pub unsafe fn submit_raw_batch(&mut self, descs: &[TaskDesc]) -> Result<TaskId> {
+        self.submit_with(
+            "Stream::submit",
+            descs.len(),
+            |i| descs[i],
+            |p, _| {
+                p.count(1);
+            },
+        )
+    }
+
+    /// [`try_submit_batch`](Self::try_submit_batch) of raw descriptors.
+    ///
+    /// # Safety
+    ///
+    /// As [`submit_raw`](Self::submit_raw), for every descriptor submitted.
+    #[allow(unsafe_code)]
+    pub unsafe fn try_submit_raw_batch(&mut self, descs: &[TaskDesc]) -> Result<usize> {
         const OP: &str = "Stream::try_submit";
         self.check_error(OP)?;
         let n = self.rings.push_slice(descs);
+        self.pending.count(n);
         self.publish(OP, n)?;
         Ok(n)
     }
 
-    /// The slow path: SUBMIT_TASK has the driver place `desc` in the ring for us (one system
-    /// call per task; for debugging and for clients that cannot map the rings). Returns the
-    /// ring index used.
-    pub fn submit_slow(&mut self, desc: &TaskDesc) -> Result<u32> {
+    /// The slow path: SUBMIT_TASK has the driver place the task in the ring for us (one
+    /// system call per task; for debugging and for clients that cannot map the rings).
+    /// Returns its id.
+    pub fn submit_slow(&mut self, task: &Task) -> Result<TaskId> {
+        const OP: &str = "SUBMIT_TASK";
+        self.check_devices(OP, std::slice::from_ref(task))?;
+        let mut a = SubmitTaskArgs {
+            stream: self.handle,
+            desc: *task.desc(),
+            ..Default::default()
+        };
+        self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
+        self.rings.resync_tail();
+        Stats::bump(&self.stats.slow_submits, 1);
+        Stats::bump(&self.stats.tasks, 1);
+        Ok(self.pending.push(task))
+    }
+
+    /// [`submit_slow`](Self::submit_slow) of a raw descriptor.
+    ///
+    /// # Safety
+    ///
+    /// As [`submit_raw`](Self::submit_raw).
+    #[allow(unsafe_code)]
+    pub unsafe fn submit_slow_raw(&mut self, desc: &TaskDesc) -> Result<TaskId> {
         const OP: &str = "SUBMIT_TASK";
         let mut a = SubmitTaskArgs {
             stream: self.handle,
@@ -64,7 +157,77 @@ impl Stream {
         self.rings.resync_tail();
         Stats::bump(&self.stats.slow_submits, 1);
         Stats::bump(&self.stats.tasks, 1);
-        Ok(a.index)
+        Ok(self.pending.count(1))
+    }
+
+    /// `EINVAL` unless every buffer the tasks name belongs to this stream's open.
+    fn check_devices(&self, op: &'static str, tasks: &[Task]) -> Result<()> {
+        let ours = &self.ctx.dev.inner;
+        for (i, t) in tasks.iter().enumerate() {
+            if let Some(l) = t.leases().find(|l| !Arc::ptr_eq(&l.device().inner, ours)) {
+                return Err(Error::new(
+                    Errno::EINVAL,
+                    op,
+                    format!(
+                        "task {i} of the batch names a buffer of another open ({}), not of this \
+                         stream's ({}): device addresses are per open",
+                        l.device(),
+                        self.ctx.dev
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes `n` descriptors (`desc(i)`), noting each pushed one with `keep`, publishing per
+    /// ring-full and waiting for room in between.
+    fn submit_with(
+        &mut self,
+        op: &'static str,
+        n: usize,
+        desc: impl Fn(usize) -> TaskDesc,
+        mut keep: impl FnMut(&mut Pending, usize),
+    ) -> Result<TaskId> {
+        self.check_error(op)?;
+        let first = self.next_task();
+        let mut done = 0;
+        let mut until = None;
+        let mut buf = [TaskDesc::nop(0); STEP];
+        loop {
+            let before = done;
+            while done < n {
+                let k = (n - done).min(STEP);
+                for (j, slot) in buf[..k].iter_mut().enumerate() {
+                    *slot = desc(done + j);
+                }
+                let pushed = self.rings.push_slice(&buf[..k]);
+                for j in 0..pushed {
+                    keep(&mut self.pending, done + j);
+                }
+                done += pushed;
+                if pushed < k {
+                    break;
+                }
+            }
+            self.publish(op, done - before)?;
+            if done == n {
+                return Ok(first);
+            }
+            let d = *until.get_or_insert_with(|| deadline(self.opts.submit_timeout));
+            Stats::bump(&self.stats.full_waits, 1);
+            if let Err(e) = self.wait_for_room(op, d, n - done) {
+                if done == 0 {
+                    return Err(e);
+                }
+                let msg = format!(
+                    "{}; {done} of the batch's {n} tasks were submitted ({first} on), the rest \
+                     were not",
+                    e.message()
+                );
+                return Err(Error::with_errno(e.errno(), op, msg));
+            }
+        }
     }
 
     /// Publishes what was pushed; rings the doorbell if the device asked for it.

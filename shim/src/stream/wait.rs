@@ -77,7 +77,13 @@ impl Stream {
     /// `cudaStreamSynchronize`), at most `timeout` (`ETIMEDOUT`).
     ///
     /// Completions it takes off the event ring stay available to [`poll`](Self::poll) (unless
-    /// `keep_completions` is off). Fails with the first failed task's errno if a task failed
+    /// `keep_completions` is off).
+    ///
+    /// A signal handler installed without `SA_RESTART` that runs on this thread while it
+    /// sleeps ends the wait with `EINTR` (`Error::is(Errno::EINTR)`), on every backend, so a
+    /// Ctrl-C handler that sets a flag gets control back; nothing is lost, and calling again
+    /// goes on waiting. (With `SA_RESTART` the kernel driver and `davinci-mockd` go on
+    /// waiting; the embedded device cannot tell the two apart and returns `EINTR`.) Fails with the first failed task's errno if a task failed
     /// since the last `synchronize` (whether `poll` already returned it or not), with `EIO` if
     /// the device put the stream in the error state.
     pub fn synchronize(&mut self, timeout: Duration) -> Result<()> {
@@ -108,6 +114,18 @@ impl Stream {
                             target.wrapping_sub(self.rings.head()),
                             self.handle,
                             timeout
+                        ),
+                    ))
+                }
+                Err(e) if e.is(Errno::EINTR) => {
+                    return Err(Error::new(
+                        Errno::EINTR,
+                        OP,
+                        format!(
+                            "interrupted by a signal: {} of stream {:#x}'s tasks were still \
+                             running; nothing is lost (synchronize again to go on waiting)",
+                            target.wrapping_sub(self.rings.head()),
+                            self.handle
                         ),
                     ))
                 }
@@ -194,7 +212,9 @@ impl Stream {
             let slice = (until - now).min(Duration::from_millis(20));
             match self.wait_stream(op, next, slice) {
                 Ok(_) => {}
-                Err(e) if e.is(Errno::ETIMEDOUT) || e.is(Errno::EAGAIN) => {}
+                // A signal does not end a submit (it would leave a batch half submitted):
+                // the wait for room is bounded by `submit_timeout` anyway.
+                Err(e) if e.is(Errno::ETIMEDOUT) || e.is(Errno::EAGAIN) || e.is(Errno::EINTR) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -23,7 +23,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use davinci_shim::{Control, Device, DeviceMem, Errno, StreamOptions, TaskDesc};
+use davinci_shim::{
+    task, Control, Device, DeviceMem, Errno, Region, StreamOptions, Task, TaskDesc,
+};
 use serde_json::json;
 
 /// Longer than any test: a wait that only the process's end ends.
@@ -61,8 +63,10 @@ fn fills(path: &str) -> ! {
         })
         .collect();
     let fill = |s: usize, i: u64| {
-        let at = buf.addr(s * bytes).unwrap_or_else(|e| fail(e));
-        TaskDesc::fill(i, at, bytes as u64, i as u32)
+        let part = Region::range(&buf, s * bytes..(s + 1) * bytes).unwrap_or_else(|e| fail(e));
+        task::fill(part, i as u32)
+            .unwrap_or_else(|e| fail(e))
+            .with_user_data(i)
     };
     for (k, s) in streams.iter_mut().enumerate() {
         let batch: Vec<_> = (0..4).map(|i| fill(k, i)).collect();
@@ -101,8 +105,9 @@ fn waits(path: &str) -> ! {
             let late = ctx.create_event().unwrap_or_else(|e| fail(e));
             let mut s = ctx.create_stream().unwrap_or_else(|e| fail(e));
             // `late` is recorded behind a wait for `gate`'s first record, which nobody makes.
-            s.submit(&TaskDesc::event_wait(1, gate.handle(), 1))
+            let never = Task::from_desc(TaskDesc::event_wait(1, gate.handle(), 1))
                 .unwrap_or_else(|e| fail(e));
+            s.submit(&never).unwrap_or_else(|e| fail(e));
             late.record(&mut s).unwrap_or_else(|e| fail(e));
             held.push((dev, ctx, gate, late, s));
         }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use davinci_shim::{Device, DeviceMem, Dtype, TaskDesc};
+use davinci_shim::{task, Device, DeviceMem, Region, Task, TaskDesc};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -118,9 +118,18 @@ fn park(
     queued: u64,
 ) {
     let gate = ctx.create_event().unwrap_or_else(|e| fail(e));
-    let mut descs = vec![TaskDesc::event_wait(2, gate.handle(), 1)];
-    descs.extend((0..queued).map(|i| TaskDesc::fill(3 + i, m.dev_addr(), 64, i as u32)));
-    s.submit_batch(&descs).unwrap_or_else(|e| fail(e));
+    let first = Region::range(m, 0..64).unwrap_or_else(|e| fail(e));
+    let mut tasks = vec![
+        Task::from_desc(TaskDesc::event_wait(2, gate.handle(), 1)).unwrap_or_else(|e| fail(e))
+    ];
+    for i in 0..queued {
+        tasks.push(
+            task::fill(first, i as u32)
+                .unwrap_or_else(|e| fail(e))
+                .with_user_data(3 + i),
+        );
+    }
+    s.submit_batch(&tasks).unwrap_or_else(|e| fail(e));
     std::thread::spawn(move || {
         let _gate = gate;
         // Never reached: nobody records the gate. Ends with the process.
@@ -146,12 +155,12 @@ fn main() {
     let mut s = ctx.create_stream().unwrap_or_else(|e| fail(e));
     if o.mode == "hold" || o.mode == "park" {
         let m = dev.alloc(o.mem).unwrap_or_else(|e| fail(e));
-        s.submit(&TaskDesc::fill(
-            1,
-            m.dev_addr(),
-            (o.mem & !3) as u64,
-            0x5a5a_5a5a,
-        ))
+        let whole = Region::range(&m, 0..o.mem & !3).unwrap_or_else(|e| fail(e));
+        s.submit(
+            &task::fill(whole, 0x5a5a_5a5a)
+                .unwrap_or_else(|e| fail(e))
+                .with_user_data(1),
+        )
         .unwrap_or_else(|e| fail(e));
         s.synchronize(T).unwrap_or_else(|e| fail(e));
         if o.mode == "park" {
@@ -198,20 +207,17 @@ fn main() {
         a.write_slice(0, &ha).unwrap_or_else(|e| fail(e));
         b.write_slice(0, &hb).unwrap_or_else(|e| fail(e));
         let pattern = (r as u32) ^ pid;
-        s.submit_batch(&[
-            TaskDesc::fill(3 * r, c.dev_addr(), bytes as u64, pattern),
-            TaskDesc::add(
-                3 * r + 1,
-                Dtype::U32,
-                c.dev_addr(),
-                a.dev_addr(),
-                b.dev_addr(),
-                n as u64,
-            ),
-            // c[0..16] <- a[0..16]: ordered after the ADD on the same stream.
-            TaskDesc::copy(3 * r + 2, c.dev_addr(), a.dev_addr(), 64),
-        ])
+        let round = (|| -> davinci_shim::Result<Vec<Task>> {
+            Ok(vec![
+                task::fill(&c, pattern)?.with_user_data(3 * r),
+                task::add::<u32>(&c, &a, &b)?.with_user_data(3 * r + 1),
+                // c[0..16] <- a[0..16]: ordered after the ADD on the same stream.
+                task::copy(Region::range(&c, 0..64)?, Region::range(&a, 0..64)?)?
+                    .with_user_data(3 * r + 2),
+            ])
+        })()
         .unwrap_or_else(|e| fail(e));
+        s.submit_batch(&round).unwrap_or_else(|e| fail(e));
         s.synchronize(T).unwrap_or_else(|e| fail(e));
         tasks += 3;
         let got = c.read_vec::<u32>(0, n).unwrap_or_else(|e| fail(e));

@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use davinci_shim::{Control, Device, TaskDesc};
+use davinci_shim::{Control, Device};
 use davinci_tests::backend_name;
 use davinci_tests::mockd::{bin, Mockd};
 use serde_json::Value;
@@ -178,7 +178,8 @@ fn measure(path: &str, ctl: &Control) -> Figures {
     let rtt = (0..200u64)
         .map(|i| {
             let t0 = Instant::now();
-            s.submit(&TaskDesc::nop(i)).expect("NOP");
+            s.submit(&davinci_shim::task::nop().with_user_data(i))
+                .expect("NOP");
             s.synchronize(LONG).expect("the NOP completes");
             t0.elapsed()
         })

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use davinci_shim::{Context, Device, Errno, Error, Result, Stream, StreamOptions, TaskDesc};
+use davinci_shim::{task, Context, Device, Errno, Error, Result, Stream, StreamOptions};
 
 use super::config::WorkloadConfig;
 use super::report::{LatencyReport, Phase, Progress};
@@ -29,7 +29,7 @@ pub(super) fn latency(
         ctx.create_stream_with(StreamOptions::depths(16, 32).submit_timeout(cfg.timeout))?;
     let one = |i: u64, stream: &mut Stream| -> Result<Duration> {
         let t = Instant::now();
-        stream.submit(&TaskDesc::nop(i))?;
+        stream.submit(&task::nop().with_user_data(i))?;
         loop {
             let mut got = None;
             stream.poll_each(|c| got = Some(c));
@@ -37,6 +37,9 @@ pub(super) fn latency(
                 let dt = t.elapsed();
                 c.result()?;
                 return Ok(dt);
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Err(Error::new(Errno::EINTR, "workload latency", "stopped"));
             }
             if t.elapsed() > cfg.timeout {
                 return Err(Error::new(
@@ -58,7 +61,10 @@ pub(super) fn latency(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let dt = one(i as u64, &mut stream)?;
+        let dt = match one(i as u64, &mut stream) {
+            Err(e) if e.is(Errno::EINTR) => break,
+            r => r?,
+        };
         samples.push(u64::try_from(dt.as_nanos()).unwrap_or(u64::MAX));
         if i % 64 == 63 {
             progress(Progress {

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
-    Context, DevAddr, Device, DeviceMem, Dtype, Event, MemPool, PoolBuffer, Result, Stream,
-    StreamOptions, TaskDesc,
+    task, Context, Device, DeviceMem, Dtype, Errno, Event, MemPool, PoolBuffer, Result, Stream,
+    StreamOptions, Task,
 };
 
 use super::config::WorkloadConfig;
@@ -98,7 +98,7 @@ impl Throughput {
         let stats0 = dev.stats();
         let wall = Instant::now();
         let mut busy = Duration::ZERO;
-        let mut descs: Vec<TaskDesc> = Vec::with_capacity(3 * cfg.slots + 3);
+        let mut descs: Vec<Task> = Vec::with_capacity(3 * cfg.slots + 3);
         let mut done_rounds = 0;
         for round in 0..rounds {
             if stop.load(Ordering::Relaxed) {
@@ -109,8 +109,10 @@ impl Throughput {
             self.write_inputs(round, cfg.slots, &mut rng)?;
             let t0 = Instant::now();
             self.submit_round(round, cfg, &mut descs)?;
-            for lane in &mut self.lanes {
-                lane.stream.synchronize(cfg.timeout)?;
+            if !self.synchronize(cfg, stop)? {
+                // Ctrl-C during the round: it is not counted (nor checked).
+                report.interrupted = true;
+                break;
             }
             busy += t0.elapsed();
             self.reap(report);
@@ -131,6 +133,26 @@ impl Throughput {
         report.doorbells = st.doorbells;
         report.doorbells_per_1000_tasks = st.doorbells_per_1000_tasks();
         Ok(())
+    }
+
+    /// Waits for every stream's round. `false` if a stop came meanwhile: the binary's Ctrl-C
+    /// sets `stop` and interrupts the wait (a signal: `EINTR`), so a round on a hung device
+    /// does not keep it waiting for the whole timeout. A signal without a stop waits on.
+    fn synchronize(&mut self, cfg: &WorkloadConfig, stop: &AtomicBool) -> Result<bool> {
+        for lane in &mut self.lanes {
+            loop {
+                match lane.stream.synchronize(cfg.timeout) {
+                    Ok(()) => break,
+                    Err(e) if e.is(Errno::EINTR) => {
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(false);
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Tasks submitted so far, over every stream.
@@ -164,10 +186,9 @@ impl Throughput {
         &mut self,
         round: u64,
         cfg: &WorkloadConfig,
-        descs: &mut Vec<TaskDesc>,
+        descs: &mut Vec<Task>,
     ) -> Result<()> {
-        let (streams, elements) = (cfg.streams, cfg.elements);
-        let bytes = elements * 4;
+        let streams = cfg.streams;
         // Phase 1: adds, fills, copies, then the record.
         for (s, lane) in self.lanes.iter_mut().enumerate() {
             descs.clear();
@@ -176,26 +197,15 @@ impl Throughput {
                     lane.next_ud += 1;
                     ud(s, lane.next_ud - 1)
                 };
-                descs.push(TaskDesc::add(
-                    next(),
-                    dtype_of(round, k),
-                    lane.c[k].dev_addr(),
-                    lane.a[k].dev_addr(),
-                    lane.b[k].dev_addr(),
-                    elements as u64,
-                ));
-                descs.push(TaskDesc::fill(
-                    next(),
-                    lane.f[k].dev_addr(),
-                    bytes as u64,
-                    pattern(round, s, k),
-                ));
-                descs.push(TaskDesc::copy(
-                    next(),
-                    lane.d[k].dev_addr(),
-                    lane.c[k].dev_addr(),
-                    bytes as u64,
-                ));
+                let (a, b, c) = (&lane.a[k], &lane.b[k], &lane.c[k]);
+                let add = match dtype_of(round, k) {
+                    Dtype::F32 => task::add::<f32>(c, a, b)?,
+                    Dtype::I32 => task::add::<i32>(c, a, b)?,
+                    _ => task::add::<u32>(c, a, b)?,
+                };
+                descs.push(add.with_user_data(next()));
+                descs.push(task::fill(&lane.f[k], pattern(round, s, k))?.with_user_data(next()));
+                descs.push(task::copy(&lane.d[k], c)?.with_user_data(next()));
             }
             for chunk in descs.chunks(cfg.batch) {
                 lane.stream.submit_batch(chunk)?;
@@ -204,18 +214,21 @@ impl Throughput {
             lane.next_ud += 1;
         }
         // Phase 2: each stream waits for the previous stream's record, then reads its result.
-        let c0: Vec<DevAddr> = self.lanes.iter().map(|l| l.c[0].dev_addr()).collect();
-        for (s, lane) in self.lanes.iter_mut().enumerate() {
+        let reads = (0..streams)
+            .map(|s| {
+                task::copy(
+                    &self.lanes[s].x,
+                    &self.lanes[(s + streams - 1) % streams].c[0],
+                )
+            })
+            .collect::<Result<Vec<Task>>>()?;
+        for ((s, lane), read) in self.lanes.iter_mut().enumerate().zip(reads) {
             let prev = (s + streams - 1) % streams;
             lane.stream
                 .wait_event_tagged(&self.events[prev], ud(s, lane.next_ud))?;
             lane.next_ud += 1;
-            lane.stream.submit(&TaskDesc::copy(
-                ud(s, lane.next_ud),
-                lane.x.dev_addr(),
-                c0[prev],
-                bytes as u64,
-            ))?;
+            lane.stream
+                .submit(&read.with_user_data(ud(s, lane.next_ud)))?;
             lane.next_ud += 1;
         }
         Ok(())

@@ -10,7 +10,7 @@
 //! command line: the options (`cli.rs`), the device check before a run (`device_check.rs`),
 //! progress on stderr (`progress.rs`), the failures and their exit statuses (`failure.rs`)
 //! and what it prints (`output.rs`). This file runs them in order.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod cli;
 mod device_check;
@@ -35,12 +35,29 @@ use failure::Failure;
 use output::{fail, print_failure_json, print_human, print_json_report};
 use progress::{progress_interval, ProgressView, PROGRESS_ENV};
 
-/// SIGINT (Ctrl-C) sets the returned flag; a second one exits at once with status 130.
-/// SIGINT is blocked in this thread (and so in every thread started later: call this first)
-/// and taken by a thread of its own with `sigwait`, so no signal handler is needed.
+/// SIGINT (Ctrl-C) sets the returned flag and interrupts the main thread's blocking wait (a
+/// round's `synchronize` on a hung device would otherwise wait for the whole `--timeout`); a
+/// second one exits at once with status 130. SIGINT is blocked in this thread (and so in
+/// every thread started later: call this first, from the main thread) and taken by a thread
+/// of its own with `sigwait`. To interrupt the wait, that thread sends the main thread
+/// SIGUSR2, whose handler does nothing and is installed without `SA_RESTART`: the wait
+/// returns `EINTR`, and the run sees the flag (docs/abi.md 6.4).
 fn catch_interrupt() -> Result<Arc<AtomicBool>, String> {
-    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::pthread::{pthread_kill, pthread_self};
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal};
+    extern "C" fn interrupt(_: nix::libc::c_int) {}
     let flag = Arc::new(AtomicBool::new(false));
+    let main = pthread_self();
+    let action = SigAction::new(
+        SigHandler::Handler(interrupt),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler does nothing, so it is async-signal-safe; SIGUSR2 is this
+    // program's own (nothing else in it uses the signal).
+    #[allow(unsafe_code)]
+    unsafe { nix::sys::signal::sigaction(Signal::SIGUSR2, &action) }
+        .map_err(|e| format!("cannot install the SIGUSR2 handler: {e}"))?;
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
     set.thread_block()
@@ -53,6 +70,18 @@ fn catch_interrupt() -> Result<Arc<AtomicBool>, String> {
                 if seen.swap(true, Ordering::SeqCst) {
                     std::process::exit(exit::INTERRUPTED.into());
                 }
+                // A signal that lands just before the main thread goes to sleep in the
+                // driver is not seen by that sleep: send a few, until the run ends (the
+                // process exits) or a second Ctrl-C.
+                let again = std::thread::spawn(move || {
+                    for _ in 0..40 {
+                        if pthread_kill(main, Signal::SIGUSR2).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                });
+                drop(again);
             }
         });
     if let Err(e) = spawned {

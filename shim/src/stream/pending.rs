@@ -1,0 +1,178 @@
+//! What a [`Stream`](super::Stream) keeps for tasks submitted and not yet reaped: the leases
+//! of the memory they name (so it is freed in stream order), the timestamp cells of event
+//! records ([`Recorded`](crate::Recorded)) and host callbacks. An entry goes when its task's
+//! completion is taken off the event ring; whatever is left goes when the stream is dropped,
+//! after the driver destroyed it. Bounded by the rings: a stream has at most a command ring
+//! and an event ring of tasks submitted and not reaped.
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use davinci_uapi::Errno;
+
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::memory::Lease;
+use crate::task::Task;
+
+/// A task's place in its stream: how many descriptors the stream was given before it
+/// (the shim's own EVENT_RECORD/EVENT_WAIT/NOP descriptors included), from 0. The low 32 bits
+/// are its free-running command-ring index, which the device reports for a stopped stream
+/// ([`StreamError::index`](crate::StreamError::index)); [`Stream::submit`](super::Stream::submit)
+/// returns it and [`Completion::task`] carries it, so a runtime maps either to its own task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub(crate) u64);
+
+impl TaskId {
+    /// The number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// Its command-ring index (the low 32 bits).
+    pub fn ring_index(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The id `n` tasks later (a batch's tasks have consecutive ids).
+    pub fn offset(self, n: u64) -> TaskId {
+        TaskId(self.0.wrapping_add(n))
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task #{}", self.0)
+    }
+}
+
+/// Where a reaped EVENT_RECORD leaves its device timestamp (and status).
+pub(crate) type Stamp = Arc<OnceLock<(u64, i32)>>;
+
+/// A host callback: runs once, with `Ok` when the stream reached it, or the reason it never
+/// will.
+pub(crate) type Callback = Box<dyn FnOnce(Result<()>) + Send + 'static>;
+
+enum Hook {
+    Stamp(Stamp),
+    Callback(Callback),
+}
+
+struct Entry {
+    seq: u64,
+    /// Held, never read: dropping the entry releases them.
+    _leases: [Option<Lease>; 3],
+    hook: Option<Hook>,
+}
+
+/// The stream's submitted-and-unreaped bookkeeping.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// Descriptors given to the stream so far (the next one's [`TaskId`]).
+    pub(crate) submitted: u64,
+    /// Completions taken off the event ring so far (the next one's [`TaskId`]).
+    pub(crate) reaped: u64,
+    entries: VecDeque<Entry>,
+}
+
+impl Pending {
+    /// Notes `n` descriptors given to the stream (raw ones: nothing to keep). Returns the
+    /// first one's id.
+    pub(crate) fn count(&mut self, n: usize) -> TaskId {
+        let id = TaskId(self.submitted);
+        self.submitted = self.submitted.wrapping_add(n as u64);
+        id
+    }
+
+    /// Notes one task given to the stream, keeping its leases.
+    pub(crate) fn push(&mut self, task: &Task) -> TaskId {
+        let id = self.count(1);
+        if task.has_leases() {
+            self.entries.push_back(Entry {
+                seq: id.0,
+                _leases: task.clone_leases(),
+                hook: None,
+            });
+        }
+        id
+    }
+
+    /// Attaches a stamp to the task just given (an EVENT_RECORD).
+    pub(crate) fn stamp_last(&mut self, stamp: Stamp) {
+        self.hook_last(Hook::Stamp(stamp));
+    }
+
+    /// Attaches a callback to the task just given (a NOP).
+    pub(crate) fn callback_last(&mut self, f: Callback) {
+        self.hook_last(Hook::Callback(f));
+    }
+
+    fn hook_last(&mut self, hook: Hook) {
+        let seq = self.submitted.wrapping_sub(1);
+        match self.entries.back_mut() {
+            Some(e) if e.seq == seq => e.hook = Some(hook),
+            _ => self.entries.push_back(Entry {
+                seq,
+                _leases: [None, None, None],
+                hook: Some(hook),
+            }),
+        }
+    }
+
+    /// One completion taken off the event ring: sets its task's id. Releases what that task
+    /// (and any earlier one) kept, fills an event record's stamp and runs a host callback.
+    pub(crate) fn reap(&mut self, c: &mut Completion) {
+        let id = TaskId(self.reaped);
+        c.task = id;
+        self.reaped = self.reaped.wrapping_add(1);
+        while let Some(e) = self.entries.front() {
+            if id.0.wrapping_sub(e.seq) >= (1 << 63) {
+                break; // a later task
+            }
+            let Some(e) = self.entries.pop_front() else {
+                break;
+            };
+            match e.hook {
+                Some(Hook::Stamp(s)) if e.seq == id.0 => {
+                    let _ = s.set((c.timestamp_ns, c.status));
+                }
+                Some(Hook::Callback(f)) if e.seq == id.0 => f(if c.is_ok() {
+                    Ok(())
+                } else {
+                    Err(c.to_error("host callback"))
+                }),
+                Some(Hook::Callback(f)) => f(Err(never_ran())),
+                _ => {}
+            }
+        }
+    }
+
+    /// Entries kept (tasks naming memory, records, callbacks not yet reaped).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The stream is gone (destroyed by the driver, so nothing of it runs any more): releases
+    /// every lease and runs every callback left with `ECANCELED`.
+    pub(crate) fn discard(&mut self, why: &str) {
+        while let Some(e) = self.entries.pop_front() {
+            if let Some(Hook::Callback(f)) = e.hook {
+                f(Err(Error::new(
+                    Errno::ECANCELED,
+                    "host callback",
+                    format!("{} never reached it: {why}", TaskId(e.seq)),
+                )));
+            }
+        }
+    }
+}
+
+fn never_ran() -> Error {
+    Error::new(
+        Errno::ECANCELED,
+        "host callback",
+        "the stream's completions skipped it",
+    )
+}
