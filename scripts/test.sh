@@ -195,6 +195,9 @@ step "conformance and million tasks (davinci-mockd backend)" mockd_suites
 # The quick start README.md shows (`cargo run -p davinci-shim --example quickstart`), as
 # `cargo test` built it.
 step "quick start example" target/debug/examples/quickstart
+# Two actors sharing a buffer by token (docs in shim/examples/ray_actors.rs); across two
+# processes in the daemon suites above (mockd_acceptance) and on the kernel.
+step "ray actors example" target/debug/examples/ray_actors
 # The runtime library without the embedded device builds and passes its tests (that it links
 # no device code is the layering check's).
 step "shim without the embedded device" cargo test -p davinci-shim --no-default-features

@@ -172,6 +172,18 @@ impl<P: Platform> DeviceCore<P> {
                 a.encode(arg);
                 Ok(Reply::Done)
             }
+            DRIVER_CMD_EXPORT_MEMORY => {
+                let mut a: ExportMemoryArgs = decode(arg)?;
+                self.export_memory(client, &mut a)?;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_IMPORT_MEMORY => {
+                let mut a: ImportMemoryArgs = decode(arg)?;
+                self.import_memory(client, &mut a)?;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
             DRIVER_CMD_FREE_MEMORY => {
                 let a: HandleArgs = decode(arg)?;
                 ensure!(a.pad == 0, EINVAL, "pad must be 0");

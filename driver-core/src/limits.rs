@@ -25,6 +25,10 @@ pub const MAX_STREAMS: usize = 256;
 pub const MAX_EVENTS: usize = 1024;
 /// Most allocations on a device.
 pub const MAX_ALLOCATIONS: usize = 1024;
+/// Most exports (EXPORT_MEMORY) on a device at once.
+pub const MAX_EXPORTS: usize = 64;
+/// Most imports of one export at once.
+pub const MAX_IMPORTERS: usize = 8;
 /// Blocks of the device-memory allocator: every allocation and the free gaps between them.
 pub(crate) const MAX_BLOCKS: usize = 2 * MAX_ALLOCATIONS + 1;
 /// Deepest command ring.

@@ -107,8 +107,10 @@ pub trait Platform {
     /// Copies `data` into device memory at `offset` (owned by `client`, validated).
     fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()>;
 
-    /// `memmove` of `len` bytes within `client`'s device memory (both ranges validated).
-    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()>;
+    /// `memmove` of `len` bytes from `src` to `dst`, each a `(client, offset)`: the client
+    /// whose allocation holds the range (they differ when one is memory another client
+    /// exported: ABI 1.4), and its device-memory offset (both ranges validated).
+    fn mem_copy(&self, dst: (u32, u64), src: (u32, u64), len: u64) -> Result<()>;
 
     /// Fills `len` bytes (a multiple of 4) at `dst` with `pattern` (validated).
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()>;

@@ -260,11 +260,16 @@ impl Platform for HeapPlatform {
         Ok(())
     }
 
-    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
-        self.check(client, dst, len, "a copy destination");
-        self.check(client, src, len, "a copy source");
+    fn mem_copy(&self, (cd, dst): (u32, u64), (cs, src): (u32, u64), len: u64) -> Result<()> {
+        self.check(cd, dst, len, "a copy destination");
+        self.check(cs, src, len, "a copy source");
         let (d, s, n) = (dst as usize, src as usize, len as usize);
-        self.arena(client, |a| a.copy_within(s..s + n, d));
+        if cd == cs {
+            self.arena(cd, |a| a.copy_within(s..s + n, d));
+        } else {
+            let bytes = self.arena(cs, |a| a[s..s + n].to_vec());
+            self.arena(cd, |a| a[d..d + n].copy_from_slice(&bytes));
+        }
         Ok(())
     }
 

@@ -121,7 +121,7 @@ unsafe extern "C" fn davinci_release(
 /// The buffer behind `target` of `client`, if it still exists.
 fn buffer_of<'a>(dev: &'a Locked<'_>, client: u32, target: MmapTarget) -> Option<&'a VBuf> {
     match target {
-        MmapTarget::Memory { offset, .. } => dev.platform().backing(client, offset),
+        MmapTarget::Memory { owner, offset, .. } => dev.platform().backing(owner, offset),
         MmapTarget::CmdRing { stream } => dev.stream_mem(client, stream).map(|m| &m.cmd),
         MmapTarget::EventRing { stream } => dev.stream_mem(client, stream).map(|m| &m.event),
         MmapTarget::Doorbell { stream } => dev.stream_mem(client, stream).map(|m| &m.doorbell),

@@ -283,13 +283,13 @@ impl Platform for KernelPlatform {
         Ok(())
     }
 
-    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
-        // Each range lies in one allocation of the client (driver-core validated them; they
-        // may be two allocations). A bounce buffer makes each step a complete read before its
-        // write, stepping in the order an overlap within one buffer needs.
+    fn mem_copy(&self, (cd, dst): (u32, u64), (cs, src): (u32, u64), len: u64) -> Result<()> {
+        // Each range lies in one allocation (driver-core validated them; they may be two, of
+        // two clients when one was exported). A bounce buffer makes each step a complete read
+        // before its write, stepping in the order an overlap within one buffer needs.
         const STEP: usize = 256;
-        let (bd, rel_dst) = self.find(client, dst, len)?;
-        let (bs, rel_src) = self.find(client, src, len)?;
+        let (bd, rel_dst) = self.find(cd, dst, len)?;
+        let (bs, rel_src) = self.find(cs, src, len)?;
         let n = usize::try_from(len).map_err(|_| fault())?;
         let d = bd.range(rel_dst, n).ok_or_else(fault)?;
         let s = bs.range(rel_src, n).ok_or_else(fault)?;

@@ -214,8 +214,8 @@ impl MockDevice {
     pub fn map(&self, client: u32, cookie: u64, len: u64) -> Result<MapSource, Error> {
         let g = self.core().shared();
         match g.mmap_target(client, cookie, len)? {
-            MmapTarget::Memory { offset, .. } => Ok(MapSource {
-                fd: g.platform().allocation_fd(client, offset)?,
+            MmapTarget::Memory { owner, offset, .. } => Ok(MapSource {
+                fd: g.platform().allocation_fd(owner, offset)?,
                 offset: 0,
             }),
             MmapTarget::CmdRing { stream } => self.stream_part(&g, client, stream, StreamPart::Cmd),

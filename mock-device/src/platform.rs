@@ -285,9 +285,9 @@ impl Platform for MockPlatform {
         r.map().write(at, data).map_err(oob)
     }
 
-    fn mem_copy(&self, client: u32, dst: u64, src: u64, len: u64) -> Result<()> {
-        let (to, d) = self.backing.find(client, dst, len)?;
-        let (from, s) = self.backing.find(client, src, len)?;
+    fn mem_copy(&self, (cd, dst): (u32, u64), (cs, src): (u32, u64), len: u64) -> Result<()> {
+        let (to, d) = self.backing.find(cd, dst, len)?;
+        let (from, s) = self.backing.find(cs, src, len)?;
         if std::ptr::eq(to, from) {
             // One allocation: memmove within its mapping.
             return to.map().copy_within(d, s, len).map_err(oob);

@@ -16,6 +16,7 @@
 //! | [`Recorded::synchronize`], [`Stream::wait_recorded`] | (wait on a record) | (wait on a record) |
 //! | [`Recorded::elapsed`]                | `aclrtEventElapsedTime`     | `cudaEventElapsedTime`  |
 //! | [`Stream::launch_host_func`]         | `aclrtLaunchCallback`       | `cudaLaunchHostFunc`    |
+//! | [`DeviceBuffer::export`] / [`Device::import`] | `aclrtIpcMemGetExportKey` / `aclrtIpcMemImportByKey` | `cudaIpcGetMemHandle` / `cudaIpcOpenMemHandle` |
 //!
 //! # Quick start
 //!
@@ -147,7 +148,7 @@ pub use davinci_uapi::{
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, Recorded};
-pub use memory::{DeviceBuffer, DeviceMem};
+pub use memory::{DeviceBuffer, DeviceMem, ExportTo, ExportToken};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
 pub use stats::DeviceStats;

@@ -151,6 +151,8 @@ pub struct BufferInner {
     dev_addr: DevAddr,
     len: usize,
     alloc_size: u64,
+    /// Imported from another client (IMPORT_MEMORY): freeing it drops the import only.
+    imported: bool,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -159,6 +161,7 @@ impl fmt::Debug for DeviceBuffer {
             .field("handle", &self.inner.handle)
             .field("dev_addr", &format_args!("{:#x}", self.inner.dev_addr))
             .field("len", &self.inner.len)
+            .field("imported", &self.inner.imported)
             .finish()
     }
 }
@@ -206,10 +209,167 @@ impl DeviceBuffer {
                 dev_addr: DevAddr(a.dev_addr),
                 len,
                 alloc_size: a.alloc_size,
+                imported: false,
             }),
         })
     }
 
+    /// Whether this buffer was imported from another client ([`Device::import`]).
+    pub fn is_imported(&self) -> bool {
+        self.inner.imported
+    }
+
+    /// Shares this allocation with another client of the same device (`cudaIpcGetMemHandle`,
+    /// `aclrtIpcMemGetExportKey`): the returned token, handed over through a channel of your
+    /// own (a Unix socket, a pipe, a Ray object), lets the clients `to` names import it with
+    /// [`Device::import`]. Exporting again returns the same token (`EBUSY` for another
+    /// grant).
+    ///
+    /// The memory stays this buffer's: when it is freed (dropped, once no queued task of this
+    /// client names it), every import is revoked: the importers' host views stop reaching it
+    /// (a `SIGBUS` on the kernel driver) and their tasks that name it fail with `EACCES`. So
+    /// the exporter keeps the buffer until the importers are done (say so over the same
+    /// channel). `ENOSPC` when the device has 64 exports; `EINVAL` for an imported buffer.
+    ///
+    /// ```
+    /// # fn main() -> davinci_shim::Result<()> {
+    /// # #[cfg(feature = "embedded")] {
+    /// use davinci_shim::{task, Device, DeviceMem, ExportTo, ShareMode};
+    /// use std::time::Duration;
+    /// let a = Device::embedded()?;
+    /// a.set_share_mode(ShareMode::Shared)?; // two clients on one device
+    /// let b = Device::attach(a.mock_device().unwrap())?; // another process, in real life
+    /// let buf = a.alloc(4096)?;
+    /// let token = buf.export(ExportTo::SameUser)?;
+    /// // ... the token travels to the other process (token.to_string() and back) ...
+    /// let theirs = b.import(token.to_string().parse()?)?;
+    /// let mut s = b.create_context()?.create_stream()?;
+    /// s.submit(&task::fill(&theirs, 7)?)?;
+    /// s.synchronize(Duration::from_secs(5))?;
+    /// assert_eq!(buf.read_vec::<u32>(0, 2)?, [7, 7]); // the exporter sees it
+    /// # }
+    /// # Ok(()) }
+    /// ```
+    pub fn export(&self, to: ExportTo) -> Result<ExportToken> {
+        let (uid, client) = match to {
+            ExportTo::SameUser => (EXPORT_OWN_UID, 0),
+            ExportTo::User(uid) => (uid, 0),
+            ExportTo::Client { uid, client_id } => (uid.unwrap_or(EXPORT_OWN_UID), client_id),
+        };
+        let mut a = ExportMemoryArgs {
+            handle: self.inner.handle,
+            uid,
+            client,
+            ..Default::default()
+        };
+        self.inner
+            .dev
+            .call("EXPORT_MEMORY", DRIVER_CMD_EXPORT_MEMORY, &mut a)?;
+        Ok(ExportToken(a.token))
+    }
+}
+
+/// Who may import an export ([`DeviceBuffer::export`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportTo {
+    /// Any client of the exporter's own user (the usual case: two processes of one job).
+    SameUser,
+    /// Any client of this user.
+    User(u32),
+    /// Only the client with this client id ([`Device::client_id`] in the importer), of
+    /// this user (`None`: the exporter's own).
+    Client {
+        /// The importer's user; `None`: the exporter's.
+        uid: Option<u32>,
+        /// The importer's client id.
+        client_id: u32,
+    },
+}
+
+/// The token of an export: a plain value to hand to another process, as 16 hex digits
+/// (`Display` / `FromStr`) or 8 bytes ([`to_bytes`](Self::to_bytes)). Not a secret: the
+/// driver lets only the clients the export names import it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ExportToken(pub u64);
+
+impl ExportToken {
+    /// Its 8 bytes (little-endian), for a binary channel.
+    pub fn to_bytes(self) -> [u8; 8] {
+        self.0.to_le_bytes()
+    }
+
+    /// From [`to_bytes`](Self::to_bytes).
+    pub fn from_bytes(b: [u8; 8]) -> ExportToken {
+        ExportToken(u64::from_le_bytes(b))
+    }
+}
+
+impl fmt::Display for ExportToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for ExportToken {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<ExportToken> {
+        u64::from_str_radix(s.trim(), 16)
+            .map(ExportToken)
+            .map_err(|e| {
+                Error::new(
+                    Errno::EINVAL,
+                    "ExportToken::from_str",
+                    format!("{s:?} is not an export token (16 hex digits): {e}"),
+                )
+            })
+    }
+}
+
+impl Device {
+    /// Imports memory another client exported ([`DeviceBuffer::export`]; `cudaIpcOpenMemHandle`,
+    /// `aclrtIpcMemImportByKey`): a buffer of this client for the same device memory, at the
+    /// same device address. Tasks of this client may name it and its host view sees the
+    /// same bytes. Dropping it drops the import (the memory stays the exporter's); the
+    /// exporter's free revokes it (see [`DeviceBuffer::export`]).
+    ///
+    /// `ENOENT` for a token that is unknown, freed, or not granted to this client (one
+    /// answer for all three); `EBUSY` if this client imported it already; `ENOSPC` when the
+    /// export has 8 imports; `EINVAL` for a token of this client's own memory.
+    pub fn import(&self, token: ExportToken) -> Result<DeviceBuffer> {
+        const OP: &str = "IMPORT_MEMORY";
+        let mut a = ImportMemoryArgs {
+            token: token.0,
+            ..Default::default()
+        };
+        self.call(OP, DRIVER_CMD_IMPORT_MEMORY, &mut a)?;
+        let free = |e: Error| {
+            let _ = self.call_handle("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, a.handle);
+            e
+        };
+        let len = usize::try_from(a.size).map_err(|_| {
+            free(Error::new(
+                Errno::EOVERFLOW,
+                OP,
+                "import larger than memory",
+            ))
+        })?;
+        let map = self.map(OP, a.mmap_offset, a.size).map_err(free)?;
+        Ok(DeviceBuffer {
+            inner: Arc::new(BufferInner {
+                map,
+                dev: self.clone(),
+                handle: a.handle,
+                dev_addr: DevAddr(a.dev_addr),
+                len,
+                alloc_size: a.size,
+                imported: true,
+            }),
+        })
+    }
+}
+
+impl DeviceBuffer {
     /// The driver's handle of this allocation.
     pub fn handle(&self) -> u32 {
         self.inner.handle

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod descs;
+pub mod ipc;
 pub mod mockd;
 pub mod raw;
 pub use davinci_workload::model;

@@ -32,6 +32,10 @@ mod quotas;
 #[path = "conformance/lifetimes.rs"]
 mod lifetimes;
 
+/// Memory shared between clients (issue 23, ABI 1.4 EXPORT/IMPORT_MEMORY).
+#[path = "conformance/sharing.rs"]
+mod sharing;
+
 /// Noisy and hostile neighbours (issue 21): the daemon and the kernel.
 #[path = "conformance/neighbours.rs"]
 mod neighbours;

@@ -1410,3 +1410,18 @@ fn an_allocation_failing_inside_an_ioctl_is_enomem_and_leaves_nothing() {
     n.call(DRIVER_CMD_CREATE_STREAM, &stream)
         .expect("CREATE_STREAM");
 }
+
+/// Two processes share a buffer through EXPORT_MEMORY / IMPORT_MEMORY on the kernel module
+/// (issue 23); the same exchange as on `davinci-mockd` (`davinci_tests::ipc`).
+#[test]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
+fn two_processes_share_a_buffer_by_token() {
+    let path = node_path();
+    let ctl = Control::open(&path).expect("control open");
+    let before = ctl.share_mode().expect("QUERY_DEVICE_SHARE");
+    ctl.set_share_mode(davinci_shim::ShareMode::Shared)
+        .expect("SET_DEVICE_SHARE shared");
+    let done = davinci_tests::ipc::share_with_another_process(&path);
+    ctl.set_share_mode(before).expect("SET_DEVICE_SHARE back");
+    assert_eq!(done["read"], 0x1234_5678u32);
+}

@@ -516,3 +516,13 @@ fn a_targeted_inject_faults_one_stream_of_one_process() {
         "another process's streams were armed"
     );
 }
+
+/// Two processes share a buffer through EXPORT_MEMORY / IMPORT_MEMORY (issue 23): the
+/// exporter's bytes reach the importer and the importer's FILL reaches the exporter.
+#[test]
+fn two_processes_share_a_buffer_by_token() {
+    let d = Mockd::start(&[]).unwrap();
+    assert_eq!(set_share(&d, true).0, 0);
+    let done = davinci_tests::ipc::share_with_another_process(&d.path(0));
+    assert_eq!(done["read"], 0x1234_5678u32);
+}

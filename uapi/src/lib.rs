@@ -63,6 +63,8 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <ClientUsage as AbiStruct>::INFO,
     <LastError as AbiStruct>::INFO,
     <DeviceCounters as AbiStruct>::INFO,
+    <ExportMemoryArgs as AbiStruct>::INFO,
+    <ImportMemoryArgs as AbiStruct>::INFO,
 ];
 
 /// Every flag-set type.

@@ -22,9 +22,11 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_NOTIFY, 0x4008_640F);
     assert_eq!(DRIVER_CMD_GET_LAST_ERROR, 0x8080_6410);
     assert_eq!(DRIVER_CMD_GET_COUNTERS, 0x8058_6411);
+    assert_eq!(DRIVER_CMD_EXPORT_MEMORY, 0xC018_6412);
+    assert_eq!(DRIVER_CMD_IMPORT_MEMORY, 0xC028_6413);
     assert_eq!(
         COMMANDS.len(),
-        17,
+        19,
         "a new command needs a golden value here"
     );
 }
@@ -50,6 +52,8 @@ fn struct_sizes() {
         ("davinci_client_usage", 0x90),
         ("davinci_last_error", 0x80),
         ("davinci_device_counters", 0x58),
+        ("davinci_export_memory_args", 0x18),
+        ("davinci_import_memory_args", 0x28),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {

@@ -37,6 +37,8 @@ impl<P: Platform> DeviceCore<P> {
                 offset: 0,
                 size: 0,
                 generation: 0,
+                origin: 0,
+                export: 0,
             },
             "allocation table is full",
         )?;
@@ -68,12 +70,20 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 
-    /// FREE_MEMORY.
+    /// FREE_MEMORY: of an allocation (its imports are revoked first), or of an import (the
+    /// memory stays its exporter's).
     pub fn free_memory(&mut self, client: u32, handle: u32) -> Result<()> {
-        let (offset, size) = match self.allocations.get(handle) {
-            Some(a) if a.owner == client => (a.offset, a.size),
+        let (offset, size, origin, export) = match self.allocations.get(handle) {
+            Some(a) if a.owner == client => (a.offset, a.size, a.origin, a.export),
             _ => fail!(ENOENT, "no such allocation for this client"),
         };
+        if origin != 0 {
+            self.drop_import(handle);
+            return Ok(());
+        }
+        if export != 0 {
+            self.drop_export(export);
+        }
         self.memory.free(offset, handle)?;
         self.allocations.remove(handle);
         self.platform

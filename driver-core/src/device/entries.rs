@@ -8,7 +8,7 @@ use davinci_uapi::{Errno, EventRecord, Opcode, TaskDesc};
 
 use crate::error::Error;
 use crate::inject::Inject;
-use crate::limits::{CONTAINER_LEN, MAX_EVENTS};
+use crate::limits::{CONTAINER_LEN, MAX_EVENTS, MAX_IMPORTERS};
 use crate::platform::{Lock, Platform};
 use crate::table::Table;
 
@@ -149,6 +149,39 @@ pub(crate) struct Allocation {
     pub(crate) size: u64,
     /// Its addresses' generation (`crate::memory::dva`).
     pub(crate) generation: u32,
+    /// For an import (IMPORT_MEMORY): the exported allocation it names; 0 for an allocation
+    /// of the client's own. The memory, its backing and its accounting are the origin's.
+    pub(crate) origin: u32,
+    /// For an exported allocation: its export; 0 if not exported.
+    pub(crate) export: u32,
+}
+
+/// An export (EXPORT_MEMORY): an allocation other clients may import, and who.
+pub(crate) struct ExportEntry {
+    /// The exported allocation and its owner.
+    pub(crate) alloc: u32,
+    pub(crate) owner: u32,
+    /// The user whose clients may import; and, non-zero, the one client that may.
+    pub(crate) uid: u32,
+    pub(crate) client_id: u32,
+    /// The token's high half (the low half is the export's handle).
+    pub(crate) serial: u32,
+    /// The imports (their allocation handles; 0: a free slot).
+    pub(crate) imports: [u32; MAX_IMPORTERS],
+}
+
+impl ExportEntry {
+    /// Whether `client` holds an import of it (the data path's check, under no lock but the
+    /// stream's: the tables only change on the control path).
+    pub(crate) fn imported_by(
+        &self,
+        client: u32,
+        allocations: &crate::table::Table<Allocation, { crate::limits::MAX_ALLOCATIONS }>,
+    ) -> bool {
+        self.imports
+            .iter()
+            .any(|&h| h != 0 && allocations.get(h).is_some_and(|a| a.owner == client))
+    }
 }
 
 /// A stream's health.

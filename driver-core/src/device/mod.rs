@@ -13,7 +13,7 @@ use crate::inject::InjectRule;
 use crate::limits::Quota;
 use crate::limits::{
     MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
-    MAX_EVENT_ENTRIES, MAX_STREAMS, SUPPORTED_OPCODES,
+    MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_STREAMS, SUPPORTED_OPCODES,
 };
 use crate::memory::Allocator;
 use crate::platform::{Lock, Platform};
@@ -24,10 +24,13 @@ pub(crate) mod clients;
 mod contexts;
 pub(crate) mod entries;
 mod events;
+mod sharing;
 pub(crate) mod streams;
 mod undo;
 
-use entries::{Allocation, Client, ContextEntry, EventEntry, Retired, Role, StreamEntry};
+use entries::{
+    Allocation, Client, ContextEntry, EventEntry, ExportEntry, Retired, Role, StreamEntry,
+};
 
 /// Device configuration, fixed at creation.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +63,9 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) streams: Table<StreamEntry<P>, MAX_STREAMS>,
     pub(crate) events: Table<EventEntry<P>, MAX_EVENTS>,
     pub(crate) allocations: Table<Allocation, MAX_ALLOCATIONS>,
+    /// Exported allocations (EXPORT_MEMORY), and the serial of the next token.
+    pub(crate) exports: Table<ExportEntry, MAX_EXPORTS>,
+    pub(crate) export_serial: u32,
     pub(crate) memory: Allocator<MAX_BLOCKS>,
     /// The fault new streams are armed with (`inject`, `inject_rule`), and which, if any.
     pub(crate) inject: Option<InjectRule>,
@@ -96,6 +102,8 @@ impl<P: Platform> DeviceCore<P> {
             streams: Table::new(),
             events: Table::new(),
             allocations: Table::new(),
+            exports: Table::new(),
+            export_serial: 0,
             inject: None,
             retired: Retired {
                 submitted: 0,
@@ -146,7 +154,8 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::FAULT_DETAIL.bits()
                         | Features::COUNTERS.bits()
                         | Features::QUOTAS.bits()
-                        | Features::OWN_CLIENTS.bits()),
+                        | Features::OWN_CLIENTS.bits()
+                        | Features::SHARED_MEMORY.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,
@@ -195,7 +204,8 @@ impl<P: Platform> DeviceCore<P> {
             & self.contexts.set_scramble(key(2))
             & self.streams.set_scramble(key(3))
             & self.events.set_scramble(key(4))
-            & self.allocations.set_scramble(key(5));
+            & self.allocations.set_scramble(key(5))
+            & self.exports.set_scramble(key(7));
         debug_assert!(all);
         self.client_ids = key(6);
         Ok(())

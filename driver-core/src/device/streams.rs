@@ -35,8 +35,11 @@ pub enum MmapTarget {
         /// Stream handle.
         stream: u32,
     },
-    /// The host view of an allocation: device-memory `offset` and `len` (page multiples).
+    /// The host view of an allocation: device-memory `offset` and `len` (page multiples),
+    /// backed for `owner` (the caller, or the exporter of memory the caller imported).
     Memory {
+        /// The client whose allocation it is (the platform's key for its backing).
+        owner: u32,
         /// Device-memory offset.
         offset: u64,
         /// Length of the allocation.
@@ -308,6 +311,11 @@ impl<P: Platform> DeviceCore<P> {
             MmapKind::Memory => match self.allocations.get(handle) {
                 Some(a) if a.owner == client => (
                     MmapTarget::Memory {
+                        // An import maps its exporter's memory.
+                        owner: match a.origin {
+                            0 => client,
+                            o => self.allocations.get(o).map_or(client, |x| x.owner),
+                        },
                         offset: a.offset,
                         len: a.size,
                     },

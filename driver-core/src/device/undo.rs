@@ -4,9 +4,9 @@
 //! (docs/abi.md 1.4: a failed call creates nothing).
 
 use davinci_uapi::{
-    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, Wire,
+    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ImportMemoryArgs, Wire,
     DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT,
-    DRIVER_CMD_CREATE_STREAM,
+    DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_IMPORT_MEMORY,
 };
 
 use super::DeviceCore;
@@ -33,6 +33,10 @@ impl<P: Platform> DeviceCore<P> {
                 None => Ok(()),
             },
             DRIVER_CMD_ALLOC_MEMORY => match AllocMemoryArgs::from_bytes(arg) {
+                Some(a) => self.free_memory(client, a.handle),
+                None => Ok(()),
+            },
+            DRIVER_CMD_IMPORT_MEMORY => match ImportMemoryArgs::from_bytes(arg) {
                 Some(a) => self.free_memory(client, a.handle),
                 None => Ok(()),
             },

@@ -6,9 +6,11 @@
 
 use davinci_uapi::{Dtype, Errno, FaultKind, FaultOperand, Opcode, TaskDesc};
 
-use crate::device::entries::{Allocation, EventEntry, Partial, Pending};
+use crate::device::entries::{Allocation, EventEntry, ExportEntry, Partial, Pending};
 use crate::error::{fail_at, Error, Result};
-use crate::limits::{ADD_COST, ADD_F32_COST, COPY_COST, MAX_ALLOCATIONS, MAX_BLOCKS, MAX_EVENTS};
+use crate::limits::{
+    ADD_COST, ADD_F32_COST, COPY_COST, MAX_ALLOCATIONS, MAX_BLOCKS, MAX_EVENTS, MAX_EXPORTS,
+};
 use crate::memory::{dva, split_dva, Allocator};
 use crate::platform::{locked, Platform};
 use crate::softfloat;
@@ -22,6 +24,7 @@ const CHUNK: usize = 256;
 pub(super) struct Exec<'a, P: Platform> {
     pub(super) platform: &'a P,
     pub(super) allocations: &'a Table<Allocation, MAX_ALLOCATIONS>,
+    pub(super) exports: &'a Table<ExportEntry, MAX_EXPORTS>,
     pub(super) memory: &'a Allocator<MAX_BLOCKS>,
     pub(super) events: &'a Table<EventEntry<P>, MAX_EVENTS>,
     pub(super) owner: u32,
@@ -85,11 +88,12 @@ fn aligned4(value: u64, op: FaultOperand, msg: &'static str) -> Result<()> {
 }
 
 impl<P: Platform> Exec<'_, P> {
-    /// Device-memory offset of `[addr, addr + len)` (operand `op`) if it lies inside one
-    /// allocation of the submitting client. Otherwise: `ERANGE` if the computation overflows
-    /// or the range starts in one of the client's allocations and runs past its end (the
-    /// fault says by how many bytes), `EACCES` if it does not start in one.
-    fn range(&self, addr: u64, len: u64, op: FaultOperand) -> Result<u64> {
+    /// Device-memory offset of `[addr, addr + len)` (operand `op`), and the client whose
+    /// memory it is (the platform's key), if it lies inside one allocation of the submitting
+    /// client or one it imported. Otherwise: `ERANGE` if the computation overflows or the
+    /// range starts in such an allocation and runs past its end (the fault says by how many
+    /// bytes), `EACCES` if it does not start in one.
+    fn range(&self, addr: u64, len: u64, op: FaultOperand) -> Result<(u32, u64)> {
         let Some(end) = addr.checked_add(len) else {
             return Err(Error::at(
                 Errno::ERANGE,
@@ -113,7 +117,15 @@ impl<P: Platform> Exec<'_, P> {
             .memory
             .owner_of(offset, 1)
             .and_then(|h| self.allocations.get(h))
-            .filter(|a| a.owner == self.owner && a.generation == generation)
+            .filter(|a| a.generation == generation)
+            .filter(|a| {
+                a.owner == self.owner
+                    || (a.export != 0
+                        && self
+                            .exports
+                            .get(a.export)
+                            .is_some_and(|e| e.imported_by(self.owner, self.allocations)))
+            })
             .ok_or_else(not_owned)?;
         let alloc_end = dva(generation, a.offset).saturating_add(a.size);
         if end > alloc_end {
@@ -126,7 +138,7 @@ impl<P: Platform> Exec<'_, P> {
             )
             .value(past));
         }
-        Ok(offset)
+        Ok((a.owner, offset))
     }
 
     fn event(&self, handle: u32) -> Result<&'_ EventEntry<P>> {
@@ -301,13 +313,12 @@ impl<P: Platform> Exec<'_, P> {
         let n = chunk(total - p.done, *work, cost);
         match Opcode::from_u8(d.opcode) {
             Some(Opcode::Fill) => {
-                let dst = self.range(d.dst, total, F::Dst)?;
-                self.platform
-                    .mem_fill(self.owner, dst + p.done, n, d.imm as u32)?;
+                let (od, dst) = self.range(d.dst, total, F::Dst)?;
+                self.platform.mem_fill(od, dst + p.done, n, d.imm as u32)?;
             }
             Some(Opcode::Copy) => {
-                let dst = self.range(d.dst, total, F::Dst)?;
-                let src = self.range(d.src0, total, F::Src0)?;
+                let (od, dst) = self.range(d.dst, total, F::Dst)?;
+                let (os, src) = self.range(d.src0, total, F::Src0)?;
                 // memmove in chunks: front to back, unless the destination overlaps the
                 // source from above (then back to front, so no byte is overwritten before it
                 // is read).
@@ -316,15 +327,15 @@ impl<P: Platform> Exec<'_, P> {
                 } else {
                     p.done
                 };
-                self.platform.mem_copy(self.owner, dst + at, src + at, n)?;
+                self.platform.mem_copy((od, dst + at), (os, src + at), n)?;
             }
             _ => {
                 let (dtype, _) = add_operands(&d)?;
-                let dst = self.range(d.dst, total, F::Dst)?;
-                let a = self.range(d.src0, total, F::Src0)?;
-                let b = self.range(d.src1, total, F::Src1)?;
+                let (od, dst) = self.range(d.dst, total, F::Dst)?;
+                let (oa, a) = self.range(d.src0, total, F::Src0)?;
+                let (ob, b) = self.range(d.src1, total, F::Src1)?;
                 let at = p.done;
-                self.add(dtype, dst + at, a + at, b + at, n)?;
+                self.add(dtype, (od, dst + at), (oa, a + at), (ob, b + at), n)?;
             }
         }
         p.done += n;
@@ -332,15 +343,23 @@ impl<P: Platform> Exec<'_, P> {
         Ok((p.done >= total).then_some(d.len))
     }
 
-    fn add(&mut self, dtype: Dtype, dst: u64, a: u64, b: u64, bytes: u64) -> Result<()> {
+    /// ADD of `bytes` at device-memory places `(owner, offset)`.
+    fn add(
+        &mut self,
+        dtype: Dtype,
+        (od, dst): (u32, u64),
+        (oa, a): (u32, u64),
+        (ob, b): (u32, u64),
+        bytes: u64,
+    ) -> Result<()> {
         let mut ba = [0u8; CHUNK * 4];
         let mut bb = [0u8; CHUNK * 4];
         let mut done = 0u64;
         while done < bytes {
             let n = (bytes - done).min((CHUNK * 4) as u64) as usize;
             let (xa, xb) = (&mut ba[..n], &mut bb[..n]);
-            self.platform.mem_read(self.owner, a + done, xa)?;
-            self.platform.mem_read(self.owner, b + done, xb)?;
+            self.platform.mem_read(oa, a + done, xa)?;
+            self.platform.mem_read(ob, b + done, xb)?;
             // An index loop rather than `chunks_exact(4).zip(..)`: the iterator's length
             // divides by the chunk size, and Linux 6.12's objtool does not know that
             // `panic_const_div_by_zero` never returns (a "falls through" warning per copy).
@@ -357,7 +376,7 @@ impl<P: Platform> Exec<'_, P> {
                 xa[i..i + 4].copy_from_slice(&r.to_ne_bytes());
                 i += 4;
             }
-            self.platform.mem_write(self.owner, dst + done, xa)?;
+            self.platform.mem_write(od, dst + done, xa)?;
             done += n as u64;
         }
         Ok(())

@@ -121,6 +121,7 @@ impl<P: Platform> DeviceCore<P> {
             platform,
             events,
             allocations,
+            exports,
             memory,
             ..
         } = self;
@@ -144,6 +145,7 @@ impl<P: Platform> DeviceCore<P> {
         let mut exec = Exec {
             platform,
             allocations,
+            exports,
             memory,
             events,
             owner,

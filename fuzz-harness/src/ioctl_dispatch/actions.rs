@@ -275,7 +275,7 @@ impl State {
                 } else {
                     mmap_offset(k, pick(h, pool))
                 };
-                if let Ok(davinci_driver_core::MmapTarget::Memory { offset, len: l }) =
+                if let Ok(davinci_driver_core::MmapTarget::Memory { offset, len: l, .. }) =
                     self.dev.mmap_target(client, cookie, len)
                 {
                     assert!(len <= l && offset + l <= self.dev.info().memory_size);

@@ -14,7 +14,11 @@
 //! until killed), `park` (set up like `hold`, plus an event; then leave work in flight: an
 //! EVENT_WAIT on an event nobody records, `--queued Q` FILLs queued behind it, and a thread
 //! blocked in `synchronize` (a WAIT_EVENT in the driver); report ready with `"queued":Q` and
-//! wait for stdin to close or a signal: the isolation tests SIGKILL it like this).
+//! wait for stdin to close or a signal: the isolation tests SIGKILL it like this), `import`
+//! (`--token HEX`: imports memory another process exported, reports the first word it
+//! reads, FILLs it with `--pattern N` on a stream of its own, reports
+//! `{"event":"done","ok":true,"read":W}`; with `--hold` it then keeps the import until stdin
+//! closes).
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
@@ -36,13 +40,15 @@ struct Opts {
     until_eof: bool,
     mem: usize,
     queued: u64,
+    token: Option<String>,
+    pattern: u32,
 }
 
 fn parse() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     let mode = args
         .next()
-        .ok_or("usage: davinci-testclient hold|work|spin|park [options]")?;
+        .ok_or("usage: davinci-testclient hold|work|spin|park|import [options]")?;
     let mut o = Opts {
         mode,
         device: None,
@@ -52,6 +58,8 @@ fn parse() -> Result<Opts, String> {
         until_eof: false,
         mem: 64 << 10,
         queued: 8,
+        token: None,
+        pattern: 0x600d,
     };
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> Result<u64, String> {
@@ -65,6 +73,8 @@ fn parse() -> Result<Opts, String> {
             "--rounds" => o.rounds = num("--rounds")?,
             "--mem" => o.mem = num("--mem")? as usize,
             "--queued" => o.queued = num("--queued")?,
+            "--token" => o.token = Some(args.next().ok_or("--token needs a value")?),
+            "--pattern" => o.pattern = num("--pattern")? as u32,
             "--hold" => o.hold = true,
             "--until-eof" => o.until_eof = true,
             other => return Err(format!("unexpected argument {other}")),
@@ -153,6 +163,25 @@ fn main() {
     .unwrap_or_else(|e| fail(e));
     let ctx = dev.create_context().unwrap_or_else(|e| fail(e));
     let mut s = ctx.create_stream().unwrap_or_else(|e| fail(e));
+    if o.mode == "import" {
+        let token: davinci_shim::ExportToken = o
+            .token
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or_else(|e| fail(e));
+        let m = dev.import(token).unwrap_or_else(|e| fail(e));
+        let read = m.read_vec::<u32>(0, 1).unwrap_or_else(|e| fail(e))[0];
+        say(json!({"event": "ready", "pid": pid, "memory_bytes": m.len(), "read": read}));
+        s.submit(&task::fill(&m, o.pattern).unwrap_or_else(|e| fail(e)))
+            .unwrap_or_else(|e| fail(e));
+        s.synchronize(T).unwrap_or_else(|e| fail(e));
+        say(json!({"event": "done", "pid": pid, "ok": true, "read": read}));
+        if o.hold {
+            wait_stdin_closed();
+        }
+        return;
+    }
     if o.mode == "hold" || o.mode == "park" {
         let m = dev.alloc(o.mem).unwrap_or_else(|e| fail(e));
         let whole = Region::range(&m, 0..o.mem & !3).unwrap_or_else(|e| fail(e));

@@ -122,6 +122,8 @@
  * (ABI 1.4; before, every caller saw every client).
  */
 #define DAVINCI_FEAT_OWN_CLIENTS    (1U << 12)
+/* EXPORT_MEMORY and IMPORT_MEMORY share allocations between clients (ABI 1.4). */
+#define DAVINCI_FEAT_SHARED_MEMORY  (1U << 13)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -169,6 +171,9 @@
 /* What WAIT_EVENT waits on (davinci_wait_event_args.kind) */
 #define DAVINCI_WAIT_STREAM 1U /* a stream's completion count */
 #define DAVINCI_WAIT_EVENT  2U /* an event's value */
+
+/* Who may import an export (davinci_export_memory_args.uid) */
+#define DAVINCI_EXPORT_OWN_UID 4294967295U /* the clients of the exporter's own user */
 
 /* ---- Structures -------------------------------------------------------------- */
 
@@ -711,6 +716,57 @@ struct davinci_device_counters {
 	__u64 reserved[4];
 };
 
+/*
+ * EXPORT_MEMORY (ABI 1.4, `DAVINCI_FEAT_SHARED_MEMORY`): makes one of the caller's
+ * allocations importable by another client of the same device, named by a token the
+ * caller hands over through a channel of its own. Who may import it is explicit: the
+ * clients of one user, or one client of that user. Exporting an exported allocation
+ * again returns its token again (with the grant unchanged).
+ *
+ * 24 bytes.
+ */
+struct davinci_export_memory_args {
+	/* The allocation, one of the caller's own (not an imported one) (to driver). */
+	__u32 handle;
+	/* Reserved export flags, must be 0 (to driver). */
+	__u32 flags;
+	/*
+	 * The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` for the
+	 * caller's own user (to driver).
+	 */
+	__u32 uid;
+	/*
+	 * Only this client (its `client_id`) may import it; 0: any client of that user
+	 * (to driver).
+	 */
+	__u32 client;
+	/* The token that names the export (an opaque, unguessable value) (from driver). */
+	__u64 token;
+};
+
+/*
+ * IMPORT_MEMORY (ABI 1.4, `DAVINCI_FEAT_SHARED_MEMORY`): the allocation an export's token
+ * names, as a new handle of the caller's: descriptors of the caller may name its device
+ * address, and its host view is mapped at `mmap_offset`, like an allocation's. The
+ * exporter's FREE_MEMORY (or close) revokes every import (docs/abi.md, IMPORT_MEMORY).
+ *
+ * 40 bytes.
+ */
+struct davinci_import_memory_args {
+	/* The export's token (to driver). */
+	__u64 token;
+	/* The import's handle: FREE_MEMORY it when done (from driver). */
+	__u32 handle;
+	/* Reserved import flags, must be 0 (to driver). */
+	__u32 flags;
+	/* Device address of the first byte: the exporter's (from driver). */
+	__u64 dev_addr;
+	/* Bytes of the allocation (its `alloc_size`) (from driver). */
+	__u64 size;
+	/* mmap offset cookie of the host view (from driver). */
+	__u64 mmap_offset;
+};
+
 /* ---- ioctl commands ---------------------------------------------------------- */
 
 /* Caller: who may issue the command (docs/abi.md lists its errors). */
@@ -731,6 +787,8 @@ struct davinci_device_counters {
 #define DAVINCI_IOCTL_NOTIFY             _IOW('d', 0x0f, struct davinci_handle_args)          /* caller: client open */
 #define DAVINCI_IOCTL_GET_LAST_ERROR     _IOR('d', 0x10, struct davinci_last_error)           /* caller: any open (client or control) */
 #define DAVINCI_IOCTL_GET_COUNTERS       _IOR('d', 0x11, struct davinci_device_counters)      /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_EXPORT_MEMORY      _IOWR('d', 0x12, struct davinci_export_memory_args)  /* caller: client open */
+#define DAVINCI_IOCTL_IMPORT_MEMORY      _IOWR('d', 0x13, struct davinci_import_memory_args)  /* caller: client open */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -941,6 +999,19 @@ _Static_assert(offsetof(struct davinci_device_counters, streams) == 44, "davinci
 _Static_assert(offsetof(struct davinci_device_counters, events) == 48, "davinci uapi: offsetof(struct davinci_device_counters, events)");
 _Static_assert(offsetof(struct davinci_device_counters, allocations) == 52, "davinci uapi: offsetof(struct davinci_device_counters, allocations)");
 _Static_assert(offsetof(struct davinci_device_counters, reserved) == 56, "davinci uapi: offsetof(struct davinci_device_counters, reserved)");
+_Static_assert(sizeof(struct davinci_export_memory_args) == 24, "davinci uapi: sizeof(struct davinci_export_memory_args)");
+_Static_assert(offsetof(struct davinci_export_memory_args, handle) == 0, "davinci uapi: offsetof(struct davinci_export_memory_args, handle)");
+_Static_assert(offsetof(struct davinci_export_memory_args, flags) == 4, "davinci uapi: offsetof(struct davinci_export_memory_args, flags)");
+_Static_assert(offsetof(struct davinci_export_memory_args, uid) == 8, "davinci uapi: offsetof(struct davinci_export_memory_args, uid)");
+_Static_assert(offsetof(struct davinci_export_memory_args, client) == 12, "davinci uapi: offsetof(struct davinci_export_memory_args, client)");
+_Static_assert(offsetof(struct davinci_export_memory_args, token) == 16, "davinci uapi: offsetof(struct davinci_export_memory_args, token)");
+_Static_assert(sizeof(struct davinci_import_memory_args) == 40, "davinci uapi: sizeof(struct davinci_import_memory_args)");
+_Static_assert(offsetof(struct davinci_import_memory_args, token) == 0, "davinci uapi: offsetof(struct davinci_import_memory_args, token)");
+_Static_assert(offsetof(struct davinci_import_memory_args, handle) == 8, "davinci uapi: offsetof(struct davinci_import_memory_args, handle)");
+_Static_assert(offsetof(struct davinci_import_memory_args, flags) == 12, "davinci uapi: offsetof(struct davinci_import_memory_args, flags)");
+_Static_assert(offsetof(struct davinci_import_memory_args, dev_addr) == 16, "davinci uapi: offsetof(struct davinci_import_memory_args, dev_addr)");
+_Static_assert(offsetof(struct davinci_import_memory_args, size) == 24, "davinci uapi: offsetof(struct davinci_import_memory_args, size)");
+_Static_assert(offsetof(struct davinci_import_memory_args, mmap_offset) == 32, "davinci uapi: offsetof(struct davinci_import_memory_args, mmap_offset)");
 #endif /* C11 */
 
 #endif /* DAVINCI_UAPI_H */

@@ -4,8 +4,8 @@
 
 use super::device_info::{DeviceInfo, DeviceShareArgs};
 use super::resources::{
-    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, HandleArgs,
-    SubmitTaskArgs, WaitEventArgs,
+    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportMemoryArgs,
+    HandleArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
 };
 use super::usage::{DeviceCounters, LastError, ListClientsArgs};
 use crate::ioctl::{ior, iow, iowr};
@@ -49,6 +49,12 @@ pub const DRIVER_CMD_NOTIFY: u32 = iow::<HandleArgs>(DRIVER_MAGIC, 0x0f);
 pub const DRIVER_CMD_GET_LAST_ERROR: u32 = ior::<LastError>(DRIVER_MAGIC, 0x10);
 /// `_IOR('d', 0x11, struct davinci_device_counters)`: device-wide counters (ABI 1.3).
 pub const DRIVER_CMD_GET_COUNTERS: u32 = ior::<DeviceCounters>(DRIVER_MAGIC, 0x11);
+/// `_IOWR('d', 0x12, struct davinci_export_memory_args)`: an allocation as a token another
+/// client may import (ABI 1.4).
+pub const DRIVER_CMD_EXPORT_MEMORY: u32 = iowr::<ExportMemoryArgs>(DRIVER_MAGIC, 0x12);
+/// `_IOWR('d', 0x13, struct davinci_import_memory_args)`: the allocation a token names (ABI
+/// 1.4).
+pub const DRIVER_CMD_IMPORT_MEMORY: u32 = iowr::<ImportMemoryArgs>(DRIVER_MAGIC, 0x13);
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +132,8 @@ commands! {
     NOTIFY = 0x0f, Write, HandleArgs, Client, DRIVER_CMD_NOTIFY;
     GET_LAST_ERROR = 0x10, Read, LastError, Any, DRIVER_CMD_GET_LAST_ERROR;
     GET_COUNTERS = 0x11, Read, DeviceCounters, Any, DRIVER_CMD_GET_COUNTERS;
+    EXPORT_MEMORY = 0x12, ReadWrite, ExportMemoryArgs, Client, DRIVER_CMD_EXPORT_MEMORY;
+    IMPORT_MEMORY = 0x13, ReadWrite, ImportMemoryArgs, Client, DRIVER_CMD_IMPORT_MEMORY;
 }
 
 /// The command with this request number, if any.

@@ -130,6 +130,8 @@ abi_flags! {
         /// LIST_CLIENTS lists the caller's own user's clients only, unless the caller is an
         /// admin (ABI 1.4; before, every caller saw every client).
         const OWN_CLIENTS = 1 << 12;
+        /// EXPORT_MEMORY and IMPORT_MEMORY share allocations between clients (ABI 1.4).
+        const SHARED_MEMORY = 1 << 13;
     }
 }
 

@@ -24,4 +24,8 @@ pub use resources::*;
 pub use usage::*;
 
 /// Wire constants of this module, for the C header.
-pub const CONSTS: &[ConstGroup] = &[device_info::SHARE_MODES, resources::WAIT_KINDS];
+pub const CONSTS: &[ConstGroup] = &[
+    device_info::SHARE_MODES,
+    resources::WAIT_KINDS,
+    resources::EXPORT_UIDS,
+];

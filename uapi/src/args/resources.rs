@@ -140,6 +140,65 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// EXPORT_MEMORY (ABI 1.4, `DAVINCI_FEAT_SHARED_MEMORY`): makes one of the caller's
+    /// allocations importable by another client of the same device, named by a token the
+    /// caller hands over through a channel of its own. Who may import it is explicit: the
+    /// clients of one user, or one client of that user. Exporting an exported allocation
+    /// again returns its token again (with the grant unchanged).
+    #[c_name = "davinci_export_memory_args"]
+    pub struct ExportMemoryArgs {
+        /// The allocation, one of the caller's own (not an imported one) (to driver).
+        pub handle: u32,
+        /// Reserved export flags, must be 0 (to driver).
+        pub flags: u32,
+        /// The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` for the
+        /// caller's own user (to driver).
+        pub uid: u32,
+        /// Only this client (its `client_id`) may import it; 0: any client of that user
+        /// (to driver).
+        pub client: u32,
+        /// The token that names the export (an opaque, unguessable value) (from driver).
+        pub token: u64,
+    }
+}
+
+abi_struct! {
+    /// IMPORT_MEMORY (ABI 1.4, `DAVINCI_FEAT_SHARED_MEMORY`): the allocation an export's token
+    /// names, as a new handle of the caller's: descriptors of the caller may name its device
+    /// address, and its host view is mapped at `mmap_offset`, like an allocation's. The
+    /// exporter's FREE_MEMORY (or close) revokes every import (docs/abi.md, IMPORT_MEMORY).
+    #[c_name = "davinci_import_memory_args"]
+    pub struct ImportMemoryArgs {
+        /// The export's token (to driver).
+        pub token: u64,
+        /// The import's handle: FREE_MEMORY it when done (from driver).
+        pub handle: u32,
+        /// Reserved import flags, must be 0 (to driver).
+        pub flags: u32,
+        /// Device address of the first byte: the exporter's (from driver).
+        pub dev_addr: u64,
+        /// Bytes of the allocation (its `alloc_size`) (from driver).
+        pub size: u64,
+        /// mmap offset cookie of the host view (from driver).
+        pub mmap_offset: u64,
+    }
+}
+
+/// `ExportMemoryArgs::uid` for the exporter's own user.
+pub const EXPORT_OWN_UID: u32 = u32::MAX;
+
+/// Who may import, for the C header.
+pub(crate) const EXPORT_UIDS: ConstGroup = ConstGroup {
+    title: "Who may import an export (davinci_export_memory_args.uid)",
+    c_prefix: "DAVINCI_EXPORT_",
+    items: &[(
+        "OWN_UID",
+        EXPORT_OWN_UID as u64,
+        "the clients of the exporter's own user",
+    )],
+};
+
 /// `WaitEventArgs::timeout_ns` that waits without limit.
 pub const WAIT_FOREVER: u64 = u64::MAX;
 

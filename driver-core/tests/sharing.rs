@@ -1,0 +1,219 @@
+//! EXPORT_MEMORY and IMPORT_MEMORY (ABI 1.4) in driver-core: who may import, what an import
+//! reaches (the engine runs the importer's descriptors on the exporter's memory), and that
+//! the exporter's free or close revokes every import, mappings included.
+
+mod support;
+
+use davinci_driver_core::{
+    dva_offset, MmapTarget, Platform, Role, Run, MAX_EXPORTS, MAX_IMPORTERS,
+};
+use davinci_uapi::*;
+use support::*;
+
+fn export(dev: &mut Dev, c: u32, handle: u32, uid: u32, client: u32) -> Result<u64, Errno> {
+    let mut a = ExportMemoryArgs {
+        handle,
+        uid,
+        client,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_EXPORT_MEMORY, &mut a).map(|_| a.token)
+}
+
+fn import(dev: &mut Dev, c: u32, token: u64) -> Result<ImportMemoryArgs, Errno> {
+    let mut a = ImportMemoryArgs {
+        token,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_IMPORT_MEMORY, &mut a).map(|_| a)
+}
+
+fn free(dev: &mut Dev, c: u32, handle: u32) -> Result<(), Errno> {
+    let mut f = HandleArgs { handle, pad: 0 };
+    call(dev, c, DRIVER_CMD_FREE_MEMORY, &mut f).map(|_| ())
+}
+
+type Dev = davinci_driver_core::DeviceCore<davinci_driver_core::test_util::HeapPlatform>;
+
+#[test]
+fn an_importer_runs_descriptors_on_the_exporters_memory() {
+    let mut dev = device();
+    let (_root, a, _b) = shared_pair(&mut dev);
+    // Another client of a's user (uid 1000).
+    let a2 = dev.open(params(11, 1000, Role::Client)).unwrap();
+    let m = alloc(&mut dev, a, 8192);
+    dev.platform_mut()
+        .mem_write(a, dva_offset(m.dev_addr).unwrap(), &[5u8; 64])
+        .unwrap();
+    let token = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
+    let i = import(&mut dev, a2, token).unwrap();
+    assert_eq!((i.dev_addr, i.size), (m.dev_addr, m.alloc_size));
+    assert_ne!(i.handle, m.handle);
+    // Its mmap cookie maps the exporter's backing.
+    assert_eq!(
+        dev.mmap_target(a2, i.mmap_offset, 4096),
+        Ok(MmapTarget::Memory {
+            owner: a,
+            offset: dva_offset(m.dev_addr).unwrap(),
+            len: m.alloc_size
+        })
+    );
+    let mine = alloc(&mut dev, a2, 8192);
+    let k = ctx(&mut dev, a2);
+    let mut s = stream(&mut dev, a2, k, 16, 16);
+    // COPY out of the import into a2's own memory, then FILL the import.
+    s.prod
+        .push(&TaskDesc::copy(
+            1,
+            DevAddr(mine.dev_addr),
+            DevAddr(i.dev_addr),
+            64,
+        ))
+        .unwrap();
+    s.prod
+        .push(&TaskDesc::fill(
+            2,
+            DevAddr(i.dev_addr + 64),
+            64,
+            0x0909_0909,
+        ))
+        .unwrap();
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Progress(2));
+    let r = drain(&mut s);
+    assert!(r.iter().all(|r| r.status == 0), "{r:?}");
+    assert_eq!(mem(&mut dev, a2, &mine, 64), vec![5u8; 64]);
+    assert_eq!(mem(&mut dev, a, &m, 128)[64..], [9u8; 64]);
+    // Quota: the import counts as an allocation of a2, the memory stays a's.
+    assert_eq!(dev.client_usage(a2).unwrap().allocations, 2);
+    assert_eq!(dev.client_usage(a2).unwrap().memory_bytes, mine.alloc_size);
+}
+
+#[test]
+fn grants_are_explicit_and_a_refusal_says_nothing_about_the_token() {
+    let mut dev = device();
+    let (_root, a, b) = shared_pair(&mut dev);
+    let a2 = dev.open(params(11, 1000, Role::Client)).unwrap();
+    let m = alloc(&mut dev, a, 4096);
+    // To the exporter's own user: b (uid 1001) gets what a token that never existed gets.
+    let t = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
+    assert_eq!(import(&mut dev, b, t).err(), Some(Errno::ENOENT));
+    assert_eq!(import(&mut dev, b, t ^ 1).err(), Some(Errno::ENOENT));
+    assert_eq!(import(&mut dev, a, t).err(), Some(Errno::EINVAL), "its own");
+    // The same grant again: the same token; another grant: EBUSY.
+    assert_eq!(export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0), Ok(t));
+    assert_eq!(
+        export(&mut dev, a, m.handle, 1001, 0).err(),
+        Some(Errno::EBUSY)
+    );
+    // To one client of another user.
+    let n = alloc(&mut dev, a, 4096);
+    let b_id = dev.info_for(b).caller_id;
+    let t2 = export(&mut dev, a, n.handle, 1001, b_id).unwrap();
+    assert_eq!(import(&mut dev, a2, t2).err(), Some(Errno::ENOENT));
+    let i = import(&mut dev, b, t2).unwrap();
+    assert_eq!(import(&mut dev, b, t2).err(), Some(Errno::EBUSY), "twice");
+    // An import is not exported again; a foreign handle is not exported at all.
+    assert_eq!(
+        export(&mut dev, b, i.handle, EXPORT_OWN_UID, 0).err(),
+        Some(Errno::EINVAL)
+    );
+    assert_eq!(
+        export(&mut dev, b, n.handle, EXPORT_OWN_UID, 0).err(),
+        Some(Errno::ENOENT)
+    );
+    // Flags are reserved.
+    let mut x = ImportMemoryArgs {
+        token: t2,
+        flags: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, b, DRIVER_CMD_IMPORT_MEMORY, &mut x).err(),
+        Some(Errno::EINVAL)
+    );
+}
+
+#[test]
+fn the_exporters_free_and_close_revoke_every_import() {
+    let mut dev = device();
+    let (_root, a, _b) = shared_pair(&mut dev);
+    let a2 = dev.open(params(11, 1000, Role::Client)).unwrap();
+    let m = alloc(&mut dev, a, 4096);
+    let t = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
+    let i = import(&mut dev, a2, t).unwrap();
+    dev.platform_mut().revoked.clear();
+    free(&mut dev, a, m.handle).unwrap();
+    let revoked = &dev.platform().revoked;
+    assert!(
+        revoked.contains(&(a2, i.mmap_offset, i.size)),
+        "the importer's mapping was revoked: {revoked:?}"
+    );
+    assert_eq!(import(&mut dev, a2, t).err(), Some(Errno::ENOENT));
+    assert_eq!(free(&mut dev, a2, i.handle).err(), Some(Errno::ENOENT));
+    assert_eq!(dev.client_usage(a2).unwrap().allocations, 0);
+    // The importer's descriptors on the old address fault.
+    let k = ctx(&mut dev, a2);
+    let mut s = stream(&mut dev, a2, k, 16, 16);
+    s.prod
+        .push(&TaskDesc::fill(1, DevAddr(i.dev_addr), 64, 1))
+        .unwrap();
+    s.prod.publish();
+    assert_eq!(dev.run_stream(s.handle, 64), Run::Failed(Errno::EACCES));
+    // Close: the exporter's close revokes; the importer's close drops its imports.
+    let m = alloc(&mut dev, a, 4096);
+    let t = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
+    let i = import(&mut dev, a2, t).unwrap();
+    dev.close(a2);
+    assert_eq!(dev.client_usage(a).unwrap().allocations, 1);
+    let a3 = dev.open(params(12, 1000, Role::Client)).unwrap();
+    import(&mut dev, a3, t).unwrap();
+    dev.close(a);
+    assert_eq!(dev.client_usage(a3).unwrap().allocations, 0);
+    assert_eq!(dev.info().memory_used, 0);
+    let _ = i;
+}
+
+#[test]
+fn exports_and_imports_are_bounded() {
+    let mut dev = device();
+    let (_root, a, _b) = shared_pair(&mut dev);
+    let m = alloc(&mut dev, a, 4096);
+    let t = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
+    let importers: Vec<u32> = (0..MAX_IMPORTERS as u32 + 1)
+        .map(|k| dev.open(params(100 + k, 1000, Role::Client)).unwrap())
+        .collect();
+    for &c in &importers[..MAX_IMPORTERS] {
+        import(&mut dev, c, t).unwrap();
+    }
+    assert_eq!(
+        import(&mut dev, importers[MAX_IMPORTERS], t).err(),
+        Some(Errno::ENOSPC)
+    );
+    // Freeing one import makes room.
+    dev.close(importers[0]);
+    import(&mut dev, importers[MAX_IMPORTERS], t).unwrap();
+    // Exports: at most MAX_EXPORTS on the device.
+    let mut last = Ok(0);
+    for _ in 0..MAX_EXPORTS {
+        let n = alloc(&mut dev, a, 4096);
+        last = export(&mut dev, a, n.handle, EXPORT_OWN_UID, 0);
+    }
+    assert_eq!(last.err(), Some(Errno::ENOSPC), "one export was made first");
+}
+
+#[test]
+fn an_import_whose_reply_is_lost_is_undone() {
+    let mut dev = device();
+    let (_root, a, _b) = shared_pair(&mut dev);
+    let a2 = dev.open(params(11, 1000, Role::Client)).unwrap();
+    let m = alloc(&mut dev, a, 4096);
+    let t = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
+    let i = import(&mut dev, a2, t).unwrap();
+    let mut reply = vec![0u8; ImportMemoryArgs::SIZE];
+    i.encode(&mut reply);
+    dev.undo_create(a2, DRIVER_CMD_IMPORT_MEMORY, &reply)
+        .unwrap();
+    assert_eq!(dev.client_usage(a2).unwrap().allocations, 0);
+    import(&mut dev, a2, t).unwrap();
+}
