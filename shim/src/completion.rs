@@ -1,5 +1,5 @@
-//! What a stream hands back: [`Completion`] (one task's event record) and [`StreamError`]
-//! (why the device stopped a stream).
+//! What a stream hands back: [`Completion`] (one task's event record, with its [`TaskId`])
+//! and [`StreamError`] (why the device stopped a stream).
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -7,7 +7,37 @@ use std::fmt;
 use davinci_uapi::{Errno, EventRecord, Fault, Opcode};
 
 use crate::error::{Error, Result};
-use crate::stream::TaskId;
+
+/// A task's place in its stream: how many descriptors the stream was given before it
+/// (the shim's own EVENT_RECORD/EVENT_WAIT/NOP descriptors included), from 0. The low 32 bits
+/// are its free-running command-ring index, which the device reports for a stopped stream
+/// ([`StreamError::index`](crate::StreamError::index)); [`Stream::submit`](crate::Stream::submit)
+/// returns it and [`Completion::task`] carries it, so a runtime maps either to its own task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub(crate) u64);
+
+impl TaskId {
+    /// The number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// Its command-ring index (the low 32 bits).
+    pub fn ring_index(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The id `n` tasks later (a batch's tasks have consecutive ids).
+    pub fn offset(self, n: u64) -> TaskId {
+        TaskId(self.0.wrapping_add(n))
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task #{}", self.0)
+    }
+}
 
 /// One task's completion, copied out of the event ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

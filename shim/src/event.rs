@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use davinci_uapi::*;
 
+use crate::completion::TaskId;
 use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
-use crate::stream::{Stamp, TaskId};
+use crate::stream::Stamp;
 
 /// An event (`aclrtEvent` / `cudaEvent_t`). `Send + Sync`: record it from one thread, wait
 /// for it from another.

@@ -18,15 +18,16 @@ use crate::error::{Error, Result};
 use davinci_shm::SharedMapping;
 
 pub(crate) mod sealed {
-    /// What keeps device memory alive while a queued task names it (a clone of the
-    /// allocation's or pool block's shared state). Not nameable outside the crate.
-    #[derive(Clone)]
-    pub enum Lease {
-        /// A whole allocation.
-        Buffer(std::sync::Arc<super::BufferInner>),
-        /// A pool block (which holds its chunk).
-        Block(std::sync::Arc<crate::pool::BlockInner>),
+    /// What device memory is behind a lease: something whose drop gives the memory back (an
+    /// allocation's or a pool block's shared state), of one open.
+    pub trait Held: Send + Sync {
+        /// The open the memory belongs to.
+        fn device(&self) -> &crate::Device;
     }
+
+    /// What keeps device memory alive while a queued task names it: a reference to the
+    /// allocation's or pool block's shared state. Not nameable outside the crate.
+    pub type Lease = std::sync::Arc<dyn Held>;
 
     /// Memory the shim handed out, and only that: [`DeviceMem`](super::DeviceMem) is sealed,
     /// so a safe [`Task`](crate::task::Task) names nothing but live memory of this library.
@@ -36,15 +37,11 @@ pub(crate) mod sealed {
     }
 }
 
-pub(crate) use sealed::Lease;
+pub(crate) use sealed::{Held, Lease};
 
-impl Lease {
-    /// The open the memory belongs to.
-    pub(crate) fn device(&self) -> &Device {
-        match self {
-            Lease::Buffer(b) => &b.dev,
-            Lease::Block(b) => b.device(),
-        }
+impl Held for BufferInner {
+    fn device(&self) -> &Device {
+        &self.dev
     }
 }
 
@@ -399,7 +396,7 @@ impl DeviceBuffer {
 
 impl sealed::Leased for DeviceBuffer {
     fn lease(&self) -> Lease {
-        Lease::Buffer(self.inner.clone())
+        self.inner.clone()
     }
 }
 

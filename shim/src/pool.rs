@@ -10,7 +10,7 @@ use davinci_uapi::{DevAddr, Errno};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::memory::{range_error, sealed, BufferInner, DeviceMem, Lease};
+use crate::memory::{range_error, sealed, BufferInner, DeviceMem, Held, Lease};
 
 /// Sizes and bounds of a [`MemPool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,16 +369,15 @@ impl PoolBuffer {
     }
 }
 
-impl BlockInner {
-    /// The open the pool allocates from.
-    pub(crate) fn device(&self) -> &Device {
+impl Held for BlockInner {
+    fn device(&self) -> &Device {
         self.chunk.device()
     }
 }
 
 impl sealed::Leased for PoolBuffer {
     fn lease(&self) -> Lease {
-        Lease::Block(self.inner.clone())
+        self.inner.clone()
     }
 }
 

@@ -18,12 +18,12 @@ use davinci_uapi::rings::RingOffsets;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::*;
 
+pub use crate::completion::TaskId;
 use crate::completion::{Completion, StreamError};
 use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
 use crate::rings::{StreamRings, Wake};
 use crate::stats::{DeviceStats, Stats};
-pub use pending::TaskId;
 pub(crate) use pending::{Pending, Stamp};
 
 mod events;

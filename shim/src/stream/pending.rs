@@ -7,46 +7,14 @@
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use davinci_uapi::Errno;
 
-use crate::completion::Completion;
+use crate::completion::{Completion, TaskId};
 use crate::error::{Error, Result};
 use crate::memory::Lease;
 use crate::task::Task;
-
-/// A task's place in its stream: how many descriptors the stream was given before it
-/// (the shim's own EVENT_RECORD/EVENT_WAIT/NOP descriptors included), from 0. The low 32 bits
-/// are its free-running command-ring index, which the device reports for a stopped stream
-/// ([`StreamError::index`](crate::StreamError::index)); [`Stream::submit`](super::Stream::submit)
-/// returns it and [`Completion::task`] carries it, so a runtime maps either to its own task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TaskId(pub(crate) u64);
-
-impl TaskId {
-    /// The number.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-
-    /// Its command-ring index (the low 32 bits).
-    pub fn ring_index(self) -> u32 {
-        self.0 as u32
-    }
-
-    /// The id `n` tasks later (a batch's tasks have consecutive ids).
-    pub fn offset(self, n: u64) -> TaskId {
-        TaskId(self.0.wrapping_add(n))
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "task #{}", self.0)
-    }
-}
 
 /// Where a reaped EVENT_RECORD leaves its device timestamp (and status).
 pub(crate) type Stamp = Arc<OnceLock<(u64, i32)>>;
