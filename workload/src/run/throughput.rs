@@ -100,6 +100,8 @@ impl Throughput {
         let mut busy = Duration::ZERO;
         let mut descs: Vec<Task> = Vec::with_capacity(3 * cfg.slots + 3);
         let mut done_rounds = 0;
+        // Tasks of the rounds that completed (a round interrupted by Ctrl-C does not count).
+        let mut done_tasks = 0;
         for round in 0..rounds {
             if stop.load(Ordering::Relaxed) {
                 report.interrupted = true;
@@ -118,6 +120,7 @@ impl Throughput {
             self.reap(report);
             self.check_results(round, cfg, report)?;
             done_rounds = round + 1;
+            done_tasks = self.tasks();
             progress(Progress {
                 phase: Phase::Throughput,
                 done: self.tasks(),
@@ -125,7 +128,7 @@ impl Throughput {
             });
         }
         report.rounds = done_rounds;
-        report.tasks = self.tasks();
+        report.tasks = done_tasks;
         report.wall_seconds = wall.elapsed().as_secs_f64();
         report.device_seconds = busy.as_secs_f64();
         report.tasks_per_sec = report.tasks as f64 / report.device_seconds.max(1e-9);
