@@ -238,7 +238,17 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
 
 /// Runs `davinci-mockd` with the process's arguments; returns the exit status.
 pub fn main() -> i32 {
-    let cmd = match parse_args(std::env::args().skip(1)) {
+    // Not `env::args()`, which panics on an argument that is not UTF-8.
+    let args: Result<Vec<String>, _> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect();
+    let Ok(args) = args else {
+        let bad = args.err().unwrap_or_default();
+        eprintln!("davinci-mockd: argument {bad:?} is not valid UTF-8\n\nUsage: davinci-mockd [OPTIONS]  (see --help)");
+        return 2;
+    };
+    let cmd = match parse_args(args.into_iter()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("davinci-mockd: {e}\n\nUsage: davinci-mockd [OPTIONS]  (see --help)");

@@ -137,9 +137,21 @@ fn usage_error(message: &str, json: bool, out: &mut dyn Write, err: &mut dyn Wri
 
 /// `davinci-smi` on the process's arguments and environment; returns the exit status.
 pub fn main() -> i32 {
-    let args: Vec<String> = std::env::args().collect();
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
+    // Not `env::args()`, which panics on an argument that is not UTF-8.
+    let args: Vec<String> = match std::env::args_os()
+        .enumerate()
+        .map(|(i, a)| a.into_string().map_err(|a| (i, a)))
+        .collect()
+    {
+        Ok(a) => a,
+        Err((i, a)) => {
+            let json = std::env::args_os().any(|a| a == "--json");
+            let m = format!("argument {i} ({a:?}) is not valid UTF-8");
+            return usage_error(&m, json, &mut out, &mut err);
+        }
+    };
     let code = run(
         &args,
         &Discovery::from_env(),

@@ -158,3 +158,34 @@ fn query_csv_and_loop() {
     assert!(docs.iter().all(|v| v["devices"][0]["clients"] == 1));
     assert_eq!(c.release(), 0);
 }
+
+/// An argument that is not UTF-8 is a usage error that says which, for both binaries (they
+/// panicked with exit status 101 before: issue 24).
+#[test]
+fn arguments_that_are_not_utf8_are_usage_errors_not_panics() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"\xff");
+    for (name, args) in [
+        (
+            "testbin-davinci-smi",
+            vec![std::ffi::OsStr::new("info"), bad],
+        ),
+        ("davinci-mockd", vec![bad]),
+    ] {
+        let out = Command::new(bin(name)).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains("is not valid UTF-8"), "{name}: {err}");
+    }
+    let out = Command::new(bin("testbin-davinci-smi"))
+        .args([
+            std::ffi::OsStr::new("info"),
+            bad,
+            std::ffi::OsStr::new("--json"),
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["command"], "usage-error", "{v}");
+    assert_eq!(v["exit_code"], 2, "{v}");
+}
