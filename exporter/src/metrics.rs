@@ -370,8 +370,8 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
                     client_id: c.client_id,
                     pid: c.pid,
                     uid: c.uid,
-                    container: c.container_id().unwrap_or("").to_string(),
-                    process: c.comm().to_string(),
+                    container: printable(c.container_id().unwrap_or("")),
+                    process: printable(c.comm()),
                 };
                 c_mem.add(cl.clone(), c.memory_bytes);
                 c_submitted.add(cl.clone(), c.tasks_submitted);
@@ -456,3 +456,18 @@ pub fn encode(samples: &[Sample], stats: &SelfStats, format: Format) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// A tenant's string (process name, container id) as a label value that cannot disturb
+/// whoever reads it: control characters (an escape sequence, a newline) become their Rust
+/// escapes (`\u{1b}`, `\n`); the text format escapes the rest.
+fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

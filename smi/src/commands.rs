@@ -53,7 +53,7 @@ fn dash_if_empty(s: &str) -> String {
     if s.is_empty() {
         "-".to_string()
     } else {
-        s.to_string()
+        printable(s)
     }
 }
 
@@ -242,7 +242,7 @@ pub(crate) fn short_container(c: &str) -> String {
     if c.is_empty() {
         "-".into()
     } else {
-        c.chars().take(12).collect()
+        printable(&c.chars().take(12).collect::<String>())
     }
 }
 

@@ -371,3 +371,20 @@ mod tests {
         assert_eq!(v["devices"][0]["path"], "mock:/x/davinci0.sock");
     }
 }
+
+/// `s` safe to print on a terminal or in a CSV row: every control character (escape
+/// sequences, newlines, tabs, DEL) shown as its Rust escape (`\u{1b}`, `\n`), everything else
+/// as is. For strings a tenant chose (process names, container ids) and paths: printed raw, an
+/// `ESC[2J` would clear the operator's screen and a newline forge a row. JSON needs none of
+/// this (its encoder escapes them).
+pub(crate) fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}

@@ -188,6 +188,7 @@ pub(crate) fn select<R>(
 
 /// One CSV value: quoted when it holds a comma, quote or line break.
 fn cell(s: &str) -> String {
+    let s = &crate::output::printable(s);
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

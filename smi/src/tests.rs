@@ -426,3 +426,32 @@ fn an_endless_loop_stops_when_nobody_reads() {
     );
     assert_eq!((code, sleeps), (exit::OTHER, 0));
 }
+
+#[test]
+fn a_tenants_control_characters_are_escaped_in_tables_and_csv() {
+    let mut u = usage_of(100, "ctr\x1b[2J", 4 << 20);
+    u.comm = ClientUsage::comm_field("evil\x1b[2J\nrow");
+    let w = world(vec![(A, fake(0, vec![u], false, true))]);
+    for a in [
+        &["--device", A, "info", "-t", "usage"][..],
+        &[
+            "--device",
+            A,
+            "info",
+            "-t",
+            "usage",
+            "--query",
+            "pid,process_name,container_id",
+            "--format=csv",
+        ][..],
+    ] {
+        let (code, out, err) = smi(&w, a);
+        assert_eq!(code, 0, "{a:?}: {out}{err}");
+        assert!(
+            !out.contains('\x1b'),
+            "{a:?}: a raw ESC reached the terminal: {out:?}"
+        );
+        assert!(out.contains("evil\\u{1b}[2J\\nrow"), "{a:?}: {out}");
+        assert!(out.contains("ctr\\u{1b}[2J"), "{a:?}: {out}");
+    }
+}

@@ -215,3 +215,15 @@ fn negotiation() {
     );
     assert_eq!(Format::negotiate(Some("application/json")), Prometheus);
 }
+
+#[test]
+fn a_tenants_control_characters_are_escaped_in_label_values() {
+    let mut s = samples(false);
+    if let Ok(r) = &mut s[0].outcome {
+        r.clients = Some(vec![client(3, 1 << 20, "c\x1b[2J", "evil\x1b[2J\n")]);
+    }
+    let text = encode(&s, &SelfStats::default(), Format::Prometheus);
+    assert!(!text.contains('\x1b'), "a raw ESC reached the exposition");
+    assert!(text.contains(r#"process="evil\\u{1b}[2J\\n""#), "{text}");
+    assert!(text.contains(r#"container="c\\u{1b}[2J""#), "{text}");
+}
