@@ -248,7 +248,7 @@ pub fn main() -> i32 {
         eprintln!("davinci-mockd: argument {bad:?} is not valid UTF-8\n\nUsage: davinci-mockd [OPTIONS]  (see --help)");
         return 2;
     };
-    let cmd = match parse_args(args.into_iter()) {
+    let cmd = match parse_args(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("davinci-mockd: {e}\n\nUsage: davinci-mockd [OPTIONS]  (see --help)");
