@@ -327,6 +327,23 @@ pub fn kv(pairs: &[(&str, String)]) -> String {
 
 pub use davinci_units::mib;
 
+/// `s` safe to print on a terminal or in a CSV row: every control character (escape
+/// sequences, newlines, tabs, DEL) shown as its Rust escape (`\u{1b}`, `\n`), everything else
+/// as is. For strings a tenant chose (process names, container ids) and paths: printed raw, an
+/// `ESC[2J` would clear the operator's screen and a newline forge a row. JSON needs none of
+/// this (its encoder escapes them).
+pub(crate) fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,21 +387,4 @@ mod tests {
         assert_eq!(v["exit_code"], 0);
         assert_eq!(v["devices"][0]["path"], "mock:/x/davinci0.sock");
     }
-}
-
-/// `s` safe to print on a terminal or in a CSV row: every control character (escape
-/// sequences, newlines, tabs, DEL) shown as its Rust escape (`\u{1b}`, `\n`), everything else
-/// as is. For strings a tenant chose (process names, container ids) and paths: printed raw, an
-/// `ESC[2J` would clear the operator's screen and a newline forge a row. JSON needs none of
-/// this (its encoder escapes them).
-pub(crate) fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
