@@ -26,6 +26,8 @@ const SMALL: &[(&str, &str)] = &[
 fn cmd() -> Command {
     let mut c = Command::new(BIN);
     c.env_remove("DAVINCI_DEVICE").env_remove(PROGRESS_ENV);
+    // No daemon socket of this machine decides the default device.
+    c.env("DAVINCI_SOCKET_DIR", "/nonexistent/davinci-workload-test");
     c
 }
 
@@ -419,4 +421,33 @@ fn ctrl_c_prints_a_partial_report_and_exits_130() {
     assert_eq!(v["tasks"].as_u64().unwrap(), 30 * rounds, "{v}");
     assert_eq!(v["mismatches"], 0, "{v}");
     assert_eq!(v["latency"]["samples"], 0, "{v}");
+}
+
+/// A node with a device: a run that names none is refused (it would test the in-process
+/// mock, not the node), saying which device to name (issue 24).
+#[test]
+fn a_run_without_a_device_on_a_node_with_one_is_refused() {
+    let dir = std::env::temp_dir().join(format!("workload-node-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("davinci0.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let (code, out, err) = run(small(&["--json"]).env("DAVINCI_SOCKET_DIR", &dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 2, "{out}{err}");
+    let v = json(&out);
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains(&format!("--device mock:{}", sock.display())),
+        "{v}"
+    );
+    // Named, it runs; and the device used is said on stderr.
+    let (code, _, err) = run(&mut small(&["--device", "embedded"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("davinci-workload: device embedded (--device)"),
+        "{err}"
+    );
 }

@@ -22,7 +22,9 @@ pub(crate) mod exit {
 }
 
 pub(crate) const AFTER_HELP: &str = "\
-Device selection: --device, else $DAVINCI_DEVICE (when set and not empty), else \"embedded\".
+Device selection: --device, else $DAVINCI_DEVICE (when set and not empty), else \"embedded\"
+(refused when the node has a device: /dev/davinci0, or davinci0.sock in davinci-mockd's
+default socket directory; name it, or --device embedded). The device used is said on stderr.
 
 Environment:
   DAVINCI_DEVICE                   the device when --device is not given (any --device value)

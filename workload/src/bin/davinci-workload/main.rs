@@ -92,6 +92,19 @@ fn catch_interrupt() -> Result<Arc<AtomicBool>, String> {
     Ok(flag)
 }
 
+/// A device of this node that a run without a device named would miss: the kernel driver's
+/// first node, or a `davinci-mockd` socket in the default socket directory.
+fn node_device() -> Option<String> {
+    let sock = davinci_shim::default_socket_dir().join("davinci0.sock");
+    if std::path::Path::new("/dev/davinci0").exists() {
+        Some("/dev/davinci0".into())
+    } else if sock.exists() {
+        Some(format!("mock:{}", sock.display()))
+    } else {
+        None
+    }
+}
+
 /// Everything up to the report.
 fn run(
     args: &Args,
@@ -100,6 +113,24 @@ fn run(
     warnings: &mut Vec<String>,
 ) -> Result<Report, Failure> {
     let device = &options.device;
+    if options.device_from == DeviceFrom::Default {
+        if let Some(found) = node_device() {
+            return Err(Failure::usage(format!(
+                "this node has a davinci device ({found}); without --device or \
+                 {DEVICE_ENV} the run would use the in-process embedded mock device and not \
+                 touch it: pass --device {found} to run on it (or --device embedded for the \
+                 mock)"
+            )));
+        }
+    }
+    eprintln!(
+        "davinci-workload: device {device} ({})",
+        match options.device_from {
+            DeviceFrom::Option => "--device",
+            DeviceFrom::Env => DEVICE_ENV,
+            DeviceFrom::Default => "the default: no device on this node",
+        }
+    );
     let cfg = WorkloadConfig {
         tasks: options.tasks,
         streams: options.streams,
