@@ -202,16 +202,16 @@ impl Report {
         out
     }
 
-    /// Writes the JSON to `path` (through a temporary file renamed over it, so a reader
-    /// never sees half of it).
+    /// Writes the JSON to `path` (through a new temporary file renamed over it, so a reader
+    /// never sees half of it, and a link planted where the temporary file goes is never
+    /// followed: `davinci_ops::files`).
     ///
     /// # Errors
     /// The file cannot be written.
     pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        std::fs::write(&tmp, self.json())?;
-        std::fs::rename(&tmp, path)
+        davinci_ops::files::write_atomically(path, self.json().as_bytes()).map_err(|e| {
+            std::io::Error::new(e.kind.unwrap_or(std::io::ErrorKind::Other), e.message)
+        })
     }
 }
 
@@ -271,6 +271,30 @@ mod tests {
         assert_eq!(d1["reason"], "ENODEV: no such device");
         assert_eq!(d1["share_mode"], serde_json::Value::Null);
         assert_eq!(d1["ids"][0], "davinci1");
+    }
+
+    #[test]
+    fn the_status_file_never_follows_a_planted_link() {
+        let dir = std::env::temp_dir().join(format!("dp-status-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "root's file\n").unwrap();
+        let file = dir.join("status.json");
+        // Links where a temporary file could go: the old name and the new one.
+        for tmp in [
+            "status.json.tmp".to_string(),
+            format!(".status.json.{}.tmp", std::process::id()),
+        ] {
+            std::os::unix::fs::symlink(&victim, dir.join(tmp)).unwrap();
+        }
+        let r = report("davinci.ai/npu", &inv(), None, None);
+        r.write_to(&file).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(v["schema"], SCHEMA);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

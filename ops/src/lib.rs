@@ -18,6 +18,7 @@
 
 pub mod cdi;
 pub mod discover;
+pub mod files;
 
 /// `davinci<N>`: the name of device N wherever a tool names it (discovery's messages, CDI
 /// device names, the device plugin's IDs and logs).
