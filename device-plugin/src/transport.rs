@@ -13,13 +13,39 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 /// Listens on a new Unix socket at `path` (which must not exist); the stream of connections
 /// to hand to `tonic::transport::Server::serve_with_incoming*`. Must be called inside a
-/// Tokio runtime.
+/// Tokio runtime. The socket's mode is 0600 whatever the umask: only its owner (root, as
+/// the kubelet) may connect.
 ///
 /// # Errors
 /// The socket cannot be created (the path exists, the directory is missing or not
-/// writable).
+/// writable), or its mode cannot be set (the socket is removed again).
 pub fn listen(path: &Path) -> io::Result<UnixListenerStream> {
-    Ok(UnixListenerStream::new(UnixListener::bind(path)?))
+    use std::os::unix::fs::PermissionsExt;
+    let l = UnixListener::bind(path)?;
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(UnixListenerStream::new(l))
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_socket_is_0600_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("dp-sock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("plugin.sock");
+        let _ = std::fs::remove_file(&path);
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        let l = super::listen(&path);
+        nix::sys::stat::umask(old);
+        let _l = l.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(mode, 0o600);
+    }
 }
 
 /// A channel to the gRPC server on the Unix socket at `path`, connected within `timeout`.
