@@ -29,6 +29,22 @@ pub fn listen(path: &Path) -> io::Result<UnixListenerStream> {
     Ok(UnixListenerStream::new(l))
 }
 
+/// A channel to the gRPC server on the Unix socket at `path`, connected within `timeout`.
+///
+/// # Errors
+/// Nothing listens there, or the connection does not complete in time.
+pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, tonic::transport::Error> {
+    let path: PathBuf = path.to_path_buf();
+    // The URI is not used to connect (the connector ignores it) but must be valid.
+    Endpoint::from_static("http://localhost")
+        .connect_timeout(timeout)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     #[tokio::test]
@@ -46,20 +62,4 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(mode, 0o600);
     }
-}
-
-/// A channel to the gRPC server on the Unix socket at `path`, connected within `timeout`.
-///
-/// # Errors
-/// Nothing listens there, or the connection does not complete in time.
-pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, tonic::transport::Error> {
-    let path: PathBuf = path.to_path_buf();
-    // The URI is not used to connect (the connector ignores it) but must be valid.
-    Endpoint::from_static("http://localhost")
-        .connect_timeout(timeout)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
 }
