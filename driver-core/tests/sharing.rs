@@ -5,7 +5,7 @@
 mod support;
 
 use davinci_driver_core::{
-    dva_offset, MmapTarget, Platform, Role, Run, MAX_EXPORTS, MAX_IMPORTERS,
+    dva_offset, MmapTarget, Platform, Role, Run, MAX_CLIENT_EXPORTS, MAX_EXPORTS, MAX_IMPORTERS,
 };
 use davinci_uapi::*;
 use support::*;
@@ -193,13 +193,30 @@ fn exports_and_imports_are_bounded() {
     // Freeing one import makes room.
     dev.close(importers[0]);
     import(&mut dev, importers[MAX_IMPORTERS], t).unwrap();
-    // Exports: at most MAX_EXPORTS on the device.
-    let mut last = Ok(0);
-    for _ in 0..MAX_EXPORTS {
-        let n = alloc(&mut dev, a, 4096);
-        last = export(&mut dev, a, n.handle, EXPORT_OWN_UID, 0);
-    }
-    assert_eq!(last.err(), Some(Errno::ENOSPC), "one export was made first");
+    // Exports: at most MAX_CLIENT_EXPORTS per client (one was made above), MAX_EXPORTS on
+    // the device.
+    let mut made = 1;
+    let mut exporters = vec![a];
+    let e = loop {
+        let c = *exporters.last().unwrap();
+        let n = alloc(&mut dev, c, 4096);
+        match export(&mut dev, c, n.handle, EXPORT_OWN_UID, 0) {
+            Ok(_) => made += 1,
+            Err(Errno::ENOSPC) if made % MAX_CLIENT_EXPORTS == 0 && made < MAX_EXPORTS => {
+                // This client's quarter is full: another tenant still exports.
+                exporters.push(
+                    dev.open(params(200 + made as u32, 1000, Role::Client))
+                        .unwrap(),
+                );
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(
+        (e, made),
+        (Errno::ENOSPC, MAX_EXPORTS),
+        "the device's table, full"
+    );
 }
 
 #[test]

@@ -226,7 +226,8 @@ impl DeviceBuffer {
     /// client names it), every import is revoked: the importers' host views stop reaching it
     /// (a `SIGBUS` on the kernel driver) and their tasks that name it fail with `EACCES`. So
     /// the exporter keeps the buffer until the importers are done (say so over the same
-    /// channel). `ENOSPC` when the device has 64 exports; `EINVAL` for an imported buffer.
+    /// channel). `ENOSPC` when the device has 64 exports (or, shared, this client 16);
+    /// `EINVAL` for an imported buffer.
     ///
     /// ```
     /// # fn main() -> davinci_shim::Result<()> {
