@@ -84,7 +84,12 @@ impl Good {
             timeout_ns: LONG_NS,
             ..WaitEventArgs::default()
         };
-        let r = call(dev, self.client, DRIVER_CMD_WAIT_EVENT, &mut w);
+        // A signal handler that runs on this thread (libFuzzer's SIGALRM, installed without
+        // SA_RESTART) ends the wait with EINTR, as it would the kernel driver's: wait again.
+        let mut r = call(dev, self.client, DRIVER_CMD_WAIT_EVENT, &mut w);
+        while r == Err(libc::EINTR) {
+            r = call(dev, self.client, DRIVER_CMD_WAIT_EVENT, &mut w);
+        }
         assert_eq!(
             (r, w.status),
             (Ok(()), 0),
