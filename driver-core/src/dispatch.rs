@@ -248,6 +248,10 @@ impl<P: Platform> DeviceCore<P> {
                 self.counters().encode(arg);
                 Ok(Reply::Done)
             }
+            DRIVER_CMD_GET_IDENTITY => {
+                self.device_identity().identity.encode(arg);
+                Ok(Reply::Done)
+            }
             DRIVER_CMD_QUERY_DEVICE_SHARE => {
                 DeviceShareArgs {
                     mode: self.share as u32,

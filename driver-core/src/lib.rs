@@ -30,6 +30,7 @@ pub mod device;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod identity;
 pub mod inject;
 pub mod limits;
 pub mod memory;
@@ -48,6 +49,7 @@ pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
 pub use engine::Run;
 pub use error::{Error, Result};
+pub use identity::{derive_uuid, Identity};
 pub use inject::{Inject, InjectRule, InjectTarget, ParseInjectError, ParseRuleError};
 pub use limits::{
     Quota, CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CLIENT_EXPORTS, MAX_CLIENT_OPENS,

@@ -3,7 +3,7 @@
 
 mod support;
 
-use davinci_driver_core::{Config, DeviceCore, Reply, Role, Run};
+use davinci_driver_core::{Config, DeviceCore, Identity, Inject, Reply, Role, Run};
 use davinci_uapi::*;
 use support::*;
 
@@ -79,7 +79,16 @@ fn get_info_names_the_caller_and_the_opcodes() {
 fn counters(dev: &mut DeviceCore<HeapPlatform>, c: u32) -> DeviceCounters {
     let mut k = DeviceCounters::default();
     call(dev, c, DRIVER_CMD_GET_COUNTERS, &mut k).unwrap();
-    assert_eq!(k, dev.counters(), "the ioctl reports what counters() says");
+    let direct = dev.counters();
+    assert!(direct.now_ns > k.now_ns, "each read reads the device clock");
+    assert_eq!(
+        DeviceCounters { now_ns: 0, ..k },
+        DeviceCounters {
+            now_ns: 0,
+            ..direct
+        },
+        "the ioctl reports what counters() says"
+    );
     k
 }
 
@@ -94,9 +103,12 @@ fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
     let ctl = dev.open(params(9, 0, Role::Control)).unwrap();
     let zero = counters(&mut dev, ctl);
     assert_eq!(
-        zero,
-        DeviceCounters::default(),
-        "a new device counts nothing"
+        DeviceCounters { now_ns: 0, ..zero },
+        DeviceCounters {
+            engines: 1,
+            ..DeviceCounters::default()
+        },
+        "a new device counts nothing (and has one engine, healthy)"
     );
 
     let root = dev.open(params(10, 0, Role::Control)).unwrap();
@@ -195,4 +207,90 @@ fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
         (k.contexts, k.streams, k.events, k.allocations),
         (0, 0, 0, 0)
     );
+}
+
+fn usage_of(dev: &mut DeviceCore<HeapPlatform>, viewer: u32) -> Vec<ClientUsage> {
+    dev.clients_seen_by(viewer).collect()
+}
+
+/// Busy time (ABI 1.4): a pass that runs tasks adds its time to its stream, so to its client
+/// (LIST_CLIENTS `busy_ns`) and the device (GET_COUNTERS `busy_ns`), and it stays counted
+/// when the stream and the client are gone; an idle pass adds nothing. Health says Warning
+/// while a stream is hung by an injected fault. GET_IDENTITY reports what the host set.
+#[test]
+fn busy_time_health_and_identity() {
+    let mut dev = device();
+    let ctl = dev.open(params(9, 0, Role::Control)).unwrap();
+    dev.set_share_mode(ctl, ShareMode::Shared).unwrap();
+    let a = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let b = dev.open(params(2, 1001, Role::Client)).unwrap();
+    let (ka, kb) = (ctx(&mut dev, a), ctx(&mut dev, b));
+    let mut sa = stream(&mut dev, a, ka, 16, 16);
+    let mut sb = stream(&mut dev, b, kb, 16, 16);
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Idle);
+    assert_eq!(
+        counters(&mut dev, ctl).busy_ns,
+        0,
+        "an idle pass is not busy"
+    );
+
+    nops(&mut sa, 1, 5);
+    assert_eq!(dev.run_stream(sa.handle, 64), Run::Progress(5));
+    drain(&mut sa);
+    let k = counters(&mut dev, ctl);
+    assert!(k.busy_ns > 0);
+    let usage = usage_of(&mut dev, ctl);
+    let busy = |u: &[ClientUsage], pid: u32| u.iter().find(|c| c.pid == pid).map(|c| c.busy_ns);
+    assert_eq!(
+        busy(&usage, 1),
+        Some(k.busy_ns),
+        "a's tasks are all the device ran"
+    );
+    assert_eq!(busy(&usage, 2), Some(0), "b ran nothing");
+    assert_eq!(dev.run_stream(sa.handle, 64), Run::Idle);
+    assert_eq!(counters(&mut dev, ctl).busy_ns, k.busy_ns);
+
+    // b's tasks add to b and to the device, not to a.
+    nops(&mut sb, 1, 3);
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Progress(3));
+    drain(&mut sb);
+    let k2 = counters(&mut dev, ctl);
+    let usage = usage_of(&mut dev, ctl);
+    assert_eq!(busy(&usage, 1), Some(k.busy_ns));
+    let b_busy = busy(&usage, 2).unwrap();
+    assert!(b_busy > 0);
+    assert_eq!(k2.busy_ns, k.busy_ns + b_busy);
+
+    // A destroyed stream's time stays with its client and the device; a closed client's
+    // with the device.
+    dev.destroy_stream(a, sa.handle).unwrap();
+    assert_eq!(busy(&usage_of(&mut dev, ctl), 1), Some(k.busy_ns));
+    dev.close(a);
+    assert_eq!(counters(&mut dev, ctl).busy_ns, k2.busy_ns);
+
+    // A hung stream: Warning, counted; gone, OK again.
+    assert_eq!(k2.health, HEALTH_OK);
+    dev.inject(Some(sb.handle), Some(Inject::HangAt { nth: 1 }))
+        .unwrap();
+    nops(&mut sb, 10, 2);
+    assert_eq!(dev.run_stream(sb.handle, 64), Run::Halted);
+    let k3 = counters(&mut dev, ctl);
+    assert_eq!((k3.health, k3.hung_streams), (HEALTH_WARNING, 1));
+    dev.destroy_stream(b, sb.handle).unwrap();
+    let k4 = counters(&mut dev, ctl);
+    assert_eq!((k4.health, k4.hung_streams), (HEALTH_OK, 0));
+
+    // GET_IDENTITY: any open may ask; it reports what the host set, engines included.
+    assert!(dev.info().features.contains(Features::IDENTITY));
+    let mut id = DeviceIdentity::default();
+    call(&mut dev, b, DRIVER_CMD_GET_IDENTITY, &mut id).unwrap();
+    assert_eq!(id, Identity::DEFAULT.identity);
+    let uuid = davinci_driver_core::derive_uuid(&[b"test", b"0"]);
+    dev.set_device_identity(Identity::new(uuid, "model x", "driver 1.2", 3, 4));
+    call(&mut dev, ctl, DRIVER_CMD_GET_IDENTITY, &mut id).unwrap();
+    assert_eq!(
+        (id.uuid, id.model(), id.driver_version(), id.numa_node),
+        (uuid, "model x", "driver 1.2", 3)
+    );
+    assert_eq!(counters(&mut dev, ctl).engines, 4);
 }

@@ -14,11 +14,14 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::new_mutex;
 
-use crate::davinci_driver_core::Quota;
+use crate::davinci_driver_core::{derive_uuid, Identity, Quota};
 use crate::device::{new_storage, DevState, STATES};
 use crate::sys::{self, Misc, Params, Worker};
 use crate::wake::{Wake, Wakeups};
 use crate::worker::worker_main;
+
+/// GET_IDENTITY's `driver_version`: the module and the ABI it speaks.
+const DRIVER_VERSION: &str = "davinci-kmod (ABI 1.4)";
 
 impl DevState {
     /// Creates device `index` with its worker running, not yet reachable from user space.
@@ -66,6 +69,16 @@ impl DevState {
                 );
                 return Err(EINVAL);
             }
+            // GET_IDENTITY: no device of its own to read a serial from, so a UUID derived
+            // from the device's index, the same across reloads and reboots; one worker runs
+            // every stream (one engine).
+            dev.set_device_identity(Identity::new(
+                derive_uuid(&[b"davinci-kmod", &(index as u32).to_le_bytes()]),
+                "davinci-kmod",
+                DRIVER_VERSION,
+                -1,
+                1,
+            ));
         }
         // The worker. It only ever reaches the state through `raw`.
         p.step(step, "a device's worker")?;

@@ -42,6 +42,37 @@ pub struct MockConfig {
     /// What one client may hold of each table while the device is shared
     /// ([`Quota::FAIR`] by default).
     pub quota: Quota,
+    /// The UUID GET_IDENTITY reports; `None` (the default): [`derived_uuid`] of the host's
+    /// machine id and `device_id`, the same across restarts and reboots of the host.
+    pub uuid: Option<[u8; 16]>,
+}
+
+/// The UUID a mock device `device_id` reports on this host unless told another: derived
+/// (driver-core's `derive_uuid`) from the host's machine id (`/etc/machine-id`, else
+/// `/var/lib/dbus/machine-id`, else the host name) and `device_id`, so it stays the same
+/// across share-mode changes, daemon restarts and reboots.
+pub fn derived_uuid(device_id: u32) -> [u8; 16] {
+    let host = [
+        "/etc/machine-id",
+        "/var/lib/dbus/machine-id",
+        "/proc/sys/kernel/hostname",
+    ]
+    .iter()
+    .find_map(|p| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    })
+    .unwrap_or_default();
+    uuid_from_seed(&host, device_id)
+}
+
+/// The UUID of mock device `device_id` derived from `seed` instead of the machine id (what
+/// `davinci-mockd --uuid-seed` gives: two daemons on one host, or a container without the
+/// host's machine id).
+pub fn uuid_from_seed(seed: &str, device_id: u32) -> [u8; 16] {
+    davinci_driver_core::derive_uuid(&[b"davinci-mock", seed.as_bytes(), &device_id.to_le_bytes()])
 }
 
 impl MockConfig {
@@ -68,6 +99,7 @@ impl Default for MockConfig {
             idle_spin: Duration::from_millis(2),
             inject: None,
             quota: Quota::FAIR,
+            uuid: None,
         }
     }
 }

@@ -39,7 +39,7 @@ mod stream_mem;
 pub mod test_util;
 mod waits;
 
-pub use config::{local_open_params, MockConfig};
+pub use config::{derived_uuid, local_open_params, uuid_from_seed, MockConfig};
 pub use davinci_driver_core::{
     Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem,
     MAX_CLIENT_OPENS,

@@ -11,14 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use davinci_driver_core::{
-    Config, DeviceCore, Error, Inject, MmapTarget, OpenError, OpenParams, Platform, Reply, UserMem,
+    Config, DeviceCore, Error, Identity, Inject, MmapTarget, OpenError, OpenParams, Platform,
+    Reply, UserMem,
 };
 use davinci_uapi::{
     ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_DESTROY_CONTEXT,
     DRIVER_CMD_DESTROY_STREAM,
 };
 
-use crate::config::MockConfig;
+use crate::config::{derived_uuid, MockConfig};
 use crate::platform::MockPlatform;
 use crate::state::{Core, Exclusive};
 use crate::stream_mem::StreamPart;
@@ -80,6 +81,15 @@ impl MockDevice {
             },
             platform,
         );
+        dev.set_device_identity(Identity::new(
+            config
+                .uuid
+                .unwrap_or_else(|| derived_uuid(config.device_id)),
+            "davinci-mock",
+            concat!("davinci-mock-device ", env!("CARGO_PKG_VERSION")),
+            -1,
+            u32::try_from(config.pollers.max(1)).unwrap_or(u32::MAX),
+        ));
         // Cannot fail for the whole device (no stream to look up).
         dev.inject_rule(config.inject);
         // Nothing is open yet, so this cannot fail.

@@ -37,6 +37,11 @@ Options:
   -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
                                  else /tmp/davinci-$UID] (see Socket directory below)
+      --uuid-seed <TEXT>         What each device's UUID (GET_IDENTITY, the device plugin's
+                                 device IDs) is derived from, with its index [default: the
+                                 host's machine id, /etc/machine-id]: the same UUIDs across
+                                 restarts and reboots; give another for a second daemon on
+                                 one host
       --socket-mode <OCTAL>      Permissions of each socket [default: 0660]
       --socket-group <GROUP>     Group (name or gid) of each socket, so its members may connect
                                  [default: the daemon's group]
@@ -198,6 +203,13 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
             }
             "--client-memory-limit" => cfg.client_memory_limit = parse_size(&value("a size")?)?,
             "--client-quota" => cfg.quota = parse_quota(&value("KIND=N,...")?, cfg.quota)?,
+            "--uuid-seed" => {
+                let v = value("a seed")?;
+                if v.is_empty() {
+                    return Err("--uuid-seed: expected a non-empty text".into());
+                }
+                cfg.uuid_seed = Some(v);
+            }
             "-d" | "--socket-dir" => dir = Some(PathBuf::from(value("a directory")?)),
             "--socket-mode" => {
                 let v = value("octal permissions")?;

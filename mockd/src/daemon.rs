@@ -72,6 +72,9 @@ pub struct DaemonConfig {
     /// A fault the streams of every device are armed with (`--inject`, with its selectors; see
     /// [`MockConfig::inject`]).
     pub inject: Option<davinci_driver_core::InjectRule>,
+    /// What each device's UUID (GET_IDENTITY) is derived from with its index (`--uuid-seed`);
+    /// `None`: the host's machine id.
+    pub uuid_seed: Option<String>,
 }
 
 impl DaemonConfig {
@@ -114,6 +117,7 @@ impl Default for DaemonConfig {
             share_mode: ShareMode::Exclusive,
             hello_timeout: HELLO_TIMEOUT,
             inject: None,
+            uuid_seed: None,
         }
     }
 }
@@ -184,6 +188,10 @@ impl Daemon {
                 client_memory_limit: cfg.client_memory_limit,
                 quota: cfg.quota,
                 inject: cfg.inject,
+                uuid: cfg
+                    .uuid_seed
+                    .as_deref()
+                    .map(|seed| davinci_mock_device::uuid_from_seed(seed, n)),
                 ..MockConfig::default()
             });
             let name = format!("davinci{n}");

@@ -10,9 +10,9 @@
 use std::fmt;
 
 use davinci_uapi::{
-    ClientUsage, DeviceCounters, DeviceInfo, DeviceShareArgs, Errno, ShareMode, Wire,
-    DRIVER_CMD_GET_COUNTERS, DRIVER_CMD_GET_INFO, DRIVER_CMD_QUERY_DEVICE_SHARE,
-    DRIVER_CMD_SET_DEVICE_SHARE,
+    ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, DeviceShareArgs, Errno, ShareMode,
+    Wire, DRIVER_CMD_GET_COUNTERS, DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_GET_INFO,
+    DRIVER_CMD_QUERY_DEVICE_SHARE, DRIVER_CMD_SET_DEVICE_SHARE,
 };
 
 use crate::backend::{self, Backend, Role};
@@ -147,6 +147,20 @@ impl Control {
             "GET_COUNTERS",
             DRIVER_CMD_GET_COUNTERS,
             DeviceCounters::default(),
+        )
+    }
+
+    /// GET_IDENTITY (ABI 1.4): the device's UUID (the same across share-mode changes,
+    /// daemon restarts, module reloads and reboots), model, driver and NUMA node.
+    ///
+    /// # Errors
+    /// `ENOTTY` from a driver before ABI 1.4 (check `Features::IDENTITY` in
+    /// [`info`](Self::info) first); `ENODEV` if the device went away.
+    pub fn identity(&self) -> Result<DeviceIdentity> {
+        self.call(
+            "GET_IDENTITY",
+            DRIVER_CMD_GET_IDENTITY,
+            DeviceIdentity::default(),
         )
     }
 

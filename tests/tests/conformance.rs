@@ -36,6 +36,10 @@ mod lifetimes;
 #[path = "conformance/sharing.rs"]
 mod sharing;
 
+/// Device identity and busy time (issue 24, ABI 1.4 GET_IDENTITY).
+#[path = "conformance/identity.rs"]
+mod identity;
+
 /// Noisy and hostile neighbours (issue 21): the daemon and the kernel.
 #[path = "conformance/neighbours.rs"]
 mod neighbours;

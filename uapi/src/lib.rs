@@ -65,6 +65,7 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <DeviceCounters as AbiStruct>::INFO,
     <ExportMemoryArgs as AbiStruct>::INFO,
     <ImportMemoryArgs as AbiStruct>::INFO,
+    <DeviceIdentity as AbiStruct>::INFO,
 ];
 
 /// Every flag-set type.

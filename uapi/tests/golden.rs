@@ -24,9 +24,10 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_GET_COUNTERS, 0x8058_6411);
     assert_eq!(DRIVER_CMD_EXPORT_MEMORY, 0xC018_6412);
     assert_eq!(DRIVER_CMD_IMPORT_MEMORY, 0xC028_6413);
+    assert_eq!(DRIVER_CMD_GET_IDENTITY, 0x8078_6414);
     assert_eq!(
         COMMANDS.len(),
-        19,
+        20,
         "a new command needs a golden value here"
     );
 }
@@ -49,11 +50,12 @@ fn struct_sizes() {
         ("davinci_device_info", 0x70),
         ("davinci_device_share_args", 0x10),
         ("davinci_list_clients_args", 0x18),
-        ("davinci_client_usage", 0x90),
+        ("davinci_client_usage", 0x98),
         ("davinci_last_error", 0x80),
         ("davinci_device_counters", 0x58),
         ("davinci_export_memory_args", 0x18),
         ("davinci_import_memory_args", 0x28),
+        ("davinci_device_identity", 0x78),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {
@@ -153,4 +155,33 @@ fn client_usage_names_its_container_and_itself() {
     u.container[0] = 0xff;
     assert_eq!(u.container_id(), None);
     assert_eq!(ClientUsage::container_field(&"y".repeat(70)), [b'y'; 64]);
+}
+
+#[test]
+fn device_identity_prints_its_uuid_and_names() {
+    let mut id = DeviceIdentity {
+        uuid: [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0x8d, 0xef, 0x80, 0x01, 0x02, 0x03, 0x04, 0x05,
+            0x06, 0xff,
+        ],
+        model: DeviceIdentity::text_field("davinci mock"),
+        driver_version: DeviceIdentity::text_field("davinci-mockd 0.1.0\n\x1b[2J"),
+        numa_node: -1,
+        ..DeviceIdentity::default()
+    };
+    assert_eq!(
+        id.uuid_string().as_str(),
+        "12345678-9abc-8def-8001-0203040506ff"
+    );
+    assert_eq!(format!("{}", id.uuid_string()), id.uuid_string().as_str());
+    assert_eq!(id.model(), "davinci mock");
+    // Control characters never reach a field; a long text is cut so a NUL ends it.
+    assert_eq!(id.driver_version(), "davinci-mockd 0.1.0??[2J");
+    id.model = DeviceIdentity::text_field(&"m".repeat(40));
+    assert_eq!(id.model(), "m".repeat(31));
+    // A driver that wrote a control byte: the name ends there.
+    id.model[2] = 0x1b;
+    assert_eq!(id.model(), "mm");
+    assert_eq!(health_name(HEALTH_WARNING), Some("Warning"));
+    assert_eq!(health_name(7), None);
 }

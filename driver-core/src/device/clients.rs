@@ -49,10 +49,12 @@ impl<P: Platform> DeviceCore<P> {
     pub(crate) fn usage(&self, handle: u32, c: &Client) -> ClientUsage {
         // Live streams' counters (each read under its lock) on top of the destroyed ones'.
         let (mut submitted, mut completed, mut queued) = (c.submitted, c.completed, 0u64);
+        let mut busy_ns = c.busy_ns;
         for (_, s) in self.streams.iter().filter(|(_, s)| s.owner == handle) {
             let _ = s.run.with(|e| {
                 submitted += e.submitted;
                 completed += e.completed;
+                busy_ns += e.busy_ns;
                 if e.state == StreamState::Running {
                     queued += u64::from(e.cmd.queued());
                 }
@@ -73,6 +75,7 @@ impl<P: Platform> DeviceCore<P> {
             container: container_str(&c.params.container),
             tasks_queued: queued,
             comm: c.params.comm,
+            busy_ns,
         }
     }
 
@@ -139,6 +142,7 @@ impl<P: Platform> DeviceCore<P> {
             memory: 0,
             submitted: 0,
             completed: 0,
+            busy_ns: 0,
             last_error: None,
             failures: 0,
         };

@@ -51,6 +51,8 @@ pub(crate) struct Client {
     /// count their own, in [`StreamEngine`]: nothing shared between streams is written per task).
     pub(crate) submitted: u64,
     pub(crate) completed: u64,
+    /// Nanoseconds the engines spent on its streams already destroyed.
+    pub(crate) busy_ns: u64,
     /// The last failed command (request number) and why, for GET_LAST_ERROR.
     pub(crate) last_error: Option<(u32, Error)>,
     /// Failed commands so far.
@@ -249,6 +251,8 @@ pub(crate) struct StreamEngine {
     /// Times it entered the error state, and the doorbells that woke it.
     pub(crate) errors: u64,
     pub(crate) doorbells: u64,
+    /// Nanoseconds engines spent running it (GET_COUNTERS and LIST_CLIENTS `busy_ns`).
+    pub(crate) busy_ns: u64,
     /// An armed fault (`DeviceCore::inject`), and `submitted` when it was armed.
     pub(crate) inject: Option<Inject>,
     pub(crate) inject_base: u64,
@@ -275,4 +279,5 @@ pub(crate) struct Retired {
     pub(crate) completed: u64,
     pub(crate) errors: u64,
     pub(crate) doorbells: u64,
+    pub(crate) busy_ns: u64,
 }

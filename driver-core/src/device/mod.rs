@@ -9,6 +9,7 @@
 use davinci_uapi::{DeviceCounters, DeviceInfo, Features, ShareMode};
 
 use crate::error::{ensure, fail, Result};
+use crate::identity::Identity;
 use crate::inject::InjectRule;
 use crate::limits::Quota;
 use crate::limits::{
@@ -72,6 +73,8 @@ pub struct DeviceCore<P: Platform> {
     /// GET_COUNTERS: the counters of destroyed streams, and client opens so far.
     pub(crate) retired: Retired,
     pub(crate) clients_opened: u64,
+    /// What GET_IDENTITY reports, and how many engines run tasks at once.
+    pub(crate) identity: Identity,
 }
 
 impl<P: Platform> DeviceCore<P> {
@@ -110,7 +113,9 @@ impl<P: Platform> DeviceCore<P> {
                 completed: 0,
                 errors: 0,
                 doorbells: 0,
+                busy_ns: 0,
             },
+            identity: Identity::DEFAULT,
             clients_opened: 0,
         }
     }
@@ -155,7 +160,8 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::COUNTERS.bits()
                         | Features::QUOTAS.bits()
                         | Features::OWN_CLIENTS.bits()
-                        | Features::SHARED_MEMORY.bits()),
+                        | Features::SHARED_MEMORY.bits()
+                        | Features::IDENTITY.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,
@@ -276,13 +282,17 @@ impl<P: Platform> DeviceCore<P> {
             mut completed,
             mut errors,
             mut doorbells,
+            mut busy_ns,
         } = self.retired;
+        let mut hung_streams = 0u32;
         for (_, s) in self.streams.iter() {
             let _ = s.run.with(|e| {
                 submitted += e.submitted;
                 completed += e.completed;
                 errors += e.errors;
                 doorbells += e.doorbells;
+                busy_ns += e.busy_ns;
+                hung_streams += u32::from(e.halted);
             });
         }
         DeviceCounters {
@@ -295,7 +305,16 @@ impl<P: Platform> DeviceCore<P> {
             streams: self.streams.len() as u32,
             events: self.events.len() as u32,
             allocations: self.allocations.len() as u32,
-            reserved: [0; 4],
+            busy_ns,
+            now_ns: self.platform.now_ns(),
+            engines: self.identity.engines,
+            health: if hung_streams > 0 {
+                davinci_uapi::HEALTH_WARNING
+            } else {
+                davinci_uapi::HEALTH_OK
+            },
+            hung_streams,
+            reserved: 0,
         }
     }
 

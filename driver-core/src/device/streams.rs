@@ -110,6 +110,7 @@ impl<P: Platform> DeviceCore<P> {
                 completed: 0,
                 errors: 0,
                 doorbells: 0,
+                busy_ns: 0,
                 inject: self.take_inject(client),
                 inject_base: 0,
                 halted: false,
@@ -147,7 +148,7 @@ impl<P: Platform> DeviceCore<P> {
             Some(s) if s.owner == client => {}
             _ => fail!(ENOENT, "no such stream for this client"),
         }
-        let mut counts = (0, 0);
+        let mut counts = (0, 0, 0);
         if let Some(s) = self.streams.remove(stream) {
             let StreamEntry {
                 owner,
@@ -159,7 +160,8 @@ impl<P: Platform> DeviceCore<P> {
                 ..
             } = s;
             let e = run.get_mut();
-            counts = (e.submitted, e.completed);
+            counts = (e.submitted, e.completed, e.busy_ns);
+            self.retired.busy_ns += e.busy_ns;
             self.retired.submitted += e.submitted;
             self.retired.completed += e.completed;
             self.retired.errors += e.errors;
@@ -186,6 +188,7 @@ impl<P: Platform> DeviceCore<P> {
         c.streams -= 1;
         c.submitted += counts.0;
         c.completed += counts.1;
+        c.busy_ns += counts.2;
         self.platform.notify_waiters(client);
         Ok(())
     }

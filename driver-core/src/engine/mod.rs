@@ -108,7 +108,19 @@ impl<P: Platform> DeviceCore<P> {
                 .max(MIN_PASS_WORK),
         };
         s.run
-            .with(|e| self.run_locked(e, (s.owner, s.ctx), share))
+            .with(|e| {
+                // Busy time (GET_COUNTERS, LIST_CLIENTS `busy_ns`): a pass that took,
+                // completed or advanced anything counts from start to end; an idle pass
+                // counts nothing (it costs one clock read).
+                let start = self.platform.now_ns();
+                let before = (e.submitted, e.completed);
+                let r = self.run_locked(e, (s.owner, s.ctx), share);
+                if (e.submitted, e.completed) != before || r == Run::Continuing {
+                    let spent = self.platform.now_ns().saturating_sub(start);
+                    e.busy_ns = e.busy_ns.saturating_add(spent);
+                }
+                r
+            })
             .unwrap_or(Run::Idle)
     }
 

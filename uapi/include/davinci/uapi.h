@@ -124,6 +124,12 @@
 #define DAVINCI_FEAT_OWN_CLIENTS    (1U << 12)
 /* EXPORT_MEMORY and IMPORT_MEMORY share allocations between clients (ABI 1.4). */
 #define DAVINCI_FEAT_SHARED_MEMORY  (1U << 13)
+/*
+ * GET_IDENTITY reports the device's UUID, model, driver and NUMA node, and GET_COUNTERS
+ * its busy time, clock, engines and health; LIST_CLIENTS's entries carry each client's
+ * `busy_ns` (ABI 1.4).
+ */
+#define DAVINCI_FEAT_IDENTITY       (1U << 14)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -174,6 +180,12 @@
 
 /* Who may import an export (davinci_export_memory_args.uid) */
 #define DAVINCI_EXPORT_OWN_UID 4294967295U /* the clients of the exporter's own user */
+
+/* Device health (davinci_device_counters.health) */
+#define DAVINCI_HEALTH_OK       0U /* the device works */
+#define DAVINCI_HEALTH_WARNING  1U /* an engine holds a task that does not finish; other streams go on */
+#define DAVINCI_HEALTH_ALARM    2U /* an error stops work on the device (hardware only) */
+#define DAVINCI_HEALTH_CRITICAL 3U /* the device is lost (hardware only) */
 
 /* ---- Structures -------------------------------------------------------------- */
 
@@ -605,7 +617,7 @@ struct davinci_list_clients_args {
 /*
  * One attached client, as LIST_CLIENTS reports it (all fields from driver).
  *
- * 144 bytes.
+ * 152 bytes.
  */
 struct davinci_client_usage {
 	/* Driver-assigned client id (unique while the device lives) (from driver). */
@@ -642,6 +654,12 @@ struct davinci_client_usage {
 	 * (ABI 1.2) (from driver).
 	 */
 	__u8 comm[16];
+	/*
+	 * Nanoseconds the device's engines spent executing this client's tasks, streams
+	 * long destroyed included (ABI 1.4; only grows) (from driver). Sums over engines
+	 * working at once, like GET_COUNTERS `busy_ns`.
+	 */
+	__u64 busy_ns;
 };
 
 /*
@@ -712,8 +730,33 @@ struct davinci_device_counters {
 	__u32 events;
 	/* Allocations that exist now (from driver). */
 	__u32 allocations;
+	/*
+	 * Nanoseconds the device's engines spent executing tasks (taking, running and
+	 * completing descriptors, a long task's every chunk), over all clients, destroyed
+	 * streams included (ABI 1.4; only grows) (from driver). Engines working at once each
+	 * add their time: utilization over an interval is `Δbusy_ns / (Δnow_ns × engines)`.
+	 */
+	__u64 busy_ns;
+	/*
+	 * The device clock when these counters were read: the clock of event records'
+	 * `timestamp_ns` (ABI 1.4) (from driver).
+	 */
+	__u64 now_ns;
+	/* How many engines may execute tasks at once (at least 1) (ABI 1.4) (from driver). */
+	__u32 engines;
+	/*
+	 * `DAVINCI_HEALTH_*`: the device's own state, not one client's errors (a failed
+	 * descriptor is its stream's error, counted in `stream_errors`) (ABI 1.4)
+	 * (from driver).
+	 */
+	__u32 health;
+	/*
+	 * Streams stopped by a task that does not finish (a hung engine) right now
+	 * (ABI 1.4) (from driver).
+	 */
+	__u32 hung_streams;
 	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u64 reserved[4];
+	__u32 reserved;
 };
 
 /*
@@ -767,6 +810,35 @@ struct davinci_import_memory_args {
 	__u64 mmap_offset;
 };
 
+/*
+ * GET_IDENTITY (ABI 1.4): what the device is, for inventories and schedulers: a UUID
+ * that stays the same across share-mode changes, daemon restarts, module reloads and
+ * reboots of the same host, its model and driver, and where it sits. Any open may call
+ * it.
+ *
+ * 120 bytes.
+ */
+struct davinci_device_identity {
+	/*
+	 * The device's UUID (RFC 9562 layout, 16 bytes, printed as
+	 * `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) (from driver).
+	 */
+	__u8 uuid[16];
+	/* Model name, ASCII, NUL-padded (from driver). */
+	__u8 model[32];
+	/*
+	 * Driver name and version, ASCII, NUL-padded, e.g. `davinci-mockd 0.1.0`
+	 * (from driver).
+	 */
+	__u8 driver_version[32];
+	/* NUMA node the device is attached to, -1 if unknown or not NUMA (from driver). */
+	__s32 numa_node;
+	/* Reserved: ignore it (from driver). */
+	__u32 pad;
+	/* Reserved: ignore it, a later minor may use it (from driver). */
+	__u64 reserved[4];
+};
+
 /* ---- ioctl commands ---------------------------------------------------------- */
 
 /* Caller: who may issue the command (docs/abi.md lists its errors). */
@@ -789,6 +861,7 @@ struct davinci_import_memory_args {
 #define DAVINCI_IOCTL_GET_COUNTERS       _IOR('d', 0x11, struct davinci_device_counters)      /* caller: any open (client or control) */
 #define DAVINCI_IOCTL_EXPORT_MEMORY      _IOWR('d', 0x12, struct davinci_export_memory_args)  /* caller: client open */
 #define DAVINCI_IOCTL_IMPORT_MEMORY      _IOWR('d', 0x13, struct davinci_import_memory_args)  /* caller: client open */
+#define DAVINCI_IOCTL_GET_IDENTITY       _IOR('d', 0x14, struct davinci_device_identity)      /* caller: any open (client or control) */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -968,7 +1041,7 @@ _Static_assert(offsetof(struct davinci_list_clients_args, capacity) == 8, "davin
 _Static_assert(offsetof(struct davinci_list_clients_args, count) == 12, "davinci uapi: offsetof(struct davinci_list_clients_args, count)");
 _Static_assert(offsetof(struct davinci_list_clients_args, entry_size) == 16, "davinci uapi: offsetof(struct davinci_list_clients_args, entry_size)");
 _Static_assert(offsetof(struct davinci_list_clients_args, pad) == 20, "davinci uapi: offsetof(struct davinci_list_clients_args, pad)");
-_Static_assert(sizeof(struct davinci_client_usage) == 144, "davinci uapi: sizeof(struct davinci_client_usage)");
+_Static_assert(sizeof(struct davinci_client_usage) == 152, "davinci uapi: sizeof(struct davinci_client_usage)");
 _Static_assert(offsetof(struct davinci_client_usage, client_id) == 0, "davinci uapi: offsetof(struct davinci_client_usage, client_id)");
 _Static_assert(offsetof(struct davinci_client_usage, pid) == 4, "davinci uapi: offsetof(struct davinci_client_usage, pid)");
 _Static_assert(offsetof(struct davinci_client_usage, uid) == 8, "davinci uapi: offsetof(struct davinci_client_usage, uid)");
@@ -983,6 +1056,7 @@ _Static_assert(offsetof(struct davinci_client_usage, tasks_completed) == 48, "da
 _Static_assert(offsetof(struct davinci_client_usage, container) == 56, "davinci uapi: offsetof(struct davinci_client_usage, container)");
 _Static_assert(offsetof(struct davinci_client_usage, tasks_queued) == 120, "davinci uapi: offsetof(struct davinci_client_usage, tasks_queued)");
 _Static_assert(offsetof(struct davinci_client_usage, comm) == 128, "davinci uapi: offsetof(struct davinci_client_usage, comm)");
+_Static_assert(offsetof(struct davinci_client_usage, busy_ns) == 144, "davinci uapi: offsetof(struct davinci_client_usage, busy_ns)");
 _Static_assert(sizeof(struct davinci_last_error) == 128, "davinci uapi: sizeof(struct davinci_last_error)");
 _Static_assert(offsetof(struct davinci_last_error, request) == 0, "davinci uapi: offsetof(struct davinci_last_error, request)");
 _Static_assert(offsetof(struct davinci_last_error, error) == 4, "davinci uapi: offsetof(struct davinci_last_error, error)");
@@ -998,7 +1072,12 @@ _Static_assert(offsetof(struct davinci_device_counters, contexts) == 40, "davinc
 _Static_assert(offsetof(struct davinci_device_counters, streams) == 44, "davinci uapi: offsetof(struct davinci_device_counters, streams)");
 _Static_assert(offsetof(struct davinci_device_counters, events) == 48, "davinci uapi: offsetof(struct davinci_device_counters, events)");
 _Static_assert(offsetof(struct davinci_device_counters, allocations) == 52, "davinci uapi: offsetof(struct davinci_device_counters, allocations)");
-_Static_assert(offsetof(struct davinci_device_counters, reserved) == 56, "davinci uapi: offsetof(struct davinci_device_counters, reserved)");
+_Static_assert(offsetof(struct davinci_device_counters, busy_ns) == 56, "davinci uapi: offsetof(struct davinci_device_counters, busy_ns)");
+_Static_assert(offsetof(struct davinci_device_counters, now_ns) == 64, "davinci uapi: offsetof(struct davinci_device_counters, now_ns)");
+_Static_assert(offsetof(struct davinci_device_counters, engines) == 72, "davinci uapi: offsetof(struct davinci_device_counters, engines)");
+_Static_assert(offsetof(struct davinci_device_counters, health) == 76, "davinci uapi: offsetof(struct davinci_device_counters, health)");
+_Static_assert(offsetof(struct davinci_device_counters, hung_streams) == 80, "davinci uapi: offsetof(struct davinci_device_counters, hung_streams)");
+_Static_assert(offsetof(struct davinci_device_counters, reserved) == 84, "davinci uapi: offsetof(struct davinci_device_counters, reserved)");
 _Static_assert(sizeof(struct davinci_export_memory_args) == 24, "davinci uapi: sizeof(struct davinci_export_memory_args)");
 _Static_assert(offsetof(struct davinci_export_memory_args, handle) == 0, "davinci uapi: offsetof(struct davinci_export_memory_args, handle)");
 _Static_assert(offsetof(struct davinci_export_memory_args, flags) == 4, "davinci uapi: offsetof(struct davinci_export_memory_args, flags)");
@@ -1012,6 +1091,13 @@ _Static_assert(offsetof(struct davinci_import_memory_args, flags) == 12, "davinc
 _Static_assert(offsetof(struct davinci_import_memory_args, dev_addr) == 16, "davinci uapi: offsetof(struct davinci_import_memory_args, dev_addr)");
 _Static_assert(offsetof(struct davinci_import_memory_args, size) == 24, "davinci uapi: offsetof(struct davinci_import_memory_args, size)");
 _Static_assert(offsetof(struct davinci_import_memory_args, mmap_offset) == 32, "davinci uapi: offsetof(struct davinci_import_memory_args, mmap_offset)");
+_Static_assert(sizeof(struct davinci_device_identity) == 120, "davinci uapi: sizeof(struct davinci_device_identity)");
+_Static_assert(offsetof(struct davinci_device_identity, uuid) == 0, "davinci uapi: offsetof(struct davinci_device_identity, uuid)");
+_Static_assert(offsetof(struct davinci_device_identity, model) == 16, "davinci uapi: offsetof(struct davinci_device_identity, model)");
+_Static_assert(offsetof(struct davinci_device_identity, driver_version) == 48, "davinci uapi: offsetof(struct davinci_device_identity, driver_version)");
+_Static_assert(offsetof(struct davinci_device_identity, numa_node) == 80, "davinci uapi: offsetof(struct davinci_device_identity, numa_node)");
+_Static_assert(offsetof(struct davinci_device_identity, pad) == 84, "davinci uapi: offsetof(struct davinci_device_identity, pad)");
+_Static_assert(offsetof(struct davinci_device_identity, reserved) == 88, "davinci uapi: offsetof(struct davinci_device_identity, reserved)");
 #endif /* C11 */
 
 #endif /* DAVINCI_UAPI_H */

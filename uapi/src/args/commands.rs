@@ -7,7 +7,7 @@ use super::resources::{
     AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportMemoryArgs,
     HandleArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
 };
-use super::usage::{DeviceCounters, LastError, ListClientsArgs};
+use super::usage::{DeviceCounters, DeviceIdentity, LastError, ListClientsArgs};
 use crate::ioctl::{ior, iow, iowr};
 
 /// The ioctl magic (`type`) byte of every command.
@@ -55,6 +55,9 @@ pub const DRIVER_CMD_EXPORT_MEMORY: u32 = iowr::<ExportMemoryArgs>(DRIVER_MAGIC,
 /// `_IOWR('d', 0x13, struct davinci_import_memory_args)`: the allocation a token names (ABI
 /// 1.4).
 pub const DRIVER_CMD_IMPORT_MEMORY: u32 = iowr::<ImportMemoryArgs>(DRIVER_MAGIC, 0x13);
+/// `_IOR('d', 0x14, struct davinci_device_identity)`: the device's UUID, model, driver and
+/// NUMA node (ABI 1.4).
+pub const DRIVER_CMD_GET_IDENTITY: u32 = ior::<DeviceIdentity>(DRIVER_MAGIC, 0x14);
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +137,7 @@ commands! {
     GET_COUNTERS = 0x11, Read, DeviceCounters, Any, DRIVER_CMD_GET_COUNTERS;
     EXPORT_MEMORY = 0x12, ReadWrite, ExportMemoryArgs, Client, DRIVER_CMD_EXPORT_MEMORY;
     IMPORT_MEMORY = 0x13, ReadWrite, ImportMemoryArgs, Client, DRIVER_CMD_IMPORT_MEMORY;
+    GET_IDENTITY = 0x14, Read, DeviceIdentity, Any, DRIVER_CMD_GET_IDENTITY;
 }
 
 /// The command with this request number, if any.

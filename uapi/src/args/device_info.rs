@@ -132,6 +132,10 @@ abi_flags! {
         const OWN_CLIENTS = 1 << 12;
         /// EXPORT_MEMORY and IMPORT_MEMORY share allocations between clients (ABI 1.4).
         const SHARED_MEMORY = 1 << 13;
+        /// GET_IDENTITY reports the device's UUID, model, driver and NUMA node, and
+        /// GET_COUNTERS its busy time, clock, engines and health; LIST_CLIENTS's entries
+        /// carry each client's `busy_ns` (ABI 1.4).
+        const IDENTITY = 1 << 14;
     }
 }
 

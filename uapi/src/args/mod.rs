@@ -28,4 +28,5 @@ pub const CONSTS: &[ConstGroup] = &[
     device_info::SHARE_MODES,
     resources::WAIT_KINDS,
     resources::EXPORT_UIDS,
+    usage::HEALTHS,
 ];

@@ -1,7 +1,7 @@
 //! What the device reports about its use: LIST_CLIENTS (who holds what, per client),
 //! GET_LAST_ERROR (why an open's last command failed) and GET_COUNTERS (device-wide totals).
 
-use crate::layout::abi_struct;
+use crate::layout::{abi_struct, ConstGroup};
 
 abi_struct! {
     /// LIST_CLIENTS: per-client usage. Two-phase like many variable-length queries: call
@@ -57,6 +57,10 @@ abi_struct! {
         /// The opener's process name (the kernel's `comm`, at most 15 bytes), NUL-padded
         /// (ABI 1.2) (from driver).
         pub comm: [u8; 16],
+        /// Nanoseconds the device's engines spent executing this client's tasks, streams
+        /// long destroyed included (ABI 1.4; only grows) (from driver). Sums over engines
+        /// working at once, like GET_COUNTERS `busy_ns`.
+        pub busy_ns: u64,
     }
 }
 
@@ -215,7 +219,171 @@ abi_struct! {
         pub events: u32,
         /// Allocations that exist now (from driver).
         pub allocations: u32,
+        /// Nanoseconds the device's engines spent executing tasks (taking, running and
+        /// completing descriptors, a long task's every chunk), over all clients, destroyed
+        /// streams included (ABI 1.4; only grows) (from driver). Engines working at once each
+        /// add their time: utilization over an interval is `Δbusy_ns / (Δnow_ns × engines)`.
+        pub busy_ns: u64,
+        /// The device clock when these counters were read: the clock of event records'
+        /// `timestamp_ns` (ABI 1.4) (from driver).
+        pub now_ns: u64,
+        /// How many engines may execute tasks at once (at least 1) (ABI 1.4) (from driver).
+        pub engines: u32,
+        /// `DAVINCI_HEALTH_*`: the device's own state, not one client's errors (a failed
+        /// descriptor is its stream's error, counted in `stream_errors`) (ABI 1.4)
+        /// (from driver).
+        pub health: u32,
+        /// Streams stopped by a task that does not finish (a hung engine) right now
+        /// (ABI 1.4) (from driver).
+        pub hung_streams: u32,
+        /// Reserved: ignore it, a later minor may use it (from driver).
+        pub reserved: u32,
+    }
+}
+
+/// `davinci_device_counters.health`: the device works.
+pub const HEALTH_OK: u32 = 0;
+/// `davinci_device_counters.health`: the device works, but an engine holds a task that does
+/// not finish (`hung_streams` > 0); its other streams and clients go on.
+pub const HEALTH_WARNING: u32 = 1;
+/// `davinci_device_counters.health`: the device reported an error that stops work on it
+/// (a hardware device: a fatal interrupt; the software engines never report it).
+pub const HEALTH_ALARM: u32 = 2;
+/// `davinci_device_counters.health`: the device is lost (a hardware device that stopped
+/// answering; the software engines never report it).
+pub const HEALTH_CRITICAL: u32 = 3;
+
+/// The name npu-smi and the exporter give a `DAVINCI_HEALTH_*` value (`"OK"`, `"Warning"`,
+/// `"Alarm"`, `"Critical"`), `None` for a value this ABI does not define.
+pub const fn health_name(health: u32) -> Option<&'static str> {
+    match health {
+        HEALTH_OK => Some("OK"),
+        HEALTH_WARNING => Some("Warning"),
+        HEALTH_ALARM => Some("Alarm"),
+        HEALTH_CRITICAL => Some("Critical"),
+        _ => None,
+    }
+}
+
+/// The health values, for the C header.
+pub(crate) const HEALTHS: ConstGroup = ConstGroup {
+    title: "Device health (davinci_device_counters.health)",
+    c_prefix: "DAVINCI_HEALTH_",
+    items: &[
+        ("OK", HEALTH_OK as u64, "the device works"),
+        (
+            "WARNING",
+            HEALTH_WARNING as u64,
+            "an engine holds a task that does not finish; other streams go on",
+        ),
+        (
+            "ALARM",
+            HEALTH_ALARM as u64,
+            "an error stops work on the device (hardware only)",
+        ),
+        (
+            "CRITICAL",
+            HEALTH_CRITICAL as u64,
+            "the device is lost (hardware only)",
+        ),
+    ],
+};
+
+abi_struct! {
+    /// GET_IDENTITY (ABI 1.4): what the device is, for inventories and schedulers: a UUID
+    /// that stays the same across share-mode changes, daemon restarts, module reloads and
+    /// reboots of the same host, its model and driver, and where it sits. Any open may call
+    /// it.
+    #[c_name = "davinci_device_identity"]
+    pub struct DeviceIdentity {
+        /// The device's UUID (RFC 9562 layout, 16 bytes, printed as
+        /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) (from driver).
+        pub uuid: [u8; 16],
+        /// Model name, ASCII, NUL-padded (from driver).
+        pub model: [u8; 32],
+        /// Driver name and version, ASCII, NUL-padded, e.g. `davinci-mockd 0.1.0`
+        /// (from driver).
+        pub driver_version: [u8; 32],
+        /// NUMA node the device is attached to, -1 if unknown or not NUMA (from driver).
+        pub numa_node: i32,
+        /// Reserved: ignore it (from driver).
+        pub pad: u32,
         /// Reserved: ignore it, a later minor may use it (from driver).
         pub reserved: [u64; 4],
     }
+}
+
+impl DeviceIdentity {
+    /// The UUID as text: 8-4-4-4-12 lowercase hex digits.
+    pub fn uuid_string(&self) -> UuidText {
+        let mut out = [0u8; 36];
+        let mut at = 0;
+        for (i, b) in self.uuid.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                out[at] = b'-';
+                at += 1;
+            }
+            let hex = b"0123456789abcdef";
+            out[at] = hex[usize::from(b >> 4)];
+            out[at + 1] = hex[usize::from(b & 15)];
+            at += 2;
+        }
+        UuidText(out)
+    }
+
+    /// `model` up to its first NUL (ASCII; a byte that is not ends it).
+    pub fn model(&self) -> &str {
+        ascii_field(&self.model)
+    }
+
+    /// `driver_version` up to its first NUL (ASCII; a byte that is not ends it).
+    pub fn driver_version(&self) -> &str {
+        ascii_field(&self.driver_version)
+    }
+
+    /// `text` as a NUL-padded field of `N` bytes: printable ASCII only (anything else
+    /// becomes `?`), cut to `N - 1` bytes so a NUL always ends it.
+    pub fn text_field<const N: usize>(text: &str) -> [u8; N] {
+        let mut out = [0u8; N];
+        for (d, c) in out.iter_mut().take(N.saturating_sub(1)).zip(text.bytes()) {
+            *d = if c.is_ascii_graphic() || c == b' ' {
+                c
+            } else {
+                b'?'
+            };
+        }
+        out
+    }
+}
+
+/// A device UUID as text ([`DeviceIdentity::uuid_string`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UuidText([u8; 36]);
+
+impl UuidText {
+    /// The 36 characters.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.0).unwrap_or("")
+    }
+}
+
+impl core::fmt::Display for UuidText {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl core::fmt::Debug for UuidText {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// The printable ASCII of `field` up to its first NUL or other byte.
+fn ascii_field(field: &[u8]) -> &str {
+    let end = field
+        .iter()
+        .position(|&b| !(b.is_ascii_graphic() || b == b' '))
+        .unwrap_or(field.len());
+    core::str::from_utf8(field.get(..end).unwrap_or(&[])).unwrap_or("")
 }

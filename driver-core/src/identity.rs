@@ -1,0 +1,121 @@
+//! What a device is (GET_IDENTITY) and how many engines run its tasks at once (GET_COUNTERS
+//! `engines`): set by the host at start, the same for every open. A host without a UUID of
+//! its own derives one with [`derive_uuid`] from what identifies the device on its host, so
+//! the UUID survives share-mode changes, restarts and reboots, and two hosts deriving from
+//! the same inputs agree.
+
+use davinci_uapi::DeviceIdentity;
+
+use crate::device::DeviceCore;
+use crate::platform::Platform;
+
+/// A device's identity and engine count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// What GET_IDENTITY reports.
+    pub identity: DeviceIdentity,
+    /// Engines that run tasks at once (at least 1): GET_COUNTERS `engines`.
+    pub engines: u32,
+}
+
+impl Identity {
+    /// Until the host says: a UUID derived from nothing but the name of the engine (the host
+    /// sets its own at start), one engine, no NUMA node.
+    pub const DEFAULT: Identity = Identity {
+        identity: DeviceIdentity {
+            uuid: derive_uuid(&[b"davinci-driver-core"]),
+            model: [0; 32],
+            driver_version: [0; 32],
+            numa_node: -1,
+            pad: 0,
+            reserved: [0; 4],
+        },
+        engines: 1,
+    };
+
+    /// An identity: `uuid`, `model` and `driver` (printable ASCII; cut to 31 bytes), NUMA
+    /// node `numa_node` (-1: unknown), `engines` engines (0 counts as 1).
+    pub fn new(uuid: [u8; 16], model: &str, driver: &str, numa_node: i32, engines: u32) -> Self {
+        Identity {
+            identity: DeviceIdentity {
+                uuid,
+                model: DeviceIdentity::text_field(model),
+                driver_version: DeviceIdentity::text_field(driver),
+                numa_node,
+                pad: 0,
+                reserved: [0; 4],
+            },
+            engines: engines.max(1),
+        }
+    }
+}
+
+/// A UUID derived from `parts` (FNV-1a over 128 bits of every part, each followed by its
+/// length so `["ab", "c"]` and `["a", "bc"]` differ), laid out as an RFC 9562 version 8
+/// (custom) UUID. Not secret and not collision-proof against an adversary: it names a
+/// device on a host, from inputs the host controls.
+pub const fn derive_uuid(parts: &[&[u8]]) -> [u8; 16] {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    let mut h = OFFSET;
+    let mut p = 0;
+    while p < parts.len() {
+        let part = parts[p];
+        let mut i = 0;
+        while i < part.len() {
+            h ^= part[i] as u128;
+            h = h.wrapping_mul(PRIME);
+            i += 1;
+        }
+        let len = (part.len() as u64).to_le_bytes();
+        let mut j = 0;
+        while j < len.len() {
+            h ^= len[j] as u128;
+            h = h.wrapping_mul(PRIME);
+            j += 1;
+        }
+        p += 1;
+    }
+    let mut out = h.to_be_bytes();
+    out[6] = (out[6] & 0x0f) | 0x80; // version 8
+    out[8] = (out[8] & 0x3f) | 0x80; // RFC 9562 variant
+    out
+}
+
+impl<P: Platform> DeviceCore<P> {
+    /// Sets what GET_IDENTITY reports and GET_COUNTERS' `engines` (a host, at start).
+    pub fn set_device_identity(&mut self, identity: Identity) {
+        self.identity = Identity {
+            engines: identity.engines.max(1),
+            ..identity
+        };
+    }
+
+    /// GET_IDENTITY.
+    pub fn device_identity(&self) -> &Identity {
+        &self.identity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_uuids_are_version_8_and_depend_on_every_part() {
+        let a = derive_uuid(&[b"host", b"0"]);
+        assert_eq!(a, derive_uuid(&[b"host", b"0"]));
+        assert_ne!(a, derive_uuid(&[b"host", b"1"]));
+        assert_ne!(derive_uuid(&[b"ab", b"c"]), derive_uuid(&[b"a", b"bc"]));
+        assert_eq!(a[6] >> 4, 8);
+        assert_eq!(a[8] >> 6, 0b10);
+    }
+
+    #[test]
+    fn an_identity_never_reports_zero_engines() {
+        let id = Identity::new([1; 16], "m", "d 1.0", 0, 0);
+        assert_eq!(id.engines, 1);
+        assert_eq!(id.identity.model(), "m");
+        assert_eq!(id.identity.driver_version(), "d 1.0");
+    }
+}
