@@ -120,3 +120,16 @@ pub fn local_open_params(role: Role, admin: bool) -> OpenParams {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_devices_uuid_depends_on_the_host_and_the_index_only() {
+        assert_eq!(derived_uuid(0), derived_uuid(0));
+        assert_ne!(derived_uuid(0), derived_uuid(1));
+        assert_ne!(uuid_from_seed("a", 0), uuid_from_seed("b", 0));
+        assert_eq!(uuid_from_seed("a", 3), uuid_from_seed("a", 3));
+    }
+}

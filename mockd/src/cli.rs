@@ -622,4 +622,13 @@ mod tests {
             assert!(e.contains(says), "{bad}: {e}");
         }
     }
+
+    #[test]
+    fn uuid_seed_is_kept_and_an_empty_one_refused() {
+        assert_eq!(run(&[]).unwrap().uuid_seed, None);
+        let c = run(&["--uuid-seed", "rack4-node2"]).unwrap();
+        assert_eq!(c.uuid_seed.as_deref(), Some("rack4-node2"));
+        let e = run(&["--uuid-seed", ""]).unwrap_err();
+        assert!(e.contains("--uuid-seed"), "{e}");
+    }
 }

@@ -526,3 +526,35 @@ fn two_processes_share_a_buffer_by_token() {
     let done = davinci_tests::ipc::share_with_another_process(&d.path(0));
     assert_eq!(done["read"], 0x1234_5678u32);
 }
+
+/// GET_IDENTITY's UUID survives a daemon restart and a share-mode change (derived from the
+/// host's machine id and the index), differs between two devices of one daemon, and
+/// `--uuid-seed` gives a second daemon on the host UUIDs of its own (issue 24).
+#[test]
+fn device_uuids_survive_restarts_and_share_changes() {
+    let uuids = |d: &Mockd| -> Vec<[u8; 16]> {
+        (0..2)
+            .map(|n| {
+                davinci_shim::Control::open(&d.path(n))
+                    .expect("control open")
+                    .identity()
+                    .expect("GET_IDENTITY")
+                    .uuid
+            })
+            .collect()
+    };
+    let mut first = Mockd::start(&["--devices", "2"]).expect("start davinci-mockd");
+    let before = uuids(&first);
+    assert_ne!(before[0], before[1], "two devices, two UUIDs");
+    assert_eq!(set_share(&first, true).0, 0);
+    assert_eq!(uuids(&first), before, "a share-mode change keeps the UUID");
+    first.terminate();
+    let second = Mockd::start(&["--devices", "2"]).expect("restart davinci-mockd");
+    assert_eq!(uuids(&second), before, "a restart keeps the UUIDs");
+    let seeded = Mockd::start(&["--devices", "2", "--uuid-seed", "second daemon"]).unwrap();
+    let other = uuids(&seeded);
+    assert!(
+        other.iter().all(|u| !before.contains(u)),
+        "{other:?} vs {before:?}"
+    );
+}
