@@ -84,6 +84,56 @@ impl SeqPacket {
         }
     }
 
+    /// Connects to the socket at `path`, giving up after `timeout` (a daemon whose listen
+    /// backlog is full because it stopped accepting: a blocking `connect` would wait for
+    /// ever).
+    ///
+    /// # Errors
+    /// The `connect(2)` error; [`io::ErrorKind::TimedOut`] when the backlog stayed full.
+    pub fn connect_within(path: &Path, timeout: std::time::Duration) -> io::Result<SeqPacket> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let (fd, addr) = seqpacket_socket(path)?;
+        let flags = OFlag::from_bits_retain(fcntl(&fd, FcntlArg::F_GETFL).map_err(nix_io)?);
+        fcntl(&fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).map_err(nix_io)?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match connect(fd.as_raw_fd(), &addr) {
+                Ok(()) => break,
+                Err(nix::Error::EINTR) => continue,
+                // A Unix socket's backlog is full: the daemon is not accepting (now).
+                Err(nix::Error::EAGAIN) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(nix::Error::EAGAIN) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the daemon accepted no connection within {} ms (its backlog is full)",
+                            timeout.as_millis()
+                        ),
+                    ))
+                }
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+        fcntl(&fd, FcntlArg::F_SETFL(flags)).map_err(nix_io)?;
+        Ok(SeqPacket { fd })
+    }
+
+    /// Waits until a frame (or the peer's close) can be read, at most `timeout`: `Ok(true)`
+    /// when it can, `Ok(false)` when the time ran out.
+    ///
+    /// # Errors
+    /// `poll(2)` errors; `EINTR` ([`io::ErrorKind::Interrupted`]) when a signal handler ran,
+    /// whether or not it was installed with `SA_RESTART` (poll is never restarted).
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        let n = poll(&mut fds, PollTimeout::from(ms)).map_err(nix_io)?;
+        Ok(n > 0)
+    }
+
     /// A connected pair (for tests).
     ///
     /// # Errors
@@ -381,6 +431,39 @@ mod tests {
 
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
+    use std::time::{Duration, Instant};
+
+    /// A listener that never accepts: connects succeed until its backlog is full, then
+    /// `connect_within` gives up after its timeout instead of blocking for ever; a
+    /// connection nobody answers is readable only when the peer writes.
+    #[test]
+    fn connecting_to_a_full_backlog_times_out_and_silence_is_not_readable() {
+        let dir = std::env::temp_dir().join(format!("sockio-backlog-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("d.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = SeqListener::bind(&path, 0o600).unwrap();
+        let mut held = Vec::new();
+        let t = Duration::from_millis(100);
+        let timed_out = loop {
+            match SeqPacket::connect_within(&path, t) {
+                Ok(c) => held.push(c),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 10_000, "the backlog never filled");
+        };
+        assert_eq!(timed_out.kind(), io::ErrorKind::TimedOut, "{timed_out}");
+        assert!(!held.is_empty());
+        // A connected socket whose peer says nothing: not readable within the wait.
+        let start = Instant::now();
+        assert!(!held[0].wait_readable(Duration::from_millis(50)).unwrap());
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        let (a, b) = SeqPacket::pair().unwrap();
+        b.send(b"x", &[]).unwrap();
+        assert!(a.wait_readable(Duration::from_secs(5)).unwrap());
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn frames_and_fds_cross_a_pair() {

@@ -5,6 +5,11 @@
 //! Several threads may use one open at once (a thread blocked in WAIT_EVENT does not hold up
 //! another's submit): each request carries a tag, one caller at a time reads the socket and
 //! hands every reply to the caller whose tag it carries.
+//!
+//! Nothing waits for ever on a daemon that stopped answering: connecting gives up after
+//! [`CONNECT_TIMEOUT`], and every call but WAIT_EVENT (whose wait is bounded by its own
+//! timeout, or is meant to last) after the reply timeout ([`reply_timeout`]: 10 s, or
+//! `$DAVINCI_SOCKET_TIMEOUT` seconds), with `ETIMEDOUT` naming the socket.
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -13,6 +18,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
@@ -26,10 +32,31 @@ use davinci_uapi::{
 use super::{list_clients_arg, Backend, MapFd, Role};
 use crate::error::{Error, Result};
 
+/// How long connecting to a daemon may take (its listen backlog full: it stopped accepting).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The reply timeout when `$DAVINCI_SOCKET_TIMEOUT` does not say.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The environment variable that sets the reply timeout, in seconds (`2.5`, `30`).
+pub const SOCKET_TIMEOUT_ENV: &str = "DAVINCI_SOCKET_TIMEOUT";
+
+/// How long a call (WAIT_EVENT aside) waits for the daemon's reply: `$DAVINCI_SOCKET_TIMEOUT`
+/// seconds when it is a positive number (at most a day), else [`REPLY_TIMEOUT`].
+pub fn reply_timeout() -> Duration {
+    std::env::var(SOCKET_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        .map_or(REPLY_TIMEOUT, Duration::from_secs_f64)
+}
+
 /// Why no reply was read.
 enum Recv {
     /// A signal handler interrupted the read (nothing was read).
     Interrupted,
+    /// The reply deadline passed (nothing was read).
+    TimedOut,
     /// The connection is unusable, and why.
     Dead(String),
 }
@@ -80,7 +107,8 @@ impl SocketBackend {
     /// permissions refuse this user, `EBUSY` (naming the holder) if a client open meets a
     /// device in exclusive use, `EPROTO` if the daemon speaks another ABI major.
     pub(crate) fn open(path: &Path, role: Role) -> Result<SocketBackend> {
-        let conn = SeqPacket::connect(path).map_err(|e| connect_error(path, &e))?;
+        let conn = SeqPacket::connect_within(path, CONNECT_TIMEOUT)
+            .map_err(|e| connect_error(path, &e))?;
         let mut s = SocketBackend {
             conn,
             path: path.to_path_buf(),
@@ -147,6 +175,11 @@ impl SocketBackend {
                 ),
             ));
         }
+        // WAIT_EVENT is bounded by its own timeout (or meant to wait); every other call by
+        // the reply timeout.
+        let waits = kind == Kind::Ioctl && request == DRIVER_CMD_WAIT_EVENT;
+        let limit = reply_timeout();
+        let deadline = (!waits).then(|| Instant::now() + limit);
         let mut g = relock(self.rx.lock());
         loop {
             if let Some(inc) = g.done.remove(&tag) {
@@ -157,13 +190,34 @@ impl SocketBackend {
                 g.pending.remove(&tag);
                 return Err(Error::new(Errno::ENODEV, op, why));
             }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                // A reply that comes later is dropped: the tag is no longer pending.
+                g.pending.remove(&tag);
+                self.cv.notify_all();
+                return Err(Error::new(
+                    Errno::ETIMEDOUT,
+                    op,
+                    format!(
+                        "mock:{}: davinci-mockd did not answer within {:.1} s (is the daemon                          hung, or is this not a davinci-mockd socket? ${SOCKET_TIMEOUT_ENV}                          sets the limit in seconds)",
+                        self.path.display(),
+                        limit.as_secs_f64()
+                    ),
+                ));
+            }
             if g.reading {
-                g = relock(self.cv.wait(g));
+                g = match left {
+                    Some(left) => relock(self.cv.wait_timeout(g, left)).0,
+                    None => relock(self.cv.wait(g)),
+                };
                 continue;
             }
             g.reading = true;
             drop(g);
-            let got = self.recv_one();
+            let got = match left {
+                Some(left) => self.recv_within(left),
+                None => self.recv_one(),
+            };
             g = relock(self.rx.lock());
             g.reading = false;
             match got {
@@ -194,7 +248,7 @@ impl SocketBackend {
                         "interrupted by a signal handler on the waiting thread",
                     ));
                 }
-                Err(Recv::Interrupted) => {}
+                Err(Recv::Interrupted) | Err(Recv::TimedOut) => {}
                 Err(Recv::Dead(why)) => g.dead = Some(why),
             }
             self.cv.notify_all();
@@ -212,6 +266,21 @@ impl SocketBackend {
         .encode();
         if let Ok(frame) = frame {
             let _ = self.conn.send(&frame, &[]);
+        }
+    }
+
+    /// Reads one reply frame if one comes within `left` (the caller holds the reader role).
+    /// A signal handler does not end it (as a read under `SA_RESTART` would go on): it
+    /// returns [`Recv::Interrupted`] and the caller looks again.
+    fn recv_within(&self, left: Duration) -> std::result::Result<Incoming, Recv> {
+        match self.conn.wait_readable(left) {
+            Ok(true) => self.recv_one(),
+            Ok(false) => Err(Recv::TimedOut),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(Recv::Interrupted),
+            Err(e) => Err(Recv::Dead(format!(
+                "mock:{}: connection to davinci-mockd failed: {e}",
+                self.path.display()
+            ))),
         }
     }
 
@@ -306,6 +375,11 @@ fn connect_error(path: &Path, e: &std::io::Error) -> Error {
             format!(
                 "mock:{p}: permission denied (connecting needs write permission on the socket)"
             ),
+        ),
+        _ if e.kind() == std::io::ErrorKind::TimedOut => Error::new(
+            Errno::ETIMEDOUT,
+            "open",
+            format!("mock:{p}: cannot connect: {e} (is davinci-mockd hung?)"),
         ),
         _ => Error::new(
             Errno::ENODEV,
