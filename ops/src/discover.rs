@@ -12,9 +12,18 @@
 //!
 //! A place that has sockets is used even if they cannot be opened: each device then shows
 //! why (permission, a stale socket of a stopped daemon) instead of being skipped.
+//!
+//! A socket found in a directory is used only if nobody but the daemon's side could have put
+//! it there ([`distrust`]): its directory is not writable by every user unless sticky, nor
+//! by its group unless root owns it or it is sticky; and the socket is owned by root, by the
+//! directory's owner or by the caller. The others are left out and said ([`Found::ignored`]):
+//! a tool would otherwise send a device's work, or an operator's query, to a socket another
+//! user planted. A device named explicitly (`--device`, `DAVINCI_DEVICE`) is the caller's
+//! choice and is not judged.
 #![forbid(unsafe_code)]
 
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use davinci_mockd_proto::SYSTEM_SOCKET_DIR;
@@ -135,6 +144,75 @@ pub struct Found {
     pub entries: Vec<Entry>,
     /// The places searched.
     pub searched: Vec<Searched>,
+    /// Sockets found and left out because someone other than the daemon's side could have
+    /// put them there ([`distrust`]).
+    pub ignored: Vec<Ignored>,
+}
+
+/// A socket discovery left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    /// The device path it would have been (`mock:/tmp/d/davinci1.sock`).
+    pub path: String,
+    /// Why it was left out, as a sentence.
+    pub why: String,
+}
+
+/// Who owns a file and its mode bits (`st_mode & 0o7777`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owned {
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
+    /// Mode bits.
+    pub mode: u32,
+}
+
+impl Owned {
+    /// Of `path` (a symbolic link itself, not what it names, when `follow` is false).
+    ///
+    /// # Errors
+    /// `stat(2)`/`lstat(2)` errors.
+    pub fn of(path: &Path, follow: bool) -> io::Result<Owned> {
+        let m = if follow {
+            std::fs::metadata(path)?
+        } else {
+            std::fs::symlink_metadata(path)?
+        };
+        Ok(Owned {
+            uid: m.uid(),
+            gid: m.gid(),
+            mode: m.mode() & 0o7777,
+        })
+    }
+}
+
+/// Why a socket found in directory `dir` (`d`) with owner `socket_uid` may not be trusted by
+/// a caller with uid `caller`, or `None` when it may: the directory is writable by every user
+/// and not sticky; or by its group, not sticky, and not root's; or the socket is owned by
+/// none of root, the directory's owner and the caller.
+pub fn distrust(dir: &Path, d: Owned, socket_uid: u32, caller: u32) -> Option<String> {
+    let (shown, m) = (dir.display(), d.mode);
+    let sticky = m & 0o1000 != 0;
+    if m & 0o002 != 0 && !sticky {
+        return Some(format!(
+            "its directory {shown} (mode {m:04o}) is writable by every user and not sticky, so              anyone could have put it there (chmod o-w {shown}, or chmod +t {shown})"
+        ));
+    }
+    if m & 0o020 != 0 && !sticky && d.uid != 0 {
+        return Some(format!(
+            "its directory {shown} (mode {m:04o}, owner uid {}) is writable by its group {} and              not sticky, so any member could have put it there (chmod g-w {shown})",
+            d.uid, d.gid
+        ));
+    }
+    if socket_uid != 0 && socket_uid != d.uid && socket_uid != caller {
+        return Some(format!(
+            "it is owned by uid {socket_uid}, not by root, the directory's owner (uid {}) or you              (uid {caller}): another user's socket, not a daemon's",
+            d.uid
+        ));
+    }
+    None
 }
 
 /// N from `davinci<N><suffix>` (digits only; `davinci_manager` and friends do not match).
@@ -161,17 +239,33 @@ fn list_dir(dir: &Path) -> io::Result<Vec<String>> {
         .collect())
 }
 
+/// How discovery reads the file system (injected, so failures and other users' files can be
+/// tested): a directory's names, and who owns a path (following a link or not).
+pub(crate) struct Fs<'a> {
+    pub(crate) list: &'a dyn Fn(&Path) -> io::Result<Vec<String>>,
+    pub(crate) owner: &'a dyn Fn(&Path, bool) -> io::Result<Owned>,
+    pub(crate) caller: u32,
+}
+
 /// The `davinci<N><suffix>` entries of a directory listing, sorted by N, as paths with
-/// `prefix`; and what to say about the place.
+/// `prefix`; what to say about the place; and, with `judge` (socket directories), the
+/// entries left out as untrusted ([`distrust`]).
 fn scan_listing(
     dir: &Path,
     listing: io::Result<Vec<String>>,
     suffix: &str,
     prefix: &str,
-) -> (Vec<Entry>, String) {
+    judge: Option<&Fs<'_>>,
+) -> (Vec<Entry>, String, Vec<Ignored>) {
     let names = match listing {
         Ok(n) => n,
-        Err(e) => return (Vec::new(), listing_failure(dir, suffix, prefix, &e)),
+        Err(e) => {
+            return (
+                Vec::new(),
+                listing_failure(dir, suffix, prefix, &e),
+                Vec::new(),
+            )
+        }
     };
     let mut out: Vec<Entry> = names
         .iter()
@@ -184,7 +278,29 @@ fn scan_listing(
         })
         .collect();
     out.sort_by_key(|e| e.id);
-    let outcome = if out.is_empty() {
+    let mut ignored = Vec::new();
+    if let Some(fs) = judge {
+        let d = (fs.owner)(dir, true);
+        out.retain(|e| {
+            let file = Path::new(e.path.strip_prefix(prefix).unwrap_or(&e.path));
+            let why = match (&d, (fs.owner)(file, false)) {
+                (Ok(d), Ok(f)) => distrust(dir, *d, f.uid, fs.caller),
+                (Err(err), _) => Some(format!("cannot tell who owns its directory: {err}")),
+                (_, Err(err)) => Some(format!("cannot tell who owns it: {err}")),
+            };
+            match why {
+                Some(why) => {
+                    ignored.push(Ignored {
+                        path: e.path.clone(),
+                        why,
+                    });
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+    let mut outcome = if out.is_empty() {
         "none".to_string()
     } else {
         let ids: Vec<String> = out
@@ -193,7 +309,18 @@ fn scan_listing(
             .collect();
         format!("found {}", ids.join(", "))
     };
-    (out, outcome)
+    if !ignored.is_empty() {
+        outcome.push_str(&format!(
+            " ({} ignored as untrusted: {})",
+            ignored.len(),
+            ignored
+                .iter()
+                .map(|i| i.path.rsplit('/').next().unwrap_or(&i.path).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    (out, outcome, ignored)
 }
 
 /// Why a directory could not be listed, and what to do.
@@ -210,21 +337,27 @@ fn listing_failure(dir: &Path, suffix: &str, prefix: &str, e: &io::Error) -> Str
     }
 }
 
-fn scan(dir: &Path, suffix: &str, prefix: &str) -> (Vec<Entry>, String) {
-    scan_listing(dir, list_dir(dir), suffix, prefix)
+/// The real file system, for a caller with this process's uid.
+fn real_fs() -> Fs<'static> {
+    Fs {
+        list: &list_dir,
+        owner: &Owned::of,
+        caller: nix::unistd::getuid().as_raw(),
+    }
 }
 
-/// Every `davinci<N>.sock` in a socket directory.
+/// Every trusted `davinci<N>.sock` in a socket directory ([`distrust`]).
 pub fn sockets_in(dir: &Path) -> Vec<Entry> {
-    scan(dir, ".sock", "mock:").0
+    let fs = real_fs();
+    scan_listing(dir, list_dir(dir), ".sock", "mock:", Some(&fs)).0
 }
 
-/// Discovery with the directory listing injected (`list`), so failures can be tested.
-fn discover_with(
+/// Discovery with the file system injected (`fs`), so failures can be tested.
+pub(crate) fn discover_with(
     devices: &[String],
     socket_dir: Option<&Path>,
     d: &Discovery,
-    list: &dyn Fn(&Path) -> io::Result<Vec<String>>,
+    fs: &Fs<'_>,
 ) -> Found {
     let one = |place: String, entries: Vec<Entry>| Found {
         searched: vec![Searched {
@@ -233,6 +366,7 @@ fn discover_with(
             outcome: format!("{} named", entries.len()),
         }],
         entries,
+        ignored: Vec::new(),
     };
     if !devices.is_empty() {
         let entries = devices
@@ -245,18 +379,27 @@ fn discover_with(
         return one(format!("--device {}", devices.join(", ")), entries);
     }
     let mut searched = Vec::new();
+    let mut ignored = Vec::new();
     let mut look = |dir: &Path, suffix: &str, prefix: &str, why: Option<String>| {
-        let (entries, outcome) = scan_listing(dir, list(dir), suffix, prefix);
+        // Sockets are judged; kernel nodes are not (udev makes them, in a directory only
+        // root may write).
+        let judge = (suffix == ".sock").then_some(fs);
+        let (entries, outcome, left_out) = scan_listing(dir, (fs.list)(dir), suffix, prefix, judge);
         searched.push(Searched {
             place: format!("{}/davinci<N>{suffix}", dir.display()),
             why,
             outcome,
         });
+        ignored.extend(left_out);
         entries
     };
     if let Some(dir) = socket_dir {
         let entries = look(dir, ".sock", "mock:", Some("--socket-dir".into()));
-        return Found { entries, searched };
+        return Found {
+            entries,
+            searched,
+            ignored,
+        };
     }
     if let Some(p) = &d.device_env {
         let entries = vec![Entry {
@@ -272,7 +415,11 @@ fn discover_with(
         }
         entries = look(dir, ".sock", "mock:", Some(why));
     }
-    Found { entries, searched }
+    Found {
+        entries,
+        searched,
+        ignored,
+    }
 }
 
 /// The devices selected by the command line and the environment, and every place searched:
@@ -280,7 +427,17 @@ fn discover_with(
 /// `/dev/davinci<N>`, the caller's default socket directory and the system's that has
 /// devices.
 pub fn discover(devices: &[String], socket_dir: Option<&Path>, d: &Discovery) -> Found {
-    discover_with(devices, socket_dir, d, &list_dir)
+    discover_with(devices, socket_dir, d, &real_fs())
+}
+
+/// One line per socket [`discover`] left out as untrusted, for a tool's stderr:
+/// `warning: ignoring PATH: WHY`.
+pub fn ignored_warnings(found: &Found) -> Vec<String> {
+    found
+        .ignored
+        .iter()
+        .map(|i| format!("warning: ignoring {}: {}", i.path, i.why))
+        .collect()
 }
 
 /// The devices of [`discover`]. Empty if no place has any.

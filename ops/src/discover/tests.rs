@@ -140,7 +140,18 @@ fn nothing_found_lists_every_place_searched_and_why() {
             _ => Err(io::Error::from(io::ErrorKind::NotFound)),
         }
     };
-    let found = discover_with(&[], None, &d, &list);
+    let fs = Fs {
+        list: &list,
+        owner: &|_: &Path, _: bool| -> io::Result<Owned> {
+            Ok(Owned {
+                uid: 0,
+                gid: 0,
+                mode: 0o755,
+            })
+        },
+        caller: 0,
+    };
+    let found = discover_with(&[], None, &d, &fs);
     assert!(found.entries.is_empty());
     assert_eq!(
         describe_searched(&found),
@@ -153,7 +164,7 @@ fn nothing_found_lists_every_place_searched_and_why() {
          name a device with --device, --socket-dir or DAVINCI_DEVICE"
     );
     // --socket-dir: that one place, and why.
-    let found = discover_with(&[], Some(Path::new("/srv/d")), &d, &list);
+    let found = discover_with(&[], Some(Path::new("/srv/d")), &d, &fs);
     assert_eq!(
         describe_searched(&found),
         "/srv/d/davinci<N>.sock (--socket-dir): no such directory; \
@@ -185,5 +196,100 @@ fn explicit_choices_are_reported_as_such() {
     assert_eq!(
         searched(&["/dev/davinci1".into(), "/dev/davinci2".into()], None, &d),
         "--device /dev/davinci1, /dev/davinci2: 2 named"
+    );
+}
+
+#[test]
+fn distrust_follows_who_could_have_put_the_socket_there() {
+    let dir = Path::new("/srv/d");
+    let o = |uid, mode| Owned { uid, gid: 50, mode };
+    // Writable by everyone and not sticky: nothing in it is trusted, root's sockets included.
+    let why = distrust(dir, o(0, 0o777), 0, 0).unwrap();
+    assert!(
+        why.contains("writable by every user and not sticky"),
+        "{why}"
+    );
+    // Sticky and writable by everyone (like /tmp): another user's socket is left out, the
+    // directory owner's and the caller's own are not.
+    let why = distrust(dir, o(0, 0o1777), 1000, 0).unwrap();
+    assert!(why.contains("owned by uid 1000"), "{why}");
+    assert_eq!(distrust(dir, o(0, 0o1777), 0, 0), None);
+    assert_eq!(distrust(dir, o(0, 0o1777), 1000, 1000), None);
+    // Group-writable: only a root-owned directory is a deliberate grant.
+    let why = distrust(dir, o(1000, 0o775), 1000, 0).unwrap();
+    assert!(why.contains("writable by its group 50"), "{why}");
+    assert_eq!(distrust(dir, o(0, 0o2775), 0, 1000), None);
+    // A user's own daemon in a private directory, looked at by root: trusted.
+    assert_eq!(distrust(dir, o(1000, 0o700), 1000, 0), None);
+    // A third user's socket in that directory (a hard link cannot make one: a socket bound
+    // there is the binder's): left out.
+    assert!(distrust(dir, o(1000, 0o755), 1001, 0).is_some());
+}
+
+#[test]
+fn a_planted_socket_is_left_out_and_said() {
+    let d = Discovery {
+        device_env: None,
+        dev_dir: "/nonexistent".into(),
+        default_socket_dir: "/nonexistent".into(),
+    };
+    let list = |p: &Path| -> io::Result<Vec<String>> {
+        match p.to_str() {
+            Some("/shared") => Ok(vec!["davinci0.sock".into(), "davinci1.sock".into()]),
+            _ => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
+    };
+    // A sticky, world-writable socket directory root uses; uid 1000 added davinci1.sock.
+    let owner = |p: &Path, _: bool| -> io::Result<Owned> {
+        let (uid, mode) = match p.to_str() {
+            Some("/shared") => (0, 0o1777),
+            Some("/shared/davinci1.sock") => (1000, 0o755),
+            _ => (0, 0o755),
+        };
+        Ok(Owned { uid, gid: 0, mode })
+    };
+    let fs = Fs {
+        list: &list,
+        owner: &owner,
+        caller: 0,
+    };
+    let found = discover_with(&[], Some(Path::new("/shared")), &d, &fs);
+    assert_eq!(
+        found.entries,
+        vec![Entry {
+            id: Some(0),
+            path: "mock:/shared/davinci0.sock".into()
+        }]
+    );
+    assert_eq!(found.ignored.len(), 1);
+    assert_eq!(found.ignored[0].path, "mock:/shared/davinci1.sock");
+    assert!(found.ignored[0].why.contains("owned by uid 1000"));
+    assert_eq!(
+        found.searched[0].outcome,
+        "found davinci0 (1 ignored as untrusted: davinci1.sock)"
+    );
+    assert_eq!(
+        ignored_warnings(&found),
+        vec![format!(
+            "warning: ignoring mock:/shared/davinci1.sock: {}",
+            found.ignored[0].why
+        )]
+    );
+    // The same socket named explicitly is the caller's choice.
+    let named = discover_with(&["mock:/shared/davinci1.sock".into()], None, &d, &fs);
+    assert_eq!(named.entries.len(), 1);
+    assert!(named.ignored.is_empty());
+    // An owner that cannot be read: left out, saying so.
+    let unknown = |_: &Path, _: bool| -> io::Result<Owned> { Err(io::Error::other("gone")) };
+    let fs = Fs {
+        list: &list,
+        owner: &unknown,
+        caller: 0,
+    };
+    let found = discover_with(&[], Some(Path::new("/shared")), &d, &fs);
+    assert!(found.entries.is_empty());
+    assert!(
+        found.ignored[0].why.contains("cannot tell who owns"),
+        "{found:?}"
     );
 }
