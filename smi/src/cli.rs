@@ -16,7 +16,9 @@ named twice (the same path, or the same socket or node by another path) is used 
 
 --query FIELDS --format csv[,noheader][,nounits] prints the device table (`info`) or the
 usage table (`info -t usage`) as CSV, like nvidia-smi's --query-gpu/--format (the fields:
-`davinci-smi info --help`). --loop SECONDS repeats the command until interrupted, or
+`davinci-smi info --help`); --query-gpu is the same option, so nvidia-smi's
+`--query-gpu=index,name,uuid,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`
+works as is (memory in whole MiB; [N/A] for what the driver does not report). --loop SECONDS repeats the command until interrupted, or
 --count N times.
 
 Exit status: 0 ok, 1 other error, 2 usage, 3 device not found or unreachable,
@@ -67,7 +69,12 @@ pub(crate) struct Global {
 #[command(next_help_heading = "Monitoring")]
 pub(crate) struct QueryArgs {
     /// Print these fields as CSV (`info`, `info -t usage`; the fields: `info --help`)
-    #[arg(long = "query", value_name = "FIELDS", value_delimiter = ',')]
+    #[arg(
+        long = "query",
+        visible_alias = "query-gpu",
+        value_name = "FIELDS",
+        value_delimiter = ','
+    )]
     pub(crate) query: Vec<String>,
     /// csv[,noheader][,nounits]: CSV, without header line, without units [default: csv]
     #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',')]

@@ -23,6 +23,7 @@ mod cdi_generate;
 mod cli;
 mod commands;
 mod error;
+mod extras;
 pub mod output;
 mod plan;
 mod query;
@@ -38,6 +39,7 @@ use davinci_ops::discover::Discovery;
 pub use access::{DeviceAccess, Opener, ShimOpener};
 pub use cli::{Cli, IdSel};
 pub use error::{combine, exit, SmiError};
+pub use extras::Extras;
 
 use output::{Body, Doc, ErrorJson, SCHEMA};
 use plan::Plan;
