@@ -50,7 +50,7 @@ fn report(body: Body, errors: &[(Option<u32>, Option<SmiError>)], text: String) 
 
 /// A client as JSON (the usage table, and the clients a refused `set` names).
 /// `-` for an empty text cell.
-fn dash_if_empty(s: &str) -> String {
+pub(crate) fn dash_if_empty(s: &str) -> String {
     if s.is_empty() {
         "-".to_string()
     } else {
