@@ -306,7 +306,9 @@ pub(crate) fn info_after_help() -> String {
     format!(
         "Fields of --query for `info` (default: {}):\n{}\n\
          Fields of --query for `info -t usage`, one row per client (default: {}):\n{}\n\
-         Values not known (an unreachable device) are [N/A]. Example:\n  \
+         Values not known (an unreachable device; name, uuid and utilization.* until the driver\n\
+         reports them) are [N/A]; memory is in whole MiB. --query-gpu is another name of --query,\n\
+         for nvidia-smi's command lines. Example:\n  \
          davinci-smi info -t usage --query index,pid,container_id,memory.used --format=csv,noheader --loop 5",
         BOARD_DEFAULT.join(","),
         describe(BOARD_FIELDS),
