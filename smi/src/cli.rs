@@ -16,8 +16,18 @@ named twice (the same path, or the same socket or node by another path) is used 
 
 --query FIELDS --format csv[,noheader][,nounits] prints the device table (`info`) or the
 usage table (`info -t usage`) as CSV, like nvidia-smi's --query-gpu/--format (the fields:
-`davinci-smi info --help`). --loop SECONDS repeats the command until interrupted, or
+`davinci-smi info --help`); --query-gpu is the same option, so nvidia-smi's
+`--query-gpu=index,name,uuid,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`
+works as is (memory in whole MiB; [N/A] for what the driver does not report). --loop SECONDS repeats the command until interrupted, or
 --count N times.
+
+npu-smi mode: run as npu-smi (ln -s davinci-smi npu-smi), or with --npu-smi as the first
+argument, davinci-smi takes Huawei npu-smi's commands and prints npu-smi's exact output
+shapes, for scripts written against npu-smi: -v (npu-smi version: 25.5.1, the npu-smi
+release whose shapes it reproduces), info, info -l, info -m, info -t usages|common|memory|
+board|health|temp|power|device-share -i N [-c 0], set -t device-share -i N [-c 0] -d 0|1
+(asks Y/N when stdin is a terminal, unless -y). What a davinci device does not report
+(temperature, power, PCI and board ids, utilization) is NA. `npu-smi --help` for more.
 
 Exit status: 0 ok, 1 other error, 2 usage, 3 device not found or unreachable,
 4 permission denied, 5 busy, 6 partial failure (some devices failed; see per-device results).
@@ -67,7 +77,12 @@ pub(crate) struct Global {
 #[command(next_help_heading = "Monitoring")]
 pub(crate) struct QueryArgs {
     /// Print these fields as CSV (`info`, `info -t usage`; the fields: `info --help`)
-    #[arg(long = "query", value_name = "FIELDS", value_delimiter = ',')]
+    #[arg(
+        long = "query",
+        visible_alias = "query-gpu",
+        value_name = "FIELDS",
+        value_delimiter = ','
+    )]
     pub(crate) query: Vec<String>,
     /// csv[,noheader][,nounits]: CSV, without header line, without units [default: csv]
     #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',')]

@@ -6,6 +6,7 @@ use davinci_uapi::{ClientUsage, Errno, ShareMode};
 
 use crate::access::{DeviceAccess, Target};
 use crate::error::{combine, SmiError};
+use crate::extras::{device_extras, Extras};
 use crate::output::*;
 
 pub(crate) fn id_text(id: Option<u32>) -> String {
@@ -49,7 +50,7 @@ fn report(body: Body, errors: &[(Option<u32>, Option<SmiError>)], text: String) 
 
 /// A client as JSON (the usage table, and the clients a refused `set` names).
 /// `-` for an empty text cell.
-fn dash_if_empty(s: &str) -> String {
+pub(crate) fn dash_if_empty(s: &str) -> String {
     if s.is_empty() {
         "-".to_string()
     } else {
@@ -84,10 +85,11 @@ pub(crate) fn board(targets: &[Target]) -> Report {
             let info = d.info()?;
             // Usage is best effort here: a device that answers GET_INFO is healthy.
             let clients = d.clients().unwrap_or_default();
-            Ok((info, clients))
+            let extras = device_extras(d.as_ref(), &info);
+            Ok((info, clients, extras))
         });
         match r {
-            Ok((i, clients)) => {
+            Ok((i, clients, extras)) => {
                 let mode = ShareMode::from_u32(i.share_mode);
                 devices.push(DeviceJson {
                     id: t.entry.id,
@@ -104,6 +106,7 @@ pub(crate) fn board(targets: &[Target]) -> Report {
                     max_clients: Some(i.max_clients),
                     share_mode: mode.map(ShareMode::name),
                     device_share: mode.map(|m| m == ShareMode::Shared),
+                    extras,
                 });
                 for u in clients {
                     clients_rows.push(vec![
@@ -128,6 +131,7 @@ pub(crate) fn board(targets: &[Target]) -> Report {
                     max_clients: None,
                     share_mode: None,
                     device_share: None,
+                    extras: Extras::default(),
                 });
                 errors.push((t.entry.id, Some(e)));
             }

@@ -23,13 +23,15 @@ mod cdi_generate;
 mod cli;
 mod commands;
 mod error;
+mod extras;
+mod npu;
 pub mod output;
 mod plan;
 mod query;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use clap::Parser;
@@ -38,6 +40,7 @@ use davinci_ops::discover::Discovery;
 pub use access::{DeviceAccess, Opener, ShimOpener};
 pub use cli::{Cli, IdSel};
 pub use error::{combine, exit, SmiError};
+pub use extras::Extras;
 
 use output::{Body, Doc, ErrorJson, SCHEMA};
 use plan::Plan;
@@ -64,6 +67,26 @@ pub fn run_with(
     err: &mut dyn Write,
     sleep: &mut dyn FnMut(Duration),
 ) -> i32 {
+    run_with_input(args, disc, opener, out, err, sleep, None)
+}
+
+/// [`run_with`], with the terminal `set` asks for confirmation on in npu-smi mode (`None`:
+/// stdin is not a terminal, and nothing is asked, as npu-smi does not ask a pipe).
+///
+/// npu-smi mode (Huawei npu-smi's commands and output shapes) is on when `args[0]`'s file
+/// name is `npu-smi` or `args[1]` is `--npu-smi`.
+pub fn run_with_input(
+    args: &[String],
+    disc: &Discovery,
+    opener: &dyn Opener,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    sleep: &mut dyn FnMut(Duration),
+    input: Option<&mut dyn BufRead>,
+) -> i32 {
+    if let Some(npu_args) = npu::npu_args(args) {
+        return npu::run(&npu_args, disc, opener, out, err, input);
+    }
     // Known before parsing, so that a command line clap rejects still gets a JSON answer.
     let json = args.iter().skip(1).any(|a| a == "--json");
     let cli = match Cli::try_parse_from(args) {
@@ -152,12 +175,16 @@ pub fn main() -> i32 {
             return usage_error(&m, json, &mut out, &mut err);
         }
     };
-    let code = run(
+    let stdin = std::io::stdin();
+    let mut terminal = std::io::IsTerminal::is_terminal(&stdin).then(|| stdin.lock());
+    let code = run_with_input(
         &args,
         &Discovery::from_env(),
         &ShimOpener,
         &mut out,
         &mut err,
+        &mut std::thread::sleep,
+        terminal.as_mut().map(|t| t as &mut dyn BufRead),
     );
     let _ = out.flush();
     code

@@ -62,6 +62,10 @@ pub struct DeviceJson {
     pub share_mode: Option<&'static str>,
     /// Whether device sharing is on (npu-smi's "Device-share Status").
     pub device_share: Option<bool>,
+    /// What the ABI does not report yet (the `--query` fields `name`, `uuid`,
+    /// `utilization.*`); not in the JSON.
+    #[serde(skip)]
+    pub extras: crate::Extras,
 }
 
 /// `info -t device-share`: one device.

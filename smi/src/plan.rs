@@ -301,16 +301,10 @@ impl Plan {
                 }
             }
         };
-        let entries = dedupe(discover::select(&g.device, g.socket_dir.as_deref(), disc));
-        if entries.is_empty() {
-            return fail(SmiError::new(
-                Errno::ENODEV,
-                format!(
-                    "no davinci devices found (looked for {})",
-                    discover::searched(&g.device, g.socket_dir.as_deref(), disc)
-                ),
-            ));
-        }
+        let entries = match find(g, disc) {
+            Ok(e) => e,
+            Err(e) => return fail(e),
+        };
         // A header line in text mode for every round of a loop, so rounds can be told apart.
         let stamp = if self.every.is_some() && !self.json && self.csv.is_none() {
             format!("{timestamp}\n")
@@ -320,34 +314,10 @@ impl Plan {
         if matches!(self.action, Action::List) {
             return self.list(&entries, stamp);
         }
-        // Open the targeted devices.
-        let mut targets: Vec<Target> = entries
-            .into_iter()
-            .map(|e| {
-                let dev = opener.open(&e.path);
-                Target { entry: e, dev }
-            })
-            .collect();
-        // Paths that do not name their id get it from GET_INFO.
-        for t in &mut targets {
-            if t.entry.id.is_none() {
-                if let Ok(d) = &t.dev {
-                    t.entry.id = d.info().ok().map(|i| i.device_id);
-                }
-            }
-        }
-        if let Some(IdSel::One(n)) = self.id {
-            targets.retain(|t| t.entry.id == Some(n));
-            if targets.is_empty() {
-                return fail(SmiError::new(
-                    Errno::ENODEV,
-                    format!(
-                        "no device with id {n} (see `davinci-smi list`; looked in {})",
-                        discover::searched(&g.device, g.socket_dir.as_deref(), disc)
-                    ),
-                ));
-            }
-        }
+        let targets = match open_targets(entries, self.id, g, disc, opener) {
+            Ok(t) => t,
+            Err(e) => return fail(e),
+        };
         let report = match self.action {
             Action::Board => board(&targets),
             Action::Share => share(&targets),
@@ -389,6 +359,60 @@ impl Plan {
             }
         }
     }
+}
+
+/// The selected devices (each once), or why there are none.
+pub(crate) fn find(g: &Global, disc: &Discovery) -> Result<Vec<Entry>, SmiError> {
+    let entries = dedupe(discover::select(&g.device, g.socket_dir.as_deref(), disc));
+    if entries.is_empty() {
+        return Err(SmiError::new(
+            Errno::ENODEV,
+            format!(
+                "no davinci devices found (looked for {})",
+                discover::searched(&g.device, g.socket_dir.as_deref(), disc)
+            ),
+        ));
+    }
+    Ok(entries)
+}
+
+/// `entries` opened (a path that does not name its id gets it from GET_INFO), and kept to
+/// davinci`N` when `id` is `-i N`; no device with that id is an error.
+pub(crate) fn open_targets(
+    entries: Vec<Entry>,
+    id: Option<IdSel>,
+    g: &Global,
+    disc: &Discovery,
+    opener: &dyn Opener,
+) -> Result<Vec<Target>, SmiError> {
+    let mut targets: Vec<Target> = entries
+        .into_iter()
+        .map(|e| {
+            let dev = opener.open(&e.path);
+            Target { entry: e, dev }
+        })
+        .collect();
+    // Paths that do not name their id get it from GET_INFO.
+    for t in &mut targets {
+        if t.entry.id.is_none() {
+            if let Ok(d) = &t.dev {
+                t.entry.id = d.info().ok().map(|i| i.device_id);
+            }
+        }
+    }
+    if let Some(IdSel::One(n)) = id {
+        targets.retain(|t| t.entry.id == Some(n));
+        if targets.is_empty() {
+            return Err(SmiError::new(
+                Errno::ENODEV,
+                format!(
+                    "no device with id {n} (see `davinci-smi list`; looked in {})",
+                    discover::searched(&g.device, g.socket_dir.as_deref(), disc)
+                ),
+            ));
+        }
+    }
+    Ok(targets)
 }
 
 /// The selected devices with each device once: a path named twice, or two paths to the same

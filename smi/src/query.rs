@@ -48,7 +48,12 @@ pub(crate) struct Field<R> {
 
 const MIB: Option<&str> = Some("MiB");
 
-use davinci_units::mib;
+/// Bytes as whole MiB (rounded down), as nvidia-smi prints memory: `32768`.
+pub(crate) fn whole_mib(bytes: u64) -> String {
+    (bytes / davinci_units::MIB).to_string()
+}
+
+const PERCENT: Option<&str> = Some("%");
 
 /// The device table (`info --query`).
 #[rustfmt::skip]
@@ -58,10 +63,14 @@ pub(crate) const BOARD_FIELDS: &[Field<BoardRow>] = &[
     Field { name: "path", unit: None, help: "device path", get: |r| Some(r.dev.path.clone()) },
     Field { name: "health", unit: None, help: "ok or unreachable", get: |r| Some(r.dev.health.to_string()) },
     Field { name: "abi", unit: None, help: "driver ABI major.minor", get: |r| r.dev.abi.clone() },
-    Field { name: "memory.total", unit: MIB, help: "device memory", get: |r| r.dev.memory.map(|m| mib(m.total_bytes)) },
-    Field { name: "memory.used", unit: MIB, help: "memory held by all clients", get: |r| r.dev.memory.map(|m| mib(m.used_bytes)) },
-    Field { name: "memory.free", unit: MIB, help: "memory not held", get: |r| r.dev.memory.map(|m| mib(m.total_bytes.saturating_sub(m.used_bytes))) },
-    Field { name: "memory.client_limit", unit: MIB, help: "most memory one client may hold", get: |r| r.dev.memory.map(|m| mib(m.client_limit_bytes)) },
+    Field { name: "name", unit: None, help: "model name (nvidia-smi's name; [N/A] until the driver reports it)", get: |r| r.dev.extras.name.clone() },
+    Field { name: "uuid", unit: None, help: "unique device id ([N/A] until the driver reports it)", get: |r| r.dev.extras.uuid.clone() },
+    Field { name: "memory.total", unit: MIB, help: "device memory", get: |r| r.dev.memory.map(|m| whole_mib(m.total_bytes)) },
+    Field { name: "memory.used", unit: MIB, help: "memory held by all clients", get: |r| r.dev.memory.map(|m| whole_mib(m.used_bytes)) },
+    Field { name: "memory.free", unit: MIB, help: "memory not held", get: |r| r.dev.memory.map(|m| whole_mib(m.total_bytes.saturating_sub(m.used_bytes))) },
+    Field { name: "utilization.gpu", unit: PERCENT, help: "time the device was busy ([N/A] until the driver reports it)", get: |r| r.dev.extras.busy_percent.map(|p| p.to_string()) },
+    Field { name: "utilization.memory", unit: PERCENT, help: "time device memory was read or written (always [N/A]: no driver reports it)", get: |r| r.dev.extras.memory_busy_percent.map(|p| p.to_string()) },
+    Field { name: "memory.client_limit", unit: MIB, help: "most memory one client may hold", get: |r| r.dev.memory.map(|m| whole_mib(m.client_limit_bytes)) },
     Field { name: "clients", unit: None, help: "clients attached", get: |r| r.dev.clients.map(|c| c.to_string()) },
     Field { name: "clients.max", unit: None, help: "most clients the device takes", get: |r| r.dev.max_clients.map(|c| c.to_string()) },
     Field { name: "share_mode", unit: None, help: "exclusive or shared", get: |r| r.dev.share_mode.map(str::to_string) },
@@ -84,7 +93,7 @@ pub(crate) const USAGE_FIELDS: &[Field<UsageRow>] = &[
     Field { name: "streams", unit: None, help: "streams held", get: |r| Some(r.client.streams.to_string()) },
     Field { name: "events", unit: None, help: "events held", get: |r| Some(r.client.events.to_string()) },
     Field { name: "allocations", unit: None, help: "allocations held", get: |r| Some(r.client.allocations.to_string()) },
-    Field { name: "memory.used", unit: MIB, help: "device memory held", get: |r| Some(mib(r.client.memory_bytes)) },
+    Field { name: "memory.used", unit: MIB, help: "device memory held", get: |r| Some(whole_mib(r.client.memory_bytes)) },
     Field { name: "tasks.submitted", unit: None, help: "descriptors the device has taken", get: |r| Some(r.client.tasks_submitted.to_string()) },
     Field { name: "tasks.queued", unit: None, help: "descriptors published, not yet taken by the device", get: |r| Some(r.client.tasks_queued.to_string()) },
     Field { name: "tasks.completed", unit: None, help: "completions the device has written", get: |r| Some(r.client.tasks_completed.to_string()) },
@@ -297,7 +306,9 @@ pub(crate) fn info_after_help() -> String {
     format!(
         "Fields of --query for `info` (default: {}):\n{}\n\
          Fields of --query for `info -t usage`, one row per client (default: {}):\n{}\n\
-         Values not known (an unreachable device) are [N/A]. Example:\n  \
+         Values not known (an unreachable device; name, uuid and utilization.* until the driver\n\
+         reports them) are [N/A]; memory is in whole MiB. --query-gpu is another name of --query,\n\
+         for nvidia-smi's command lines. Example:\n  \
          davinci-smi info -t usage --query index,pid,container_id,memory.used --format=csv,noheader --loop 5",
         BOARD_DEFAULT.join(","),
         describe(BOARD_FIELDS),

@@ -88,6 +88,11 @@ fn help_documents_the_new_options() {
         "--count",
         "usage-error",
         "used once",
+        "--query-gpu",
+        "npu-smi mode",
+        "--npu-smi",
+        "npu-smi version: 25.5.1",
+        "info -t usages|common|memory|",
     ] {
         assert!(out.contains(s), "{s}: {out}");
     }
@@ -97,6 +102,9 @@ fn help_documents_the_new_options() {
         "memory.used [MiB]",
         "tasks.completed",
         "share_mode",
+        "utilization.gpu [%]",
+        "uuid",
+        "name",
     ] {
         assert!(out.contains(s), "{s}: {out}");
     }

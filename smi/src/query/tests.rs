@@ -68,7 +68,7 @@ fn query_prints_the_device_table_as_csv() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
-        "index, share_mode, memory.used [MiB], clients\n0, exclusive, 4.0 MiB, 1\n1, shared, 0.0 MiB, 0\n"
+        "index, share_mode, memory.used [MiB], clients\n0, exclusive, 4 MiB, 1\n1, shared, 0 MiB, 0\n"
     );
     // noheader, nounits, --format=a,b and the fields in the order asked.
     let (_, out, _) = smi(
@@ -84,7 +84,7 @@ fn query_prints_the_device_table_as_csv() {
             ],
         ),
     );
-    assert_eq!(out, "256.0, 1\n");
+    assert_eq!(out, "256, 1\n");
     // Before the subcommand, or with no subcommand (nvidia-smi's habit).
     let (_, out, _) = smi(
         &w,
@@ -103,9 +103,15 @@ fn query_prints_the_device_table_as_csv() {
     );
     assert_eq!(
         lines[1],
-        format!("0, ok, 4.0 MiB, 256.0 MiB, 1, exclusive, {A}")
+        format!("0, ok, 4 MiB, 256 MiB, 1, exclusive, {A}")
     );
-    let every: Vec<&str> = BOARD_FIELDS.iter().map(|f| f.name).collect();
+    // Every field the ABI reports has a value; those it does not yet are [N/A].
+    let unreported = ["name", "uuid", "utilization.gpu", "utilization.memory"];
+    let every: Vec<&str> = BOARD_FIELDS
+        .iter()
+        .map(|f| f.name)
+        .filter(|n| !unreported.contains(n))
+        .collect();
     let (_, out, _) = smi(
         &w,
         &args(
@@ -115,6 +121,22 @@ fn query_prints_the_device_table_as_csv() {
     );
     assert!(!out.contains("[N/A]"), "{out}");
     assert!(out.starts_with("20"), "timestamp first: {out}");
+    let (_, out, _) = smi(
+        &w,
+        &args(
+            &BOTH,
+            &[
+                "info",
+                "--query",
+                &unreported.join(","),
+                "--format=csv,noheader",
+            ],
+        ),
+    );
+    assert_eq!(
+        out,
+        "[N/A], [N/A], [N/A], [N/A]\n[N/A], [N/A], [N/A], [N/A]\n"
+    );
 }
 
 #[test]
@@ -178,9 +200,9 @@ fn query_prints_the_usage_table_as_csv() {
     assert_eq!(
         out,
         "index, pid, container_id, memory.used [MiB], tasks.submitted, tasks.completed, client_id\n\
-         0, 100, \"abc,def\", 4.0 MiB, 10, 9, 1100\n\
-         0, 101, , 0.0 MiB, 10, 9, 1101\n\
-         1, 200, , 1.0 MiB, 10, 9, 1200\n"
+         0, 100, \"abc,def\", 4 MiB, 10, 9, 1100\n\
+         0, 101, , 0 MiB, 10, 9, 1101\n\
+         1, 200, , 1 MiB, 10, 9, 1200\n"
     );
     let (_, out, _) = smi(
         &w,
@@ -196,7 +218,7 @@ fn query_prints_the_usage_table_as_csv() {
             ],
         ),
     );
-    assert_eq!(out, "1, 200, proc200, 0, , 1, 2, 0, 3, 1.0, 10, 1, 9\n");
+    assert_eq!(out, "1, 200, proc200, 0, , 1, 2, 0, 3, 1, 10, 1, 9\n");
 }
 
 #[test]
@@ -254,4 +276,56 @@ fn query_errors_are_usage_errors_naming_the_valid_fields() {
         let text = if out.is_empty() { err } else { out };
         assert!(text.contains(what), "{a:?}: {text}");
     }
+}
+
+#[test]
+fn nvidia_smi_query_gpu_lines_work_as_written() {
+    let mut w = two();
+    // 32 GiB and 1.5 MiB used: memory in whole MiB, as nvidia-smi prints it.
+    if let Some(d) = w.opener.devs.get_mut(A) {
+        let mut s = d.state.borrow_mut();
+        s.info.memory_size = 32 << 30;
+        s.clients[0].memory_bytes = 3 << 19;
+        s.info.memory_used = 3 << 19;
+    }
+    let (code, out, err) = smi(
+        &w,
+        &args(
+            &BOTH,
+            &[
+                "--query-gpu=index,name,uuid,utilization.gpu,utilization.memory,memory.total,memory.used,memory.free",
+                "--format=csv",
+            ],
+        ),
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "index, name, uuid, utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.used [MiB], memory.free [MiB]"
+    );
+    assert_eq!(
+        lines[1],
+        "0, [N/A], [N/A], [N/A], [N/A], 32768 MiB, 1 MiB, 32766 MiB"
+    );
+    assert_eq!(
+        lines[2],
+        "1, [N/A], [N/A], [N/A], [N/A], 256 MiB, 0 MiB, 256 MiB"
+    );
+    // nounits: just the integer; after the subcommand too.
+    let (_, out, _) = smi(
+        &w,
+        &args(
+            &BOTH,
+            &[
+                "info",
+                "-i",
+                "0",
+                "--query-gpu",
+                "memory.used,memory.total,utilization.gpu",
+                "--format=csv,noheader,nounits",
+            ],
+        ),
+    );
+    assert_eq!(out, "1, 32768, [N/A]\n");
 }
