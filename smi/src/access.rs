@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use davinci_ops::discover::Entry;
-use davinci_uapi::{ClientUsage, DeviceInfo, Errno, ShareMode};
+use davinci_uapi::{ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno, ShareMode};
 
 use crate::error::SmiError;
 
@@ -23,6 +23,14 @@ pub trait DeviceAccess {
     fn set_share(&self, mode: ShareMode) -> Result<(), SmiError>;
     /// LIST_CLIENTS.
     fn clients(&self) -> Result<Vec<ClientUsage>, SmiError>;
+    /// GET_IDENTITY (ABI 1.4); `None` where the device does not report it.
+    fn identity(&self) -> Result<Option<DeviceIdentity>, SmiError> {
+        Ok(None)
+    }
+    /// GET_COUNTERS; `None` where the device does not report them.
+    fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
+        Ok(None)
+    }
 }
 
 /// Opens devices by path.
@@ -44,6 +52,12 @@ impl DeviceAccess for davinci_shim::Control {
     }
     fn clients(&self) -> Result<Vec<ClientUsage>, SmiError> {
         Ok(davinci_shim::Control::clients(self)?)
+    }
+    fn identity(&self) -> Result<Option<DeviceIdentity>, SmiError> {
+        Ok(Some(davinci_shim::Control::identity(self)?))
+    }
+    fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
+        Ok(Some(davinci_shim::Control::counters(self)?))
     }
 }
 

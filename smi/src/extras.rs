@@ -1,10 +1,11 @@
-//! What a device cannot tell `davinci-smi` through the ABI yet, gathered in one place:
-//! [`device_extras`]. npu-smi's `Aicore Usage Rate(%)`, nvidia-smi's `utilization.gpu`,
-//! `name` and `uuid` read it; today every value is `None` (printed `NA` in npu-smi mode,
-//! `[N/A]` in `--query` CSV), never an invented number.
+//! What a device tells `davinci-smi` beyond GET_INFO, LIST_CLIENTS and QUERY_DEVICE_SHARE,
+//! gathered in one place: [`device_extras`]. npu-smi's `Aicore Usage Rate(%)`, nvidia-smi's
+//! `utilization.gpu`, `name` and `uuid` read it. A value the device does not report (a
+//! driver before ABI 1.4; memory bandwidth, which none reports) is `None`, printed `NA` in
+//! npu-smi mode and `[N/A]` in `--query` CSV, never an invented number.
 #![forbid(unsafe_code)]
 
-use davinci_uapi::DeviceInfo;
+use davinci_uapi::{DeviceCounters, DeviceInfo, Features};
 
 use crate::access::DeviceAccess;
 
@@ -25,18 +26,73 @@ pub struct Extras {
     /// `utilization.memory`: time memory was read or written, not how much is held). No ABI
     /// version reports it.
     pub memory_busy_percent: Option<u32>,
+    /// The device's health as npu-smi names it (`OK`, `Warning`, `Alarm`, `Critical`), from
+    /// GET_COUNTERS (ABI 1.4).
+    pub health: Option<String>,
+    /// Streams an engine stopped on a task that does not finish (why the health is
+    /// `Warning`).
+    pub hung_streams: Option<u32>,
 }
 
-/// The [`Extras`] of a device, asked of `dev` whose GET_INFO is `info`.
-///
-/// TODO(abi 1.4 identity/busy): ABI 1.4 adds the device identity (UUID, model name, driver
-/// version) and its busy time; fill `uuid`, `name`, `driver_version` from the identity and
-/// `busy_percent` from the busy time here (a percentage needs two samples of busy time over
-/// an interval, or the driver's own average), when `info.abi_minor` says the driver has them.
-/// Every caller (npu-smi mode, `--query` fields) reads these values only through this
-/// function.
+/// How long [`device_extras`] watches a device's busy time for `busy_percent` (nvidia-smi's
+/// driver averages over 1/6 s to 1 s).
+pub const BUSY_SAMPLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The [`Extras`] of a device, asked of `dev` whose GET_INFO is `info`: with
+/// `DAVINCI_FEAT_IDENTITY` (ABI 1.4), the UUID, model and driver from GET_IDENTITY and the
+/// busy percentage over [`BUSY_SAMPLE`] from two GET_COUNTERS reads. A device without the
+/// feature, or a call that fails, leaves the values `None`.
 pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras {
-    // TODO(abi 1.4 identity/busy): wire the identity and the busy time here.
-    let _ = (dev, info);
-    Extras::default()
+    let mut out = Extras::default();
+    if !info.features.contains(Features::IDENTITY) {
+        return out;
+    }
+    if let Ok(Some(id)) = dev.identity() {
+        out.uuid = Some(id.uuid_string().as_str().to_string());
+        out.name = Some(id.model().to_string()).filter(|s| !s.is_empty());
+        out.driver_version = Some(id.driver_version().to_string()).filter(|s| !s.is_empty());
+    }
+    if let Ok(Some(first)) = dev.counters() {
+        std::thread::sleep(BUSY_SAMPLE);
+        if let Ok(Some(second)) = dev.counters() {
+            out.busy_percent = busy_percent(&first, &second);
+            out.health = davinci_uapi::health_name(second.health).map(str::to_string);
+            out.hung_streams = Some(second.hung_streams);
+        }
+    }
+    out
+}
+
+/// The percentage of the engines' time spent executing tasks between two GET_COUNTERS reads
+/// (`Δbusy_ns / (Δnow_ns × engines)`, rounded, at most 100); `None` if no time passed or a
+/// counter went back (another device, or a restart).
+pub fn busy_percent(a: &DeviceCounters, b: &DeviceCounters) -> Option<u32> {
+    let dt = b.now_ns.checked_sub(a.now_ns).filter(|&t| t > 0)?;
+    let busy = b.busy_ns.checked_sub(a.busy_ns)?;
+    let capacity = u128::from(dt) * u128::from(b.engines.max(1));
+    let pct = (u128::from(busy) * 100 + capacity / 2) / capacity;
+    Some(pct.min(100) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_percent_is_busy_time_over_engine_time() {
+        let at = |now_ns, busy_ns, engines| DeviceCounters {
+            now_ns,
+            busy_ns,
+            engines,
+            ..DeviceCounters::default()
+        };
+        assert_eq!(busy_percent(&at(1_000, 0, 1), &at(2_000, 250, 1)), Some(25));
+        // Two engines: the same busy time is half as much of what they could do.
+        assert_eq!(busy_percent(&at(1_000, 0, 2), &at(2_000, 250, 2)), Some(13));
+        // Never above 100 (a pass counted when it ends), never from nothing.
+        assert_eq!(busy_percent(&at(0, 0, 1), &at(100, 900, 1)), Some(100));
+        assert_eq!(busy_percent(&at(5, 0, 1), &at(5, 10, 1)), None);
+        assert_eq!(busy_percent(&at(5, 10, 1), &at(9, 0, 1)), None);
+        assert_eq!(busy_percent(&at(0, 0, 0), &at(1_000, 500, 0)), Some(50));
+    }
 }

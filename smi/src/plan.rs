@@ -13,7 +13,7 @@ use crate::cdi_generate::{generate, Generate, Generated};
 use crate::cli::{CdiCmd, Cli, Cmd, Global, IdSel, InfoType, LoopArgs, QueryArgs};
 use crate::commands::{board, id_text, set, share, usage};
 use crate::error::{exit, SmiError};
-use crate::output::{table, Body, Doc, ListedDevice, SCHEMA};
+use crate::output::{printable, table, Body, Doc, ListedDevice, SCHEMA};
 use crate::query::{
     csv, parse_format, select, timestamp_now, Columns, CsvFormat, BOARD_DEFAULT, BOARD_FIELDS,
     USAGE_DEFAULT, USAGE_FIELDS,
@@ -51,6 +51,9 @@ pub(crate) struct Plan {
     csv: Option<(Columns, CsvFormat)>,
     pub(crate) every: Option<Duration>,
     pub(crate) count: Option<u64>,
+    /// The sockets this round's discovery left out as untrusted (said on stderr, and in
+    /// every JSON document as `ignored`).
+    ignored: std::cell::RefCell<Vec<discover::Ignored>>,
 }
 
 impl Plan {
@@ -192,11 +195,32 @@ impl Plan {
             csv,
             every: repeat.every,
             count: repeat.count,
+            ignored: Default::default(),
         })
     }
 
     /// A JSON document: pretty, or one per line in a loop (JSON Lines).
     fn render(&self, d: &Doc) -> String {
+        let ignored = self.ignored.borrow();
+        if !ignored.is_empty() {
+            // Additions only (schema v1): `ignored`, each socket discovery left out and why.
+            if let Ok(serde_json::Value::Object(mut m)) = serde_json::to_value(d) {
+                let list = ignored
+                    .iter()
+                    .map(|i| serde_json::json!({"path": printable(&i.path), "why": printable(&i.why)}))
+                    .collect();
+                m.insert("ignored".into(), serde_json::Value::Array(list));
+                let v = serde_json::Value::Object(m);
+                let text = if self.every.is_some() {
+                    serde_json::to_string(&v)
+                } else {
+                    serde_json::to_string_pretty(&v)
+                };
+                if let Ok(t) = text {
+                    return t + "\n";
+                }
+            }
+        }
         if self.every.is_some() {
             d.render_line()
         } else {
@@ -270,7 +294,8 @@ impl Plan {
         }
     }
 
-    /// One run of the command: discover, open, ask, print.
+    /// One run of the command: discover, open, ask, print; sockets discovery left out as
+    /// untrusted are said first on stderr (`warning: ignoring PATH: WHY`) and in the JSON.
     pub(crate) fn round(
         &self,
         g: &Global,
@@ -278,6 +303,18 @@ impl Plan {
         opener: &dyn Opener,
         first: bool,
     ) -> Round {
+        let found = discover::discover(&g.device, g.socket_dir.as_deref(), disc);
+        let warnings: String = discover::ignored_warnings(&found)
+            .iter()
+            .map(|w| format!("davinci-smi: {}\n", printable(w)))
+            .collect();
+        *self.ignored.borrow_mut() = found.ignored;
+        let mut r = self.round_found(g, disc, opener, first);
+        r.err = warnings + &r.err;
+        r
+    }
+
+    fn round_found(&self, g: &Global, disc: &Discovery, opener: &dyn Opener, first: bool) -> Round {
         let timestamp = timestamp_now();
         let fail = |e: SmiError| {
             let code = e.exit_code();

@@ -189,3 +189,135 @@ fn arguments_that_are_not_utf8_are_usage_errors_not_panics() {
     assert_eq!(v["command"], "usage-error", "{v}");
     assert_eq!(v["exit_code"], 2, "{v}");
 }
+
+/// ABI 1.4 in the tools' words (issue 24): nvidia-smi's `uuid` and `name` are the device's
+/// GET_IDENTITY, `utilization.gpu` shows a working client's busy time, and npu-smi's health
+/// turns Warning while a stream is hung.
+#[test]
+fn identity_utilization_and_health_reach_the_operator() {
+    let d = Mockd::start(&["--inject", "hang-at=1@streams=1"]).unwrap();
+    let id = davinci_shim::Control::open(&d.path(0))
+        .unwrap()
+        .identity()
+        .unwrap();
+    let (code, out, err) = smi(
+        &d,
+        &[
+            "--query-gpu=uuid,name,utilization.gpu",
+            "--format=csv,noheader",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("{}, davinci-mock, 0 %", id.uuid_string()),
+        "{err}"
+    );
+    // npu-smi, by its name: healthy, then a client's first stream hangs on its first task.
+    let dir = std::env::temp_dir().join(format!("npu-smi-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let npu = dir.join("npu-smi");
+    let _ = std::fs::remove_file(&npu);
+    std::os::unix::fs::symlink(bin("testbin-davinci-smi"), &npu).unwrap();
+    let health = || {
+        let (code, out, err) = run(Command::new(&npu)
+            .env("DAVINCI_SOCKET_DIR", d.dir())
+            .args(["info", "-t", "health", "-i", "0"]));
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    assert!(
+        health().contains("        Health Status                  : OK\n"),
+        "{}",
+        health()
+    );
+    let mut hung = Client::start(&d.path(0), &["spin"]);
+    let mut now = String::new();
+    for _ in 0..100 {
+        now = health();
+        if now.contains("Warning") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        now.contains("        Health Status                  : Warning\n")
+            && now.contains("1 stream(s) stopped on a task that does not finish"),
+        "{now}"
+    );
+    hung.sigkill();
+    let _ = hung.reap(std::time::Duration::from_secs(10));
+
+    // A client at work: the device is busy.
+    let d2 = Mockd::start(&[]).unwrap();
+    let mut worker = Client::start(&d2.path(0), &["spin"]);
+    worker.expect("ready");
+    worker.expect("progress");
+    let mut busy = 0;
+    for _ in 0..10 {
+        let (_, out, _) = smi(
+            &d2,
+            &[
+                "--query-gpu=utilization.gpu",
+                "--format=csv,noheader,nounits",
+            ],
+        );
+        busy = out.trim().parse::<u32>().unwrap_or(0);
+        if busy > 0 {
+            break;
+        }
+    }
+    assert!(busy > 0 && busy <= 100, "{busy}");
+    worker.sigkill();
+    let _ = worker.reap(std::time::Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Discovery trust (issue 24): in a sticky, world-writable socket directory a socket another
+/// user planted (uid 1000's `davinci1.sock` next to root's daemon) is left out, said on
+/// stderr and in the JSON; named explicitly it is the caller's choice. Needs root (to give
+/// the planted socket to another user).
+#[test]
+fn a_socket_another_user_planted_is_ignored_and_said() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::getuid().is_root() {
+        eprintln!("skipped: needs root to plant another user's socket");
+        return;
+    }
+    let d = Mockd::start(&[]).unwrap();
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = d.dir().join("davinci1.sock");
+    let _listener = davinci_mockd_proto::sockio::SeqListener::bind(&planted, 0o666).unwrap();
+    std::os::unix::fs::chown(&planted, Some(1000), Some(1000)).unwrap();
+    let (code, out, err) = smi(&d, &["list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let devices = v["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{v}");
+    assert_eq!(devices[0]["id"], 0);
+    let ignored = v["ignored"].as_array().expect("ignored in the JSON");
+    assert_eq!(
+        ignored[0]["path"],
+        format!("mock:{}", planted.display()),
+        "{v}"
+    );
+    assert!(ignored[0]["why"]
+        .as_str()
+        .unwrap()
+        .contains("owned by uid 1000"));
+    assert!(
+        err.contains(&format!("warning: ignoring mock:{}", planted.display())),
+        "{err}"
+    );
+    // Text mode says it too; naming it is the operator's choice (it is then opened).
+    let (_, out, err) = smi(&d, &["list"]);
+    assert!(
+        !out.contains("davinci1.sock") && err.contains("owned by uid 1000"),
+        "{out}{err}"
+    );
+    let (_, out, _) = run(Command::new(bin("testbin-davinci-smi"))
+        .arg("--device")
+        .arg(format!("mock:{}", planted.display()))
+        .arg("list"));
+    assert!(out.contains("davinci1.sock"), "{out}");
+}

@@ -8,7 +8,8 @@ use std::io::BufRead;
 
 use davinci_uapi::ClientUsage;
 
-use super::{title, COMPAT_VERSION};
+use super::render::title;
+use super::COMPAT_VERSION;
 use crate::exit;
 use crate::run_with_input;
 use crate::tests::*;
