@@ -151,6 +151,15 @@ pub(crate) fn generate(targets: &[Target], g: &Generate) -> Result<Generated, Sm
     }
     listed.sort_by_key(|d| d.id);
     let spec = build_for(&g.kind, &devices, g.version).map_err(plain)?;
+    if g.version != CdiVersion::V0_5_0 {
+        warnings.push(format!(
+            "cdiVersion {} writes `annotations`: a runtime whose CDI library predates 0.6.0 \
+             refuses the whole spec (Debian 12's podman 4.3 says only \"unresolvable CDI \
+             devices\"; its debug log: unknown field \"annotations\"); leave out \
+             --cdi-version for 0.5.0, which every CDI runtime loads",
+            spec.cdi_version
+        ));
+    }
     let body = match format {
         SpecFormat::Json => spec.to_json(),
         SpecFormat::Yaml => spec.to_yaml().map_err(plain)?,

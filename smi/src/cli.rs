@@ -165,8 +165,14 @@ path) and `all` with every device. A kernel device gets its node (/dev/davinciN)
 DAVINCI_DEVICE=/dev/davinciN; a davinci-mockd device a bind mount of its socket at the same
 path (nosuid,nodev,rbind,rprivate,noexec) and DAVINCI_DEVICE=mock:SOCKET; `all` sets
 DAVINCI_DEVICE to the first and DAVINCI_VISIBLE_DEVICES to every device path, comma-separated.
-cdiVersion is 0.6.0 (the spec carries annotations, a 0.6.0 field); --cdi-version 0.5.0 leaves
-them out, for runtimes whose CDI library is older.
+cdiVersion is 0.5.0, which every CDI runtime loads (Debian 12's podman 4.3 included);
+--cdi-version 0.6.0 adds annotations (which path each entry came from, what generated it),
+which a runtime whose CDI library predates 0.6.0 refuses with the whole spec (a warning says
+so). Every entry sets DAVINCI_VISIBLE_DEVICES, as the device plugin does.
+
+A container user that is not root reaches a davinci-mockd socket through its group: run the
+daemon with --socket-group GROUP (mode 0660) and the container with that group added
+(podman/docker --group-add GID; Kubernetes securityContext.supplementalGroups: [GID]).
 
 A device that does not answer is still in the spec by its path (a warning says so); a path
 that does not exist, or is not a character device (kernel) or socket (mock), is an error.
@@ -202,12 +208,12 @@ pub(crate) struct CdiGenerateArgs {
     #[arg(long = "kind", value_name = "KIND", default_value = DEFAULT_KIND,
           value_parser = parse_kind)]
     pub(crate) kind: String,
-    /// The cdiVersion to declare: 0.5.0 leaves the annotations out, for runtimes whose CDI
-    /// library is older than 0.6.0 (podman 4.3 on Debian 12)
+    /// The cdiVersion to declare: 0.5.0 (every CDI runtime loads it), or 0.6.0 with
+    /// annotations (refused by runtimes whose CDI library is older, podman 4.3 on Debian 12)
     #[arg(
         long = "cdi-version",
         value_name = "VERSION",
-        default_value = "0.6.0",
+        default_value = "0.5.0",
         value_parser = cdi_version()
     )]
     pub(crate) cdi_version: CdiVersion,

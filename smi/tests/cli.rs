@@ -125,7 +125,8 @@ fn cdi_generate_is_documented_in_help() {
         "[default: davinci.ai/npu]",
         "DAVINCI_VISIBLE_DEVICES",
         "rbind",
-        "cdiVersion is 0.6.0",
+        "cdiVersion is 0.5.0",
+        "--socket-group",
         "/etc/cdi",
         "atomically",
     ] {

@@ -68,7 +68,7 @@ fn a_spec_for_a_daemon_with_two_devices_is_valid_and_reaches_them() {
     assert_eq!((code, err.as_str()), (0, ""), "{out}");
     assert!(
         out.starts_with(&format!(
-            "wrote {} (json, cdiVersion 0.6.0): ",
+            "wrote {} (json, cdiVersion 0.5.0): ",
             file.display()
         )),
         "{out}"
@@ -78,7 +78,7 @@ fn a_spec_for_a_daemon_with_two_devices_is_valid_and_reaches_them() {
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let schema = CdiSchema::load();
     schema.assert_valid(&spec);
-    assert_eq!(spec["cdiVersion"], "0.6.0");
+    assert_eq!(spec["cdiVersion"], "0.5.0");
     assert_eq!(spec["kind"], "davinci.ai/npu");
     let names: Vec<&str> = spec["devices"]
         .as_array()
@@ -90,6 +90,7 @@ fn a_spec_for_a_daemon_with_two_devices_is_valid_and_reaches_them() {
     for n in 0..2 {
         let dev = device(&spec, &format!("davinci{n}"));
         assert_eq!(env(dev, "DAVINCI_DEVICE"), d.path(n));
+        assert_eq!(env(dev, "DAVINCI_VISIBLE_DEVICES"), d.path(n));
         let mounts = dev["containerEdits"]["mounts"].as_array().unwrap();
         assert_eq!(mounts.len(), 1);
         let sock = d.socket(n).display().to_string();
@@ -114,7 +115,7 @@ fn a_spec_for_a_daemon_with_two_devices_is_valid_and_reaches_them() {
     let (code, yaml, err) = smi(&["--socket-dir", dir_of(&d), "cdi", "generate"]);
     assert_eq!((code, err.as_str()), (0, ""));
     assert!(
-        yaml.starts_with("cdiVersion: 0.6.0\nkind: davinci.ai/npu\n"),
+        yaml.starts_with("cdiVersion: 0.5.0\nkind: davinci.ai/npu\n"),
         "{yaml}"
     );
     assert!(yaml.contains("- name: davinci1\n"), "{yaml}");

@@ -11,7 +11,9 @@ use super::names::{
 use super::spec::{ContainerEdits, Device, Node, Spec, SpecDevice};
 use crate::device_name;
 
-/// The spec for `devices` under `kind`: `davinci<N>` for each, in the order of N, then `all`.
+/// The spec for `devices` under `kind`: `davinci<N>` for each, in the order of N, then `all`,
+/// declaring 0.6.0 with every annotation ([`build_for`] with [`CdiVersion::default`], 0.5.0,
+/// is what `davinci-smi cdi generate` writes unless told otherwise).
 ///
 /// # Errors
 /// No devices; two devices with the same id; a device path that is not absolute or has a
@@ -58,8 +60,13 @@ pub fn build_for(kind: &str, devices: &[SpecDevice], version: CdiVersion) -> Res
     let mut out: Vec<Device> = sorted
         .iter()
         .map(|d| {
+            // DAVINCI_VISIBLE_DEVICES on every entry, as the device plugin sets it: a
+            // container given one device sees the same variables as one given several.
             let mut edits = ContainerEdits {
-                env: vec![format!("{DEVICE_ENV}={}", d.node.device_path())],
+                env: vec![
+                    format!("{DEVICE_ENV}={}", d.node.device_path()),
+                    format!("{VISIBLE_ENV}={}", d.node.device_path()),
+                ],
                 ..ContainerEdits::default()
             };
             d.node.add_to(&mut edits);

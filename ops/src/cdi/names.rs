@@ -9,9 +9,11 @@ use std::str::FromStr;
 /// The kind written unless `--kind` says otherwise (and the device plugin's resource name).
 pub const DEFAULT_KIND: &str = "davinci.ai/npu";
 
-/// The `cdiVersion` written: 0.6.0 added annotations (and dots in the class of a kind), the
-/// newest field this module writes; a runtime whose CDI library knows 0.6.0 or later loads
-/// the spec (upstream's library refuses a version it does not know).
+/// The newest `cdiVersion` written: 0.6.0 added annotations (and dots in the class of a
+/// kind), the newest field this module writes; a runtime whose CDI library knows 0.6.0 or
+/// later loads such a spec (upstream's library refuses a version it does not know, and a
+/// field it does not know: Debian 12's podman 4.3 refuses the whole spec for `annotations`).
+/// The default is [`CdiVersion::default`], 0.5.0, which every CDI runtime loads.
 pub const CDI_VERSION: &str = "0.6.0";
 
 /// The CDI versions upstream's library knows (`specs-go/version.go` at v1.1.0).
@@ -39,13 +41,14 @@ pub const PATH_ANNOTATION: &str = "davinci.ai/device-path";
 /// Spec annotation: what wrote the spec.
 pub const GENERATOR_ANNOTATION: &str = "davinci.ai/generated-by";
 
-/// The `cdiVersion` a spec declares (`davinci-smi cdi generate --cdi-version`).
+/// The `cdiVersion` a spec declares (`davinci-smi cdi generate --cdi-version`); 0.5.0 unless
+/// told otherwise, the version every CDI runtime in use loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CdiVersion {
-    /// 0.5.0: without annotations.
+    /// 0.5.0: without annotations (the default).
+    #[default]
     V0_5_0,
     /// 0.6.0: with annotations.
-    #[default]
     V0_6_0,
 }
 
@@ -65,13 +68,15 @@ impl CdiVersion {
     pub fn help(self) -> &'static str {
         match self {
             CdiVersion::V0_5_0 => {
-                "0.5.0: without annotations, for runtimes whose CDI library predates 0.6.0 \
-                 (Debian 12's podman 4.3, library 0.5.2); a kind whose class has a dot needs \
-                 0.6.0"
+                "0.5.0 (default): without annotations; every CDI runtime loads it, those whose \
+                 CDI library predates 0.6.0 too (Debian 12's podman 4.3, library 0.5.2); a \
+                 kind whose class has a dot needs 0.6.0"
             }
             CdiVersion::V0_6_0 => {
                 "0.6.0: with annotations (which device path each entry came from, what \
-                 generated it)"
+                 generated it); a runtime whose CDI library predates 0.6.0 refuses the whole \
+                 spec (podman 4.3: \"unresolvable CDI devices\"; at debug level: unknown \
+                 field \"annotations\")"
             }
         }
     }

@@ -53,7 +53,7 @@ fn kernel_devices_get_their_nodes_and_device_env() {
     assert_eq!(
         d1["containerEdits"],
         json!({
-            "env": ["DAVINCI_DEVICE=/dev/davinci1"],
+            "env": ["DAVINCI_DEVICE=/dev/davinci1", "DAVINCI_VISIBLE_DEVICES=/dev/davinci1"],
             "deviceNodes": [{"path": "/dev/davinci1"}],
         })
     );
@@ -88,7 +88,10 @@ fn mock_devices_get_a_bind_mount_of_their_socket_and_a_mock_path() {
     assert_eq!(
         device(&v, "davinci0")["containerEdits"],
         json!({
-            "env": ["DAVINCI_DEVICE=mock:/run/davinci/davinci0.sock"],
+            "env": [
+                "DAVINCI_DEVICE=mock:/run/davinci/davinci0.sock",
+                "DAVINCI_VISIBLE_DEVICES=mock:/run/davinci/davinci0.sock",
+            ],
             "mounts": [mount],
         })
     );

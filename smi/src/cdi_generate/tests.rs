@@ -96,7 +96,10 @@ fn generate_names_devices_by_get_info_and_keeps_unreachable_ones_with_a_warning(
     assert_eq!(names(&v), ["davinci0", "davinci7", "all"]);
     assert_eq!(
         device(&v, "davinci7")["containerEdits"]["env"],
-        json!([format!("DAVINCI_DEVICE={p7}")])
+        json!([
+            format!("DAVINCI_DEVICE={p7}"),
+            format!("DAVINCI_VISIBLE_DEVICES={p7}")
+        ])
     );
     assert_eq!(
         err,
@@ -118,14 +121,17 @@ fn generate_names_devices_by_get_info_and_keeps_unreachable_ones_with_a_warning(
     assert_eq!(d["exit_code"], 0);
     assert_eq!(d["output"], Value::Null);
     assert_eq!(d["kind"], DEFAULT_KIND);
-    assert_eq!(d["cdi_version"], CDI_VERSION);
+    // 0.5.0 unless told otherwise: every CDI runtime loads it (Debian 12's podman 4.3 too).
+    assert_eq!(d["cdi_version"], "0.5.0");
+    assert!(!d["spec"].to_string().contains("annotations"));
     assert_eq!(d["devices"][0]["health"], "ok");
     assert_eq!(d["devices"][1]["name"], "davinci7");
     assert_eq!(d["devices"][1]["health"], "unreachable");
     assert_eq!(d["devices"][1]["error"]["errno"], "ENODEV");
     assert_eq!(d["warnings"].as_array().unwrap().len(), 1);
     CdiSchema::load().assert_valid(&d["spec"]);
-    // --cdi-version 0.5.0: declared, and no annotations anywhere.
+    // --cdi-version 0.6.0: declared, with annotations, and a warning naming the field a
+    // runtime with an older CDI library refuses.
     let (code, out, _) = smi(
         &[
             "--socket-dir",
@@ -134,7 +140,7 @@ fn generate_names_devices_by_get_info_and_keeps_unreachable_ones_with_a_warning(
             "generate",
             "--json",
             "--cdi-version",
-            "0.5.0",
+            "0.6.0",
         ],
         &opener,
         &disc,
@@ -143,13 +149,19 @@ fn generate_names_devices_by_get_info_and_keeps_unreachable_ones_with_a_warning(
     let d: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         (&d["cdi_version"], &d["spec"]["cdiVersion"]),
-        (&json!("0.5.0"), &json!("0.5.0"))
+        (&json!(CDI_VERSION), &json!("0.6.0"))
     );
     assert!(
-        !d["spec"].to_string().contains("annotations"),
+        d["spec"].to_string().contains("annotations"),
         "{}",
         d["spec"]
     );
+    let warnings = d["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[1]
+        .as_str()
+        .unwrap()
+        .contains("unknown field \"annotations\""));
     CdiSchema::load().assert_valid(&d["spec"]);
     // GET_INFO's id wins over the file name's.
     let opener = Fakes(vec![(p0.clone(), 4)]);
@@ -255,7 +267,7 @@ fn generate_writes_the_file_and_says_so() {
     assert_eq!(
         out,
         format!(
-            "wrote {} (json, cdiVersion 0.6.0): example.com/npu=davinci1, example.com/npu=all\n",
+            "wrote {} (json, cdiVersion 0.5.0): example.com/npu=davinci1, example.com/npu=all\n",
             file.display()
         )
     );
