@@ -413,7 +413,7 @@ async fn a_kubelet_before_1_26_sending_the_socket_path_as_authority_is_served() 
     let devs_dir = TempDir::new("devs");
     let devs = devices(&devs_dir.0);
     let sock0 = devs.sockets()[0].display().to_string();
-    for cdi in [false] {
+    for cdi in [false, true] {
         let k8s = TempDir::new("k125");
         let mut kubelet = Kubelet::start(&k8s.0);
         let args: &[&str] = if cdi { &["--cdi"] } else { &[] };
@@ -457,7 +457,7 @@ async fn a_kubelet_before_1_26_sending_the_socket_path_as_authority_is_served() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_1_29_kubelet_gets_cdi_devices() {
+async fn a_1_29_kubelet_gets_cdi_devices_and_the_annotation() {
     let devs_dir = TempDir::new("devs");
     let devs = devices(&devs_dir.0);
     let k8s = TempDir::new("k129");
@@ -511,6 +511,14 @@ async fn a_1_29_kubelet_gets_cdi_devices() {
         ["davinci.ai/npu=davinci1", "davinci.ai/npu=davinci0"]
     );
     assert!(a.mounts.is_empty() && a.devices.is_empty(), "{a:?}");
+    // The annotation too (a runtime reads either; both name the same devices).
+    assert_eq!(
+        a.annotations
+            .get("cdi.k8s.io/davinci-device-plugin_davinci1"),
+        Some(&"davinci.ai/npu=davinci1,davinci.ai/npu=davinci0".to_string()),
+        "{a:?}"
+    );
+    assert_eq!(a.annotations.len(), 1, "{a:?}");
     let socks = devs.sockets();
     assert_eq!(
         a.envs["DAVINCI_VISIBLE_DEVICES"],
