@@ -24,6 +24,7 @@ pub mod exit;
 pub mod ids;
 pub mod inventory;
 pub mod status;
+pub mod topology;
 pub mod transport;
 
 use std::io::Write;

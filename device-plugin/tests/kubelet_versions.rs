@@ -484,6 +484,11 @@ async fn a_1_29_kubelet_gets_cdi_devices_and_the_annotation() {
         list.devices.iter().all(|d| d.health == "Healthy"),
         "{list:?}"
     );
+    // Mock devices have no NUMA node: no topology (the kubelet's "no preference").
+    assert!(
+        list.devices.iter().all(|d| d.topology.is_none()),
+        "{list:?}"
+    );
     // GetPreferredAllocation (1.19+), then Allocate of what it preferred.
     let p = c
         .get_preferred_allocation(PreferredAllocationRequest {

@@ -18,6 +18,7 @@ fn inventory() -> Inventory {
         Ok(Probe {
             mode: ShareMode::Shared,
             clients: 0,
+            numa_node: None,
         }),
     );
     inv.checked(
@@ -25,6 +26,7 @@ fn inventory() -> Inventory {
         Ok(Probe {
             mode: ShareMode::Exclusive,
             clients: 0,
+            numa_node: None,
         }),
     );
     inv.checked(2, Err("ENODEV: the daemon is gone".into()));
@@ -217,7 +219,14 @@ fn two_shared() -> Inventory {
         (1, ShareMode::Shared),
         (2, ShareMode::Exclusive),
     ] {
-        inv.checked(i, Ok(Probe { mode, clients: 0 }));
+        inv.checked(
+            i,
+            Ok(Probe {
+                mode,
+                clients: 0,
+                numa_node: None,
+            }),
+        );
     }
     inv
 }
