@@ -230,6 +230,12 @@ mod grpc_go_125 {
         }
     }
 
+    /// A 32-bit big-endian field (`u32::MAX` if the frame is too short for it).
+    fn be32(b: Option<&[u8]>) -> u32 {
+        b.and_then(|b| b.try_into().ok())
+            .map_or(u32::MAX, u32::from_be_bytes)
+    }
+
     /// An HPACK string literal, not Huffman-coded (7-bit prefix length).
     fn string(out: &mut Vec<u8>, s: &str) {
         let mut n = s.len();
@@ -251,11 +257,16 @@ mod grpc_go_125 {
         /// Connects to `sock` and sends `:authority` = its path, as grpc-go did for a
         /// target with no scheme.
         pub fn connect(sock: &Path, timeout: Duration) -> io::Result<Conn> {
+            Conn::with_authority(sock, &sock.display().to_string(), timeout)
+        }
+
+        /// Connects to `sock`, sending `authority` as `:authority`.
+        pub fn with_authority(sock: &Path, authority: &str, timeout: Duration) -> io::Result<Conn> {
             let s = UnixStream::connect(sock)?;
             s.set_read_timeout(Some(timeout))?;
             let mut c = Conn {
                 sock: s,
-                authority: sock.display().to_string(),
+                authority: authority.to_string(),
                 next_id: 1,
                 streams: HashMap::new(),
             };
@@ -319,11 +330,11 @@ mod grpc_go_125 {
                 SETTINGS if flags & ACK == 0 => self.frame(SETTINGS, ACK, 0, &[]).map_err(io)?,
                 PING if flags & ACK == 0 => self.frame(PING, ACK, 0, &p).map_err(io)?,
                 GOAWAY => {
-                    let code = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
+                    let code = be32(p.get(4..8));
                     return Err(format!("GOAWAY {} ({code})", code_name(code)));
                 }
                 RST_STREAM => {
-                    let code = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+                    let code = be32(p.get(0..4));
                     return Err(format!(
                         "stream {stream}: RST_STREAM {} ({code})",
                         code_name(code)
@@ -451,6 +462,20 @@ async fn a_kubelet_before_1_26_sending_the_socket_path_as_authority_is_served() 
             assert_eq!(a.mounts[0].host_path, sock0);
             assert_eq!(a.mounts[0].container_path, sock0);
             assert!(a.annotations.is_empty(), "{a:?}");
+            // Only a path is taken as no authority: other malformed ones are still refused.
+            let sock = k8s.0.join(&r.endpoint);
+            let refused = tokio::task::spawn_blocking(move || {
+                let mut c = grpc_go_125::Conn::with_authority(&sock, "not an authority", WAIT)
+                    .map_err(|e| e.to_string())?;
+                c.unary::<DevicePluginOptions>(
+                    "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+                    &Empty {},
+                )
+            })
+            .await
+            .unwrap();
+            let e = refused.unwrap_err();
+            assert!(e.contains("RST_STREAM PROTOCOL_ERROR"), "{e}");
         }
     }
     devs.stop();

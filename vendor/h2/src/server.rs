@@ -1708,10 +1708,7 @@ impl proto::Peer for Peer {
                 // clients dialling a socket by its path send (the kubelet before 1.26),
                 // is taken as no authority rather than a malformed request.
                 Err(_) if authority.as_str().starts_with('/') => {
-                    tracing::debug!(
-                        "ignoring a socket path as :authority ({:?})",
-                        authority,
-                    );
+                    tracing::debug!("ignoring a socket path as :authority ({:?})", authority);
                 }
                 Err(why) => malformed!(
                     "malformed headers: malformed authority ({:?}): {}",
