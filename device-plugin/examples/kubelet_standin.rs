@@ -146,6 +146,11 @@ async fn follow(
             for d in &r.cdi_devices {
                 println!("kubelet: Allocate: container {i}: CDI device {}", d.name);
             }
+            let mut annotations: Vec<_> = r.annotations.iter().collect();
+            annotations.sort();
+            for (k, v) in annotations {
+                println!("kubelet: Allocate: container {i}: annotation {k}={v}");
+            }
         }
         if exit_after {
             return Ok(());

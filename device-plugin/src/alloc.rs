@@ -17,7 +17,15 @@
 //!
 //! With CDI (`--cdi`) each device is named as a CDI device instead of a node or a mount
 //! (`davinci.ai/npu=davinci0`; the node must have a CDI spec for that kind, such as
-//! `davinci-smi cdi generate` writes), and the environment is the same.
+//! `davinci-smi cdi generate` writes), and the environment is the same. The names are given
+//! twice, for kubelets and runtimes of every age:
+//!
+//! * in `cdi_devices`, which kubelets pass to the runtime from 1.28 (with the
+//!   `DevicePluginCDIDevices` feature gate; on by default from 1.29);
+//! * in one CDI container annotation ([`cdi_annotation_key`]:
+//!   `cdi.k8s.io/davinci-device-plugin_davinciN`, N the first device; the value the names
+//!   comma-separated), which every kubelet passes on and CDI-enabled runtimes read
+//!   (containerd 1.7, CRI-O 1.23). A runtime given both injects each device once.
 //!
 //! **GetPreferredAllocation.** The kubelet sends the IDs still available; a device's
 //! allocated replicas are those of its IDs that are not. The IDs that must be included come
@@ -40,6 +48,22 @@ pub const DEVICE_ENV: &str = davinci_shim::DEVICE_ENV;
 
 /// The variable listing every device allocated to the container, comma-separated.
 pub const VISIBLE_DEVICES_ENV: &str = davinci_ops::cdi::VISIBLE_ENV;
+
+/// The prefix of CDI's container annotations (CDI's `pkg/cdi/annotations.go`).
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// The plugin name in this plugin's CDI annotation keys.
+pub const CDI_PLUGIN_NAME: &str = "davinci-device-plugin";
+
+/// The key of the CDI annotation of an allocation whose first device is `first`
+/// (`davinciN`): `cdi.k8s.io/davinci-device-plugin_davinciN`. By CDI's rules for a key's
+/// name (`AnnotationKey`: at most 63 characters, alphanumerics, `-`, `_`, `.`, starting and
+/// ending alphanumeric), which `davinci-device-plugin_davinci4294967295` keeps. Unique in
+/// a container: each container gets one allocation per resource, and another plugin has
+/// another name (or other devices).
+pub fn cdi_annotation_key(first: &str) -> String {
+    format!("{CDI_ANNOTATION_PREFIX}{CDI_PLUGIN_NAME}_{first}")
+}
 
 /// Most containers in one request.
 pub const MAX_CONTAINERS: usize = 256;
@@ -167,6 +191,11 @@ pub fn container_allocation(
     }
     if let Some(first) = devices.first() {
         r.envs.insert(DEVICE_ENV.to_string(), first.path.clone());
+        if !r.cdi_devices.is_empty() {
+            let names: Vec<&str> = r.cdi_devices.iter().map(|c| c.name.as_str()).collect();
+            r.annotations
+                .insert(cdi_annotation_key(&first.name()), names.join(","));
+        }
     }
     let all: Vec<&str> = devices.iter().map(|d| d.path.as_str()).collect();
     r.envs

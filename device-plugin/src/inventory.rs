@@ -61,6 +61,8 @@ pub struct Probe {
     pub mode: ShareMode,
     /// Clients attached now.
     pub clients: u32,
+    /// The device's NUMA node, if known ([`crate::topology::numa_node`]).
+    pub numa_node: Option<i64>,
 }
 
 /// One known device.
@@ -78,6 +80,8 @@ pub struct DeviceState {
     pub mode: Option<ShareMode>,
     /// Clients attached at the last check.
     pub clients: Option<u32>,
+    /// The NUMA node read by the last successful check (kept while unreachable).
+    pub numa_node: Option<i64>,
 }
 
 impl DeviceState {
@@ -252,6 +256,7 @@ impl Inventory {
                             reason: Some("not checked yet".into()),
                             mode: None,
                             clients: None,
+                            numa_node: None,
                         },
                     );
                     changes.push(Change::Added {
@@ -279,6 +284,7 @@ impl Inventory {
                 d.healthy = true;
                 d.reason = None;
                 d.clients = Some(p.clients);
+                d.numa_node = p.numa_node;
                 if d.mode != Some(p.mode) {
                     let before = d.ids(replicas);
                     d.mode = Some(p.mode);
@@ -313,10 +319,11 @@ impl Inventory {
             .values()
             .flat_map(|d| {
                 let health = if d.healthy { HEALTHY } else { UNHEALTHY };
+                let topology = crate::topology::topology(d.numa_node);
                 d.ids(self.replicas).into_iter().map(move |id| api::Device {
                     id: id.to_string(),
                     health: health.to_string(),
-                    topology: None,
+                    topology: topology.clone(),
                 })
             })
             .collect()

@@ -7,8 +7,12 @@
 //! device-plugin directory and registers the resource (`davinci.ai/npu` by default) with
 //! the kubelet. A device in shared mode is advertised as `--replicas` IDs, one in exclusive
 //! mode as one ([`ids`]); Allocate gives a container the device node or the
-//! `davinci-mockd` socket and `DAVINCI_DEVICE` ([`alloc`]). When the kubelet restarts (its
-//! socket is re-created, the plugin's removed) the plugin serves and registers again.
+//! `davinci-mockd` socket and `DAVINCI_DEVICE` ([`alloc`]; with `--cdi`, CDI names in
+//! `cdi_devices` and a `cdi.k8s.io/` annotation). Each ID carries its device's NUMA node
+//! when known ([`topology`]). When the kubelet restarts (its socket is re-created, the
+//! plugin's removed) the plugin serves and registers again. Kubelets from 1.23 on are
+//! served, those before 1.26 thanks to the workspace's patched `h2` (`vendor/h2`: they
+//! send the socket path as `:authority`).
 //!
 //! The API is generated from the vendored `proto/deviceplugin/v1beta1/api.proto` (see
 //! `proto/README.md`) into [`api`], server and client both, so tests can stand in for the
@@ -24,6 +28,7 @@ pub mod exit;
 pub mod ids;
 pub mod inventory;
 pub mod status;
+pub mod topology;
 pub mod transport;
 
 use std::io::Write;

@@ -243,6 +243,7 @@ mod tests {
             Ok(Probe {
                 mode: ShareMode::Shared,
                 clients: 2,
+                numa_node: None,
             }),
         );
         inv.checked(1, Err("ENODEV: no such device".into()));

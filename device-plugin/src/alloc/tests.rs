@@ -18,6 +18,7 @@ fn inventory() -> Inventory {
         Ok(Probe {
             mode: ShareMode::Shared,
             clients: 0,
+            numa_node: None,
         }),
     );
     inv.checked(
@@ -25,6 +26,7 @@ fn inventory() -> Inventory {
         Ok(Probe {
             mode: ShareMode::Exclusive,
             clients: 0,
+            numa_node: None,
         }),
     );
     inv.checked(2, Err("ENODEV: the daemon is gone".into()));
@@ -110,6 +112,41 @@ fn cdi_names_the_devices_instead() {
         a.response.envs[DEVICE_ENV],
         "mock:/run/davinci/davinci0.sock"
     );
+    // The same names in the CDI annotation, for kubelets without cdi_devices.
+    let want: HashMap<String, String> = [(
+        "cdi.k8s.io/davinci-device-plugin_davinci0".to_string(),
+        "davinci.ai/npu=davinci0,davinci.ai/npu=davinci1".to_string(),
+    )]
+    .into();
+    assert_eq!(a.response.annotations, want);
+}
+
+#[test]
+fn no_cdi_no_annotation() {
+    let inv = inventory();
+    let a = container_allocation(&inv, &strings(&["davinci1"]), &AllocOptions::default()).unwrap();
+    assert!(a.response.annotations.is_empty(), "{:?}", a.response);
+}
+
+/// The key follows CDI's `AnnotationKey` rules for every device number.
+#[test]
+fn the_cdi_annotation_key_follows_cdis_rules() {
+    for n in [0, 7, u32::MAX] {
+        let key = cdi_annotation_key(&crate::ids::device_name(n));
+        let name = key.strip_prefix("cdi.k8s.io/").unwrap();
+        assert!(name.len() <= 63, "{name}");
+        let b = name.as_bytes();
+        assert!(b[0].is_ascii_alphanumeric() && b[b.len() - 1].is_ascii_alphanumeric());
+        assert!(
+            b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c)),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        cdi_annotation_key("davinci3"),
+        "cdi.k8s.io/davinci-device-plugin_davinci3"
+    );
 }
 
 #[test]
@@ -182,7 +219,14 @@ fn two_shared() -> Inventory {
         (1, ShareMode::Shared),
         (2, ShareMode::Exclusive),
     ] {
-        inv.checked(i, Ok(Probe { mode, clients: 0 }));
+        inv.checked(
+            i,
+            Ok(Probe {
+                mode,
+                clients: 0,
+                numa_node: None,
+            }),
+        );
     }
     inv
 }

@@ -23,6 +23,7 @@ fn check(path: &str) -> Result<Probe, String> {
     Ok(Probe {
         mode,
         clients: info.clients,
+        numa_node: crate::topology::numa_node(path),
     })
 }
 

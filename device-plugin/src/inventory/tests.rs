@@ -7,6 +7,7 @@ fn shared(clients: u32) -> Result<Probe, String> {
     Ok(Probe {
         mode: ShareMode::Shared,
         clients,
+        numa_node: None,
     })
 }
 
@@ -14,6 +15,7 @@ fn exclusive() -> Result<Probe, String> {
     Ok(Probe {
         mode: ShareMode::Exclusive,
         clients: 0,
+        numa_node: None,
     })
 }
 
@@ -160,4 +162,40 @@ fn the_device_count_is_bounded() {
         .collect();
     inv.discovered(&found);
     assert_eq!(inv.len(), MAX_DEVICES);
+}
+
+/// A device's NUMA node goes with every one of its IDs, and stays while it is unreachable.
+#[test]
+fn every_id_carries_its_devices_numa_node() {
+    let mut inv = Inventory::new(2);
+    inv.discovered(&[(0, "/dev/davinci0".into()), (1, "/dev/davinci1".into())]);
+    let numa = |node| {
+        Ok(Probe {
+            mode: ShareMode::Shared,
+            clients: 0,
+            numa_node: node,
+        })
+    };
+    inv.checked(0, numa(Some(1)));
+    inv.checked(1, numa(None));
+    let topo = |inv: &Inventory| -> Vec<(String, Option<Vec<i64>>)> {
+        inv.advertised()
+            .into_iter()
+            .map(|d| {
+                (
+                    d.id,
+                    d.topology.map(|t| t.nodes.iter().map(|n| n.id).collect()),
+                )
+            })
+            .collect()
+    };
+    let want = vec![
+        ("davinci0::0".to_string(), Some(vec![1])),
+        ("davinci0::1".to_string(), Some(vec![1])),
+        ("davinci1::0".to_string(), None),
+        ("davinci1::1".to_string(), None),
+    ];
+    assert_eq!(topo(&inv), want);
+    inv.checked(0, Err("gone".into()));
+    assert_eq!(topo(&inv), want);
 }
