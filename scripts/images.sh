@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the operators' container images offline: davinci-rs/davinci-mockd,
-# davinci-rs/davinci-exporter and davinci-rs/davinci-device-plugin, tagged with the
-# workspace's version (the names the DaemonSets use; docs/operators.md, "Container images").
+# davinci-rs/davinci-exporter, davinci-rs/davinci-device-plugin and davinci-rs/davinci-workload
+# (the example pod's smoke test), tagged with the workspace's version (the names the DaemonSets use; docs/operators.md, "Container images").
 #
 # Each image is FROM scratch: the release binary (the mockd image also has davinci-smi, for
 # `cdi generate`), the shared libraries it links (from ldd), /etc/passwd and /etc/group with
@@ -11,7 +11,8 @@
 #
 #   --stage-only   assemble target/images/TOOL/rootfs and stop (no container engine needed)
 #   --engine E     the engine to build with [default: podman, else docker]
-#   TOOL           davinci-mockd, davinci-exporter, davinci-device-plugin [default: all three]
+#   TOOL           davinci-mockd, davinci-exporter, davinci-device-plugin, davinci-workload
+#                  [default: all four]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,13 +23,13 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --stage-only) stage_only=1 ;;
         --engine) engine="${2:?--engine needs podman or docker}"; shift ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        davinci-mockd|davinci-exporter|davinci-device-plugin) tools+=("$1") ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+        davinci-mockd|davinci-exporter|davinci-device-plugin|davinci-workload) tools+=("$1") ;;
         *) echo "scripts/images.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#tools[@]} -gt 0 ] || tools=(davinci-mockd davinci-exporter davinci-device-plugin)
+[ ${#tools[@]} -gt 0 ] || tools=(davinci-mockd davinci-exporter davinci-device-plugin davinci-workload)
 if [ "$stage_only" = 0 ] && [ -z "$engine" ]; then
     if command -v podman >/dev/null 2>&1; then engine=podman
     elif command -v docker >/dev/null 2>&1; then engine=docker

@@ -291,7 +291,7 @@ pub fn preferred(
         .collect();
     Ok(choose(&available, &must, size, &advertised, &unhealthy)
         .into_iter()
-        .map(|id| id.to_string())
+        .map(|id| inv.id_string(id))
         .collect())
 }
 

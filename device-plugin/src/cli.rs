@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use davinci_units::parse_duration_between;
 
-use crate::ids::MAX_REPLICAS;
+use crate::ids::{IdScheme, MAX_REPLICAS};
 
 /// The kubelet's device-plugin directory.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet/device-plugins";
@@ -23,8 +23,12 @@ that has devices (as davinci-smi finds them). Without --device the search is rep
 health check, so devices that appear later are added. A device that stops answering is
 advertised as Unhealthy, and Healthy again when it answers.
 
-IDs: a device in exclusive mode is advertised once (davinci0); a device in shared mode as
---replicas IDs (davinci0::0 .. davinci0::<R-1>), so that many containers can be given it.
+IDs: a device in exclusive mode is advertised once, a device in shared mode as --replicas
+IDs, so that many containers can be given it. They are named after the device's UUID
+(GET_IDENTITY, ABI 1.4): UUID::0 when exclusive, UUID::0 .. UUID::<R-1> when shared, so an ID
+a pod holds stays valid when the sharing mode changes or the daemon restarts. A device
+without a UUID (an older driver), or --device-ids index, gets the index's names: davinci0
+(exclusive), davinci0::0 .. davinci0::<R-1> (shared).
 
 Allocate: a kernel device is given to the container as its node (/dev/davinciN), a
 davinci-mockd device as a bind mount of its socket (same path inside); DAVINCI_DEVICE names
@@ -73,6 +77,11 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=MAX_REPLICAS as i64))]
     pub replicas: u32,
+
+    /// What the device IDs are named after: uuid (UUID::k, stable across sharing mode
+    /// changes and restarts) or index (davinciN, davinciN::k)
+    #[arg(long = "device-ids", value_name = "SCHEME", value_enum, default_value_t = IdScheme::Uuid)]
+    pub device_ids: IdScheme,
 
     /// How often each device's health and sharing mode are read (like 500ms, 5s, 1m)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_interval)]

@@ -4,11 +4,29 @@
 //! is advertised as R replicas (`--replicas R`), `davinci<N>::0` .. `davinci<N>::<R-1>`,
 //! so that R containers can be given the same device, as NVIDIA's time-slicing and HAMi do.
 //! Every ID is at most 63 characters, as the kubelet requires.
+//!
+//! Those are the index's names. A device that reports its UUID (ABI 1.4) is advertised
+//! under it instead ([`IdScheme::Uuid`], the default): `UUID::0` when exclusive, `UUID::0` ..
+//! `UUID::<R-1>` when shared (`crate::inventory::DeviceState::id_string`), so an ID a pod
+//! holds survives a change of sharing mode or a daemon restart.
 #![forbid(unsafe_code)]
 
 use std::fmt;
 
 use davinci_uapi::ShareMode;
+
+/// What the IDs are named after (`--device-ids`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum IdScheme {
+    /// `UUID::k` from the device's UUID (GET_IDENTITY, ABI 1.4): the same IDs across sharing
+    /// mode changes, daemon restarts and index changes; a device without a UUID gets the
+    /// index's names
+    #[default]
+    Uuid,
+    /// `davinci<N>` / `davinci<N>::<k>` from the device's index (the names before ABI 1.4):
+    /// they change with the sharing mode
+    Index,
+}
 
 /// Most replicas a shared device may be advertised as.
 pub const MAX_REPLICAS: u32 = 256;

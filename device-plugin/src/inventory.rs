@@ -15,7 +15,7 @@ use std::fmt;
 use davinci_uapi::ShareMode;
 
 use crate::api;
-use crate::ids::{advertised_ids, device_name, DeviceId, MAX_REPLICAS};
+use crate::ids::{advertised_ids, device_name, DeviceId, IdScheme, MAX_REPLICAS};
 
 /// The kubelet's word for a device that may be allocated.
 pub const HEALTHY: &str = "Healthy";
@@ -61,6 +61,9 @@ pub struct Probe {
     pub mode: ShareMode,
     /// Clients attached now.
     pub clients: u32,
+    /// The device's UUID (GET_IDENTITY, ABI 1.4), if it reports one: its IDs are named
+    /// after it ([`DeviceState::id_string`]).
+    pub uuid: Option<[u8; 16]>,
     /// The device's NUMA node, if known ([`crate::topology::numa_node`]).
     pub numa_node: Option<i64>,
 }
@@ -82,6 +85,8 @@ pub struct DeviceState {
     pub clients: Option<u32>,
     /// The NUMA node read by the last successful check (kept while unreachable).
     pub numa_node: Option<i64>,
+    /// The UUID read by a successful check (kept while unreachable): the IDs' name.
+    pub uuid: Option<[u8; 16]>,
 }
 
 impl DeviceState {
@@ -108,6 +113,22 @@ impl DeviceState {
     /// The IDs this device is advertised as.
     pub fn ids(&self, replicas: u32) -> Vec<DeviceId> {
         advertised_ids(self.index, self.effective_mode(), replicas)
+    }
+
+    /// What the kubelet is told an ID is: `UUID::k` for a device that reports its UUID
+    /// (`UUID::0` for a device in exclusive mode, `UUID::0` .. `UUID::<R-1>` shared), so the
+    /// ID a pod holds stays the same when the sharing mode changes, the daemon restarts or
+    /// the device is found at another index; `davinci<N>` / `davinci<N>::<k>` (the index's
+    /// names) for a device without one (a driver before ABI 1.4).
+    pub fn id_string(&self, id: DeviceId) -> String {
+        match &self.uuid {
+            Some(u) => format!(
+                "{}::{}",
+                davinci_uapi::uuid_text(u),
+                id.replica.unwrap_or(0)
+            ),
+            None => id.to_string(),
+        }
     }
 }
 
@@ -192,6 +213,7 @@ impl fmt::Display for UnknownId {
 pub struct Inventory {
     devices: BTreeMap<u32, DeviceState>,
     replicas: u32,
+    scheme: IdScheme,
 }
 
 impl Inventory {
@@ -201,7 +223,13 @@ impl Inventory {
         Inventory {
             devices: BTreeMap::new(),
             replicas: replicas.clamp(1, MAX_REPLICAS),
+            scheme: IdScheme::default(),
         }
+    }
+
+    /// IDs named after `scheme` from now on (set before the first check).
+    pub fn set_id_scheme(&mut self, scheme: IdScheme) {
+        self.scheme = scheme;
     }
 
     /// The replica count of a shared device.
@@ -257,6 +285,7 @@ impl Inventory {
                             mode: None,
                             clients: None,
                             numa_node: None,
+                            uuid: None,
                         },
                     );
                     changes.push(Change::Added {
@@ -285,6 +314,9 @@ impl Inventory {
                 d.reason = None;
                 d.clients = Some(p.clients);
                 d.numa_node = p.numa_node;
+                if p.uuid.is_some() && self.scheme == IdScheme::Uuid {
+                    d.uuid = p.uuid;
+                }
                 if d.mode != Some(p.mode) {
                     let before = d.ids(replicas);
                     d.mode = Some(p.mode);
@@ -321,7 +353,7 @@ impl Inventory {
                 let health = if d.healthy { HEALTHY } else { UNHEALTHY };
                 let topology = crate::topology::topology(d.numa_node);
                 d.ids(self.replicas).into_iter().map(move |id| api::Device {
-                    id: id.to_string(),
+                    id: d.id_string(id),
                     health: health.to_string(),
                     topology: topology.clone(),
                 })
@@ -338,10 +370,11 @@ impl Inventory {
     /// message says which and what IDs look like.
     pub fn resolve(&self, id: &str) -> Result<(DeviceId, &DeviceState), UnknownId> {
         let shown: String = id.chars().take(80).collect();
-        let Some(parsed) = DeviceId::parse(id) else {
+        let Some(parsed) = DeviceId::parse(id).or_else(|| self.parse_uuid_id(id)) else {
             return Err(UnknownId(format!(
-                "unknown device ID {shown:?}: this plugin's IDs are davinci<N> (a device in \
-                 exclusive mode) or davinci<N>::<k> (replica k of a shared device)"
+                "unknown device ID {shown:?}: this plugin's IDs are UUID::<k> (replica k of the \
+                 device with that UUID; 0 for a device in exclusive mode), or for a device \
+                 without a UUID davinci<N> (exclusive) or davinci<N>::<k> (shared)"
             )));
         };
         let Some(d) = self.devices.get(&parsed.device) else {
@@ -367,6 +400,36 @@ impl Inventory {
             }
         }
         Ok((parsed, d))
+    }
+
+    /// `UUID::<k>` of a known device's UUID, as the index's [`DeviceId`]: replica k of a
+    /// shared device, the whole device for `::0` of one in exclusive mode (and replica k of
+    /// one in exclusive mode that was shared when the ID was handed out).
+    fn parse_uuid_id(&self, id: &str) -> Option<DeviceId> {
+        let (uuid, k) = id.split_once("::")?;
+        if k.is_empty()
+            || !k.bytes().all(|b| b.is_ascii_digit())
+            || (k.len() > 1 && k.starts_with('0'))
+        {
+            return None;
+        }
+        let k: u32 = k.parse().ok()?;
+        let d = self.devices.values().find(|d| {
+            d.uuid
+                .is_some_and(|u| davinci_uapi::uuid_text(&u).as_str() == uuid)
+        })?;
+        Some(match (d.effective_mode(), k) {
+            (ShareMode::Exclusive, 0) => DeviceId::whole(d.index),
+            _ => DeviceId::replica(d.index, k),
+        })
+    }
+
+    /// The ID the kubelet knows for `id` ([`DeviceState::id_string`]); the index's name for
+    /// a device not known.
+    pub fn id_string(&self, id: DeviceId) -> String {
+        self.devices
+            .get(&id.device)
+            .map_or_else(|| id.to_string(), |d| d.id_string(id))
     }
 }
 

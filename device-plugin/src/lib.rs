@@ -100,6 +100,11 @@ fn cdi_kind(cli: &Cli) -> Result<Option<String>, String> {
 fn initial_devices(cli: &Cli) -> Result<Vec<(u32, String)>, Failure> {
     let d = davinci_ops::discover::Discovery::from_env();
     let found = davinci_ops::discover::discover(&cli.devices, cli.socket_dir.as_deref(), &d);
+    // A socket someone else could have planted is never advertised: pods would send their
+    // work to it.
+    for w in davinci_ops::discover::ignored_warnings(&found) {
+        eprintln!("davinci-device-plugin: {w}");
+    }
     if found.entries.is_empty() {
         return Err(Failure(format!(
             "no devices found: {}",
@@ -141,6 +146,7 @@ async fn run(cli: Cli) -> i32 {
         }
     };
     let mut inv = inventory::Inventory::new(cli.replicas);
+    inv.set_id_scheme(cli.device_ids);
     inv.discovered(&found);
     if cli.list {
         return list(&cli, inv).await;

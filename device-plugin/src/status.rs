@@ -114,11 +114,16 @@ pub fn report(
             clients: d.clients,
             ids: d
                 .ids(inv.replicas())
-                .iter()
-                .map(ToString::to_string)
+                .into_iter()
+                .map(|id| d.id_string(id))
                 .collect(),
             allocated: allocs
-                .map(|a| a.held_on(d.index).iter().map(ToString::to_string).collect())
+                .map(|a| {
+                    a.held_on(d.index)
+                        .into_iter()
+                        .map(|id| d.id_string(id))
+                        .collect()
+                })
                 .unwrap_or_default(),
             allocations_total: allocs.map_or(0, |a| a.total(d.index)),
         })
@@ -244,6 +249,7 @@ mod tests {
                 mode: ShareMode::Shared,
                 clients: 2,
                 numa_node: None,
+                uuid: None,
             }),
         );
         inv.checked(1, Err("ENODEV: no such device".into()));

@@ -69,6 +69,18 @@ fn devices(dir: &Path) -> Daemon {
     .expect("the mock devices start")
 }
 
+/// The IDs of the devices of `devs` in exclusive mode: `UUID::0`, the UUID their
+/// GET_IDENTITY reports.
+fn uuid_ids(devs: &Daemon) -> Vec<String> {
+    devs.sockets()
+        .iter()
+        .map(|s| {
+            let c = davinci_shim::Control::open(&format!("mock:{}", s.display())).unwrap();
+            format!("{}::0", c.identity().unwrap().uuid_string())
+        })
+        .collect()
+}
+
 /// The kubelet's Registration service: passes every request on.
 struct Standin(mpsc::UnboundedSender<RegisterRequest>);
 
@@ -424,6 +436,7 @@ async fn a_kubelet_before_1_26_sending_the_socket_path_as_authority_is_served() 
     let devs_dir = TempDir::new("devs");
     let devs = devices(&devs_dir.0);
     let sock0 = devs.sockets()[0].display().to_string();
+    let want_ids = uuid_ids(&devs);
     for cdi in [false, true] {
         let k8s = TempDir::new("k125");
         let mut kubelet = Kubelet::start(&k8s.0);
@@ -432,7 +445,8 @@ async fn a_kubelet_before_1_26_sending_the_socket_path_as_authority_is_served() 
         let r = kubelet.registration().await;
         assert_eq!(r.options, Some(want_options()));
         let sock = k8s.0.join(&r.endpoint);
-        let got = tokio::task::spawn_blocking(move || kubelet_125(&sock, &["davinci0"]))
+        let first = want_ids[0].clone();
+        let got = tokio::task::spawn_blocking(move || kubelet_125(&sock, &[first.as_str()]))
             .await
             .unwrap();
         let (options, list, resp) = got.unwrap_or_else(|e| {
@@ -442,7 +456,7 @@ async fn a_kubelet_before_1_26_sending_the_socket_path_as_authority_is_served() 
             )
         });
         assert_eq!(options, want_options());
-        assert_eq!(ids(&list), ["davinci0", "davinci1"]);
+        assert_eq!(ids(&list), want_ids);
         assert_eq!(resp.container_responses.len(), 1);
         let a = &resp.container_responses[0];
         let mock0 = format!("mock:{sock0}");
@@ -488,6 +502,7 @@ async fn a_1_29_kubelet_gets_cdi_devices_and_the_annotation() {
     let k8s = TempDir::new("k129");
     let mut kubelet = Kubelet::start(&k8s.0);
     let plugin = Plugin::start(&k8s.0, &devs_dir.0, &["--cdi"]);
+    let want_ids = uuid_ids(&devs);
     let r = kubelet.registration().await;
     assert_eq!(r.version, "v1beta1");
     assert_eq!(r.options, Some(want_options()));
@@ -504,7 +519,7 @@ async fn a_1_29_kubelet_gets_cdi_devices_and_the_annotation() {
         .expect("a list in time")
         .unwrap()
         .expect("a list");
-    assert_eq!(ids(&list), ["davinci0", "davinci1"]);
+    assert_eq!(ids(&list), want_ids);
     assert!(
         list.devices.iter().all(|d| d.health == "Healthy"),
         "{list:?}"
@@ -518,8 +533,8 @@ async fn a_1_29_kubelet_gets_cdi_devices_and_the_annotation() {
     let p = c
         .get_preferred_allocation(PreferredAllocationRequest {
             container_requests: vec![ContainerPreferredAllocationRequest {
-                available_device_i_ds: vec!["davinci0".into(), "davinci1".into()],
-                must_include_device_i_ds: vec!["davinci1".into()],
+                available_device_i_ds: want_ids.clone(),
+                must_include_device_i_ds: vec![want_ids[1].clone()],
                 allocation_size: 2,
             }],
         })
@@ -527,7 +542,7 @@ async fn a_1_29_kubelet_gets_cdi_devices_and_the_annotation() {
         .unwrap()
         .into_inner();
     let chosen = &p.container_responses[0].device_i_ds;
-    assert_eq!(chosen, &["davinci1", "davinci0"]);
+    assert_eq!(chosen, &[want_ids[1].clone(), want_ids[0].clone()]);
     let chosen: Vec<&str> = chosen.iter().map(String::as_str).collect();
     let resp = c
         .allocate(allocate_req(&chosen))

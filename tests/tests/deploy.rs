@@ -34,6 +34,7 @@ fn manifests_name_the_images_the_build_script_makes() {
         "mockd/deploy/daemonset.yaml",
         "exporter/deploy/daemonset.yaml",
         "device-plugin/deploy/daemonset.yaml",
+        "device-plugin/deploy/example-pod.yaml",
     ];
     for m in manifests {
         let text = read(m);
@@ -65,7 +66,10 @@ fn the_mockd_unit_starts_a_daemon_with_options_it_accepts() {
     let sysusers = read("deploy/systemd/davinci.sysusers");
     let mut words: Vec<String> = args[1..].to_vec();
     for w in words.iter_mut() {
-        if sysusers.lines().any(|l| l.split_whitespace().nth(1) == Some(w.as_str())) {
+        if sysusers
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(w.as_str()))
+        {
             *w = "0".into();
         }
     }

@@ -146,6 +146,13 @@ impl Plugin {
             .arg("--kubelet-dir")
             .arg(kubelet_dir)
             .args(["--health-interval", "100ms", "--kubelet-poll", "100ms"])
+            // These tests follow devices by their index's names (davinciN, davinciN::k);
+            // the UUID names (the default) have a test of their own.
+            .args(if args.contains(&"--device-ids") {
+                &[][..]
+            } else {
+                &["--device-ids", "index"][..]
+            })
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -684,6 +691,22 @@ fn the_command_line_says_what_is_wrong() {
         out.starts_with("davinci.ai/npu: 4 IDs (4 healthy) from 2 devices\n"),
         "{out}"
     );
+    // Named after each device's UUID (the default), or its index.
+    let u1 = davinci_shim::Control::open(&d.path(1))
+        .unwrap()
+        .identity()
+        .unwrap()
+        .uuid_string();
+    assert!(out.contains(&format!("{u1}::0, {u1}::1")), "{out}");
+    let (_, out, _) = run(&[
+        "--list",
+        "--socket-dir",
+        dir,
+        "--replicas",
+        "2",
+        "--device-ids",
+        "index",
+    ]);
     assert!(out.contains("davinci1::0, davinci1::1"), "{out}");
     let (code, out, err) = run(&["--list", "--json", "--device", &d.path(1)]);
     assert_eq!(code, 0, "{err}");
@@ -692,6 +715,63 @@ fn the_command_line_says_what_is_wrong() {
     assert_eq!(v["devices"][0]["share_mode"], "shared");
     assert_eq!(
         v["devices"][0]["ids"],
-        serde_json::json!(["davinci1::0", "davinci1::1", "davinci1::2", "davinci1::3"])
+        serde_json::json!((0..4).map(|k| format!("{u1}::{k}")).collect::<Vec<_>>())
     );
+}
+
+/// The default IDs are named after the device's UUID (issue 24): `UUID::0` while exclusive,
+/// `UUID::0`, `UUID::1` shared, the same after the daemon restarts, so the ID a pod holds
+/// stays valid; it still allocates the device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uuid_ids_survive_a_sharing_change_and_a_daemon_restart() {
+    let dir = TempDir::new("uuid-devs");
+    let daemon = OwnMockd::start(&dir.0, &[]);
+    let path = format!("mock:{}", dir.0.join("davinci0.sock").display());
+    let ctl = davinci_shim::Control::open(&path).unwrap();
+    let uuid = ctl.identity().unwrap().uuid_string().to_string();
+    let k8s = TempDir::new("uuid");
+    let mut kubelet = Kubelet::start(&k8s.0, None).await;
+    let _plugin = Plugin::start(
+        &k8s.0,
+        &[
+            "--socket-dir",
+            dir.0.to_str().unwrap(),
+            "--replicas",
+            "2",
+            "--device-ids",
+            "uuid",
+        ],
+    );
+    let r = kubelet.registration().await;
+    let mut c = client(&k8s.0.join(&r.endpoint)).await;
+    let mut stream = c.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let l = wait_list(&mut stream, "the first list", all_healthy).await;
+    assert_eq!(ids(&l), [format!("{uuid}::0")]);
+    ctl.set_share_mode(davinci_shim::ShareMode::Shared).unwrap();
+    let l = wait_list(&mut stream, "two replicas", |l| l.len() == 2).await;
+    assert_eq!(ids(&l), [format!("{uuid}::0"), format!("{uuid}::1")]);
+    drop(ctl);
+    // The daemon restarts: the same IDs, and the ID a pod holds allocates the device again
+    // (the list may not change at all when the restart falls between two health checks).
+    drop(daemon);
+    let _again = OwnMockd::start(&dir.0, &["--share-mode", "shared"]);
+    let held = format!("{uuid}::1");
+    let mut resp = None;
+    for _ in 0..100 {
+        match c.allocate(allocate_req(&[&[&held]])).await {
+            Ok(r) => {
+                resp = Some(r.into_inner());
+                break;
+            }
+            Err(e) if e.code() == tonic::Code::FailedPrecondition => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let resp = resp.expect("the device is healthy again after the restart");
+    assert_eq!(resp.container_responses[0].envs["DAVINCI_DEVICE"], path);
+    let mut fresh = c.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let l = wait_list(&mut fresh, "the list after the restart", |_| true).await;
+    assert_eq!(ids(&l), [format!("{uuid}::0"), format!("{uuid}::1")]);
 }

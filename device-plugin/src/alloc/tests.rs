@@ -19,6 +19,7 @@ fn inventory() -> Inventory {
             mode: ShareMode::Shared,
             clients: 0,
             numa_node: None,
+            uuid: None,
         }),
     );
     inv.checked(
@@ -27,6 +28,7 @@ fn inventory() -> Inventory {
             mode: ShareMode::Exclusive,
             clients: 0,
             numa_node: None,
+            uuid: None,
         }),
     );
     inv.checked(2, Err("ENODEV: the daemon is gone".into()));
@@ -225,6 +227,7 @@ fn two_shared() -> Inventory {
                 mode,
                 clients: 0,
                 numa_node: None,
+                uuid: None,
             }),
         );
     }

@@ -14,16 +14,26 @@ use tracing::{info, warn};
 use super::state::{lock, Shared, Source};
 use crate::inventory::{Change, Probe};
 
-/// Checks one device: a control open and GET_INFO.
+/// Checks one device: a control open, GET_INFO and (ABI 1.4) GET_IDENTITY: its UUID names
+/// its IDs, its NUMA node (else sysfs's) is its topology.
 fn check(path: &str) -> Result<Probe, String> {
     let ctl = davinci_shim::Control::open(path).map_err(|e| e.to_string())?;
     let info = ctl.info().map_err(|e| e.to_string())?;
     let mode = davinci_uapi::ShareMode::from_u32(info.share_mode)
         .ok_or_else(|| format!("GET_INFO: unknown share mode {}", info.share_mode))?;
+    let identity = if info.features.contains(davinci_uapi::Features::IDENTITY) {
+        Some(ctl.identity().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let numa_node = identity
+        .and_then(|i| (i.numa_node >= 0).then_some(i64::from(i.numa_node)))
+        .or_else(|| crate::topology::numa_node(path));
     Ok(Probe {
         mode,
         clients: info.clients,
-        numa_node: crate::topology::numa_node(path),
+        uuid: identity.map(|i| i.uuid).filter(|u| *u != [0; 16]),
+        numa_node,
     })
 }
 
@@ -80,9 +90,21 @@ pub(crate) async fn check_all(
 }
 
 /// The devices a search finds, as (N, path); entries whose name gives no N are skipped.
+/// A socket the search leaves out as untrusted is logged once (per path and reason).
 fn search(socket_dir: Option<&Path>) -> Vec<(u32, String)> {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let d = davinci_ops::discover::Discovery::from_env();
-    davinci_ops::discover::discover(&[], socket_dir, &d)
+    let found = davinci_ops::discover::discover(&[], socket_dir, &d);
+    for w in davinci_ops::discover::ignored_warnings(&found) {
+        let mut seen = WARNED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() < 1024 && seen.insert(w.clone()) {
+            warn!("{w}");
+        }
+    }
+    found
         .entries
         .into_iter()
         .filter_map(|e| Some((e.id?, e.path)))

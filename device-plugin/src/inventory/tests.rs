@@ -8,6 +8,7 @@ fn shared(clients: u32) -> Result<Probe, String> {
         mode: ShareMode::Shared,
         clients,
         numa_node: None,
+        uuid: None,
     })
 }
 
@@ -16,6 +17,7 @@ fn exclusive() -> Result<Probe, String> {
         mode: ShareMode::Exclusive,
         clients: 0,
         numa_node: None,
+        uuid: None,
     })
 }
 
@@ -174,6 +176,7 @@ fn every_id_carries_its_devices_numa_node() {
             mode: ShareMode::Shared,
             clients: 0,
             numa_node: node,
+            uuid: None,
         })
     };
     inv.checked(0, numa(Some(1)));
@@ -198,4 +201,55 @@ fn every_id_carries_its_devices_numa_node() {
     assert_eq!(topo(&inv), want);
     inv.checked(0, Err("gone".into()));
     assert_eq!(topo(&inv), want);
+}
+
+/// A device that reports its UUID is advertised as `UUID::k`: the same IDs across a change of
+/// sharing mode (exclusive is `UUID::0`, the first replica's ID) and after the device is
+/// found at another index; they resolve back to the device, and the index's names still
+/// resolve (IDs a kubelet checkpointed before).
+#[test]
+fn ids_are_named_after_the_devices_uuid_and_survive_mode_and_index_changes() {
+    let uuid = [0x11u8; 16];
+    let text = davinci_uapi::uuid_text(&uuid).as_str().to_string();
+    let probe = |mode| {
+        Ok(Probe {
+            mode,
+            clients: 0,
+            numa_node: None,
+            uuid: Some(uuid),
+        })
+    };
+    let mut inv = Inventory::new(3);
+    inv.discovered(&[(0, "mock:/run/davinci/davinci0.sock".into())]);
+    inv.checked(0, probe(ShareMode::Exclusive));
+    let ids =
+        |inv: &Inventory| -> Vec<String> { inv.advertised().into_iter().map(|d| d.id).collect() };
+    assert_eq!(ids(&inv), [format!("{text}::0")]);
+    inv.checked(0, probe(ShareMode::Shared));
+    assert_eq!(
+        ids(&inv),
+        [
+            format!("{text}::0"),
+            format!("{text}::1"),
+            format!("{text}::2")
+        ]
+    );
+    let (id, d) = inv.resolve(&format!("{text}::2")).unwrap();
+    assert_eq!((id, d.index), (DeviceId::replica(0, 2), 0));
+    assert!(inv.resolve(&format!("{text}::3")).is_err());
+    assert!(inv.resolve(&format!("{text}::02")).is_err());
+    assert!(inv
+        .resolve("00000000-0000-0000-0000-000000000000::0")
+        .is_err());
+    assert_eq!(inv.resolve("davinci0::1").unwrap().1.index, 0);
+    // Unreachable: the UUID is kept, so are the IDs.
+    inv.checked(0, Err("gone".into()));
+    assert_eq!(ids(&inv).len(), 3);
+    assert!(ids(&inv)[0].starts_with(&text));
+    // The same device at another index (a daemon restarted with other devices): same IDs.
+    let mut moved = Inventory::new(3);
+    moved.discovered(&[(5, "mock:/run/davinci/davinci5.sock".into())]);
+    moved.checked(5, probe(ShareMode::Shared));
+    assert_eq!(ids(&moved), ids(&inv));
+    assert_eq!(moved.resolve(&format!("{text}::1")).unwrap().1.index, 5);
 }

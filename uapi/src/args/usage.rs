@@ -314,21 +314,9 @@ abi_struct! {
 }
 
 impl DeviceIdentity {
-    /// The UUID as text: 8-4-4-4-12 lowercase hex digits.
+    /// The UUID as text: 8-4-4-4-12 lowercase hex digits ([`uuid_text`]).
     pub fn uuid_string(&self) -> UuidText {
-        let mut out = [0u8; 36];
-        let mut at = 0;
-        for (i, b) in self.uuid.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                out[at] = b'-';
-                at += 1;
-            }
-            let hex = b"0123456789abcdef";
-            out[at] = hex[usize::from(b >> 4)];
-            out[at + 1] = hex[usize::from(b & 15)];
-            at += 2;
-        }
-        UuidText(out)
+        uuid_text(&self.uuid)
     }
 
     /// `model` up to its first NUL (ASCII; a byte that is not ends it).
@@ -354,6 +342,23 @@ impl DeviceIdentity {
         }
         out
     }
+}
+
+/// `uuid` as text: 8-4-4-4-12 lowercase hex digits (RFC 9562's form).
+pub fn uuid_text(uuid: &[u8; 16]) -> UuidText {
+    let mut out = [0u8; 36];
+    let mut at = 0;
+    for (i, b) in uuid.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out[at] = b'-';
+            at += 1;
+        }
+        let hex = b"0123456789abcdef";
+        out[at] = hex[usize::from(b >> 4)];
+        out[at + 1] = hex[usize::from(b & 15)];
+        at += 2;
+    }
+    UuidText(out)
 }
 
 /// A device UUID as text ([`DeviceIdentity::uuid_string`]).
