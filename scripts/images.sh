@@ -53,7 +53,9 @@ cargo build --release --locked "${packages[@]}"
 copy_with_libs() {
     local file=$1 root=$2 lib
     install -D -m 0755 "$file" "$root/usr/local/bin/$(basename "$file")"
-    for lib in $(ldd "$file" | awk '/=> \// { print $3 } /^\s*\/lib/ { print $1 }'); do
+    # `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` and the loader's own line,
+    # `/lib64/ld-linux-x86-64.so.2 (0x...)` (POSIX awk: no \s).
+    for lib in $(ldd "$file" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
         install -D -m 0644 "$(readlink -f "$lib")" "$root$lib"
     done
 }

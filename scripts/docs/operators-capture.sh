@@ -50,6 +50,8 @@ davinci-mockd --devices 2 --memory 256M --socket-group 4243 --admin-group 4242 >
 MPID=$!
 sleep 0.5
 ls -l $D > out/ls.txt
+# The walkthrough's step 2 as an operator who is not root, a member of the sockets' group.
+cap walk-info setpriv --reuid 1000 --regid 1000 --groups 4243 davinci-smi info
 cap list davinci-smi list
 cap info0 davinci-smi info
 cap share0 davinci-smi info -t device-share -i 0
