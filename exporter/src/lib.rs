@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -90,7 +90,9 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "prometheus")]
     pub format: Format,
 
-    /// Most connections served at once; more are answered 503 (1-1024).
+    /// Most connections open at once (1-1024). At the limit a new connection takes the place
+    /// of the oldest one that has not sent its whole request yet; only when all are being
+    /// answered is it answered 503.
     #[arg(
         long,
         value_name = "N",
@@ -138,7 +140,7 @@ pub struct Exporter {
     discovery: Discovery,
     collector: Collector,
     scrapes: AtomicU64,
-    rejected: Arc<AtomicUsize>,
+    conns: Arc<http::ConnStats>,
     /// One scrape reads the devices at a time.
     scrape_lock: Mutex<()>,
     /// Each device path's last state (`None` up, `Some(why)` down), to log changes once.
@@ -178,7 +180,7 @@ impl Exporter {
             discovery,
             collector: Collector::new(reader, cli.device_timeout),
             scrapes: AtomicU64::new(0),
-            rejected: Arc::default(),
+            conns: Arc::default(),
             scrape_lock: Mutex::new(()),
             last: Mutex::default(),
             none_found: AtomicBool::new(false),
@@ -218,7 +220,8 @@ impl Exporter {
                 .scrapes
                 .fetch_add(1, Ordering::Relaxed)
                 .saturating_add(1),
-            rejected: self.rejected.load(Ordering::Relaxed) as u64,
+            rejected: self.conns.rejected.load(Ordering::Relaxed),
+            evicted: self.conns.evicted.load(Ordering::Relaxed),
         };
         metrics::encode(&samples, &stats, format)
     }
@@ -382,7 +385,7 @@ fn serve(cli: &Cli) -> i32 {
         write_timeout: Duration::from_secs(10),
     };
     eprintln!("davinci-exporter: listening on http://{addr}/metrics");
-    let rejected = Arc::clone(&ex.rejected);
+    let conns = Arc::clone(&ex.conns);
     let handler: Arc<dyn Fn(&Request) -> Response + Send + Sync> =
         Arc::new(move |req: &Request| ex.handle(req));
     match http::serve(
@@ -390,7 +393,7 @@ fn serve(cli: &Cli) -> i32 {
         limits,
         handler,
         &stop,
-        rejected,
+        conns,
         Duration::from_secs(5),
     ) {
         Ok(()) => {

@@ -78,6 +78,8 @@ pub struct SelfStats {
     pub scrapes: u64,
     /// Connections refused because the connection limit was reached.
     pub rejected: u64,
+    /// Connections closed to make room for new ones.
+    pub evicted: u64,
 }
 
 /// Metric type, as the exposition says it.
@@ -180,7 +182,9 @@ families! {
     SCRAPES = ("davinci_exporter_scrapes_total", Counter, "",
         "Scrapes of /metrics served since the exporter started, this one included");
     REJECTED = ("davinci_exporter_connections_rejected_total", Counter, "",
-        "Connections answered 503 because --max-connections connections were open");
+        "Connections answered 503 because --max-connections connections were open and all were being answered");
+    EVICTED = ("davinci_exporter_connections_evicted_total", Counter, "",
+        "Connections closed to make room for a new one at --max-connections: the oldest that had not sent a whole request head (idle or trickling) or had been answered");
     BUILD = ("davinci_exporter_build_info", Gauge, "version",
         "The exporter's version; always 1");
 }
@@ -429,6 +433,7 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
     register(r, &DURATION, ConstGauge::new(stats.duration.as_secs_f64()));
     register(r, &SCRAPES, ConstCounter::new(stats.scrapes));
     register(r, &REJECTED, ConstCounter::new(stats.rejected));
+    register(r, &EVICTED, ConstCounter::new(stats.evicted));
     let mut build = Series::<VersionLabels>::new(&BUILD);
     let version = VersionLabels {
         version: env!("CARGO_PKG_VERSION").into(),

@@ -81,6 +81,7 @@ fn every_family_has_help_and_type_and_the_values_read() {
         duration: Duration::from_millis(1500),
         scrapes: 3,
         rejected: 0,
+        evicted: 0,
     };
     let text = encode(&samples(true), &stats, Format::Prometheus);
     let l = lines(&text);
