@@ -15,6 +15,8 @@
 pub mod collect;
 pub mod http;
 pub mod metrics;
+pub mod pods;
+pub mod state;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -145,6 +147,8 @@ pub struct Exporter {
     scrape_lock: Mutex<()>,
     /// Each device path's last state (`None` up, `Some(why)` down), to log changes once.
     last: Mutex<HashMap<String, Option<String>>>,
+    /// What scrapes remember (utilization, client groups).
+    history: Mutex<state::History>,
     /// Whether the last scrape found no device (logged once per change).
     none_found: AtomicBool,
     /// Log every device that is down, not only changes (`--once`).
@@ -183,6 +187,7 @@ impl Exporter {
             conns: Arc::default(),
             scrape_lock: Mutex::new(()),
             last: Mutex::default(),
+            history: Mutex::default(),
             none_found: AtomicBool::new(false),
             log_all,
         }
@@ -212,7 +217,8 @@ impl Exporter {
                 collect::MAX_DEVICES
             );
         }
-        let samples = self.collector.collect(&found.entries);
+        let mut samples = self.collector.collect(&found.entries);
+        relock(self.history.lock()).update(&mut samples, &state::ProcNames);
         self.log_changes(&samples);
         let stats = SelfStats {
             duration: t0.elapsed(),

@@ -375,6 +375,13 @@ fn own_pid() -> String {
     std::process::id().to_string()
 }
 
+/// This process's full name: the basename of argv[0] (the test binary, `exporter-<hash>`,
+/// longer than the kernel's 15-byte comm).
+fn own_name() -> String {
+    let argv0 = std::env::args().next().unwrap();
+    argv0.rsplit('/').next().unwrap().to_string()
+}
+
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -444,7 +451,7 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
 
     // Device 0: this process's work.
     let p0 = d.path(0);
-    let d0 = [("device", "0"), ("path", p0.as_str())];
+    let d0 = [("device", "0")];
     let v = |name: &str| e.value(name, &d0);
     assert_eq!(v("davinci_device_up"), 1.0);
     assert_eq!(v("davinci_device_memory_used_bytes"), me.memory as f64);
@@ -467,23 +474,69 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
     let mode = |m: &str| e.value("davinci_device_share_mode", &[d0[0], ("mode", m)]);
     assert_eq!((mode("exclusive"), mode("shared")), (1.0, 0.0));
     assert_eq!(e.find("davinci_device_error_info", &[]).len(), 0);
+    // The path only on the info series, with what GET_IDENTITY says.
+    let id = Control::open(&p0).unwrap().identity().unwrap();
+    let uuid = id.uuid_string().to_string();
+    let info = [
+        ("device", "0"),
+        ("path", p0.as_str()),
+        ("uuid", uuid.as_str()),
+        ("model", id.model()),
+        ("driver_version", id.driver_version()),
+        ("abi_version", "1.4"),
+    ];
+    assert_eq!(e.value("davinci_device_info", &info), 1.0);
+    assert_eq!(
+        e.series
+            .iter()
+            .filter(|s| s.labels.contains_key("path"))
+            .count(),
+        2,
+        "path is on the 2 info series only:\n{}",
+        e.text
+    );
+    // Busy time, health, engines.
+    let k = Control::open(&p0).unwrap().counters().unwrap();
+    let busy = v("davinci_device_busy_seconds_total");
+    assert!(busy > 0.0 && busy <= k.busy_ns as f64 / 1e9, "{busy} {k:?}");
+    assert_eq!(v("davinci_device_engines"), f64::from(k.engines));
+    assert_eq!(v("davinci_device_health"), 0.0);
+    assert_eq!(v("davinci_device_hung_streams"), 0.0);
 
     // This process as a client: labels from LIST_CLIENTS and /proc, values from the work.
     let ctl = Control::open(&d.path(0)).unwrap();
     let listed = ctl.clients().unwrap();
     assert_eq!(listed.len(), 1);
     let pid = own_pid();
-    let comm = comm_of(std::process::id());
+    let name = own_name();
+    assert!(name.len() > 15 && name.starts_with(&comm_of(std::process::id())));
     let cid = listed[0].client_id.to_string();
     let container = listed[0].container_id().unwrap_or("").to_string();
     let mine = [
         ("device", "0"),
-        ("pid", pid.as_str()),
-        ("client_id", cid.as_str()),
-        ("process", comm.as_str()),
-        ("container", container.as_str()),
+        ("process", name.as_str()),
+        ("container_id", container.as_str()),
     ];
     let c = |name: &str| e.value(name, &mine);
+    assert_eq!(c("davinci_client_processes"), 1.0);
+    let client_busy = c("davinci_client_busy_seconds_total");
+    assert!(
+        client_busy > 0.0 && client_busy <= busy,
+        "{client_busy} {busy}"
+    );
+    // Its pid and client id are on the info series only.
+    let info = [
+        ("device", "0"),
+        ("process", name.as_str()),
+        ("pid", pid.as_str()),
+        ("client_id", cid.as_str()),
+    ];
+    assert_eq!(e.value("davinci_client_info", &info), 1.0);
+    assert_eq!(
+        e.find("davinci_client_memory_bytes", &[("pid", &pid)])
+            .len(),
+        0
+    );
     assert_eq!(c("davinci_client_memory_bytes"), me.memory as f64);
     assert_eq!(c("davinci_client_tasks_submitted_total"), (NOPS + 1) as f64);
     assert_eq!(c("davinci_client_tasks_completed_total"), (NOPS + 1) as f64);
@@ -492,13 +545,9 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
     assert_eq!(c("davinci_client_streams"), 2.0);
     assert_eq!(c("davinci_client_allocations"), 2.0);
 
-    // Device 1: the parked client, its queue and its process name (comm: 15 bytes).
-    let their_pid = parked.pid.to_string();
-    let theirs = [
-        ("device", "1"),
-        ("pid", their_pid.as_str()),
-        ("process", "davinci-testcli"),
-    ];
+    // Device 1: the parked client, its queue and its full process name (the kernel's comm
+    // is davinci-testcli).
+    let theirs = [("device", "1"), ("process", "davinci-testclient")];
     assert_eq!(
         e.value("davinci_device_tasks_queued", &d1),
         5.0,
@@ -521,6 +570,42 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
     let n = e.value("davinci_exporter_scrapes_total", &[]);
     let again = ex.scrape();
     assert_eq!(again.value("davinci_exporter_scrapes_total", &[]), n + 1.0);
+    // From the second scrape on, utilization between the two.
+    let u = again.value("davinci_device_utilization_ratio", &d0);
+    assert!((0.0..=1.0).contains(&u), "{u}");
+
+    // The parked client restarts (a new pid and client id): the same series, and its
+    // counter does not drop back.
+    let before = again.value("davinci_client_tasks_submitted_total", &theirs);
+    assert!(before >= 1.0, "{before}");
+    assert_eq!(parked.release(), 0);
+    let parked = TestClient::start(&d.path(1), &["park", "--queued", "5"]);
+    parked.expect("ready");
+    let until = Instant::now() + T;
+    let after_restart = loop {
+        let e = ex.scrape();
+        if e.value("davinci_device_tasks_queued", &d1) == 5.0 || Instant::now() > until {
+            break e;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        after_restart.value("davinci_client_processes", &theirs),
+        1.0
+    );
+    assert!(
+        after_restart.value("davinci_client_tasks_submitted_total", &theirs) >= before + 1.0,
+        "{}",
+        after_restart.text
+    );
+    let new_pid = parked.pid.to_string();
+    assert_eq!(
+        after_restart.value(
+            "davinci_client_info",
+            &[("device", "1"), ("pid", new_pid.as_str())]
+        ),
+        1.0
+    );
 
     // Work done between scrapes shows in the next one (every scrape reads afresh).
     drop(me);
@@ -573,8 +658,9 @@ fn a_device_that_cannot_be_read_is_down_and_the_scrape_still_succeeds() {
     let (code, out, err) = run(&["--device", &p0, "--device", &missing, "--once"]);
     assert_eq!(code, 0, "{err}");
     let e = Exposition::parse(&out);
-    assert_eq!(e.value("davinci_device_up", &[("path", &p0)]), 1.0);
-    assert_eq!(e.value("davinci_device_up", &[("path", &missing)]), 0.0);
+    assert_eq!(e.value("davinci_device_info", &[("path", &p0)]), 1.0);
+    assert_eq!(e.value("davinci_device_up", &[("device", "0")]), 1.0);
+    assert_eq!(e.value("davinci_device_up", &[("device", "7")]), 0.0);
     assert_eq!(
         e.value(
             "davinci_device_error_info",
@@ -1045,15 +1131,18 @@ fn prometheus_scrapes_it_and_answers_with_the_values() {
 
     let r = prom.wait_for("up{job=\"davinci\"} == 1", until);
     assert_eq!(r.len(), 1, "{r:?}");
-    let pid = own_pid();
-    let q = format!("davinci_client_tasks_completed_total{{pid=\"{pid}\"}}");
+    let name = own_name();
+    let q = format!("davinci_client_tasks_completed_total{{process=\"{name}\"}}");
     let r = prom.wait_for(&q, until);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(sample_value(&r[0]), (NOPS + 1) as f64);
     assert_eq!(r[0]["metric"]["device"], "0");
-    assert_eq!(r[0]["metric"]["process"], comm_of(std::process::id()));
+    let pid = own_pid();
+    let q = format!("davinci_client_info{{pid=\"{pid}\"}}");
+    let r = prom.wait_for(&q, until);
+    assert_eq!(r[0]["metric"]["process"], name.as_str());
     let r = prom.wait_for(
-        &format!("davinci_client_memory_bytes{{pid=\"{pid}\"}}"),
+        &format!("davinci_client_memory_bytes{{process=\"{name}\"}}"),
         until,
     );
     assert_eq!(sample_value(&r[0]), me.memory as f64);
@@ -1066,9 +1155,16 @@ fn prometheus_scrapes_it_and_answers_with_the_values() {
     let r = prom.wait_for("davinci_device_share_mode{mode=\"exclusive\"}", until);
     assert_eq!(sample_value(&r[0]), 1.0);
     // Every sample of the exposition was taken (Prometheus drops a scrape it cannot parse).
-    let r = prom.wait_for("scrape_samples_scraped{job=\"davinci\"}", until);
+    // (The first scrape has no utilization yet, an interval needing two: wait for a later one.)
     let ours = ex.scrape().series.len();
-    assert_eq!(sample_value(&r[0]), ours as f64, "{r:?}");
+    loop {
+        let r = prom.wait_for("scrape_samples_scraped{job=\"davinci\"}", until);
+        if sample_value(&r[0]) == ours as f64 {
+            break;
+        }
+        assert!(Instant::now() < until, "{r:?}: {ours} samples expected");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Prometheus's own linter (naming, units, counters' suffix, HELP) has nothing to say.
     let promtool = binary.with_file_name("promtool");
     if promtool.is_file() {
