@@ -111,6 +111,16 @@ pub struct Cli {
     /// then is down (davinci_device_error_info errno="ETIMEDOUT") for that scrape.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub device_timeout: Duration,
+
+    /// The kubelet's pod-resources socket, to label devices with the pod, namespace and
+    /// container they were given to. No socket there: no such labels, nothing logged.
+    #[arg(long, value_name = "PATH", default_value = pods::DEFAULT_SOCKET)]
+    pub pod_resources_socket: PathBuf,
+
+    /// The device plugin's resource name, whose device IDs (davinciN, davinciN::k, UUID,
+    /// UUID::k) the pod-resources API lists.
+    #[arg(long, value_name = "NAME", default_value = pods::DEFAULT_RESOURCE)]
+    pub resource: String,
 }
 
 /// `IP:PORT`, with a hint for the usual mistakes.
@@ -147,6 +157,10 @@ pub struct Exporter {
     scrape_lock: Mutex<()>,
     /// Each device path's last state (`None` up, `Some(why)` down), to log changes once.
     last: Mutex<HashMap<String, Option<String>>>,
+    /// The kubelet's pod-resources API (`None`: the client could not be made).
+    pods: Option<pods::PodResources>,
+    /// The last pod-resources error (logged once per change).
+    pods_error: Mutex<Option<String>>,
     /// What scrapes remember (utilization, client groups).
     history: Mutex<state::History>,
     /// Whether the last scrape found no device (logged once per change).
@@ -188,6 +202,18 @@ impl Exporter {
             scrape_lock: Mutex::new(()),
             last: Mutex::default(),
             history: Mutex::default(),
+            pods: match pods::PodResources::new(
+                &cli.pod_resources_socket,
+                &cli.resource,
+                POD_RESOURCES_TIMEOUT,
+            ) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("davinci-exporter: no pod attribution: {e}");
+                    None
+                }
+            },
+            pods_error: Mutex::default(),
             none_found: AtomicBool::new(false),
             log_all,
         }
@@ -219,6 +245,7 @@ impl Exporter {
         }
         let mut samples = self.collector.collect(&found.entries);
         relock(self.history.lock()).update(&mut samples, &state::ProcNames);
+        self.attribute(&mut samples);
         self.log_changes(&samples);
         let stats = SelfStats {
             duration: t0.elapsed(),
@@ -230,6 +257,27 @@ impl Exporter {
             evicted: self.conns.evicted.load(Ordering::Relaxed),
         };
         metrics::encode(&samples, &stats, format)
+    }
+
+    /// Labels the devices with the pods holding them (pod-resources API); an error is
+    /// logged when it changes, and the scrape goes on without attribution.
+    fn attribute(&self, samples: &mut [Sample]) {
+        let Some(p) = &self.pods else {
+            return;
+        };
+        let (allocs, error) = match p.list() {
+            Ok(a) => (a, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let mut last = relock(self.pods_error.lock());
+        if *last != error || (self.log_all && error.is_some()) {
+            match &error {
+                Some(e) => eprintln!("davinci-exporter: no pod attribution: pod-resources: {e}"),
+                None => eprintln!("davinci-exporter: pod-resources answers again"),
+            }
+        }
+        *last = error;
+        pods::attribute(samples, &allocs);
     }
 
     fn log_changes(&self, samples: &[Sample]) {
@@ -291,6 +339,9 @@ impl Exporter {
         }
     }
 }
+
+/// Time the kubelet's pod-resources API has to answer, per scrape.
+const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The page at `/`.
 const INDEX: &str = "<!DOCTYPE html>\n<html><head><title>davinci-exporter</title></head>\n\

@@ -127,6 +127,8 @@ families! {
         "Why a device is down: the errno of the failed open or call (ETIMEDOUT: no answer in time); 1 for each down device");
     INFO = ("davinci_device_info", Gauge, "device, path, uuid, model, driver_version, numa_node, abi_version, features",
         "What the device is: its path, UUID, model, driver and NUMA node (GET_IDENTITY, ABI 1.4; absent before), the driver's ABI version and feature bits (DAVINCI_FEAT_*, hex); always 1");
+    POD_INFO = ("davinci_device_pod_info", Gauge, "device, pod, namespace, container",
+        "A container the kubelet gave the device (or a replica of it) to, from its pod-resources API; always 1");
     SHARE = ("davinci_device_share_mode", Gauge, "device, mode",
         "1 for the sharing mode in force (exclusive or shared), 0 for the other");
     HEALTH = ("davinci_device_health", Gauge, DEV,
@@ -314,9 +316,17 @@ fn with(base: &Labels, more: &[(&'static str, String)]) -> Labels {
     l
 }
 
-/// The labels every series of the device `s` has.
+/// The labels every series of the device `s` has: `device`, and `pod`, `namespace` and
+/// `container` when the kubelet gave the device to exactly one container (a device shared
+/// by several has them on `davinci_device_pod_info` only).
 fn device_labels(s: &Sample) -> Labels {
-    vec![("device", s.device.clone())]
+    let mut l = vec![("device", s.device.clone())];
+    if let [one] = s.pods.as_slice() {
+        l.push(("pod", one.pod.clone()));
+        l.push(("namespace", one.namespace.clone()));
+        l.push(("container", one.container.clone()));
+    }
+    l
 }
 
 /// The registry of one scrape: every family of [`FAMILIES`], with the samples' series.
@@ -324,6 +334,18 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
     let mut f = Families::new();
     for s in samples {
         let dl = device_labels(s);
+        for p in &s.pods {
+            f.add(
+                &POD_INFO,
+                vec![
+                    ("device", s.device.clone()),
+                    ("pod", p.pod.clone()),
+                    ("namespace", p.namespace.clone()),
+                    ("container", p.container.clone()),
+                ],
+                1u64,
+            );
+        }
         let r = match &s.outcome {
             Ok(r) => r,
             Err(e) => {

@@ -303,3 +303,30 @@ fn a_tenants_control_characters_are_escaped_in_label_values() {
     assert!(text.contains(r#"process="evil\\u{1b}[2J\\n""#), "{text}");
     assert!(text.contains(r#"container_id="c\\u{1b}[2J""#), "{text}");
 }
+
+#[test]
+fn pods_label_a_device_held_by_one_container_and_are_listed_for_a_shared_one() {
+    use crate::pods::PodRef;
+    let held = |pod: &str, c: &str| PodRef {
+        pod: pod.into(),
+        namespace: "ml".into(),
+        container: c.into(),
+    };
+    let mut s = samples(true);
+    s[0].pods = vec![held("train-0", "trainer")];
+    s[1].pods = vec![held("a", "x"), held("b", "y")];
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
+    let one = r#"device="0",pod="train-0",namespace="ml",container="trainer""#;
+    for want in [
+        format!("davinci_device_up{{{one}}} 1"),
+        format!("davinci_device_memory_used_bytes{{{one}}} 3145728"),
+        format!("davinci_device_pod_info{{{one}}} 1"),
+        format!("davinci_client_processes{{{one},container_id=\"\",process=\"python3\"}} 1"),
+        // Shared by two containers: no pod labels on its series, both on the info.
+        "davinci_device_up{device=\"1\"} 0".to_string(),
+        r#"davinci_device_pod_info{device="1",pod="a",namespace="ml",container="x"} 1"#.into(),
+        r#"davinci_device_pod_info{device="1",pod="b",namespace="ml",container="y"} 1"#.into(),
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want}\n{text}");
+    }
+}
