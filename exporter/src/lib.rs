@@ -2,10 +2,16 @@
 //! over plain HTTP in the Prometheus text format (0.0.4), or OpenMetrics 1.0.0 when the
 //! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each scrape
 //! discovers the devices as `davinci-smi` does ([`davinci_ops::discover`]) and reads them
-//! afresh through a control open: GET_INFO (health, memory, sharing), LIST_CLIENTS (per
-//! client memory, tasks, objects, process and container) and, from ABI 1.3, GET_COUNTERS
-//! (device-wide task totals, doorbell wake-ups, stream errors). A device that cannot be
-//! read is `davinci_device_up 0`, not a failed scrape.
+//! afresh through a control open: GET_INFO (memory, sharing), LIST_CLIENTS (per client
+//! memory, tasks, objects, busy time, process and container), from ABI 1.3 GET_COUNTERS
+//! (device-wide task totals, doorbell wake-ups, stream errors; from 1.4 busy time, engines,
+//! health, hung streams) and from 1.4 GET_IDENTITY (UUID, model, driver). A device that
+//! cannot be read is `davinci_device_up 0`, not a failed scrape.
+//!
+//! Between scrapes it remembers ([`state`]) each device's busy time, for the utilization
+//! over the interval, and its clients, whose series are per (container, process name)
+//! group so that they do not churn when processes restart. On a Kubernetes node it labels
+//! devices with the pods holding them, from the kubelet's pod-resources API ([`pods`]).
 //!
 //! `--once` prints one scrape on stdout and exits. The families are listed in
 //! [`metrics::FAMILIES`]; exporter/README.md has the table and examples.
@@ -45,10 +51,10 @@ pub const EXIT_USAGE: i32 = 2;
 #[command(
     name = "davinci-exporter",
     version,
-    about = "Serves the davinci devices' metrics (health, memory, sharing, clients, tasks) over \
-             HTTP for Prometheus.",
-    long_about = "Serves the davinci devices' metrics (health, memory, sharing, clients, tasks) \
-                  over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
+    about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, clients, \
+             tasks, pods) over HTTP for Prometheus.",
+    long_about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, \
+                  clients, tasks, pods) over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
                   OpenMetrics when the Accept header asks for application/openmetrics-text; \
                   GET / is a page pointing there. Each scrape reads the devices afresh; a \
                   device that cannot be read is reported as davinci_device_up 0.\n\n\
