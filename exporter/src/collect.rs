@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use davinci_shim::Control;
-use davinci_uapi::{ClientUsage, DeviceCounters, DeviceInfo, Errno, Features};
+use davinci_uapi::{ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno, Features};
 
 /// Most devices read in one scrape (discovery that finds more reports the first ones and
 /// logs the rest): bounds the threads and the size of a scrape.
@@ -29,8 +29,13 @@ pub struct Reading {
     pub clients: Option<Vec<ClientUsage>>,
     /// GET_COUNTERS (ABI 1.3); `None` when the driver lacks `COUNTERS` or the call failed.
     pub counters: Option<DeviceCounters>,
+    /// GET_IDENTITY (ABI 1.4); `None` when the driver lacks `IDENTITY` or the call failed.
+    pub identity: Option<DeviceIdentity>,
     /// Calls after GET_INFO that failed; the device is still up.
     pub problems: Vec<String>,
+    /// What the scrape derived from this reading and the earlier ones
+    /// ([`History::update`](crate::state::History::update)).
+    pub derived: crate::state::Derived,
 }
 
 /// Why a device could not be read.
@@ -63,6 +68,8 @@ pub struct Sample {
     pub device: String,
     /// The device path as given to the shim (`/dev/davinci0`, `mock:/run/davinci/davinci0.sock`).
     pub path: String,
+    /// The pods whose containers the kubelet gave this device (pod-resources API).
+    pub pods: Vec<crate::pods::PodRef>,
     /// The reading, or why there is none.
     pub outcome: Result<Reading, Failure>,
 }
@@ -104,11 +111,24 @@ impl Reader for ShimReader {
             }
             None => None,
         };
+        let identity = if info.features.contains(Features::IDENTITY) {
+            match ctl.identity() {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    problems.push(e.to_string());
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(Reading {
             info,
             clients,
             counters,
+            identity,
             problems,
+            derived: Default::default(),
         })
     }
 }
@@ -245,6 +265,7 @@ impl Collector {
                 Sample {
                     device,
                     path: e.path.clone(),
+                    pods: Vec::new(),
                     outcome,
                 }
             })

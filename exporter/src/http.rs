@@ -1,14 +1,16 @@
 //! A deliberately small HTTP/1.x server: one request per connection (`Connection: close`),
 //! GET and HEAD only, the request head read with a size limit and a deadline and parsed by
-//! `httparse`, a bounded number of connections at once. That is all a Prometheus scrape
-//! needs, and every resource a peer can make it spend is bounded.
+//! `httparse`, a bounded number of connections at once, where a new connection takes the
+//! place of the oldest one still sending its head rather than being refused. That is all a
+//! Prometheus scrape needs, and every resource a peer can make it spend is bounded.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Most bytes of a request head (request line and headers).
@@ -24,7 +26,7 @@ const LINGER_BYTES: usize = 64 * 1024;
 /// The limits of the server.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections served at once; more are answered 503 and closed.
+    /// Connections open at once; see [`serve`] for what happens at the limit.
     pub max_connections: usize,
     /// Time for a client to send its whole request head, from the connection on.
     pub read_timeout: Duration,
@@ -263,9 +265,72 @@ pub fn linger_close(stream: &mut TcpStream) {
     }
 }
 
+/// What the server counts about connections (exported as the exporter's own metrics).
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    /// Connections answered 503: the limit was reached and every connection was past its
+    /// request head (being answered).
+    pub rejected: AtomicU64,
+    /// Connections closed to make room for a new one: the oldest of those that had not sent
+    /// a whole request head yet (or were lingering after their answer).
+    pub evicted: AtomicU64,
+}
+
+/// One open connection, as the table of connections knows it.
+#[derive(Debug)]
+struct Conn {
+    /// A handle on the socket, to shut it down when the connection is evicted.
+    stream: Option<TcpStream>,
+    /// Whether it may be evicted: it has not sent its whole request head yet, or it has
+    /// been answered and is lingering. A connection whose request is being answered is not.
+    evictable: bool,
+}
+
+/// The connections open now, by the order they were accepted (ids only grow, so the
+/// smallest id is the oldest).
+#[derive(Debug, Default)]
+struct Table {
+    next: u64,
+    conns: BTreeMap<u64, Conn>,
+}
+
+type Shared = Arc<Mutex<Table>>;
+
+fn relock<T>(r: std::sync::LockResult<T>) -> T {
+    // The table is whole whatever panicked while holding it (inserts, removes, flags).
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A connection's entry in the table; removed when dropped (if not evicted before).
+struct Slot {
+    table: Shared,
+    id: u64,
+}
+
+impl Slot {
+    fn set_evictable(&self, evictable: bool) {
+        if let Some(c) = relock(self.table.lock()).conns.get_mut(&self.id) {
+            c.evictable = evictable;
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        relock(self.table.lock()).conns.remove(&self.id);
+    }
+}
+
 /// Answers connections on `listener` with `handler` until `stop` is set, each on its own
-/// thread, at most `limits.max_connections` at once (more are answered 503 at once); then
-/// waits up to `grace` for the connections being served. `rejected` counts the 503s.
+/// thread, at most `limits.max_connections` at once; then waits up to `grace` for the
+/// connections being served.
+///
+/// At the limit, a new connection does not wait and is not refused while some connection
+/// has not sent its whole request head yet: the oldest such connection (idle, or
+/// trickling its head byte by byte) is closed to make room (counted in `stats.evicted`).
+/// So slow or silent peers cannot starve a scrape, which sends its head at once. Only when
+/// every connection is past its head (being answered) is the new one answered 503 at once
+/// (counted in `stats.rejected`).
 ///
 /// # Errors
 /// The listener cannot be polled.
@@ -274,12 +339,12 @@ pub fn serve(
     limits: Limits,
     handler: Arc<dyn Fn(&Request) -> Response + Send + Sync>,
     stop: &AtomicBool,
-    rejected: Arc<AtomicUsize>,
+    stats: Arc<ConnStats>,
     grace: Duration,
 ) -> io::Result<()> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     listener.set_nonblocking(true)?;
-    let active = Arc::new(AtomicUsize::new(0));
+    let table: Shared = Arc::default();
     while !stop.load(Ordering::SeqCst) {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(200u16)) {
@@ -300,44 +365,71 @@ pub fn serve(
                     break;
                 }
             };
-            accept_one(stream, limits, &handler, &active, &rejected);
+            accept_one(stream, limits, &handler, &table, &stats);
         }
     }
     let t0 = Instant::now();
-    while active.load(Ordering::SeqCst) > 0 && t0.elapsed() < grace {
+    while !relock(table.lock()).conns.is_empty() && t0.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
 }
 
-/// Decrements the count of connections being served when dropped.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// Makes room for one more connection: `true` if there was room or the oldest evictable
+/// connection was closed for it, `false` if every connection is being answered.
+fn make_room(t: &mut Table, max: usize, stats: &ConnStats) -> bool {
+    if t.conns.len() < max {
+        return true;
     }
+    let oldest = t.conns.iter().find(|(_, c)| c.evictable).map(|(&id, _)| id);
+    let Some(id) = oldest else {
+        return false;
+    };
+    if let Some(c) = t.conns.remove(&id) {
+        if let Some(s) = c.stream {
+            // Wakes its thread (the read returns 0), which then ends without an answer.
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+    stats.evicted.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 fn accept_one(
     mut stream: TcpStream,
     limits: Limits,
     handler: &Arc<dyn Fn(&Request) -> Response + Send + Sync>,
-    active: &Arc<AtomicUsize>,
-    rejected: &AtomicUsize,
+    table: &Shared,
+    stats: &ConnStats,
 ) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(limits.write_timeout));
-    if active.fetch_add(1, Ordering::SeqCst) >= limits.max_connections {
-        active.fetch_sub(1, Ordering::SeqCst);
-        rejected.fetch_add(1, Ordering::Relaxed);
+    let id = {
+        let mut t = relock(table.lock());
+        if make_room(&mut t, limits.max_connections, stats) {
+            let id = t.next;
+            t.next += 1;
+            t.conns.insert(
+                id,
+                Conn {
+                    stream: stream.try_clone().ok(),
+                    evictable: true,
+                },
+            );
+            Some(id)
+        } else {
+            None
+        }
+    };
+    let Some(id) = id else {
+        stats.rejected.fetch_add(1, Ordering::Relaxed);
         // A fresh socket's send buffer takes this without blocking.
         let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
         let mut r = Response::text(
             503,
             format!(
-                "busy: {} connections are being served; try again\n",
+                "busy: {} connections are being answered; try again\n",
                 limits.max_connections
             ),
         );
@@ -345,14 +437,16 @@ fn accept_one(
         let _ = write_response(&mut stream, &r, false);
         let _ = stream.shutdown(Shutdown::Both);
         return;
-    }
-    let slot = Slot(Arc::clone(active));
+    };
+    let slot = Slot {
+        table: Arc::clone(table),
+        id,
+    };
     let handler = Arc::clone(handler);
     let spawned = std::thread::Builder::new()
         .name("http-conn".into())
         .spawn(move || {
-            let _slot = slot;
-            serve_connection(stream, limits, &*handler);
+            serve_connection(stream, limits, &*handler, &slot);
         });
     if let Err(e) = spawned {
         // The closure, with the stream and the slot, was dropped: the connection closes.
@@ -364,9 +458,11 @@ fn serve_connection(
     mut stream: TcpStream,
     limits: Limits,
     handler: &(dyn Fn(&Request) -> Response + Send + Sync),
+    slot: &Slot,
 ) {
     match read_request(&mut stream, limits.read_timeout) {
         Ok(req) => {
+            slot.set_evictable(false);
             let r = if req.method == "GET" || req.method == "HEAD" {
                 handler(&req)
             } else {
@@ -384,6 +480,7 @@ fn serve_connection(
             let _ = write_response(&mut stream, &Response::text(status, msg + "\n"), false);
         }
     }
+    slot.set_evictable(true);
     linger_close(&mut stream);
 }
 
@@ -454,5 +551,157 @@ mod tests {
         }
         many.extend_from_slice(b"\r\n");
         assert!(matches!(parse_head(&many), Head::Refused(431, _)));
+    }
+
+    /// A server on a free loopback port with `max` connections, answering 200 "ok" after
+    /// `delay`; stopped (and its thread joined) on drop.
+    struct Server {
+        addr: std::net::SocketAddr,
+        stop: Arc<AtomicBool>,
+        stats: Arc<ConnStats>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Server {
+        fn start(max: usize, delay: Duration) -> Server {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let stats = Arc::new(ConnStats::default());
+            let limits = Limits {
+                max_connections: max,
+                read_timeout: Duration::from_secs(30),
+                write_timeout: Duration::from_secs(5),
+            };
+            let handler: Arc<dyn Fn(&Request) -> Response + Send + Sync> =
+                Arc::new(move |_: &Request| {
+                    std::thread::sleep(delay);
+                    Response::text(200, "ok\n")
+                });
+            let (st, ss) = (Arc::clone(&stop), Arc::clone(&stats));
+            let thread = std::thread::spawn(move || {
+                serve(&l, limits, handler, &st, ss, Duration::from_secs(1)).unwrap();
+            });
+            Server {
+                addr,
+                stop,
+                stats,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// GET / and the status of the answer (0 if the connection closed without one).
+    fn status(addr: std::net::SocketAddr) -> u16 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        let text = String::from_utf8_lossy(&buf);
+        text.split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn at_the_limit_the_oldest_idle_connection_makes_room() {
+        let srv = Server::start(2, Duration::ZERO);
+        let mut idle: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(srv.addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(status(srv.addr), 200);
+        // The oldest idle one was closed, without an answer; the other is still open.
+        idle[0]
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(idle[0].read_to_end(&mut buf).unwrap_or(0), 0);
+        idle[1]
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut one = [0u8; 1];
+        let e = idle[1].read(&mut one).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        );
+        assert!(srv.stats.evicted.load(Ordering::Relaxed) >= 1);
+        assert_eq!(srv.stats.rejected.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn at_the_limit_with_every_connection_answered_a_new_one_gets_503() {
+        let srv = Server::start(2, Duration::from_millis(1500));
+        let addr = srv.addr;
+        let busy: Vec<_> = (0..2)
+            .map(|_| std::thread::spawn(move || status(addr)))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        assert_eq!(status(addr), 503);
+        assert!(t0.elapsed() < Duration::from_millis(1000), "503 at once");
+        for b in busy {
+            assert_eq!(b.join().unwrap(), 200, "the busy ones were not evicted");
+        }
+        assert_eq!(srv.stats.rejected.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn sixteen_tricklers_do_not_starve_scrapes() {
+        let srv = Server::start(16, Duration::ZERO);
+        let addr = srv.addr;
+        let stop = Arc::new(AtomicBool::new(false));
+        // 16 peers each send a request head one byte every 50 ms, a header that never
+        // ends; an evicted one connects again.
+        let tricklers: Vec<_> = (0..16)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let head = b"GET / HTTP/1.1\r\nX-Slow: ";
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut s) = TcpStream::connect(addr) else {
+                            continue;
+                        };
+                        let mut i = 0usize;
+                        while !stop.load(Ordering::Relaxed) {
+                            let b = head.get(i).copied().unwrap_or(b'a');
+                            if s.write_all(&[b]).is_err() {
+                                break;
+                            }
+                            i += 1;
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let mut answers = Vec::new();
+        for _ in 0..36 {
+            answers.push(status(addr));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in tricklers {
+            t.join().unwrap();
+        }
+        assert!(answers.iter().all(|&s| s == 200), "{answers:?}");
+        assert!(srv.stats.evicted.load(Ordering::Relaxed) > 0);
+        assert_eq!(srv.stats.rejected.load(Ordering::Relaxed), 0);
     }
 }

@@ -2,10 +2,16 @@
 //! over plain HTTP in the Prometheus text format (0.0.4), or OpenMetrics 1.0.0 when the
 //! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each scrape
 //! discovers the devices as `davinci-smi` does ([`davinci_ops::discover`]) and reads them
-//! afresh through a control open: GET_INFO (health, memory, sharing), LIST_CLIENTS (per
-//! client memory, tasks, objects, process and container) and, from ABI 1.3, GET_COUNTERS
-//! (device-wide task totals, doorbell wake-ups, stream errors). A device that cannot be
-//! read is `davinci_device_up 0`, not a failed scrape.
+//! afresh through a control open: GET_INFO (memory, sharing), LIST_CLIENTS (per client
+//! memory, tasks, objects, busy time, process and container), from ABI 1.3 GET_COUNTERS
+//! (device-wide task totals, doorbell wake-ups, stream errors; from 1.4 busy time, engines,
+//! health, hung streams) and from 1.4 GET_IDENTITY (UUID, model, driver). A device that
+//! cannot be read is `davinci_device_up 0`, not a failed scrape.
+//!
+//! Between scrapes it remembers ([`state`]) each device's busy time, for the utilization
+//! over the interval, and its clients, whose series are per (container, process name)
+//! group so that they do not churn when processes restart. On a Kubernetes node it labels
+//! devices with the pods holding them, from the kubelet's pod-resources API ([`pods`]).
 //!
 //! `--once` prints one scrape on stdout and exits. The families are listed in
 //! [`metrics::FAMILIES`]; exporter/README.md has the table and examples.
@@ -15,12 +21,14 @@
 pub mod collect;
 pub mod http;
 pub mod metrics;
+pub mod pods;
+pub mod state;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,10 +51,10 @@ pub const EXIT_USAGE: i32 = 2;
 #[command(
     name = "davinci-exporter",
     version,
-    about = "Serves the davinci devices' metrics (health, memory, sharing, clients, tasks) over \
-             HTTP for Prometheus.",
-    long_about = "Serves the davinci devices' metrics (health, memory, sharing, clients, tasks) \
-                  over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
+    about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, clients, \
+             tasks, pods) over HTTP for Prometheus.",
+    long_about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, \
+                  clients, tasks, pods) over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
                   OpenMetrics when the Accept header asks for application/openmetrics-text; \
                   GET / is a page pointing there. Each scrape reads the devices afresh; a \
                   device that cannot be read is reported as davinci_device_up 0.\n\n\
@@ -90,7 +98,9 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "prometheus")]
     pub format: Format,
 
-    /// Most connections served at once; more are answered 503 (1-1024).
+    /// Most connections open at once (1-1024). At the limit a new connection takes the place
+    /// of the oldest one that has not sent its whole request yet; only when all are being
+    /// answered is it answered 503.
     #[arg(
         long,
         value_name = "N",
@@ -107,6 +117,16 @@ pub struct Cli {
     /// then is down (davinci_device_error_info errno="ETIMEDOUT") for that scrape.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub device_timeout: Duration,
+
+    /// The kubelet's pod-resources socket, to label devices with the pod, namespace and
+    /// container they were given to. No socket there: no such labels, nothing logged.
+    #[arg(long, value_name = "PATH", default_value = pods::DEFAULT_SOCKET)]
+    pub pod_resources_socket: PathBuf,
+
+    /// The device plugin's resource name, whose device IDs (davinciN, davinciN::k, UUID,
+    /// UUID::k) the pod-resources API lists.
+    #[arg(long, value_name = "NAME", default_value = pods::DEFAULT_RESOURCE)]
+    pub resource: String,
 }
 
 /// `IP:PORT`, with a hint for the usual mistakes.
@@ -138,11 +158,17 @@ pub struct Exporter {
     discovery: Discovery,
     collector: Collector,
     scrapes: AtomicU64,
-    rejected: Arc<AtomicUsize>,
+    conns: Arc<http::ConnStats>,
     /// One scrape reads the devices at a time.
     scrape_lock: Mutex<()>,
     /// Each device path's last state (`None` up, `Some(why)` down), to log changes once.
     last: Mutex<HashMap<String, Option<String>>>,
+    /// The kubelet's pod-resources API (`None`: the client could not be made).
+    pods: Option<pods::PodResources>,
+    /// The last pod-resources error (logged once per change).
+    pods_error: Mutex<Option<String>>,
+    /// What scrapes remember (utilization, client groups).
+    history: Mutex<state::History>,
     /// Whether the last scrape found no device (logged once per change).
     none_found: AtomicBool,
     /// Log every device that is down, not only changes (`--once`).
@@ -178,9 +204,22 @@ impl Exporter {
             discovery,
             collector: Collector::new(reader, cli.device_timeout),
             scrapes: AtomicU64::new(0),
-            rejected: Arc::default(),
+            conns: Arc::default(),
             scrape_lock: Mutex::new(()),
             last: Mutex::default(),
+            history: Mutex::default(),
+            pods: match pods::PodResources::new(
+                &cli.pod_resources_socket,
+                &cli.resource,
+                POD_RESOURCES_TIMEOUT,
+            ) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("davinci-exporter: no pod attribution: {e}");
+                    None
+                }
+            },
+            pods_error: Mutex::default(),
             none_found: AtomicBool::new(false),
             log_all,
         }
@@ -210,7 +249,9 @@ impl Exporter {
                 collect::MAX_DEVICES
             );
         }
-        let samples = self.collector.collect(&found.entries);
+        let mut samples = self.collector.collect(&found.entries);
+        relock(self.history.lock()).update(&mut samples, &state::ProcNames);
+        self.attribute(&mut samples);
         self.log_changes(&samples);
         let stats = SelfStats {
             duration: t0.elapsed(),
@@ -218,9 +259,31 @@ impl Exporter {
                 .scrapes
                 .fetch_add(1, Ordering::Relaxed)
                 .saturating_add(1),
-            rejected: self.rejected.load(Ordering::Relaxed) as u64,
+            rejected: self.conns.rejected.load(Ordering::Relaxed),
+            evicted: self.conns.evicted.load(Ordering::Relaxed),
         };
         metrics::encode(&samples, &stats, format)
+    }
+
+    /// Labels the devices with the pods holding them (pod-resources API); an error is
+    /// logged when it changes, and the scrape goes on without attribution.
+    fn attribute(&self, samples: &mut [Sample]) {
+        let Some(p) = &self.pods else {
+            return;
+        };
+        let (allocs, error) = match p.list() {
+            Ok(a) => (a, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let mut last = relock(self.pods_error.lock());
+        if *last != error || (self.log_all && error.is_some()) {
+            match &error {
+                Some(e) => eprintln!("davinci-exporter: no pod attribution: pod-resources: {e}"),
+                None => eprintln!("davinci-exporter: pod-resources answers again"),
+            }
+        }
+        *last = error;
+        pods::attribute(samples, &allocs);
     }
 
     fn log_changes(&self, samples: &[Sample]) {
@@ -282,6 +345,9 @@ impl Exporter {
         }
     }
 }
+
+/// Time the kubelet's pod-resources API has to answer, per scrape.
+const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The page at `/`.
 const INDEX: &str = "<!DOCTYPE html>\n<html><head><title>davinci-exporter</title></head>\n\
@@ -382,7 +448,7 @@ fn serve(cli: &Cli) -> i32 {
         write_timeout: Duration::from_secs(10),
     };
     eprintln!("davinci-exporter: listening on http://{addr}/metrics");
-    let rejected = Arc::clone(&ex.rejected);
+    let conns = Arc::clone(&ex.conns);
     let handler: Arc<dyn Fn(&Request) -> Response + Send + Sync> =
         Arc::new(move |req: &Request| ex.handle(req));
     match http::serve(
@@ -390,7 +456,7 @@ fn serve(cli: &Cli) -> i32 {
         limits,
         handler,
         &stop,
-        rejected,
+        conns,
         Duration::from_secs(5),
     ) {
         Ok(()) => {

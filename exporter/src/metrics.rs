@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry, Unit};
 
-use davinci_uapi::ShareMode;
+use davinci_uapi::{Features, ShareMode};
 
 use crate::collect::Sample;
 
@@ -78,6 +78,8 @@ pub struct SelfStats {
     pub scrapes: u64,
     /// Connections refused because the connection limit was reached.
     pub rejected: u64,
+    /// Connections closed to make room for new ones.
+    pub evicted: u64,
 }
 
 /// Metric type, as the exposition says it.
@@ -102,8 +104,8 @@ pub struct FamilyDoc {
     pub help: &'static str,
 }
 
-const DEV: &str = "device, path";
-const CLIENT: &str = "device, path, client_id, pid, uid, container, process";
+const DEV: &str = "device";
+const CLIENT: &str = "device, container_id, process";
 
 macro_rules! families {
     ($($id:ident = ($name:literal, $kind:ident, $labels:expr, $help:literal);)*) => {
@@ -121,12 +123,24 @@ macro_rules! families {
 families! {
     UP = ("davinci_device_up", Gauge, DEV,
         "1 if the device answered GET_INFO in this scrape, 0 if it could not be opened or read");
-    ERROR = ("davinci_device_error_info", Gauge, "device, path, errno",
+    ERROR = ("davinci_device_error_info", Gauge, "device, errno",
         "Why a device is down: the errno of the failed open or call (ETIMEDOUT: no answer in time); 1 for each down device");
-    INFO = ("davinci_device_info", Gauge, "device, path, abi_version, features",
-        "The driver's ABI version and feature bits (DAVINCI_FEAT_*, hex); always 1");
-    SHARE = ("davinci_device_share_mode", Gauge, "device, path, mode",
+    INFO = ("davinci_device_info", Gauge, "device, path, uuid, model, driver_version, numa_node, abi_version, features",
+        "What the device is: its path, UUID, model, driver and NUMA node (GET_IDENTITY, ABI 1.4; absent before), the driver's ABI version and feature bits (DAVINCI_FEAT_*, hex); always 1");
+    POD_INFO = ("davinci_device_pod_info", Gauge, "device, pod, namespace, container",
+        "A container the kubelet gave the device (or a replica of it) to, from its pod-resources API; always 1");
+    SHARE = ("davinci_device_share_mode", Gauge, "device, mode",
         "1 for the sharing mode in force (exclusive or shared), 0 for the other");
+    HEALTH = ("davinci_device_health", Gauge, DEV,
+        "The device's health code: 0 OK, 1 Warning (an engine holds a task that does not finish), 2 Alarm, 3 Critical (DAVINCI_HEALTH_*; needs ABI 1.4)");
+    HUNG = ("davinci_device_hung_streams", Gauge, DEV,
+        "Streams stopped now by a task that does not finish (needs ABI 1.4)");
+    BUSY = ("davinci_device_busy_seconds_total", Counter, DEV,
+        "Time the device's engines spent executing tasks since the device started, summed over engines working at once (needs ABI 1.4)");
+    UTIL = ("davinci_device_utilization_ratio", Gauge, DEV,
+        "Share of the device's engine time spent executing tasks between the exporter's previous scrape and this one, 0 to 1 (absent on the first scrape and after a device restart; needs ABI 1.4)");
+    ENGINES = ("davinci_device_engines", Gauge, DEV,
+        "Engines that execute tasks at once (needs ABI 1.4)");
     CLIENTS = ("davinci_device_clients", Gauge, DEV,
         "Clients attached now (control opens excluded)");
     CLIENTS_MAX = ("davinci_device_clients_max", Gauge, DEV,
@@ -157,22 +171,28 @@ families! {
         "Events that exist now on the device (needs GET_COUNTERS)");
     DEV_ALLOCS = ("davinci_device_allocations", Gauge, DEV,
         "Allocations that exist now on the device (needs GET_COUNTERS)");
+    C_INFO = ("davinci_client_info", Gauge, "device, container_id, process, client_id, pid, uid",
+        "One attached client: its driver client id, pid and uid, and the group (container_id, process) whose davinci_client_* series count it; always 1");
+    C_PROCESSES = ("davinci_client_processes", Gauge, CLIENT,
+        "Clients of the group (same container and process name) attached now");
     C_MEM = ("davinci_client_memory_bytes", Gauge, CLIENT,
-        "Device memory held by the client");
+        "Device memory held by the group's clients");
+    C_BUSY = ("davinci_client_busy_seconds_total", Counter, CLIENT,
+        "Engine time spent executing the group's tasks, clients gone since included (needs ABI 1.4)");
     C_SUBMITTED = ("davinci_client_tasks_submitted_total", Counter, CLIENT,
-        "Descriptors the device has taken from the client's command rings");
+        "Descriptors the device has taken from the group's command rings, clients gone since included");
     C_COMPLETED = ("davinci_client_tasks_completed_total", Counter, CLIENT,
-        "Completions the device has written for the client");
+        "Completions the device has written for the group, clients gone since included");
     C_QUEUED = ("davinci_client_tasks_queued", Gauge, CLIENT,
-        "Descriptors the client has published and the device has not taken yet, over all its streams");
+        "Descriptors the group's clients have published and the device has not taken yet, over all their streams");
     C_CONTEXTS = ("davinci_client_contexts", Gauge, CLIENT,
-        "Contexts the client holds");
+        "Contexts the group's clients hold");
     C_STREAMS = ("davinci_client_streams", Gauge, CLIENT,
-        "Streams the client holds");
+        "Streams the group's clients hold");
     C_EVENTS = ("davinci_client_events", Gauge, CLIENT,
-        "Events the client holds");
+        "Events the group's clients hold");
     C_ALLOCS = ("davinci_client_allocations", Gauge, CLIENT,
-        "Allocations the client holds");
+        "Allocations the group's clients hold");
     DEVICES = ("davinci_exporter_devices", Gauge, "",
         "Devices discovered in this scrape, up or not");
     DURATION = ("davinci_exporter_scrape_duration_seconds", Gauge, "",
@@ -180,83 +200,71 @@ families! {
     SCRAPES = ("davinci_exporter_scrapes_total", Counter, "",
         "Scrapes of /metrics served since the exporter started, this one included");
     REJECTED = ("davinci_exporter_connections_rejected_total", Counter, "",
-        "Connections answered 503 because --max-connections connections were open");
+        "Connections answered 503 because --max-connections connections were open and all were being answered");
+    EVICTED = ("davinci_exporter_connections_evicted_total", Counter, "",
+        "Connections closed to make room for a new one at --max-connections: the oldest that had not sent a whole request head (idle or trickling) or had been answered");
     BUILD = ("davinci_exporter_build_info", Gauge, "version",
         "The exporter's version; always 1");
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DevLabels {
-    device: String,
-    path: String,
+/// A series' labels, in order.
+type Labels = Vec<(&'static str, String)>;
+
+/// A sample's value.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ErrorLabels {
-    device: String,
-    path: String,
-    errno: String,
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::Int(v)
+    }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct InfoLabels {
-    device: String,
-    path: String,
-    abi_version: String,
-    features: String,
+impl From<u32> for Value {
+    fn from(v: u32) -> Value {
+        Value::Int(v.into())
+    }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModeLabels {
-    device: String,
-    path: String,
-    mode: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClientLabels {
-    device: String,
-    path: String,
-    client_id: u32,
-    pid: u32,
-    uid: u32,
-    container: String,
-    process: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabels {
-    version: String,
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Float(v)
+    }
 }
 
 /// One family's series, in the order they were added (devices in discovery order, clients
 /// in the driver's order), so that scrapes are stable and diffable.
 #[derive(Debug)]
-struct Series<L> {
+struct Series {
     kind: Kind,
-    rows: Vec<(L, u64)>,
+    rows: Vec<(Labels, Value)>,
 }
 
-impl<L> Series<L> {
-    fn new(doc: &FamilyDoc) -> Series<L> {
+impl Series {
+    fn new(doc: &FamilyDoc) -> Series {
         Series {
             kind: doc.kind,
             rows: Vec::new(),
         }
     }
 
-    fn add(&mut self, labels: L, v: impl Into<u64>) {
+    fn add(&mut self, labels: Labels, v: impl Into<Value>) {
         self.rows.push((labels, v.into()));
     }
 }
 
-impl<L: EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static> EncodeMetric for Series<L> {
+impl EncodeMetric for Series {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         for (labels, v) in &self.rows {
             let e = encoder.encode_family(labels)?;
-            match self.kind {
-                Kind::Gauge => ConstGauge::new(*v).encode(e)?,
-                Kind::Counter => ConstCounter::new(*v).encode(e)?,
+            match (self.kind, *v) {
+                (Kind::Gauge, Value::Int(v)) => ConstGauge::new(v).encode(e)?,
+                (Kind::Gauge, Value::Float(v)) => ConstGauge::new(v).encode(e)?,
+                (Kind::Counter, Value::Int(v)) => ConstCounter::new(v).encode(e)?,
+                (Kind::Counter, Value::Float(v)) => ConstCounter::new(v).encode(e)?,
             }
         }
         Ok(())
@@ -286,156 +294,181 @@ fn register(reg: &mut Registry, doc: &FamilyDoc, metric: impl Metric) {
     }
 }
 
+/// Every family's series, by family (in [`FAMILIES`] order).
+struct Families(Vec<(&'static FamilyDoc, Series)>);
+
+impl Families {
+    fn new() -> Families {
+        Families(FAMILIES.iter().map(|f| (f, Series::new(f))).collect())
+    }
+
+    fn add(&mut self, doc: &FamilyDoc, labels: Labels, v: impl Into<Value>) {
+        if let Some((_, s)) = self.0.iter_mut().find(|(f, _)| f.name == doc.name) {
+            s.add(labels, v);
+        }
+    }
+}
+
+/// `base` and more labels.
+fn with(base: &Labels, more: &[(&'static str, String)]) -> Labels {
+    let mut l = base.clone();
+    l.extend_from_slice(more);
+    l
+}
+
+/// The labels every series of the device `s` has: `device`, and `pod`, `namespace` and
+/// `container` when the kubelet gave the device to exactly one container (a device shared
+/// by several has them on `davinci_device_pod_info` only).
+fn device_labels(s: &Sample) -> Labels {
+    let mut l = vec![("device", s.device.clone())];
+    if let [one] = s.pods.as_slice() {
+        l.push(("pod", one.pod.clone()));
+        l.push(("namespace", one.namespace.clone()));
+        l.push(("container", one.container.clone()));
+    }
+    l
+}
+
 /// The registry of one scrape: every family of [`FAMILIES`], with the samples' series.
 fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
-    let mut up = Series::<DevLabels>::new(&UP);
-    let mut error = Series::<ErrorLabels>::new(&ERROR);
-    let mut info = Series::<InfoLabels>::new(&INFO);
-    let mut share = Series::<ModeLabels>::new(&SHARE);
-    let mut clients = Series::<DevLabels>::new(&CLIENTS);
-    let mut clients_max = Series::<DevLabels>::new(&CLIENTS_MAX);
-    let mut mem_used = Series::<DevLabels>::new(&MEM_USED);
-    let mut mem_total = Series::<DevLabels>::new(&MEM_TOTAL);
-    let mut mem_limit = Series::<DevLabels>::new(&MEM_LIMIT);
-    let mut dev_queued = Series::<DevLabels>::new(&DEV_QUEUED);
-    let mut dev_submitted = Series::<DevLabels>::new(&DEV_SUBMITTED);
-    let mut dev_completed = Series::<DevLabels>::new(&DEV_COMPLETED);
-    let mut doorbells = Series::<DevLabels>::new(&DOORBELLS);
-    let mut stream_errors = Series::<DevLabels>::new(&STREAM_ERRORS);
-    let mut opened = Series::<DevLabels>::new(&OPENED);
-    let mut dev_contexts = Series::<DevLabels>::new(&DEV_CONTEXTS);
-    let mut dev_streams = Series::<DevLabels>::new(&DEV_STREAMS);
-    let mut dev_events = Series::<DevLabels>::new(&DEV_EVENTS);
-    let mut dev_allocs = Series::<DevLabels>::new(&DEV_ALLOCS);
-    let mut c_mem = Series::<ClientLabels>::new(&C_MEM);
-    let mut c_submitted = Series::<ClientLabels>::new(&C_SUBMITTED);
-    let mut c_completed = Series::<ClientLabels>::new(&C_COMPLETED);
-    let mut c_queued = Series::<ClientLabels>::new(&C_QUEUED);
-    let mut c_contexts = Series::<ClientLabels>::new(&C_CONTEXTS);
-    let mut c_streams = Series::<ClientLabels>::new(&C_STREAMS);
-    let mut c_events = Series::<ClientLabels>::new(&C_EVENTS);
-    let mut c_allocs = Series::<ClientLabels>::new(&C_ALLOCS);
-
+    let mut f = Families::new();
     for s in samples {
-        let dl = DevLabels {
-            device: s.device.clone(),
-            path: s.path.clone(),
-        };
+        let dl = device_labels(s);
+        for p in &s.pods {
+            f.add(
+                &POD_INFO,
+                vec![
+                    ("device", s.device.clone()),
+                    ("pod", p.pod.clone()),
+                    ("namespace", p.namespace.clone()),
+                    ("container", p.container.clone()),
+                ],
+                1u64,
+            );
+        }
         let r = match &s.outcome {
             Ok(r) => r,
-            Err(f) => {
-                up.add(dl, 0u64);
-                let el = ErrorLabels {
-                    device: s.device.clone(),
-                    path: s.path.clone(),
-                    errno: f.errno_name().to_string(),
-                };
-                error.add(el, 1u64);
+            Err(e) => {
+                f.add(&UP, dl.clone(), 0u64);
+                f.add(
+                    &ERROR,
+                    with(&dl, &[("errno", e.errno_name().to_string())]),
+                    1u64,
+                );
                 continue;
             }
         };
-        up.add(dl.clone(), 1u64);
+        f.add(&UP, dl.clone(), 1u64);
         let i = &r.info;
-        let il = InfoLabels {
-            device: s.device.clone(),
-            path: s.path.clone(),
-            abi_version: format!("{}.{}", i.abi_major, i.abi_minor),
-            features: format!("{:#x}", i.features.bits()),
-        };
-        info.add(il, 1u64);
+        let mut il = with(&dl, &[("path", printable(&s.path))]);
+        if let Some(id) = &r.identity {
+            il.push(("uuid", id.uuid_string().to_string()));
+            il.push(("model", printable(id.model())));
+            il.push(("driver_version", printable(id.driver_version())));
+            il.push(("numa_node", id.numa_node.to_string()));
+        }
+        il.push(("abi_version", format!("{}.{}", i.abi_major, i.abi_minor)));
+        il.push(("features", format!("{:#x}", i.features.bits())));
+        f.add(&INFO, il, 1u64);
         if let Some(mode) = i.share_mode() {
             for m in ShareMode::ALL {
-                let ml = ModeLabels {
-                    device: s.device.clone(),
-                    path: s.path.clone(),
-                    mode: m.name().into(),
-                };
-                share.add(ml, u64::from(mode == m));
+                f.add(
+                    &SHARE,
+                    with(&dl, &[("mode", m.name().to_string())]),
+                    u64::from(mode == m),
+                );
             }
         }
-        clients.add(dl.clone(), i.clients);
-        clients_max.add(dl.clone(), i.max_clients);
-        mem_used.add(dl.clone(), i.memory_used);
-        mem_total.add(dl.clone(), i.memory_size);
-        mem_limit.add(dl.clone(), i.client_memory_limit);
+        let v14 = i.features.contains(Features::IDENTITY);
+        if let (true, Some(k)) = (v14, &r.counters) {
+            f.add(&HEALTH, dl.clone(), k.health);
+            f.add(&HUNG, dl.clone(), k.hung_streams);
+            f.add(&BUSY, dl.clone(), ns_to_s(k.busy_ns));
+            if let Some(u) = r.derived.utilization {
+                f.add(&UTIL, dl.clone(), u);
+            }
+            f.add(&ENGINES, dl.clone(), k.engines);
+        }
+        f.add(&CLIENTS, dl.clone(), i.clients);
+        f.add(&CLIENTS_MAX, dl.clone(), i.max_clients);
+        f.add(&MEM_USED, dl.clone(), i.memory_used);
+        f.add(&MEM_TOTAL, dl.clone(), i.memory_size);
+        f.add(&MEM_LIMIT, dl.clone(), i.client_memory_limit);
         if let Some(list) = &r.clients {
             let queued = list
                 .iter()
                 .fold(0u64, |a, c| a.saturating_add(c.tasks_queued));
-            dev_queued.add(dl.clone(), queued);
-            for c in list {
-                let cl = ClientLabels {
-                    device: s.device.clone(),
-                    path: s.path.clone(),
-                    client_id: c.client_id,
-                    pid: c.pid,
-                    uid: c.uid,
-                    container: printable(c.container_id().unwrap_or("")),
-                    process: printable(c.comm()),
-                };
-                c_mem.add(cl.clone(), c.memory_bytes);
-                c_submitted.add(cl.clone(), c.tasks_submitted);
-                c_completed.add(cl.clone(), c.tasks_completed);
-                c_queued.add(cl.clone(), c.tasks_queued);
-                c_contexts.add(cl.clone(), c.contexts);
-                c_streams.add(cl.clone(), c.streams);
-                c_events.add(cl.clone(), c.events);
-                c_allocs.add(cl, c.allocations);
-            }
+            f.add(&DEV_QUEUED, dl.clone(), queued);
         }
         if let Some(k) = &r.counters {
-            dev_submitted.add(dl.clone(), k.tasks_submitted);
-            dev_completed.add(dl.clone(), k.tasks_completed);
-            doorbells.add(dl.clone(), k.doorbells);
-            stream_errors.add(dl.clone(), k.stream_errors);
-            opened.add(dl.clone(), k.clients_opened);
-            dev_contexts.add(dl.clone(), k.contexts);
-            dev_streams.add(dl.clone(), k.streams);
-            dev_events.add(dl.clone(), k.events);
-            dev_allocs.add(dl, k.allocations);
+            f.add(&DEV_SUBMITTED, dl.clone(), k.tasks_submitted);
+            f.add(&DEV_COMPLETED, dl.clone(), k.tasks_completed);
+            f.add(&DOORBELLS, dl.clone(), k.doorbells);
+            f.add(&STREAM_ERRORS, dl.clone(), k.stream_errors);
+            f.add(&OPENED, dl.clone(), k.clients_opened);
+            f.add(&DEV_CONTEXTS, dl.clone(), k.contexts);
+            f.add(&DEV_STREAMS, dl.clone(), k.streams);
+            f.add(&DEV_EVENTS, dl.clone(), k.events);
+            f.add(&DEV_ALLOCS, dl.clone(), k.allocations);
+        }
+        if let Some(list) = &r.clients {
+            for (n, c) in list.iter().enumerate() {
+                let name = r.derived.names.get(n).map_or(c.comm(), String::as_str);
+                let cl = with(
+                    &dl,
+                    &[
+                        ("container_id", printable(c.container_id().unwrap_or(""))),
+                        ("process", printable(name)),
+                        ("client_id", c.client_id.to_string()),
+                        ("pid", c.pid.to_string()),
+                        ("uid", c.uid.to_string()),
+                    ],
+                );
+                f.add(&C_INFO, cl, 1u64);
+            }
+        }
+        for g in &r.derived.groups {
+            let gl = with(
+                &dl,
+                &[
+                    ("container_id", printable(&g.container_id)),
+                    ("process", printable(&g.process)),
+                ],
+            );
+            f.add(&C_PROCESSES, gl.clone(), g.clients);
+            f.add(&C_MEM, gl.clone(), g.memory_bytes);
+            if g.has_busy {
+                f.add(&C_BUSY, gl.clone(), ns_to_s(g.totals.busy_ns));
+            }
+            f.add(&C_SUBMITTED, gl.clone(), g.totals.tasks_submitted);
+            f.add(&C_COMPLETED, gl.clone(), g.totals.tasks_completed);
+            f.add(&C_QUEUED, gl.clone(), g.tasks_queued);
+            f.add(&C_CONTEXTS, gl.clone(), g.contexts);
+            f.add(&C_STREAMS, gl.clone(), g.streams);
+            f.add(&C_EVENTS, gl.clone(), g.events);
+            f.add(&C_ALLOCS, gl, g.allocations);
         }
     }
-
+    f.add(&DEVICES, Labels::new(), samples.len() as u64);
+    f.add(&DURATION, Labels::new(), stats.duration.as_secs_f64());
+    f.add(&SCRAPES, Labels::new(), stats.scrapes);
+    f.add(&REJECTED, Labels::new(), stats.rejected);
+    f.add(&EVICTED, Labels::new(), stats.evicted);
+    f.add(
+        &BUILD,
+        vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+        1u64,
+    );
     let mut reg = Registry::default();
-    let r = &mut reg;
-    register(r, &UP, up);
-    register(r, &ERROR, error);
-    register(r, &INFO, info);
-    register(r, &SHARE, share);
-    register(r, &CLIENTS, clients);
-    register(r, &CLIENTS_MAX, clients_max);
-    register(r, &MEM_USED, mem_used);
-    register(r, &MEM_TOTAL, mem_total);
-    register(r, &MEM_LIMIT, mem_limit);
-    register(r, &DEV_QUEUED, dev_queued);
-    register(r, &DEV_SUBMITTED, dev_submitted);
-    register(r, &DEV_COMPLETED, dev_completed);
-    register(r, &DOORBELLS, doorbells);
-    register(r, &STREAM_ERRORS, stream_errors);
-    register(r, &OPENED, opened);
-    register(r, &DEV_CONTEXTS, dev_contexts);
-    register(r, &DEV_STREAMS, dev_streams);
-    register(r, &DEV_EVENTS, dev_events);
-    register(r, &DEV_ALLOCS, dev_allocs);
-    register(r, &C_MEM, c_mem);
-    register(r, &C_SUBMITTED, c_submitted);
-    register(r, &C_COMPLETED, c_completed);
-    register(r, &C_QUEUED, c_queued);
-    register(r, &C_CONTEXTS, c_contexts);
-    register(r, &C_STREAMS, c_streams);
-    register(r, &C_EVENTS, c_events);
-    register(r, &C_ALLOCS, c_allocs);
-    register(r, &DEVICES, ConstGauge::new(samples.len() as u64));
-    register(r, &DURATION, ConstGauge::new(stats.duration.as_secs_f64()));
-    register(r, &SCRAPES, ConstCounter::new(stats.scrapes));
-    register(r, &REJECTED, ConstCounter::new(stats.rejected));
-    let mut build = Series::<VersionLabels>::new(&BUILD);
-    let version = VersionLabels {
-        version: env!("CARGO_PKG_VERSION").into(),
-    };
-    build.add(version, 1u64);
-    register(r, &BUILD, build);
+    for (doc, series) in f.0 {
+        register(&mut reg, doc, series);
+    }
     reg
+}
+
+/// Nanoseconds as seconds.
+fn ns_to_s(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }
 
 /// One scrape's exposition in `format`.

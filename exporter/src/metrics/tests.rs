@@ -22,14 +22,30 @@ fn client(id: u32, mem: u64, container: &str, comm: &str) -> ClientUsage {
     };
     c.container[..container.len()].copy_from_slice(container.as_bytes());
     c.comm[..comm.len()].copy_from_slice(comm.as_bytes());
+    c.busy_ns = 1_500_000_000 * u64::from(id);
     c
+}
+
+/// Names as the driver says them (no /proc).
+struct Comm;
+
+impl crate::state::Names for Comm {
+    fn name(&self, _pid: u32, comm: &str) -> String {
+        comm.to_string()
+    }
+}
+
+/// `samples` as a scrape sees them: derived by a fresh history.
+fn derive(mut s: Vec<Sample>) -> Vec<Sample> {
+    crate::state::History::default().update(&mut s, &Comm);
+    s
 }
 
 fn samples(counters: bool) -> Vec<Sample> {
     let mut r = Reading::default();
     r.info.abi_major = 1;
-    r.info.abi_minor = 3;
-    r.info.features = Features::LIST_CLIENTS | Features::COUNTERS;
+    r.info.abi_minor = 4;
+    r.info.features = Features::LIST_CLIENTS | Features::COUNTERS | Features::IDENTITY;
     r.info.memory_size = 1 << 30;
     r.info.memory_used = 3 << 20;
     r.info.client_memory_limit = 1 << 29;
@@ -51,18 +67,37 @@ fn samples(counters: bool) -> Vec<Sample> {
             streams: 4,
             events: 6,
             allocations: 8,
+            busy_ns: 2_500_000_000,
+            now_ns: 10_000_000_000,
+            engines: 4,
+            health: davinci_uapi::HEALTH_WARNING,
+            hung_streams: 1,
             ..Default::default()
         });
+        let mut id = davinci_uapi::DeviceIdentity {
+            uuid: [0x5a; 16],
+            numa_node: -1,
+            ..Default::default()
+        };
+        id.model = davinci_uapi::DeviceIdentity::text_field("Mock NPU");
+        id.driver_version = davinci_uapi::DeviceIdentity::text_field("davinci-mockd 0.1.0");
+        r.identity = Some(id);
+    } else {
+        // A 1.2 driver: no GET_COUNTERS, no GET_IDENTITY.
+        r.info.abi_minor = 2;
+        r.info.features = Features::LIST_CLIENTS;
     }
     vec![
         Sample {
             device: "0".into(),
             path: "mock:/run/davinci/davinci0.sock".into(),
+            pods: Vec::new(),
             outcome: Ok(r),
         },
         Sample {
             device: "1".into(),
             path: "mock:/run/davinci/davinci1.sock".into(),
+            pods: Vec::new(),
             outcome: Err(Failure {
                 errno: Some(Errno::ENODEV),
                 message: "gone".into(),
@@ -81,8 +116,9 @@ fn every_family_has_help_and_type_and_the_values_read() {
         duration: Duration::from_millis(1500),
         scrapes: 3,
         rejected: 0,
+        evicted: 0,
     };
-    let text = encode(&samples(true), &stats, Format::Prometheus);
+    let text = encode(&derive(samples(true)), &stats, Format::Prometheus);
     let l = lines(&text);
     for f in FAMILIES {
         let kind = match f.kind {
@@ -100,8 +136,9 @@ fn every_family_has_help_and_type_and_the_values_read() {
             f.name
         );
     }
-    let d0 = r#"device="0",path="mock:/run/davinci/davinci0.sock""#;
-    let d1 = r#"device="1",path="mock:/run/davinci/davinci1.sock""#;
+    let d0 = r#"device="0""#;
+    let d1 = r#"device="1""#;
+    let uuid = "5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a";
     for want in [
         format!("davinci_device_up{{{d0}}} 1"),
         format!("davinci_device_up{{{d1}}} 0"),
@@ -115,14 +152,30 @@ fn every_family_has_help_and_type_and_the_values_read() {
         format!("davinci_device_tasks_submitted_total{{{d0}}} 500"),
         format!("davinci_device_doorbells_total{{{d0}}} 42"),
         format!("davinci_device_stream_errors_total{{{d0}}} 1"),
-        format!("davinci_device_info{{{d0},abi_version=\"1.3\",features=\"0x420\"}} 1"),
+        format!("davinci_device_health{{{d0}}} 1"),
+        format!("davinci_device_hung_streams{{{d0}}} 1"),
+        format!("davinci_device_busy_seconds_total{{{d0}}} 2.5"),
+        format!("davinci_device_engines{{{d0}}} 4"),
         format!(
-            "davinci_client_memory_bytes{{{d0},client_id=\"2\",pid=\"102\",uid=\"1000\",\
-             container=\"abc123\",process=\"trainer \\\"x\\\"\"}} 2097152"
+            "davinci_device_info{{{d0},path=\"mock:/run/davinci/davinci0.sock\",uuid=\"{uuid}\",\
+             model=\"Mock NPU\",driver_version=\"davinci-mockd 0.1.0\",numa_node=\"-1\",\
+             abi_version=\"1.4\",features=\"{:#x}\"}} 1",
+            (Features::LIST_CLIENTS | Features::COUNTERS | Features::IDENTITY).bits()
         ),
         format!(
-            "davinci_client_tasks_completed_total{{{d0},client_id=\"1\",pid=\"101\",\
-             uid=\"1000\",container=\"\",process=\"python3\"}} 9"
+            "davinci_client_memory_bytes{{{d0},container_id=\"abc123\",\
+             process=\"trainer \\\"x\\\"\"}} 2097152"
+        ),
+        format!(
+            "davinci_client_tasks_completed_total{{{d0},container_id=\"\",process=\"python3\"}} 9"
+        ),
+        format!(
+            "davinci_client_busy_seconds_total{{{d0},container_id=\"\",process=\"python3\"}} 1.5"
+        ),
+        format!("davinci_client_processes{{{d0},container_id=\"\",process=\"python3\"}} 1"),
+        format!(
+            "davinci_client_info{{{d0},container_id=\"abc123\",process=\"trainer \\\"x\\\"\",\
+             client_id=\"2\",pid=\"102\",uid=\"1000\"}} 1"
         ),
         "davinci_exporter_scrape_duration_seconds 1.5".to_string(),
         "davinci_exporter_scrapes_total 3".to_string(),
@@ -130,18 +183,37 @@ fn every_family_has_help_and_type_and_the_values_read() {
     ] {
         assert!(l.contains(&want.as_str()), "{want}\n{text}");
     }
+    // The path is on the info series only.
+    assert_eq!(
+        l.iter().filter(|x| x.contains("path=")).count(),
+        1,
+        "{text}"
+    );
+    // One scrape is not an interval: no utilization yet.
+    assert!(
+        !text.contains("davinci_device_utilization_ratio{"),
+        "{text}"
+    );
     // A down device has no other series.
     assert_eq!(l.iter().filter(|x| x.contains(d1)).count(), 2, "{text}");
 }
 
 #[test]
 fn a_driver_without_counters_has_no_device_wide_task_series() {
-    let text = encode(&samples(false), &SelfStats::default(), Format::Prometheus);
+    let text = encode(
+        &derive(samples(false)),
+        &SelfStats::default(),
+        Format::Prometheus,
+    );
     for name in [
         "davinci_device_tasks_submitted_total{",
         "davinci_device_doorbells_total{",
         "davinci_device_stream_errors_total{",
         "davinci_device_contexts{",
+        "davinci_device_busy_seconds_total{",
+        "davinci_device_health{",
+        "davinci_client_busy_seconds_total{",
+        "uuid=",
     ] {
         assert!(!text.contains(name), "{name}: {text}");
     }
@@ -153,7 +225,11 @@ fn a_driver_without_counters_has_no_device_wide_task_series() {
 
 #[test]
 fn openmetrics_has_units_and_eof() {
-    let text = encode(&samples(true), &SelfStats::default(), Format::Openmetrics);
+    let text = encode(
+        &derive(samples(true)),
+        &SelfStats::default(),
+        Format::Openmetrics,
+    );
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
         text.contains("# UNIT davinci_device_memory_used_bytes bytes\n"),
@@ -222,8 +298,35 @@ fn a_tenants_control_characters_are_escaped_in_label_values() {
     if let Ok(r) = &mut s[0].outcome {
         r.clients = Some(vec![client(3, 1 << 20, "c\x1b[2J", "evil\x1b[2J\n")]);
     }
-    let text = encode(&s, &SelfStats::default(), Format::Prometheus);
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
     assert!(!text.contains('\x1b'), "a raw ESC reached the exposition");
     assert!(text.contains(r#"process="evil\\u{1b}[2J\\n""#), "{text}");
-    assert!(text.contains(r#"container="c\\u{1b}[2J""#), "{text}");
+    assert!(text.contains(r#"container_id="c\\u{1b}[2J""#), "{text}");
+}
+
+#[test]
+fn pods_label_a_device_held_by_one_container_and_are_listed_for_a_shared_one() {
+    use crate::pods::PodRef;
+    let held = |pod: &str, c: &str| PodRef {
+        pod: pod.into(),
+        namespace: "ml".into(),
+        container: c.into(),
+    };
+    let mut s = samples(true);
+    s[0].pods = vec![held("train-0", "trainer")];
+    s[1].pods = vec![held("a", "x"), held("b", "y")];
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
+    let one = r#"device="0",pod="train-0",namespace="ml",container="trainer""#;
+    for want in [
+        format!("davinci_device_up{{{one}}} 1"),
+        format!("davinci_device_memory_used_bytes{{{one}}} 3145728"),
+        format!("davinci_device_pod_info{{{one}}} 1"),
+        format!("davinci_client_processes{{{one},container_id=\"\",process=\"python3\"}} 1"),
+        // Shared by two containers: no pod labels on its series, both on the info.
+        "davinci_device_up{device=\"1\"} 0".to_string(),
+        r#"davinci_device_pod_info{device="1",pod="a",namespace="ml",container="x"} 1"#.into(),
+        r#"davinci_device_pod_info{device="1",pod="b",namespace="ml",container="y"} 1"#.into(),
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want}\n{text}");
+    }
 }
