@@ -56,7 +56,7 @@ copy_with_libs() {
     # `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` and the loader's own line,
     # `/lib64/ld-linux-x86-64.so.2 (0x...)` (POSIX awk: no \s).
     for lib in $(ldd "$file" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
-        install -D -m 0644 "$(readlink -f "$lib")" "$root$lib"
+        install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
     done
 }
 

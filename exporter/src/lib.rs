@@ -230,6 +230,16 @@ impl Exporter {
         let _one = relock(self.scrape_lock.lock());
         let t0 = Instant::now();
         let found = discover::discover(&self.devices, self.socket_dir.as_deref(), &self.discovery);
+        // A socket someone else could have planted is never read (its answers would be
+        // the planter's): said once per socket and reason.
+        for w in discover::ignored_warnings(&found) {
+            static WARNED: Mutex<std::collections::BTreeSet<String>> =
+                Mutex::new(std::collections::BTreeSet::new());
+            let mut seen = relock(WARNED.lock());
+            if seen.len() < 1024 && seen.insert(w.clone()) {
+                eprintln!("davinci-exporter: {}", metrics::printable(&w));
+            }
+        }
         let none = found.entries.is_empty();
         if none && (self.log_all || !self.none_found.swap(true, Ordering::Relaxed)) {
             eprintln!(

@@ -493,7 +493,7 @@ mod tests;
 /// A tenant's string (process name, container id) as a label value that cannot disturb
 /// whoever reads it: control characters (an escape sequence, a newline) become their Rust
 /// escapes (`\u{1b}`, `\n`); the text format escapes the rest.
-fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if c.is_control() {
