@@ -119,7 +119,7 @@ promq() { # query: what the HTTP API answers, pretty-printed
   curl -s "http://127.0.0.1:9090/api/v1/query?query=$1" | python3 -m json.tool
 }
 promq 'davinci_device_memory_used_bytes' > out/prom-memory.txt
-promq 'sum%20by%20(pid,process)(davinci_client_tasks_completed_total)' > out/prom-tasks.txt
+promq 'sum%20by%20(device,process)(davinci_client_tasks_completed_total)' > out/prom-tasks.txt
 kill -TERM $PPID_ $EPID; wait $PPID_ $EPID 2>/dev/null
 echo "[exit status $?]" >> out/exporter-log.txt
 rm -rf $P
