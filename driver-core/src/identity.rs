@@ -6,9 +6,6 @@
 
 use davinci_uapi::DeviceIdentity;
 
-use crate::device::DeviceCore;
-use crate::platform::Platform;
-
 /// A device's identity and engine count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
@@ -80,21 +77,6 @@ pub const fn derive_uuid(parts: &[&[u8]]) -> [u8; 16] {
     out[6] = (out[6] & 0x0f) | 0x80; // version 8
     out[8] = (out[8] & 0x3f) | 0x80; // RFC 9562 variant
     out
-}
-
-impl<P: Platform> DeviceCore<P> {
-    /// Sets what GET_IDENTITY reports and GET_COUNTERS' `engines` (a host, at start).
-    pub fn set_device_identity(&mut self, identity: Identity) {
-        self.identity = Identity {
-            engines: identity.engines.max(1),
-            ..identity
-        };
-    }
-
-    /// GET_IDENTITY.
-    pub fn device_identity(&self) -> &Identity {
-        &self.identity
-    }
 }
 
 #[cfg(test)]

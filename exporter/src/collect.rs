@@ -13,66 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use davinci_shim::Control;
-use davinci_uapi::{ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno, Features};
+use davinci_uapi::{DeviceCounters, DeviceInfo, Errno, Features};
+
+pub use crate::sample::{Failure, Reading, Sample};
 
 /// Most devices read in one scrape (discovery that finds more reports the first ones and
 /// logs the rest): bounds the threads and the size of a scrape.
 pub const MAX_DEVICES: usize = 256;
-
-/// What was read from a device that answered.
-#[derive(Debug, Clone, Default)]
-pub struct Reading {
-    /// GET_INFO.
-    pub info: DeviceInfo,
-    /// LIST_CLIENTS; `None` when the driver lacks `LIST_CLIENTS` or the call failed (then
-    /// [`problems`](Self::problems) says why).
-    pub clients: Option<Vec<ClientUsage>>,
-    /// GET_COUNTERS (ABI 1.3); `None` when the driver lacks `COUNTERS` or the call failed.
-    pub counters: Option<DeviceCounters>,
-    /// GET_IDENTITY (ABI 1.4); `None` when the driver lacks `IDENTITY` or the call failed.
-    pub identity: Option<DeviceIdentity>,
-    /// Calls after GET_INFO that failed; the device is still up.
-    pub problems: Vec<String>,
-    /// What the scrape derived from this reading and the earlier ones
-    /// ([`History::update`](crate::state::History::update)).
-    pub derived: crate::state::Derived,
-}
-
-/// Why a device could not be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// The errno, when there is one (`ETIMEDOUT` for the scrape's deadline).
-    pub errno: Option<Errno>,
-    /// What failed, for the log.
-    pub message: String,
-}
-
-impl Failure {
-    fn of(e: &davinci_shim::Error) -> Failure {
-        Failure {
-            errno: e.errno(),
-            message: e.to_string(),
-        }
-    }
-
-    /// The errno's name (`ENODEV`), or `""`.
-    pub fn errno_name(&self) -> &'static str {
-        self.errno.map_or("", |e| e.name())
-    }
-}
-
-/// One device in a scrape.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    /// The `device` label: N of davinciN (from the path, else from GET_INFO), or `""`.
-    pub device: String,
-    /// The device path as given to the shim (`/dev/davinci0`, `mock:/run/davinci/davinci0.sock`).
-    pub path: String,
-    /// The pods whose containers the kubelet gave this device (pod-resources API).
-    pub pods: Vec<crate::pods::PodRef>,
-    /// The reading, or why there is none.
-    pub outcome: Result<Reading, Failure>,
-}
 
 /// Reads one device. The exporter's is [`ShimReader`]; tests give fakes.
 pub trait Reader: Send + Sync + 'static {

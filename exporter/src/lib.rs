@@ -22,6 +22,7 @@ pub mod collect;
 pub mod http;
 pub mod metrics;
 pub mod pods;
+pub mod sample;
 pub mod state;
 
 use std::collections::HashMap;

@@ -22,7 +22,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 
-use crate::collect::Sample;
+pub use crate::sample::PodRef;
+use crate::sample::Sample;
 
 /// The kubelet's pod-resources API (the part the exporter uses), generated from
 /// `proto/podresources/v1/api.proto` by `build.rs`.
@@ -43,17 +44,6 @@ pub const MAX_NAME: usize = 253;
 pub const MAX_PODS_PER_DEVICE: usize = 256;
 /// Most bytes of a reply.
 const MAX_REPLY: usize = 16 << 20;
-
-/// A container that holds (an ID of) a device.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct PodRef {
-    /// The pod's name.
-    pub pod: String,
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The container's name.
-    pub container: String,
-}
 
 /// One device ID the kubelet gave a container.
 #[derive(Debug, Clone, PartialEq, Eq)]

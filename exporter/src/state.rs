@@ -24,9 +24,10 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 
-use davinci_uapi::{ClientUsage, DeviceCounters, Features};
+use davinci_uapi::{DeviceCounters, Features};
 
-use crate::collect::Sample;
+use crate::sample::Sample;
+pub use crate::sample::{Derived, Group, Totals};
 
 /// Most bytes of a process name taken from `/proc/PID/cmdline`.
 pub const MAX_NAME: usize = 128;
@@ -35,71 +36,6 @@ pub const MAX_NAME: usize = 128;
 pub const MAX_GROUPS: usize = 1024;
 /// Most clients remembered per device (a driver lists at most a few hundred).
 pub const MAX_CLIENTS: usize = 4096;
-
-/// A client group: the clients of one device with the same container id and process name.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Group {
-    /// The container id (`""` outside a container).
-    pub container_id: String,
-    /// The process name (full when it could be read, else `comm`).
-    pub process: String,
-    /// Clients attached now.
-    pub clients: u32,
-    /// Sums over the clients attached now.
-    pub memory_bytes: u64,
-    /// See [`memory_bytes`](Self::memory_bytes).
-    pub tasks_queued: u64,
-    /// See [`memory_bytes`](Self::memory_bytes).
-    pub contexts: u64,
-    /// See [`memory_bytes`](Self::memory_bytes).
-    pub streams: u64,
-    /// See [`memory_bytes`](Self::memory_bytes).
-    pub events: u64,
-    /// See [`memory_bytes`](Self::memory_bytes).
-    pub allocations: u64,
-    /// Counters: the clients attached now plus those gone.
-    pub totals: Totals,
-    /// Whether `busy_ns` is known (the driver has ABI 1.4's per-client busy time).
-    pub has_busy: bool,
-}
-
-/// A client's (or group's) counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Totals {
-    /// Descriptors taken.
-    pub tasks_submitted: u64,
-    /// Completions written.
-    pub tasks_completed: u64,
-    /// Engine time, ns.
-    pub busy_ns: u64,
-}
-
-impl Totals {
-    fn of(c: &ClientUsage) -> Totals {
-        Totals {
-            tasks_submitted: c.tasks_submitted,
-            tasks_completed: c.tasks_completed,
-            busy_ns: c.busy_ns,
-        }
-    }
-
-    fn add(&mut self, o: &Totals) {
-        self.tasks_submitted = self.tasks_submitted.saturating_add(o.tasks_submitted);
-        self.tasks_completed = self.tasks_completed.saturating_add(o.tasks_completed);
-        self.busy_ns = self.busy_ns.saturating_add(o.busy_ns);
-    }
-}
-
-/// What was derived for one device in a scrape.
-#[derive(Debug, Clone, Default)]
-pub struct Derived {
-    /// Utilization since the last scrape, 0..1.
-    pub utilization: Option<f64>,
-    /// The client groups, in the order their first client is listed.
-    pub groups: Vec<Group>,
-    /// The process name of each client of the reading (same order as `clients`).
-    pub names: Vec<String>,
-}
 
 type Key = (String, String);
 

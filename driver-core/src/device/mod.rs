@@ -355,3 +355,19 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 }
+
+/// What the device is (GET_IDENTITY, [`Identity`]).
+impl<P: Platform> DeviceCore<P> {
+    /// Sets what GET_IDENTITY reports and GET_COUNTERS' `engines` (a host, at start).
+    pub fn set_device_identity(&mut self, identity: Identity) {
+        self.identity = Identity {
+            engines: identity.engines.max(1),
+            ..identity
+        };
+    }
+
+    /// GET_IDENTITY.
+    pub fn device_identity(&self) -> &Identity {
+        &self.identity
+    }
+}
