@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::collect::{Failure, Reading};
-use davinci_uapi::Errno;
+use davinci_uapi::{ClientUsage, Errno};
 
 struct Comm;
 
