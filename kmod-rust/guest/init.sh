@@ -163,11 +163,13 @@ if check insmod insmod /davinci.ko quota_events=200; then
     check smi-usage-text davinci-smi info -t usage
     # The fleet view (issue 14) on the kernel's nodes: the exporter's metrics show the holder
     # and its megabyte, the device plugin would advertise both devices as healthy.
-    check exporter-device smi_json exporter-device 'davinci_device_up{device="0",path="/dev/davinci0"} 1' \
+    check exporter-device smi_json exporter-device 'davinci_device_up{device="0"} 1' \
         davinci-exporter --once --device /dev/davinci0 --device /dev/davinci1
     check exporter-client smi_json exporter-client "pid=\"$holder\"" davinci-exporter --once
-    check exporter-memory smi_json exporter-memory 'davinci_device_memory_used_bytes{device="0",path="/dev/davinci0"} 1048576' \
+    check exporter-memory smi_json exporter-memory 'davinci_device_memory_used_bytes{device="0"} 1048576' \
         davinci-exporter --once
+    # ABI 1.4: the module's identity (GET_IDENTITY) on the device's info series.
+    check exporter-identity smi_json exporter-identity 'model="davinci-kmod"' davinci-exporter --once
     check plugin-list smi_json plugin-list '"health": "Healthy"' davinci-device-plugin --list --json
     check plugin-allocate plugin_allocates
     exec 3>&-
