@@ -6,7 +6,7 @@ use davinci_uapi::{ClientUsage, Errno, ShareMode};
 
 use crate::access::{DeviceAccess, Target};
 use crate::error::{combine, SmiError};
-use crate::extras::{device_extras, Extras};
+use crate::extras::{device_extras, fill_busy, Extras};
 use crate::output::*;
 
 pub(crate) fn id_text(id: Option<u32>) -> String {
@@ -76,18 +76,34 @@ pub(crate) fn client_json(u: &ClientUsage) -> ClientJson {
     }
 }
 
-pub(crate) fn board(targets: &[Target]) -> Report {
+/// `info`; `busy`: measure utilization too (a `--query` field shows it; it costs a wait of
+/// [`crate::extras::BUSY_SAMPLE`], once for all devices).
+pub(crate) fn board(targets: &[Target], busy: bool) -> Report {
     let mut devices = Vec::new();
     let mut errors = Vec::new();
     let mut clients_rows = Vec::new();
-    for t in targets {
-        let r = t.dev.as_ref().map_err(Clone::clone).and_then(|d| {
-            let info = d.info()?;
-            // Usage is best effort here: a device that answers GET_INFO is healthy.
-            let clients = d.clients().unwrap_or_default();
-            let extras = device_extras(d.as_ref(), &info);
-            Ok((info, clients, extras))
-        });
+    let mut asked: Vec<_> = targets
+        .iter()
+        .map(|t| {
+            t.dev.as_ref().map_err(Clone::clone).and_then(|d| {
+                let info = d.info()?;
+                // Usage is best effort here: a device that answers GET_INFO is healthy.
+                let clients = d.clients().unwrap_or_default();
+                let extras = device_extras(d.as_ref(), &info);
+                Ok((info, clients, extras))
+            })
+        })
+        .collect();
+    if busy {
+        fill_busy(
+            targets
+                .iter()
+                .zip(asked.iter_mut())
+                .filter_map(|(t, r)| Some((t.dev.as_ref().ok()?.as_ref(), &mut r.as_mut().ok()?.2)))
+                .collect(),
+        );
+    }
+    for (t, r) in targets.iter().zip(asked) {
         match r {
             Ok((i, clients, extras)) => {
                 let mode = ShareMode::from_u32(i.share_mode);

@@ -32,16 +32,18 @@ pub struct Extras {
     /// Streams an engine stopped on a task that does not finish (why the health is
     /// `Warning`).
     pub hung_streams: Option<u32>,
+    /// The GET_COUNTERS read [`device_extras`] made, the first of [`fill_busy`]'s two.
+    first: Option<DeviceCounters>,
 }
 
-/// How long [`device_extras`] watches a device's busy time for `busy_percent` (nvidia-smi's
+/// How long [`fill_busy`] watches the devices' busy time for `busy_percent` (nvidia-smi's
 /// driver averages over 1/6 s to 1 s).
 pub const BUSY_SAMPLE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The [`Extras`] of a device, asked of `dev` whose GET_INFO is `info`: with
 /// `DAVINCI_FEAT_IDENTITY` (ABI 1.4), the UUID, model and driver from GET_IDENTITY and the
-/// busy percentage over [`BUSY_SAMPLE`] from two GET_COUNTERS reads. A device without the
-/// feature, or a call that fails, leaves the values `None`.
+/// health from GET_COUNTERS (kept as the first sample for [`fill_busy`]). A device without
+/// the feature, or a call that fails, leaves the values `None`.
 pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras {
     let mut out = Extras::default();
     if !info.features.contains(Features::IDENTITY) {
@@ -52,15 +54,27 @@ pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras
         out.name = Some(id.model().to_string()).filter(|s| !s.is_empty());
         out.driver_version = Some(id.driver_version().to_string()).filter(|s| !s.is_empty());
     }
-    if let Ok(Some(first)) = dev.counters() {
-        std::thread::sleep(BUSY_SAMPLE);
-        if let Ok(Some(second)) = dev.counters() {
-            out.busy_percent = busy_percent(&first, &second);
-            out.health = davinci_uapi::health_name(second.health).map(str::to_string);
-            out.hung_streams = Some(second.hung_streams);
-        }
+    if let Ok(Some(k)) = dev.counters() {
+        out.health = davinci_uapi::health_name(k.health).map(str::to_string);
+        out.hung_streams = Some(k.hung_streams);
+        out.first = Some(k);
     }
     out
+}
+
+/// `busy_percent` of every device of `asked` that has a first sample ([`device_extras`]):
+/// one wait of [`BUSY_SAMPLE`] for all of them, then a second GET_COUNTERS each. Only for
+/// output that shows utilization: the wait is the command's.
+pub(crate) fn fill_busy(asked: Vec<(&dyn DeviceAccess, &mut Extras)>) {
+    if !asked.iter().any(|(_, e)| e.first.is_some()) {
+        return;
+    }
+    std::thread::sleep(BUSY_SAMPLE);
+    for (dev, e) in asked {
+        if let (Some(first), Ok(Some(second))) = (e.first, dev.counters()) {
+            e.busy_percent = busy_percent(&first, &second);
+        }
+    }
 }
 
 /// The percentage of the engines' time spent executing tasks between two GET_COUNTERS reads
@@ -77,6 +91,64 @@ pub fn busy_percent(a: &DeviceCounters, b: &DeviceCounters) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::SmiError;
+    use davinci_uapi::{ClientUsage, DeviceIdentity, ShareMode};
+    use std::cell::Cell;
+
+    /// A 1.4 device whose busy time grows by 50 ms of every 100 ms between reads, counting
+    /// its GET_COUNTERS calls.
+    struct Counting(Cell<u64>);
+
+    impl DeviceAccess for Counting {
+        fn info(&self) -> Result<DeviceInfo, SmiError> {
+            Ok(DeviceInfo::default())
+        }
+        fn share(&self) -> Result<(ShareMode, u32), SmiError> {
+            Ok((ShareMode::Exclusive, 0))
+        }
+        fn set_share(&self, _: ShareMode) -> Result<(), SmiError> {
+            Ok(())
+        }
+        fn clients(&self) -> Result<Vec<ClientUsage>, SmiError> {
+            Ok(Vec::new())
+        }
+        fn identity(&self) -> Result<Option<DeviceIdentity>, SmiError> {
+            Ok(Some(DeviceIdentity::default()))
+        }
+        fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
+            let n = self.0.get() + 1;
+            self.0.set(n);
+            Ok(Some(DeviceCounters {
+                now_ns: n * 100,
+                busy_ns: n * 50,
+                engines: 1,
+                ..DeviceCounters::default()
+            }))
+        }
+    }
+
+    /// Identity and health take one GET_COUNTERS and no wait; utilization, only where asked
+    /// for, a second one after one wait for every device.
+    #[test]
+    fn only_utilization_reads_the_counters_twice() {
+        let info = DeviceInfo {
+            features: Features::IDENTITY,
+            ..DeviceInfo::default()
+        };
+        let (a, b) = (Counting(Cell::new(0)), Counting(Cell::new(0)));
+        let mut ea = device_extras(&a, &info);
+        let mut eb = device_extras(&b, &info);
+        assert_eq!((a.0.get(), b.0.get()), (1, 1));
+        assert_eq!((ea.health.as_deref(), ea.busy_percent), (Some("OK"), None));
+        fill_busy(vec![(&a, &mut ea), (&b, &mut eb)]);
+        assert_eq!((a.0.get(), b.0.get()), (2, 2));
+        assert_eq!((ea.busy_percent, eb.busy_percent), (Some(50), Some(50)));
+        // A device before ABI 1.4 is not asked at all.
+        let old = Counting(Cell::new(0));
+        let mut e = device_extras(&old, &DeviceInfo::default());
+        fill_busy(vec![(&old, &mut e)]);
+        assert_eq!((old.0.get(), e.busy_percent), (0, None));
+    }
 
     #[test]
     fn busy_percent_is_busy_time_over_engine_time() {

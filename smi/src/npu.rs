@@ -22,7 +22,7 @@ use crate::access::{Opener, Target};
 use crate::cli::{parse_chip, Global};
 use crate::commands::{dash_if_empty, error_line};
 use crate::error::{combine, exit, SmiError};
-use crate::extras::{device_extras, Extras};
+use crate::extras::{device_extras, fill_busy, Extras};
 use crate::output::printable;
 use crate::plan::{find, open_targets};
 use crate::query::whole_mib;
@@ -280,7 +280,7 @@ pub(crate) fn run(
     for w in davinci_ops::discover::ignored_warnings(&found) {
         let _ = writeln!(err, "davinci-smi: {}", printable(&w));
     }
-    let targets = find(&g, disc).and_then(|e| open_targets(e, id, &g, disc, opener));
+    let targets = find(found).and_then(|e| open_targets(e, id, &g, disc, opener));
     let targets = match targets {
         Ok(t) => t,
         Err(e) => {
@@ -342,11 +342,23 @@ impl NpuCli {
 type Asked = Result<Npu, (Option<u32>, SmiError)>;
 
 /// Per target: what it said, or why not; and the stderr lines and exit status of it all.
-fn ask_all(targets: &[Target]) -> (Vec<Asked>, String, i32) {
-    let asked: Vec<Asked> = targets
+/// `busy`: the output shows utilization (measured over one wait for all targets).
+fn ask_all(targets: &[Target], busy: bool) -> (Vec<Asked>, String, i32) {
+    let mut asked: Vec<Asked> = targets
         .iter()
         .map(|t| ask(t).map_err(|e| (t.entry.id, e)))
         .collect();
+    if busy {
+        fill_busy(
+            targets
+                .iter()
+                .zip(asked.iter_mut())
+                .filter_map(|(t, r)| {
+                    Some((t.dev.as_ref().ok()?.as_ref(), &mut r.as_mut().ok()?.extras))
+                })
+                .collect(),
+        );
+    }
     let errors: String = asked
         .iter()
         .filter_map(|r| r.as_ref().err().map(|(id, e)| error_line(*id, e)))
@@ -382,7 +394,7 @@ fn list(targets: &[Target]) -> Out {
 fn map(targets: &[Target]) -> Out {
     let row = |a: &str, b: &str, c: &str, d: &str| format!("\t{a:<30} {b:<30} {c:<30} {d:<30}\n");
     let mut out = row("NPU ID", "Chip ID", "Chip Logic ID", "Chip Name");
-    let (asked, err, code) = ask_all(targets);
+    let (asked, err, code) = ask_all(targets, false);
     for r in &asked {
         match r {
             Ok(n) => {

@@ -308,13 +308,20 @@ impl Plan {
             .iter()
             .map(|w| format!("davinci-smi: {}\n", printable(w)))
             .collect();
-        *self.ignored.borrow_mut() = found.ignored;
-        let mut r = self.round_found(g, disc, opener, first);
+        *self.ignored.borrow_mut() = found.ignored.clone();
+        let mut r = self.round_found(found, g, disc, opener, first);
         r.err = warnings + &r.err;
         r
     }
 
-    fn round_found(&self, g: &Global, disc: &Discovery, opener: &dyn Opener, first: bool) -> Round {
+    fn round_found(
+        &self,
+        found: discover::Found,
+        g: &Global,
+        disc: &Discovery,
+        opener: &dyn Opener,
+        first: bool,
+    ) -> Round {
         let timestamp = timestamp_now();
         let fail = |e: SmiError| {
             let code = e.exit_code();
@@ -338,7 +345,7 @@ impl Plan {
                 }
             }
         };
-        let entries = match find(g, disc) {
+        let entries = match find(found) {
             Ok(e) => e,
             Err(e) => return fail(e),
         };
@@ -356,7 +363,10 @@ impl Plan {
             Err(e) => return fail(e),
         };
         let report = match self.action {
-            Action::Board => board(&targets),
+            Action::Board => board(
+                &targets,
+                matches!(&self.csv, Some((Columns::Board(f), _)) if f.iter().any(|f| f.name == "utilization.gpu")),
+            ),
             Action::Share => share(&targets),
             Action::Usage => usage(&targets),
             Action::Set(mode) => set(&targets, mode),
@@ -398,19 +408,18 @@ impl Plan {
     }
 }
 
-/// The selected devices (each once), or why there are none.
-pub(crate) fn find(g: &Global, disc: &Discovery) -> Result<Vec<Entry>, SmiError> {
-    let entries = dedupe(discover::select(&g.device, g.socket_dir.as_deref(), disc));
-    if entries.is_empty() {
+/// The devices discovery `found` (each once), or why there are none.
+pub(crate) fn find(found: discover::Found) -> Result<Vec<Entry>, SmiError> {
+    if found.entries.is_empty() {
         return Err(SmiError::new(
             Errno::ENODEV,
             format!(
                 "no davinci devices found (looked for {})",
-                discover::searched(&g.device, g.socket_dir.as_deref(), disc)
+                discover::describe_searched(&found)
             ),
         ));
     }
-    Ok(entries)
+    Ok(dedupe(found.entries))
 }
 
 /// `entries` opened (a path that does not name its id gets it from GET_INFO), and kept to

@@ -46,7 +46,7 @@ pub(super) fn npu_rows(
 
 /// `info`: npu-smi's table of NPUs (two rows each), then the process table.
 pub(super) fn table(targets: &[Target]) -> Out {
-    let (asked, err, code) = ask_all(targets);
+    let (asked, err, code) = ask_all(targets, true);
     let driver = asked.iter().find_map(|r| {
         r.as_ref()
             .ok()
@@ -137,7 +137,8 @@ pub(super) fn usages(n: &Npu) -> Vec<(&'static str, String)> {
 
 /// `info -t TYPE -i N [-c 0]`: one NPU's details in npu-smi's shape for that type.
 pub(super) fn detail(targets: &[Target], ty: NpuType, chip: bool) -> Out {
-    let (asked, err, code) = ask_all(targets);
+    let busy = matches!(ty, NpuType::Usages | NpuType::Common);
+    let (asked, err, code) = ask_all(targets, busy);
     let mut out = String::new();
     for n in asked.iter().filter_map(|r| r.as_ref().ok()) {
         out += &detail_of(n, ty, chip);
