@@ -91,6 +91,8 @@ pub struct Conn {
     cv: Condvar,
     buf: Mutex<Vec<u8>>,
     timeout: Duration,
+    /// HELLO succeeded: there is an open for CLOSE to end.
+    opened: bool,
 }
 
 fn relock<T>(r: std::sync::LockResult<T>) -> T {
@@ -118,7 +120,7 @@ impl Conn {
         // Out of the program's way; where the limit is lower, it stays where it is.
         let sock = sock.duplicate_at_least(PRIVATE_FD_MIN).unwrap_or(sock);
         let sock_id = sys::file_id(sock.as_fd().as_raw_fd());
-        let c = Conn {
+        let mut c = Conn {
             sock,
             sock_id,
             path: path.to_path_buf(),
@@ -128,6 +130,7 @@ impl Conn {
             cv: Condvar::new(),
             buf: Mutex::new(vec![0u8; MAX_REPLY + 1]),
             timeout: reply_timeout(),
+            opened: false,
         };
         let h = Hello {
             abi_major: ABI_VERSION_MAJOR,
@@ -148,6 +151,7 @@ impl Conn {
                 format!("{p}: malformed HELLO reply"),
             ));
         }
+        c.opened = true;
         Ok(c)
     }
 
@@ -344,7 +348,7 @@ impl Drop for Conn {
             let g = relock(self.rx.lock());
             g.dead.is_none() && !g.reading && g.pending.is_empty()
         };
-        if idle && !self.inherited() {
+        if self.opened && idle && !self.inherited() {
             let _ = self.call(Kind::Close, 0, Vec::new());
         }
     }

@@ -2,7 +2,8 @@
 //! unchanged passes through it; a program's files, pipes, mappings and duplicates are
 //! untouched by it; a davinci descriptor behaves as the kernel module's (`tests/probe.c`:
 //! read/write, poll/epoll, foreign ioctls, bad pointers, dup, LIST_CLIENTS, fork); a
-//! WAIT_EVENT interrupted by a signal ends with `EINTR`; a device with no socket is `ENOENT`.
+//! WAIT_EVENT interrupted by a signal ends with `EINTR`, and one in flight holds up no other
+//! thread's ioctls on the same descriptor; a device with no socket is `ENOENT`.
 //!
 //! The library is this package's cdylib (cargo builds it before the tests), copied under its
 //! installed name; the daemon is the workspace's `davinci-mockd`, built with cargo when the
@@ -88,11 +89,14 @@ fn cc() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
 }
 
-/// Compiles `src` (with the ABI header) to `dir/name` exactly as the example's comment says.
-fn compile(src: &Path, dir: &Path, name: &str) -> PathBuf {
+/// Compiles `src` (with the ABI header) to `dir/name` as the example's comment says, with
+/// `extra` flags.
+fn compile(src: &Path, dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let exe = dir.join(name);
     let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .args(extra)
+        .arg("-I")
         .arg(workspace_root().join("uapi/include"))
         .arg(src)
         .arg("-o")
@@ -181,6 +185,7 @@ fn probe(dir: &Path) -> PathBuf {
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/probe.c"),
         dir,
         "probe",
+        &["-pthread"],
     )
 }
 
@@ -191,8 +196,18 @@ fn the_unchanged_c_example_client_passes_on_the_daemon() {
         &workspace_root().join("uapi/examples/client.c"),
         &dir,
         "client",
+        &[],
     );
     let d = Daemon::start("client", 2);
+    // Without the library the same run fails (this machine has no kernel module's node).
+    if !Path::new("/dev/davinci0").exists() {
+        let out = Command::new(&client)
+            .arg("/dev/davinci0")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .expect("run the client");
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    }
     // Twice on one device: the first run's close released the device (exclusive mode
     // would refuse the second open otherwise), and on the second device.
     for dev in ["/dev/davinci0", "/dev/davinci0", "/dev/davinci1"] {
@@ -217,6 +232,7 @@ fn a_device_without_a_socket_is_enoent_and_the_library_says_why_only_when_asked(
         &workspace_root().join("uapi/examples/client.c"),
         &dir,
         "client",
+        &[],
     );
     let d = Daemon::start("missing", 1);
     let out = d.run(&client, &["/dev/davinci7"], &[]);
@@ -270,4 +286,13 @@ fn wait_event_interrupted_by_a_signal_is_eintr_and_cancelled() {
     let d = Daemon::start("eintr", 1);
     let out = d.run(&probe, &["eintr", "/dev/davinci0"], &[]);
     assert_ok(&out, "ok eintr", "eintr");
+}
+
+#[test]
+fn a_thread_blocked_in_wait_event_holds_up_no_other_thread() {
+    let dir = scratch("threads");
+    let probe = probe(&dir);
+    let d = Daemon::start("threads", 1);
+    let out = d.run(&probe, &["threads", "/dev/davinci0"], &[]);
+    assert_ok(&out, "ok threads", "threads");
 }

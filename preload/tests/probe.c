@@ -7,11 +7,13 @@
  *                                (with DEV open throughout, when given)
  *   probe semantics /dev/davinciN  a davinci descriptor behaves as the kernel module's
  *   probe eintr /dev/davinciN      WAIT_EVENT and signals: EINTR without SA_RESTART
+ *   probe threads /dev/davinciN    a thread blocked in WAIT_EVENT holds up no other thread
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +269,84 @@ static int eintr(const char *dev)
 	return 0;
 }
 
+struct waiter {
+	int fd;
+	__u32 ev;
+	int err;
+	volatile int done;
+};
+
+static void *wait_long(void *p)
+{
+	struct waiter *w = p;
+	struct davinci_wait_event_args a;
+
+	memset(&a, 0, sizeof(a));
+	a.kind = DAVINCI_WAIT_EVENT;
+	a.handle = w->ev;
+	a.value = 1;
+	a.timeout_ns = 600000000000ull; /* 10 minutes: only the signal below ends it */
+	w->err = ioctl(w->fd, DAVINCI_IOCTL_WAIT_EVENT, &a) < 0 ? errno : 0;
+	__atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* One open, two threads: while one is blocked in WAIT_EVENT, the other creates and destroys
+ * contexts and reads GET_INFO; then a signal (no SA_RESTART) ends the wait with EINTR. */
+static int threads(const char *dev)
+{
+	struct davinci_create_context_args ctx;
+	struct davinci_create_event_args ev;
+	struct davinci_device_info info;
+	struct davinci_handle_args h;
+	struct sigaction sa;
+	struct waiter w;
+	pthread_t t;
+	int fd, i;
+
+	fd = open(dev, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	memset(&ctx, 0, sizeof(ctx));
+	CHECK(ioctl(fd, DAVINCI_IOCTL_CREATE_CONTEXT, &ctx) == 0);
+	memset(&ev, 0, sizeof(ev));
+	ev.ctx = ctx.handle;
+	CHECK(ioctl(fd, DAVINCI_IOCTL_CREATE_EVENT, &ev) == 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sigemptyset(&sa.sa_mask);
+	CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+	memset(&w, 0, sizeof(w));
+	w.fd = fd;
+	w.ev = ev.handle;
+	CHECK(pthread_create(&t, NULL, wait_long, &w) == 0);
+	for (i = 0; i < 200; i++) {
+		struct davinci_create_context_args c;
+
+		memset(&c, 0, sizeof(c));
+		CHECK(ioctl(fd, DAVINCI_IOCTL_CREATE_CONTEXT, &c) == 0);
+		memset(&h, 0, sizeof(h));
+		h.handle = c.handle;
+		CHECK(ioctl(fd, DAVINCI_IOCTL_DESTROY_CONTEXT, &h) == 0);
+		memset(&info, 0, sizeof(info));
+		CHECK(ioctl(fd, DAVINCI_IOCTL_GET_INFO, &info) == 0);
+	}
+	/* The wait cannot have ended by itself (nothing records the event). */
+	CHECK(__atomic_load_n(&w.done, __ATOMIC_SEQ_CST) == 0);
+	while (!__atomic_load_n(&w.done, __ATOMIC_SEQ_CST)) {
+		CHECK(pthread_kill(t, SIGUSR1) == 0);
+		usleep(10000);
+	}
+	CHECK(pthread_join(t, NULL) == 0);
+	if (w.err != EINTR) {
+		fprintf(stderr, "probe: the signalled WAIT_EVENT ended with %s\n", strerror(w.err));
+		return 1;
+	}
+	CHECK(ioctl(fd, DAVINCI_IOCTL_GET_INFO, &info) == 0);
+	CHECK(close(fd) == 0);
+	printf("ok threads\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if ((argc == 3 || argc == 4) && strcmp(argv[1], "passthrough") == 0)
@@ -275,6 +355,8 @@ int main(int argc, char **argv)
 		return semantics(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "eintr") == 0)
 		return eintr(argv[2]);
-	fprintf(stderr, "usage: probe passthrough DIR [DEV] | semantics /dev/davinciN | eintr /dev/davinciN\n");
+	if (argc == 3 && strcmp(argv[1], "threads") == 0)
+		return threads(argv[2]);
+	fprintf(stderr, "usage: probe passthrough DIR [DEV] | semantics /dev/davinciN | eintr /dev/davinciN | threads /dev/davinciN\n");
 	return 2;
 }
