@@ -185,7 +185,8 @@ fn probe(dir: &Path) -> PathBuf {
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/probe.c"),
         dir,
         "probe",
-        &["-pthread"],
+        // Fortified, so glibc's __open_2 and __openat_2 are what it calls (probe.c).
+        &["-pthread", "-O2", "-D_FORTIFY_SOURCE=2"],
     )
 }
 
