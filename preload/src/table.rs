@@ -3,7 +3,8 @@
 //! the library filled it in, and the open (shared by `dup`s of one descriptor).
 //!
 //! Every interposed call asks [`maybe`] first, which takes no lock: one atomic load while no
-//! davinci descriptor is open, one bit of a bitmap for descriptors below 4096. Only then is
+//! davinci descriptor is open, one bit of a bitmap for descriptors below 4096 (one count
+//! for those above). Only then is
 //! the table searched ([`lookup`]), and the entry is trusted only if the descriptor still is
 //! the same file (`fstat`): a number the program closed behind the library's back (a raw
 //! `close` system call, `close_range` in a child) and the kernel gave to another file is
@@ -33,21 +34,30 @@ static SLOTS: Mutex<[Option<Entry>; MAX_OPENS]> = Mutex::new([const { None }; MA
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Bit `fd` set while `fd` (below [`BITMAP_FDS`]) has an entry.
 static BITS: [AtomicU64; BITMAP_FDS / 64] = [const { AtomicU64::new(0) }; BITMAP_FDS / 64];
+/// Entries of descriptors at or above [`BITMAP_FDS`] (which have no bit).
+static HIGH: AtomicUsize = AtomicUsize::new(0);
 
 fn slots() -> MutexGuard<'static, [Option<Entry>; MAX_OPENS]> {
     // Nothing panics while holding it; if something did, the table is still whole.
     SLOTS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Marks `fd` as having an entry (`on`) or not any more; called once each way per entry.
 fn set_bit(fd: RawFd, on: bool) {
-    if let Ok(i) = usize::try_from(fd) {
-        if i < BITMAP_FDS {
+    match usize::try_from(fd) {
+        Ok(i) if i < BITMAP_FDS => {
             let m = 1u64 << (i % 64);
             if on {
                 BITS[i / 64].fetch_or(m, Ordering::Release);
             } else {
                 BITS[i / 64].fetch_and(!m, Ordering::Release);
             }
+        }
+        _ if on => {
+            HIGH.fetch_add(1, Ordering::AcqRel);
+        }
+        _ => {
+            HIGH.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -59,7 +69,7 @@ pub fn maybe(fd: RawFd) -> bool {
     }
     match usize::try_from(fd) {
         Ok(i) if i < BITMAP_FDS => BITS[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0,
-        _ => true,
+        _ => HIGH.load(Ordering::Acquire) != 0,
     }
 }
 
@@ -106,8 +116,8 @@ pub fn insert(fd: RawFd, id: FileId, conn: Arc<Conn>) -> Result<(), Arc<Conn>> {
         old = g[at].replace(Entry { fd, id, conn });
         if old.is_none() {
             COUNT.fetch_add(1, Ordering::AcqRel);
+            set_bit(fd, true);
         }
-        set_bit(fd, true);
     }
     // A stale entry's open goes outside the lock (its drop may talk to the daemon).
     drop(old);

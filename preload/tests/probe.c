@@ -21,6 +21,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -165,6 +166,33 @@ static int semantics(const char *dev)
 	fd = fcntl(d, F_DUPFD_CLOEXEC, 0);
 	CHECK(fd >= 0);
 	CHECK(close(d) == 0);
+	/* A descriptor number above the library's bitmap (4096), where the limit allows one. */
+	{
+		struct rlimit rl;
+
+		CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+		if (rl.rlim_cur < 5001 && rl.rlim_max >= 5001) {
+			rl.rlim_cur = 5001;
+			CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+		}
+		if (rl.rlim_cur >= 5001) {
+			CHECK(dup2(fd, 5000) == 5000);
+			memset(&info, 0, sizeof(info));
+			CHECK(ioctl(5000, DAVINCI_IOCTL_GET_INFO, &info) == 0);
+			CHECK(info.abi_major == DAVINCI_ABI_VERSION_MAJOR);
+			errno = 0;
+			CHECK(read(5000, &c, 1) == -1 && errno == EINVAL);
+			CHECK(close(5000) == 0);
+			/* The number, now a pipe's, is not taken for the device. */
+			{
+				int p[2];
+
+				CHECK(pipe(p) == 0 && dup2(p[1], 5000) == 5000);
+				CHECK(write(5000, "x", 1) == 1 && read(p[0], &c, 1) == 1 && c == 'x');
+				CHECK(close(5000) == 0 && close(p[0]) == 0 && close(p[1]) == 0);
+			}
+		}
+	}
 	/* A control open beside it lists the clients through the caller's buffer. */
 	ctl = openat(AT_FDCWD, dev, rw & ~O_ACCMODE); /* O_RDONLY: a control open */
 	CHECK(ctl >= 0);
