@@ -308,6 +308,22 @@ impl SeqPacket {
     pub fn shutdown(&self) {
         let _ = shutdown(self.fd.as_raw_fd(), Shutdown::Both);
     }
+
+    /// A duplicate of this socket on a descriptor numbered `min` or above (close-on-exec):
+    /// for a library that keeps a connection of its own inside a program and leaves the low
+    /// numbers to it (it then drops the original).
+    ///
+    /// # Errors
+    /// `fcntl(F_DUPFD_CLOEXEC)` errors (`EINVAL`: `min` is not below `RLIMIT_NOFILE`;
+    /// `EMFILE`).
+    pub fn duplicate_at_least(&self, min: RawFd) -> io::Result<SeqPacket> {
+        use nix::fcntl::{fcntl, FcntlArg};
+        let raw = fcntl(&self.fd, FcntlArg::F_DUPFD_CLOEXEC(min)).map_err(nix_io)?;
+        // SAFETY: F_DUPFD_CLOEXEC just installed `raw` as a new descriptor of this socket;
+        // nothing else knows the number, so this is its only owner.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(SeqPacket { fd })
+    }
 }
 
 impl AsFd for SeqPacket {

@@ -39,6 +39,9 @@
 //!   tag it does not know: the wait ended already). An older daemon replies `EPROTO`, which
 //!   loses nothing: the wait ends at its timeout.
 //!
+//! The protocol as a documented interface (framing, every kind, errno rules, fd passing,
+//! versioning, limits, sockets, a worked exchange): `docs/mockd-protocol.md`.
+//!
 //! A frame that breaks any rule gets an `EPROTO` reply with a message saying what was wrong
 //! (and, before a successful `HELLO`, the connection is closed). Decoding never panics.
 

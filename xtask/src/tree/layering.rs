@@ -24,7 +24,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["davinci-ring", "davinci-shm", "davinci-mockd-proto"],
     &["davinci-driver-core"],
     &["davinci-mock-device"],
-    &["davinci-mockd", "davinci-shim"],
+    &["davinci-mockd", "davinci-shim", "davinci-preload"],
     &["davinci-ops", "davinci-workload", "davinci-benches"],
     &["davinci-smi", "davinci-exporter", "davinci-device-plugin"],
     &["davinci-tests", "davinci-fuzz-harness", "xtask"],
