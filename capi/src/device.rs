@@ -69,7 +69,8 @@ pub unsafe extern "C" fn davinci_device_open(
         } else {
             // SAFETY: the caller's contract: a NUL-terminated string.
             let path = unsafe { c_str(path, "path") }?;
-            Device::open(path).map_err(|e| Fail::from(e).context(format_args!("device {path:?}")))?
+            Device::open(path)
+                .map_err(|e| Fail::from(e).context(format_args!("device {path:?}")))?
         };
         // SAFETY: `out` was checked by Out::new; the caller's contract makes it writable.
         unsafe { out.set(davinci_device { dev }) };
@@ -168,7 +169,10 @@ pub unsafe extern "C" fn davinci_device_client_id(
         // SAFETY: the caller's contract.
         let d = unsafe { get(dev, "dev") }?;
         let id = d.dev.client_id().ok_or_else(|| {
-            Fail::new(libc::ENOTSUP, "the driver does not report client ids (ABI < 1.1)")
+            Fail::new(
+                libc::ENOTSUP,
+                "the driver does not report client ids (ABI < 1.1)",
+            )
         })?;
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", id) }

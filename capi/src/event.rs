@@ -126,7 +126,10 @@ pub unsafe extern "C" fn davinci_event_synchronize(
 /// # Safety
 /// Threads: any. `event` a live handle; `done` writable.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_event_query(event: *const davinci_event, done: *mut bool) -> c_int {
+pub unsafe extern "C" fn davinci_event_query(
+    event: *const davinci_event,
+    done: *mut bool,
+) -> c_int {
     guard("davinci_event_query", || {
         // SAFETY: the caller's contract.
         let e = unsafe { get(event, "event") }?;
@@ -141,7 +144,10 @@ pub unsafe extern "C" fn davinci_event_query(event: *const davinci_event, done: 
 /// # Safety
 /// Threads: any. `event` a live handle; `out` writable.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_event_recorded(event: *const davinci_event, out: *mut u64) -> c_int {
+pub unsafe extern "C" fn davinci_event_recorded(
+    event: *const davinci_event,
+    out: *mut u64,
+) -> c_int {
     guard("davinci_event_recorded", || {
         // SAFETY: the caller's contract.
         let e = unsafe { get(event, "event") }?;
@@ -166,7 +172,10 @@ pub unsafe extern "C" fn davinci_record_destroy(record: *mut davinci_record) {
 /// # Safety
 /// Threads: any. `record` a live handle; `out` writable.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_record_value(record: *const davinci_record, out: *mut u64) -> c_int {
+pub unsafe extern "C" fn davinci_record_value(
+    record: *const davinci_record,
+    out: *mut u64,
+) -> c_int {
     guard("davinci_record_value", || {
         // SAFETY: the caller's contract.
         let r = unsafe { get(record, "record") }?;
@@ -216,7 +225,10 @@ pub unsafe extern "C" fn davinci_record_synchronize(
 /// # Safety
 /// Threads: any. `record` a live handle; `done` writable.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_record_query(record: *const davinci_record, done: *mut bool) -> c_int {
+pub unsafe extern "C" fn davinci_record_query(
+    record: *const davinci_record,
+    done: *mut bool,
+) -> c_int {
     guard("davinci_record_query", || {
         // SAFETY: the caller's contract.
         let r = unsafe { get(record, "record") }?;

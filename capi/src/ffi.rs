@@ -281,7 +281,10 @@ mod tests {
     #[test]
     fn a_failure_is_a_negative_errno_and_a_message() {
         assert_eq!(guard("f", || Ok(())), 0);
-        assert_eq!(guard("davinci_x", || Err(Fail::new(libc::ENOSPC, "full"))), -libc::ENOSPC);
+        assert_eq!(
+            guard("davinci_x", || Err(Fail::new(libc::ENOSPC, "full"))),
+            -libc::ENOSPC
+        );
         assert_eq!(last(), "davinci_x: full");
         // A success leaves the message alone.
         assert_eq!(guard("g", || Ok(())), 0);
@@ -308,7 +311,10 @@ mod tests {
     fn null_pointers_are_einval_naming_the_argument() {
         // SAFETY: NULL is allowed by every helper's contract.
         unsafe {
-            assert_eq!(get::<u32>(std::ptr::null(), "dev").unwrap_err().msg, "dev is NULL");
+            assert_eq!(
+                get::<u32>(std::ptr::null(), "dev").unwrap_err().msg,
+                "dev is NULL"
+            );
             assert!(put::<u32>(std::ptr::null_mut(), "out", 1).is_err());
             assert!(c_str(std::ptr::null(), "path").is_err());
             assert!(bytes(std::ptr::null(), 4, "src").is_err());
@@ -325,7 +331,10 @@ mod tests {
         let e = Error::new(davinci_shim::Errno::ENODEV, "open", "nothing there");
         let f = Fail::from(e).context("device \"/dev/x\"");
         assert_eq!(f.errno, libc::ENODEV);
-        assert_eq!(f.msg, "device \"/dev/x\": open failed: ENODEV: nothing there");
+        assert_eq!(
+            f.msg,
+            "device \"/dev/x\": open failed: ENODEV: nothing there"
+        );
         assert_eq!(Fail::from(Error::other("x", "y")).errno, libc::EIO);
     }
 }

@@ -50,9 +50,7 @@ impl davinci_buffer {
         let Some(end) = end.filter(|&e| e <= size && offset <= e) else {
             return Err(Fail::new(
                 libc::ERANGE,
-                format!(
-                    "bytes [{offset}, {offset} + {len}) do not lie in the {size}-byte buffer"
-                ),
+                format!("bytes [{offset}, {offset} + {len}) do not lie in the {size}-byte buffer"),
             ));
         };
         let r = match &self.mem {
@@ -82,11 +80,7 @@ pub unsafe extern "C" fn davinci_buffer_alloc(
         let d = unsafe { get(dev, "dev") }?;
         let b = d.dev.alloc(size)?;
         // SAFETY: checked by Out::new; writable by the caller's contract.
-        unsafe {
-            out.set(davinci_buffer {
-                mem: Mem::Alloc(b),
-            })
-        };
+        unsafe { out.set(davinci_buffer { mem: Mem::Alloc(b) }) };
         Ok(())
     })
 }
@@ -271,11 +265,7 @@ pub unsafe extern "C" fn davinci_device_import(
         let d = unsafe { get(dev, "dev") }?;
         let b = d.dev.import(ExportToken(token))?;
         // SAFETY: checked by Out::new; writable by the caller's contract.
-        unsafe {
-            out.set(davinci_buffer {
-                mem: Mem::Alloc(b),
-            })
-        };
+        unsafe { out.set(davinci_buffer { mem: Mem::Alloc(b) }) };
         Ok(())
     })
 }
@@ -443,7 +433,10 @@ pub unsafe extern "C" fn davinci_pool_get_stats(
 /// # Safety
 /// Threads: any. `pool` a live handle; `released` NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_pool_trim(pool: *const davinci_pool, released: *mut usize) -> c_int {
+pub unsafe extern "C" fn davinci_pool_trim(
+    pool: *const davinci_pool,
+    released: *mut usize,
+) -> c_int {
     guard("davinci_pool_trim", || {
         // SAFETY: the caller's contract.
         let p = unsafe { get(pool, "pool") }?;

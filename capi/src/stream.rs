@@ -338,7 +338,10 @@ pub unsafe extern "C" fn davinci_stream_synchronize(
 /// # Safety
 /// Threads: any. `stream` a live handle; `out` writable.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_stream_handle(stream: *const davinci_stream, out: *mut u32) -> c_int {
+pub unsafe extern "C" fn davinci_stream_handle(
+    stream: *const davinci_stream,
+    out: *mut u32,
+) -> c_int {
     guard("davinci_stream_handle", || {
         // SAFETY: the caller's contract.
         let s = unsafe { get(stream, "stream") }?;

@@ -41,8 +41,7 @@ pub struct davinci_task {
 unsafe fn region<'a>(r: &davinci_region, what: &str) -> Res<davinci_shim::Region<'a>> {
     // SAFETY: the caller's contract.
     let b: &'a davinci_buffer = unsafe { get(r.buffer, &format!("{what}.buffer")) }?;
-    b.region(r.offset, r.length)
-        .map_err(|f| f.context(what))
+    b.region(r.offset, r.length).map_err(|f| f.context(what))
 }
 
 /// Stores a built task.
@@ -168,7 +167,10 @@ pub unsafe extern "C" fn davinci_task_from_desc(
 /// # Safety
 /// Threads: not while another thread uses `task`. `task` a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn davinci_task_set_user_data(task: *mut davinci_task, user_data: u64) -> c_int {
+pub unsafe extern "C" fn davinci_task_set_user_data(
+    task: *mut davinci_task,
+    user_data: u64,
+) -> c_int {
     guard("davinci_task_set_user_data", || {
         // SAFETY: the caller's contract: used by this thread only.
         let t = unsafe { get_mut(task, "task") }?;
