@@ -3,9 +3,10 @@
 # installs it for C programs:
 #   PREFIX/lib/libdavinci.so, PREFIX/lib/libdavinci.a
 #   PREFIX/include/davinci/runtime.h, PREFIX/include/davinci/uapi.h
-#   PREFIX/lib/pkgconfig/davinci.pc
+#   PREFIX/lib/pkgconfig/davinci.pc, PREFIX/lib/pkgconfig/davinci-static.pc
 # so that, with PKG_CONFIG_PATH=PREFIX/lib/pkgconfig,
 #   cc prog.c $(pkg-config --cflags --libs davinci)                   # libdavinci.so
+#   cc prog.c $(pkg-config --cflags --libs davinci-static)            # libdavinci.a
 #   cc -static prog.c $(pkg-config --static --cflags --libs davinci)  # all static
 #
 # Environment: CARGO_TARGET_DIR (where cargo builds, default target/), DAVINCI_CAPI_PROFILE
@@ -61,5 +62,17 @@ Version: $version
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -ldavinci
 Libs.private: $native
+PC
+# libdavinci.a by name (a plain -ldavinci would take the .so), the C library dynamically.
+cat >"$PREFIX/lib/pkgconfig/davinci-static.pc" <<PC
+prefix=$PREFIX
+libdir=\${prefix}/lib
+includedir=\${prefix}/include
+
+Name: davinci-static
+Description: libdavinci linked statically (libdavinci.a; the C library stays dynamic)
+Version: $version
+Cflags: -I\${includedir}
+Libs: \${libdir}/libdavinci.a $native
 PC
 echo "==> installed libdavinci $version in $PREFIX (pkg-config: PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig)"

@@ -319,7 +319,7 @@ mod tests {
             assert!(c_str(std::ptr::null(), "path").is_err());
             assert!(bytes(std::ptr::null(), 4, "src").is_err());
             assert_eq!(bytes(std::ptr::null(), 0, "src").unwrap(), &[] as &[u8]);
-            let e = bytes(1 as *const u8, usize::MAX, "src").unwrap_err();
+            let e = bytes(std::ptr::dangling::<u8>(), usize::MAX, "src").unwrap_err();
             assert_eq!(e.errno, libc::EINVAL);
             assert!(Out::<u32>::new(std::ptr::null_mut(), "out").is_err());
             free::<u32>(std::ptr::null_mut());
