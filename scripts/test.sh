@@ -201,6 +201,11 @@ step "ray actors example" target/debug/examples/ray_actors
 # The runtime library without the embedded device builds and passes its tests (that it links
 # no device code is the layering check's).
 step "shim without the embedded device" cargo test -p davinci-shim --no-default-features
+# libdavinci, the shim for C (scripts/capi-test.sh): installed with its pkg-config file, the
+# C quick start and C tests built with gcc and clang (-Wall -Wextra -Werror), run on the
+# embedded device and a real davinci-mockd, then under ASan/UBSan. (The kernel step runs the
+# quick start in the guest.)
+step "libdavinci (C): quick start and C tests, embedded and davinci-mockd, ASan/UBSan" scripts/capi-test.sh
 
 if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
     # No nightly: the targets (a crate outside the workspace) at least type-check on stable.
