@@ -1,5 +1,6 @@
 /* Error paths: NULL handles and out-parameters, bad sizes and ranges, a bad device path
  * naming itself in davinci_last_error(), bad arguments to the task builders. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check.h"
 
 int main(int argc, char **argv)
@@ -23,6 +24,14 @@ int main(int argc, char **argv)
 	EXPECT_ERR(davinci_device_open("mock:/nonexistent/capi.sock", &dev), -ENODEV,
 		   "/nonexistent/capi.sock");
 	EXPECT_ERR(davinci_device_open(path, NULL), -EINVAL, "out (out-parameter) is NULL");
+	/* NULL: the device $DAVINCI_DEVICE names (as Device::from_env). */
+	EXPECT(setenv("DAVINCI_DEVICE", "bogus-device", 1) == 0);
+	EXPECT_ERR(davinci_device_open(NULL, &dev), -EINVAL, "bogus-device");
+	EXPECT(setenv("DAVINCI_DEVICE", path, 1) == 0);
+	CHECK(davinci_device_open(NULL, &dev));
+	EXPECT(dev != NULL);
+	davinci_device_destroy(dev);
+	dev = NULL;
 	CHECK(davinci_device_open(path, &dev));
 	EXPECT(dev != NULL);
 
