@@ -98,8 +98,9 @@ if readelf -l "$WORK/capi-quickstart" | grep 'program interpreter' >/dev/null; t
 fi
 
 # A real davinci-mockd in a scratch socket directory.
-cargo build -q -p davinci-mockd
-MOCKD=$TARGET/debug/davinci-mockd
+# (Release, like the library: the two share most of their dependencies' build.)
+cargo build -q --release -p davinci-mockd
+MOCKD=$TARGET/release/davinci-mockd
 SOCK_DIR=$(mktemp -d /tmp/davinci-capi.XXXXXX)
 mockd_pid=
 cleanup() {
