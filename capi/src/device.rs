@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use davinci_shim::{Context, Device, DeviceInfo};
+use davinci_shim::{Context, Device, DeviceInfo, ShareMode};
 
 use crate::ffi::{self, c_str, get, guard, guard_value, put, Fail, Out};
 
@@ -176,6 +176,61 @@ pub unsafe extern "C" fn davinci_device_client_id(
         })?;
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", id) }
+    })
+}
+
+/// SET_DEVICE_SHARE: `DAVINCI_SHARE_EXCLUSIVE` (one client) or `DAVINCI_SHARE_SHARED`
+/// (many isolated clients: what exporting memory to another process needs). Admins only:
+/// -EPERM otherwise; -EINVAL for another mode.
+///
+/// # Safety
+/// Threads: any. `dev` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_set_share_mode(
+    dev: *const davinci_device,
+    mode: u32,
+) -> c_int {
+    guard("davinci_device_set_share_mode", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { get(dev, "dev") }?;
+        let m = ShareMode::from_u32(mode).ok_or_else(|| {
+            Fail::inval(format!(
+                "mode {mode} is neither DAVINCI_SHARE_EXCLUSIVE nor DAVINCI_SHARE_SHARED"
+            ))
+        })?;
+        d.dev.set_share_mode(m)?;
+        Ok(())
+    })
+}
+
+/// Another client of the same embedded mock device (`dev` opened as `"embedded"`) into
+/// `*out`, as a second process would be on a real device; the device must be shared for it
+/// (-EBUSY naming the holder otherwise). -ENODEV for another backend: open its path again.
+///
+/// # Safety
+/// Threads: any. `dev` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_attach(
+    dev: *const davinci_device,
+    out: *mut *mut davinci_device,
+) -> c_int {
+    guard("davinci_device_attach", || {
+        let out = Out::new(out, "out")?;
+        // SAFETY: the caller's contract.
+        let d = unsafe { get(dev, "dev") }?;
+        let mock = d.dev.mock_device().ok_or_else(|| {
+            Fail::new(
+                libc::ENODEV,
+                format!(
+                    "{} is not the embedded mock device: open its path again",
+                    d.dev
+                ),
+            )
+        })?;
+        let dev = Device::attach(mock)?;
+        // SAFETY: checked by Out::new; writable by the caller's contract.
+        unsafe { out.set(davinci_device { dev }) };
+        Ok(())
     })
 }
 

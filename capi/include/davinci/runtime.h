@@ -338,6 +338,26 @@ int davinci_device_describe(const struct davinci_device *dev, char *buf, size_t 
 int davinci_device_client_id(const struct davinci_device *dev, uint32_t *out);
 
 /**
+ * SET_DEVICE_SHARE: `DAVINCI_SHARE_EXCLUSIVE` (one client) or `DAVINCI_SHARE_SHARED`
+ * (many isolated clients: what exporting memory to another process needs). Admins only:
+ * -EPERM otherwise; -EINVAL for another mode.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle.
+ */
+int davinci_device_set_share_mode(const struct davinci_device *dev, uint32_t mode);
+
+/**
+ * Another client of the same embedded mock device (`dev` opened as `"embedded"`) into
+ * `*out`, as a second process would be on a real device; the device must be shared for it
+ * (-EBUSY naming the holder otherwise). -ENODEV for another backend: open its path again.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_attach(const struct davinci_device *dev, struct davinci_device **out);
+
+/**
  * Creates a context on `dev` (`aclrtCreateContext`, `cuCtxCreate`) into `*out`.
  *
  * # Safety

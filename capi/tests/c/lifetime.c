@@ -147,6 +147,42 @@ int main(int argc, char **argv)
 	EXPECT(word == 42);
 	CHECK(davinci_event_synchronize(ev, 0));
 
+	/* 6. Export and import between two clients of one device (shared mode): the importer's
+	 * fill lands in the exporter's buffer. */
+	davinci_device *dev2 = NULL;
+	davinci_context *ctx2 = NULL;
+	davinci_stream *s3 = NULL;
+	davinci_buffer *theirs = NULL;
+	uint64_t token = 0;
+	CHECK(davinci_device_set_share_mode(dev, DAVINCI_SHARE_SHARED));
+	if (strcmp(device_arg(argc, argv), "embedded") == 0)
+		CHECK(davinci_device_attach(dev, &dev2));
+	else
+		CHECK(davinci_device_open(device_arg(argc, argv), &dev2));
+	CHECK(davinci_buffer_export(keep, DAVINCI_EXPORT_OWN_UID, 0, &token));
+	CHECK(davinci_device_import(dev2, token, &theirs));
+	EXPECT_ERR(davinci_device_import(dev2, token, &theirs), -EBUSY, "IMPORT_MEMORY");
+	CHECK(davinci_context_create(dev2, &ctx2));
+	CHECK(davinci_stream_create(ctx2, NULL, &s3));
+	CHECK(davinci_task_fill(davinci_whole(theirs), 0x5eed, &t));
+	CHECK(davinci_stream_submit(s3, t, NULL));
+	davinci_task_destroy(t);
+	t = NULL;
+	/* A task of one open names no buffer of another. */
+	CHECK(davinci_task_fill(davinci_whole(keep), 1, &t));
+	EXPECT_ERR(davinci_stream_submit(s3, t, NULL), -EINVAL, "another open");
+	davinci_task_destroy(t);
+	t = NULL;
+	CHECK(davinci_stream_synchronize(s3, TIMEOUT_NS));
+	CHECK(davinci_buffer_read(keep, 0, &word, 4));
+	EXPECT(word == 0x5eed);
+	davinci_buffer_free(theirs);
+	davinci_stream_destroy(s3);
+	davinci_context_destroy(ctx2);
+	davinci_device_destroy(dev2);
+	CHECK(davinci_device_set_share_mode(dev, DAVINCI_SHARE_EXCLUSIVE));
+	EXPECT_ERR(davinci_device_set_share_mode(dev, 9), -EINVAL, "mode 9");
+
 	davinci_record_destroy(r1);
 	davinci_record_destroy(r2);
 	davinci_event_destroy(ev);
