@@ -215,7 +215,8 @@ pub unsafe extern "C" fn davinci_stream_submit_batch(
         let s = unsafe { get(stream, "stream") }?;
         // SAFETY: the caller's contract: n readable pointers.
         let ptrs = unsafe { ffi::slice(tasks, n, "tasks") }?;
-        let mut batch: Vec<Task> = Vec::with_capacity(n);
+        // Grown as the handles are read: a wrong `n` must not become a huge allocation.
+        let mut batch: Vec<Task> = Vec::with_capacity(n.min(1024));
         for (i, &p) in ptrs.iter().enumerate() {
             // SAFETY: the caller's contract: each a live task handle.
             let t = unsafe { get(p, &format!("tasks[{i}]")) }?;
