@@ -45,7 +45,7 @@ native=$(cd "$ROOT" && cargo rustc -q -p davinci-capi --profile "$PROFILE" --lib
 # (-static), so -lgcc_s is left to it: a fully static link has no libgcc_s.
 native=$(tr ' ' '\n' <<<"$native" | grep -v -e '^-lc$' -e '^-lgcc_s$' | awk 'NF && !seen[$0]++' | tr '\n' ' ' | sed 's/ $//')
 
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)
+version=$(awk -F'"' '/^version = / { print $2; exit }' "$ROOT/Cargo.toml")
 install -d "$PREFIX/lib/pkgconfig" "$PREFIX/include/davinci"
 install -m 0755 "$out_dir/libdavinci.so" "$PREFIX/lib/libdavinci.so"
 install -m 0644 "$out_dir/libdavinci.a" "$PREFIX/lib/libdavinci.a"

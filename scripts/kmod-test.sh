@@ -169,4 +169,4 @@ if [ "$fail" -ne 0 ]; then
     echo "kmod: the guest log is $LOG"
     exit 1
 fi
-say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in) and davinci-workload on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload and the C quick start (libdavinci) on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"

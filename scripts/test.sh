@@ -9,7 +9,8 @@
 #   conformance suite on the embedded device, system tests, fuzz replays, the C header
 #   checks: they need a C compiler); the conformance suite and the million-task run again
 #   against a real davinci-mockd; the quick start; the runtime library without its embedded
-#   device; every fuzz target on nightly (scripts/fuzz.sh); the kernel module in QEMU
+#   device; libdavinci, the library for C (scripts/capi-test.sh: the C quick start and tests
+#   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly (scripts/fuzz.sh); the kernel module in QEMU
 #   (scripts/kmod-test.sh, the same test binaries); the loom models of the ring protocol and
 #   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
 #   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
