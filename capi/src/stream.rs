@@ -22,6 +22,8 @@ use crate::task::davinci_task;
 /// stream.
 pub struct davinci_stream {
     state: Mutex<StreamState>,
+    /// The driver's handle, read without the lock.
+    handle: u32,
 }
 
 pub(crate) struct StreamState {
@@ -144,6 +146,7 @@ pub unsafe extern "C" fn davinci_stream_create(
         };
         let stream = c.ctx.create_stream_with(options)?;
         let s = davinci_stream {
+            handle: stream.handle(),
             state: Mutex::new(StreamState {
                 stream,
                 overflow: VecDeque::new(),
@@ -337,7 +340,8 @@ pub unsafe extern "C" fn davinci_stream_synchronize(
 /// The driver's handle of the stream (as `davinci-smi` and messages show it) into `*out`.
 ///
 /// # Safety
-/// Threads: any. `stream` a live handle; `out` writable.
+/// Threads: any (without the stream's lock: it does not wait for a blocking call). `stream`
+/// a live handle; `out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn davinci_stream_handle(
     stream: *const davinci_stream,
@@ -346,8 +350,7 @@ pub unsafe extern "C" fn davinci_stream_handle(
     guard("davinci_stream_handle", || {
         // SAFETY: the caller's contract.
         let s = unsafe { get(stream, "stream") }?;
-        let h = s.lock()?.stream.handle();
         // SAFETY: the caller's contract.
-        unsafe { put(out, "out", h) }
+        unsafe { put(out, "out", s.handle) }
     })
 }

@@ -723,7 +723,8 @@ int davinci_stream_synchronize(const struct davinci_stream *stream, uint64_t tim
  * The driver's handle of the stream (as `davinci-smi` and messages show it) into `*out`.
  *
  * # Safety
- * Threads: any. `stream` a live handle; `out` writable.
+ * Threads: any (without the stream's lock: it does not wait for a blocking call). `stream`
+ * a live handle; `out` writable.
  */
 int davinci_stream_handle(const struct davinci_stream *stream, uint32_t *out);
 

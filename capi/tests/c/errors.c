@@ -99,6 +99,10 @@ int main(int argc, char **argv)
 	o.cmd_entries = 3;
 	EXPECT_ERR(davinci_stream_create(ctx, &o, &s), -EINVAL, "CREATE_STREAM");
 	CHECK(davinci_stream_create(ctx, NULL, &s));
+	uint32_t handle = 0;
+	CHECK(davinci_stream_handle(s, &handle));
+	EXPECT(handle != 0);
+	EXPECT_ERR(davinci_stream_handle(s, NULL), -EINVAL, "out (out-parameter) is NULL");
 	size_t got = 99;
 	EXPECT_ERR(davinci_stream_poll(s, NULL, 4, &got), -EINVAL, "out is NULL with cap 4");
 	EXPECT_ERR(davinci_stream_poll(s, NULL, 0, NULL), -EINVAL, "n (out-parameter)");
