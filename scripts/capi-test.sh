@@ -40,8 +40,9 @@ if [ ${#need[@]} -gt 0 ]; then
     can_install && command -v apt-get >/dev/null 2>&1 ||
         die "missing ${need[*]} (Debian: apt-get install ${need[*]})"
     say "installing ${need[*]}"
-    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
-    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" </dev/null
+    # The lock timeout: the test command prepares the kernel toolchain with apt-get meanwhile.
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" </dev/null
 fi
 
 WORK=${DAVINCI_CAPI_WORK:-$ROOT/target/capi}
