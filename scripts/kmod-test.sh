@@ -10,7 +10,7 @@
 #      which the test command has just run, so nothing is built twice): the conformance
 #      suite, the kernel-only tests, the million-task run, davinci-smi, davinci-workload,
 #      davinci-exporter, davinci-device-plugin and its kubelet stand-in, davinci-testclient,
-#      davinci-attacker;
+#      davinci-attacker; and the C quick start over libdavinci, linked statically;
 #      stripped of debug information, with the C libraries they load;
 #   4. packs them with busybox into an initramfs whose /init is kmod-rust/guest/init.sh;
 #   5. boots QEMU (TCG), streams the guest's serial console, and exits 0 only if the guest
@@ -72,6 +72,17 @@ declare -A guest_bins=(
     [davinci-testclient]=$(exe bin davinci-testclient)
     [davinci-attacker]=$(exe bin davinci-attacker)
 )
+# The C quick start over libdavinci (capi/examples/quickstart.c), linked fully static: the
+# library in a release build (scripts/capi-install.sh; cargo reuses the test command's build
+# of it), the program with pkg-config's --static flags.
+bash "$ROOT/scripts/capi-install.sh" "$WORK/capi" >"$WORK/capi-install.log" 2>&1 ||
+    { cat "$WORK/capi-install.log"; echo "kmod: scripts/capi-install.sh failed" >&2; exit 1; }
+# shellcheck disable=SC2046 # pkg-config's flags are words
+gcc -std=c11 -Wall -Wextra -Werror -static "$ROOT/capi/examples/quickstart.c" \
+    $(PKG_CONFIG_PATH="$WORK/capi/lib/pkgconfig" pkg-config --static --cflags --libs davinci) \
+    -o "$WORK/capi-quickstart" 2>"$WORK/capi-link.log" ||
+    { cat "$WORK/capi-link.log"; echo "kmod: the static C quick start does not build" >&2; exit 1; }
+guest_bins[capi-quickstart]=$WORK/capi-quickstart
 mkdir -p "$WORK/bin"
 libs=()
 for name in "${!guest_bins[@]}"; do
@@ -158,4 +169,4 @@ if [ "$fail" -ne 0 ]; then
     echo "kmod: the guest log is $LOG"
     exit 1
 fi
-say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in) and davinci-workload on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload and the C quick start (libdavinci) on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"

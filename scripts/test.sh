@@ -9,7 +9,8 @@
 #   conformance suite on the embedded device, system tests, fuzz replays, the C header
 #   checks: they need a C compiler); the conformance suite and the million-task run again
 #   against a real davinci-mockd; the quick start; the runtime library without its embedded
-#   device; every fuzz target on nightly (scripts/fuzz.sh); the kernel module in QEMU
+#   device; libdavinci, the library for C (scripts/capi-test.sh: the C quick start and tests
+#   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly (scripts/fuzz.sh); the kernel module in QEMU
 #   (scripts/kmod-test.sh, the same test binaries); the loom models of the ring protocol and
 #   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
 #   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
@@ -201,6 +202,11 @@ step "ray actors example" target/debug/examples/ray_actors
 # The runtime library without the embedded device builds and passes its tests (that it links
 # no device code is the layering check's).
 step "shim without the embedded device" cargo test -p davinci-shim --no-default-features
+# libdavinci, the shim for C (scripts/capi-test.sh): installed with its pkg-config file, the
+# C quick start and C tests built with gcc and clang (-Wall -Wextra -Werror), run on the
+# embedded device and a real davinci-mockd, then under ASan/UBSan. (The kernel step runs the
+# quick start in the guest.)
+step "libdavinci (C): quick start and C tests, embedded and davinci-mockd, ASan/UBSan" scripts/capi-test.sh
 
 if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
     # No nightly: the targets (a crate outside the workspace) at least type-check on stable.

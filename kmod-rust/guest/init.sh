@@ -134,6 +134,8 @@ if check insmod insmod /davinci.ko quota_events=200; then
     # What only a kernel can show (bad user pointers, foreign mmap cookies, SIGKILL reclaim).
     check kernel-only /bin/kernel --include-ignored --test-threads=1 --nocapture
     check million-tasks /bin/million --test-threads=1
+    # The C quick start over libdavinci (capi/examples/quickstart.c, linked statically).
+    check "C quickstart (libdavinci)" /bin/capi-quickstart /dev/davinci0
     # The operator's tool.
     check smi-list davinci-smi list
     check smi-info davinci-smi info

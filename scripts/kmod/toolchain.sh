@@ -28,7 +28,7 @@ say() { printf '==> kmod: %s\n' "$*"; }
 # ---- Debian packages -------------------------------------------------------------------
 PKGS="linux-source-6.12 rustc-web rust-web-src rustfmt-web clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils kmod
-      make file gcc libc6-dev"
+      make file gcc libc6-dev pkg-config"
 missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
     sudo_cmd=()

@@ -1,7 +1,7 @@
 //! The generated files on disk, and finding a C compiler.
 
 use crate::{abi_doc::*, header::*};
-use crate::{Abi, GenError, ABI_DOC_PATH, HEADER_PATH};
+use crate::{render_runtime_header, Abi, GenError, ABI_DOC_PATH, HEADER_PATH, RUNTIME_HEADER_PATH};
 use std::path::Path;
 
 /// A generated file and whether the checked-in copy matches.
@@ -43,17 +43,23 @@ impl Generated {
     }
 }
 
-/// The header and `docs/abi.md` as they must be under `root` (the doc only if it exists).
+/// The ABI header, libdavinci's header (from `root/capi/src`) and `docs/abi.md` as they must
+/// be under `root` (the doc only if it exists).
 ///
 /// # Errors
-/// As [`render_header`] and [`update_doc`].
+/// As [`render_header`], [`render_runtime_header`] and [`update_doc`].
 pub fn generated_files(root: &Path) -> Result<Vec<Generated>, GenError> {
     let header = Generated {
         path: HEADER_PATH,
         expected: c_header_checked()?,
         actual: std::fs::read_to_string(root.join(HEADER_PATH)).ok(),
     };
-    let mut files = vec![header];
+    let runtime = Generated {
+        path: RUNTIME_HEADER_PATH,
+        expected: render_runtime_header(root)?,
+        actual: std::fs::read_to_string(root.join(RUNTIME_HEADER_PATH)).ok(),
+    };
+    let mut files = vec![header, runtime];
     if let Ok(doc) = std::fs::read_to_string(root.join(ABI_DOC_PATH)) {
         files.push(Generated {
             path: ABI_DOC_PATH,

@@ -103,6 +103,7 @@ mod ctype;
 mod files;
 mod header;
 pub mod kmod_src;
+mod runtime_header;
 pub mod tree;
 
 pub use abi_doc::{update_doc, update_doc_with};
@@ -111,6 +112,9 @@ pub use check_program::{
 };
 pub use files::{c_compiler, generated_files, Generated};
 pub use header::{c_header, render_header};
+pub use runtime_header::{
+    render_runtime_header, RUNTIME_BANNER, RUNTIME_HEADER_PATH, RUNTIME_SOURCES,
+};
 
 #[cfg(test)]
 mod tests {

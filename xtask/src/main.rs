@@ -1,8 +1,9 @@
 //! Workspace tasks.
 //!
 //! * `cargo xtask gen-header`: write `uapi/include/davinci/uapi.h` from `davinci_uapi`'s layout
-//!   metadata and refresh the generated blocks of `docs/abi.md`.
-//! * `cargo xtask gen-header --check`: change nothing; exit 1 if either file is stale.
+//!   metadata, `capi/include/davinci/runtime.h` from `capi/src` (cbindgen), and refresh the
+//!   generated blocks of `docs/abi.md`.
+//! * `cargo xtask gen-header --check`: change nothing; exit 1 if any of them is stale.
 //! * `cargo xtask kmod-src OUT.rs`: `uapi`, `ring` and `driver-core` as one source file for the
 //!   kernel module (see `kmod_src`).
 //! * `cargo xtask check`: the checks on the workspace's shape (`xtask::tree`): layering, file
@@ -16,7 +17,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask COMMAND
 
   gen-header          write uapi/include/davinci/uapi.h (and the generated blocks of docs/abi.md)
-                      from davinci-uapi's layout metadata
+                      from davinci-uapi's layout metadata, and capi/include/davinci/runtime.h
+                      (libdavinci's header) from capi/src with cbindgen
   gen-header --check  write nothing; exit 1 if a checked-in file differs from what would be written
   kmod-src OUT.rs     write uapi, ring and driver-core as one source file for the kernel module
   check               every check below but the MSRV build; exit 1 if any rule is broken

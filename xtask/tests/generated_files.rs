@@ -6,8 +6,8 @@ use std::process::Command;
 
 use davinci_uapi::layout::{FieldInfo, StructInfo};
 use xtask::{
-    c_header, generated_files, render_header, workspace_root, Abi, ABI_DOC_PATH, BANNER,
-    HEADER_PATH,
+    c_compiler, c_header, generated_files, render_header, render_runtime_header, workspace_root,
+    Abi, ABI_DOC_PATH, BANNER, HEADER_PATH, RUNTIME_BANNER, RUNTIME_HEADER_PATH, RUNTIME_SOURCES,
 };
 
 fn stale_message(g: &xtask::Generated) -> String {
@@ -177,6 +177,8 @@ fn cli_check_fails_on_a_stale_copy_and_gen_header_fixes_it() {
     let header = root.join(HEADER_PATH);
     std::fs::create_dir_all(header.parent().expect("has parent")).expect("mkdir");
     std::fs::create_dir_all(root.join("docs")).expect("mkdir");
+    std::fs::create_dir_all(root.join(RUNTIME_HEADER_PATH).parent().expect("has parent"))
+        .expect("mkdir");
     let real = workspace_root();
     let h = std::fs::read_to_string(real.join(HEADER_PATH)).expect("read header");
     std::fs::write(
@@ -185,6 +187,12 @@ fn cli_check_fails_on_a_stale_copy_and_gen_header_fixes_it() {
     )
     .expect("write");
     std::fs::copy(real.join(ABI_DOC_PATH), root.join(ABI_DOC_PATH)).expect("copy doc");
+    copy_runtime_sources(&real, &root);
+    std::fs::copy(
+        real.join(RUNTIME_HEADER_PATH),
+        root.join(RUNTIME_HEADER_PATH),
+    )
+    .expect("copy runtime header");
 
     let out = xtask_cmd(&root, true);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -237,4 +245,126 @@ fn cli_check_passes_on_the_workspace_and_rejects_unknown_arguments() {
             && stderr.contains("usage: cargo xtask"),
         "{stderr}"
     );
+}
+
+/// `capi/src` of the workspace, copied under `root` (what the runtime header is made from).
+fn copy_runtime_sources(real: &Path, root: &Path) {
+    let dst = root.join(RUNTIME_SOURCES);
+    std::fs::create_dir_all(&dst).expect("mkdir");
+    for e in std::fs::read_dir(real.join(RUNTIME_SOURCES)).expect("read capi/src") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), dst.join(e.file_name())).expect("copy source");
+    }
+}
+
+#[test]
+fn checked_in_runtime_header_is_up_to_date() {
+    let files = generated_files(&workspace_root()).expect("renders");
+    let h = files
+        .iter()
+        .find(|g| g.path == RUNTIME_HEADER_PATH)
+        .expect("the runtime header is always generated");
+    assert!(
+        h.is_fresh(),
+        "{RUNTIME_HEADER_PATH} is stale: it is not what capi/src generates ({:?}). Run `cargo \
+         xtask gen-header` and commit the result with the change to capi/src.",
+        h.first_difference()
+    );
+    assert_eq!(h.expected.lines().next(), Some(RUNTIME_BANNER));
+    // Every entry point of the crate is declared.
+    for f in [
+        "davinci_last_error",
+        "davinci_device_open",
+        "davinci_stream_submit",
+        "davinci_record_elapsed_ns",
+    ] {
+        assert!(
+            h.expected.contains(&format!(" {f}(")),
+            "{f} is not declared"
+        );
+    }
+}
+
+/// A change to an entry point's doc comment in capi/src changes the header: `--check` fails
+/// on the checked-in copy, naming it, until `gen-header` rewrites it.
+#[test]
+fn cli_check_fails_when_capi_src_changed() {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("xtask-cli-runtime");
+    let _ = std::fs::remove_dir_all(&root);
+    let real = workspace_root();
+    for p in [HEADER_PATH, RUNTIME_HEADER_PATH] {
+        let dst = root.join(p);
+        std::fs::create_dir_all(dst.parent().expect("has parent")).expect("mkdir");
+        std::fs::copy(real.join(p), &dst).expect("copy header");
+    }
+    copy_runtime_sources(&real, &root);
+    let out = xtask_cmd(&root, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let lib = root.join(RUNTIME_SOURCES).join("device.rs");
+    let text = std::fs::read_to_string(&lib).expect("read");
+    let changed = text.replacen(
+        "/// Threads: any (each thread has its own message).",
+        "/// Threads: any thread.",
+        1,
+    );
+    assert_ne!(
+        text, changed,
+        "the doc line to change is gone from capi/src/device.rs"
+    );
+    std::fs::write(&lib, changed).expect("write");
+    let out = xtask_cmd(&root, true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(RUNTIME_HEADER_PATH) && stderr.contains("Threads: any thread."),
+        "{stderr}"
+    );
+    let out = xtask_cmd(&root, false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join(RUNTIME_HEADER_PATH)).expect("read"),
+        render_runtime_header(&root).expect("renders")
+    );
+}
+
+/// runtime.h compiles as C11 with every warning an error, on its own (it includes uapi.h)
+/// and after uapi.h.
+#[test]
+fn runtime_header_compiles_as_strict_c11() {
+    let Some(cc) = c_compiler() else {
+        panic!("no C compiler (cc or gcc): install one (Debian: apt-get install gcc)");
+    };
+    let root = workspace_root();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("runtime-h");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for (name, text) in [
+        ("alone.c", "#include <davinci/runtime.h>\nint main(void) { return davinci_runtime_version() == DAVINCI_RUNTIME_VERSION ? 0 : 1; }\n"),
+        ("both.c", "#include <davinci/uapi.h>\n#include <davinci/runtime.h>\n#include <davinci/runtime.h>\nint main(void) { davinci_region r = davinci_whole(0); return (int)r.offset; }\n"),
+    ] {
+        let src = dir.join(name);
+        std::fs::write(&src, text).expect("write");
+        let out = Command::new(cc)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only"])
+            .arg("-I")
+            .arg(root.join("capi/include"))
+            .arg("-I")
+            .arg(root.join("uapi/include"))
+            .arg(&src)
+            .output()
+            .expect("run the C compiler");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -1,0 +1,262 @@
+//! Events for C: `davinci_event` (a point in a stream others wait for) and `davinci_record`
+//! (one record of it: its value, its device time).
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+use std::time::Duration;
+
+use davinci_shim::{Event, Recorded};
+
+use crate::device::davinci_context;
+use crate::ffi::{self, get, guard, put, Out};
+use crate::stream::davinci_stream;
+
+/// An event (`aclrtEvent`, `cudaEvent_t`): on the device a 64-bit value that each record
+/// raises by one. Made by `davinci_event_create`, destroyed by `davinci_event_destroy`.
+pub struct davinci_event {
+    ev: Event,
+}
+
+/// One record of an event (`davinci_event_record`): the value it sets, and once its stream
+/// reaped it, the device time it happened. Waits on it wait for exactly this record, however
+/// often the event was recorded since. Freed by `davinci_record_destroy`.
+pub struct davinci_record {
+    rec: Recorded,
+}
+
+/// Creates an event in `ctx` (`aclrtCreateEvent`, `cudaEventCreate`) into `*out`.
+///
+/// # Safety
+/// Threads: any. `ctx` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_create(
+    ctx: *const davinci_context,
+    out: *mut *mut davinci_event,
+) -> c_int {
+    guard("davinci_event_create", || {
+        let out = Out::new(out, "out")?;
+        // SAFETY: the caller's contract.
+        let c = unsafe { get(ctx, "ctx") }?;
+        let ev = c.ctx.create_event()?;
+        // SAFETY: checked by Out::new; writable by the caller's contract.
+        unsafe { out.set(davinci_event { ev }) };
+        Ok(())
+    })
+}
+
+/// Destroys the event. NULL does nothing.
+///
+/// # Safety
+/// Threads: not while another thread uses `event`. `event` is NULL or a handle not yet
+/// destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_destroy(event: *mut davinci_event) {
+    // SAFETY: the caller's contract: NULL or a live handle, no longer used.
+    ffi::guard_void("davinci_event_destroy", || unsafe { ffi::free(event) });
+}
+
+/// Records the event on `stream` (`aclrtRecordEvent`, `cudaEventRecord`): once the stream
+/// reaches this point the event's value becomes the record's. The record goes to `*out`
+/// (NULL: not wanted; the event's own waits still see it). -EINVAL if the stream is of
+/// another context.
+///
+/// # Safety
+/// Threads: any (the stream's lock). `event`, `stream` live handles; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_record(
+    event: *const davinci_event,
+    stream: *const davinci_stream,
+    out: *mut *mut davinci_record,
+) -> c_int {
+    guard("davinci_event_record", || {
+        // SAFETY: the caller's contract.
+        let (e, s) = unsafe { (get(event, "event")?, get(stream, "stream")?) };
+        let rec = e.ev.record(&mut s.lock()?.stream)?;
+        if !out.is_null() {
+            let out = Out::new(out, "out")?;
+            // SAFETY: not NULL; writable by the caller's contract.
+            unsafe { out.set(davinci_record { rec }) };
+        }
+        Ok(())
+    })
+}
+
+/// Makes `stream` wait on the device until `event` reaches the value of its latest record
+/// (`aclrtStreamWaitEvent`, `cudaStreamWaitEvent`); nothing is waited for if it was never
+/// recorded. -EINVAL if they are of different contexts.
+///
+/// # Safety
+/// Threads: any (the stream's lock). `stream`, `event` live handles.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_stream_wait_event(
+    stream: *const davinci_stream,
+    event: *const davinci_event,
+) -> c_int {
+    guard("davinci_stream_wait_event", || {
+        // SAFETY: the caller's contract.
+        let (s, e) = unsafe { (get(stream, "stream")?, get(event, "event")?) };
+        s.lock()?.stream.wait_event(&e.ev)?;
+        Ok(())
+    })
+}
+
+/// Blocks until the event's latest record has happened on the device
+/// (`aclrtSynchronizeEvent`), at most `timeout_ns` (`DAVINCI_WAIT_FOREVER`: no limit).
+/// -ETIMEDOUT saying the value waited for and the one reached; -EIO at once if the stream
+/// that was to record it was stopped by the device; -EINTR for a signal.
+///
+/// # Safety
+/// Threads: any. `event` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_synchronize(
+    event: *const davinci_event,
+    timeout_ns: u64,
+) -> c_int {
+    guard("davinci_event_synchronize", || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { get(event, "event") }?;
+        e.ev.synchronize(Duration::from_nanos(timeout_ns))?;
+        Ok(())
+    })
+}
+
+/// Whether the latest record has happened, without blocking (`cudaEventQuery`), into
+/// `*done`.
+///
+/// # Safety
+/// Threads: any. `event` a live handle; `done` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_query(
+    event: *const davinci_event,
+    done: *mut bool,
+) -> c_int {
+    guard("davinci_event_query", || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { get(event, "event") }?;
+        let v = e.ev.query()?;
+        // SAFETY: the caller's contract.
+        unsafe { put(done, "done", v) }
+    })
+}
+
+/// The value of the latest record handed to a stream (0: never recorded) into `*out`.
+///
+/// # Safety
+/// Threads: any. `event` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_recorded(
+    event: *const davinci_event,
+    out: *mut u64,
+) -> c_int {
+    guard("davinci_event_recorded", || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { get(event, "event") }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", e.ev.recorded()) }
+    })
+}
+
+/// Frees the record (the event is not affected). NULL does nothing.
+///
+/// # Safety
+/// Threads: not while another thread uses `record`. `record` is NULL or a handle not yet
+/// destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_record_destroy(record: *mut davinci_record) {
+    // SAFETY: the caller's contract: NULL or a live handle, no longer used.
+    ffi::guard_void("davinci_record_destroy", || unsafe { ffi::free(record) });
+}
+
+/// The value this record sets its event to into `*out`.
+///
+/// # Safety
+/// Threads: any. `record` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_record_value(
+    record: *const davinci_record,
+    out: *mut u64,
+) -> c_int {
+    guard("davinci_record_value", || {
+        // SAFETY: the caller's contract.
+        let r = unsafe { get(record, "record") }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", r.rec.value()) }
+    })
+}
+
+/// Makes `stream` wait on the device for exactly this record (a later record of the same
+/// event does not make it wait longer). -EINVAL for a stream of another context.
+///
+/// # Safety
+/// Threads: any (the stream's lock). `stream`, `record` live handles.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_stream_wait_record(
+    stream: *const davinci_stream,
+    record: *const davinci_record,
+) -> c_int {
+    guard("davinci_stream_wait_record", || {
+        // SAFETY: the caller's contract.
+        let (s, r) = unsafe { (get(stream, "stream")?, get(record, "record")?) };
+        s.lock()?.stream.wait_recorded(&r.rec)?;
+        Ok(())
+    })
+}
+
+/// Blocks until the event reached this record's value, at most `timeout_ns`. Errors as
+/// `davinci_event_synchronize`.
+///
+/// # Safety
+/// Threads: any. `record` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_record_synchronize(
+    record: *const davinci_record,
+    timeout_ns: u64,
+) -> c_int {
+    guard("davinci_record_synchronize", || {
+        // SAFETY: the caller's contract.
+        let r = unsafe { get(record, "record") }?;
+        r.rec.synchronize(Duration::from_nanos(timeout_ns))?;
+        Ok(())
+    })
+}
+
+/// Whether the event reached this record's value, without blocking, into `*done`.
+///
+/// # Safety
+/// Threads: any. `record` a live handle; `done` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_record_query(
+    record: *const davinci_record,
+    done: *mut bool,
+) -> c_int {
+    guard("davinci_record_query", || {
+        // SAFETY: the caller's contract.
+        let r = unsafe { get(record, "record") }?;
+        let v = r.rec.query()?;
+        // SAFETY: the caller's contract.
+        unsafe { put(done, "done", v) }
+    })
+}
+
+/// Device time from `start` to `end` in ns (`cudaEventElapsedTime`) into `*ns`: the
+/// difference of their completions' timestamps. Both must have completed and been reaped by
+/// their streams (`davinci_stream_synchronize` or `_poll`): else -EAGAIN naming the one
+/// that was not. -EINVAL if `end` happened first or they are of different device opens.
+///
+/// # Safety
+/// Threads: any. `start`, `end` live handles; `ns` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_record_elapsed_ns(
+    start: *const davinci_record,
+    end: *const davinci_record,
+    ns: *mut u64,
+) -> c_int {
+    guard("davinci_record_elapsed_ns", || {
+        // SAFETY: the caller's contract.
+        let (a, b) = unsafe { (get(start, "start")?, get(end, "end")?) };
+        let d = Recorded::elapsed(&a.rec, &b.rec)?;
+        let v = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the caller's contract.
+        unsafe { put(ns, "ns", v) }
+    })
+}

@@ -1,0 +1,179 @@
+//! The C entry points called from Rust as a C program would: NULL pointers and bad lengths
+//! are -EINVAL with a message naming the argument, a round trip works, handles free in any
+//! order, and the header's version constants are the crate's.
+
+use std::ffi::{c_char, CStr};
+use std::ptr::{null, null_mut};
+
+use davinci::*;
+
+fn last_error() -> String {
+    // SAFETY: davinci_last_error returns a NUL-terminated string owned by this thread.
+    unsafe { CStr::from_ptr(davinci_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn versions_are_the_crates() {
+    assert_eq!(
+        DAVINCI_RUNTIME_VERSION_MAJOR.to_string(),
+        env!("CARGO_PKG_VERSION_MAJOR")
+    );
+    assert_eq!(
+        DAVINCI_RUNTIME_VERSION_MINOR.to_string(),
+        env!("CARGO_PKG_VERSION_MINOR")
+    );
+    assert_eq!(
+        DAVINCI_RUNTIME_VERSION_PATCH.to_string(),
+        env!("CARGO_PKG_VERSION_PATCH")
+    );
+    assert_eq!(
+        DAVINCI_RUNTIME_VERSION,
+        DAVINCI_RUNTIME_VERSION_MAJOR << 16
+            | DAVINCI_RUNTIME_VERSION_MINOR << 8
+            | DAVINCI_RUNTIME_VERSION_PATCH
+    );
+    assert_eq!(davinci_runtime_version(), DAVINCI_RUNTIME_VERSION);
+}
+
+#[test]
+fn null_pointers_and_bad_lengths_are_einval() {
+    // SAFETY: every pointer passed is NULL or valid, as the functions' contracts allow.
+    unsafe {
+        assert_eq!(
+            davinci_device_open(c"embedded".as_ptr(), null_mut()),
+            -libc::EINVAL
+        );
+        assert!(
+            last_error().contains("out (out-parameter) is NULL"),
+            "{}",
+            last_error()
+        );
+        let mut ctx = null_mut();
+        assert_eq!(davinci_context_create(null(), &mut ctx), -libc::EINVAL);
+        assert_eq!(last_error(), "davinci_context_create: dev is NULL");
+        assert!(ctx.is_null());
+        assert_eq!(davinci_stream_synchronize(null(), 0), -libc::EINVAL);
+        let mut n = 0usize;
+        assert_eq!(davinci_buffer_size(null(), &mut n), -libc::EINVAL);
+        let mut dev = null_mut();
+        assert_eq!(davinci_device_open(c"embedded".as_ptr(), &mut dev), 0);
+        let mut buf = null_mut();
+        assert_eq!(davinci_buffer_alloc(dev, 64, &mut buf), 0);
+        assert_eq!(davinci_buffer_write(buf, 0, null(), 8), -libc::EINVAL);
+        assert!(last_error().contains("src is NULL with 8 bytes"));
+        let word = 0u32;
+        assert_eq!(
+            davinci_buffer_write(buf, 62, (&raw const word).cast(), 4),
+            -libc::ERANGE
+        );
+        let mut out = [0u8; 4];
+        assert_eq!(
+            davinci_buffer_read(buf, 0, out.as_mut_ptr().cast(), usize::MAX),
+            -libc::EINVAL
+        );
+        let mut t = null_mut();
+        let r = davinci_region {
+            buffer: buf,
+            offset: 8,
+            length: DAVINCI_WHOLE,
+        };
+        assert_eq!(davinci_task_fill(r, 1, &mut t), 0);
+        let past = davinci_region {
+            buffer: buf,
+            offset: 65,
+            length: DAVINCI_WHOLE,
+        };
+        let mut t2 = null_mut();
+        assert_eq!(davinci_task_fill(past, 1, &mut t2), -libc::ERANGE);
+        assert!(last_error().contains("dst: bytes [65"), "{}", last_error());
+        davinci_task_destroy(t);
+        davinci_buffer_free(buf);
+        davinci_device_destroy(dev);
+        davinci_device_destroy(null_mut());
+    }
+}
+
+#[test]
+fn a_bad_path_names_itself() {
+    let mut dev = null_mut();
+    // SAFETY: a NUL-terminated path and a writable out-parameter.
+    let r = unsafe { davinci_device_open(c"/dev/davinci-capi-rust-test".as_ptr(), &mut dev) };
+    assert_eq!(r, -libc::ENODEV);
+    let m = last_error();
+    assert!(
+        m.starts_with("davinci_device_open: device \"/dev/davinci-capi-rust-test\"")
+            && m.contains("ENODEV"),
+        "{m}"
+    );
+    assert!(dev.is_null());
+}
+
+#[test]
+fn fill_and_add_round_trip_with_a_buffer_freed_while_queued() {
+    // SAFETY: every handle is used while live and freed once; out-parameters are writable.
+    unsafe {
+        let (mut dev, mut ctx, mut s, mut pool) = (null_mut(), null_mut(), null_mut(), null_mut());
+        assert_eq!(davinci_device_open(c"embedded".as_ptr(), &mut dev), 0);
+        assert_eq!(davinci_context_create(dev, &mut ctx), 0);
+        assert_eq!(davinci_stream_create(ctx, null(), &mut s), 0);
+        assert_eq!(davinci_pool_create(dev, null(), &mut pool), 0);
+        let (mut a, mut b, mut sum) = (null_mut(), null_mut(), null_mut());
+        for p in [&mut a, &mut b, &mut sum] {
+            assert_eq!(davinci_pool_alloc(pool, 64, p), 0);
+        }
+        let whole = |b| davinci_region {
+            buffer: b,
+            offset: 0,
+            length: DAVINCI_WHOLE,
+        };
+        let (mut fa, mut fb, mut add) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(davinci_task_fill(whole(a), 3, &mut fa), 0);
+        assert_eq!(davinci_task_fill(whole(b), 4, &mut fb), 0);
+        assert_eq!(
+            davinci_task_add(0, whole(sum), whole(a), whole(b), &mut add),
+            0
+        );
+        assert_eq!(davinci_task_set_user_data(add, 9), 0);
+        let batch = [fa.cast_const(), fb.cast_const(), add.cast_const()];
+        let mut first = u64::MAX;
+        assert_eq!(
+            davinci_stream_submit_batch(s, batch.as_ptr(), 3, &mut first),
+            0
+        );
+        assert_eq!(first, 0);
+        for t in batch {
+            davinci_task_destroy(t.cast_mut());
+        }
+        davinci_buffer_free(a);
+        davinci_buffer_free(b);
+        let mut st = std::mem::zeroed::<davinci_pool_stats>();
+        assert_eq!(davinci_pool_get_stats(pool, &mut st), 0);
+        assert_eq!(st.blocks, 3, "queued tasks hold the freed blocks");
+        assert_eq!(davinci_stream_synchronize(s, 5_000_000_000), 0);
+        assert_eq!(davinci_pool_get_stats(pool, &mut st), 0);
+        assert_eq!(st.blocks, 1);
+        let mut out = [0u32; 16];
+        assert_eq!(davinci_buffer_read(sum, 0, out.as_mut_ptr().cast(), 64), 0);
+        assert_eq!(out, [7; 16]);
+        let mut done = [davinci_completion::default(); 2];
+        let mut n = 0;
+        assert_eq!(davinci_stream_poll(s, done.as_mut_ptr(), 2, &mut n), 0);
+        assert_eq!((n, done[0].task, done[1].task), (2, 0, 1));
+        assert_eq!(davinci_stream_poll(s, done.as_mut_ptr(), 2, &mut n), 0);
+        assert_eq!((n, done[0].user_data, done[0].status), (1, 9, 0));
+        let mut text = [0 as c_char; 64];
+        let len = davinci_device_describe(dev, text.as_mut_ptr(), text.len());
+        assert!(len > 0);
+        assert!(CStr::from_ptr(text.as_ptr())
+            .to_string_lossy()
+            .contains("embedded"));
+        // Any order.
+        davinci_device_destroy(dev);
+        davinci_context_destroy(ctx);
+        davinci_pool_destroy(pool);
+        davinci_buffer_free(sum);
+        davinci_stream_destroy(s);
+    }
+}
