@@ -1,0 +1,272 @@
+//! `Stream` (an in-order queue of tasks: submit, poll, synchronize, event waits) and
+//! `Completion` (one task's completion, copied out of the event ring).
+//!
+//! A stream is used by one thread at a time in the shim (`&mut`); here it sits behind a mutex
+//! that is taken with the GIL released, so another Python thread using the same stream waits
+//! for it without holding up the interpreter.
+#![forbid(unsafe_code)]
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use davinci_shim as shim;
+use pyo3::prelude::*;
+
+use crate::device::{Event, Recorded};
+use crate::memory::Task;
+use crate::{closed, wait_sliced, OrRaise};
+
+/// `davinci_shim::StreamOptions` as keyword arguments.
+pub(crate) struct StreamOpts {
+    pub cmd_entries: u32,
+    pub event_entries: u32,
+    pub keep_completions: bool,
+    pub backlog_limit: Option<usize>,
+    pub submit_timeout: Option<Duration>,
+}
+
+impl StreamOpts {
+    pub(crate) fn build(self) -> shim::StreamOptions {
+        let mut o = shim::StreamOptions::depths(self.cmd_entries, self.event_entries)
+            .keep_completions(self.keep_completions);
+        if let Some(l) = self.backlog_limit {
+            o = o.backlog_limit(l);
+        }
+        if let Some(t) = self.submit_timeout {
+            o = o.submit_timeout(t);
+        }
+        o
+    }
+}
+
+/// An in-order queue of tasks on the device.
+#[pyclass(frozen, module = "davinci._davinci")]
+pub struct Stream {
+    inner: Mutex<Option<shim::Stream>>,
+}
+
+impl Stream {
+    pub(crate) fn new(s: shim::Stream) -> Stream {
+        Stream {
+            inner: Mutex::new(Some(s)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<shim::Stream>> {
+        // Nothing panics while it is locked; a poisoned lock holds a consistent stream.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the stream with the GIL released (it may block: a submit waiting for room).
+    pub(crate) fn with<R, F>(&self, py: Python<'_>, op: &'static str, f: F) -> PyResult<R>
+    where
+        R: Send,
+        F: FnOnce(&mut shim::Stream) -> shim::Result<R> + Send,
+    {
+        let r = py.detach(|| {
+            let mut g = self.lock();
+            g.as_mut().map(f)
+        });
+        match r {
+            Some(r) => r.or_raise(),
+            None => Err(closed(op, "stream")),
+        }
+    }
+
+    /// Runs `f` on the stream with the GIL held (it does not block).
+    fn quick<R>(&self, op: &'static str, f: impl FnOnce(&mut shim::Stream) -> R) -> PyResult<R> {
+        let mut g = self.lock();
+        g.as_mut().map(f).ok_or_else(|| closed(op, "stream"))
+    }
+}
+
+#[pymethods]
+impl Stream {
+    /// The driver's handle.
+    #[getter]
+    fn handle(&self) -> PyResult<u32> {
+        self.quick("Stream.handle", |s| s.handle())
+    }
+
+    /// Submits a task; returns its task id. Waits (GIL released) while the command ring is
+    /// full, up to the stream's `submit_timeout`.
+    fn submit(&self, py: Python<'_>, task: &Task) -> PyResult<u64> {
+        let t = task.inner.clone();
+        self.with(py, "Stream.submit", move |s| s.submit(&t))
+            .map(shim::TaskId::get)
+    }
+
+    /// Submits tasks in order, published together; returns the first one's task id.
+    fn submit_batch(&self, py: Python<'_>, tasks: Vec<PyRef<'_, Task>>) -> PyResult<u64> {
+        let ts: Vec<shim::Task> = tasks.iter().map(|t| t.inner.clone()).collect();
+        self.with(py, "Stream.submit_batch", move |s| s.submit_batch(&ts))
+            .map(shim::TaskId::get)
+    }
+
+    /// The completions available now, in stream order (no wait).
+    fn poll(&self) -> PyResult<Vec<Completion>> {
+        self.quick("Stream.poll", |s| {
+            let mut out = Vec::new();
+            s.poll(&mut out);
+            out.into_iter().map(|c| Completion { c }).collect()
+        })
+    }
+
+    /// Waits until everything submitted has completed (`timeout` seconds, None: no limit);
+    /// raises the first failed task's error. Ctrl-C interrupts it (KeyboardInterrupt;
+    /// nothing is lost: synchronize again to go on waiting).
+    #[pyo3(signature = (timeout = None))]
+    fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        const OP: &str = "Stream.synchronize";
+        let t = crate::timeout(OP, timeout)?;
+        let gone = || shim::Error::other(OP, "the stream was closed during the wait");
+        wait_sliced(py, OP, t, |slice| {
+            self.lock().as_mut().ok_or_else(gone)?.synchronize(slice)
+        })
+    }
+
+    /// Makes the stream wait (on the device) for the event's latest record.
+    fn wait_event(&self, py: Python<'_>, event: &Event) -> PyResult<()> {
+        let ev = event.get("Stream.wait_event")?;
+        self.with(py, "Stream.wait_event", move |s| s.wait_event(&ev))
+    }
+
+    /// Makes the stream wait (on the device) for exactly this record.
+    fn wait_recorded(&self, py: Python<'_>, recorded: &Recorded) -> PyResult<()> {
+        let r = recorded.inner.clone();
+        self.with(py, "Stream.wait_recorded", move |s| s.wait_recorded(&r))
+    }
+
+    /// Records `event` here (as `event.record(stream)`).
+    fn record(&self, py: Python<'_>, event: &Event) -> PyResult<Recorded> {
+        let ev = event.get("Stream.record")?;
+        let r = self.with(py, "Stream.record", move |s| ev.record(s))?;
+        Ok(Recorded { inner: r })
+    }
+
+    /// Tasks submitted and not yet reaped.
+    #[getter]
+    fn pending_tasks(&self) -> PyResult<usize> {
+        self.quick("Stream.pending_tasks", |s| s.pending_tasks())
+    }
+
+    /// The id the next submitted task gets.
+    #[getter]
+    fn next_task(&self) -> PyResult<u64> {
+        self.quick("Stream.next_task", |s| s.next_task().get())
+    }
+
+    /// Why the device stopped this stream, if it did: (errno or None, task id, text).
+    fn error_state(&self) -> PyResult<Option<(Option<i32>, u64, String)>> {
+        self.quick("Stream.error_state", |s| {
+            s.error_state().map(|e| {
+                (
+                    e.errno().map(shim::Errno::code),
+                    e.task().get(),
+                    e.to_string(),
+                )
+            })
+        })
+    }
+
+    /// Destroys the stream: tasks not yet run are discarded, then the buffers they named are
+    /// released. Waits (GIL released) for the driver.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| {
+            let s = self.lock().take();
+            drop(s);
+        });
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _t: Option<&Bound<'_, PyAny>>,
+        _v: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close(py);
+    }
+}
+
+/// One task's completion.
+#[pyclass(frozen, module = "davinci._davinci")]
+pub struct Completion {
+    c: shim::Completion,
+}
+
+#[pymethods]
+impl Completion {
+    /// The task's `user_data`.
+    #[getter]
+    fn user_data(&self) -> u64 {
+        self.c.user_data
+    }
+
+    /// 0 on success, else a negative errno.
+    #[getter]
+    fn status(&self) -> i32 {
+        self.c.status
+    }
+
+    /// The task's errno, None on success.
+    #[getter]
+    fn errno(&self) -> Option<i32> {
+        self.c.errno().map(shim::Errno::code)
+    }
+
+    #[getter]
+    fn ok(&self) -> bool {
+        self.c.is_ok()
+    }
+
+    /// The opcode's name (`"FILL"`), or its number.
+    #[getter]
+    fn opcode(&self) -> String {
+        crate::memory::opcode_name(self.c.opcode)
+    }
+
+    /// Opcode-specific result (bytes, elements, event value).
+    #[getter]
+    fn result(&self) -> u64 {
+        self.c.result
+    }
+
+    /// Device time of completion (ns).
+    #[getter]
+    fn timestamp_ns(&self) -> u64 {
+        self.c.timestamp_ns
+    }
+
+    /// The task id `submit` returned for it.
+    #[getter]
+    fn task(&self) -> u64 {
+        self.c.task.get()
+    }
+
+    /// Raises the task's error if it failed.
+    fn check(&self) -> PyResult<()> {
+        self.c.result().map(|_| ()).or_raise()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<davinci.Completion task={} user_data={:#x} {} status={}>",
+            self.c.task.get(),
+            self.c.user_data,
+            self.opcode(),
+            self.c.status
+        )
+    }
+}
