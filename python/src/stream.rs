@@ -6,6 +6,7 @@
 //! for it without holding up the interpreter.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -121,10 +122,19 @@ impl Stream {
     fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         const OP: &str = "Stream.synchronize";
         let t = crate::timeout(OP, timeout)?;
-        let gone = || shim::Error::other(OP, "the stream was closed during the wait");
-        wait_sliced(py, OP, t, |slice| {
-            self.lock().as_mut().ok_or_else(gone)?.synchronize(slice)
-        })
+        // Closed before or during the wait (by another thread): ClosedError.
+        let gone = AtomicBool::new(false);
+        wait_sliced(py, OP, t, |slice| match self.lock().as_mut() {
+            Some(s) => s.synchronize(slice),
+            None => {
+                gone.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+        })?;
+        if gone.load(Ordering::Relaxed) {
+            return Err(closed(OP, "stream"));
+        }
+        Ok(())
     }
 
     /// Makes the stream wait (on the device) for the event's latest record.
@@ -144,6 +154,24 @@ impl Stream {
         let ev = event.get("Stream.record")?;
         let r = self.with(py, "Stream.record", move |s| ev.record(s))?;
         Ok(Recorded { inner: r })
+    }
+
+    /// Arms a device fault on this stream (embedded device only; None disarms), to test error
+    /// handling: "error-at=N[:ERRNO]", "hang-at=N" or "stop-at=N", counted in tasks from the
+    /// next one (davinci-mockd --inject takes the same text for its devices).
+    #[pyo3(signature = (fault))]
+    fn inject_fault(&self, fault: Option<&str>) -> PyResult<()> {
+        const OP: &str = "Stream.inject_fault";
+        let f = match fault {
+            None => None,
+            Some(text) => Some(shim::Inject::parse(text).map_err(|e| {
+                crate::invalid(
+                    OP,
+                    format!("{text:?}: {e} (error-at=N[:ERRNO], hang-at=N or stop-at=N)"),
+                )
+            })?),
+        };
+        self.quick(OP, |s| s.inject_fault(f))?.or_raise()
     }
 
     /// Tasks submitted and not yet reaped.
