@@ -81,6 +81,14 @@ impl Device {
         &self.spec
     }
 
+    /// Which device and which client: `davinci-mockd device 0 at mock:... (client 3)`.
+    fn __str__(&self) -> String {
+        match self.inner.lock().as_ref() {
+            Some(d) => d.to_string(),
+            None => format!("{} (closed)", self.spec),
+        }
+    }
+
     fn __repr__(&self) -> String {
         match self.inner.lock().as_ref() {
             Some(d) => format!("<davinci.Device {d}>"),
