@@ -340,8 +340,7 @@ impl Event {
     /// there.
     fn record(&self, py: Python<'_>, stream: &Stream) -> PyResult<Recorded> {
         let ev = self.get("Event.record")?;
-        let r = stream.with(py, "Event.record", move |s| ev.record(s))?;
-        Ok(Recorded { inner: r })
+        stream.record_event(py, "Event.record", ev)
     }
 
     /// Waits on the host until the latest record has been reached (`timeout` seconds, None:
@@ -389,10 +388,12 @@ impl Event {
     }
 }
 
-/// One record of an event (`Event.record`'s token).
+/// One record of an event (`Event.record`'s token). It keeps its event alive: a token
+/// outlives a temporary `Event` object.
 #[pyclass(frozen, module = "davinci._davinci")]
 pub struct Recorded {
     pub(crate) inner: shim::Recorded,
+    pub(crate) event: Arc<shim::Event>,
 }
 
 #[pymethods]

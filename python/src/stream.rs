@@ -6,8 +6,9 @@
 //! for it without holding up the interpreter.
 #![forbid(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use davinci_shim as shim;
@@ -44,13 +45,51 @@ impl StreamOpts {
 #[pyclass(frozen, module = "davinci._davinci")]
 pub struct Stream {
     inner: Mutex<Option<shim::Stream>>,
+    /// The events that this stream's queued EVENT_RECORD and EVENT_WAIT tasks name, with
+    /// their task ids, kept until those tasks were taken off the event ring: in Python an
+    /// `Event` object (or a `Recorded` token) is often a temporary, and a destroyed event
+    /// would fail the queued task with ENOENT. Bounded by the tasks in flight. (Dropped after
+    /// the stream: declared after it.)
+    kept: Mutex<VecDeque<(u64, Arc<shim::Event>)>>,
 }
 
 impl Stream {
     pub(crate) fn new(s: shim::Stream) -> Stream {
         Stream {
             inner: Mutex::new(Some(s)),
+            kept: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// Keeps `ev` until task `task` of `s` has completed; lets go of what completed.
+    fn keep(&self, s: &shim::Stream, task: u64, ev: Arc<shim::Event>) {
+        let mut k = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first_running = s.next_task().get().wrapping_sub(u64::from(s.in_flight()));
+        while k.front().is_some_and(|(t, _)| *t < first_running) {
+            k.pop_front();
+        }
+        k.push_back((task, ev));
+    }
+
+    /// Records `ev` on this stream (`Event.record`, `Stream.record`).
+    pub(crate) fn record_event(
+        &self,
+        py: Python<'_>,
+        op: &'static str,
+        ev: Arc<shim::Event>,
+    ) -> PyResult<Recorded> {
+        let r = self.with(py, op, |s| {
+            let r = ev.record(s)?;
+            self.keep(s, r.task().get(), ev.clone());
+            Ok(r)
+        })?;
+        Ok(Recorded {
+            inner: r,
+            event: ev,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<shim::Stream>> {
@@ -140,20 +179,29 @@ impl Stream {
     /// Makes the stream wait (on the device) for the event's latest record.
     fn wait_event(&self, py: Python<'_>, event: &Event) -> PyResult<()> {
         let ev = event.get("Stream.wait_event")?;
-        self.with(py, "Stream.wait_event", move |s| s.wait_event(&ev))
+        self.with(py, "Stream.wait_event", |s| {
+            let task = s.next_task().get();
+            s.wait_event(&ev)?;
+            self.keep(s, task, ev.clone());
+            Ok(())
+        })
     }
 
     /// Makes the stream wait (on the device) for exactly this record.
     fn wait_recorded(&self, py: Python<'_>, recorded: &Recorded) -> PyResult<()> {
-        let r = recorded.inner.clone();
-        self.with(py, "Stream.wait_recorded", move |s| s.wait_recorded(&r))
+        let (r, ev) = (recorded.inner.clone(), recorded.event.clone());
+        self.with(py, "Stream.wait_recorded", |s| {
+            let task = s.next_task().get();
+            s.wait_recorded(&r)?;
+            self.keep(s, task, ev.clone());
+            Ok(())
+        })
     }
 
     /// Records `event` here (as `event.record(stream)`).
     fn record(&self, py: Python<'_>, event: &Event) -> PyResult<Recorded> {
         let ev = event.get("Stream.record")?;
-        let r = self.with(py, "Stream.record", move |s| ev.record(s))?;
-        Ok(Recorded { inner: r })
+        self.record_event(py, "Stream.record", ev)
     }
 
     /// Arms a device fault on this stream (embedded device only; None disarms), to test error
@@ -205,6 +253,13 @@ impl Stream {
         py.detach(|| {
             let s = self.lock().take();
             drop(s);
+            let kept = std::mem::take(
+                &mut *self
+                    .kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            drop(kept);
         });
     }
 

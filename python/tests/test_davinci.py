@@ -173,6 +173,28 @@ def test_events_elapsed_and_queries(spec: str) -> None:
     assert start.timestamp_ns is not None
 
 
+def test_temporary_events_live_while_queued_tasks_or_tokens_name_them(spec: str) -> None:
+    dev = davinci.Device(spec)
+    a, b, out = dev.alloc(1 << 20), dev.alloc(1 << 20), dev.alloc(1 << 20)
+    ctx = dev.create_context()
+    producer, consumer = ctx.create_stream(), ctx.create_stream()
+    producer.submit(task.fill(b, 0.5))
+    # The Event object is gone at once; its queued record and the wait still run.
+    consumer.wait_recorded(ctx.create_event().record(producer))
+    gc.collect()
+    consumer.submit(task.add(out, a, b))
+    consumer.synchronize(10)
+    producer.synchronize(10)
+    assert out.read_values("f32", 2, offset=4096) == [0.5, 0.5]
+    token = ctx.create_event().record(producer)
+    gc.collect()
+    token.synchronize(10)
+    consumer.wait_event(ev := ctx.create_event())
+    del ev
+    gc.collect()
+    consumer.synchronize(10)
+
+
 def test_a_failed_task_raises_task_error() -> None:
     dev = davinci.Device("embedded")
     buf = dev.alloc(64)

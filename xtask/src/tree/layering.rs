@@ -25,7 +25,12 @@ pub const LAYERS: &[&[&str]] = &[
     &["davinci-driver-core"],
     &["davinci-mock-device"],
     &["davinci-mockd", "davinci-shim"],
-    &["davinci-ops", "davinci-workload", "davinci-benches"],
+    &[
+        "davinci-ops",
+        "davinci-workload",
+        "davinci-benches",
+        "davinci-python",
+    ],
     &["davinci-smi", "davinci-exporter", "davinci-device-plugin"],
     &["davinci-tests", "davinci-fuzz-harness", "xtask"],
 ];
