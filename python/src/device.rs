@@ -1,50 +1,16 @@
-//! `Device`, `Context`, `Event` and `Recorded`: the shim's opens, contexts and events as
-//! Python classes, each closable (`close()`, `with`), and [`Slot`], the closable cell they
-//! share.
+//! `Device` and `Context`: the shim's opens and contexts as Python classes, closable
+//! (`close()`, `with`), making buffers, streams and events.
 #![forbid(unsafe_code)]
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use davinci_shim::{self as shim, DevicePath, ExportToken, ShareMode};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::base::{invalid, timeout, OrRaise, Slot};
 use crate::memory::{Buffer, Mem};
-use crate::stream::{Stream, StreamOpts};
-use crate::{closed, invalid, timeout, wait_sliced, OrRaise};
-
-/// A value that `close()` takes away: what every closable class holds.
-pub(crate) struct Slot<T>(Mutex<Option<T>>);
-
-impl<T> Slot<T> {
-    pub(crate) fn new(v: T) -> Slot<T> {
-        Slot(Mutex::new(Some(v)))
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<T>> {
-        // Nothing panics while it is locked; a poisoned lock holds a consistent value.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Drops the value (closing it, unless something else still holds it).
-    pub(crate) fn close(&self) {
-        let v = self.lock().take();
-        drop(v);
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.lock().is_none()
-    }
-}
-
-impl<T: Clone> Slot<T> {
-    /// A clone of the value, or `EBADF` naming `what` once closed.
-    pub(crate) fn get(&self, op: &'static str, what: &str) -> PyResult<T> {
-        self.lock().clone().ok_or_else(|| closed(op, what))
-    }
-}
+use crate::stream::{Event, Stream, StreamOpts};
 
 /// An open of a davinci device (`davinci_shim::Device`).
 #[pyclass(frozen, module = "davinci._davinci")]
@@ -276,9 +242,7 @@ impl Context {
     fn create_event(&self, py: Python<'_>) -> PyResult<Event> {
         let ctx = self.inner.get("Context.create_event", "context")?;
         let e = py.detach(|| ctx.create_event()).or_raise()?;
-        Ok(Event {
-            inner: Slot::new(Arc::new(e)),
-        })
+        Ok(Event::new(Arc::new(e)))
     }
 
     /// Allocates device memory (as `Device.alloc`).
@@ -308,154 +272,6 @@ impl Context {
         _tb: Option<&Bound<'_, PyAny>>,
     ) {
         self.close();
-    }
-}
-
-/// An event: a point in a stream that streams and the host wait for.
-#[pyclass(frozen, module = "davinci._davinci")]
-pub struct Event {
-    inner: Slot<Arc<shim::Event>>,
-}
-
-impl Event {
-    pub(crate) fn get(&self, op: &'static str) -> PyResult<Arc<shim::Event>> {
-        self.inner.get(op, "event")
-    }
-}
-
-#[pymethods]
-impl Event {
-    #[getter]
-    fn handle(&self) -> PyResult<u32> {
-        Ok(self.get("Event.handle")?.handle())
-    }
-
-    /// The value of its latest record (0: never recorded).
-    #[getter]
-    fn recorded(&self) -> PyResult<u64> {
-        Ok(self.get("Event.recorded")?.recorded())
-    }
-
-    /// Records it on `stream`: the returned token's value is reached when the stream gets
-    /// there.
-    fn record(&self, py: Python<'_>, stream: &Stream) -> PyResult<Recorded> {
-        let ev = self.get("Event.record")?;
-        stream.record_event(py, "Event.record", ev)
-    }
-
-    /// Waits on the host until the latest record has been reached (`timeout` seconds, None:
-    /// no limit). Ctrl-C interrupts it.
-    #[pyo3(signature = (timeout = None))]
-    fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        const OP: &str = "Event.synchronize";
-        let ev = self.get(OP)?;
-        let t = crate::timeout(OP, timeout)?;
-        wait_sliced(py, OP, t, |slice| ev.synchronize(slice))
-    }
-
-    /// Whether the latest record has been reached (no wait).
-    fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        let ev = self.get("Event.query")?;
-        py.detach(|| ev.query()).or_raise()
-    }
-
-    /// The value the device has reached.
-    fn value(&self, py: Python<'_>) -> PyResult<u64> {
-        let ev = self.get("Event.value")?;
-        py.detach(|| ev.value()).or_raise()
-    }
-
-    fn close(&self) {
-        self.inner.close();
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        _t: Option<&Bound<'_, PyAny>>,
-        _v: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) {
-        self.close();
-    }
-}
-
-/// One record of an event (`Event.record`'s token). It keeps its event alive: a token
-/// outlives a temporary `Event` object.
-#[pyclass(frozen, module = "davinci._davinci")]
-pub struct Recorded {
-    pub(crate) inner: shim::Recorded,
-    pub(crate) event: Arc<shim::Event>,
-}
-
-#[pymethods]
-impl Recorded {
-    /// The value this record sets the event to.
-    #[getter]
-    fn value(&self) -> u64 {
-        self.inner.value()
-    }
-
-    #[getter]
-    fn event_handle(&self) -> u32 {
-        self.inner.event_handle()
-    }
-
-    #[getter]
-    fn stream_handle(&self) -> u32 {
-        self.inner.stream_handle()
-    }
-
-    /// The record's task id in its stream.
-    #[getter]
-    fn task(&self) -> u64 {
-        self.inner.task().get()
-    }
-
-    /// Device time of the record (ns), once its stream reaped its completion.
-    #[getter]
-    fn timestamp_ns(&self) -> Option<u64> {
-        self.inner.timestamp_ns()
-    }
-
-    /// Waits on the host until the event reaches this record (`timeout` seconds, None: no
-    /// limit). Ctrl-C interrupts it.
-    #[pyo3(signature = (timeout = None))]
-    fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        const OP: &str = "Recorded.synchronize";
-        let t = crate::timeout(OP, timeout)?;
-        let r = self.inner.clone();
-        wait_sliced(py, OP, t, |slice| r.synchronize(slice))
-    }
-
-    /// Whether the event has reached this record (no wait).
-    fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        let r = self.inner.clone();
-        py.detach(|| r.query()).or_raise()
-    }
-
-    /// Seconds of device time from this record to `end` (both completed and reaped).
-    fn elapsed(&self, end: &Recorded) -> PyResult<f64> {
-        Ok(shim::Recorded::elapsed(&self.inner, &end.inner)
-            .or_raise()?
-            .as_secs_f64())
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<davinci.Recorded event={:#x} value={} task={}>",
-            self.inner.event_handle(),
-            self.inner.value(),
-            self.inner.task().get()
-        )
     }
 }
 

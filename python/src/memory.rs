@@ -1,16 +1,15 @@
-//! Device memory and tasks: `Buffer` (a `DeviceBuffer` or a pool block), `Region` (a byte
-//! range of one), `MemPool`, `HostHold` (what keeps a buffer mapped while a host view of it
-//! lives), and `Task` with the builders of `davinci.task`.
+//! Device memory: `Buffer` (a `DeviceBuffer` or a pool block: copies in and out, typed
+//! values, the zero-copy view, export), `Region` (a byte range of one, as a task operand) and
+//! `HostHold` (what keeps a buffer mapped while a host view of it lives).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
-use davinci_shim::{self as shim, task, DeviceMem, PoolOptions};
+use davinci_shim::{self as shim, DeviceMem};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyFloat, PyList};
+use pyo3::types::{PyBytes, PyList};
 
-use crate::device::{Device, Slot};
-use crate::{invalid, OrRaise};
+use crate::base::{invalid, OrRaise, Slot};
 
 /// The memory behind a `Buffer`.
 pub(crate) enum Mem {
@@ -27,7 +26,7 @@ impl Mem {
     }
 
     /// A region of it: all of it, or bytes `start..stop`.
-    fn region(&self, range: Option<(usize, usize)>) -> shim::Result<shim::Region<'_>> {
+    pub(crate) fn region(&self, range: Option<(usize, usize)>) -> shim::Result<shim::Region<'_>> {
         match (self, range) {
             (Mem::Dev(b), None) => Ok(b.into()),
             (Mem::Pool(b), None) => Ok(b.into()),
@@ -77,14 +76,14 @@ mem_ops!(shim::PoolBuffer);
 
 /// Element types of typed reads, writes, fills and adds.
 #[derive(Clone, Copy)]
-enum Dtype {
+pub(crate) enum Dtype {
     F32,
     I32,
     U32,
 }
 
 impl Dtype {
-    fn parse(op: &'static str, s: &str) -> PyResult<Dtype> {
+    pub(crate) fn parse(op: &'static str, s: &str) -> PyResult<Dtype> {
         match s {
             "f32" | "float32" | "f" => Ok(Dtype::F32),
             "i32" | "int32" | "i" => Ok(Dtype::I32),
@@ -97,7 +96,7 @@ impl Dtype {
     }
 
     /// A Python number as this type's 4 bytes.
-    fn bits(self, op: &'static str, v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    pub(crate) fn bits(self, op: &'static str, v: &Bound<'_, PyAny>) -> PyResult<u32> {
         let bad = |what: &str| invalid(op, format!("{v} is not {what}"));
         match self {
             Dtype::F32 => Ok((v.extract::<f64>().map_err(|_| bad("a number"))? as f32).to_bits()),
@@ -133,7 +132,7 @@ impl Buffer {
         }
     }
 
-    fn get(&self, op: &'static str) -> PyResult<Arc<Mem>> {
+    pub(crate) fn get(&self, op: &'static str) -> PyResult<Arc<Mem>> {
         self.inner.get(op, "buffer")
     }
 }
@@ -343,9 +342,9 @@ impl Buffer {
 /// A byte range of a buffer, as a task operand (`Buffer.region`).
 #[pyclass(frozen, module = "davinci._davinci")]
 pub struct Region {
-    mem: Arc<Mem>,
-    start: usize,
-    stop: usize,
+    pub(crate) mem: Arc<Mem>,
+    pub(crate) start: usize,
+    pub(crate) stop: usize,
 }
 
 #[pymethods]
@@ -384,229 +383,5 @@ impl HostHold {
     #[getter]
     fn nbytes(&self) -> usize {
         self.map.len()
-    }
-}
-
-/// A caching allocator of device memory (`davinci_shim::MemPool`).
-#[pyclass(frozen, module = "davinci._davinci")]
-pub struct MemPool {
-    inner: shim::MemPool,
-}
-
-#[pymethods]
-impl MemPool {
-    #[new]
-    #[pyo3(signature = (device, *, chunk_size = None, max_bytes = None, align = None))]
-    fn new(
-        device: &Device,
-        chunk_size: Option<usize>,
-        max_bytes: Option<u64>,
-        align: Option<usize>,
-    ) -> PyResult<MemPool> {
-        let dev = device.get("MemPool")?;
-        let mut o = PoolOptions::default();
-        if let Some(c) = chunk_size {
-            o = o.chunk_size(c);
-        }
-        if let Some(m) = max_bytes {
-            o = o.max_bytes(m);
-        }
-        if let Some(a) = align {
-            o = o.align(a);
-        }
-        Ok(MemPool {
-            inner: shim::MemPool::with_options(&dev, o),
-        })
-    }
-
-    /// A block of `nbytes` (not zeroed: a reused block keeps its old bytes).
-    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
-        let b = py.detach(|| self.inner.alloc(nbytes)).or_raise()?;
-        Ok(Buffer::new(Mem::Pool(b)))
-    }
-
-    /// Gives the chunks with no live block back to the driver; returns how many.
-    fn trim(&self, py: Python<'_>) -> usize {
-        py.detach(|| self.inner.trim())
-    }
-
-    /// What it holds and has done, as a dict.
-    fn stats(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        let s = self.inner.stats();
-        [
-            ("chunks", s.chunks as u64),
-            ("reserved_bytes", s.reserved_bytes),
-            ("in_use_bytes", s.in_use_bytes),
-            ("blocks", s.blocks as u64),
-            ("allocs", s.allocs),
-            ("driver_allocs", s.driver_allocs),
-            ("driver_frees", s.driver_frees),
-        ]
-        .into_iter()
-        .collect()
-    }
-}
-
-/// A task checked on the host, holding the buffers it names until it has run.
-#[pyclass(frozen, module = "davinci._davinci")]
-pub struct Task {
-    pub(crate) inner: shim::Task,
-}
-
-#[pymethods]
-impl Task {
-    #[getter]
-    fn user_data(&self) -> u64 {
-        self.inner.user_data()
-    }
-
-    /// The same task with this `user_data` (completions carry it).
-    fn with_user_data(&self, user_data: u64) -> Task {
-        Task {
-            inner: self.inner.clone().with_user_data(user_data),
-        }
-    }
-
-    /// The opcode's name (`"ADD"`).
-    #[getter]
-    fn opcode(&self) -> String {
-        opcode_name(self.inner.desc().opcode)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<davinci.Task {} user_data={:#x}>",
-            self.opcode(),
-            self.inner.user_data()
-        )
-    }
-}
-
-/// An opcode's name as docs/abi.md spells it (`"EVENT_WAIT"`), or its number.
-pub(crate) fn opcode_name(code: u8) -> String {
-    let Some(op) = shim::Opcode::from_u8(code) else {
-        return code.to_string();
-    };
-    let mut out = String::new();
-    for (i, ch) in format!("{op:?}").chars().enumerate() {
-        if ch.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(ch.to_ascii_uppercase());
-    }
-    out
-}
-
-/// A task operand: a `Buffer` or a `Region`.
-struct Operand {
-    mem: Arc<Mem>,
-    range: Option<(usize, usize)>,
-}
-
-impl Operand {
-    fn from_py(op: &'static str, name: &str, v: &Bound<'_, PyAny>) -> PyResult<Operand> {
-        if let Ok(b) = v.cast::<Buffer>() {
-            return Ok(Operand {
-                mem: b.get().get(op)?,
-                range: None,
-            });
-        }
-        if let Ok(r) = v.cast::<Region>() {
-            let r = r.get();
-            return Ok(Operand {
-                mem: r.mem.clone(),
-                range: Some((r.start, r.stop)),
-            });
-        }
-        Err(invalid(
-            op,
-            format!("{name} must be a davinci.Buffer or a Buffer.region(...)"),
-        ))
-    }
-
-    fn region(&self) -> shim::Result<shim::Region<'_>> {
-        self.mem.region(self.range)
-    }
-}
-
-/// FILL: every 4-byte word of `dst` set to `value` (an int: its 32 bits; a float: its f32
-/// bits; or as `dtype`).
-#[pyfunction]
-#[pyo3(signature = (dst, value, dtype = None, user_data = 0))]
-pub fn task_fill(
-    dst: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
-    dtype: Option<&str>,
-    user_data: u64,
-) -> PyResult<Task> {
-    const OP: &str = "task.fill";
-    let d = match dtype {
-        Some(s) => Dtype::parse(OP, s)?,
-        None if value.is_instance_of::<PyFloat>() => Dtype::F32,
-        None if value.extract::<i64>().is_ok_and(|v| v < 0) => Dtype::I32,
-        None => Dtype::U32,
-    };
-    let pattern = d.bits(OP, value)?;
-    let dst = Operand::from_py(OP, "dst", dst)?;
-    let t = task::fill(dst.region().or_raise()?, pattern).or_raise()?;
-    Ok(Task {
-        inner: t.with_user_data(user_data),
-    })
-}
-
-/// COPY: `src`'s bytes into `dst` (the same length).
-#[pyfunction]
-#[pyo3(signature = (dst, src, user_data = 0))]
-pub fn task_copy(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>, user_data: u64) -> PyResult<Task> {
-    const OP: &str = "task.copy";
-    let (dst, src) = (
-        Operand::from_py(OP, "dst", dst)?,
-        Operand::from_py(OP, "src", src)?,
-    );
-    let t = task::copy(dst.region().or_raise()?, src.region().or_raise()?).or_raise()?;
-    Ok(Task {
-        inner: t.with_user_data(user_data),
-    })
-}
-
-/// ADD: `dst = a + b` elementwise, as `dtype` ("f32", "i32", "u32").
-#[pyfunction]
-#[pyo3(signature = (dst, a, b, dtype = "f32", user_data = 0))]
-pub fn task_add(
-    dst: &Bound<'_, PyAny>,
-    a: &Bound<'_, PyAny>,
-    b: &Bound<'_, PyAny>,
-    dtype: &str,
-    user_data: u64,
-) -> PyResult<Task> {
-    const OP: &str = "task.add";
-    let d = Dtype::parse(OP, dtype)?;
-    let (dst, a, b) = (
-        Operand::from_py(OP, "dst", dst)?,
-        Operand::from_py(OP, "a", a)?,
-        Operand::from_py(OP, "b", b)?,
-    );
-    let (rd, ra, rb) = (
-        dst.region().or_raise()?,
-        a.region().or_raise()?,
-        b.region().or_raise()?,
-    );
-    let t = match d {
-        Dtype::F32 => task::add::<f32>(rd, ra, rb),
-        Dtype::I32 => task::add::<i32>(rd, ra, rb),
-        Dtype::U32 => task::add::<u32>(rd, ra, rb),
-    }
-    .or_raise()?;
-    Ok(Task {
-        inner: t.with_user_data(user_data),
-    })
-}
-
-/// NOP: a task that does nothing (a marker in the stream).
-#[pyfunction]
-#[pyo3(signature = (user_data = 0))]
-pub fn task_nop(user_data: u64) -> Task {
-    Task {
-        inner: task::nop().with_user_data(user_data),
     }
 }

@@ -1,5 +1,7 @@
-//! `Stream` (an in-order queue of tasks: submit, poll, synchronize, event waits) and
-//! `Completion` (one task's completion, copied out of the event ring).
+//! `Stream` (an in-order queue of tasks: submit, poll, synchronize, event waits),
+//! `Completion` (one task's completion, copied out of the event ring), `Event` and
+//! `Recorded` (an event and one record of it: recorded on streams, waited for by streams and
+//! the host).
 //!
 //! A stream is used by one thread at a time in the shim (`&mut`); here it sits behind a mutex
 //! that is taken with the GIL released, so another Python thread using the same stream waits
@@ -14,9 +16,8 @@ use std::time::Duration;
 use davinci_shim as shim;
 use pyo3::prelude::*;
 
-use crate::device::{Event, Recorded};
-use crate::memory::Task;
-use crate::{closed, wait_sliced, OrRaise};
+use crate::base::{closed, wait_sliced, OrRaise, Slot};
+use crate::task::Task;
 
 /// `davinci_shim::StreamOptions` as keyword arguments.
 pub(crate) struct StreamOpts {
@@ -160,7 +161,7 @@ impl Stream {
     #[pyo3(signature = (timeout = None))]
     fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         const OP: &str = "Stream.synchronize";
-        let t = crate::timeout(OP, timeout)?;
+        let t = crate::base::timeout(OP, timeout)?;
         // Closed before or during the wait (by another thread): ClosedError.
         let gone = AtomicBool::new(false);
         wait_sliced(py, OP, t, |slice| match self.lock().as_mut() {
@@ -213,7 +214,7 @@ impl Stream {
         let f = match fault {
             None => None,
             Some(text) => Some(shim::Inject::parse(text).map_err(|e| {
-                crate::invalid(
+                crate::base::invalid(
                     OP,
                     format!("{text:?}: {e} (error-at=N[:ERRNO], hang-at=N or stop-at=N)"),
                 )
@@ -317,7 +318,7 @@ impl Completion {
     /// The opcode's name (`"FILL"`), or its number.
     #[getter]
     fn opcode(&self) -> String {
-        crate::memory::opcode_name(self.c.opcode)
+        crate::task::opcode_name(self.c.opcode)
     }
 
     /// Opcode-specific result (bytes, elements, event value).
@@ -350,6 +351,160 @@ impl Completion {
             self.c.user_data,
             self.opcode(),
             self.c.status
+        )
+    }
+}
+
+/// An event: a point in a stream that streams and the host wait for.
+#[pyclass(frozen, module = "davinci._davinci")]
+pub struct Event {
+    inner: Slot<Arc<shim::Event>>,
+}
+
+impl Event {
+    pub(crate) fn new(ev: Arc<shim::Event>) -> Event {
+        Event {
+            inner: Slot::new(ev),
+        }
+    }
+
+    pub(crate) fn get(&self, op: &'static str) -> PyResult<Arc<shim::Event>> {
+        self.inner.get(op, "event")
+    }
+}
+
+#[pymethods]
+impl Event {
+    #[getter]
+    fn handle(&self) -> PyResult<u32> {
+        Ok(self.get("Event.handle")?.handle())
+    }
+
+    /// The value of its latest record (0: never recorded).
+    #[getter]
+    fn recorded(&self) -> PyResult<u64> {
+        Ok(self.get("Event.recorded")?.recorded())
+    }
+
+    /// Records it on `stream`: the returned token's value is reached when the stream gets
+    /// there.
+    fn record(&self, py: Python<'_>, stream: &Stream) -> PyResult<Recorded> {
+        let ev = self.get("Event.record")?;
+        stream.record_event(py, "Event.record", ev)
+    }
+
+    /// Waits on the host until the latest record has been reached (`timeout` seconds, None:
+    /// no limit). Ctrl-C interrupts it.
+    #[pyo3(signature = (timeout = None))]
+    fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        const OP: &str = "Event.synchronize";
+        let ev = self.get(OP)?;
+        let t = crate::base::timeout(OP, timeout)?;
+        wait_sliced(py, OP, t, |slice| ev.synchronize(slice))
+    }
+
+    /// Whether the latest record has been reached (no wait).
+    fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        let ev = self.get("Event.query")?;
+        py.detach(|| ev.query()).or_raise()
+    }
+
+    /// The value the device has reached.
+    fn value(&self, py: Python<'_>) -> PyResult<u64> {
+        let ev = self.get("Event.value")?;
+        py.detach(|| ev.value()).or_raise()
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _t: Option<&Bound<'_, PyAny>>,
+        _v: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close();
+    }
+}
+
+/// One record of an event (`Event.record`'s token). It keeps its event alive: a token
+/// outlives a temporary `Event` object.
+#[pyclass(frozen, module = "davinci._davinci")]
+pub struct Recorded {
+    pub(crate) inner: shim::Recorded,
+    pub(crate) event: Arc<shim::Event>,
+}
+
+#[pymethods]
+impl Recorded {
+    /// The value this record sets the event to.
+    #[getter]
+    fn value(&self) -> u64 {
+        self.inner.value()
+    }
+
+    #[getter]
+    fn event_handle(&self) -> u32 {
+        self.inner.event_handle()
+    }
+
+    #[getter]
+    fn stream_handle(&self) -> u32 {
+        self.inner.stream_handle()
+    }
+
+    /// The record's task id in its stream.
+    #[getter]
+    fn task(&self) -> u64 {
+        self.inner.task().get()
+    }
+
+    /// Device time of the record (ns), once its stream reaped its completion.
+    #[getter]
+    fn timestamp_ns(&self) -> Option<u64> {
+        self.inner.timestamp_ns()
+    }
+
+    /// Waits on the host until the event reaches this record (`timeout` seconds, None: no
+    /// limit). Ctrl-C interrupts it.
+    #[pyo3(signature = (timeout = None))]
+    fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        const OP: &str = "Recorded.synchronize";
+        let t = crate::base::timeout(OP, timeout)?;
+        let r = self.inner.clone();
+        wait_sliced(py, OP, t, |slice| r.synchronize(slice))
+    }
+
+    /// Whether the event has reached this record (no wait).
+    fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        let r = self.inner.clone();
+        py.detach(|| r.query()).or_raise()
+    }
+
+    /// Seconds of device time from this record to `end` (both completed and reaped).
+    fn elapsed(&self, end: &Recorded) -> PyResult<f64> {
+        Ok(shim::Recorded::elapsed(&self.inner, &end.inner)
+            .or_raise()?
+            .as_secs_f64())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<davinci.Recorded event={:#x} value={} task={}>",
+            self.inner.event_handle(),
+            self.inner.value(),
+            self.inner.task().get()
         )
     }
 }
