@@ -8,9 +8,11 @@
 #   clippy (warnings are errors); the workspace's tests (unit, crate integration, the
 #   conformance suite on the embedded device, system tests, fuzz replays, the C header
 #   checks: they need a C compiler); the conformance suite and the million-task run again
-#   against a real davinci-mockd; the quick start; the runtime library without its embedded
+#   against a real davinci-mockd; the quick start; the Python package (scripts/python-test.sh:
+#   installed with pip, its tests and examples); the runtime library without its embedded
 #   device; libdavinci, the library for C (scripts/capi-test.sh: the C quick start and tests
-#   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly (scripts/fuzz.sh); the kernel module in QEMU
+#   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly
+#   (scripts/fuzz.sh); the kernel module in QEMU
 #   (scripts/kmod-test.sh, the same test binaries); the loom models of the ring protocol and
 #   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
 #   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
@@ -199,6 +201,9 @@ step "quick start example" target/debug/examples/quickstart
 # Two actors sharing a buffer by token (docs in shim/examples/ray_actors.rs); across two
 # processes in the daemon suites above (mockd_acceptance) and on the kernel.
 step "ray actors example" target/debug/examples/ray_actors
+# The Python package (python/): `pip install ./python` into a venv under target/, its pytest
+# suite against the embedded device and a real davinci-mockd, and its examples.
+step "Python package (install, pytest, examples)" scripts/python-test.sh
 # The runtime library without the embedded device builds and passes its tests (that it links
 # no device code is the layering check's).
 step "shim without the embedded device" cargo test -p davinci-shim --no-default-features

@@ -98,6 +98,7 @@ mod control;
 mod device;
 mod error;
 mod event;
+mod hostmap;
 mod memory;
 mod path;
 mod pool;
@@ -148,6 +149,7 @@ pub use davinci_uapi::{
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, Recorded};
+pub use hostmap::HostMapping;
 pub use memory::{DeviceBuffer, DeviceMem, ExportTo, ExportToken};
 pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};

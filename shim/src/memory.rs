@@ -65,6 +65,11 @@ pub trait DeviceMem: sealed::Leased {
         self.len() == 0
     }
 
+    /// Where the host view is mapped in this process, with a hold that keeps this memory
+    /// (and its mapping) alive while it lives: for code that lends the view out without
+    /// copying (see [`HostMapping`](crate::HostMapping) for the rules of such access).
+    fn host_mapping(&self) -> crate::HostMapping;
+
     /// Copies `data` to `offset`. `ERANGE` if it does not fit.
     fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
 
@@ -410,6 +415,10 @@ impl DeviceMem for DeviceBuffer {
         self.inner.len
     }
 
+    fn host_mapping(&self) -> crate::HostMapping {
+        crate::HostMapping::new(self.inner.clone(), self.inner.host_addr(), self.inner.len)
+    }
+
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.inner.write(offset, data)
     }
@@ -423,6 +432,11 @@ impl BufferInner {
     /// Device address of the first byte.
     pub(crate) fn dev_addr(&self) -> DevAddr {
         self.dev_addr
+    }
+
+    /// The address of the host view's first byte in this process.
+    pub(crate) fn host_addr(&self) -> usize {
+        self.map.as_ptr() as usize
     }
 
     /// Bytes the driver reserved.

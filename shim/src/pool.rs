@@ -390,6 +390,11 @@ impl DeviceMem for PoolBuffer {
         self.inner.len
     }
 
+    fn host_mapping(&self) -> crate::HostMapping {
+        let b = &self.inner;
+        crate::HostMapping::new(b.clone(), b.chunk.host_addr() + b.offset, b.len)
+    }
+
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         let b = &self.inner;
         if offset.checked_add(data.len()).is_none_or(|e| e > b.len) {

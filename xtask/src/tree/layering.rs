@@ -30,6 +30,7 @@ pub const LAYERS: &[&[&str]] = &[
         "davinci-workload",
         "davinci-benches",
         "davinci-capi",
+        "davinci-python",
     ],
     &["davinci-smi", "davinci-exporter", "davinci-device-plugin"],
     &["davinci-tests", "davinci-fuzz-harness", "xtask"],

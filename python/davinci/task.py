@@ -1,0 +1,23 @@
+"""Task builders: descriptors over device buffers, checked on the host before they are
+submitted, that keep the buffers they name alive until they have run (``davinci_shim::task``).
+
+Operands are ``Buffer`` objects or byte ranges of them (``buf.region(start, stop)``):
+
+* ``fill(dst, value, dtype=None, user_data=0)``: every 4-byte word of ``dst`` set to
+  ``value`` (an int: its 32 bits; a float: its float32 bits; or as ``dtype``);
+* ``copy(dst, src, user_data=0)``: ``src``'s bytes into ``dst`` (the same length);
+* ``add(dst, a, b, dtype="f32", user_data=0)``: ``dst = a + b`` elementwise ("f32", "i32",
+  "u32");
+* ``nop(user_data=0)``: a task that does nothing.
+
+What the device would refuse (lengths that differ, misaligned or empty ranges) raises
+``InvalidArgumentError`` here, naming the operand.
+"""
+
+from ._davinci import Task
+from ._davinci import task_add as add
+from ._davinci import task_copy as copy
+from ._davinci import task_fill as fill
+from ._davinci import task_nop as nop
+
+__all__ = ["Task", "add", "copy", "fill", "nop"]

@@ -1,0 +1,282 @@
+//! `Device` and `Context`: the shim's opens and contexts as Python classes, closable
+//! (`close()`, `with`), making buffers, streams and events.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use davinci_shim::{self as shim, DevicePath, ExportToken, ShareMode};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::base::{invalid, timeout, OrRaise, Slot};
+use crate::memory::{Buffer, Mem};
+use crate::stream::{Event, Stream, StreamOpts};
+
+/// An open of a davinci device (`davinci_shim::Device`).
+#[pyclass(frozen, module = "davinci._davinci")]
+pub struct Device {
+    inner: Slot<shim::Device>,
+    spec: String,
+}
+
+impl Device {
+    pub(crate) fn get(&self, op: &'static str) -> PyResult<shim::Device> {
+        self.inner.get(op, "device")
+    }
+}
+
+#[pymethods]
+impl Device {
+    #[new]
+    #[pyo3(signature = (spec = None))]
+    fn new(py: Python<'_>, spec: Option<String>) -> PyResult<Device> {
+        let spec = spec
+            .or_else(shim::device_path_from_env)
+            .unwrap_or_else(|| "embedded".to_string());
+        let path = DevicePath::parse(&spec).or_raise()?;
+        let dev = py.detach(|| shim::Device::open_path(&path)).or_raise()?;
+        Ok(Device {
+            inner: Slot::new(dev),
+            spec,
+        })
+    }
+
+    /// What it was opened with: `embedded`, `mock:SOCKET` or `/dev/davinciN`.
+    #[getter]
+    fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// Which device and which client: `davinci-mockd device 0 at mock:... (client 3)`.
+    fn __str__(&self) -> String {
+        match self.inner.lock().as_ref() {
+            Some(d) => d.to_string(),
+            None => format!("{} (closed)", self.spec),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        match self.inner.lock().as_ref() {
+            Some(d) => format!("<davinci.Device {d}>"),
+            None => format!("<davinci.Device {} (closed)>", self.spec),
+        }
+    }
+
+    /// The GET_INFO reply read at open, as a dict.
+    #[getter]
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        info_dict(py, self.get("Device.info")?.info())
+    }
+
+    /// A fresh GET_INFO (memory in use, clients now), as a dict.
+    fn query_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dev = self.get("Device.query_info")?;
+        let info = py.detach(|| dev.query_info()).or_raise()?;
+        info_dict(py, &info)
+    }
+
+    /// This open's client id (what `davinci-smi info -t usage` shows), if the driver says.
+    #[getter]
+    fn client_id(&self) -> PyResult<Option<u32>> {
+        Ok(self.get("Device.client_id")?.client_id())
+    }
+
+    /// Device memory allocated by all clients now, in bytes.
+    fn memory_used(&self, py: Python<'_>) -> PyResult<u64> {
+        let dev = self.get("Device.memory_used")?;
+        py.detach(|| dev.memory_used()).or_raise()
+    }
+
+    /// Allocates `nbytes` of device memory, zeroed, with a host view.
+    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
+        let dev = self.get("Device.alloc")?;
+        let b = py.detach(|| dev.alloc(nbytes)).or_raise()?;
+        Ok(Buffer::new(Mem::Dev(b)))
+    }
+
+    /// A new context (streams and events live in one).
+    fn create_context(&self, py: Python<'_>) -> PyResult<Context> {
+        let dev = self.get("Device.create_context")?;
+        let ctx = py.detach(|| dev.create_context()).or_raise()?;
+        Ok(Context {
+            inner: Slot::new(ctx),
+        })
+    }
+
+    /// Imports a buffer another client exported (`Buffer.export()`'s token: 16 hex digits,
+    /// or the integer).
+    fn import_buffer(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let dev = self.get("Device.import_buffer")?;
+        let token = if let Ok(s) = token.extract::<String>() {
+            s.parse::<ExportToken>().or_raise()?
+        } else if let Ok(v) = token.extract::<u64>() {
+            ExportToken(v)
+        } else {
+            return Err(invalid(
+                "Device.import_buffer",
+                "the token is Buffer.export()'s string (16 hex digits) or an int",
+            ));
+        };
+        let b = py.detach(|| dev.import(token)).or_raise()?;
+        Ok(Buffer::new(Mem::Dev(b)))
+    }
+
+    /// Sets the sharing mode: "shared" (many isolated clients) or "exclusive".
+    fn set_share_mode(&self, py: Python<'_>, mode: &str) -> PyResult<()> {
+        let m = match mode {
+            "shared" => ShareMode::Shared,
+            "exclusive" => ShareMode::Exclusive,
+            _ => {
+                return Err(invalid(
+                    "Device.set_share_mode",
+                    format!("mode {mode:?}: use \"shared\" or \"exclusive\""),
+                ))
+            }
+        };
+        let dev = self.get("Device.set_share_mode")?;
+        py.detach(|| dev.set_share_mode(m)).or_raise()
+    }
+
+    /// The sharing mode ("shared" or "exclusive") and the clients attached.
+    fn share_mode(&self, py: Python<'_>) -> PyResult<(&'static str, u32)> {
+        let dev = self.get("Device.share_mode")?;
+        let (m, n) = py.detach(|| dev.share_mode()).or_raise()?;
+        Ok((
+            match m {
+                ShareMode::Shared => "shared",
+                ShareMode::Exclusive => "exclusive",
+            },
+            n,
+        ))
+    }
+
+    /// Closes this handle of the open; the open itself closes when nothing made from it
+    /// (contexts, streams, buffers) is left.
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _t: Option<&Bound<'_, PyAny>>,
+        _v: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close();
+    }
+}
+
+fn info_dict<'py>(py: Python<'py>, i: &shim::DeviceInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("abi_version", (i.abi_major, i.abi_minor))?;
+    d.set_item("features", i.features.bits())?;
+    d.set_item("device_id", i.device_id)?;
+    d.set_item("page_size", i.page_size)?;
+    d.set_item("memory_size", i.memory_size)?;
+    d.set_item("memory_used", i.memory_used)?;
+    d.set_item("client_memory_limit", i.client_memory_limit)?;
+    d.set_item("max_clients", i.max_clients)?;
+    d.set_item("max_contexts", i.max_contexts)?;
+    d.set_item("max_streams", i.max_streams)?;
+    d.set_item("max_events", i.max_events)?;
+    d.set_item("max_allocations", i.max_allocations)?;
+    d.set_item("max_cmd_entries", i.max_cmd_entries)?;
+    d.set_item("max_event_entries", i.max_event_entries)?;
+    d.set_item("mem_align", i.mem_align)?;
+    d.set_item("share_mode", i.share_mode)?;
+    d.set_item("clients", i.clients)?;
+    Ok(d)
+}
+
+/// A context: the streams and events made from it may order each other.
+#[pyclass(frozen, module = "davinci._davinci")]
+pub struct Context {
+    inner: Slot<shim::Context>,
+}
+
+#[pymethods]
+impl Context {
+    /// The driver's handle.
+    #[getter]
+    fn handle(&self) -> PyResult<u32> {
+        Ok(self.inner.get("Context.handle", "context")?.handle())
+    }
+
+    /// A new stream; the options are `davinci_shim::StreamOptions`'s (seconds for the
+    /// timeout).
+    #[pyo3(signature = (*, cmd_entries = 256, event_entries = 512, keep_completions = true,
+                        backlog_limit = None, submit_timeout = None))]
+    fn create_stream(
+        &self,
+        py: Python<'_>,
+        cmd_entries: u32,
+        event_entries: u32,
+        keep_completions: bool,
+        backlog_limit: Option<usize>,
+        submit_timeout: Option<f64>,
+    ) -> PyResult<Stream> {
+        const OP: &str = "Context.create_stream";
+        let ctx = self.inner.get(OP, "context")?;
+        let opts = StreamOpts {
+            cmd_entries,
+            event_entries,
+            keep_completions,
+            backlog_limit,
+            submit_timeout: timeout(OP, submit_timeout)?,
+        }
+        .build();
+        let s = py.detach(|| ctx.create_stream_with(opts)).or_raise()?;
+        Ok(Stream::new(s))
+    }
+
+    /// A new event.
+    fn create_event(&self, py: Python<'_>) -> PyResult<Event> {
+        let ctx = self.inner.get("Context.create_event", "context")?;
+        let e = py.detach(|| ctx.create_event()).or_raise()?;
+        Ok(Event::new(Arc::new(e)))
+    }
+
+    /// Allocates device memory (as `Device.alloc`).
+    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
+        let ctx = self.inner.get("Context.alloc", "context")?;
+        let b = py.detach(|| ctx.alloc(nbytes)).or_raise()?;
+        Ok(Buffer::new(Mem::Dev(b)))
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _t: Option<&Bound<'_, PyAny>>,
+        _v: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close();
+    }
+}
+
+/// The symbolic name of an errno this ABI knows (`"ETIMEDOUT"`), or None.
+#[pyfunction]
+pub fn errno_name(code: i32) -> Option<&'static str> {
+    shim::Errno::from_code(code).map(shim::Errno::name)
+}

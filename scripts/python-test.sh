@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# scripts/python-test.sh: the Python package `davinci` (python/), as a user gets it: built and
+# installed with `pip install ./python` into a virtual environment under the target directory
+# (maturin, a release build of the native module), then its tests (python/tests, pytest)
+# against the embedded device and a real davinci-mockd, and its examples
+# (python/examples/framework_op.py on both, two_process.py on a daemon).
+#
+# Needs python3 (3.9 or later) with venv and the Rust toolchain; on Debian, as root, installs
+# python3-venv when it is missing. pip fetches maturin, pytest and numpy from PyPI.
+#
+# Environment:
+#   CARGO_TARGET_DIR      where cargo builds (and the venv goes: $CARGO_TARGET_DIR/python-venv;
+#                         default target/)
+#   DAVINCI_PYTHON        the interpreter to make the venv with (default python3)
+set -eu
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+case "${1:-}" in
+    -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    "") ;;
+    *) echo "scripts/python-test.sh: takes no arguments (got '$1'); --help says what it does" >&2; exit 2 ;;
+esac
+
+PY=${DAVINCI_PYTHON:-python3}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+VENV=$TARGET/python-venv
+
+if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> python: installing python3 and python3-venv (Debian)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            python3 python3-venv </dev/null
+        PY=python3
+    else
+        echo "scripts/python-test.sh: no $PY with the venv module; install it" \
+            "(Debian/Ubuntu: sudo apt-get install python3-venv) and re-run." >&2
+        exit 1
+    fi
+fi
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
+    echo "scripts/python-test.sh: $PY is $("$PY" -V 2>&1); the package needs Python 3.9 or later" >&2
+    exit 1
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> python: a virtual environment in $VENV"
+    "$PY" -m venv "$VENV"
+fi
+echo "==> python: pip install ./python (maturin, release build of the native module)"
+start=$SECONDS
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+echo "==> python: built and installed in $((SECONDS - start)) s"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest numpy
+
+echo "==> python: davinci-mockd for the tests (cargo build -p davinci-mockd)"
+cargo build -q -p davinci-mockd
+export DAVINCI_MOCKD=$TARGET/debug/davinci-mockd
+export DAVINCI_PYTEST_REQUIRE_MOCKD=1
+# The tests import the installed package (not python/davinci, which has no native module):
+# pytest runs from the repository's root.
+"$VENV/bin/python" -m pytest -q python/tests
+
+echo "==> python: examples"
+dir=$(mktemp -d)
+mockd_pid=
+cleanup() {
+    if [ -n "$mockd_pid" ]; then kill "$mockd_pid" 2>/dev/null || true; wait "$mockd_pid" 2>/dev/null || true; fi
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+RUST_LOG=warn "$DAVINCI_MOCKD" --socket-dir "$dir" --exit-with-parent >"$dir/ready" &
+mockd_pid=$!
+for _ in $(seq 100); do
+    grep -q ready "$dir/ready" 2>/dev/null && break
+    kill -0 "$mockd_pid" 2>/dev/null || { echo "scripts/python-test.sh: davinci-mockd exited" >&2; exit 1; }
+    sleep 0.1
+done
+grep -q ready "$dir/ready" || { echo "scripts/python-test.sh: davinci-mockd did not get ready in 10 s" >&2; exit 1; }
+"$VENV/bin/python" python/examples/framework_op.py --device embedded
+"$VENV/bin/python" python/examples/framework_op.py --device "mock:$dir/davinci0.sock"
+"$VENV/bin/python" python/examples/two_process.py --device "mock:$dir/davinci0.sock"
+echo "scripts/python-test.sh: the Python package's tests and examples passed"
