@@ -562,8 +562,8 @@ int davinci_pool_get_stats(const struct davinci_pool *pool, struct davinci_pool_
 int davinci_pool_trim(const struct davinci_pool *pool, size_t *released);
 
 /**
- * Maps `buf` into this process (it is mapped already: nothing is copied, no driver call is
- * made) and returns a view of all its bytes into `*out`, holding the buffer until
+ * A view of all of `buf`'s bytes where they are mapped in this process (every buffer is:
+ * nothing is copied, no driver call is made) into `*out`, holding the buffer until
  * `davinci_host_view_release`. Any number of views of one buffer may live at once; they
  * all point to the same bytes. The pointer is page-aligned for a `davinci_buffer_alloc` or
  * an import, and aligned to the pool's `align` (at least 64 bytes) for a pool block.
