@@ -6,11 +6,12 @@
  *   ./quickstart /dev/davinci0     # the kernel driver
  *   ./quickstart mock:/run/davinci/davinci0.sock
  *
- * It takes device memory from a pool, fills and adds vectors, makes a second stream wait
- * for the first through an event record, frees a buffer with work still queued on it (safe:
- * it returns to the pool once that work ran), reads the result back and checks it, then
- * shows what errors look like: one caught on the host before submitting, one the device
- * reports. Exit status 0 only when every check passed.
+ * It takes device memory from a pool, writes an input in place through a host view, fills
+ * and adds vectors, makes a second stream wait for the first through an event record, frees
+ * a buffer with work still queued on it (safe: it returns to the pool once that work ran),
+ * reads the result through a host view and checks it, then shows what errors look like: one
+ * caught on the host before submitting, one the device reports. Exit status 0 only when
+ * every check passed.
  */
 #include <davinci/runtime.h>
 
@@ -33,8 +34,6 @@
 		}                                                                          \
 	} while (0)
 
-static float a_host[N], out_host[N];
-
 int main(int argc, char **argv)
 {
 	const char *path = argc > 1 ? argv[1] : "embedded";
@@ -42,6 +41,7 @@ int main(int argc, char **argv)
 	davinci_device *dev = NULL;
 	davinci_pool *pool = NULL;
 	davinci_buffer *a = NULL, *b = NULL, *sum = NULL, *lone = NULL;
+	davinci_host_view *a_view = NULL, *sum_view = NULL;
 	davinci_context *ctx = NULL;
 	davinci_stream *producer = NULL, *consumer = NULL, *s = NULL, *again = NULL;
 	davinci_event *filled = NULL;
@@ -66,9 +66,14 @@ int main(int argc, char **argv)
 	CHECK(davinci_pool_alloc(pool, bytes, &a));
 	CHECK(davinci_pool_alloc(pool, bytes, &b));
 	CHECK(davinci_pool_alloc(pool, bytes, &sum));
+	/* The input written in place: a host view is a pointer into the buffer's own bytes
+	 * (davinci_buffer_write would copy). No task names `a` yet, so nothing races. */
+	CHECK(davinci_buffer_map(a, &a_view));
+	float *a_in = davinci_host_view_data(a_view);
 	for (int i = 0; i < N; i++)
-		a_host[i] = (float)i;
-	CHECK(davinci_buffer_write(a, 0, a_host, bytes));
+		a_in[i] = (float)i;
+	davinci_host_view_release(a_view);
+	a_view = NULL;
 
 	/* Two streams in one context: `producer` fills b and records an event; `consumer`
 	 * waits for that record on the device, then adds. */
@@ -118,16 +123,19 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	CHECK(davinci_buffer_read(sum, 0, out_host, bytes));
+	/* The result read in place, now that the streams are synchronized (before, the
+	 * device may still be writing it). The view holds `sum` until it is released. */
+	CHECK(davinci_buffer_map(sum, &sum_view));
+	const float *out_sum = davinci_host_view_data(sum_view);
 	for (int i = 0; i < N; i++) {
-		if (out_host[i] != (float)i + 0.5f) {
-			fprintf(stderr, "quickstart: sum[%d] = %f, want %f\n", i, out_host[i],
+		if (out_sum[i] != (float)i + 0.5f) {
+			fprintf(stderr, "quickstart: sum[%d] = %f, want %f\n", i, out_sum[i],
 				(float)i + 0.5f);
 			goto out;
 		}
 	}
-	printf("sum[0..4] = [%.1f, %.1f, %.1f, %.1f] (%d elements checked)\n", out_host[0],
-	       out_host[1], out_host[2], out_host[3], N);
+	printf("sum[0..4] = [%.1f, %.1f, %.1f, %.1f] (%d elements checked)\n", out_sum[0],
+	       out_sum[1], out_sum[2], out_sum[3], N);
 
 	/* Errors, 1: caught on the host. The regions differ in length, so no task is built. */
 	davinci_region first_half = { a, 0, bytes / 2 };
@@ -177,6 +185,8 @@ out:
 	davinci_task_destroy(half_add);
 	davinci_task_destroy(copy);
 	davinci_record_destroy(ready);
+	davinci_host_view_release(a_view);
+	davinci_host_view_release(sum_view);
 	davinci_event_destroy(filled);
 	davinci_stream_destroy(producer);
 	davinci_stream_destroy(consumer);

@@ -14,15 +14,17 @@
 //! * **No panic crosses into C.** Each body runs under `catch_unwind`; a caught panic is
 //!   `-EIO` with a message saying so.
 //! * **Handles** are opaque and owned by the caller: made through an out-parameter, freed
-//!   by their `_destroy` (or `davinci_buffer_free`), which takes NULL. Handles may be freed
-//!   in any order: what a handle needs (its device, its context) stays alive while it lives.
+//!   by their `_destroy` (or `davinci_buffer_free`, `davinci_host_view_release`), which
+//!   takes NULL. Handles may be freed in any order: what a handle needs (its device, its
+//!   context) stays alive while it lives.
 //! * **Lifetimes.** A task holds every buffer it names until it has run and its stream
 //!   reaped it (or the stream is destroyed): freeing a buffer with work queued on it is safe
-//!   and frees it in stream order, as in Rust.
-//! * **Threads.** Devices, contexts, events, records, buffers, pools and built tasks may be
-//!   used from any thread at once; a stream serialises its callers with a lock (its blocking
-//!   calls hold it while they wait). A handle must not be destroyed while another thread uses
-//!   it.
+//!   and frees it in stream order, as in Rust. A host view (`davinci_buffer_map`) holds its
+//!   buffer the same way until it is released.
+//! * **Threads.** Devices, contexts, events, records, buffers, host views, pools and built
+//!   tasks may be used from any thread at once; a stream serialises its callers with a lock
+//!   (its blocking calls hold it while they wait). A handle must not be destroyed while
+//!   another thread uses it.
 #![deny(unsafe_code)]
 // The handle and struct types carry their C names (`davinci_device`), which the header keeps.
 #![allow(non_camel_case_types)]
@@ -31,6 +33,8 @@
 mod device;
 
 mod memory;
+
+mod hostview;
 
 mod task;
 
@@ -42,6 +46,7 @@ mod ffi;
 
 pub use device::*;
 pub use event::*;
+pub use hostview::*;
 pub use memory::*;
 pub use stream::*;
 pub use task::*;

@@ -1,5 +1,6 @@
-//! Device memory for C: `davinci_buffer` (one allocation, or a block of a pool) with its host
-//! view (copies in and out), `davinci_pool` (the shim's `MemPool`), export and import.
+//! Device memory for C: `davinci_buffer` (one allocation, or a block of a pool) with copies in
+//! and out of its host view (direct access: `hostview.rs`), `davinci_pool` (the shim's
+//! `MemPool`), export and import.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
@@ -13,8 +14,8 @@ use crate::ffi::{self, get, guard, put, Fail, Out, Res};
 /// Device memory with a host view: an allocation (`davinci_buffer_alloc`), a block of a pool
 /// (`davinci_pool_alloc`) or an import (`davinci_device_import`). Freed by
 /// `davinci_buffer_free`, in stream order: tasks queued on it keep it until they have run.
-/// There is no host pointer into it (the device may write it at any time): copy in and out
-/// with `davinci_buffer_write` / `davinci_buffer_read`.
+/// Its bytes are reached from the host by copying (`davinci_buffer_write`,
+/// `davinci_buffer_read`) or in place through a host view (`davinci_buffer_map`).
 pub struct davinci_buffer {
     pub(crate) mem: Mem,
 }
@@ -88,7 +89,8 @@ pub unsafe extern "C" fn davinci_buffer_alloc(
 /// Frees the buffer: at once if no queued task names it, else once the last such task has
 /// run and been reaped by its stream (`davinci_stream_poll`, `davinci_stream_synchronize`)
 /// or its stream is destroyed (stream-ordered, like `cudaFreeAsync`); a pool block goes back
-/// to its pool then. Freeing the exporter's buffer revokes its imports. NULL does nothing.
+/// to its pool then. A host view (`davinci_buffer_map`) holds it likewise until released.
+/// Freeing the exporter's buffer revokes its imports. NULL does nothing.
 ///
 /// # Safety
 /// Threads: not while another thread uses `buf`. `buf` is NULL or a handle not yet freed.
@@ -182,7 +184,8 @@ pub unsafe extern "C" fn davinci_buffer_read(
 }
 
 /// How many queued tasks name the buffer and have not been reaped yet (its free waits for
-/// them; built tasks not yet destroyed count too), into `*out`.
+/// them; built tasks not yet destroyed and host views not yet released count too), into
+/// `*out`.
 ///
 /// # Safety
 /// Threads: any. `buf` a live handle; `out` writable.

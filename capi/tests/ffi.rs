@@ -177,3 +177,151 @@ fn fill_and_add_round_trip_with_a_buffer_freed_while_queued() {
         davinci_stream_destroy(s);
     }
 }
+
+#[test]
+fn a_host_view_sees_writes_and_the_device_and_keeps_its_buffer() {
+    // SAFETY: every handle is used while live and freed once; out-parameters are writable;
+    // the views' bytes are touched only within their length, while they live, and after the
+    // stream's synchronize for what the device wrote.
+    unsafe {
+        let (mut dev, mut ctx, mut s, mut buf) = (null_mut(), null_mut(), null_mut(), null_mut());
+        assert_eq!(davinci_device_open(c"embedded".as_ptr(), &mut dev), 0);
+        assert_eq!(davinci_context_create(dev, &mut ctx), 0);
+        assert_eq!(davinci_stream_create(ctx, null(), &mut s), 0);
+        assert_eq!(davinci_buffer_alloc(dev, 4096, &mut buf), 0);
+        let mut view = null_mut();
+        assert_eq!(davinci_buffer_map(buf, &mut view), 0);
+        assert_eq!(davinci_host_view_size(view), 4096);
+        let data = davinci_host_view_data(view).cast::<u32>();
+        assert!(!data.is_null());
+        assert_eq!(
+            data as usize % 4096,
+            0,
+            "an allocation's view is page-aligned"
+        );
+        let bytes = std::slice::from_raw_parts_mut(data, 1024);
+
+        // What davinci_buffer_write wrote, the view sees; what the view wrote, the copy reads.
+        let word = 0x1234_5678u32;
+        assert_eq!(davinci_buffer_write(buf, 8, (&raw const word).cast(), 4), 0);
+        assert_eq!(bytes[2], word);
+        bytes[3] = 0xfeed;
+        let mut back = 0u32;
+        assert_eq!(davinci_buffer_read(buf, 12, (&raw mut back).cast(), 4), 0);
+        assert_eq!(back, 0xfeed);
+
+        // A device FILL, seen through the view after synchronize.
+        let mut fill = null_mut();
+        let whole = davinci_region {
+            buffer: buf,
+            offset: 0,
+            length: DAVINCI_WHOLE,
+        };
+        assert_eq!(davinci_task_fill(whole, 0xdead_beef, &mut fill), 0);
+        assert_eq!(davinci_stream_submit(s, fill, null_mut()), 0);
+        davinci_task_destroy(fill);
+        assert_eq!(davinci_stream_synchronize(s, 5_000_000_000), 0);
+        assert!(bytes.iter().all(|&w| w == 0xdead_beef));
+
+        // The view counts as a use and keeps the memory after the buffer's free.
+        let mut uses = 0;
+        assert_eq!(davinci_buffer_pending_uses(buf, &mut uses), 0);
+        assert_eq!(uses, 1);
+        let mut info = std::mem::zeroed();
+        assert_eq!(davinci_device_query_info(dev, &mut info), 0);
+        let used = info.memory_used;
+        davinci_buffer_free(buf);
+        assert_eq!(davinci_device_query_info(dev, &mut info), 0);
+        assert_eq!(info.memory_used, used, "not freed while viewed");
+        assert!(bytes.iter().all(|&w| w == 0xdead_beef));
+        davinci_host_view_release(view);
+        assert_eq!(davinci_device_query_info(dev, &mut info), 0);
+        assert!(info.memory_used < used, "freed at the view's release");
+
+        davinci_stream_destroy(s);
+        davinci_context_destroy(ctx);
+        davinci_device_destroy(dev);
+    }
+}
+
+#[test]
+fn pool_block_views_lie_in_their_chunk_and_hold_the_block() {
+    // SAFETY: as above.
+    unsafe {
+        let (mut dev, mut pool, mut a, mut b) = (null_mut(), null_mut(), null_mut(), null_mut());
+        assert_eq!(davinci_device_open(c"embedded".as_ptr(), &mut dev), 0);
+        assert_eq!(davinci_pool_create(dev, null(), &mut pool), 0);
+        assert_eq!(davinci_pool_alloc(pool, 100, &mut a), 0);
+        assert_eq!(davinci_pool_alloc(pool, 100, &mut b), 0);
+        let (mut va, mut vb, mut vb2) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(davinci_buffer_map(a, &mut va), 0);
+        assert_eq!(davinci_buffer_map(b, &mut vb), 0);
+        assert_eq!(davinci_buffer_map(b, &mut vb2), 0);
+        let mut size = 0;
+        assert_eq!(davinci_buffer_size(a, &mut size), 0);
+        assert_eq!(davinci_host_view_size(va), size);
+        let (pa, pb) = (davinci_host_view_data(va), davinci_host_view_data(vb));
+        assert_eq!(
+            pb,
+            davinci_host_view_data(vb2),
+            "views of one buffer share its bytes"
+        );
+        assert_eq!(pa as usize % 64, 0);
+        let (mut da, mut db) = (0, 0);
+        assert_eq!(davinci_buffer_dev_addr(a, &mut da), 0);
+        assert_eq!(davinci_buffer_dev_addr(b, &mut db), 0);
+        assert_eq!(pb as usize - pa as usize, (db - da) as usize);
+        pa.cast::<u8>().write_bytes(0x5a, 100);
+        let mut out = [0u8; 100];
+        assert_eq!(davinci_buffer_read(a, 0, out.as_mut_ptr().cast(), 100), 0);
+        assert_eq!(out, [0x5a; 100]);
+
+        let blocks = |pool| {
+            let mut st = std::mem::zeroed::<davinci_pool_stats>();
+            assert_eq!(davinci_pool_get_stats(pool, &mut st), 0);
+            st.blocks
+        };
+        davinci_buffer_free(a);
+        davinci_buffer_free(b);
+        assert_eq!(blocks(pool), 2, "the freed blocks wait for their views");
+        davinci_host_view_release(va);
+        assert_eq!(blocks(pool), 1);
+        davinci_host_view_release(vb);
+        assert_eq!(blocks(pool), 1, "b has another view");
+        // A view outlives its pool's handle too (the block keeps its chunk).
+        davinci_pool_destroy(pool);
+        pb.cast::<u8>().write_bytes(0x3c, 100);
+        assert_eq!(*pb.cast::<u8>().add(99), 0x3c);
+        davinci_host_view_release(vb2);
+        davinci_device_destroy(dev);
+    }
+}
+
+#[test]
+fn host_view_arguments_are_checked() {
+    // SAFETY: every pointer passed is NULL or valid, as the functions' contracts allow.
+    unsafe {
+        let mut view = null_mut();
+        assert_eq!(davinci_buffer_map(null(), &mut view), -libc::EINVAL);
+        assert_eq!(last_error(), "davinci_buffer_map: buf is NULL");
+        assert!(view.is_null());
+        let (mut dev, mut buf) = (null_mut(), null_mut());
+        assert_eq!(davinci_device_open(c"embedded".as_ptr(), &mut dev), 0);
+        assert_eq!(davinci_buffer_alloc(dev, 64, &mut buf), 0);
+        assert_eq!(davinci_buffer_map(buf, null_mut()), -libc::EINVAL);
+        assert_eq!(
+            last_error(),
+            "davinci_buffer_map: out (out-parameter) is NULL"
+        );
+        let mut uses = 0;
+        assert_eq!(davinci_buffer_pending_uses(buf, &mut uses), 0);
+        assert_eq!(uses, 0, "a failed map holds nothing");
+        assert!(davinci_host_view_data(null()).is_null());
+        assert_eq!(last_error(), "davinci_host_view_data: view is NULL");
+        assert_eq!(davinci_host_view_size(null()), 0);
+        assert_eq!(last_error(), "davinci_host_view_size: view is NULL");
+        davinci_host_view_release(null_mut());
+        davinci_buffer_free(buf);
+        davinci_device_destroy(dev);
+    }
+}

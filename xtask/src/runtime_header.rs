@@ -29,13 +29,14 @@ const PREAMBLE: &str = "/* SPDX-License-Identifier: Apache-2.0 OR MIT */
  * lengths are -EINVAL. No Rust panic crosses into C: one is caught and returned as -EIO.
  *
  * Handles are opaque, made through an out-parameter and freed by their _destroy (buffers:
- * davinci_buffer_free), which accept NULL; they may be freed in any order. A task holds the
- * buffers it names until it has run and been reaped (or its stream destroyed): freeing a
- * buffer with work queued on it is safe.
+ * davinci_buffer_free; host views: davinci_host_view_release), which accept NULL; they may
+ * be freed in any order. A task holds the buffers it names until it has run and been reaped
+ * (or its stream destroyed), and a host view its buffer until released: freeing a buffer
+ * with work queued on it or a view of it is safe.
  *
- * Threads: each function says. Devices, contexts, events, records, buffers, pools and tasks
- * may be used from several threads at once; a stream serialises its callers. No handle may
- * be destroyed while another thread uses it.
+ * Threads: each function says. Devices, contexts, events, records, buffers, host views,
+ * pools and tasks may be used from several threads at once; a stream serialises its
+ * callers. No handle may be destroyed while another thread uses it.
  */
 #ifndef DAVINCI_RUNTIME_H
 #define DAVINCI_RUNTIME_H";

@@ -13,13 +13,14 @@
  * lengths are -EINVAL. No Rust panic crosses into C: one is caught and returned as -EIO.
  *
  * Handles are opaque, made through an out-parameter and freed by their _destroy (buffers:
- * davinci_buffer_free), which accept NULL; they may be freed in any order. A task holds the
- * buffers it names until it has run and been reaped (or its stream destroyed): freeing a
- * buffer with work queued on it is safe.
+ * davinci_buffer_free; host views: davinci_host_view_release), which accept NULL; they may
+ * be freed in any order. A task holds the buffers it names until it has run and been reaped
+ * (or its stream destroyed), and a host view its buffer until released: freeing a buffer
+ * with work queued on it or a view of it is safe.
  *
- * Threads: each function says. Devices, contexts, events, records, buffers, pools and tasks
- * may be used from several threads at once; a stream serialises its callers. No handle may
- * be destroyed while another thread uses it.
+ * Threads: each function says. Devices, contexts, events, records, buffers, host views,
+ * pools and tasks may be used from several threads at once; a stream serialises its
+ * callers. No handle may be destroyed while another thread uses it.
  */
 #ifndef DAVINCI_RUNTIME_H
 #define DAVINCI_RUNTIME_H
@@ -60,8 +61,8 @@
  * Device memory with a host view: an allocation (`davinci_buffer_alloc`), a block of a pool
  * (`davinci_pool_alloc`) or an import (`davinci_device_import`). Freed by
  * `davinci_buffer_free`, in stream order: tasks queued on it keep it until they have run.
- * There is no host pointer into it (the device may write it at any time): copy in and out
- * with `davinci_buffer_write` / `davinci_buffer_read`.
+ * Its bytes are reached from the host by copying (`davinci_buffer_write`,
+ * `davinci_buffer_read`) or in place through a host view (`davinci_buffer_map`).
  */
 typedef struct davinci_buffer davinci_buffer;
 
@@ -82,6 +83,29 @@ typedef struct davinci_device davinci_device;
  * raises by one. Made by `davinci_event_create`, destroyed by `davinci_event_destroy`.
  */
 typedef struct davinci_event davinci_event;
+
+/**
+ * A direct view of a buffer's bytes in this process (`davinci_buffer_map`): a pointer
+ * (`davinci_host_view_data`) and a length (`davinci_host_view_size`) into the memory the
+ * device reads and writes, with no copy, like CUDA's mapped pinned memory. Released by
+ * `davinci_host_view_release`.
+ *
+ * The rules:
+ * * **The view keeps the buffer.** While it lives, the memory stays allocated and mapped,
+ *   even after `davinci_buffer_free` (which then frees it, or returns the pool block, at
+ *   the view's release); `davinci_buffer_pending_uses` counts it. So the pointer is valid
+ *   exactly until `davinci_host_view_release`.
+ * * **Device writes race host accesses until synchronize.** The device reads and writes
+ *   the bytes while tasks that name the buffer run: read a result only after
+ *   `davinci_stream_synchronize` (or `davinci_event_synchronize` on a record after it) has
+ *   returned, and write an input before submitting the task that reads it. Bytes read
+ *   meanwhile may be old or new; the mapping itself stays valid.
+ * * **A revoked import faults.** An imported buffer (`davinci_device_import`) whose exporter
+ *   freed its buffer is revoked: on the kernel driver, touching its view then raises
+ *   `SIGBUS`. The exporter keeps its buffer until the importers are done (and a view the
+ *   exporter holds keeps the exporter's buffer, so its imports stay too).
+ */
+typedef struct davinci_host_view davinci_host_view;
 
 /**
  * A caching allocator of device memory (the shim's `MemPool`): blocks carved from big
@@ -391,7 +415,8 @@ int davinci_buffer_alloc(const struct davinci_device *dev,
  * Frees the buffer: at once if no queued task names it, else once the last such task has
  * run and been reaped by its stream (`davinci_stream_poll`, `davinci_stream_synchronize`)
  * or its stream is destroyed (stream-ordered, like `cudaFreeAsync`); a pool block goes back
- * to its pool then. Freeing the exporter's buffer revokes its imports. NULL does nothing.
+ * to its pool then. A host view (`davinci_buffer_map`) holds it likewise until released.
+ * Freeing the exporter's buffer revokes its imports. NULL does nothing.
  *
  * # Safety
  * Threads: not while another thread uses `buf`. `buf` is NULL or a handle not yet freed.
@@ -439,7 +464,8 @@ int davinci_buffer_read(const struct davinci_buffer *buf, size_t offset, void *d
 
 /**
  * How many queued tasks name the buffer and have not been reaped yet (its free waits for
- * them; built tasks not yet destroyed count too), into `*out`.
+ * them; built tasks not yet destroyed and host views not yet released count too), into
+ * `*out`.
  *
  * # Safety
  * Threads: any. `buf` a live handle; `out` writable.
@@ -534,6 +560,51 @@ int davinci_pool_get_stats(const struct davinci_pool *pool, struct davinci_pool_
  * Threads: any. `pool` a live handle; `released` NULL or writable.
  */
 int davinci_pool_trim(const struct davinci_pool *pool, size_t *released);
+
+/**
+ * A view of all of `buf`'s bytes where they are mapped in this process (every buffer is:
+ * nothing is copied, no driver call is made) into `*out`, holding the buffer until
+ * `davinci_host_view_release`. Any number of views of one buffer may live at once; they
+ * all point to the same bytes. The pointer is page-aligned for a `davinci_buffer_alloc` or
+ * an import, and aligned to the pool's `align` (at least 64 bytes) for a pool block.
+ *
+ * Returns 0; -EINVAL (`buf` or `out` NULL).
+ *
+ * # Safety
+ * Threads: any. `buf` a live handle; `out` writable.
+ */
+int davinci_buffer_map(const struct davinci_buffer *buf, struct davinci_host_view **out);
+
+/**
+ * The address of the view's first byte in this process, readable and writable for
+ * `davinci_host_view_size(view)` bytes until the view is released (see `davinci_host_view`
+ * for when the device's accesses race yours). NULL when `view` is NULL (and
+ * `davinci_last_error()` says so).
+ *
+ * # Safety
+ * Threads: any. `view` NULL or a live handle.
+ */
+void *davinci_host_view_data(const struct davinci_host_view *view);
+
+/**
+ * The view's length in bytes: the whole buffer's (`davinci_buffer_size`). 0 when `view` is
+ * NULL (and `davinci_last_error()` says so); never 0 for a view.
+ *
+ * # Safety
+ * Threads: any. `view` NULL or a live handle.
+ */
+size_t davinci_host_view_size(const struct davinci_host_view *view);
+
+/**
+ * Releases the view: its pointer must not be used any more. When it was the buffer's last
+ * hold (the buffer freed, no task queued on it, no other view), the memory is freed, or the
+ * pool block returned, now. NULL does nothing.
+ *
+ * # Safety
+ * Threads: not while another thread uses `view`. `view` is NULL or a handle not yet
+ * released.
+ */
+void davinci_host_view_release(struct davinci_host_view *view);
 
 /**
  * FILL: every 32-bit word of `dst` becomes `pattern` (for a float, its bits). `dst` must be
