@@ -12,14 +12,18 @@ use crate::ffi::{self, get, guard, put, Out};
 use crate::stream::davinci_stream;
 
 /// An event (`aclrtEvent`, `cudaEvent_t`): on the device a 64-bit value that each record
-/// raises by one. Made by `davinci_event_create`, destroyed by `davinci_event_destroy`.
+/// raises by one. Made by `davinci_event_create`, released by `davinci_event_destroy`: the
+/// device's event is destroyed once this handle, every `davinci_record` of it and every queued
+/// record or wait naming it are gone (`cudaEventDestroy`'s rule), so destroying it right after
+/// recording it or queueing a wait on it is safe.
 pub struct davinci_event {
     ev: Event,
 }
 
 /// One record of an event (`davinci_event_record`): the value it sets, and once its stream
 /// reaped it, the device time it happened. Waits on it wait for exactly this record, however
-/// often the event was recorded since. Freed by `davinci_record_destroy`.
+/// often the event was recorded since. It keeps its event alive: its waits and times work
+/// after `davinci_event_destroy`. Freed by `davinci_record_destroy`.
 pub struct davinci_record {
     rec: Recorded,
 }
@@ -44,7 +48,9 @@ pub unsafe extern "C" fn davinci_event_create(
     })
 }
 
-/// Destroys the event. NULL does nothing.
+/// Releases the event handle. The device's event goes once no `davinci_record` of it and no
+/// queued record or wait naming it is left (tasks are reaped by `davinci_stream_synchronize`,
+/// `davinci_stream_poll`, or destroying their stream). NULL does nothing.
 ///
 /// # Safety
 /// Threads: not while another thread uses `event`. `event` is NULL or a handle not yet
@@ -156,7 +162,8 @@ pub unsafe extern "C" fn davinci_event_recorded(
     })
 }
 
-/// Frees the record (the event is not affected). NULL does nothing.
+/// Frees the record: its event goes with it if its handle was destroyed and no other record
+/// or queued task holds it. NULL does nothing.
 ///
 /// # Safety
 /// Threads: not while another thread uses `record`. `record` is NULL or a handle not yet

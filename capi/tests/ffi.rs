@@ -325,3 +325,73 @@ fn host_view_arguments_are_checked() {
         davinci_device_destroy(dev);
     }
 }
+
+#[test]
+fn an_event_destroyed_with_records_and_waits_queued_lives_until_they_ran() {
+    const T: u64 = 20_000_000_000;
+    // SAFETY: every handle is used while live and freed once; out-parameters are writable.
+    unsafe {
+        let (mut dev, mut ctx) = (null_mut(), null_mut());
+        assert_eq!(davinci_device_open(c"embedded".as_ptr(), &mut dev), 0);
+        assert_eq!(davinci_context_create(dev, &mut ctx), 0);
+        let (mut p, mut c) = (null_mut(), null_mut());
+        assert_eq!(davinci_stream_create(ctx, null(), &mut p), 0);
+        assert_eq!(davinci_stream_create(ctx, null(), &mut c), 0);
+        let mut buf = null_mut();
+        assert_eq!(davinci_buffer_alloc(dev, 4096, &mut buf), 0);
+        // cudaEventDestroy's rule: the event is destroyed right after its record, and the
+        // record handle right after the wait; both tasks still run against a live event.
+        let (mut ev, mut rec) = (null_mut(), null_mut());
+        assert_eq!(davinci_event_create(ctx, &mut ev), 0);
+        assert_eq!(davinci_event_record(ev, p, &mut rec), 0);
+        davinci_event_destroy(ev);
+        assert_eq!(davinci_stream_wait_record(c, rec), 0, "{}", last_error());
+        assert_eq!(davinci_record_synchronize(rec, T), 0, "{}", last_error());
+        let mut done = false;
+        assert_eq!(davinci_record_query(rec, &mut done), 0);
+        assert!(done);
+        davinci_record_destroy(rec);
+        let mut fill = null_mut();
+        let whole = davinci_region {
+            buffer: buf,
+            offset: 0,
+            length: DAVINCI_WHOLE,
+        };
+        assert_eq!(davinci_task_fill(whole, 6, &mut fill), 0);
+        assert_eq!(davinci_stream_submit(c, fill, null_mut()), 0);
+        davinci_task_destroy(fill);
+        assert_eq!(davinci_stream_synchronize(c, T), 0, "{}", last_error());
+        let mut out = [davinci_completion::default(); 4];
+        let mut n = 0;
+        assert_eq!(davinci_stream_poll(c, out.as_mut_ptr(), 4, &mut n), 0);
+        assert_eq!(n, 2);
+        assert!(out[..n].iter().all(|x| x.status == 0), "{:?}", &out[..n]);
+        // Destroyed events do not pile up: past the device's whole event table.
+        let mut info = std::mem::zeroed::<davinci_shim::DeviceInfo>();
+        assert_eq!(davinci_device_get_info(dev, &mut info), 0);
+        for i in 0..info.max_events + 64 {
+            let (mut ev, mut rec) = (null_mut(), null_mut());
+            assert_eq!(
+                davinci_event_create(ctx, &mut ev),
+                0,
+                "{i}: {}",
+                last_error()
+            );
+            assert_eq!(davinci_event_record(ev, p, &mut rec), 0);
+            davinci_event_destroy(ev);
+            assert_eq!(davinci_stream_wait_record(c, rec), 0);
+            davinci_record_destroy(rec);
+            if i % 64 == 0 {
+                assert_eq!(davinci_stream_synchronize(p, T), 0);
+                assert_eq!(davinci_stream_synchronize(c, T), 0);
+            }
+        }
+        assert_eq!(davinci_stream_synchronize(p, T), 0, "{}", last_error());
+        assert_eq!(davinci_stream_synchronize(c, T), 0, "{}", last_error());
+        davinci_buffer_free(buf);
+        davinci_stream_destroy(c);
+        davinci_stream_destroy(p);
+        davinci_context_destroy(ctx);
+        davinci_device_destroy(dev);
+    }
+}

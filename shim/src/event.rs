@@ -28,6 +28,14 @@ use crate::stream::Stamp;
 /// recorded since, and [`Recorded::elapsed`] times two records on the device's clock.
 /// Events work between streams of the same context only.
 ///
+/// **Lifetime** (`cudaEventDestroy`'s rule): dropping an `Event` does not destroy it under
+/// work that names it. Its driver handle is destroyed (DESTROY_EVENT) only once the `Event`,
+/// every [`Recorded`] token of it and every queued EVENT_RECORD/EVENT_WAIT task naming it
+/// (held by its stream until the task's completion is reaped, or the stream is dropped) are
+/// gone. So a temporary event is fine:
+/// `consumer.wait_recorded(&ctx.create_event()?.record(&mut producer)?)` orders the two
+/// streams, and the handle goes once both tasks have run and been reaped.
+///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
 /// # #[cfg(feature = "embedded")] {
@@ -51,15 +59,24 @@ use crate::stream::Stamp;
 /// # Ok(()) }
 /// ```
 pub struct Event {
+    inner: Arc<EventInner>,
+}
+
+/// What an [`Event`], its [`Recorded`] tokens and the stream entries of queued tasks naming
+/// it share: the driver's handle, destroyed (DESTROY_EVENT) when the last of them goes.
+pub(crate) struct EventInner {
     ctx: Arc<ContextInner>,
     handle: u32,
     recorded: AtomicU64,
 }
 
+/// A hold on an event's driver handle: while one exists, the handle is not destroyed.
+pub(crate) type EventHold = Arc<EventInner>;
+
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Event")
-            .field("handle", &self.handle)
+            .field("handle", &self.handle())
             .field("recorded", &self.recorded())
             .finish()
     }
@@ -81,36 +98,47 @@ impl Event {
         ctx.dev
             .call("CREATE_EVENT", DRIVER_CMD_CREATE_EVENT, &mut a)?;
         Ok(Event {
-            ctx,
-            handle: a.handle,
-            recorded: AtomicU64::new(0),
+            inner: Arc::new(EventInner {
+                ctx,
+                handle: a.handle,
+                recorded: AtomicU64::new(0),
+            }),
         })
     }
 
     /// The driver's handle of this event.
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.inner.handle
     }
 
     /// The value of the latest record handed to a stream (0: never recorded).
     pub fn recorded(&self) -> u64 {
-        self.recorded.load(Ordering::Acquire)
+        self.inner.recorded.load(Ordering::Acquire)
     }
 
     /// The context the event belongs to (events work between its streams only).
     pub(crate) fn context(&self) -> &Arc<ContextInner> {
-        &self.ctx
+        &self.inner.ctx
+    }
+
+    /// A hold on the driver's handle, for a queued task naming it (kept by its stream until
+    /// the task is reaped).
+    pub(crate) fn hold(&self) -> EventHold {
+        self.inner.clone()
     }
 
     /// Takes the value of a new record (the latest one plus one).
     pub(crate) fn next_record(&self) -> u64 {
-        self.recorded.fetch_add(1, Ordering::AcqRel).wrapping_add(1)
+        self.inner
+            .recorded
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
     }
 
     /// A record of `value` did not reach its stream: gives the value back unless another
     /// record took a later one.
     pub(crate) fn unrecord(&self, value: u64) {
-        let _ = self.recorded.compare_exchange(
+        let _ = self.inner.recorded.compare_exchange(
             value,
             value.wrapping_sub(1),
             Ordering::AcqRel,
@@ -119,7 +147,7 @@ impl Event {
     }
 
     fn wait(&self, op: &'static str, value: u64, timeout_ns: u64) -> Result<WaitEventArgs> {
-        wait_value(&self.ctx, self.handle, op, value, timeout_ns)
+        wait_value(self.context(), self.handle(), op, value, timeout_ns)
     }
 
     /// `EINVAL` for a value no record of this event was given (a wait for it could only time
@@ -133,7 +161,7 @@ impl Event {
                 format!(
                     "event {:#x} was never recorded with value {value} (its latest record is \
                      {latest}): a wait for it could only time out",
-                    self.handle
+                    self.handle()
                 ),
             ));
         }
@@ -146,7 +174,7 @@ impl Event {
     pub fn synchronize_value(&self, value: u64, timeout: Duration) -> Result<()> {
         const OP: &str = "Event::synchronize_value";
         self.check_recorded(OP, value)?;
-        sync_value(&self.ctx, self.handle, OP, value, timeout)
+        sync_value(self.context(), self.handle(), OP, value, timeout)
     }
 }
 
@@ -244,8 +272,8 @@ impl Event {
     /// [`Recorded::synchronize`] or [`synchronize_value`](Self::synchronize_value).
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
         sync_value(
-            &self.ctx,
-            self.handle,
+            self.context(),
+            self.handle(),
             "Event::synchronize",
             self.recorded(),
             timeout,
@@ -267,12 +295,12 @@ impl Event {
     pub fn value(&self) -> Result<u64> {
         let mut a = WaitEventArgs {
             kind: WaitKind::Event as u32,
-            handle: self.handle,
+            handle: self.handle(),
             value: 0,
             timeout_ns: 0,
             ..Default::default()
         };
-        self.ctx
+        self.context()
             .dev
             .call("Event::value", DRIVER_CMD_WAIT_EVENT, &mut a)?;
         Ok(a.current)
@@ -281,7 +309,10 @@ impl Event {
 
 /// One record of an [`Event`]: the value [`Event::record`] gave it, on which stream, and
 /// (once the stream reaped the record's completion) the device time it happened. Cheap to
-/// clone; `Send + Sync`. Keeps the event's context alive, not the event.
+/// clone; `Send + Sync`. Keeps its event (and so the event's context) alive: its waits and
+/// [`elapsed`](Self::elapsed) work after the [`Event`] was dropped, and the event's driver
+/// handle is destroyed only once the `Event`, every token and every queued task naming it
+/// are gone.
 ///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
@@ -305,8 +336,7 @@ impl Event {
 /// ```
 #[derive(Clone)]
 pub struct Recorded {
-    ctx: Arc<ContextInner>,
-    event: u32,
+    event: EventHold,
     value: u64,
     stream: u32,
     task: TaskId,
@@ -316,7 +346,7 @@ pub struct Recorded {
 impl fmt::Debug for Recorded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Recorded")
-            .field("event", &self.event)
+            .field("event", &self.event.handle)
             .field("value", &self.value)
             .field("stream", &self.stream)
             .field("task", &self.task)
@@ -328,8 +358,7 @@ impl fmt::Debug for Recorded {
 impl Recorded {
     pub(crate) fn new(event: &Event, value: u64, stream: u32, task: TaskId, stamp: Stamp) -> Self {
         Recorded {
-            ctx: event.ctx.clone(),
-            event: event.handle,
+            event: event.hold(),
             value,
             stream,
             task,
@@ -344,7 +373,7 @@ impl Recorded {
 
     /// The handle of the event recorded.
     pub fn event_handle(&self) -> u32 {
-        self.event
+        self.event.handle
     }
 
     /// The handle of the stream it was recorded on.
@@ -358,7 +387,12 @@ impl Recorded {
     }
 
     pub(crate) fn context(&self) -> &Arc<ContextInner> {
-        &self.ctx
+        &self.event.ctx
+    }
+
+    /// A hold on its event's driver handle (see [`Event::hold`]).
+    pub(crate) fn hold(&self) -> EventHold {
+        self.event.clone()
     }
 
     /// The device time (ns) the record happened, once its stream has reaped its completion
@@ -371,8 +405,8 @@ impl Recorded {
     /// most `timeout`. Errors as [`Event::synchronize`].
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
         sync_value(
-            &self.ctx,
-            self.event,
+            self.context(),
+            self.event.handle,
             "Recorded::synchronize",
             self.value,
             timeout,
@@ -381,7 +415,13 @@ impl Recorded {
 
     /// Whether the event reached this record's value, without blocking.
     pub fn query(&self) -> Result<bool> {
-        match wait_value(&self.ctx, self.event, "Recorded::query", self.value, 0) {
+        match wait_value(
+            self.context(),
+            self.event.handle,
+            "Recorded::query",
+            self.value,
+            0,
+        ) {
             Ok(_) => Ok(true),
             Err(e) if e.is(Errno::EAGAIN) => Ok(false),
             Err(e) => Err(e),
@@ -395,7 +435,7 @@ impl Recorded {
     /// before `start`, or if they are of different devices; `EIO` if a record failed.
     pub fn elapsed(start: &Recorded, end: &Recorded) -> Result<Duration> {
         const OP: &str = "Recorded::elapsed";
-        if !Arc::ptr_eq(&start.ctx.dev.inner, &end.ctx.dev.inner) {
+        if !Arc::ptr_eq(&start.context().dev.inner, &end.context().dev.inner) {
             return Err(Error::new(
                 Errno::EINVAL,
                 OP,
@@ -410,7 +450,7 @@ impl Recorded {
                     OP,
                     format!(
                         "the {which} record (event {:#x} value {}) failed with status {st}",
-                        r.event, r.value
+                        r.event.handle, r.value
                     ),
                 )),
                 None => Err(Error::new(
@@ -420,7 +460,7 @@ impl Recorded {
                         "the {which} record (event {:#x} value {}, {} of stream {:#x}) has no \
                          time yet: it has not completed, or its stream has not reaped its \
                          completion (Stream::synchronize or Stream::poll)",
-                        r.event, r.value, r.task, r.stream
+                        r.event.handle, r.value, r.task, r.stream
                     ),
                 )),
             }
@@ -440,7 +480,9 @@ impl Recorded {
     }
 }
 
-impl Drop for Event {
+/// Destroys the driver's handle (DESTROY_EVENT) once the [`Event`], every [`Recorded`] token
+/// of it and every queued task naming it are gone.
+impl Drop for EventInner {
     fn drop(&mut self) {
         let _ = self
             .ctx

@@ -56,8 +56,15 @@
 //!   is reaped. Dropping a [`DeviceBuffer`] or [`PoolBuffer`] with work queued on it therefore
 //!   frees it in stream order: no queued task ever writes into memory handed out again. Raw
 //!   [`TaskDesc`]s go through the `unsafe` [`Stream::submit_raw`].
+//! * **Event lifetimes.** Likewise for events (`cudaEventDestroy`'s rule): a queued
+//!   EVENT_RECORD or EVENT_WAIT ([`Event::record`], [`Stream::wait_event`],
+//!   [`Stream::wait_recorded`]) holds its event until the task's completion is reaped, and a
+//!   [`Recorded`] token holds it while it lives. The driver's handle is destroyed only when
+//!   the [`Event`], its tokens and those tasks are all gone, so a temporary event
+//!   (`s.wait_recorded(&ctx.create_event()?.record(&mut p)?)`) works and no queued wait ever
+//!   names a destroyed event.
 //! * **Drops.** Dropping a [`Stream`] discards what it had queued and returns within one
-//!   chunk of device work (docs/abi.md, DESTROY_STREAM); then its leases go.
+//!   chunk of device work (docs/abi.md, DESTROY_STREAM); then its leases and event holds go.
 //! * **Signals.** A blocking wait ([`Stream::synchronize`], [`Event::synchronize`],
 //!   [`Recorded::synchronize`]) returns `EINTR` when a signal handler installed without
 //!   `SA_RESTART` runs on its thread; nothing is lost. Submits are not interrupted.

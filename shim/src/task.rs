@@ -216,7 +216,10 @@ impl Task {
     /// them with [`fill`], [`copy`], [`add`], or submit them with the `unsafe`
     /// [`Stream::submit_raw`](crate::Stream::submit_raw). (For events, prefer
     /// [`Event::record`](crate::Event::record) and
-    /// [`Stream::wait_event`](crate::Stream::wait_event), which check the context on the host.)
+    /// [`Stream::wait_event`](crate::Stream::wait_event), which check the context on the host
+    /// and keep the event alive until the task ran; a raw EVENT_WAIT on an event destroyed
+    /// meanwhile fails on the device with `ENOENT`, or completes with `ECANCELED` without
+    /// waiting.)
     pub fn from_desc(desc: TaskDesc) -> Result<Task> {
         use davinci_uapi::Opcode;
         match Opcode::from_u8(desc.opcode) {

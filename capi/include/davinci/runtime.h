@@ -80,7 +80,10 @@ typedef struct davinci_device davinci_device;
 
 /**
  * An event (`aclrtEvent`, `cudaEvent_t`): on the device a 64-bit value that each record
- * raises by one. Made by `davinci_event_create`, destroyed by `davinci_event_destroy`.
+ * raises by one. Made by `davinci_event_create`, released by `davinci_event_destroy`: the
+ * device's event is destroyed once this handle, every `davinci_record` of it and every queued
+ * record or wait naming it are gone (`cudaEventDestroy`'s rule), so destroying it right after
+ * recording it or queueing a wait on it is safe.
  */
 typedef struct davinci_event davinci_event;
 
@@ -117,7 +120,8 @@ typedef struct davinci_pool davinci_pool;
 /**
  * One record of an event (`davinci_event_record`): the value it sets, and once its stream
  * reaped it, the device time it happened. Waits on it wait for exactly this record, however
- * often the event was recorded since. Freed by `davinci_record_destroy`.
+ * often the event was recorded since. It keeps its event alive: its waits and times work
+ * after `davinci_event_destroy`. Freed by `davinci_record_destroy`.
  */
 typedef struct davinci_record davinci_record;
 
@@ -808,7 +812,9 @@ int davinci_stream_handle(const struct davinci_stream *stream, uint32_t *out);
 int davinci_event_create(const struct davinci_context *ctx, struct davinci_event **out);
 
 /**
- * Destroys the event. NULL does nothing.
+ * Releases the event handle. The device's event goes once no `davinci_record` of it and no
+ * queued record or wait naming it is left (tasks are reaped by `davinci_stream_synchronize`,
+ * `davinci_stream_poll`, or destroying their stream). NULL does nothing.
  *
  * # Safety
  * Threads: not while another thread uses `event`. `event` is NULL or a handle not yet
@@ -869,7 +875,8 @@ int davinci_event_query(const struct davinci_event *event, bool *done);
 int davinci_event_recorded(const struct davinci_event *event, uint64_t *out);
 
 /**
- * Frees the record (the event is not affected). NULL does nothing.
+ * Frees the record: its event goes with it if its handle was destroyed and no other record
+ * or queued task holds it. NULL does nothing.
  *
  * # Safety
  * Threads: not while another thread uses `record`. `record` is NULL or a handle not yet

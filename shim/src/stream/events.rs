@@ -31,8 +31,10 @@ impl Stream {
             user_data,
             event.handle(),
             event.recorded(),
-        )))
-        .map(|_| ())
+        )))?;
+        // The event's handle lives until the wait is reaped, however soon `event` is dropped.
+        self.pending.hold_last(event.hold());
+        Ok(())
     }
 
     /// Makes this stream wait (on the device) until the event of `record` reaches its value:
@@ -70,8 +72,9 @@ impl Stream {
             0,
             record.event_handle(),
             record.value(),
-        )))
-        .map(|_| ())
+        )))?;
+        self.pending.hold_last(record.hold());
+        Ok(())
     }
 }
 
@@ -101,7 +104,9 @@ impl Event {
             }
         };
         let stamp = Arc::new(OnceLock::new());
-        stream.pending.stamp_last(stamp.clone());
+        // The event's handle lives until the record is reaped, however soon `self` and the
+        // token are dropped.
+        stream.pending.record_last(self.hold(), stamp.clone());
         Ok(Recorded::new(self, value, stream.handle(), task, stamp))
     }
 }

@@ -116,8 +116,8 @@ impl StreamOptions {
 ///
 /// A stream is used by one thread at a time (`&mut self`): it is `Send`, not `Sync`.
 /// Dropping it destroys the stream: tasks not yet executed are discarded, and the buffers
-/// that queued tasks named are released (freed, if nothing else holds them) once the driver
-/// has destroyed it (see [`Drop`](#impl-Drop-for-Stream)).
+/// and events that queued tasks named are released (freed or destroyed, if nothing else holds
+/// them) once the driver has destroyed it (see [`Drop`](#impl-Drop-for-Stream)).
 ///
 /// ```
 /// # fn main() -> davinci_shim::Result<()> {
@@ -300,7 +300,7 @@ impl Stream {
     }
 
     /// Queued tasks that keep something until they are reaped (tasks naming buffers, event
-    /// records, host callbacks).
+    /// records and waits, host callbacks).
     pub fn pending_tasks(&self) -> usize {
         self.pending.len()
     }
@@ -373,9 +373,10 @@ impl Stream {
 /// Destroys the stream (DESTROY_STREAM). It returns as soon as the driver has destroyed it:
 /// tasks not started are discarded, never run; a task the device was executing stops at its
 /// next chunk boundary (docs/abi.md 3.4), so the call takes at most one chunk's time. Then,
-/// with nothing of the stream running any more, the leases its queued tasks held are
-/// released (so their buffers are freed or return to their pool now, if nothing else holds
-/// them) and host callbacks not reached run with `ECANCELED`.
+/// with nothing of the stream running any more, the leases and event holds its queued tasks
+/// held are released (so their buffers are freed or return to their pool now, and their
+/// events are destroyed, if nothing else holds them) and host callbacks not reached run with
+/// `ECANCELED`.
 impl Drop for Stream {
     fn drop(&mut self) {
         self.ctx.dev.inner.stats.retire_stream(&self.stats);

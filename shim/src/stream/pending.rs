@@ -1,6 +1,8 @@
 //! What a [`Stream`](super::Stream) keeps for tasks submitted and not yet reaped: the leases
-//! of the memory they name (so it is freed in stream order), the timestamp cells of event
-//! records ([`Recorded`](crate::Recorded)) and host callbacks. An entry goes when its task's
+//! of the memory they name (so it is freed in stream order), holds on the events that
+//! EVENT_RECORD and EVENT_WAIT tasks name (so their driver handles are destroyed only after
+//! those tasks ran), the timestamp cells of event records ([`Recorded`](crate::Recorded)) and
+//! host callbacks. An entry goes when its task's
 //! completion is taken off the event ring; whatever is left goes when the stream is dropped,
 //! after the driver destroyed it. Bounded by the rings: a stream has at most a command ring
 //! and an event ring of tasks submitted and not reaped.
@@ -13,6 +15,7 @@ use davinci_uapi::Errno;
 
 use crate::completion::{Completion, TaskId};
 use crate::error::{Error, Result};
+use crate::event::EventHold;
 use crate::memory::Lease;
 use crate::task::Task;
 
@@ -32,6 +35,9 @@ struct Entry {
     seq: u64,
     /// Held, never read: dropping the entry releases them.
     _leases: [Option<Lease>; 3],
+    /// The event an EVENT_RECORD/EVENT_WAIT names. Held, never read: dropping the entry
+    /// releases it (and destroys the event's handle if nothing else holds it).
+    _event: Option<EventHold>,
     hook: Option<Hook>,
 }
 
@@ -61,31 +67,44 @@ impl Pending {
             self.entries.push_back(Entry {
                 seq: id.0,
                 _leases: task.clone_leases(),
+                _event: None,
                 hook: None,
             });
         }
         id
     }
 
-    /// Attaches a stamp to the task just given (an EVENT_RECORD).
-    pub(crate) fn stamp_last(&mut self, stamp: Stamp) {
-        self.hook_last(Hook::Stamp(stamp));
+    /// Attaches a hold on its event and a stamp to the task just given (an EVENT_RECORD).
+    pub(crate) fn record_last(&mut self, event: EventHold, stamp: Stamp) {
+        self.with_last(|e| {
+            e._event = Some(event);
+            e.hook = Some(Hook::Stamp(stamp));
+        });
+    }
+
+    /// Attaches a hold on its event to the task just given (an EVENT_WAIT).
+    pub(crate) fn hold_last(&mut self, event: EventHold) {
+        self.with_last(|e| e._event = Some(event));
     }
 
     /// Attaches a callback to the task just given (a NOP).
     pub(crate) fn callback_last(&mut self, f: Callback) {
-        self.hook_last(Hook::Callback(f));
+        self.with_last(|e| e.hook = Some(Hook::Callback(f)));
     }
 
-    fn hook_last(&mut self, hook: Hook) {
+    /// Changes the entry of the task just given, made if it has none yet.
+    fn with_last(&mut self, f: impl FnOnce(&mut Entry)) {
         let seq = self.submitted.wrapping_sub(1);
-        match self.entries.back_mut() {
-            Some(e) if e.seq == seq => e.hook = Some(hook),
-            _ => self.entries.push_back(Entry {
+        if self.entries.back().is_none_or(|e| e.seq != seq) {
+            self.entries.push_back(Entry {
                 seq,
                 _leases: [None, None, None],
-                hook: Some(hook),
-            }),
+                _event: None,
+                hook: None,
+            });
+        }
+        if let Some(e) = self.entries.back_mut() {
+            f(e);
         }
     }
 
@@ -117,13 +136,13 @@ impl Pending {
         }
     }
 
-    /// Entries kept (tasks naming memory, records, callbacks not yet reaped).
+    /// Entries kept (tasks naming memory or events, callbacks not yet reaped).
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// The stream is gone (destroyed by the driver, so nothing of it runs any more): releases
-    /// every lease and runs every callback left with `ECANCELED`.
+    /// every lease and event hold, and runs every callback left with `ECANCELED`.
     pub(crate) fn discard(&mut self, why: &str) {
         while let Some(e) = self.entries.pop_front() {
             if let Some(Hook::Callback(f)) = e.hook {

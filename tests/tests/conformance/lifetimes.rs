@@ -1,8 +1,9 @@
 //! A runtime API that is safe by construction (issue 23), on every backend: buffers and pool
 //! blocks live until the tasks that name them have run, a stale raw address faults instead
 //! of writing into memory handed out again, dropping a stream discards what it had queued,
-//! a signal ends a blocking wait, event records are waited for by value and timed, and host
-//! callbacks run once, in order.
+//! a signal ends a blocking wait, event records are waited for by value and timed, an event
+//! lives until the records, tokens and queued waits naming it are gone, and host callbacks
+//! run once, in order.
 //!
 //! Each hazard is set up the same way: a stream held behind an EVENT_WAIT on a `gate` event
 //! nobody has recorded yet, so what is queued behind it provably has not run when the test
@@ -292,6 +293,56 @@ fn a_wait_on_a_record_does_not_wait_for_later_records() {
     open_gate(&ctx, &gate);
     second.synchronize(T).unwrap();
     a.synchronize(T).unwrap();
+}
+
+#[test]
+fn an_event_lives_until_its_records_tokens_and_queued_waits_are_gone() {
+    let dev = dev();
+    let ctx = dev.create_context().unwrap();
+    let (gate, mut producer) = gated(&ctx, StreamOptions::default());
+    let mut consumer = ctx.create_stream().unwrap();
+    let (src, dst) = (dev.alloc(4096).unwrap(), dev.alloc(4096).unwrap());
+    producer.submit(&task::fill(&src, 9).unwrap()).unwrap();
+    // A temporary event, dropped at the end of the statement with its record and the wait
+    // still queued (the producer is held at the gate).
+    consumer
+        .wait_recorded(&ctx.create_event().unwrap().record(&mut producer).unwrap())
+        .unwrap();
+    // A token outliving its event, and a wait on an event nothing but queued tasks name.
+    let ev = ctx.create_event().unwrap();
+    let token = ev.record(&mut producer).unwrap();
+    consumer.wait_event(&ev).unwrap();
+    drop(ev);
+    consumer.submit(&task::copy(&dst, &src).unwrap()).unwrap();
+    assert!(!token.query().unwrap(), "recorded behind a closed gate");
+    open_gate(&ctx, &gate);
+    token.synchronize(T).unwrap();
+    consumer.synchronize(T).unwrap();
+    let done = poll_all(&mut consumer);
+    assert_eq!(done.len(), 3);
+    for c in &done {
+        // Not ENOENT (a destroyed event), not ECANCELED (destroyed while waited for).
+        assert!(c.is_ok(), "{c:?}");
+    }
+    assert_eq!(dst.read_vec::<u32>(0, 1024).unwrap(), vec![9; 1024]);
+    producer.synchronize(T).unwrap();
+    drop(token);
+    // The handles go once all is gone: temporaries never fill the event table (nor the
+    // client's quota, which is smaller).
+    let opts = StreamOptions::depths(16, 16);
+    let (mut p, mut c) = (
+        ctx.create_stream_with(opts).unwrap(),
+        ctx.create_stream_with(opts).unwrap(),
+    );
+    for i in 0..dev.info().max_events as usize + 64 {
+        let r = ctx
+            .create_event()
+            .unwrap_or_else(|e| panic!("event {i}: {e}"));
+        c.wait_recorded(&r.record(&mut p).unwrap()).unwrap();
+    }
+    p.synchronize(T).unwrap();
+    c.synchronize(T).unwrap();
+    assert!(poll_all(&mut c).iter().all(|c| c.is_ok()));
 }
 
 #[test]
