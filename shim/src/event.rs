@@ -13,6 +13,7 @@ use davinci_uapi::*;
 use crate::completion::TaskId;
 use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
+use crate::event_handle::{EventHold, EventInner};
 use crate::stream::Stamp;
 
 /// An event (`aclrtEvent` / `cudaEvent_t`). `Send + Sync`: record it from one thread, wait
@@ -61,17 +62,6 @@ use crate::stream::Stamp;
 pub struct Event {
     inner: Arc<EventInner>,
 }
-
-/// What an [`Event`], its [`Recorded`] tokens and the stream entries of queued tasks naming
-/// it share: the driver's handle, destroyed (DESTROY_EVENT) when the last of them goes.
-pub(crate) struct EventInner {
-    ctx: Arc<ContextInner>,
-    handle: u32,
-    recorded: AtomicU64,
-}
-
-/// A hold on an event's driver handle: while one exists, the handle is not destroyed.
-pub(crate) type EventHold = Arc<EventInner>;
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -477,16 +467,5 @@ impl Recorded {
             ));
         }
         Ok(Duration::from_nanos(t1 - t0))
-    }
-}
-
-/// Destroys the driver's handle (DESTROY_EVENT) once the [`Event`], every [`Recorded`] token
-/// of it and every queued task naming it are gone.
-impl Drop for EventInner {
-    fn drop(&mut self) {
-        let _ = self
-            .ctx
-            .dev
-            .call_handle("DESTROY_EVENT", DRIVER_CMD_DESTROY_EVENT, self.handle);
     }
 }

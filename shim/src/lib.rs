@@ -105,6 +105,7 @@ mod control;
 mod device;
 mod error;
 mod event;
+mod event_handle;
 mod hostmap;
 mod memory;
 mod path;

@@ -15,7 +15,7 @@ use davinci_uapi::Errno;
 
 use crate::completion::{Completion, TaskId};
 use crate::error::{Error, Result};
-use crate::event::EventHold;
+use crate::event_handle::EventHold;
 use crate::memory::Lease;
 use crate::task::Task;
 
