@@ -8,7 +8,6 @@
 //! for it without holding up the interpreter.
 #![forbid(unsafe_code)]
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -45,34 +44,16 @@ impl StreamOpts {
 /// An in-order queue of tasks on the device.
 #[pyclass(frozen, module = "davinci._davinci")]
 pub struct Stream {
+    /// The shim's stream. Its queued EVENT_RECORD and EVENT_WAIT tasks keep their events
+    /// (the shim's rule), so an `Event` object or a `Recorded` token may be a temporary.
     inner: Mutex<Option<shim::Stream>>,
-    /// The events that this stream's queued EVENT_RECORD and EVENT_WAIT tasks name, with
-    /// their task ids, kept until those tasks were taken off the event ring: in Python an
-    /// `Event` object (or a `Recorded` token) is often a temporary, and a destroyed event
-    /// would fail the queued task with ENOENT. Bounded by the tasks in flight. (Dropped after
-    /// the stream: declared after it.)
-    kept: Mutex<VecDeque<(u64, Arc<shim::Event>)>>,
 }
 
 impl Stream {
     pub(crate) fn new(s: shim::Stream) -> Stream {
         Stream {
             inner: Mutex::new(Some(s)),
-            kept: Mutex::new(VecDeque::new()),
         }
-    }
-
-    /// Keeps `ev` until task `task` of `s` has completed; lets go of what completed.
-    fn keep(&self, s: &shim::Stream, task: u64, ev: Arc<shim::Event>) {
-        let mut k = self
-            .kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let first_running = s.next_task().get().wrapping_sub(u64::from(s.in_flight()));
-        while k.front().is_some_and(|(t, _)| *t < first_running) {
-            k.pop_front();
-        }
-        k.push_back((task, ev));
     }
 
     /// Records `ev` on this stream (`Event.record`, `Stream.record`).
@@ -82,15 +63,8 @@ impl Stream {
         op: &'static str,
         ev: Arc<shim::Event>,
     ) -> PyResult<Recorded> {
-        let r = self.with(py, op, |s| {
-            let r = ev.record(s)?;
-            self.keep(s, r.task().get(), ev.clone());
-            Ok(r)
-        })?;
-        Ok(Recorded {
-            inner: r,
-            event: ev,
-        })
+        let r = self.with(py, op, |s| ev.record(s))?;
+        Ok(Recorded { inner: r })
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<shim::Stream>> {
@@ -180,23 +154,13 @@ impl Stream {
     /// Makes the stream wait (on the device) for the event's latest record.
     fn wait_event(&self, py: Python<'_>, event: &Event) -> PyResult<()> {
         let ev = event.get("Stream.wait_event")?;
-        self.with(py, "Stream.wait_event", |s| {
-            let task = s.next_task().get();
-            s.wait_event(&ev)?;
-            self.keep(s, task, ev.clone());
-            Ok(())
-        })
+        self.with(py, "Stream.wait_event", |s| s.wait_event(&ev))
     }
 
     /// Makes the stream wait (on the device) for exactly this record.
     fn wait_recorded(&self, py: Python<'_>, recorded: &Recorded) -> PyResult<()> {
-        let (r, ev) = (recorded.inner.clone(), recorded.event.clone());
-        self.with(py, "Stream.wait_recorded", |s| {
-            let task = s.next_task().get();
-            s.wait_recorded(&r)?;
-            self.keep(s, task, ev.clone());
-            Ok(())
-        })
+        let r = recorded.inner.clone();
+        self.with(py, "Stream.wait_recorded", |s| s.wait_recorded(&r))
     }
 
     /// Records `event` here (as `event.record(stream)`).
@@ -254,13 +218,6 @@ impl Stream {
         py.detach(|| {
             let s = self.lock().take();
             drop(s);
-            let kept = std::mem::take(
-                &mut *self
-                    .kept
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            drop(kept);
         });
     }
 
@@ -438,12 +395,11 @@ impl Event {
     }
 }
 
-/// One record of an event (`Event.record`'s token). It keeps its event alive: a token
-/// outlives a temporary `Event` object.
+/// One record of an event (`Event.record`'s token). It keeps its event alive (the shim's
+/// rule): a token outlives a temporary `Event` object.
 #[pyclass(frozen, module = "davinci._davinci")]
 pub struct Recorded {
     pub(crate) inner: shim::Recorded,
-    pub(crate) event: Arc<shim::Event>,
 }
 
 #[pymethods]
