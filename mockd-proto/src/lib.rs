@@ -1,5 +1,6 @@
 //! What `davinci-mockd` and its clients share: the wire protocol ([`wire`], re-exported
-//! here), `SOCK_SEQPACKET` socket I/O with descriptor passing ([`sockio`]), and where the
+//! here), `SOCK_SEQPACKET` socket I/O with descriptor passing ([`sockio`]), the client of
+//! one connection (tags, reply timeout, CANCEL: [`client`]), and where the
 //! sockets live and which directories may hold them ([`default_socket_dir`],
 //! [`choose_socket_dir`], [`check_socket_dir`], [`socket_name`]).
 //!
@@ -11,6 +12,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod sockio;
 pub mod wire;
 

@@ -4,95 +4,32 @@
 //!
 //! Several threads may use one open at once (a thread blocked in WAIT_EVENT does not hold up
 //! another's submit): each request carries a tag, one caller at a time reads the socket and
-//! hands every reply to the caller whose tag it carries.
+//! hands every reply to the caller whose tag it carries. That mechanism is
+//! `davinci_mockd_proto::client`'s (shared with the LD_PRELOAD library); this file words its
+//! errors for the shim and turns replies into ioctl results, mappings and client lists.
 //!
 //! Nothing waits for ever on a daemon that stopped answering: connecting gives up after
-//! [`CONNECT_TIMEOUT`], and every call but WAIT_EVENT (whose wait is bounded by its own
-//! timeout, or is meant to last) after the reply timeout ([`reply_timeout`]: 10 s, or
-//! `$DAVINCI_SOCKET_TIMEOUT` seconds), with `ETIMEDOUT` naming the socket.
+//! [`CONNECT_TIMEOUT`](davinci_mockd_proto::client::CONNECT_TIMEOUT), and every call but WAIT_EVENT (whose wait is bounded by its own
+//! timeout, or is meant to last) after the reply timeout ([`reply_timeout`](davinci_mockd_proto::client::reply_timeout): 10 s, or
+//! `$DAVINCI_SOCKET_TIMEOUT` seconds, read once at open), with `ETIMEDOUT` naming the socket.
 #![forbid(unsafe_code)]
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
 
-use davinci_mockd_proto::sockio::SeqPacket;
-use davinci_mockd_proto::{
-    Hello, HelloReply, Kind, MmapArgs, MmapReply, Reply, Request, WireRole, MAX_PAYLOAD, MAX_REPLY,
-};
-use davinci_uapi::{
-    ClientUsage, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
-};
+use davinci_mockd_proto::client::{CallError, Client, Incoming, SOCKET_TIMEOUT_ENV};
+use davinci_mockd_proto::{HelloReply, Kind, MmapArgs, MmapReply, WireRole, MAX_PAYLOAD};
+use davinci_uapi::{ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS};
 
 use super::{list_clients_arg, Backend, MapFd, Role};
 use crate::error::{Error, Result};
 
-/// How long connecting to a daemon may take (its listen backlog full: it stopped accepting).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The reply timeout when `$DAVINCI_SOCKET_TIMEOUT` does not say.
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The environment variable that sets the reply timeout, in seconds (`2.5`, `30`).
-pub const SOCKET_TIMEOUT_ENV: &str = "DAVINCI_SOCKET_TIMEOUT";
-
-/// How long a call (WAIT_EVENT aside) waits for the daemon's reply: `$DAVINCI_SOCKET_TIMEOUT`
-/// seconds when it is a positive number (at most a day), else [`REPLY_TIMEOUT`].
-pub fn reply_timeout() -> Duration {
-    std::env::var(SOCKET_TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-        .map_or(REPLY_TIMEOUT, Duration::from_secs_f64)
-}
-
-/// Why no reply was read.
-enum Recv {
-    /// A signal handler interrupted the read (nothing was read).
-    Interrupted,
-    /// The reply deadline passed (nothing was read).
-    TimedOut,
-    /// The connection is unusable, and why.
-    Dead(String),
-}
-
-/// A reply and the descriptors that came with it.
-struct Incoming {
-    reply: Reply,
-    fds: Vec<OwnedFd>,
-}
-
-#[derive(Default)]
-struct Rx {
-    /// Someone is blocked reading the socket.
-    reading: bool,
-    /// Tags sent and not yet answered.
-    pending: HashSet<u32>,
-    /// Replies read for callers that have not picked them up yet.
-    done: HashMap<u32, Incoming>,
-    /// Why the connection is unusable, once it is.
-    dead: Option<String>,
-}
-
-/// An open of a device served by `davinci-mockd`.
+/// An open of a device served by `davinci-mockd`: the shared client of
+/// `davinci_mockd_proto::client`, its errors worded for the shim.
 pub(crate) struct SocketBackend {
-    conn: SeqPacket,
+    client: Client,
     path: PathBuf,
     hello: HelloReply,
-    next_tag: AtomicU32,
-    rx: Mutex<Rx>,
-    cv: Condvar,
-    buf: Mutex<Vec<u8>>,
-}
-
-fn relock<T>(r: std::sync::LockResult<T>) -> T {
-    // Nothing here panics while holding a lock; if something did, the state is still whole.
-    r.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn errno_of(code: i32) -> Errno {
@@ -107,218 +44,48 @@ impl SocketBackend {
     /// permissions refuse this user, `EBUSY` (naming the holder) if a client open meets a
     /// device in exclusive use, `EPROTO` if the daemon speaks another ABI major.
     pub(crate) fn open(path: &Path, role: Role) -> Result<SocketBackend> {
-        let conn = SeqPacket::connect_within(path, CONNECT_TIMEOUT)
+        let client = Client::connect(path, format!("mock:{}", path.display()))
             .map_err(|e| connect_error(path, &e))?;
-        let mut s = SocketBackend {
-            conn,
-            path: path.to_path_buf(),
-            hello: HelloReply::default(),
-            next_tag: AtomicU32::new(1),
-            rx: Mutex::new(Rx::default()),
-            cv: Condvar::new(),
-            buf: Mutex::new(vec![0u8; MAX_REPLY + 1]),
+        let role = match role {
+            Role::Client => WireRole::Client,
+            Role::Control => WireRole::Control,
         };
-        let h = Hello {
-            abi_major: ABI_VERSION_MAJOR,
-            abi_minor: ABI_VERSION_MINOR,
-            role: match role {
-                Role::Client => WireRole::Client as u32,
-                Role::Control => WireRole::Control as u32,
-            },
-            reserved: 0,
-        };
-        let got = s.call("open", Kind::Hello, 0, h.encode())?;
-        if got.reply.errno != 0 {
-            return Err(Error::new(
-                errno_of(got.reply.errno),
+        let hello = client.hello(role).map_err(|e| match e {
+            CallError::Refused { errno, msg } => Error::new(
+                errno_of(errno),
                 "open",
-                format!("mock:{}: {}", path.display(), got.reply.msg),
-            ));
-        }
-        s.hello = HelloReply::decode(&got.reply.arg).ok_or_else(|| {
-            Error::new(
+                format!("mock:{}: {msg}", path.display()),
+            ),
+            CallError::MalformedHello => Error::new(
                 Errno::EPROTO,
                 "open",
                 "malformed HELLO reply from the daemon",
-            )
+            ),
+            e => call_error("open", e),
         })?;
-        Ok(s)
+        Ok(SocketBackend {
+            client,
+            path: path.to_path_buf(),
+            hello,
+        })
     }
 
     /// Sends one request and waits for its reply.
     fn call(&self, op: &'static str, kind: Kind, request: u32, arg: Vec<u8>) -> Result<Incoming> {
-        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
-        let frame = Request {
-            kind,
-            tag,
-            request,
-            arg,
-        }
-        .encode()
-        .map_err(|e| Error::new(Errno::E2BIG, op, e.to_string()))?;
-        {
-            let mut g = relock(self.rx.lock());
-            if let Some(why) = &g.dead {
-                return Err(Error::new(Errno::ENODEV, op, why.clone()));
-            }
-            g.pending.insert(tag);
-        }
-        if let Err(e) = self.conn.send(&frame, &[]) {
-            let mut g = relock(self.rx.lock());
-            g.pending.remove(&tag);
-            return Err(Error::new(
-                Errno::ENODEV,
+        self.client.call(kind, request, arg).map_err(|e| match e {
+            CallError::TimedOut(limit) => Error::new(
+                Errno::ETIMEDOUT,
                 op,
                 format!(
-                    "mock:{}: cannot send to davinci-mockd: {e}",
-                    self.path.display()
+                    "mock:{}: davinci-mockd did not answer within {:.1} s (is the daemon \
+                     hung, or is this not a davinci-mockd socket? ${SOCKET_TIMEOUT_ENV} \
+                     sets the limit in seconds)",
+                    self.path.display(),
+                    limit.as_secs_f64()
                 ),
-            ));
-        }
-        // WAIT_EVENT is bounded by its own timeout (or meant to wait); every other call by
-        // the reply timeout.
-        let waits = kind == Kind::Ioctl && request == DRIVER_CMD_WAIT_EVENT;
-        let limit = reply_timeout();
-        let deadline = (!waits).then(|| Instant::now() + limit);
-        let mut g = relock(self.rx.lock());
-        loop {
-            if let Some(inc) = g.done.remove(&tag) {
-                return Ok(inc);
-            }
-            if let Some(why) = &g.dead {
-                let why = why.clone();
-                g.pending.remove(&tag);
-                return Err(Error::new(Errno::ENODEV, op, why));
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                // A reply that comes later is dropped: the tag is no longer pending.
-                g.pending.remove(&tag);
-                self.cv.notify_all();
-                return Err(Error::new(
-                    Errno::ETIMEDOUT,
-                    op,
-                    format!(
-                        "mock:{}: davinci-mockd did not answer within {:.1} s (is the daemon                          hung, or is this not a davinci-mockd socket? ${SOCKET_TIMEOUT_ENV}                          sets the limit in seconds)",
-                        self.path.display(),
-                        limit.as_secs_f64()
-                    ),
-                ));
-            }
-            if g.reading {
-                g = match left {
-                    Some(left) => relock(self.cv.wait_timeout(g, left)).0,
-                    None => relock(self.cv.wait(g)),
-                };
-                continue;
-            }
-            g.reading = true;
-            drop(g);
-            let got = match left {
-                Some(left) => self.recv_within(left),
-                None => self.recv_one(),
-            };
-            g = relock(self.rx.lock());
-            g.reading = false;
-            match got {
-                Ok(inc) => {
-                    // Only replies someone waits for are kept (bounded by the callers).
-                    if g.pending.remove(&inc.reply.tag) {
-                        g.done.insert(inc.reply.tag, inc);
-                    }
-                }
-                // A signal handler without SA_RESTART ran on this thread during a blocking
-                // WAIT_EVENT: as the kernel driver's would, the wait returns EINTR (its
-                // reply, when it comes, is dropped: the tag is no longer pending), and it is
-                // cancelled so the daemon does not keep it until its timeout. Other calls
-                // (which the daemon carries out anyway) read on, as the kernel's do not
-                // return EINTR either.
-                Err(Recv::Interrupted)
-                    if kind == Kind::Ioctl
-                        && request == DRIVER_CMD_WAIT_EVENT
-                        && !g.done.contains_key(&tag) =>
-                {
-                    g.pending.remove(&tag);
-                    self.cv.notify_all();
-                    drop(g);
-                    self.cancel(tag);
-                    return Err(Error::new(
-                        Errno::EINTR,
-                        op,
-                        "interrupted by a signal handler on the waiting thread",
-                    ));
-                }
-                Err(Recv::Interrupted) | Err(Recv::TimedOut) => {}
-                Err(Recv::Dead(why)) => g.dead = Some(why),
-            }
-            self.cv.notify_all();
-        }
-    }
-
-    /// Sends CANCEL for the wait `tag` (no wait for its reply: it is dropped as unasked).
-    fn cancel(&self, tag: u32) {
-        let frame = Request {
-            kind: Kind::Cancel,
-            tag: self.next_tag.fetch_add(1, Ordering::Relaxed),
-            request: 0,
-            arg: tag.to_le_bytes().to_vec(),
-        }
-        .encode();
-        if let Ok(frame) = frame {
-            let _ = self.conn.send(&frame, &[]);
-        }
-    }
-
-    /// Reads one reply frame if one comes within `left` (the caller holds the reader role).
-    /// A signal handler does not end it (as a read under `SA_RESTART` would go on): it
-    /// returns [`Recv::Interrupted`] and the caller looks again.
-    fn recv_within(&self, left: Duration) -> std::result::Result<Incoming, Recv> {
-        match self.conn.wait_readable(left) {
-            Ok(true) => self.recv_one(),
-            Ok(false) => Err(Recv::TimedOut),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(Recv::Interrupted),
-            Err(e) => Err(Recv::Dead(format!(
-                "mock:{}: connection to davinci-mockd failed: {e}",
-                self.path.display()
-            ))),
-        }
-    }
-
-    /// Reads one reply frame (the caller holds the reader role).
-    fn recv_one(&self) -> std::result::Result<Incoming, Recv> {
-        let mut buf = relock(self.buf.lock());
-        let r = self.conn.recv_interruptible(&mut buf, true).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Recv::Interrupted;
-            }
-            Recv::Dead(format!(
-                "mock:{}: connection to davinci-mockd failed: {e}",
-                self.path.display()
-            ))
-        })?;
-        if r.len == 0 {
-            return Err(Recv::Dead(format!(
-                "mock:{}: davinci-mockd closed the connection (daemon stopped?)",
-                self.path.display()
-            )));
-        }
-        if r.truncated || r.fds_dropped {
-            return Err(Recv::Dead(format!(
-                "mock:{}: oversized reply from davinci-mockd",
-                self.path.display()
-            )));
-        }
-        let reply = Reply::decode(&buf[..r.len])
-            .map_err(|e| Recv::Dead(format!("mock:{}: bad reply: {e}", self.path.display())))?;
-        if reply.nfds as usize != r.fds.len() {
-            return Err(Recv::Dead(format!(
-                "mock:{}: reply announced {} descriptors, {} arrived",
-                self.path.display(),
-                reply.nfds,
-                r.fds.len()
-            )));
-        }
-        Ok(Incoming { reply, fds: r.fds })
+            ),
+            e => call_error(op, e),
+        })
     }
 
     /// LIST_CLIENTS: the usage of every attached client. The daemon returns what it would
@@ -353,6 +120,19 @@ impl SocketBackend {
             ));
         }
         Ok(entries)
+    }
+}
+
+/// The shim's error for what the shared client reports (its messages name the socket).
+fn call_error(op: &'static str, e: CallError) -> Error {
+    match e {
+        CallError::Interrupted => Error::new(
+            Errno::EINTR,
+            op,
+            "interrupted by a signal handler on the waiting thread",
+        ),
+        CallError::Refused { errno, msg } => Error::new(errno_of(errno), op, msg),
+        e => Error::new(errno_of(e.errno()), op, e.to_string()),
     }
 }
 
@@ -449,13 +229,9 @@ impl Drop for SocketBackend {
     fn drop(&mut self) {
         // Closing the socket closes the open; the daemon releases everything it held. A CLOSE
         // frame first makes that orderly (and synchronous) when the daemon is still there.
-        let idle = {
-            let g = relock(self.rx.lock());
-            g.dead.is_none() && !g.reading && g.pending.is_empty()
-        };
-        if idle {
-            let _ = self.call("close", Kind::Close, 0, Vec::new());
+        if self.client.idle() {
+            let _ = self.client.call(Kind::Close, 0, Vec::new());
         }
-        self.conn.shutdown();
+        self.client.socket().shutdown();
     }
 }

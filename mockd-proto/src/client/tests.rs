@@ -1,0 +1,190 @@
+//! Tests of [`Client`] against a fake daemon on the other end of a socket pair.
+
+use super::*;
+
+/// The fake daemon's end: reads requests, writes replies as the test says.
+struct Daemon(SeqPacket);
+
+impl Daemon {
+    fn request(&self) -> Request {
+        let mut buf = vec![0u8; 1 << 16];
+        let r = self.0.recv(&mut buf, false).expect("fake daemon: recv");
+        assert!(r.len > 0, "fake daemon: the client closed the connection");
+        Request::decode(&buf[..r.len]).expect("fake daemon: a well-formed request")
+    }
+
+    fn reply(&self, r: &Reply) {
+        self.0
+            .send(&r.encode().expect("fake daemon: encode"), &[])
+            .expect("fake daemon: send");
+    }
+
+    /// Answers `req` by echoing its argument.
+    fn echo(&self, req: &Request) {
+        self.reply(&Reply::ok(req.kind, req.tag, req.arg.clone()));
+    }
+}
+
+fn pair(timeout: Duration) -> (Client, Daemon) {
+    let (a, b) = SeqPacket::pair().expect("socketpair");
+    (
+        Client::with_timeout(a, "test.sock".to_string(), timeout),
+        Daemon(b),
+    )
+}
+
+/// Long enough never to pass in a test that does not mean it to.
+const LONG: Duration = Duration::from_secs(600);
+
+#[test]
+fn replies_out_of_order_reach_the_caller_whose_tag_they_carry() {
+    let (c, d) = pair(LONG);
+    std::thread::scope(|s| {
+        let one = s.spawn(|| c.call(Kind::Ioctl, 1, b"one".to_vec()));
+        let two = s.spawn(|| c.call(Kind::Ioctl, 2, b"two".to_vec()));
+        let a = d.request();
+        let b = d.request();
+        // Answer the later request first.
+        d.echo(&b);
+        d.echo(&a);
+        let one = one.join().unwrap().expect("first caller's reply");
+        let two = two.join().unwrap().expect("second caller's reply");
+        assert_eq!(one.reply.arg, b"one");
+        assert_eq!(two.reply.arg, b"two");
+    });
+    assert!(c.idle());
+}
+
+#[test]
+fn a_reply_after_its_caller_timed_out_is_dropped() {
+    let (c, d) = pair(Duration::from_millis(50));
+    let e = c.call(Kind::Ioctl, 7, b"old".to_vec()).unwrap_err();
+    assert_eq!(e, CallError::TimedOut(Duration::from_millis(50)));
+    assert_eq!(e.errno(), libc::ETIMEDOUT);
+    assert!(e.to_string().contains("did not answer within 0.1 s"), "{e}");
+    let late = d.request();
+    assert_eq!(late.request, 7);
+    // The late reply arrives before the next request's. The next call is a WAIT_EVENT, which
+    // has no reply deadline (so this test does not race the 50 ms).
+    d.echo(&late);
+    std::thread::scope(|s| {
+        let next = s.spawn(|| c.call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, b"new".to_vec()));
+        let req = d.request();
+        assert_eq!(req.request, DRIVER_CMD_WAIT_EVENT);
+        d.echo(&req);
+        let got = next.join().unwrap().expect("the second call's reply");
+        assert_eq!(got.reply.arg, b"new");
+        assert_eq!(got.reply.tag, req.tag);
+    });
+    assert!(c.idle(), "the late reply was not kept");
+}
+
+#[test]
+fn a_dead_connection_fails_every_waiter_and_every_later_call() {
+    let (c, d) = pair(LONG);
+    std::thread::scope(|s| {
+        let wait = s.spawn(|| c.call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, vec![1]));
+        let other = s.spawn(|| c.call(Kind::Ioctl, 3, vec![2]));
+        d.request();
+        d.request();
+        drop(d);
+        for (name, h) in [("the wait", wait), ("the other call", other)] {
+            match h.join().unwrap() {
+                Err(CallError::Dead(why)) => {
+                    assert!(
+                        why.contains("test.sock: davinci-mockd closed the connection"),
+                        "{why}"
+                    )
+                }
+                r => panic!("{name}: {r:?}"),
+            }
+        }
+    });
+    let e = c.call(Kind::Ioctl, 4, Vec::new()).unwrap_err();
+    assert!(matches!(e, CallError::Dead(_)), "{e:?}");
+    assert_eq!(e.errno(), libc::ENODEV);
+    assert!(!c.idle());
+}
+
+#[test]
+fn mark_dead_fails_later_calls_with_the_first_reason() {
+    let (c, _d) = pair(LONG);
+    c.mark_dead(|| "first".to_string());
+    c.mark_dead(|| "second".to_string());
+    assert_eq!(
+        c.call(Kind::Close, 0, Vec::new()).unwrap_err(),
+        CallError::Dead("first".to_string())
+    );
+}
+
+#[test]
+fn an_interrupted_wait_is_cancelled_and_its_reply_dropped() {
+    let (c, d) = pair(LONG);
+    c.interrupt_next.store(true, Ordering::Relaxed);
+    let e = c
+        .call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, vec![9])
+        .unwrap_err();
+    assert_eq!(e, CallError::Interrupted);
+    assert_eq!(e.errno(), libc::EINTR);
+    let wait = d.request();
+    assert_eq!(wait.request, DRIVER_CMD_WAIT_EVENT);
+    let cancel = d.request();
+    assert_eq!(cancel.kind, Kind::Cancel);
+    assert_eq!(cancel.arg, wait.tag.to_le_bytes());
+    // The daemon answers the cancelled wait; nobody takes that reply.
+    d.echo(&wait);
+    std::thread::scope(|s| {
+        // Any other call reads on through a signal.
+        c.interrupt_next.store(true, Ordering::Relaxed);
+        let next = s.spawn(|| c.call(Kind::Ioctl, 5, b"five".to_vec()));
+        let req = d.request();
+        d.echo(&req);
+        let got = next
+            .join()
+            .unwrap()
+            .expect("a call that is not a wait reads on");
+        assert_eq!(got.reply.arg, b"five");
+    });
+    assert!(c.idle());
+}
+
+#[test]
+fn hello_decodes_the_reply_or_says_what_was_wrong() {
+    let (c, d) = pair(LONG);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| c.hello(WireRole::Client));
+        let req = d.request();
+        assert_eq!(req.kind, Kind::Hello);
+        let hello = Hello::decode(&req.arg).expect("a HELLO argument");
+        assert_eq!(hello.abi_major, ABI_VERSION_MAJOR);
+        assert_eq!(hello.role, WireRole::Client as u32);
+        let mine = HelloReply {
+            device_id: 3,
+            ..HelloReply::default()
+        };
+        d.reply(&Reply::ok(Kind::Hello, req.tag, mine.encode()));
+        assert_eq!(h.join().unwrap().expect("HELLO").device_id, 3);
+
+        let h = s.spawn(|| c.hello(WireRole::Control));
+        let req = d.request();
+        d.reply(&Reply {
+            errno: libc::EBUSY,
+            msg: "in exclusive use".to_string(),
+            ..Reply::ok(Kind::Hello, req.tag, Vec::new())
+        });
+        let e = h.join().unwrap().unwrap_err();
+        assert_eq!(e.errno(), libc::EBUSY);
+        assert_eq!(
+            e,
+            CallError::Refused {
+                errno: libc::EBUSY,
+                msg: "in exclusive use".to_string()
+            }
+        );
+
+        let h = s.spawn(|| c.hello(WireRole::Client));
+        let req = d.request();
+        d.reply(&Reply::ok(Kind::Hello, req.tag, vec![1, 2, 3]));
+        assert_eq!(h.join().unwrap().unwrap_err(), CallError::MalformedHello);
+    });
+}
