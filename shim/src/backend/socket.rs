@@ -6,10 +6,16 @@
 //! another's submit): each request carries a tag, one caller at a time reads the socket and
 //! hands every reply to the caller whose tag it carries.
 //!
+//! A new allocation's or stream's memfds come with the ALLOC_MEMORY / CREATE_STREAM reply
+//! (`davinci_mockd_proto::Premapped`): they are kept (at most [`MAX_PREMAPPED`], all
+//! dropped by any FREE_MEMORY, DESTROY_STREAM or DESTROY_CONTEXT) until the shim maps them,
+//! which then costs no MMAP round trip. A daemon that sends none is asked with MMAP.
+//!
 //! Nothing waits for ever on a daemon that stopped answering: connecting gives up after
 //! [`CONNECT_TIMEOUT`], and every call but WAIT_EVENT (whose wait is bounded by its own
 //! timeout, or is meant to last) after the reply timeout ([`reply_timeout`]: 10 s, or
-//! `$DAVINCI_SOCKET_TIMEOUT` seconds), with `ETIMEDOUT` naming the socket.
+//! `$DAVINCI_SOCKET_TIMEOUT` seconds, read when the device is opened), with `ETIMEDOUT`
+//! naming the socket.
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -22,10 +28,12 @@ use std::time::{Duration, Instant};
 
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
-    Hello, HelloReply, Kind, MmapArgs, MmapReply, Reply, Request, WireRole, MAX_PAYLOAD, MAX_REPLY,
+    Hello, HelloReply, Kind, MmapArgs, MmapReply, Premapped, Reply, Request, WireRole, MAX_PAYLOAD,
+    MAX_REPLY,
 };
 use davinci_uapi::{
     ClientUsage, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
+    DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_FREE_MEMORY,
     DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 
@@ -50,6 +58,9 @@ pub fn reply_timeout() -> Duration {
         .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
         .map_or(REPLY_TIMEOUT, Duration::from_secs_f64)
 }
+
+/// Memfds of new objects kept for their first map, at most (the oldest go first).
+pub const MAX_PREMAPPED: usize = 16;
 
 /// Why no reply was read.
 enum Recv {
@@ -77,6 +88,17 @@ struct Rx {
     done: HashMap<u32, Incoming>,
     /// Why the connection is unusable, once it is.
     dead: Option<String>,
+    /// Callers asleep on the condition variable (no wake-up system call when none is).
+    sleepers: usize,
+}
+
+impl Rx {
+    /// Wakes the callers asleep on `cv`, if any.
+    fn wake(&self, cv: &Condvar) {
+        if self.sleepers > 0 {
+            cv.notify_all();
+        }
+    }
 }
 
 /// An open of a device served by `davinci-mockd`.
@@ -85,9 +107,13 @@ pub(crate) struct SocketBackend {
     path: PathBuf,
     hello: HelloReply,
     next_tag: AtomicU32,
+    /// The reply timeout, read when the device was opened ([`reply_timeout`]).
+    limit: Duration,
     rx: Mutex<Rx>,
     cv: Condvar,
     buf: Mutex<Vec<u8>>,
+    /// Memfds that came with ALLOC_MEMORY / CREATE_STREAM replies, not mapped yet.
+    premapped: Mutex<Vec<(Premapped, OwnedFd)>>,
 }
 
 fn relock<T>(r: std::sync::LockResult<T>) -> T {
@@ -114,9 +140,11 @@ impl SocketBackend {
             path: path.to_path_buf(),
             hello: HelloReply::default(),
             next_tag: AtomicU32::new(1),
+            limit: reply_timeout(),
             rx: Mutex::new(Rx::default()),
             cv: Condvar::new(),
             buf: Mutex::new(vec![0u8; MAX_REPLY + 1]),
+            premapped: Mutex::new(Vec::new()),
         };
         let h = Hello {
             abi_major: ABI_VERSION_MAJOR,
@@ -178,7 +206,7 @@ impl SocketBackend {
         // WAIT_EVENT is bounded by its own timeout (or meant to wait); every other call by
         // the reply timeout.
         let waits = kind == Kind::Ioctl && request == DRIVER_CMD_WAIT_EVENT;
-        let limit = reply_timeout();
+        let limit = self.limit;
         let deadline = (!waits).then(|| Instant::now() + limit);
         let mut g = relock(self.rx.lock());
         loop {
@@ -194,7 +222,7 @@ impl SocketBackend {
             if left == Some(Duration::ZERO) {
                 // A reply that comes later is dropped: the tag is no longer pending.
                 g.pending.remove(&tag);
-                self.cv.notify_all();
+                g.wake(&self.cv);
                 return Err(Error::new(
                     Errno::ETIMEDOUT,
                     op,
@@ -206,10 +234,12 @@ impl SocketBackend {
                 ));
             }
             if g.reading {
+                g.sleepers += 1;
                 g = match left {
                     Some(left) => relock(self.cv.wait_timeout(g, left)).0,
                     None => relock(self.cv.wait(g)),
                 };
+                g.sleepers -= 1;
                 continue;
             }
             g.reading = true;
@@ -239,7 +269,7 @@ impl SocketBackend {
                         && !g.done.contains_key(&tag) =>
                 {
                     g.pending.remove(&tag);
-                    self.cv.notify_all();
+                    g.wake(&self.cv);
                     drop(g);
                     self.cancel(tag);
                     return Err(Error::new(
@@ -251,7 +281,7 @@ impl SocketBackend {
                 Err(Recv::Interrupted) | Err(Recv::TimedOut) => {}
                 Err(Recv::Dead(why)) => g.dead = Some(why),
             }
-            self.cv.notify_all();
+            g.wake(&self.cv);
         }
     }
 
@@ -402,8 +432,23 @@ impl fmt::Display for SocketBackend {
 
 impl Backend for SocketBackend {
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        if matches!(
+            request,
+            DRIVER_CMD_FREE_MEMORY | DRIVER_CMD_DESTROY_STREAM | DRIVER_CMD_DESTROY_CONTEXT
+        ) {
+            // A cookie names another object once this one is gone: no kept memfd outlives it.
+            relock(self.premapped.lock()).clear();
+        }
         let got = self.call(op, Kind::Ioctl, request, arg.to_vec())?;
         let r = got.reply;
+        if r.errno == 0 && !got.fds.is_empty() {
+            if let Some(records) = Premapped::decode_all(&r.payload, got.fds.len()) {
+                let mut kept = relock(self.premapped.lock());
+                kept.extend(records.into_iter().zip(got.fds));
+                let over = kept.len().saturating_sub(MAX_PREMAPPED);
+                kept.drain(..over);
+            }
+        }
         if r.arg.len() == arg.len() {
             arg.copy_from_slice(&r.arg);
         } else if r.errno == 0 {
@@ -420,6 +465,20 @@ impl Backend for SocketBackend {
     }
 
     fn map(&self, cookie: u64, len: u64) -> Result<MapFd> {
+        {
+            let mut kept = relock(self.premapped.lock());
+            // What MMAP would check: the cookie, and a length from 1 to the object's.
+            if let Some(i) = kept
+                .iter()
+                .position(|(p, _)| p.cookie == cookie && len != 0 && len <= p.len)
+            {
+                let (p, fd) = kept.remove(i);
+                return Ok(MapFd {
+                    fd,
+                    offset: p.offset,
+                });
+            }
+        }
         let got = self.call("mmap", Kind::Mmap, 0, MmapArgs { cookie, len }.encode())?;
         if got.reply.errno != 0 {
             return Err(Error::new(errno_of(got.reply.errno), "mmap", got.reply.msg));
