@@ -11,9 +11,11 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod premapped;
 pub mod sockio;
 pub mod wire;
 
+pub use premapped::Premapped;
 pub use wire::*;
 
 use std::ffi::OsStr;
