@@ -13,9 +13,11 @@
 #![deny(missing_docs)]
 
 pub mod client;
+mod premapped;
 pub mod sockio;
 pub mod wire;
 
+pub use premapped::Premapped;
 pub use wire::*;
 
 use std::ffi::OsStr;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use davinci_driver_core::{Error, OpenParams, Role, UserMem};
 use davinci_mockd_proto::sockio::{PeerCred, SeqPacket};
 use davinci_mockd_proto::{
-    Hello, HelloReply, Kind, MmapArgs, MmapReply, ProtoError, Reply, Request, WireRole,
+    Hello, HelloReply, Kind, MmapArgs, MmapReply, Premapped, ProtoError, Reply, Request, WireRole,
     MAX_PAYLOAD, MAX_REQUEST,
 };
 use davinci_uapi::{
@@ -23,7 +23,8 @@ use tracing::{debug, info, warn};
 use crate::audit::Record;
 use crate::gate::Ticket;
 use crate::peer::Identity;
-use crate::reply::{driver_reply, proto_reply, send_reply};
+use crate::premap;
+use crate::reply::{driver_reply, proto_reply, send_reply, send_reply_fds};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
 use crate::waits::{QueueError, Waiting, MAX_WAITS_PER_DEVICE};
 use davinci_mock_device::Started;
@@ -499,6 +500,14 @@ fn ioctl(shared: &Shared, conn: &SeqPacket, peer: &Peer, client: u32, req: Reque
     let mut reply = driver_reply(Kind::Ioctl, tag, arg, r);
     if reply.errno == 0 {
         reply.payload = mem.out;
+        // A new allocation's or stream's memfds come with the reply (`crate::premap`).
+        if let Some((records, fds)) = premap::objects(&shared.dev, client, request, &reply.arg) {
+            reply.payload = Premapped::encode_all(&records);
+            reply.nfds = fds.len() as u32;
+            let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+            send_reply_fds(conn, &reply, &borrowed);
+            return;
+        }
     }
     send_reply(conn, &reply, None);
 }

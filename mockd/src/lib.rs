@@ -25,6 +25,7 @@ mod conn;
 pub mod daemon;
 mod gate;
 pub mod peer;
+mod premap;
 mod refuse;
 mod reply;
 mod shared;

@@ -1,5 +1,5 @@
 //! The replies of `davinci-mockd`: a reply's bytes (one that does not encode becomes
-//! `EPROTO`), sending one (with at most one descriptor), the `EPROTO` reply to a malformed
+//! `EPROTO`), sending one (with its descriptors), the `EPROTO` reply to a malformed
 //! frame and the reply to a dispatched ioctl. Used by the connections (`conn`), the wait
 //! thread (`waits`) and the acceptor's refusals (`daemon`).
 #![forbid(unsafe_code)]
@@ -25,11 +25,16 @@ pub(crate) fn encode_reply(r: &Reply) -> Option<Vec<u8>> {
 
 /// Sends a reply (with at most one descriptor); a peer that went away is not an error here.
 pub(crate) fn send_reply(conn: &SeqPacket, r: &Reply, fd: Option<std::os::fd::BorrowedFd<'_>>) {
+    let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
+    send_reply_fds(conn, r, &fds);
+}
+
+/// Sends a reply with `fds` (`r.nfds` of them); a peer that went away is not an error here.
+pub(crate) fn send_reply_fds(conn: &SeqPacket, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]) {
     let Some(bytes) = encode_reply(r) else {
         return;
     };
-    let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
-    if let Err(e) = conn.send(&bytes, &fds) {
+    if let Err(e) = conn.send(&bytes, fds) {
         debug!(error = %e, "reply not delivered (peer gone)");
     }
 }

@@ -76,10 +76,20 @@ fn serves_opens_ioctls_mmaps_and_exclusive_mode() {
     };
     let mut arg = vec![0; AllocMemoryArgs::SIZE];
     alloc.encode(&mut arg);
-    let (r, _) = a.call(Kind::Ioctl, DRIVER_CMD_ALLOC_MEMORY, arg);
+    let (r, nfds) = a.call(Kind::Ioctl, DRIVER_CMD_ALLOC_MEMORY, arg);
     assert_eq!(r.errno, 0, "{}", r.msg);
     let got = AllocMemoryArgs::from_bytes(&r.arg).unwrap();
     assert_eq!(got.alloc_size, 12288);
+    // The allocation's memfd comes with the reply, described as MMAP would.
+    assert_eq!(nfds, 1);
+    assert_eq!(
+        davinci_mockd_proto::Premapped::decode_all(&r.payload, 1).unwrap(),
+        [davinci_mockd_proto::Premapped {
+            cookie: got.mmap_offset,
+            offset: 0,
+            len: 12288
+        }]
+    );
     let m = MmapArgs {
         cookie: got.mmap_offset,
         len: got.alloc_size,

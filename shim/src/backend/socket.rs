@@ -8,18 +8,31 @@
 //! `davinci_mockd_proto::client`'s (shared with the LD_PRELOAD library); this file words its
 //! errors for the shim and turns replies into ioctl results, mappings and client lists.
 //!
+//! A new allocation's or stream's memfds come with the ALLOC_MEMORY / CREATE_STREAM reply
+//! (`davinci_mockd_proto::Premapped`): they are kept (at most [`MAX_PREMAPPED`], all
+//! dropped by any FREE_MEMORY, DESTROY_STREAM or DESTROY_CONTEXT) until the shim maps them,
+//! which then costs no MMAP round trip. A daemon that sends none is asked with MMAP.
+//!
 //! Nothing waits for ever on a daemon that stopped answering: connecting gives up after
-//! [`CONNECT_TIMEOUT`](davinci_mockd_proto::client::CONNECT_TIMEOUT), and every call but WAIT_EVENT (whose wait is bounded by its own
-//! timeout, or is meant to last) after the reply timeout ([`reply_timeout`](davinci_mockd_proto::client::reply_timeout): 10 s, or
+//! [`CONNECT_TIMEOUT`](davinci_mockd_proto::client::CONNECT_TIMEOUT), and every call but
+//! WAIT_EVENT (whose wait is bounded by its own timeout, or is meant to last) after the reply
+//! timeout ([`reply_timeout`](davinci_mockd_proto::client::reply_timeout): 10 s, or
 //! `$DAVINCI_SOCKET_TIMEOUT` seconds, read once at open), with `ETIMEDOUT` naming the socket.
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use davinci_mockd_proto::client::{CallError, Client, Incoming, SOCKET_TIMEOUT_ENV};
-use davinci_mockd_proto::{HelloReply, Kind, MmapArgs, MmapReply, WireRole, MAX_PAYLOAD};
-use davinci_uapi::{ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS};
+use davinci_mockd_proto::{
+    HelloReply, Kind, MmapArgs, MmapReply, Premapped, WireRole, MAX_PAYLOAD,
+};
+use davinci_uapi::{
+    ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_DESTROY_CONTEXT,
+    DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_FREE_MEMORY, DRIVER_CMD_LIST_CLIENTS,
+};
 
 use super::{list_clients_arg, Backend, MapFd, Role};
 use crate::error::{Error, Result};
@@ -30,6 +43,16 @@ pub(crate) struct SocketBackend {
     client: Client,
     path: PathBuf,
     hello: HelloReply,
+    /// Memfds that came with ALLOC_MEMORY / CREATE_STREAM replies, not mapped yet.
+    premapped: Mutex<Vec<(Premapped, OwnedFd)>>,
+}
+
+/// Memfds of new objects kept for their first map, at most (the oldest go first).
+pub const MAX_PREMAPPED: usize = 16;
+
+fn relock<T>(r: std::sync::LockResult<T>) -> T {
+    // Nothing panics while holding the lock; if something did, the list is still whole.
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn errno_of(code: i32) -> Errno {
@@ -67,6 +90,7 @@ impl SocketBackend {
             client,
             path: path.to_path_buf(),
             hello,
+            premapped: Mutex::new(Vec::new()),
         })
     }
 
@@ -182,8 +206,23 @@ impl fmt::Display for SocketBackend {
 
 impl Backend for SocketBackend {
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        if matches!(
+            request,
+            DRIVER_CMD_FREE_MEMORY | DRIVER_CMD_DESTROY_STREAM | DRIVER_CMD_DESTROY_CONTEXT
+        ) {
+            // A cookie names another object once this one is gone: no kept memfd outlives it.
+            relock(self.premapped.lock()).clear();
+        }
         let got = self.call(op, Kind::Ioctl, request, arg.to_vec())?;
         let r = got.reply;
+        if r.errno == 0 && !got.fds.is_empty() {
+            if let Some(records) = Premapped::decode_all(&r.payload, got.fds.len()) {
+                let mut kept = relock(self.premapped.lock());
+                kept.extend(records.into_iter().zip(got.fds));
+                let over = kept.len().saturating_sub(MAX_PREMAPPED);
+                kept.drain(..over);
+            }
+        }
         if r.arg.len() == arg.len() {
             arg.copy_from_slice(&r.arg);
         } else if r.errno == 0 {
@@ -200,6 +239,20 @@ impl Backend for SocketBackend {
     }
 
     fn map(&self, cookie: u64, len: u64) -> Result<MapFd> {
+        {
+            let mut kept = relock(self.premapped.lock());
+            // What MMAP would check: the cookie, and a length from 1 to the object's.
+            if let Some(i) = kept
+                .iter()
+                .position(|(p, _)| p.cookie == cookie && len != 0 && len <= p.len)
+            {
+                let (p, fd) = kept.remove(i);
+                return Ok(MapFd {
+                    fd,
+                    offset: p.offset,
+                });
+            }
+        }
         let got = self.call("mmap", Kind::Mmap, 0, MmapArgs { cookie, len }.encode())?;
         if got.reply.errno != 0 {
             return Err(Error::new(errno_of(got.reply.errno), "mmap", got.reply.msg));
