@@ -89,6 +89,10 @@ impl<P: Platform> DeviceCore<P> {
     /// stream's lock (and an event's, for EVENT_RECORD/WAIT), so a host may run different
     /// streams on several threads at once; the control path (`&mut self`) excludes it. The
     /// worker sleeps according to the result.
+    ///
+    /// Never inlined: one call per stream per pass costs nothing measurable, and it keeps the
+    /// device's work one function that callgrind can count alone (`scripts/bench-callgrind.sh`).
+    #[inline(never)]
     pub fn run_stream(&self, stream: u32, budget: u32) -> Run {
         let Some(s) = self.streams.get(stream) else {
             return Run::Gone;
