@@ -106,7 +106,7 @@ impl RingRegion {
     pub(crate) unsafe fn read_slot<T: Slot>(&self, index: u32) -> T {
         // SAFETY: the caller's contract is `slot_ptr`'s.
         let src = unsafe { self.slot_ptr::<T>(index) };
-        if size_of::<T>() % 8 == 0 && align_of::<T>() >= 8 {
+        if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
             let mut out = MaybeUninit::<T>::uninit();
             let (from, to) = (src.cast::<u64>(), out.as_mut_ptr().cast::<u64>());
             for k in 0..size_of::<T>() / 8 {
@@ -138,7 +138,7 @@ impl RingRegion {
     pub(crate) unsafe fn write_slot<T: Slot>(&self, index: u32, item: &T) {
         // SAFETY: the caller's contract is `slot_ptr`'s.
         let dst = unsafe { self.slot_ptr::<T>(index) };
-        if size_of::<T>() % 8 == 0 && align_of::<T>() >= 8 {
+        if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
             let from = ptr::from_ref(item).cast::<u64>();
             for k in 0..size_of::<T>() / 8 {
                 // SAFETY: word `k` of `item` (aligned: `align_of::<T>() >= 8`; `T: Slot` has no
