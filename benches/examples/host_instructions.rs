@@ -2,7 +2,8 @@
 //! (`scripts/bench-callgrind.sh`): `host_submit` builds 64 descriptors and submits them (one publish,
 //! at most one doorbell), `host_reap` takes their 64 completions and checks each one's
 //! `user_data` and status. The wait in between (`synchronize`) is left out: it is time spent
-//! waiting for the device, not work per task.
+//! waiting for the device, not work per task. The same run counts the device's side too:
+//! the poller's `run_stream` calls, which take, check and complete these tasks.
 //!
 //! `cargo run --release -p davinci-benches --example host_instructions [BATCHES]`
 #![forbid(unsafe_code)]

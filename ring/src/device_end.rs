@@ -109,6 +109,47 @@ impl<T: Slot> DeviceConsumer<T> {
         (i < self.avail).then(|| self.ring.read(self.head.wrapping_add(i)))
     }
 
+    /// Takes a run of entries into `evt`: for `head + i`, `i` from `from` while below `stop`,
+    /// the last [`available`](Self::available) count (less what was advanced since) and the
+    /// free slots `evt` knows of, copies the entry out once and hands the copy to `f`:
+    /// `Some(record)` pushes `record` to `evt` (unpublished, as [`DeviceProducer::push`]) and
+    /// goes on; `None` ends the run there and returns that copy, which is not taken (validate
+    /// and take it as after [`peek`](Self::peek); never read the slot again). Returns how many
+    /// entries were taken and the refused copy. Advances and publishes nothing. One loop over
+    /// local copies of both rings' indices, for the device's fast path (runs of NOPs).
+    #[inline]
+    pub fn take_run<E: Slot>(
+        &self,
+        from: u32,
+        stop: u32,
+        evt: &mut DeviceProducer<E>,
+        mut f: impl FnMut(&T) -> Option<E>,
+    ) -> (u32, Option<T>) {
+        let end = stop.min(self.avail);
+        let room = evt.free;
+        let (head, tail) = (self.head, evt.tail);
+        let mut i = from;
+        let mut n = 0u32;
+        let mut refused = None;
+        while i < end && n < room {
+            let c = self.ring.read(head.wrapping_add(i));
+            match f(&c) {
+                Some(r) => {
+                    evt.ring.write(tail.wrapping_add(n), &r);
+                    n += 1;
+                    i += 1;
+                }
+                None => {
+                    refused = Some(c);
+                    break;
+                }
+            }
+        }
+        evt.tail = tail.wrapping_add(n);
+        evt.free = room - n;
+        (n, refused)
+    }
+
     /// A copy of the slot at `head + i` for any `i` below the ring's depth, published or not
     /// (`None` beyond the depth): for a device that has given up on this ring (its stream
     /// stopped, possibly because its tail is corrupt) and looks at what the host had queued,

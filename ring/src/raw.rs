@@ -8,6 +8,7 @@
 //! * every offset is computed from the locally checked [`Geometry`], never from shared fields.
 #![allow(unsafe_code)]
 
+use core::mem::{align_of, size_of, MaybeUninit};
 use core::ptr::{self, NonNull};
 
 use crate::region::{Field, Geometry};
@@ -77,32 +78,82 @@ impl RingRegion {
         unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(f.offset()).cast::<u32>()) }
     }
 
-    /// Copies the slot of index `index` (masked with the local mask) out, with one volatile read.
+    /// The address of the slot of index `index` (masked with the local mask), for slots of
+    /// `T`.
+    ///
+    /// # Safety
+    /// `size_of::<T>() == self.geom.slot_size` (see `slot::Typed`).
+    #[inline(always)]
+    unsafe fn slot_ptr<T: Slot>(&self, index: u32) -> *mut T {
+        // `size_of::<T>()` (a constant) instead of the geometry's slot size, equal to it
+        // (caller): a shift instead of a multiplication.
+        let offset = self.geom.slot_offset(index, size_of::<T>());
+        // SAFETY: `offset + size_of::<T>() <= 192 + entries * slot_size <= len`
+        // (Geometry::new, and `size_of::<T>() == slot_size` by the caller), so the result is in
+        // bounds of the mapping.
+        unsafe { self.base.as_ptr().add(offset).cast::<T>() }
+    }
+
+    /// Copies the slot of index `index` (masked with the local mask) out, reading each byte
+    /// once: with one volatile read of `T`, or, for a slot made of whole 8-byte words (a
+    /// descriptor, an event record), one volatile read of each word. Word by word, the copy
+    /// goes straight to registers; a volatile read of the whole struct was stored to the stack
+    /// and loaded again field by field.
     ///
     /// # Safety
     /// `size_of::<T>() == self.geom.slot_size` and `align_of::<T>() <= 64` (see `slot::Typed`).
+    #[inline(always)]
     pub(crate) unsafe fn read_slot<T: Slot>(&self, index: u32) -> T {
-        let offset = self.geom.slot_offset(index);
-        // SAFETY: `offset + slot_size <= 192 + entries * slot_size <= len` (Geometry::new), and
-        // `size_of::<T>() == slot_size` (caller), so the read stays inside the mapping; the slot
-        // address is `base (64-aligned) + 192 + k * size_of::<T>()`, aligned for `T` because
-        // `align_of::<T>()` divides 64 and `size_of::<T>()`. `T: Slot` makes any bytes a valid
-        // `T`. Volatile: the copy is made exactly once and never re-read, whatever the other
-        // side writes meanwhile. The protocol (acquire of the peer's tail) orders it after the
-        // peer's write of this slot.
-        unsafe { ptr::read_volatile(self.base.as_ptr().add(offset).cast::<T>()) }
+        // SAFETY: the caller's contract is `slot_ptr`'s.
+        let src = unsafe { self.slot_ptr::<T>(index) };
+        if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
+            let mut out = MaybeUninit::<T>::uninit();
+            let (from, to) = (src.cast::<u64>(), out.as_mut_ptr().cast::<u64>());
+            for k in 0..size_of::<T>() / 8 {
+                // SAFETY: word `k` lies inside the slot (`k * 8 + 8 <= size_of::<T>()`), which
+                // is in bounds of the mapping (`slot_ptr`) and 8-byte aligned (the slot is
+                // aligned for `T`, `align_of::<T>() >= 8`: base 64-aligned + 192 +
+                // a multiple of `size_of::<T>()`); `to + k` lies inside `out`. Volatile: each
+                // word is read exactly once, whatever the other side writes meanwhile; the
+                // protocol (acquire of the peer's tail) orders it after the peer's write.
+                unsafe { to.add(k).write(ptr::read_volatile(from.add(k))) };
+            }
+            // SAFETY: every byte of `out` was written above (`size_of::<T>()` is a multiple of
+            // 8), and `T: Slot` makes any bytes a valid `T`.
+            return unsafe { out.assume_init() };
+        }
+        // SAFETY: in bounds (`slot_ptr`), aligned for `T` because `align_of::<T>()` divides 64
+        // and `size_of::<T>()`; `T: Slot` makes any bytes a valid `T`. Volatile: the copy is
+        // made exactly once and never re-read, whatever the other side writes meanwhile. The
+        // protocol (acquire of the peer's tail) orders it after the peer's write of this slot.
+        unsafe { ptr::read_volatile(src) }
     }
 
-    /// Copies `item` into the slot of index `index` (masked), with one volatile write.
+    /// Copies `item` into the slot of index `index` (masked), writing each byte once: with one
+    /// volatile write, or word by word as [`read_slot`](Self::read_slot) reads.
     ///
     /// # Safety
     /// As for [`read_slot`](Self::read_slot).
+    #[inline(always)]
     pub(crate) unsafe fn write_slot<T: Slot>(&self, index: u32, item: &T) {
-        let offset = self.geom.slot_offset(index);
+        // SAFETY: the caller's contract is `slot_ptr`'s.
+        let dst = unsafe { self.slot_ptr::<T>(index) };
+        if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
+            let from = ptr::from_ref(item).cast::<u64>();
+            for k in 0..size_of::<T>() / 8 {
+                // SAFETY: word `k` of `item` (aligned: `align_of::<T>() >= 8`; `T: Slot` has no
+                // padding, so every byte is initialised) and of the slot (in bounds and
+                // aligned as in `read_slot`; the memory is writable, contract of `new`). The
+                // protocol (acquire of the peer's head) orders this write after the peer's
+                // last read of the slot.
+                unsafe { ptr::write_volatile(dst.cast::<u64>().add(k), from.add(k).read()) };
+            }
+            return;
+        }
         // SAFETY: in bounds and aligned as in `read_slot`; the memory is writable (contract of
         // `new`). The protocol (acquire of the peer's head) orders this write after the peer's
         // last read of the slot.
-        unsafe { ptr::write_volatile(self.base.as_ptr().add(offset).cast::<T>(), *item) }
+        unsafe { ptr::write_volatile(dst, *item) }
     }
 }
 

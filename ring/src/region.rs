@@ -94,11 +94,14 @@ impl Geometry {
         })
     }
 
-    /// Byte offset of the slot holding free-running index `index`. Always within the checked
-    /// length: `(index & mask) < entries`.
+    /// Byte offset of the slot holding free-running index `index`, for the caller's slot size
+    /// (a constant, equal to the checked one). Always within the checked length:
+    /// `(index & mask) < entries`.
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn slot_offset(&self, index: u32) -> usize {
-        RING_HEADER_SIZE + (index & self.mask) as usize * self.slot_size
+    #[inline(always)]
+    pub(crate) fn slot_offset(&self, index: u32, slot_size: usize) -> usize {
+        debug_assert_eq!(slot_size, self.slot_size);
+        RING_HEADER_SIZE + (index & self.mask) as usize * slot_size
     }
 }
 

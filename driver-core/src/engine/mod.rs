@@ -20,7 +20,7 @@ use crate::platform::{Lock, Platform};
 
 mod exec;
 
-use exec::{Done, Exec};
+use exec::{plain_nop, Done, Exec};
 
 /// What one `run_stream` call achieved, and what the worker should wait for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,19 @@ fn record(
     }
 }
 
+/// The record of a NOP that completed (at `now`): [`record`]'s, built without its match.
+#[inline(always)]
+fn nop_record(user_data: u64, now: u64) -> EventRecord {
+    EventRecord {
+        user_data,
+        status: 0,
+        opcode: Opcode::Nop as u8,
+        pad: [0; 3],
+        result: 0,
+        timestamp_ns: now,
+    }
+}
+
 /// What one stream may do in one pass: its descriptors, and its client's long-task work
 /// divided among the client's streams.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +102,10 @@ impl<P: Platform> DeviceCore<P> {
     /// stream's lock (and an event's, for EVENT_RECORD/WAIT), so a host may run different
     /// streams on several threads at once; the control path (`&mut self`) excludes it. The
     /// worker sleeps according to the result.
+    ///
+    /// Never inlined: one call per stream per pass costs nothing measurable, and it keeps the
+    /// device's work one function that callgrind can count alone (`scripts/bench-callgrind.sh`).
+    #[inline(never)]
     pub fn run_stream(&self, stream: u32, budget: u32) -> Run {
         let Some(s) = self.streams.get(stream) else {
             return Run::Gone;
@@ -110,21 +127,32 @@ impl<P: Platform> DeviceCore<P> {
         s.run
             .with(|e| {
                 // Busy time (GET_COUNTERS, LIST_CLIENTS `busy_ns`): a pass that took,
-                // completed or advanced anything counts from start to end; an idle pass
-                // counts nothing (it costs one clock read).
-                let start = self.platform.now_ns();
+                // completed or advanced anything counts from the clock reading taken when it
+                // found work (`started`) to its end; an idle pass counts nothing and reads no
+                // clock.
+                let mut started = None;
                 let before = (e.submitted, e.completed);
-                let r = self.run_locked(e, (s.owner, s.ctx), share);
-                if (e.submitted, e.completed) != before || r == Run::Continuing {
-                    let spent = self.platform.now_ns().saturating_sub(start);
-                    e.busy_ns = e.busy_ns.saturating_add(spent);
+                let r = self.run_locked(e, (s.owner, s.ctx), share, &mut started);
+                if let Some(start) = started {
+                    if (e.submitted, e.completed) != before || r == Run::Continuing {
+                        let spent = self.platform.now_ns().saturating_sub(start);
+                        e.busy_ns = e.busy_ns.saturating_add(spent);
+                    }
                 }
                 r
             })
             .unwrap_or(Run::Idle)
     }
 
-    fn run_locked(&self, s: &mut StreamEngine, (owner, ctx): (u32, u32), share: Share) -> Run {
+    /// One pass over stream `s`. `started`: set to the pass's first clock reading, taken when
+    /// it finds work (before any of it runs); left `None` by a pass that found none.
+    fn run_locked(
+        &self,
+        s: &mut StreamEngine,
+        (owner, ctx): (u32, u32),
+        share: Share,
+        started: &mut Option<u64>,
+    ) -> Run {
         let Share {
             descriptors: budget,
             mut work,
@@ -193,6 +221,8 @@ impl<P: Platform> DeviceCore<P> {
             if free == 0 {
                 return Run::Stalled;
             }
+            let now = platform.now_ns();
+            *started = Some(now);
             let status = match (value, unreachable) {
                 // The stream that was to record the value stopped: this one fails too.
                 (_, Some(_)) => Err(Error::at(
@@ -205,12 +235,7 @@ impl<P: Platform> DeviceCore<P> {
                 // The event was destroyed: the wait is cancelled, the stream goes on.
                 (None, None) => Err(Error::new(Errno::ECANCELED, "the event was destroyed")),
             };
-            let rec = record(
-                p.user_data,
-                Opcode::EventWait as u8,
-                status,
-                platform.now_ns(),
-            );
+            let rec = record(p.user_data, Opcode::EventWait as u8, status, now);
             let _ = s.evt.push(&rec);
             s.pending = None;
             if unreachable.is_some() {
@@ -231,6 +256,7 @@ impl<P: Platform> DeviceCore<P> {
                 s.partial = Some(p);
                 return Run::Stalled;
             }
+            started.get_or_insert_with(|| platform.now_ns());
             let status = match exec.advance(&mut p, &mut work) {
                 Ok(None) => {
                     s.partial = Some(p);
@@ -272,10 +298,16 @@ impl<P: Platform> DeviceCore<P> {
         let mut failed = None;
         let mut blocked = None;
         // The clock is read once per pass for tasks that take no time (NOP, EVENT_RECORD):
-        // they share the reading of the first of them, or of the data task before them
-        // (read when it finished). A clock read per NOP was a tenth of the device's time.
-        let mut stamp: Option<u64> = None;
+        // they share the reading taken when the pass found them (also the start of its busy
+        // time), or that of the data task before them (read when it finished). A clock read
+        // per NOP was a tenth of the device's time.
+        let mut stamp = 0;
+        if n > 0 {
+            stamp = platform.now_ns();
+            started.get_or_insert(stamp);
+        }
         let mut continuing = false;
+        let mut next: Option<TaskDesc> = None;
         while taken < n {
             if let Some((at, f)) = fault {
                 if at == taken {
@@ -286,10 +318,39 @@ impl<P: Platform> DeviceCore<P> {
                     }
                 }
             }
-            // Copied out of shared memory once; everything below looks only at the copy.
-            let Some(d) = s.cmd.peek(taken) else {
+            // Copied out of shared memory once (by the fast path below, which hands on the
+            // copy it does not take); everything below looks only at the copy.
+            let Some(d) = next.take().or_else(|| s.cmd.peek(taken)) else {
                 break;
             };
+            // The fast path: a run of NOPs with every other field zero (what `execute`
+            // accepts as a NOP, each checked with one test), up to the next descriptor that is
+            // not one or where an injected fault fires. Their records are what the general
+            // path below would write. The pass's work spent (by a long task before), it takes
+            // one, as the general path does.
+            if plain_nop(&d) && fault.is_none_or(|(at, _)| at != taken) {
+                // An armed fault here lies ahead (it fires when reached, and the pass ends).
+                let stop = match fault {
+                    _ if work == 0 => taken + 1,
+                    Some((at, _)) => at,
+                    None => n,
+                };
+                taken += 1;
+                let _ = s.evt.push(&nop_record(d.user_data, stamp));
+                completed += 1;
+                if taken < stop {
+                    let (k, refused) = s.cmd.take_run(taken, stop, &mut s.evt, |c| {
+                        plain_nop(c).then(|| nop_record(c.user_data, stamp))
+                    });
+                    taken += k;
+                    completed += k;
+                    next = refused;
+                }
+                if work == 0 {
+                    break;
+                }
+                continue;
+            }
             let index = s.cmd.head().wrapping_add(taken);
             taken += 1;
             match fault {
@@ -337,15 +398,10 @@ impl<P: Platform> DeviceCore<P> {
                 Ok(r) => {
                     let instant =
                         d.opcode == Opcode::Nop as u8 || d.opcode == Opcode::EventRecord as u8;
-                    let now = match stamp {
-                        Some(t) if instant => t,
-                        _ => {
-                            let t = exec.platform.now_ns();
-                            stamp = Some(t);
-                            t
-                        }
-                    };
-                    let rec = record(d.user_data, d.opcode, Ok(r), now);
+                    if !instant {
+                        stamp = exec.platform.now_ns();
+                    }
+                    let rec = record(d.user_data, d.opcode, Ok(r), stamp);
                     let _ = s.evt.push(&rec);
                     completed += 1;
                     // The pass's work is spent (by long tasks): the rest waits for the next.
