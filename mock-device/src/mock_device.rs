@@ -248,10 +248,8 @@ impl MockDevice {
         let Some(mem) = g.stream_mem(client, stream) else {
             return Err(Error::new(Errno::ENOENT, "no such stream for this client"));
         };
-        Ok(MapSource {
-            fd: MockPlatform::stream_fd(mem, part)?,
-            offset: 0,
-        })
+        let (fd, offset) = MockPlatform::stream_fd(mem, part)?;
+        Ok(MapSource { fd, offset })
     }
 
     /// GET_INFO, without an open.

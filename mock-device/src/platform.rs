@@ -172,8 +172,8 @@ impl MockPlatform {
         })
     }
 
-    /// A descriptor of one part of a stream's memory.
-    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> Result<OwnedFd> {
+    /// A descriptor of a stream's memory and the offset of one part in it.
+    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> Result<(OwnedFd, u64)> {
         mem.dup_fd(part).map_err(|_| {
             Error::new(
                 Errno::ENOMEM,

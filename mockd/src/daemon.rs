@@ -89,14 +89,14 @@ impl DaemonConfig {
     }
 
     /// Most file descriptors a daemon with this configuration holds, whatever its clients
-    /// do: per device its listening socket, one memfd per allocation, three per stream
-    /// (command ring, event ring, doorbell), its connections and the refused ones being
+    /// do: per device its listening socket, one memfd per allocation, one per stream
+    /// (command ring, event ring and doorbell at offsets of one file), its connections and the refused ones being
     /// answered (`crate::refuse`), plus a few of its own (standard streams, the signalfd,
     /// the pollers' and wait thread's handles).
     pub fn most_fds(&self) -> u64 {
         let per_device = 1
             + davinci_driver_core::MAX_ALLOCATIONS
-            + 3 * davinci_driver_core::MAX_STREAMS
+            + davinci_driver_core::MAX_STREAMS
             + MAX_CONNECTIONS
             + crate::refuse::MAX_REFUSING;
         16 + u64::from(self.devices) * per_device as u64
