@@ -205,7 +205,17 @@ impl SeqPacket {
     /// # Errors
     /// `recvmsg(2)` errors.
     pub fn recv(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
-        self.recv_with(buf, accept_fds, true)
+        self.recv_with(buf, accept_fds, true, MsgFlags::empty())
+    }
+
+    /// Like [`recv`](Self::recv), but never blocks: [`io::ErrorKind::WouldBlock`] when no
+    /// frame is there yet (`MSG_DONTWAIT`), for a caller that looks a few times before it
+    /// sleeps.
+    ///
+    /// # Errors
+    /// `recvmsg(2)` errors, `WouldBlock` among them.
+    pub fn recv_nowait(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
+        self.recv_with(buf, accept_fds, true, MsgFlags::MSG_DONTWAIT)
     }
 
     /// Like [`recv`](Self::recv), but a signal handler that interrupts the wait (one
@@ -216,10 +226,16 @@ impl SeqPacket {
     /// # Errors
     /// `recvmsg(2)` errors, `EINTR` among them.
     pub fn recv_interruptible(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
-        self.recv_with(buf, accept_fds, false)
+        self.recv_with(buf, accept_fds, false, MsgFlags::empty())
     }
 
-    fn recv_with(&self, buf: &mut [u8], accept_fds: bool, restart: bool) -> io::Result<Received> {
+    fn recv_with(
+        &self,
+        buf: &mut [u8],
+        accept_fds: bool,
+        restart: bool,
+        flags: MsgFlags,
+    ) -> io::Result<Received> {
         let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
         loop {
             let mut iov = [IoSliceMut::new(buf)];
@@ -232,7 +248,7 @@ impl SeqPacket {
                 self.fd.as_raw_fd(),
                 &mut iov,
                 cmsg_buf,
-                MsgFlags::MSG_CMSG_CLOEXEC,
+                MsgFlags::MSG_CMSG_CLOEXEC | flags,
             ) {
                 Ok(m) => m,
                 Err(nix::Error::EINTR) if restart => continue,
