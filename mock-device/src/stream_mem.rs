@@ -15,6 +15,7 @@ use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::DOORBELL_SIZE;
 
 use crate::memfd::SharedRegion;
+use crate::pool::RegionPool;
 
 /// Which part of a stream's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +95,7 @@ pub struct StreamMem {
 impl StreamMem {
     /// Creates the stream's memfd (zeroed) and maps it.
     pub(crate) fn new(
+        pool: &RegionPool,
         cmd_entries: u32,
         cmd_bytes: usize,
         event_entries: u32,
@@ -101,7 +103,7 @@ impl StreamMem {
     ) -> io::Result<Self> {
         let layout = Layout::new(cmd_bytes, event_bytes)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "stream size overflows"))?;
-        let region = SharedRegion::new("davinci-stream", layout.len)?;
+        let region = pool.take("davinci-stream", layout.len)?;
         let bell = region
             .map()
             .word(layout.doorbell.0 as u64 + DOORBELL_REG_OFFSET)
@@ -205,7 +207,7 @@ mod tests {
 
     #[test]
     fn kick_changes_the_doorbell() {
-        let m = StreamMem::new(8, 4096, 8, 4096).unwrap();
+        let m = StreamMem::new(&RegionPool::default(), 8, 4096, 8, 4096).unwrap();
         let d0 = m.doorbell_value();
         m.kick();
         // A poller that read d0 before arming NEED_WAKEUP and now waits on it returns at once
@@ -243,7 +245,7 @@ mod tests {
     /// and it changes no byte of either ring.
     #[test]
     fn each_part_maps_at_its_offset_and_nowhere_else() {
-        let m = StreamMem::new(32, 4096, 128, 8192).unwrap();
+        let m = StreamMem::new(&RegionPool::default(), 32, 4096, 128, 8192).unwrap();
         let (cmd, event) = m.ring_regions().unwrap();
         cmd.init();
         event.init();

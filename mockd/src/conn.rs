@@ -150,7 +150,12 @@ pub(crate) fn serve(
             Kind::Ioctl if is_blocking_wait(&req) => {
                 start_wait(shared, conn, client, req, &in_flight)
             }
-            Kind::Ioctl => ioctl(shared, conn, &peer, client, req),
+            Kind::Ioctl => {
+                ioctl(shared, conn, &peer, client, req);
+                // After the reply: what it left to do (unmapping freed memory, making the
+                // memfds the next ALLOC_MEMORY or CREATE_STREAM will take).
+                shared.dev.tidy();
+            }
         }
     }
     // The end of the connection, however it came: the open is closed, which ends its waits
