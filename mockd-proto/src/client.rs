@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use davinci_uapi::{ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_WAIT_EVENT};
 use nix::libc;
 
-use crate::sockio::SeqPacket;
+use crate::sockio::{Received, SeqPacket};
 use crate::wire::{Hello, HelloReply, Kind, Reply, Request, WireRole, MAX_REPLY};
 
 /// How long connecting to a daemon may take (its listen backlog full: it stopped accepting).
@@ -387,22 +387,21 @@ impl Client {
             return Err(Recv::Interrupted);
         }
         if spin {
-            if let Some(got) = self.spin_for_reply() {
-                return got;
+            let mut buf = relock(self.buf.lock());
+            if let Some(r) = self.sock.recv_soon(&mut buf, true, REPLY_SPIN) {
+                return self.decode(&buf, r);
             }
         }
         match left {
             // With the socket's receive timeout the reply timeout, a read that starts with
             // (almost) all of it left overshoots the deadline by at most `LATE`.
-            Some(left) if left + LATE >= self.timeout && self.recv_timeout(true) => {
-                self.recv_one(false)
-            }
+            Some(left) if left + LATE >= self.timeout && self.recv_timeout(true) => self.recv_one(),
             Some(left) => self.recv_within(left),
             // Without the timeout if it can be cleared (else a read that times out is looked
             // at again by the caller).
             None => {
                 self.recv_timeout(false);
-                self.recv_one(false)
+                self.recv_one()
             }
         }
     }
@@ -423,34 +422,11 @@ impl Client {
         ok
     }
 
-    /// Non-blocking reads for up to [`REPLY_SPIN`], stopping early once this thread is
-    /// preempted: `None` if no frame came.
-    fn spin_for_reply(&self) -> Option<Result<Incoming, Recv>> {
-        let switches = || {
-            nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
-                .map_or(0, |u| u.involuntary_context_switches())
-        };
-        let start = Instant::now();
-        let sw0 = switches();
-        let mut looks = 0u32;
-        loop {
-            match self.recv_one(true) {
-                Err(Recv::TimedOut) => {}
-                got => return Some(got),
-            }
-            looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(4) && (start.elapsed() >= REPLY_SPIN || switches() != sw0) {
-                return None;
-            }
-            std::hint::spin_loop();
-        }
-    }
-
     /// Reads one reply frame if one comes within `left` (`poll` first: the socket's receive
     /// timeout would wait longer).
     fn recv_within(&self, left: Duration) -> Result<Incoming, Recv> {
         match self.sock.wait_readable(left) {
-            Ok(true) => self.recv_one(false),
+            Ok(true) => self.recv_one(),
             Ok(false) => Err(Recv::TimedOut),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(Recv::Interrupted),
             Err(e) => Err(Recv::Dead(format!(
@@ -460,17 +436,17 @@ impl Client {
         }
     }
 
-    /// Reads one reply frame (the caller holds the reader role): without blocking with
-    /// `nowait`, else for at most the socket's receive timeout. [`Recv::TimedOut`] when none
-    /// came.
-    fn recv_one(&self, nowait: bool) -> Result<Incoming, Recv> {
-        let p = &self.label;
+    /// Reads one reply frame (the caller holds the reader role), for at most the socket's
+    /// receive timeout if it has one: [`Recv::TimedOut`] when none came.
+    fn recv_one(&self) -> Result<Incoming, Recv> {
         let mut buf = relock(self.buf.lock());
-        let r = if nowait {
-            self.sock.recv_nowait(&mut buf, true)
-        } else {
-            self.sock.recv_interruptible(&mut buf, true)
-        };
+        let r = self.sock.recv_interruptible(&mut buf, true);
+        self.decode(&buf, r)
+    }
+
+    /// What one read of a reply frame into `buf` got.
+    fn decode(&self, buf: &[u8], r: io::Result<Received>) -> Result<Incoming, Recv> {
+        let p = &self.label;
         let r = r.map_err(|e| {
             if e.kind() == io::ErrorKind::Interrupted {
                 return Recv::Interrupted;

@@ -218,6 +218,42 @@ impl SeqPacket {
         self.recv_with(buf, accept_fds, true, MsgFlags::MSG_DONTWAIT)
     }
 
+    /// Looks for a frame without blocking, again and again (yielding between looks), for up
+    /// to `within`, stopping early once this thread is preempted (an involuntary context switch: the machine has no
+    /// core to spare for spinning): `None` if none came, else what [`recv_nowait`] got.
+    /// A frame that comes while the peer is still running saves this thread a sleep and a
+    /// wake-up (and the peer the wake).
+    ///
+    /// [`recv_nowait`]: Self::recv_nowait
+    pub fn recv_soon(
+        &self,
+        buf: &mut [u8],
+        accept_fds: bool,
+        within: std::time::Duration,
+    ) -> Option<io::Result<Received>> {
+        let switches = || {
+            nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+                .map_or(0, |u| u.involuntary_context_switches())
+        };
+        let start = std::time::Instant::now();
+        let sw0 = switches();
+        let mut looks = 0u32;
+        loop {
+            match self.recv_nowait(buf, accept_fds) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                got => return Some(got),
+            }
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(4) && (start.elapsed() >= within || switches() != sw0) {
+                return None;
+            }
+            // Not a pause but a yield: when the peer waits for this very core (the machine
+            // is busy and put both here), it runs now rather than when this spin ends; with
+            // nobody else runnable here the yield returns at once.
+            std::thread::yield_now();
+        }
+    }
+
     /// Like [`recv`](Self::recv), but a signal handler that interrupts the wait (one
     /// installed without `SA_RESTART`: the kernel restarts the call for the others) ends it
     /// with an [`io::ErrorKind::Interrupted`] error, for a caller whose blocking calls a signal
