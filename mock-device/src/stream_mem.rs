@@ -230,10 +230,10 @@ mod tests {
         ] {
             let l = Layout::new(c, e).unwrap();
             assert_eq!(l.cmd, (0, c));
-            assert!(l.event.0 >= c && l.event.0 % page == 0);
-            assert!(l.doorbell.0 >= l.event.0 + e && l.doorbell.0 % page == 0);
+            assert!(l.event.0 >= c && l.event.0.is_multiple_of(page));
+            assert!(l.doorbell.0 >= l.event.0 + e && l.doorbell.0.is_multiple_of(page));
             assert_eq!(l.doorbell.1, DOORBELL_SIZE as usize);
-            assert!(l.len >= l.doorbell.0 + l.doorbell.1 && l.len % page == 0);
+            assert!(l.len >= l.doorbell.0 + l.doorbell.1 && l.len.is_multiple_of(page));
             assert!(l.len < l.doorbell.0 + l.doorbell.1 + page);
         }
         assert_eq!(Layout::new(usize::MAX - 4096, 4096), None);
