@@ -3,7 +3,8 @@
 //!
 //! `cargo build --release -p davinci-mockd && cargo run --release -p davinci-benches
 //! --example control_path -- mockd alloc 5` (modes `embedded`/`mockd`, ops
-//! `alloc`/`stream`/`info` (GET_INFO: one round trip), seconds); run `perf record` on it while it loops.
+//! `alloc`/`stream`/`create` (CREATE_STREAM alone, its DESTROY untimed)/`info` (GET_INFO: one
+//! round trip), seconds); run `perf record` on it while it loops.
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use davinci_shim::Device;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: control_path embedded|mockd alloc|stream|info [SECONDS]";
+    let usage = "usage: control_path embedded|mockd alloc|stream|create|info [SECONDS]";
     let (Some(mode), Some(op)) = (args.first(), args.get(1)) else {
         return Err(usage.into());
     };
@@ -43,6 +44,13 @@ fn main() -> Result<(), String> {
     let mut samples = Vec::new();
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
+        if op == "create" {
+            let t0 = Instant::now();
+            let s = ctx.create_stream().map_err(|e| e.to_string())?;
+            samples.push(t0.elapsed().as_nanos() as u64);
+            drop(s);
+            continue;
+        }
         let t0 = Instant::now();
         match op.as_str() {
             "alloc" => drop(dev.alloc(4096).map_err(|e| e.to_string())?),

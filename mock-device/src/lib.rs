@@ -3,7 +3,7 @@
 //! which serves it on sockets.
 //!
 //! * [`MockPlatform`]: driver-core's `Platform` over memfds: device memory (one sealed memfd
-//!   per allocation, punched empty when freed), per-stream ring and doorbell memfds, a futex
+//!   per allocation, punched empty when freed), one memfd per stream (rings and doorbell), a futex
 //!   word for WAIT_EVENT sleepers, `FUTEX_WAKE` for stream kicks.
 //! * [`MockDevice`]: the device behind a reader-writer lock (control path exclusive,
 //!   pollers shared), a bounded set of poller threads serving all its streams (run, spin,
@@ -19,7 +19,8 @@
 //!
 //! The modules, by role: `mock_device` (the handle and its control path), `state` (what the
 //! handles and the pollers share, behind which locks), `pollers` (the poller threads and
-//! their set), `waits` (WAIT_EVENT sleepers), `config`, `platform`, `memfd`, `stream_mem`.
+//! their set), `waits` (WAIT_EVENT sleepers), `config`, `platform`, `memfd`, `stream_mem`, `pool` (memfds made
+//! ahead of time and released memory let go of after the reply, [`MockDevice::tidy`]).
 //!
 //! Shared memory is `davinci_shm::SharedMapping` over sealed memfds (`memfd`). The only
 //! `unsafe` left here builds the device's ring views and doorbell watch over a stream's
@@ -33,6 +34,7 @@ mod memfd;
 mod mock_device;
 mod platform;
 mod pollers;
+mod pool;
 mod state;
 mod stream_mem;
 #[cfg(feature = "test-util")]
@@ -46,5 +48,7 @@ pub use davinci_driver_core::{
 };
 pub use mock_device::{MapSource, MockDevice};
 pub use platform::MockPlatform;
+/// Most memfds a device keeps made ahead of time ([`MockDevice::tidy_after_replies`]).
+pub const POOLED_MEMFDS: usize = pool::MAX_READY;
 pub use stream_mem::StreamMem;
 pub use waits::{PendingWait, Started, WaitCheck};

@@ -63,6 +63,40 @@ pub(crate) fn seals(fd: impl AsFd) -> io::Result<SealFlag> {
     Ok(SealFlag::from_bits_retain(raw))
 }
 
+/// A zero-filled memfd of a fixed length, sealed ([`REQUIRED_SEALS`]) but not mapped yet:
+/// what the pool (`crate::pool`) keeps ready. Its descriptor never leaves this crate before it
+/// is a [`SharedRegion`].
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    file: File,
+    len: usize,
+}
+
+impl Sealed {
+    /// A new memfd of `len` bytes named `name`, sealed at that size.
+    ///
+    /// # Errors
+    /// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or
+    /// are not all in place afterwards): never an unsealed memfd.
+    pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "shared region of 0 bytes",
+            ));
+        }
+        let file = File::from(sealable_memfd(name)?);
+        file.set_len(len as u64)?;
+        seal(&file)?;
+        Ok(Self { file, len })
+    }
+
+    /// Its length.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
 impl SharedRegion {
     /// A zero-filled (sparse) memfd of `len` bytes named `name`, sealed at that size, mapped
     /// shared.
@@ -80,15 +114,15 @@ impl SharedRegion {
     /// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or
     /// are not all in place afterwards): never an unsealed region.
     pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
-        if len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "shared region of 0 bytes",
-            ));
-        }
-        let file = File::from(sealable_memfd(name)?);
-        file.set_len(len as u64)?;
-        seal(&file)?;
+        Self::map_sealed(Sealed::new(name, len)?)
+    }
+
+    /// Maps a sealed memfd made ahead of time ([`Sealed::new`]).
+    ///
+    /// # Errors
+    /// The `mmap(2)` error.
+    pub(crate) fn map_sealed(sealed: Sealed) -> io::Result<Self> {
+        let Sealed { file, len } = sealed;
         let map = SharedMapping::map(file.as_fd(), 0, len)?;
         Ok(Self { map, file })
     }

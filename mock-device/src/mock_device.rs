@@ -21,6 +21,7 @@ use davinci_uapi::{
 
 use crate::config::{derived_uuid, MockConfig};
 use crate::platform::MockPlatform;
+use crate::pool::RegionPool;
 use crate::state::{Core, Exclusive};
 use crate::stream_mem::StreamPart;
 
@@ -69,7 +70,13 @@ impl MockDevice {
     pub fn new(config: MockConfig) -> Self {
         let notified = Arc::new(AtomicU32::new(0));
         let kick = Arc::new(AtomicU32::new(0));
-        let platform = MockPlatform::new(config.memory_size, notified.clone(), kick.clone());
+        let pool = Arc::new(RegionPool::default());
+        let platform = MockPlatform::new(
+            config.memory_size,
+            notified.clone(),
+            kick.clone(),
+            pool.clone(),
+        );
         let mut dev = DeviceCore::new(
             Config {
                 device_id: config.device_id,
@@ -103,6 +110,7 @@ impl MockDevice {
             shutdown: AtomicBool::new(false),
             writers: AtomicU32::new(0),
             config,
+            pool,
         });
         // The pollers start with the device (a fixed set of threads, not one per stream). One
         // that cannot be started now is started with the first stream (or that fails then).
@@ -147,6 +155,24 @@ impl MockDevice {
             g.platform_mut().forget_client(client);
         }
         core.reap(false);
+        self.tidy();
+    }
+
+    /// From now on the caller calls [`tidy`](Self::tidy) after each reply (the daemon: after
+    /// sending it): ALLOC_MEMORY and CREATE_STREAM then take memfds made ahead of time, and
+    /// unmapping and closing freed memory (emptied before the call returns, as always) waits
+    /// for `tidy`. Without it (the embedded device) every call does all its memfd work itself.
+    pub fn tidy_after_replies(&self) {
+        self.core().pool.enable();
+    }
+
+    /// Work the last replies left (see [`tidy_after_replies`](Self::tidy_after_replies)):
+    /// unmaps and closes released memory and makes the memfds the pool lacks, with no device
+    /// lock held; empties the pool when the device has no client left. Cheap when there is
+    /// nothing to do.
+    pub fn tidy(&self) {
+        let idle = self.core().shared().client_count() == 0;
+        self.core().pool.tidy(idle);
     }
 
     /// One ioctl for `client`: `arg` holds the argument bytes (`_IOC_SIZE(request)` of them)
@@ -248,10 +274,8 @@ impl MockDevice {
         let Some(mem) = g.stream_mem(client, stream) else {
             return Err(Error::new(Errno::ENOENT, "no such stream for this client"));
         };
-        Ok(MapSource {
-            fd: MockPlatform::stream_fd(mem, part)?,
-            offset: 0,
-        })
+        let (fd, offset) = MockPlatform::stream_fd(mem, part)?;
+        Ok(MapSource { fd, offset })
     }
 
     /// GET_INFO, without an open.

@@ -5,8 +5,11 @@
 //! given the descriptor of an allocation it holds, so what it can map, and so touch, is
 //! exactly what it was granted and what GET_INFO and LIST_CLIENTS count: never another
 //! client's memory, never device memory nobody allocated. A freed allocation's memfd is
-//! punched empty before the device lets go of it, so a mapping the client keeps pins nothing
-//! the device wrote (what the client writes there afterwards is its own process's memory).
+//! punched empty before FREE_MEMORY returns (so before the device lets go of it), so a
+//! mapping the client keeps reads zeros from then on and pins nothing the device wrote (what
+//! the client writes there afterwards is its own process's memory); a new allocation gets a
+//! fresh memfd, never a freed one (`crate::pool` may have made it ahead of time, and unmaps
+//! and closes freed ones after the reply).
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +24,7 @@ use davinci_uapi::Errno;
 use davinci_shm::OutOfBounds;
 
 use crate::memfd::SharedRegion;
+use crate::pool::{RegionPool, Released};
 use crate::stream_mem::{StreamMem, StreamPart};
 
 /// The memfds backing device memory: one per allocation, by `(client, device offset)`.
@@ -59,6 +63,8 @@ const COPY_CHUNK: usize = 32 << 10;
 pub struct MockPlatform {
     memory_size: u64,
     backing: Backing,
+    /// Where new memfds come from and released ones go (`crate::pool`).
+    pool: Arc<RegionPool>,
     /// Live streams' memory, by stream handle (registered once the core assigned the handle),
     /// to kick their pollers.
     streams: HashMap<u32, Arc<StreamMem>>,
@@ -99,10 +105,16 @@ fn oob(_: OutOfBounds) -> Error {
 impl MockPlatform {
     /// A platform for a device of `memory_size` bytes whose host waiters sleep on
     /// `notified` and whose pollers sleep on `kick`.
-    pub(crate) fn new(memory_size: u64, notified: Arc<AtomicU32>, kick: Arc<AtomicU32>) -> Self {
+    pub(crate) fn new(
+        memory_size: u64,
+        notified: Arc<AtomicU32>,
+        kick: Arc<AtomicU32>,
+        pool: Arc<RegionPool>,
+    ) -> Self {
         Self {
             memory_size,
             backing: Backing::default(),
+            pool,
             streams: HashMap::new(),
             waiters: AtomicUsize::new(0),
             notified,
@@ -172,8 +184,8 @@ impl MockPlatform {
         })
     }
 
-    /// A descriptor of one part of a stream's memory.
-    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> Result<OwnedFd> {
+    /// A descriptor of a stream's memory and the offset of one part in it.
+    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> Result<(OwnedFd, u64)> {
         mem.dup_fd(part).map_err(|_| {
             Error::new(
                 Errno::ENOMEM,
@@ -221,13 +233,19 @@ impl Platform for MockPlatform {
         event_entries: u32,
         event_bytes: usize,
     ) -> Result<StreamRegions<Self::StreamMem>> {
-        let mem =
-            StreamMem::new(cmd_entries, cmd_bytes, event_entries, event_bytes).map_err(|_| {
-                Error::new(
-                    Errno::ENOMEM,
-                    "could not create the stream's shared memory (memfd)",
-                )
-            })?;
+        let mem = StreamMem::new(
+            &self.pool,
+            cmd_entries,
+            cmd_bytes,
+            event_entries,
+            event_bytes,
+        )
+        .map_err(|_| {
+            Error::new(
+                Errno::ENOMEM,
+                "could not create the stream's shared memory (memfd)",
+            )
+        })?;
         let (cmd, event) = mem
             .ring_regions()
             .map_err(|_| Error::new(Errno::EINVAL, "ring geometry does not fit its mapping"))?;
@@ -242,8 +260,10 @@ impl Platform for MockPlatform {
         self.streams.remove(&stream);
         // Wake a poller that may sleep on the doorbell: its stream is gone.
         mem.kick();
-        // Then its pages go, whatever the client still maps.
+        // Then its pages go, whatever the client still maps; unmapping and closing it, which
+        // nobody can observe, may wait until after the reply.
         mem.discard();
+        self.pool.release(Released::Stream(mem));
     }
 
     fn alloc_backing(&mut self, client: u32, offset: u64, len: u64) -> Result<()> {
@@ -258,7 +278,7 @@ impl Platform for MockPlatform {
         }
         let size = usize::try_from(len)
             .map_err(|_| Error::new(Errno::ENOMEM, "allocation larger than the address space"))?;
-        let region = SharedRegion::new("davinci-device-memory", size).map_err(|_| {
+        let region = self.pool.take("davinci-device-memory", size).map_err(|_| {
             Error::new(
                 Errno::ENOMEM,
                 "could not create the allocation's memory (memfd)",
@@ -270,8 +290,11 @@ impl Platform for MockPlatform {
 
     fn free_backing(&mut self, client: u32, offset: u64, _len: u64) {
         if let Some(region) = self.backing.0.remove(&(client, offset)) {
-            // Released now, even while the client still maps it: its pages read as zero.
+            // Released now, even while the client still maps it: its pages read as zero
+            // when FREE_MEMORY returns. Only unmapping and closing it may wait until after
+            // the reply.
             let _ = region.discard(0, region.map().len() as u64);
+            self.pool.release(Released::Region(region));
         }
     }
 

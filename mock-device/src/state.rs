@@ -21,6 +21,7 @@ use davinci_driver_core::DeviceCore;
 
 use crate::config::MockConfig;
 use crate::platform::MockPlatform;
+use crate::pool::RegionPool;
 use crate::stream_mem::StreamMem;
 
 /// The longest a poller lets waiting control-path callers go first before its next run.
@@ -65,6 +66,8 @@ pub(crate) struct Core {
     pub(crate) config: MockConfig,
     /// Control-path callers waiting for the device (see [`Core::lock`]).
     pub(crate) writers: AtomicU32,
+    /// Memfds made ahead of time, released memory to let go of (the platform's too).
+    pub(crate) pool: Arc<RegionPool>,
 }
 
 pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {

@@ -1,7 +1,7 @@
-//! [`StreamMem`]: one stream's shared memory (command ring, event ring, doorbell page, each a
-//! sealed [`SharedRegion`]), the device-side ring views over it and the doorbell watch. The
-//! one module of this crate with `unsafe`: building those views, whose soundness rests on
-//! this type owning the mappings they point into.
+//! [`StreamMem`]: one stream's shared memory (command ring, event ring and doorbell page at
+//! offsets of one sealed [`SharedRegion`]), the device-side ring views over it and the
+//! doorbell watch. The one module of this crate with `unsafe`: building those views, whose
+//! soundness rests on this type owning the mapping they point into.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -15,8 +15,9 @@ use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::DOORBELL_SIZE;
 
 use crate::memfd::SharedRegion;
+use crate::pool::RegionPool;
 
-/// Which memfd of a stream.
+/// Which part of a stream's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StreamPart {
     /// The command ring.
@@ -27,44 +28,98 @@ pub(crate) enum StreamPart {
     Doorbell,
 }
 
-/// The shared memory of one stream: command ring, event ring and doorbell page, each its own
-/// memfd (so the host maps exactly what the cookie names), plus the device's watch of the
-/// doorbell word. Shared (`Arc`) between the device table and the stream's poller, which keeps
-/// the doorbell mapped while it sleeps on it.
+/// Where the parts of a stream lie in its memfd: each starts on a page of this machine (so
+/// the host can map it at its offset whatever the kernel's page size), in the order command
+/// ring, event ring, doorbell page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Offset and length of the command ring.
+    pub(crate) cmd: (usize, usize),
+    /// Offset and length of the event ring.
+    pub(crate) event: (usize, usize),
+    /// Offset and length of the doorbell page.
+    pub(crate) doorbell: (usize, usize),
+    /// The file's length.
+    pub(crate) len: usize,
+}
+
+/// This machine's page size (at least 4096).
+fn host_page() -> usize {
+    // SAFETY: sysconf only reads a system constant.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096).max(4096)
+}
+
+impl Layout {
+    /// The layout of rings of `cmd_bytes` and `event_bytes` (`None` if it overflows).
+    pub(crate) fn new(cmd_bytes: usize, event_bytes: usize) -> Option<Self> {
+        let page = host_page();
+        let up = |n: usize| n.checked_next_multiple_of(page);
+        let event_at = up(cmd_bytes)?;
+        let bell_at = up(event_at.checked_add(event_bytes)?)?;
+        let bell = DOORBELL_SIZE as usize;
+        let len = up(bell_at.checked_add(bell)?)?;
+        Some(Self {
+            cmd: (0, cmd_bytes),
+            event: (event_at, event_bytes),
+            doorbell: (bell_at, bell),
+            len,
+        })
+    }
+
+    /// Offset and length of `part`.
+    pub(crate) fn part(&self, part: StreamPart) -> (usize, usize) {
+        match part {
+            StreamPart::Cmd => self.cmd,
+            StreamPart::Event => self.event,
+            StreamPart::Doorbell => self.doorbell,
+        }
+    }
+}
+
+/// The shared memory of one stream: command ring, event ring and doorbell page at the offsets
+/// of [`Layout`] in one memfd (one `memfd_create`, one seal, one device mapping, one punch;
+/// the host maps each part's cookie at its offset), plus the device's watch of the doorbell
+/// word. Shared (`Arc`) between the device table and the stream's poller, which keeps the
+/// doorbell mapped while it sleeps on it.
 #[derive(Debug)]
 pub struct StreamMem {
-    // Field order = drop order: the watch (a raw pointer into `doorbell`) goes first.
+    // Field order = drop order: the watch (a raw pointer into `region`) goes first.
     watch: DoorbellWatch,
-    cmd: SharedRegion,
-    event: SharedRegion,
-    doorbell: SharedRegion,
+    region: SharedRegion,
+    layout: Layout,
     cmd_entries: u32,
     event_entries: u32,
 }
 
 impl StreamMem {
-    /// Creates the three memfds (zeroed) and maps them.
+    /// Creates the stream's memfd (zeroed) and maps it.
     pub(crate) fn new(
+        pool: &RegionPool,
         cmd_entries: u32,
         cmd_bytes: usize,
         event_entries: u32,
         event_bytes: usize,
     ) -> io::Result<Self> {
-        let cmd = SharedRegion::new("davinci-cmd-ring", cmd_bytes)?;
-        let event = SharedRegion::new("davinci-event-ring", event_bytes)?;
-        let doorbell = SharedRegion::new("davinci-doorbell", DOORBELL_SIZE as usize)?;
-        // SAFETY: the doorbell register is the first word of the doorbell page (offset
-        // DOORBELL_REG_OFFSET = 0), 4-byte aligned (page aligned) and readable/writable for as
-        // long as `doorbell` is mapped. The watch is a field of the same struct declared before
-        // `doorbell`, so it is dropped first and never outlives the mapping. Every access to
-        // the word from this process is atomic (the watch, `kick`), or the host's single
+        let layout = Layout::new(cmd_bytes, event_bytes)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "stream size overflows"))?;
+        let region = pool.take("davinci-stream", layout.len)?;
+        let bell = region
+            .map()
+            .word(layout.doorbell.0 as u64 + DOORBELL_REG_OFFSET)
+            .map_err(|_| io::Error::other("doorbell outside the stream's mapping"))?
+            .as_ptr();
+        // SAFETY: the doorbell register is a word of the doorbell page inside `region`'s
+        // mapping (`word` checked the bounds and the 4-byte alignment), readable and writable
+        // for as long as `region` is mapped. The watch is a field of the same struct declared
+        // before `region`, so it is dropped first and never outlives the mapping. Every access
+        // to the word from this process is atomic (the watch, `kick`), or the host's single
         // aligned volatile store (`Doorbell::ring`), as the watch's contract requires.
-        let watch = unsafe { DoorbellWatch::new(doorbell.map().as_ptr().cast::<u32>()) };
+        let watch = unsafe { DoorbellWatch::new(bell) };
         Ok(Self {
             watch,
-            cmd,
-            event,
-            doorbell,
+            region,
+            layout,
             cmd_entries,
             event_entries,
         })
@@ -72,28 +127,32 @@ impl StreamMem {
 
     /// Device-side views of the two rings.
     ///
-    /// The views point into this `StreamMem`'s mappings: they must not outlive it. The device
+    /// The views point into this `StreamMem`'s mapping: they must not outlive it. The device
     /// core keeps the views in its stream entry next to the `Arc<StreamMem>` it was given, and
     /// drops the views before handing the `Arc` back (`Platform::release_stream`); the `Arc`
-    /// keeps the mappings alive for as long as any holder (e.g. a sleeping poller) has one.
+    /// keeps the mapping alive for as long as any holder (e.g. a sleeping poller) has one.
     pub(crate) fn ring_regions(&self) -> Result<(RingRegion, RingRegion), RingError> {
-        // SAFETY: `cmd` is a live read/write mapping of `cmd.len()` bytes, page (so 64-byte)
-        // aligned. Its lifetime: see the doc comment (the core drops ring views before the
-        // `Arc<StreamMem>` that owns the mapping). Within this process nothing else touches it
-        // except the host's ring ends (one producer) over its own mapping of the same memfd.
+        let base = self.region.map().as_ptr();
+        let (cmd_at, cmd_len) = self.layout.cmd;
+        let (event_at, event_len) = self.layout.event;
+        // `Layout::new` put both rings inside the file, page aligned, without overlap; the
+        // region maps the whole file (`layout.len` bytes).
+        debug_assert!(cmd_at + cmd_len <= event_at && event_at + event_len <= self.layout.len);
+        // SAFETY: `[base + cmd_at, + cmd_len)` lies inside the live read/write mapping of
+        // `layout.len` bytes (the layout puts it there), page (so 64-byte) aligned, and does
+        // not overlap the event ring or the doorbell. Its lifetime: see the doc comment (the
+        // core drops ring views before the `Arc<StreamMem>` that owns the mapping). Within
+        // this process nothing else touches it except the host's ring ends (one producer)
+        // over its own mapping of the same memfd.
         let cmd = unsafe {
-            RingRegion::new(
-                self.cmd.map().as_ptr(),
-                self.cmd.map().len(),
-                self.cmd_entries,
-                TASK_DESC_SIZE,
-            )
+            RingRegion::new(base.add(cmd_at), cmd_len, self.cmd_entries, TASK_DESC_SIZE)
         }?;
-        // SAFETY: as above, for the event ring (the host holds one consumer end).
+        // SAFETY: as above, for the event ring at its own offset (the host holds one
+        // consumer end).
         let event = unsafe {
             RingRegion::new(
-                self.event.map().as_ptr(),
-                self.event.map().len(),
+                base.add(event_at),
+                event_len,
                 self.event_entries,
                 EVENT_RECORD_SIZE,
             )
@@ -101,13 +160,10 @@ impl StreamMem {
         Ok((cmd, event))
     }
 
-    /// A new descriptor of one part's memfd, for the host's mmap.
-    pub(crate) fn dup_fd(&self, part: StreamPart) -> io::Result<OwnedFd> {
-        match part {
-            StreamPart::Cmd => self.cmd.dup_fd(),
-            StreamPart::Event => self.event.dup_fd(),
-            StreamPart::Doorbell => self.doorbell.dup_fd(),
-        }
+    /// A new descriptor of the stream's memfd, for the host's mmap of `part`, and the offset
+    /// of `part` in it.
+    pub(crate) fn dup_fd(&self, part: StreamPart) -> io::Result<(OwnedFd, u64)> {
+        Ok((self.region.dup_fd()?, self.layout.part(part).0 as u64))
     }
 
     /// The doorbell word's current value (Acquire).
@@ -115,10 +171,12 @@ impl StreamMem {
         self.watch.value()
     }
 
-    /// The doorbell word (offset 0 of the doorbell page, which is never shorter), for a
-    /// poller's `futex_waitv`.
+    /// The doorbell word (the register of the doorbell page), for a poller's `futex_waitv`.
     pub(crate) fn doorbell_word(&self) -> Option<&AtomicU32> {
-        self.doorbell.map().word(DOORBELL_REG_OFFSET).ok()
+        self.region
+            .map()
+            .word(self.layout.doorbell.0 as u64 + DOORBELL_REG_OFFSET)
+            .ok()
     }
 
     /// Wakes the stream's poller from the device side (SUBMIT_TASK, NOTIFY, teardown):
@@ -131,24 +189,25 @@ impl StreamMem {
         }
     }
 
-    /// Releases the pages of the stream's three memfds now: a destroyed stream pins no memory
-    /// through a client's leftover mappings, which read as zeros from then on (docs/abi.md 4,
-    /// as the kernel driver revokes them). The device no longer runs the stream (driver-core
-    /// dropped its ring views), and a poller still holding it was kicked first.
+    /// Releases the pages of the stream's memfd now (one punch of the whole file): a
+    /// destroyed stream pins no memory through a client's leftover mappings, which read as
+    /// zeros from then on (docs/abi.md 4, as the kernel driver revokes them). The device no
+    /// longer runs the stream (driver-core dropped its ring views), and a poller still
+    /// holding it was kicked first.
     pub(crate) fn discard(&self) {
-        for r in [&self.cmd, &self.event, &self.doorbell] {
-            let _ = r.discard(0, r.map().len() as u64);
-        }
+        let _ = self.region.discard(0, self.layout.len as u64);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use davinci_shm::SharedMapping;
+    use std::os::fd::AsFd;
 
     #[test]
     fn kick_changes_the_doorbell() {
-        let m = StreamMem::new(8, 4096, 8, 4096).unwrap();
+        let m = StreamMem::new(&RegionPool::default(), 8, 4096, 8, 4096).unwrap();
         let d0 = m.doorbell_value();
         m.kick();
         // A poller that read d0 before arming NEED_WAKEUP and now waits on it returns at once
@@ -158,5 +217,73 @@ mod tests {
             m.doorbell_word().map(|w| w.load(Ordering::Acquire)),
             Some(m.doorbell_value())
         );
+    }
+
+    #[test]
+    fn the_parts_lie_page_aligned_in_order_without_overlap() {
+        let page = host_page();
+        for (c, e) in [
+            (4096, 4096),
+            (8192, 4096),
+            (4096, 65536),
+            (1 << 20, 1 << 21),
+        ] {
+            let l = Layout::new(c, e).unwrap();
+            assert_eq!(l.cmd, (0, c));
+            assert!(l.event.0 >= c && l.event.0.is_multiple_of(page));
+            assert!(l.doorbell.0 >= l.event.0 + e && l.doorbell.0.is_multiple_of(page));
+            assert_eq!(l.doorbell.1, DOORBELL_SIZE as usize);
+            assert!(l.len >= l.doorbell.0 + l.doorbell.1 && l.len.is_multiple_of(page));
+            assert!(l.len < l.doorbell.0 + l.doorbell.1 + page);
+        }
+        assert_eq!(Layout::new(usize::MAX - 4096, 4096), None);
+    }
+
+    /// What the host maps at each part's offset is that part and nothing else: the device's
+    /// ring headers show through the command and event ring mappings at their own offsets,
+    /// a doorbell rung through the host's doorbell mapping is the word the device watches,
+    /// and it changes no byte of either ring.
+    #[test]
+    fn each_part_maps_at_its_offset_and_nowhere_else() {
+        let m = StreamMem::new(&RegionPool::default(), 32, 4096, 128, 8192).unwrap();
+        let (cmd, event) = m.ring_regions().unwrap();
+        cmd.init();
+        event.init();
+        let map = |part| {
+            let (fd, off) = m.dup_fd(part).unwrap();
+            let (at, len) = m.layout.part(part);
+            assert_eq!(off, at as u64);
+            SharedMapping::map(fd.as_fd(), off, len).unwrap()
+        };
+        let (c, e, d) = (
+            map(StreamPart::Cmd),
+            map(StreamPart::Event),
+            map(StreamPart::Doorbell),
+        );
+        let snapshot = |s: &SharedMapping| {
+            let mut b = vec![0u8; s.len()];
+            s.read(0, &mut b).unwrap();
+            b
+        };
+        // The ring headers the device initialised (entries, mask) at each ring's own offset.
+        let header = davinci_uapi::RingOffsets::standard(TASK_DESC_SIZE as u32);
+        let entries =
+            |s: &SharedMapping, off: u32| s.word(u64::from(off)).unwrap().load(Ordering::Relaxed);
+        assert_eq!(entries(&c, header.entries), 32);
+        assert_eq!(entries(&e, header.entries), 128);
+        let (c0, e0) = (snapshot(&c), snapshot(&e));
+        let d0 = m.doorbell_value();
+        d.word(DOORBELL_REG_OFFSET)
+            .unwrap()
+            .store(d0.wrapping_add(7), Ordering::Release);
+        assert_eq!(m.doorbell_value(), d0.wrapping_add(7));
+        assert_eq!((snapshot(&c), snapshot(&e)), (c0, e0));
+        // One punch empties all three parts.
+        m.discard();
+        assert!(snapshot(&c)
+            .iter()
+            .chain(&snapshot(&e))
+            .chain(&snapshot(&d))
+            .all(|&b| b == 0));
     }
 }

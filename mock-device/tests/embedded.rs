@@ -37,6 +37,12 @@ fn stream(dev: &MockDevice, c: u32) -> CreateStreamArgs {
 /// Submits `desc` as the first task of `stream` (SUBMIT_TASK) and waits until it completed,
 /// successfully.
 fn run_first_task(dev: &MockDevice, c: u32, stream: u32, desc: TaskDesc) {
+    run_task(dev, c, stream, desc, 1);
+}
+
+/// Submits `desc` as task number `n` (from 1) of `stream` and waits until it completed,
+/// successfully.
+fn run_task(dev: &MockDevice, c: u32, stream: u32, desc: TaskDesc, n: u64) {
     let mut sub = SubmitTaskArgs {
         stream,
         desc,
@@ -46,7 +52,7 @@ fn run_first_task(dev: &MockDevice, c: u32, stream: u32, desc: TaskDesc) {
     let mut w = WaitEventArgs {
         kind: WaitKind::Stream as u32,
         handle: stream,
-        value: 1,
+        value: n,
         timeout_ns: 10_000_000_000,
         ..Default::default()
     };
@@ -377,4 +383,67 @@ fn extra_pollers_for_a_crowd_of_streams_go_when_it_goes() {
     let c = client(&dev);
     let _s = stream(&dev, c);
     assert_eq!((dev.workers(), dev.pollers()), (1, 1));
+}
+
+/// With `tidy_after_replies` (the daemon's mode), memory comes from memfds made ahead of
+/// time: a freed allocation still reads zeros through the descriptor its client kept as soon
+/// as FREE_MEMORY returns (before any `tidy`), and the next allocation of the same size, made
+/// from the pool, is another memfd that reads zeros, whoever wrote the freed one.
+#[test]
+fn with_tidy_a_freed_allocation_is_zero_at_once_and_its_successor_is_fresh() {
+    use std::os::fd::AsFd;
+    let dev = MockDevice::new(MockConfig::default());
+    dev.tidy_after_replies();
+    let c = client(&dev);
+    let s = stream(&dev, c);
+    let ino = |fd: &std::os::fd::OwnedFd| nix::sys::stat::fstat(fd.as_fd()).unwrap().st_ino;
+    let mut seen = std::collections::HashSet::new();
+    let mut tasks = 0u64;
+    for round in 0..6u32 {
+        let mut a = AllocMemoryArgs {
+            size: 8192,
+            ..Default::default()
+        };
+        call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+        dev.tidy();
+        let kept = dev.map(c, a.mmap_offset, a.alloc_size).unwrap().fd;
+        assert!(
+            seen.insert(ino(&kept)),
+            "round {round}: a memfd never handed out before"
+        );
+        let mut all = vec![0xffu8; 8192];
+        nix::sys::uio::pread(&kept, &mut all, 0).unwrap();
+        assert!(
+            all.iter().all(|&b| b == 0),
+            "round {round}: a new allocation reads zeros"
+        );
+        // The device and the client both write it.
+        tasks += 1;
+        run_task(
+            &dev,
+            c,
+            s.handle,
+            TaskDesc::fill(
+                tasks,
+                DevAddr(a.dev_addr),
+                a.alloc_size,
+                0x5a5a_0000 | round,
+            ),
+            tasks,
+        );
+        nix::sys::uio::pwrite(&kept, &[0xee; 16], 100).unwrap();
+        let mut h = HandleArgs {
+            handle: a.handle,
+            pad: 0,
+        };
+        call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
+        nix::sys::uio::pread(&kept, &mut all, 0).unwrap();
+        assert!(
+            all.iter().all(|&b| b == 0),
+            "round {round}: zeros once FREE returns"
+        );
+        dev.tidy();
+    }
+    dev.close(c);
+    assert_eq!(dev.backed_allocations(), 0);
 }

@@ -20,18 +20,21 @@ use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use davinci_uapi::{ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_WAIT_EVENT};
 use nix::libc;
 
-use crate::sockio::SeqPacket;
+use crate::sockio::{Received, SeqPacket};
 use crate::wire::{Hello, HelloReply, Kind, Reply, Request, WireRole, MAX_REPLY};
 
 /// How long connecting to a daemon may take (its listen backlog full: it stopped accepting).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How far past its deadline a call's blocking read may end (see `Client::recv_reply`).
+const LATE: Duration = Duration::from_millis(10);
 
 /// The reply timeout when `$DAVINCI_SOCKET_TIMEOUT` does not say.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,6 +51,12 @@ pub fn reply_timeout() -> Duration {
         .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
         .map_or(REPLY_TIMEOUT, Duration::from_secs_f64)
 }
+
+/// How long a caller looks for its reply without sleeping (non-blocking reads) before it
+/// blocks in `recvmsg`: a daemon answers most control calls within it, and a reply found so
+/// saves the caller's sleep and wake-up (and the daemon's wake of it). Cut short when the
+/// thread is preempted (the machine has no core to spare for spinning).
+pub const REPLY_SPIN: Duration = Duration::from_micros(50);
 
 /// A reply and the descriptors that came with it.
 #[derive(Debug)]
@@ -135,6 +144,19 @@ struct Rx {
     done: HashMap<u32, Incoming>,
     /// Why the connection is unusable, once it is.
     dead: Option<String>,
+    /// Callers asleep on the condition variable (waiting for the reader): only then does a
+    /// change need a `notify_all`, which is a system call (`FUTEX_WAKE`) even with nobody
+    /// asleep.
+    sleepers: usize,
+}
+
+impl Rx {
+    /// Wakes the callers asleep on `cv`, if any (call with the lock held).
+    fn wake(&self, cv: &Condvar) {
+        if self.sleepers > 0 {
+            cv.notify_all();
+        }
+    }
 }
 
 /// One connection to `davinci-mockd`, usable from several threads at once.
@@ -144,6 +166,12 @@ pub struct Client {
     label: String,
     /// The reply timeout, read once when the client was made.
     timeout: Duration,
+    /// The socket's receive timeout (`SO_RCVTIMEO`) is `timeout` (else none): a blocking
+    /// read needs no `poll` first to be bounded. Only the reader (one at a time) reads or
+    /// changes it: a WAIT_EVENT reads without it, so that the kernel restarts its read after
+    /// a signal handler installed with `SA_RESTART` (a read with a timeout would fail with
+    /// `EINTR` instead).
+    rcvtimeo: AtomicBool,
     next_tag: AtomicU32,
     rx: Mutex<Rx>,
     cv: Condvar,
@@ -179,10 +207,12 @@ impl Client {
 
     /// A client on a connected socket with the reply timeout `timeout`.
     pub fn with_timeout(sock: SeqPacket, label: String, timeout: Duration) -> Client {
+        let rcvtimeo = AtomicBool::new(sock.set_recv_timeout(Some(timeout)).is_ok());
         Client {
             sock,
             label,
             timeout,
+            rcvtimeo,
             next_tag: AtomicU32::new(1),
             rx: Mutex::new(Rx::default()),
             cv: Condvar::new(),
@@ -289,22 +319,21 @@ impl Client {
             if left == Some(Duration::ZERO) {
                 // A reply that comes later is dropped: the tag is no longer pending.
                 g.pending.remove(&tag);
-                self.cv.notify_all();
+                g.wake(&self.cv);
                 return Err(CallError::TimedOut(self.timeout));
             }
             if g.reading {
+                g.sleepers += 1;
                 g = match left {
                     Some(left) => relock(self.cv.wait_timeout(g, left)).0,
                     None => relock(self.cv.wait(g)),
                 };
+                g.sleepers -= 1;
                 continue;
             }
             g.reading = true;
             drop(g);
-            let got = match left {
-                Some(left) => self.recv_within(left),
-                None => self.recv_one(),
-            };
+            let got = self.recv_reply(left, !waits);
             g = relock(self.rx.lock());
             g.reading = false;
             match got {
@@ -322,7 +351,7 @@ impl Client {
                 // return EINTR either.
                 Err(Recv::Interrupted) if waits && !g.done.contains_key(&tag) => {
                     g.pending.remove(&tag);
-                    self.cv.notify_all();
+                    g.wake(&self.cv);
                     drop(g);
                     self.cancel(tag);
                     return Err(CallError::Interrupted);
@@ -330,7 +359,7 @@ impl Client {
                 Err(Recv::Interrupted) | Err(Recv::TimedOut) => {}
                 Err(Recv::Dead(why)) => g.dead = Some(why),
             }
-            self.cv.notify_all();
+            g.wake(&self.cv);
         }
     }
 
@@ -348,14 +377,54 @@ impl Client {
         }
     }
 
-    /// Reads one reply frame if one comes within `left` (the caller holds the reader role).
-    /// A signal handler does not end it (as a read under `SA_RESTART` would go on): it
-    /// returns [`Recv::Interrupted`] and the caller looks again.
-    fn recv_within(&self, left: Duration) -> Result<Incoming, Recv> {
+    /// Reads one reply frame if one comes within `left` (`None`: however long it takes; the
+    /// caller holds the reader role). With `spin`, looks without blocking for up to
+    /// [`REPLY_SPIN`] first. A signal handler does not end it (as a read under `SA_RESTART`
+    /// would go on): it returns [`Recv::Interrupted`] and the caller looks again.
+    fn recv_reply(&self, left: Option<Duration>, spin: bool) -> Result<Incoming, Recv> {
         #[cfg(test)]
         if self.interrupt_next.swap(false, Ordering::Relaxed) {
             return Err(Recv::Interrupted);
         }
+        if spin {
+            let mut buf = relock(self.buf.lock());
+            if let Some(r) = self.sock.recv_soon(&mut buf, true, REPLY_SPIN) {
+                return self.decode(&buf, r);
+            }
+        }
+        match left {
+            // With the socket's receive timeout the reply timeout, a read that starts with
+            // (almost) all of it left overshoots the deadline by at most `LATE`.
+            Some(left) if left + LATE >= self.timeout && self.recv_timeout(true) => self.recv_one(),
+            Some(left) => self.recv_within(left),
+            // Without the timeout if it can be cleared (else a read that times out is looked
+            // at again by the caller).
+            None => {
+                self.recv_timeout(false);
+                self.recv_one()
+            }
+        }
+    }
+
+    /// Sets the socket's receive timeout to the reply timeout (`on`) or none, unless it is
+    /// so already: whether it is now as asked.
+    fn recv_timeout(&self, on: bool) -> bool {
+        if self.rcvtimeo.load(Ordering::Relaxed) == on {
+            return true;
+        }
+        let ok = self
+            .sock
+            .set_recv_timeout(on.then_some(self.timeout))
+            .is_ok();
+        if ok {
+            self.rcvtimeo.store(on, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Reads one reply frame if one comes within `left` (`poll` first: the socket's receive
+    /// timeout would wait longer).
+    fn recv_within(&self, left: Duration) -> Result<Incoming, Recv> {
         match self.sock.wait_readable(left) {
             Ok(true) => self.recv_one(),
             Ok(false) => Err(Recv::TimedOut),
@@ -367,17 +436,23 @@ impl Client {
         }
     }
 
-    /// Reads one reply frame (the caller holds the reader role).
+    /// Reads one reply frame (the caller holds the reader role), for at most the socket's
+    /// receive timeout if it has one: [`Recv::TimedOut`] when none came.
     fn recv_one(&self) -> Result<Incoming, Recv> {
-        #[cfg(test)]
-        if self.interrupt_next.swap(false, Ordering::Relaxed) {
-            return Err(Recv::Interrupted);
-        }
-        let p = &self.label;
         let mut buf = relock(self.buf.lock());
-        let r = self.sock.recv_interruptible(&mut buf, true).map_err(|e| {
+        let r = self.sock.recv_interruptible(&mut buf, true);
+        self.decode(&buf, r)
+    }
+
+    /// What one read of a reply frame into `buf` got.
+    fn decode(&self, buf: &[u8], r: io::Result<Received>) -> Result<Incoming, Recv> {
+        let p = &self.label;
+        let r = r.map_err(|e| {
             if e.kind() == io::ErrorKind::Interrupted {
                 return Recv::Interrupted;
+            }
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Recv::TimedOut;
             }
             Recv::Dead(format!("{p}: connection to davinci-mockd failed: {e}"))
         })?;

@@ -205,7 +205,53 @@ impl SeqPacket {
     /// # Errors
     /// `recvmsg(2)` errors.
     pub fn recv(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
-        self.recv_with(buf, accept_fds, true)
+        self.recv_with(buf, accept_fds, true, MsgFlags::empty())
+    }
+
+    /// Like [`recv`](Self::recv), but never blocks: [`io::ErrorKind::WouldBlock`] when no
+    /// frame is there yet (`MSG_DONTWAIT`), for a caller that looks a few times before it
+    /// sleeps.
+    ///
+    /// # Errors
+    /// `recvmsg(2)` errors, `WouldBlock` among them.
+    pub fn recv_nowait(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
+        self.recv_with(buf, accept_fds, true, MsgFlags::MSG_DONTWAIT)
+    }
+
+    /// Looks for a frame without blocking, again and again (yielding between looks), for up
+    /// to `within`, stopping early once this thread is preempted (an involuntary context switch: the machine has no
+    /// core to spare for spinning): `None` if none came, else what [`recv_nowait`] got.
+    /// A frame that comes while the peer is still running saves this thread a sleep and a
+    /// wake-up (and the peer the wake).
+    ///
+    /// [`recv_nowait`]: Self::recv_nowait
+    pub fn recv_soon(
+        &self,
+        buf: &mut [u8],
+        accept_fds: bool,
+        within: std::time::Duration,
+    ) -> Option<io::Result<Received>> {
+        let switches = || {
+            nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+                .map_or(0, |u| u.involuntary_context_switches())
+        };
+        let start = std::time::Instant::now();
+        let sw0 = switches();
+        let mut looks = 0u32;
+        loop {
+            match self.recv_nowait(buf, accept_fds) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                got => return Some(got),
+            }
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(4) && (start.elapsed() >= within || switches() != sw0) {
+                return None;
+            }
+            // Not a pause but a yield: when the peer waits for this very core (the machine
+            // is busy and put both here), it runs now rather than when this spin ends; with
+            // nobody else runnable here the yield returns at once.
+            std::thread::yield_now();
+        }
     }
 
     /// Like [`recv`](Self::recv), but a signal handler that interrupts the wait (one
@@ -216,10 +262,16 @@ impl SeqPacket {
     /// # Errors
     /// `recvmsg(2)` errors, `EINTR` among them.
     pub fn recv_interruptible(&self, buf: &mut [u8], accept_fds: bool) -> io::Result<Received> {
-        self.recv_with(buf, accept_fds, false)
+        self.recv_with(buf, accept_fds, false, MsgFlags::empty())
     }
 
-    fn recv_with(&self, buf: &mut [u8], accept_fds: bool, restart: bool) -> io::Result<Received> {
+    fn recv_with(
+        &self,
+        buf: &mut [u8],
+        accept_fds: bool,
+        restart: bool,
+        flags: MsgFlags,
+    ) -> io::Result<Received> {
         let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
         loop {
             let mut iov = [IoSliceMut::new(buf)];
@@ -232,7 +284,7 @@ impl SeqPacket {
                 self.fd.as_raw_fd(),
                 &mut iov,
                 cmsg_buf,
-                MsgFlags::MSG_CMSG_CLOEXEC,
+                MsgFlags::MSG_CMSG_CLOEXEC | flags,
             ) {
                 Ok(m) => m,
                 Err(nix::Error::EINTR) if restart => continue,

@@ -29,11 +29,26 @@ use crate::shared::{Shared, MAX_WAITS_PER_CONN};
 use crate::waits::{QueueError, Waiting, MAX_WAITS_PER_DEVICE};
 use davinci_mock_device::Started;
 
-/// Receives one frame: its length, or why it is refused with the length of what arrived
-/// (the bytes an error reply takes the frame's kind and tag from: never a longer, earlier
-/// frame's). `None` = the peer closed (or shut down).
-fn recv_frame(conn: &SeqPacket, buf: &mut [u8]) -> Option<Result<usize, (ProtoError, usize)>> {
-    match conn.recv(buf, false) {
+/// How long a connection's thread looks for the next request without sleeping after it
+/// answered one (cut short once preempted): a client making control calls back to back
+/// finds the thread awake, and neither side sleeps and wakes between them.
+const NEXT_REQUEST_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Receives one frame (looking for it without sleeping first for [`NEXT_REQUEST_SPIN`] with
+/// `spin`): its length, or why it is refused with the length of what arrived (the bytes an
+/// error reply takes the frame's kind and tag from: never a longer, earlier frame's).
+/// `None` = the peer closed (or shut down).
+fn recv_frame(
+    conn: &SeqPacket,
+    buf: &mut [u8],
+    spin: bool,
+) -> Option<Result<usize, (ProtoError, usize)>> {
+    let soon = if spin {
+        conn.recv_soon(buf, false, NEXT_REQUEST_SPIN)
+    } else {
+        None
+    };
+    match soon.unwrap_or_else(|| conn.recv(buf, false)) {
         // Zero bytes: the end of the connection, or an empty frame (refused like any other
         // malformed one).
         Ok(r) if r.len == 0 && !r.truncated => {
@@ -74,7 +89,7 @@ pub(crate) fn serve(
     if let Err(e) = conn.set_recv_timeout(Some(shared.hello_timeout)) {
         debug!(error = %e, "cannot bound the wait for HELLO");
     }
-    let first = recv_frame(conn, &mut buf);
+    let first = recv_frame(conn, &mut buf, false);
     ticket.hello_done();
     let Some(frame) = first else {
         debug!(device = %shared.name, pid = cred.pid, "closed (or silent) before HELLO");
@@ -104,7 +119,7 @@ pub(crate) fn serve(
     // Blocking waits in flight, answered by the device's wait thread (`crate::waits`).
     let in_flight = Arc::new(AtomicUsize::new(0));
     loop {
-        let n = match recv_frame(conn, &mut buf) {
+        let n = match recv_frame(conn, &mut buf, true) {
             None => break,
             Some(Err((e, n))) => {
                 send_reply(conn, &proto_reply(&buf[..n], e), None);
@@ -150,7 +165,12 @@ pub(crate) fn serve(
             Kind::Ioctl if is_blocking_wait(&req) => {
                 start_wait(shared, conn, client, req, &in_flight)
             }
-            Kind::Ioctl => ioctl(shared, conn, &peer, client, req),
+            Kind::Ioctl => {
+                ioctl(shared, conn, &peer, client, req);
+                // After the reply: what it left to do (unmapping freed memory, making the
+                // memfds the next ALLOC_MEMORY or CREATE_STREAM will take).
+                shared.dev.tidy();
+            }
         }
     }
     // The end of the connection, however it came: the open is closed, which ends its waits

@@ -89,14 +89,16 @@ impl DaemonConfig {
     }
 
     /// Most file descriptors a daemon with this configuration holds, whatever its clients
-    /// do: per device its listening socket, one memfd per allocation, three per stream
-    /// (command ring, event ring, doorbell), its connections and the refused ones being
+    /// do: per device its listening socket, one memfd per allocation, one per stream
+    /// (command ring, event ring and doorbell at offsets of one file), the memfds made ahead
+    /// of time, its connections and the refused ones being
     /// answered (`crate::refuse`), plus a few of its own (standard streams, the signalfd,
     /// the pollers' and wait thread's handles).
     pub fn most_fds(&self) -> u64 {
         let per_device = 1
             + davinci_driver_core::MAX_ALLOCATIONS
-            + 3 * davinci_driver_core::MAX_STREAMS
+            + davinci_driver_core::MAX_STREAMS
+            + davinci_mock_device::POOLED_MEMFDS
             + MAX_CONNECTIONS
             + crate::refuse::MAX_REFUSING;
         16 + u64::from(self.devices) * per_device as u64
@@ -194,6 +196,9 @@ impl Daemon {
                     .map(|seed| davinci_mock_device::uuid_from_seed(seed, n)),
                 ..MockConfig::default()
             });
+            // Each connection's thread tidies after its replies (`conn::serve`): memfds made
+            // ahead of time, freed memory unmapped after the reply.
+            dev.tidy_after_replies();
             let name = format!("davinci{n}");
             set_initial_share_mode(&dev, &name, cfg.share_mode)?;
             let shared = Arc::new(Shared::new(

@@ -188,3 +188,78 @@ fn hello_decodes_the_reply_or_says_what_was_wrong() {
         assert_eq!(h.join().unwrap().unwrap_err(), CallError::MalformedHello);
     });
 }
+
+/// The socket's receive timeout bounds ordinary calls without a `poll`, but a WAIT_EVENT
+/// reads without it: it outlasts the reply timeout, and the next call is bounded again.
+#[test]
+fn a_wait_outlasts_the_reply_timeout_and_the_next_call_is_bounded_again() {
+    let (c, d) = pair(Duration::from_millis(50));
+    assert!(
+        c.rcvtimeo.load(Ordering::Relaxed),
+        "SO_RCVTIMEO set at creation"
+    );
+    std::thread::scope(|s| {
+        let wait = s.spawn(|| c.call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, b"w".to_vec()));
+        let req = d.request();
+        // Four reply timeouts: a read still bounded by one would have returned (and been
+        // read again, but with the timeout still set a signal would end it).
+        std::thread::sleep(Duration::from_millis(200));
+        d.echo(&req);
+        let got = wait.join().unwrap().expect("the wait's reply");
+        assert_eq!(got.reply.arg, b"w");
+    });
+    assert!(
+        !c.rcvtimeo.load(Ordering::Relaxed),
+        "the wait read without it"
+    );
+    let e = c.call(Kind::Ioctl, 8, Vec::new()).unwrap_err();
+    assert_eq!(e, CallError::TimedOut(Duration::from_millis(50)));
+    assert!(
+        c.rcvtimeo.load(Ordering::Relaxed),
+        "set again for a bounded call"
+    );
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// A signal handler installed with `SA_RESTART` does not end a blocked WAIT_EVENT (its read
+/// is restarted, as the kernel driver's wait is), although ordinary calls read with a
+/// receive timeout, which the kernel never restarts.
+#[test]
+#[allow(unsafe_code)] // installing a signal handler and signalling the waiting thread
+fn a_wait_reads_on_through_an_sa_restart_handler() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let act = SigAction::new(
+        SigHandler::Handler(ignore_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler does nothing (async-signal-safe); SIGUSR2 is used by no other test
+    // of this crate.
+    unsafe { sigaction(Signal::SIGUSR2, &act) }.expect("sigaction");
+    let (c, d) = pair(Duration::from_millis(50));
+    // A bounded call first: the socket has its receive timeout when the wait begins.
+    let e = c.call(Kind::Ioctl, 8, Vec::new()).unwrap_err();
+    assert_eq!(e, CallError::TimedOut(Duration::from_millis(50)));
+    d.request();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let wait = s.spawn(|| {
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(unsafe { libc::pthread_self() }).unwrap();
+            c.call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, b"w".to_vec())
+        });
+        let t = rx.recv().unwrap();
+        let req = d.request();
+        // Give the waiter time to block in its read (were it not yet, the signal would end
+        // nothing and the test would pass without showing anything).
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: `t` is the waiting thread, alive until it is joined below.
+        assert_eq!(unsafe { libc::pthread_kill(t, libc::SIGUSR2) }, 0);
+        std::thread::sleep(Duration::from_millis(50));
+        d.echo(&req);
+        let got = wait.join().unwrap().expect("the wait read on");
+        assert_eq!(got.reply.arg, b"w");
+    });
+    assert!(c.idle());
+}

@@ -1,0 +1,235 @@
+//! [`RegionPool`]: the control path's memfd work moved off the reply path, for a device
+//! whose host calls [`MockDevice::tidy`](crate::MockDevice::tidy) after each reply (the
+//! daemon does; the embedded device never does, and then nothing here changes what a call
+//! does).
+//!
+//! * **Fresh memfds made ahead of time.** ALLOC_MEMORY and CREATE_STREAM take a memfd of the
+//!   size they need from the pool when it has one: made, sized and sealed by an earlier
+//!   `tidy` (at most one per call, so the work after a reply stays short), never used
+//!   before. A memfd is never reused: a
+//!   client may keep mapping a freed allocation's or destroyed stream's. The pool keeps at
+//!   most [`PER_SIZE`] memfds for each of the [`MAX_SIZES`] sizes asked for most recently, at
+//!   most [`MAX_READY`] in all, none over [`MAX_POOLED_LEN`], and is emptied when the device
+//!   has no client left.
+//! * **The release after the reply.** A freed allocation's or destroyed stream's memory is
+//!   punched (emptied) before the call returns, as docs/abi.md promises; only unmapping it
+//!   and closing its memfd, which change nothing anyone can observe, wait for `tidy` (at most
+//!   [`MAX_RELEASED`]; beyond that they happen at once).
+#![forbid(unsafe_code)]
+
+use std::sync::{Arc, Mutex};
+
+use crate::memfd::{Sealed, SharedRegion};
+use crate::state::relock;
+use crate::stream_mem::StreamMem;
+
+/// Memfds kept ready per size.
+pub(crate) const PER_SIZE: usize = 2;
+/// Sizes the pool keeps memfds for (the most recently asked for).
+pub(crate) const MAX_SIZES: usize = 4;
+/// Memfds kept ready in all.
+pub(crate) const MAX_READY: usize = PER_SIZE * MAX_SIZES;
+/// Larger memfds are never made ahead of time.
+pub(crate) const MAX_POOLED_LEN: usize = 1 << 20;
+/// Released memory waiting for `tidy`, at most.
+pub(crate) const MAX_RELEASED: usize = 64;
+
+/// Memory already emptied, to unmap and close after the reply.
+#[derive(Debug)]
+#[expect(dead_code, reason = "held only to be dropped after the reply")]
+pub(crate) enum Released {
+    /// A freed allocation's memfd.
+    Region(SharedRegion),
+    /// A destroyed stream's memory (a poller may still hold it for its next pass).
+    Stream(Arc<StreamMem>),
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Whether the host calls `tidy` after each reply (else nothing is kept or deferred).
+    tidied: bool,
+    ready: Vec<Sealed>,
+    /// Sizes asked for, the most recent last.
+    wanted: Vec<usize>,
+    released: Vec<Released>,
+}
+
+/// Fresh memfds made ahead of time and released memory to let go of, behind their own lock
+/// (never the device's: `tidy` makes memfds while the pollers run).
+#[derive(Debug, Default)]
+pub(crate) struct RegionPool(Mutex<Inner>);
+
+impl RegionPool {
+    /// From now on the host calls [`tidy`](Self::tidy) after each reply.
+    pub(crate) fn enable(&self) {
+        relock(self.0.lock()).tidied = true;
+    }
+
+    /// A fresh, sealed, mapped memfd of `len` bytes: one made ahead of time if the pool has
+    /// one of that size, else a new one named `name`.
+    pub(crate) fn take(&self, name: &str, len: usize) -> std::io::Result<SharedRegion> {
+        let ready = {
+            let mut g = relock(self.0.lock());
+            if g.tidied && len <= MAX_POOLED_LEN {
+                g.wanted.retain(|&l| l != len);
+                g.wanted.push(len);
+                let over = g.wanted.len().saturating_sub(MAX_SIZES);
+                g.wanted.drain(..over);
+            }
+            let at = g.ready.iter().position(|s| s.len() == len);
+            at.map(|i| g.ready.swap_remove(i))
+        };
+        match ready {
+            Some(s) => SharedRegion::map_sealed(s),
+            None => SharedRegion::new(name, len),
+        }
+    }
+
+    /// Lets go of released memory: after the next `tidy`, or now.
+    pub(crate) fn release(&self, r: Released) {
+        let mut g = relock(self.0.lock());
+        if g.tidied && g.released.len() < MAX_RELEASED {
+            g.released.push(r);
+            return;
+        }
+        drop(g);
+        drop(r);
+    }
+
+    /// After a reply: unmaps and closes the released memory, and makes one of the memfds the
+    /// pool lacks (none while `idle`: the device has no client, and the pool is emptied).
+    pub(crate) fn tidy(&self, idle: bool) {
+        let (released, drained) = {
+            let mut g = relock(self.0.lock());
+            if idle {
+                g.wanted.clear();
+            }
+            // Sizes no longer asked for recently go (all of them when idle).
+            let Inner { ready, wanted, .. } = &mut *g;
+            let drained: Vec<Sealed> = ready
+                .extract_if(.., |s| !wanted.contains(&s.len()))
+                .collect();
+            (std::mem::take(&mut g.released), drained)
+        };
+        drop(released);
+        drop(drained);
+        {
+            let need = {
+                let g = relock(self.0.lock());
+                if g.ready.len() >= MAX_READY {
+                    None
+                } else {
+                    g.wanted
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|&l| g.ready.iter().filter(|s| s.len() == l).count() < PER_SIZE)
+                }
+            };
+            let Some(len) = need else { return };
+            let Ok(s) = Sealed::new("davinci-memory", len) else {
+                return;
+            };
+            let mut g = relock(self.0.lock());
+            if g.ready.len() < MAX_READY {
+                g.ready.push(s);
+            }
+        }
+    }
+
+    /// Memfds ready now (tests).
+    #[cfg(test)]
+    pub(crate) fn ready(&self) -> Vec<usize> {
+        relock(self.0.lock())
+            .ready
+            .iter()
+            .map(Sealed::len)
+            .collect()
+    }
+
+    /// Released memory waiting (tests).
+    #[cfg(test)]
+    pub(crate) fn released(&self) -> usize {
+        relock(self.0.lock()).released.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_kept_or_deferred_until_enabled() {
+        let p = RegionPool::default();
+        let r = p.take("t", 4096).unwrap();
+        p.release(Released::Region(r));
+        p.tidy(false);
+        assert_eq!(p.released(), 0);
+        assert!(p.ready().is_empty());
+    }
+
+    #[test]
+    fn the_pool_stays_bounded_and_follows_recent_sizes() {
+        let p = RegionPool::default();
+        p.enable();
+        let sizes = [4096, 8192, 3 * 4096, 16384, 5 * 4096, 4096, 2 << 20];
+        for (i, &len) in sizes.iter().enumerate() {
+            let r = p.take("t", len).unwrap();
+            assert_eq!(r.map().len(), len);
+            p.release(Released::Region(r));
+            p.tidy(false);
+            let ready = p.ready();
+            assert!(ready.len() <= MAX_READY, "{ready:?}");
+            for l in &ready {
+                assert!(ready.iter().filter(|&x| x == l).count() <= PER_SIZE);
+                assert!(*l <= MAX_POOLED_LEN);
+            }
+            // The sizes kept are those of the last MAX_SIZES pooled requests.
+            let recent: Vec<usize> = sizes[..=i]
+                .iter()
+                .copied()
+                .filter(|&l| l <= MAX_POOLED_LEN)
+                .collect();
+            for l in &ready {
+                assert!(recent.iter().rev().take(MAX_SIZES).any(|x| x == l), "{l}");
+            }
+            assert_eq!(p.released(), 0, "tidy let go of the released memory");
+        }
+        assert!(!p.ready().contains(&(2 << 20)), "too large to pool");
+        assert!(p.ready().contains(&4096));
+        // No client left: emptied, and nothing is made again.
+        p.tidy(true);
+        assert!(p.ready().is_empty());
+        p.tidy(false);
+        assert!(p.ready().is_empty());
+    }
+
+    /// A memfd from the pool is a fresh one: zero, sealed, and never one handed out before
+    /// (released memory is dropped, never pooled again).
+    #[test]
+    fn pooled_memfds_are_fresh_zero_and_sealed() {
+        let p = RegionPool::default();
+        p.enable();
+        let first = p.take("t", 8192).unwrap();
+        first.map().fill(0, 8192, 0xdead_beef).unwrap();
+        let ino = |r: &SharedRegion| nix::sys::stat::fstat(r.dup_fd().unwrap()).unwrap().st_ino;
+        let old = ino(&first);
+        first.discard(0, 8192).unwrap();
+        p.release(Released::Region(first));
+        p.tidy(false);
+        assert_eq!(p.ready(), vec![8192], "one memfd made per tidy");
+        p.tidy(false);
+        p.tidy(false);
+        assert_eq!(p.ready(), vec![8192, 8192]);
+        for _ in 0..2 {
+            let r = p.take("t", 8192).unwrap();
+            assert_ne!(ino(&r), old);
+            let mut back = vec![0xffu8; 8192];
+            r.map().read(0, &mut back).unwrap();
+            assert!(back.iter().all(|&b| b == 0));
+            let seals = crate::memfd::seals(r.dup_fd().unwrap()).unwrap();
+            assert!(seals.contains(crate::memfd::REQUIRED_SEALS));
+        }
+        assert!(p.ready().is_empty());
+    }
+}
