@@ -1,8 +1,9 @@
 //! Benchmarks of the data path against baselines, in one run: the library behind the
 //! `davinci-bench` binary (measurements, baselines, the table and its JSON form).
 //!
-//! Only [`sys`] contains `unsafe` (the io_uring push and the empty `ioctl(2)`); every other
-//! module is `#![forbid(unsafe_code)]`.
+//! Only [`sys`] (the io_uring push and the empty `ioctl(2)`) and [`wide`] (the two-ring
+//! baseline's wide stores) contain `unsafe`; every other module is
+//! `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 
 pub mod hog;
@@ -14,9 +15,12 @@ pub mod procs;
 pub mod report;
 pub mod shim_rows;
 pub mod spsc;
+pub mod spsc_alt;
+pub mod spsc_ring;
 pub mod stats;
 pub mod suite;
 pub mod sys;
+pub mod wide;
 
 /// One embedded device for all the unit tests of this crate (each test on its own context
 /// and streams), never torn down: cheaper than a device per test.

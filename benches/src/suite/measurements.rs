@@ -14,6 +14,7 @@ use crate::mockd::{self, Mockd};
 use crate::neighbour::Neighbour;
 use crate::procs::{self, ProcsRun};
 use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
+use crate::spsc::Rings;
 use crate::stats::Summary;
 use crate::{spsc, sys};
 
@@ -35,10 +36,10 @@ pub enum Backend {
 /// One measurement; several rows may read one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Key {
-    /// The two-ring SPSC pipeline, streaming at this batch.
-    TwoRing(u32),
-    /// The two-ring pipeline's round trip.
-    TwoRingRtt,
+    /// The two-ring SPSC pipeline on these rings, streaming at this batch.
+    TwoRing(Rings, u32),
+    /// The two-ring pipeline's round trip on these rings.
+    TwoRingRtt(Rings),
     /// io_uring NOPs at this batch.
     Uring(u32),
     /// One empty ioctl per call.
@@ -138,8 +139,8 @@ impl Measurements {
                 .ok_or_else(|| Fail::Error("no latency samples in the window".into()))
         };
         match key {
-            Key::TwoRing(b) => Ok(Measured::Rate(spsc::throughput(b, w.throughput)?)),
-            Key::TwoRingRtt => lat(spsc::round_trip(w.latency)?),
+            Key::TwoRing(r, b) => Ok(Measured::Rate(spsc::throughput(r, b, w.throughput)?)),
+            Key::TwoRingRtt(r) => lat(spsc::round_trip(r, w.latency)?),
             Key::Uring(b) => Ok(Measured::Rate(sys::io_uring_nop(b, w.throughput)?)),
             Key::IoctlFloor => Ok(Measured::Rate(sys::empty_ioctl(w.throughput)?)),
             Key::Stream { streams, batch } => {
