@@ -5,6 +5,7 @@
 //! module is `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 
+pub mod device_rows;
 pub mod hog;
 pub mod measure;
 pub mod mockd;
