@@ -10,7 +10,8 @@
 #      which the test command has just run, so nothing is built twice): the conformance
 #      suite, the kernel-only tests, the million-task run, davinci-smi, davinci-workload,
 #      davinci-exporter, davinci-device-plugin and its kubelet stand-in, davinci-testclient,
-#      davinci-attacker; and the C quick start over libdavinci, linked statically;
+#      davinci-attacker; and the C quick start over libdavinci, linked statically; and
+#      davinci-bench, built for release (its kernel rows);
 #      stripped of debug information, with the C libraries they load;
 #   4. packs them with busybox into an initramfs whose /init is kmod-rust/guest/init.sh;
 #   5. boots QEMU (TCG), streams the guest's serial console, and exits 0 only if the guest
@@ -83,6 +84,14 @@ gcc -std=c11 -Wall -Wextra -Werror -static "$ROOT/capi/examples/quickstart.c" \
     -o "$WORK/capi-quickstart" 2>"$WORK/capi-link.log" ||
     { cat "$WORK/capi-link.log"; echo "kmod: the static C quick start does not build" >&2; exit 1; }
 guest_bins[capi-quickstart]=$WORK/capi-quickstart
+# davinci-bench in a release build (its --device rows measure the kernel path against io_uring
+# and an empty ioctl; a test-profile build would measure its own unoptimised code).
+(cd "$ROOT" && cargo build --release --locked -q -p davinci-benches --bin davinci-bench) \
+    >"$WORK/bench-build.log" 2>&1 ||
+    { cat "$WORK/bench-build.log"; echo "kmod: davinci-bench does not build" >&2; exit 1; }
+bench_target=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$bench_target" in /*) ;; *) bench_target=$ROOT/$bench_target ;; esac
+guest_bins[davinci-bench]=$bench_target/release/davinci-bench
 mkdir -p "$WORK/bin"
 libs=()
 for name in "${!guest_bins[@]}"; do
@@ -169,4 +178,4 @@ if [ "$fail" -ne 0 ]; then
     echo "kmod: the guest log is $LOG"
     exit 1
 fi
-say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload and the C quick start (libdavinci) on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload, davinci-bench's kernel rows and the C quick start (libdavinci) on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"

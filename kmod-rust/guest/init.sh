@@ -1,6 +1,7 @@
 #!/bin/sh
 # /init of the QEMU guest scripts/kmod-test.sh boots: loads the module, runs the conformance
-# suite, the kernel-only tests, the million-task run, davinci-smi and davinci-workload against
+# suite, the kernel-only tests, the million-task run, davinci-bench's kernel rows, davinci-smi
+# and davinci-workload against
 # /dev/davinci0, unloads the module, and reports on the serial console. Every line meant for
 # the host starts with "ktest: "; the host decides from "ktest: ALL PASSED" and from the
 # kernel's own messages (no WARNING, BUG or oops).
@@ -134,6 +135,15 @@ if check insmod insmod /davinci.ko quota_events=200; then
     # What only a kernel can show (bad user pointers, foreign mmap cookies, SIGKILL reclaim).
     check kernel-only /bin/kernel --include-ignored --test-threads=1 --nocapture
     check million-tasks /bin/million --test-threads=1
+    # The kernel path as ratios in one run: streaming NOPs, round trips (to an awake and to
+    # a sleeping device) and SUBMIT_TASK through /dev/davinci0 against an empty ioctl
+    # measured here too (io_uring NOPs where the kernel has it: not this test kernel, built
+    # without CONFIG_IO_URING; docs/performance.md, "Kernel path"; the table is
+    # benches/results/kernel.txt). It reports, and fails only when a row fails its checks (a
+    # completion missing, out of order or failed), never on speed. Progress lines to a file:
+    # the table is what the log keeps.
+    check bench-kernel sh -c 'davinci-bench --device /dev/davinci0 --quick 2>/tmp/bench.err;
+        rc=$?; [ "$rc" -eq 0 ] || cat /tmp/bench.err; exit $rc'
     # The C quick start over libdavinci (capi/examples/quickstart.c, linked statically).
     check "C quickstart (libdavinci)" /bin/capi-quickstart /dev/davinci0
     # The operator's tool.

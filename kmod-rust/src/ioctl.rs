@@ -21,6 +21,7 @@ use crate::davinci_uapi::{
 use crate::device::{errno, Open, Woke};
 use crate::sys::File;
 use crate::wake::queue_of;
+use crate::worker::serve_kick;
 
 /// Longest single sleep of a WAIT_EVENT before it re-checks (the deadline is exact anyway).
 const WAIT_SLICE_MS: u64 = 1000;
@@ -221,7 +222,13 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
     let r = dev.ioctl(o.client, cmd, a, &mut out);
     match r {
         Ok(Reply::Done) | Ok(Reply::StreamCreated(_)) | Ok(Reply::Kick(_)) => {
-            if matches!(r, Ok(Reply::StreamCreated(_)) | Ok(Reply::Kick(_))) {
+            let kick = match r {
+                Ok(Reply::StreamCreated(_)) => true,
+                // NOTIFY, SUBMIT_TASK: the stream's turn runs here (`serve_kick`).
+                Ok(Reply::Kick(stream)) => serve_kick(o.dev, &dev, stream),
+                _ => false,
+            };
+            if kick {
                 o.dev.wake.kick();
             }
             drop(dev);

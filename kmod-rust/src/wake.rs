@@ -5,7 +5,7 @@
 //! (driver-core calls the platform, with the device lock held, when the worker must look again
 //! or a waiter may go on). Below both the device and the platform, which each use it.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kernel::init::pin_init_array_from_fn;
 use kernel::prelude::*;
@@ -32,6 +32,13 @@ pub(crate) struct Wakeups {
     pub(crate) worker_cv: CondVar,
     /// Bumped by every wake-up of the worker, under the device lock.
     pub(crate) kicks: AtomicU64,
+    /// Whether a completion or a recorded event may give the worker work
+    /// ([`notify`](Self::notify)): cleared by the worker, under the device lock, when it goes
+    /// to sleep with no stream blocked on an event (EVENT_WAIT); set again when it wakes.
+    pub(crate) blocked: AtomicBool,
+    /// When a NOTIFY or SUBMIT_TASK last ran a stream in its caller (`worker::serve_kick`),
+    /// under the device lock.
+    pub(crate) last_inline_ns: AtomicU64,
 }
 
 impl Wakeups {
@@ -41,6 +48,8 @@ impl Wakeups {
             waiters <- pin_init_array_from_fn(|_| new_condvar!()),
             worker_cv <- new_condvar!(),
             kicks: AtomicU64::new(0),
+            blocked: AtomicBool::new(true),
+            last_inline_ns: AtomicU64::new(0),
         })
     }
 
@@ -52,12 +61,20 @@ impl Wakeups {
 
     /// Something open `client`'s waiters may wait for happened (its completions published,
     /// its event recorded, its stream stopped): wake the sleepers of its queue, and the
-    /// worker (a stream blocked on an event may go on).
+    /// worker if it sleeps with a stream blocked on an event (which may go on now). A worker
+    /// with no blocked stream has nothing to do for a completion (its other streams wait for
+    /// their doorbells): the kick count still moves, so an awake worker looks again before
+    /// it sleeps, but a sleeping one is not woken. (Waking it on every completion cost a
+    /// round trip run in its caller, NOTIFY's, the wake-up it saves.)
     pub(crate) fn notify(&self, client: u32) {
         if let Some(q) = self.waiters.get(queue_of(client)) {
             q.notify_all();
         }
-        self.kick();
+        if self.blocked.load(Ordering::Relaxed) {
+            self.kick();
+        } else {
+            self.kicks.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

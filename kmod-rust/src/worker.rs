@@ -2,7 +2,9 @@
 
 //! A device's worker thread: runs every stream while any makes progress, spins briefly when
 //! none does, then arms NEED_WAKEUP on its idle and stalled streams and sleeps until it is
-//! kicked (NOTIFY, SUBMIT_TASK, a completion) or its safety-net timeout.
+//! kicked (a NOTIFY or SUBMIT_TASK that leaves it work, a new or destroyed stream, a
+//! completion or recorded event while a stream is blocked on an event) or its safety-net
+//! timeout. NOTIFY and SUBMIT_TASK run the stream's turn in their caller ([`serve_kick`]).
 
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
@@ -26,7 +28,7 @@ const IDLE_SPIN_NS: u64 = 50_000;
 /// The worker: runs every stream of its device while any makes progress; when none does, keeps
 /// looking for up to `IDLE_SPIN_NS` unless another task wants the CPU (`need_resched()`), then
 /// sleeps with NEED_WAKEUP armed on the streams that are idle or stalled (docs/abi.md 5.3,
-/// 5.4) until a NOTIFY, a SUBMIT_TASK, a completion or the safety-net timeout.
+/// 5.4) until it is kicked (module doc) or the safety-net timeout.
 ///
 /// The device lock is held for one stream's turn at a time (at most `BUDGET` descriptors and
 /// `PASS_WORK` bytes of long-task work), and the worker yields the CPU between turns when
@@ -40,6 +42,7 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
     // sleeps: IDLE (the command ring is empty), STALLED (the event ring is full), or 0.
     const IDLE: u8 = 1;
     const STALLED: u8 = 2;
+    const BLOCKED: u8 = 3;
     let mut runs = [0u8; MAX_STREAMS];
     let mut idle_since: Option<u64> = None;
     while !sys::kthread_should_stop() {
@@ -65,7 +68,8 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
                 }
                 Run::Idle => IDLE,
                 Run::Stalled => STALLED,
-                Run::Blocked { .. } | Run::Failed(_) | Run::Halted | Run::Gone => 0,
+                Run::Blocked { .. } => BLOCKED,
+                Run::Failed(_) | Run::Halted | Run::Gone => 0,
             };
             if sys::need_resched() {
                 sys::cond_resched();
@@ -101,7 +105,11 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
         // again; `stopping` is set and kicked under this lock, so the worker cannot sleep
         // through `kthread_stop`'s wake-up.
         if st.wake.kicks.load(Ordering::Relaxed) == seen && !st.stopping.load(Ordering::Relaxed) {
+            // A completion or a recorded event wakes it only for a blocked stream.
+            let blocked = runs[..n].contains(&BLOCKED);
+            st.wake.blocked.store(blocked, Ordering::Relaxed);
             let _ = dev.wait(&st.wake.worker_cv, WORKER_TIMEOUT_MS);
+            st.wake.blocked.store(true, Ordering::Relaxed);
         }
         for &h in &handles[..n] {
             // NOTIFY counted the doorbells (driver-core): this is only the disarm.
@@ -109,4 +117,25 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
         }
     }
     0
+}
+
+/// A NOTIFY or SUBMIT_TASK for `stream` (`Reply::Kick`), with the device locked: runs the
+/// stream's turn here, in the caller, instead of waking the worker for it. A client that
+/// submits a task to a sleeping device and waits for it then finds its completion when the
+/// call returns: one system call and no wake-up, where waking the worker cost two wake-ups
+/// (the worker's, then the waiting client's when the worker completed the task). Whether the
+/// worker must be kicked as well: when the turn left work (a full budget, a long task going
+/// on, a stream blocked on an event), and when the calls come faster than the worker's idle
+/// spin (`IDLE_SPIN_NS`): a host streaming tasks one at a time then has the worker take
+/// them from the ring, with no system call per task, as it would had the worker been awake.
+pub(crate) fn serve_kick(st: &DevState, dev: &crate::device::Locked<'_>, stream: u32) -> bool {
+    let now = sys::now_ns();
+    let last = st.wake.last_inline_ns.swap(now, Ordering::Relaxed);
+    let streaming = now.wrapping_sub(last) < IDLE_SPIN_NS;
+    let left_work = match dev.run_stream(stream, BUDGET) {
+        Run::Progress(n) => n >= BUDGET,
+        Run::Continuing | Run::Blocked { .. } => true,
+        Run::Idle | Run::Stalled | Run::Failed(_) | Run::Halted | Run::Gone => false,
+    };
+    streaming || left_work
 }

@@ -176,10 +176,18 @@ impl StreamRings {
     /// Copies out up to `max` completions, in order (one Release store of the head). Returns
     /// how many, and whether the device must be woken: when completions were taken, the reap
     /// half of the Dekker pair (`fence(SeqCst)`, then NEED_WAKEUP) tells whether a device
-    /// stalled on the full event ring may be asleep (docs/abi.md 5.4).
+    /// stalled on the full event ring may be asleep (docs/abi.md 5.4), unless the device has
+    /// taken every descriptor pushed: a stalled device has descriptors waiting (its head
+    /// behind the tail), and its head only grows, so a head read at the tail means the flag is
+    /// an empty ring's, which a reap does not change (the next publish checks it again). A
+    /// round trip to a sleeping device thus wakes it once, at the publish, not again at the
+    /// reap.
     pub(crate) fn consume(&mut self, max: usize, f: impl FnMut(EventRecord)) -> (usize, bool) {
         let n = self.consumer.consume(max, f);
-        (n, n > 0 && self.producer.wake_needed_after_reap())
+        let wake = n > 0
+            && self.producer.wake_needed_after_reap()
+            && self.producer.free_now() < self.producer.capacity();
+        (n, wake)
     }
 
     /// Completions published and not consumed.

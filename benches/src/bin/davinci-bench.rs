@@ -62,6 +62,11 @@ path (create/destroy a stream, alloc/free 4 KiB; embedded and through the daemon
 SUBMIT_TASK (one ioctl per task) through the daemon. Baselines: the two-ring SPSC pipeline
 (batch 1, 64, round trip), io_uring NOP (batch 1, 64) and an empty ioctl.
 
+--device PATH (the kernel module: /dev/davinci0) runs other rows, on that device, each with
+the system-call baseline it is compared with: streaming NOPs at batch 1 and 64 (against
+io_uring), doorbells per 1000 tasks at batch 1, round trips p50/p99 and round trips to a
+sleeping device (against one empty ioctl in ns), SUBMIT_TASK (against the empty ioctl).
+
 Targets: ours/stream/batch64 ≥0.6× two-ring batch 64 and ≥4× io_uring batch 64; batch 1 ≥2×
 io_uring batch 1; round-trip p50 ≤1.5× the two-ring's; 16 streams ≥0.8× 1 stream, slowest
 stream ≥0.5 of its fair share; 4 processes ≥0.7× 1 process; ≤5 doorbells per 1000 tasks at full
@@ -121,6 +126,12 @@ struct Cli {
     /// forms.
     #[arg(long, value_name = "FILE")]
     json_out: Option<PathBuf>,
+    /// Run the device rows against the device at PATH instead of the embedded rows: the
+    /// kernel path (`/dev/davinci0`) against io_uring NOPs and an empty ioctl measured in
+    /// the same run (streaming NOPs at batch 1 and 64, round trips, round trips to a sleeping
+    /// device, SUBMIT_TASK), as ratios; no targets.
+    #[arg(long, value_name = "PATH")]
+    device: Option<String>,
     /// The davinci-mockd binary [default: davinci-mockd beside this executable].
     #[arg(long, value_name = "PATH")]
     mockd: Option<PathBuf>,
@@ -194,7 +205,11 @@ fn main() -> ExitCode {
         None => {}
     }
     if cli.list {
-        for r in suite::plan(cli.contended) {
+        let rows = match cli.device {
+            Some(_) => suite::device_plan(),
+            None => suite::plan(cli.contended),
+        };
+        for r in rows {
             println!("{}", r.name);
         }
         return ExitCode::SUCCESS;
@@ -218,6 +233,7 @@ fn main() -> ExitCode {
         filter: cli.filter,
         mockd: cli.mockd,
         client_exe: std::env::current_exe().ok(),
+        device: cli.device,
         progress: true,
         embedded: None,
     };

@@ -16,7 +16,7 @@ use crate::procs::{self, ProcsRun};
 use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
 use crate::spsc::Rings;
 use crate::stats::Summary;
-use crate::{spsc, sys};
+use crate::{device_rows, spsc, sys};
 
 /// Batch of the multi-stream and multi-process rows.
 pub const STREAMS_BATCH: usize = 64;
@@ -66,6 +66,11 @@ pub enum Key {
     /// Ours, through `davinci-mockd`: round trips (`None`) or a control operation beside
     /// another client that keeps its stream busy with 128 MiB FILLs ([`crate::neighbour`]).
     Noisy(Option<ControlOp>),
+    /// Ours, on the run's device (`--device`): one SUBMIT_TASK ioctl per task.
+    DeviceSubmitTask,
+    /// Ours, on the run's device: round trips each to a sleeping device (the doorbell or
+    /// NOTIFY path, [`crate::device_rows`]).
+    RttAsleep,
 }
 
 /// What a measurement gave.
@@ -81,6 +86,9 @@ pub enum Measured {
     Latency(Summary),
     /// Client processes.
     Procs(ProcsRun),
+    /// Round trips to a sleeping device: the samples' summary, the round trips made and how
+    /// many of them woke the device.
+    Asleep(Summary, u64, u64),
 }
 
 /// The measurements made so far, and the embedded device and the daemon, once started.
@@ -91,6 +99,8 @@ pub(super) struct Measurements {
     client_exe: Option<PathBuf>,
     /// [`Options::mockd`].
     mockd_bin: Option<PathBuf>,
+    /// [`Options::device`].
+    device: Option<String>,
     done: HashMap<Key, Result<Measured, Fail>>,
     // Dropped in this order: the daemon (stopped within 5 s, else killed) before the
     // embedded device, whose shutdown is not bounded.
@@ -105,19 +115,24 @@ impl Measurements {
             windows: Windows::new(opts.quick),
             client_exe: opts.client_exe.clone(),
             mockd_bin: opts.mockd.clone(),
+            device: opts.device.clone(),
             done: HashMap::new(),
             mockd: None,
             embedded: opts.embedded.clone(),
         }
     }
 
-    /// The embedded device of the run, created on first use.
+    /// The device of the "ours" rows, created on first use: the embedded device, or the one
+    /// at `--device`.
     fn embedded(&mut self) -> Result<Device, Fail> {
         if let Some(d) = &self.embedded {
             return Ok(d.clone());
         }
-        let d = Device::embedded()
-            .map_err(|e| Fail::Error(format!("cannot start the embedded device: {e}")))?;
+        let d = match &self.device {
+            Some(p) => Device::open(p).map_err(|e| Fail::Error(format!("opening {p}: {e}")))?,
+            None => Device::embedded()
+                .map_err(|e| Fail::Error(format!("cannot start the embedded device: {e}")))?,
+        };
         self.embedded = Some(d.clone());
         Ok(d)
     }
@@ -189,6 +204,18 @@ impl Measurements {
             Key::SubmitTask => {
                 let dev = self.mockd_device()?;
                 Ok(Measured::Rate(shim_rows::submit_slow(&dev, w.throughput)?))
+            }
+            Key::DeviceSubmitTask => {
+                let dev = self.embedded()?;
+                Ok(Measured::Rate(shim_rows::submit_slow(&dev, w.throughput)?))
+            }
+            Key::RttAsleep => {
+                let dev = self.embedded()?;
+                let (mut l, rounds, woke) = device_rows::round_trip_asleep(&dev, w.latency)?;
+                let s = l
+                    .summary()
+                    .ok_or_else(|| Fail::Error("no latency samples in the window".into()))?;
+                Ok(Measured::Asleep(s, rounds, woke))
             }
             Key::Procs(n) => {
                 let exe = self.client_exe.clone().ok_or_else(|| {

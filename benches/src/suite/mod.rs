@@ -15,11 +15,13 @@ use crate::hog::{self, Hog};
 use crate::measure::Fail;
 use crate::report::{self, Machine, Outcome, Report, RowSpec};
 
+mod device;
 mod measurements;
 mod options;
 mod table;
 mod values;
 
+pub use device::device_plan;
 pub use measurements::{Backend, Key, Measured, LIGHT_LOAD, STREAMS_BATCH};
 pub use options::{Options, Windows};
 pub use table::{plan, select, Plan};
@@ -56,16 +58,16 @@ impl Suite {
         let opts = self.opts.clone();
         let opts = &opts;
         let machine = Machine::detect();
-        let rows = select(plan(opts.contended), opts.filter.as_deref());
+        let all = match opts.device {
+            Some(_) => device_plan(),
+            None => plan(opts.contended),
+        };
+        let rows = select(all.clone(), opts.filter.as_deref());
         if rows.is_empty() {
             return Err(format!(
                 "--filter {:?} matches no row; rows: {}",
                 opts.filter.as_deref().unwrap_or(""),
-                plan(opts.contended)
-                    .iter()
-                    .map(|r| r.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                all.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
             ));
         }
         let runner = self;

@@ -25,6 +25,9 @@ pub struct Options {
     pub client_exe: Option<PathBuf>,
     /// Print progress lines on stderr.
     pub progress: bool,
+    /// Run the device rows ([`super::device_plan`]) against the device at this path (the
+    /// kernel module's `/dev/davinciN`) instead of the embedded device.
+    pub device: Option<String>,
     /// The embedded device the embedded rows use (each on its own context and streams).
     /// `None`: the run creates one ([`Device::embedded`]) and drops it with the [`Suite`](super::Suite).
     pub embedded: Option<Device>,
