@@ -97,6 +97,10 @@ impl Mockd {
                 "1",
                 "--share-mode",
                 "shared",
+                // The noisy neighbour's 128 MiB fill buffer: more than a quarter of the
+                // default 256 MiB, the shared device's default per-client limit.
+                "--client-memory-limit",
+                "192M",
                 "--exit-with-parent",
             ])
             .stdin(Stdio::null())

@@ -102,7 +102,7 @@ pub mod test_util;
 mod tests;
 
 pub use device_end::{DeviceConsumer, DeviceProducer, SubmitError};
-pub use host_end::{Consumer, Producer};
+pub use host_end::{Consumer, Producer, STREAM_MIN};
 #[cfg(loom)]
 pub use loom_mem::{doorbell_pair, Doorbell, DoorbellWatch, RingRegion, LOOM_MAX_SLOT};
 #[cfg(not(loom))]

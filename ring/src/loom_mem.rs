@@ -105,6 +105,18 @@ impl RingRegion {
     }
 }
 
+impl RingRegion {
+    /// # Safety
+    /// As for `read_slot`.
+    pub(crate) unsafe fn write_slot_streaming<T: Slot>(&self, index: u32, item: &T) -> bool {
+        // SAFETY: as for `write_slot`.
+        unsafe { self.write_slot(index, item) };
+        false
+    }
+
+    pub(crate) fn store_fence(&self) {}
+}
+
 /// The doorbell (loom model): an atomic word; `ring` is a *Relaxed* store.
 ///
 /// The real `ring` is `fence(Release)` + a volatile write, which orders nothing in Rust's

@@ -157,6 +157,61 @@ impl RingRegion {
     }
 }
 
+impl RingRegion {
+    /// Copies `item` into the slot of index `index` (masked) with non-temporal stores, four
+    /// 16-byte ones, when the slot is one whole cache line (`size_of::<T>() == 64`) and the
+    /// CPU has them (x86_64 with SSE2; never in the kernel, whose target has no SSE); otherwise as [`write_slot`](Self::write_slot).
+    /// Returns whether the stores were non-temporal: then [`store_fence`](Self::store_fence)
+    /// must run before the store that publishes the slot, because non-temporal stores are
+    /// not ordered by a Release store (x86: they are weakly ordered, only `sfence` orders
+    /// them).
+    ///
+    /// Why: a plain store to a slot must first take its line back from the device's cache,
+    /// where it stayed when the device read the slot one ring ago (a read for ownership, a
+    /// cross-core round trip per descriptor); a non-temporal store writes the whole line
+    /// without reading it. For batches: a lone descriptor is read by the device at once,
+    /// from cache, faster than from memory.
+    ///
+    /// # Safety
+    /// As for [`read_slot`](Self::read_slot).
+    #[inline(always)]
+    pub(crate) unsafe fn write_slot_streaming<T: Slot>(&self, index: u32, item: &T) -> bool {
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        if size_of::<T>() == 64 {
+            use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            // SAFETY: the caller's contract is `slot_ptr`'s.
+            let dst = unsafe { self.slot_ptr::<T>(index) }.cast::<__m128i>();
+            let src = ptr::from_ref(item).cast::<__m128i>();
+            for k in 0..4 {
+                // SAFETY: 16-byte part `k` of `item` (64 bytes, every byte initialised:
+                // `T: Slot` has no padding; `loadu` needs no alignment) and of the slot: in
+                // bounds (`slot_ptr`) and 16-byte aligned (base 64-aligned + 192 + a multiple
+                // of 64, as `_mm_stream_si128` requires); the memory is writable (contract of
+                // `new`). SSE2 is enabled for this target (cfg above). The protocol (acquire
+                // of the peer's head) orders the write after the peer's last read of the slot;
+                // the caller fences before publishing it.
+                unsafe { _mm_stream_si128(dst.add(k), _mm_loadu_si128(src.add(k))) };
+            }
+            return true;
+        }
+        // SAFETY: the caller's contract is `write_slot`'s.
+        unsafe { self.write_slot(index, item) };
+        false
+    }
+
+    /// Orders earlier non-temporal stores ([`write_slot_streaming`](Self::write_slot_streaming))
+    /// before later stores: `sfence` (nothing where there are no such stores).
+    #[inline(always)]
+    pub(crate) fn store_fence(&self) {
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        // SAFETY: `sfence` has no memory operands and no preconditions; SSE2 (hence SSE) is
+        // enabled for this target (cfg above).
+        unsafe {
+            core::arch::x86_64::_mm_sfence()
+        };
+    }
+}
+
 /// The doorbell register: the one audited MMIO write of the host.
 ///
 /// [`ring`](Self::ring) is `fence(Release)` followed by one volatile 32-bit write.

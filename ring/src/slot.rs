@@ -69,4 +69,11 @@ impl<T: Slot> Typed<T> {
         // SAFETY: as in `read`.
         unsafe { self.region.write_slot::<T>(index, item) }
     }
+
+    /// [`write`](Self::write) with non-temporal stores where there are
+    /// (`RingRegion::write_slot_streaming`); `true` = a store fence is due before publishing.
+    pub(crate) fn write_streaming(&self, index: u32, item: &T) -> bool {
+        // SAFETY: as in `read`.
+        unsafe { self.region.write_slot_streaming::<T>(index, item) }
+    }
 }
