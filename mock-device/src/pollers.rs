@@ -180,8 +180,6 @@ impl Core {
         let mut idle_spins = 0u32;
         let mut streams: Vec<(u32, Arc<StreamMem>)> = Vec::new();
         let mut seen: Vec<Seen> = Vec::new();
-        // Which streams the previous pass found busy (same order as `streams`).
-        let mut was_busy: Vec<bool> = Vec::new();
         let mut generation = u64::MAX;
         loop {
             if self.shutdown.load(Ordering::Acquire) || set.retired.load(Ordering::Acquire) {
@@ -201,7 +199,6 @@ impl Core {
             if g_now != generation {
                 streams = relock(set.streams.lock()).clone();
                 generation = g_now;
-                was_busy.clear();
             }
             seen.clear();
             let mut progress = false;
@@ -224,22 +221,6 @@ impl Core {
                     Run::Blocked { .. } => Seen::Blocked,
                     Run::Failed(_) | Run::Halted | Run::Gone => Seen::Done,
                 });
-            }
-            // A stream that was busy and ran dry while others kept this poller busy: its host
-            // may be waiting for this very core to refill it (a client on the poller's CPU
-            // gets the core only when the poller gives it away, and a busy poller never
-            // sleeps). Give the core away once, so that tenant is not starved by the others'
-            // work (measured: 4 processes on one device, the one sharing the poller's CPU got
-            // a quarter of a fair share). A yield with nobody else runnable returns at once.
-            let ran_dry = progress
-                && seen
-                    .iter()
-                    .zip(&was_busy)
-                    .any(|(s, &busy)| busy && *s == Seen::Idle);
-            was_busy.clear();
-            was_busy.extend(seen.iter().map(|s| *s == Seen::Busy));
-            if ran_dry {
-                std::thread::yield_now();
             }
             if progress {
                 backoff.reset();
