@@ -18,6 +18,7 @@ pub mod shim_rows;
 pub mod spsc;
 pub mod spsc_alt;
 pub mod spsc_ring;
+pub mod spsc_rows;
 pub mod stats;
 pub mod suite;
 pub mod sys;

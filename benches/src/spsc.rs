@@ -32,69 +32,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::measure::{LatencyRun, ThroughputRun, Window};
-pub use crate::spsc_ring::{ring, Consumer, DescHead, Producer, Ring, Stores, Words};
-
-/// Words of a descriptor (64 bytes).
-pub const DESC_WORDS: usize = 8;
-/// Words of a completion (16 bytes).
-pub const COMPLETION_WORDS: usize = 2;
-
-/// Most descriptors the device thread takes per pass (and per index store on each ring).
-pub const DEVICE_BUDGET: usize = 64;
-
-/// The smallest batch of descriptors the own ring writes with non-temporal stores.
-pub const NT_BATCH: usize = 16;
-
-/// How many descriptors ahead the own ring's consumer prefetches (+10 % at batch 64 here).
-pub const PREFETCH_AHEAD: u32 = 8;
-
-/// A descriptor: a NOP with `user_data` in word 1 (the davinci layout: opcode in byte 0,
-/// `user_data` at offset 8). One cache line, aligned to one in every ring that stores it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C, align(64))]
-pub struct Desc(pub [u64; DESC_WORDS]);
-
-/// A completion: `user_data` and the status (0) with the opcode echoed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C, align(16))]
-pub struct Cpl(pub [u64; COMPLETION_WORDS]);
-
-impl Desc {
-    /// The NOP numbered `user_data`.
-    pub fn nop(user_data: u64) -> Desc {
-        let mut d = [0u64; DESC_WORDS];
-        d[1] = user_data;
-        Desc(d)
-    }
-}
-
-/// The producing end of one of the pipeline's rings.
-pub trait Tx<T: Copy> {
-    /// Free slots: at least `want` if there are (the consumer's index is read only when the
-    /// cached copy shows fewer).
-    fn free(&mut self, want: usize) -> usize;
-    /// Writes `n` items, `item(i)` for each `i < n`, and publishes them all at once. The
-    /// caller saw `free(n) >= n`.
-    fn send(&mut self, n: usize, item: impl FnMut(usize) -> T);
-}
-
-/// The consuming end of one of the pipeline's rings.
-pub trait Rx<T: Copy> {
-    /// Items ready (the producer's index is read only when the cached copy shows none).
-    fn available(&mut self) -> usize;
-    /// The next `n` items (the caller saw `available() >= n`), in order; their slots are
-    /// released at once when the iterator is dropped (those it gave out).
-    fn take(&mut self, n: usize) -> impl Iterator<Item = T> + '_;
-    /// Gives up to `max` available items to `f` and releases them; returns how many.
-    fn recv(&mut self, max: usize, mut f: impl FnMut(T)) -> usize {
-        let n = self.available().min(max);
-        if n > 0 {
-            self.take(n).for_each(&mut f);
-        }
-        n
-    }
-}
+pub use crate::spsc_ring::{
+    ring, Consumer, Cpl, Desc, DescHead, Producer, Ring, Rx, Stores, Tx, Words, COMPLETION_WORDS,
+    DESC_WORDS, DEVICE_BUDGET, NT_BATCH, PREFETCH_AHEAD,
+};
 
 /// The device's work on one descriptor: a NOP completes with its `user_data` and status 0
 /// (the opcode in byte 0 echoed).
@@ -136,26 +77,6 @@ fn device_loop<D: Copy + Into<DescHead>>(
                 .map_or_else(Cpl::default, |d| complete(d.into()))
         });
     }
-}
-
-/// Which rings a pipeline runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rings {
-    /// This file's own ring, batches written with non-temporal stores: THE baseline
-    /// (`baseline/two-ring/...`).
-    Own,
-    /// The own ring written with relaxed atomic stores of each word only (what safe Rust
-    /// gives: no wide or non-temporal stores).
-    Plain,
-    /// `rtrb::RingBuffer` (chunks: one index store per batch).
-    Rtrb,
-    /// `crossbeam_queue::ArrayQueue` (a bounded MPMC queue: a stamp per slot, a CAS per item).
-    ArrayQueue,
-}
-
-impl Rings {
-    /// Every kind, THE baseline first.
-    pub const ALL: [Rings; 4] = [Rings::Own, Rings::Plain, Rings::Rtrb, Rings::ArrayQueue];
 }
 
 /// A running pipeline: the host ends and the device thread.
@@ -314,91 +235,6 @@ impl<T: Tx<Desc>, R: Rx<Cpl>> Drop for Pipeline<T, R> {
     }
 }
 
-/// The depth of the streaming rows' rings: ours's (`shim_rows::stream_options`), 4096.
-pub const STREAM_DEPTH: u32 = 4096;
-
-/// Streaming throughput on `rings`: `batch` descriptors per publish, the host submitting
-/// whenever the command ring has room and reaping in between (pipelined), over `window`.
-///
-/// # Errors
-/// A completion out of order or missing, or the thread cannot be spawned.
-pub fn throughput(rings: Rings, batch: u32, window: Window) -> Result<ThroughputRun, String> {
-    match rings {
-        Rings::Own => stream(
-            OwnPipeline::start(STREAM_DEPTH, Stores::WideNt)?,
-            batch,
-            window,
-        ),
-        Rings::Plain => stream(
-            OwnPipeline::start(STREAM_DEPTH, Stores::Words)?,
-            batch,
-            window,
-        ),
-        Rings::Rtrb => stream(crate::spsc_alt::rtrb(STREAM_DEPTH)?, batch, window),
-        Rings::ArrayQueue => stream(crate::spsc_alt::array_queue(STREAM_DEPTH)?, batch, window),
-    }
-}
-
-/// Round trip on `rings` with one descriptor in flight: push, publish, spin until its
-/// completion.
-///
-/// # Errors
-/// A completion out of order or missing, or the thread cannot be spawned.
-pub fn round_trip(rings: Rings, window: Window) -> Result<LatencyRun, String> {
-    // The depth of ours's round-trip row (`shim_rows::latency_options`).
-    const DEPTH: u32 = 1024;
-    match rings {
-        Rings::Own => trips(OwnPipeline::start(DEPTH, Stores::WideNt)?, window),
-        Rings::Plain => trips(OwnPipeline::start(DEPTH, Stores::Words)?, window),
-        Rings::Rtrb => trips(crate::spsc_alt::rtrb(DEPTH)?, window),
-        Rings::ArrayQueue => trips(crate::spsc_alt::array_queue(DEPTH)?, window),
-    }
-}
-
-fn stream<T: Tx<Desc>, R: Rx<Cpl>>(
-    mut p: Pipeline<T, R>,
-    batch: u32,
-    window: Window,
-) -> Result<ThroughputRun, String> {
-    let mut w = window.start();
-    loop {
-        p.try_submit(batch);
-        p.reap()?;
-        if w.tick(p.completed()) {
-            break;
-        }
-    }
-    let run = w.finish(p.completed());
-    p.drain(Duration::from_secs(10))?;
-    p.stop()?;
-    Ok(run)
-}
-
-fn trips<T: Tx<Desc>, R: Rx<Cpl>>(
-    mut p: Pipeline<T, R>,
-    window: Window,
-) -> Result<LatencyRun, String> {
-    let mut lat = LatencyRun::new(window);
-    loop {
-        let t0 = Instant::now();
-        p.try_submit(1);
-        let mut spins = 0u32;
-        while p.reap()? == 0 {
-            spins = spins.wrapping_add(1);
-            // No spin-loop hint: a `pause` here cost 15 % of the round trip (it is slow on this
-            // VM, and the reply is due within a microsecond).
-            if spins.is_multiple_of(1 << 20) && t0.elapsed() > Duration::from_secs(10) {
-                return Err("two-ring baseline: no completion within 10 s".into());
-            }
-        }
-        if lat.record(t0) {
-            break;
-        }
-    }
-    p.stop()?;
-    Ok(lat)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,60 +328,5 @@ mod tests {
         }
         assert_eq!(seen, next);
         assert!(next > 300);
-    }
-
-    #[test]
-    fn pipeline_delivers_every_item_in_order_across_threads() {
-        for rings in Rings::ALL {
-            let t0 = Instant::now();
-            let total = 200_000u64;
-            let check = |submitted: u64| {
-                assert!(t0.elapsed() < Duration::from_secs(60), "{rings:?} stalled");
-                // Batches of 7 and of NT_BATCH and more (the two ways the host writes).
-                let batch = if submitted.is_multiple_of(3) { 7 } else { 20 };
-                (submitted < total).then(|| ((total - submitted) as u32).min(batch))
-            };
-            match rings {
-                Rings::Own => run_all(
-                    OwnPipeline::start(64, Stores::WideNt).unwrap(),
-                    total,
-                    check,
-                ),
-                Rings::Plain => {
-                    run_all(OwnPipeline::start(64, Stores::Words).unwrap(), total, check)
-                }
-                Rings::Rtrb => run_all(crate::spsc_alt::rtrb(64).unwrap(), total, check),
-                Rings::ArrayQueue => {
-                    run_all(crate::spsc_alt::array_queue(64).unwrap(), total, check)
-                }
-            }
-        }
-    }
-
-    fn run_all<T: Tx<Desc>, R: Rx<Cpl>>(
-        mut p: Pipeline<T, R>,
-        total: u64,
-        check: impl Fn(u64) -> Option<u32>,
-    ) {
-        while p.completed() < total {
-            if let Some(batch) = check(p.submitted()) {
-                p.try_submit(batch);
-            }
-            p.reap().unwrap();
-        }
-        assert_eq!(p.submitted(), total);
-        assert_eq!(p.completed(), total);
-        p.stop().unwrap();
-    }
-
-    #[test]
-    fn throughput_and_round_trip_run() {
-        let w = Window::new(Duration::from_millis(30), Duration::from_millis(5));
-        for rings in Rings::ALL {
-            let t = throughput(rings, 64, w).unwrap();
-            assert!(t.tasks > 0, "{rings:?}");
-            let l = round_trip(rings, w).unwrap();
-            assert!(l.samples.len() > 10, "{rings:?}");
-        }
     }
 }

@@ -9,8 +9,68 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::spsc::{Cpl, Desc, Rx, Tx, COMPLETION_WORDS, DESC_WORDS, NT_BATCH, PREFETCH_AHEAD};
 use crate::wide::{self, Line, LINE_WORDS};
+
+/// Words of a descriptor (64 bytes).
+pub const DESC_WORDS: usize = 8;
+/// Words of a completion (16 bytes).
+pub const COMPLETION_WORDS: usize = 2;
+
+/// Most descriptors the device thread takes per pass (and per index store on each ring).
+pub const DEVICE_BUDGET: usize = 64;
+
+/// The smallest batch of descriptors the own ring writes with non-temporal stores.
+pub const NT_BATCH: usize = 16;
+
+/// How many descriptors ahead the own ring's consumer prefetches (+10 % at batch 64 here).
+pub const PREFETCH_AHEAD: u32 = 8;
+
+/// A descriptor: a NOP with `user_data` in word 1 (the davinci layout: opcode in byte 0,
+/// `user_data` at offset 8). One cache line, aligned to one in every ring that stores it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct Desc(pub [u64; DESC_WORDS]);
+
+/// A completion: `user_data` and the status (0) with the opcode echoed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(16))]
+pub struct Cpl(pub [u64; COMPLETION_WORDS]);
+
+impl Desc {
+    /// The NOP numbered `user_data`.
+    pub fn nop(user_data: u64) -> Desc {
+        let mut d = [0u64; DESC_WORDS];
+        d[1] = user_data;
+        Desc(d)
+    }
+}
+
+/// The producing end of one of the pipeline's rings.
+pub trait Tx<T: Copy> {
+    /// Free slots: at least `want` if there are (the consumer's index is read only when the
+    /// cached copy shows fewer).
+    fn free(&mut self, want: usize) -> usize;
+    /// Writes `n` items, `item(i)` for each `i < n`, and publishes them all at once. The
+    /// caller saw `free(n) >= n`.
+    fn send(&mut self, n: usize, item: impl FnMut(usize) -> T);
+}
+
+/// The consuming end of one of the pipeline's rings.
+pub trait Rx<T: Copy> {
+    /// Items ready (the producer's index is read only when the cached copy shows none).
+    fn available(&mut self) -> usize;
+    /// The next `n` items (the caller saw `available() >= n`), in order; their slots are
+    /// released at once when the iterator is dropped (those it gave out).
+    fn take(&mut self, n: usize) -> impl Iterator<Item = T> + '_;
+    /// Gives up to `max` available items to `f` and releases them; returns how many.
+    fn recv(&mut self, max: usize, mut f: impl FnMut(T)) -> usize {
+        let n = self.available().min(max);
+        if n > 0 {
+            self.take(n).for_each(&mut f);
+        }
+        n
+    }
+}
 
 /// One ring of `entries` slots of `W` 64-bit words (`W` divides 8: a slot never straddles
 /// two cache lines).

@@ -20,8 +20,6 @@
 use std::sync::{Arc, Mutex};
 
 use crate::memfd::{Sealed, SharedRegion};
-use crate::state::relock;
-use crate::stream_mem::StreamMem;
 
 /// Memfds kept ready per size.
 pub(crate) const PER_SIZE: usize = 2;
@@ -40,8 +38,9 @@ pub(crate) const MAX_RELEASED: usize = 64;
 pub(crate) enum Released {
     /// A freed allocation's memfd.
     Region(SharedRegion),
-    /// A destroyed stream's memory (a poller may still hold it for its next pass).
-    Stream(Arc<StreamMem>),
+    /// A destroyed stream's memory (a poller may still hold it for its next
+    /// pass). Any type: this pool only drops it, and knows nothing of streams.
+    Stream(Arc<dyn std::any::Any + Send + Sync>),
 }
 
 #[derive(Debug, Default)]
@@ -60,16 +59,24 @@ struct Inner {
 pub(crate) struct RegionPool(Mutex<Inner>);
 
 impl RegionPool {
+    /// The pool's lock (a poisoned one carries on: its state stays consistent between calls,
+    /// as for the device's own locks).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// From now on the host calls [`tidy`](Self::tidy) after each reply.
     pub(crate) fn enable(&self) {
-        relock(self.0.lock()).tidied = true;
+        self.lock().tidied = true;
     }
 
     /// A fresh, sealed, mapped memfd of `len` bytes: one made ahead of time if the pool has
     /// one of that size, else a new one named `name`.
     pub(crate) fn take(&self, name: &str, len: usize) -> std::io::Result<SharedRegion> {
         let ready = {
-            let mut g = relock(self.0.lock());
+            let mut g = self.lock();
             if g.tidied && len <= MAX_POOLED_LEN {
                 g.wanted.retain(|&l| l != len);
                 g.wanted.push(len);
@@ -87,7 +94,7 @@ impl RegionPool {
 
     /// Lets go of released memory: after the next `tidy`, or now.
     pub(crate) fn release(&self, r: Released) {
-        let mut g = relock(self.0.lock());
+        let mut g = self.lock();
         if g.tidied && g.released.len() < MAX_RELEASED {
             g.released.push(r);
             return;
@@ -100,7 +107,7 @@ impl RegionPool {
     /// pool lacks (none while `idle`: the device has no client, and the pool is emptied).
     pub(crate) fn tidy(&self, idle: bool) {
         let (released, drained) = {
-            let mut g = relock(self.0.lock());
+            let mut g = self.lock();
             if idle {
                 g.wanted.clear();
             }
@@ -115,7 +122,7 @@ impl RegionPool {
         drop(drained);
         {
             let need = {
-                let g = relock(self.0.lock());
+                let g = self.lock();
                 if g.ready.len() >= MAX_READY {
                     None
                 } else {
@@ -130,7 +137,7 @@ impl RegionPool {
             let Ok(s) = Sealed::new("davinci-memory", len) else {
                 return;
             };
-            let mut g = relock(self.0.lock());
+            let mut g = self.lock();
             if g.ready.len() < MAX_READY {
                 g.ready.push(s);
             }
@@ -140,17 +147,13 @@ impl RegionPool {
     /// Memfds ready now (tests).
     #[cfg(test)]
     pub(crate) fn ready(&self) -> Vec<usize> {
-        relock(self.0.lock())
-            .ready
-            .iter()
-            .map(Sealed::len)
-            .collect()
+        self.lock().ready.iter().map(Sealed::len).collect()
     }
 
     /// Released memory waiting (tests).
     #[cfg(test)]
     pub(crate) fn released(&self) -> usize {
-        relock(self.0.lock()).released.len()
+        self.lock().released.len()
     }
 }
 

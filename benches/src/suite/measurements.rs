@@ -14,9 +14,9 @@ use crate::mockd::{self, Mockd};
 use crate::neighbour::Neighbour;
 use crate::procs::{self, ProcsRun};
 use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
-use crate::spsc::Rings;
+use crate::spsc_rows::Rings;
 use crate::stats::Summary;
-use crate::{device_rows, spsc, sys};
+use crate::{device_rows, spsc_rows, sys};
 
 /// Batch of the multi-stream and multi-process rows.
 pub const STREAMS_BATCH: usize = 64;
@@ -154,8 +154,8 @@ impl Measurements {
                 .ok_or_else(|| Fail::Error("no latency samples in the window".into()))
         };
         match key {
-            Key::TwoRing(r, b) => Ok(Measured::Rate(spsc::throughput(r, b, w.throughput)?)),
-            Key::TwoRingRtt(r) => lat(spsc::round_trip(r, w.latency)?),
+            Key::TwoRing(r, b) => Ok(Measured::Rate(spsc_rows::throughput(r, b, w.throughput)?)),
+            Key::TwoRingRtt(r) => lat(spsc_rows::round_trip(r, w.latency)?),
             Key::Uring(b) => Ok(Measured::Rate(sys::io_uring_nop(b, w.throughput)?)),
             Key::IoctlFloor => Ok(Measured::Rate(sys::empty_ioctl(w.throughput)?)),
             Key::Stream { streams, batch } => {

@@ -7,7 +7,7 @@ use super::measurements::{Backend, Key, STREAMS_BATCH};
 use super::values::{doorbells, min_share, ns_per_call, p50, p99, rate, Extract};
 use crate::report::Target;
 use crate::shim_rows::ControlOp;
-use crate::spsc::Rings;
+use crate::spsc_rows::Rings;
 
 /// One row: its name, unit, measurement, how its value is read from it, what it is compared
 /// with and its target.
