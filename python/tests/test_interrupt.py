@@ -14,8 +14,11 @@ import pytest
 from conftest import Mockd
 
 CHILD = r"""
-import sys, davinci
+import signal, sys, davinci
 from davinci import task
+# A shell that starts jobs in the background without job control (CI runners) leaves SIGINT
+# ignored, and Python then installs no handler: restore Ctrl-C's, as an interactive run has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 spec, wait = sys.argv[1], sys.argv[2]
 dev = davinci.Device(spec)
 ctx = dev.create_context()
