@@ -23,7 +23,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["davinci-uapi", "davinci-units"],
     &["davinci-ring", "davinci-shm", "davinci-mockd-proto"],
     &["davinci-driver-core"],
-    &["davinci-mock-device"],
+    &["davinci-mock-device", "davinci-ivshmem"],
     &["davinci-mockd", "davinci-shim", "davinci-preload"],
     &[
         "davinci-ops",
@@ -48,6 +48,7 @@ pub const DEVICE_SIDE: &[&str] = &[
     "davinci-mockd-proto",
     "davinci-driver-core",
     "davinci-mock-device",
+    "davinci-ivshmem",
     "davinci-mockd",
 ];
 
