@@ -3,7 +3,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use davinci_shm::SharedMapping;
 use nix::errno::Errno;
@@ -185,23 +185,17 @@ impl Server {
     /// client's connection is closed); [`Error::Sys`] when a call fails (a client whose
     /// opening could not be sent is dropped).
     pub fn accept_peer(&mut self, timeout: Duration) -> Result<PeerId> {
+        let deadline = Instant::now() + timeout;
         let stream = loop {
             match self.listener.accept() {
                 Ok((s, _)) => break s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let ready = wait_readable(self.listener.as_fd(), timeout)
+                    // (Also when a connection that made the socket readable went again.)
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let ready = wait_readable(self.listener.as_fd(), left)
                         .map_err(|e| Error::sys("poll on the listening socket", e))?;
                     if !ready {
                         return Err(Error::Timeout("a peer to connect"));
-                    }
-                    // The connection may have gone again before accept: poll once more
-                    // only if time is left (no deadline arithmetic: one retry).
-                    match self.listener.accept() {
-                        Ok((s, _)) => break s,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            return Err(Error::Timeout("a peer to connect"))
-                        }
-                        Err(e) => return Err(Error::sys("accept", io_errno(&e))),
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -315,3 +315,34 @@ fn server_gone_disconnects_the_peer_and_removes_the_socket() {
     assert!(!path.exists());
     assert!(matches!(p.next_notice(LONG), Err(Error::Disconnected)));
 }
+
+#[test]
+fn a_peer_that_never_reads_is_removed_when_full_and_never_blocks_the_server() {
+    let vectors = MAX_VECTORS;
+    let mut s = server("stuck", vectors);
+    let path = s.path().to_path_buf();
+    let stuck = std::thread::spawn(move || UnixStream::connect(&path).unwrap());
+    let ids = s.accept_peer(LONG).unwrap();
+    let _stuck = stuck.join().unwrap(); // kept open, never read
+                                        // Each peer that comes and goes sends the stuck one `vectors` messages with descriptors
+                                        // and one without; its socket buffer fills within a bounded number of rounds.
+    for round in 0..1000 {
+        let (p, id) = connect(&mut s, vectors);
+        drop(p);
+        let mut gone = Vec::new();
+        while !gone.iter().any(|(g, _)| *g == id) {
+            let act = s.wait(LONG).unwrap();
+            assert!(
+                !act.gone.is_empty(),
+                "round {round}: nothing left within {LONG:?}"
+            );
+            gone.extend(act.gone);
+        }
+        if let Some((_, why)) = gone.iter().find(|(g, _)| *g == ids) {
+            assert!(matches!(why, Gone::SendFailed(_)), "{why:?}");
+            assert!(s.peers().is_empty());
+            return;
+        }
+    }
+    panic!("the stuck peer was never removed");
+}
