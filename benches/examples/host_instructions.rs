@@ -5,7 +5,11 @@
 //! waiting for the device, not work per task. The same run counts the device's side too:
 //! the poller's `run_stream` calls, which take, check and complete these tasks.
 //!
-//! `cargo run --release -p davinci-benches --example host_instructions [BATCHES]`
+//! `host_instructions idle` submits nothing: the same device and stream, left alone for
+//! 300 ms, so every pass of the poller finds nothing; the script divides its `run_stream`
+//! instructions by its passes for the cost of one idle pass.
+//!
+//! `cargo run --release -p davinci-benches --example host_instructions [BATCHES | idle]`
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -33,11 +37,26 @@ fn host_reap(s: &mut Stream, next: &mut u64, bad: &mut u64) -> usize {
 }
 
 fn main() -> ExitCode {
-    let batches: u64 = match std::env::args().nth(1).map(|a| a.parse()) {
+    let arg = std::env::args().nth(1);
+    if arg.as_deref() == Some("idle") {
+        return match idle() {
+            Ok(()) => {
+                println!("0 NOP tasks: the stream was left idle for {IDLE:?}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("host_instructions idle: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let batches: u64 = match arg.map(|a| a.parse()) {
         None => 2000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: host_instructions [BATCHES (a positive integer, default 2000)]");
+            eprintln!(
+                "usage: host_instructions [BATCHES (a positive integer, default 2000) | idle]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -51,6 +70,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// How long `idle` leaves the stream alone.
+const IDLE: Duration = Duration::from_millis(300);
+
+/// The device and stream of `run`, with nothing submitted: the poller's passes over the
+/// stream all find nothing (it spins, then sleeps and looks again at each timeout).
+fn idle() -> Result<(), String> {
+    let dev = Device::embedded().map_err(|e| e.to_string())?;
+    let ctx = dev.create_context().map_err(|e| e.to_string())?;
+    let s = ctx
+        .create_stream_with(StreamOptions::depths(256, 512))
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(IDLE);
+    drop(s);
+    Ok(())
 }
 
 fn run(batches: u64) -> Result<u64, String> {

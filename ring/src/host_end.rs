@@ -149,26 +149,34 @@ impl<T: Slot> Producer<T> {
     /// Pushes as many of `items` as fit (re-reading the head if the cached space is too small),
     /// in order; returns how many. Not published.
     pub fn push_slice(&mut self, items: &[T]) -> usize {
+        self.push_with(items, |t| t)
+    }
+
+    /// [`push_slice`](Self::push_slice) of the `T` that `slot` finds in each of `items` (a
+    /// descriptor inside a larger value): copied from there into its slot, with no copy in
+    /// between.
+    #[inline]
+    pub fn push_with<S>(&mut self, items: &[S], slot: impl Fn(&S) -> &T) -> usize {
         let mut free = self.cached_free();
         if (free as usize) < items.len() {
             free = self.refresh_free();
         }
-        let n = items.len().min(free as usize);
-        if n >= STREAM_MIN {
+        let items = &items[..items.len().min(free as usize)];
+        let mut tail = self.tail;
+        if items.len() >= STREAM_MIN {
             // A batch: whole-line non-temporal stores where the CPU has them (the device reads
             // these lines later, from memory, instead of each store first taking its line back
             // from the device's cache); fenced in `publish`.
-            for item in items.iter().take(n) {
-                self.fence_due |= self.ring.write_streaming(self.tail, item);
-                self.tail = self.tail.wrapping_add(1);
+            self.fence_due |= self.ring.write_run_streaming(tail, items, slot);
+            tail = tail.wrapping_add(items.len() as u32);
+        } else {
+            for item in items {
+                self.ring.write(tail, slot(item));
+                tail = tail.wrapping_add(1);
             }
-            return n;
         }
-        for item in items.iter().take(n) {
-            self.ring.write(self.tail, item);
-            self.tail = self.tail.wrapping_add(1);
-        }
-        n
+        self.tail = tail;
+        items.len()
     }
 
     /// Entries pushed but not yet published.

@@ -108,9 +108,16 @@ impl RingRegion {
 impl RingRegion {
     /// # Safety
     /// As for `read_slot`.
-    pub(crate) unsafe fn write_slot_streaming<T: Slot>(&self, index: u32, item: &T) -> bool {
-        // SAFETY: as for `write_slot`.
-        unsafe { self.write_slot(index, item) };
+    pub(crate) unsafe fn write_run_streaming<S, T: Slot>(
+        &self,
+        index: u32,
+        items: &[S],
+        slot: impl Fn(&S) -> &T,
+    ) -> bool {
+        for (k, item) in items.iter().enumerate() {
+            // SAFETY: as for `write_slot`.
+            unsafe { self.write_slot(index.wrapping_add(k as u32), slot(item)) };
+        }
         false
     }
 

@@ -158,13 +158,15 @@ impl RingRegion {
 }
 
 impl RingRegion {
-    /// Copies `item` into the slot of index `index` (masked) with non-temporal stores, four
-    /// 16-byte ones, when the slot is one whole cache line (`size_of::<T>() == 64`) and the
-    /// CPU has them (x86_64 with SSE2; never in the kernel, whose target has no SSE); otherwise as [`write_slot`](Self::write_slot).
-    /// Returns whether the stores were non-temporal: then [`store_fence`](Self::store_fence)
-    /// must run before the store that publishes the slot, because non-temporal stores are
-    /// not ordered by a Release store (x86: they are weakly ordered, only `sfence` orders
-    /// them).
+    /// Copies the `T` that `slot` finds in each of `items` into the slots of indices `index`,
+    /// `index + 1`, ... (masked; the slot address computed once, then stepped: a batch's
+    /// descriptors cost their copy and little more) with non-temporal stores, four 16-byte
+    /// ones per slot, when a slot is one whole cache line (`size_of::<T>() == 64`) and the CPU
+    /// has them (x86_64 with SSE2; never in the kernel, whose target has no SSE); otherwise
+    /// as [`write_slot`](Self::write_slot). Returns whether the stores were non-temporal: then
+    /// [`store_fence`](Self::store_fence) must run before the store that publishes the slots,
+    /// because non-temporal stores are not ordered by a Release store (x86: they are weakly
+    /// ordered, only `sfence` orders them).
     ///
     /// Why: a plain store to a slot must first take its line back from the device's cache,
     /// where it stayed when the device read the slot one ring ago (a read for ownership, a
@@ -173,33 +175,52 @@ impl RingRegion {
     /// from cache, faster than from memory.
     ///
     /// # Safety
-    /// As for [`read_slot`](Self::read_slot).
+    /// As for [`read_slot`](Self::read_slot), and the run does not wrap:
+    /// `(index & mask) as usize + items.len() <= entries`.
     #[inline(always)]
-    pub(crate) unsafe fn write_slot_streaming<T: Slot>(&self, index: u32, item: &T) -> bool {
+    pub(crate) unsafe fn write_run_streaming<S, T: Slot>(
+        &self,
+        index: u32,
+        items: &[S],
+        slot: impl Fn(&S) -> &T,
+    ) -> bool {
+        debug_assert!(
+            (index & self.geom.mask) as usize + items.len() <= self.geom.entries as usize
+        );
         #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
         if size_of::<T>() == 64 {
             use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
             // SAFETY: the caller's contract is `slot_ptr`'s.
-            let dst = unsafe { self.slot_ptr::<T>(index) }.cast::<__m128i>();
-            let src = ptr::from_ref(item).cast::<__m128i>();
-            for k in 0..4 {
-                // SAFETY: 16-byte part `k` of `item` (64 bytes, every byte initialised:
-                // `T: Slot` has no padding; `loadu` needs no alignment) and of the slot: in
-                // bounds (`slot_ptr`) and 16-byte aligned (base 64-aligned + 192 + a multiple
-                // of 64, as `_mm_stream_si128` requires); the memory is writable (contract of
-                // `new`). SSE2 is enabled for this target (cfg above). The protocol (acquire
-                // of the peer's head) orders the write after the peer's last read of the slot;
-                // the caller fences before publishing it.
-                unsafe { _mm_stream_si128(dst.add(k), _mm_loadu_si128(src.add(k))) };
+            let mut dst = unsafe { self.slot_ptr::<T>(index) };
+            for item in items {
+                let (to, from) = (
+                    dst.cast::<__m128i>(),
+                    ptr::from_ref(slot(item)).cast::<__m128i>(),
+                );
+                for k in 0..4 {
+                    // SAFETY: `dst` is the slot of index
+                    // `index + j` for the `j`-th item, in bounds because the run does not
+                    // wrap (caller: `(index & mask) + items.len() <= entries`, and the slots
+                    // of `0..entries` lie in the mapping, `Geometry::new`), 16-byte aligned
+                    // (base 64-aligned + 192 + a multiple of 64); part `k` of the item is
+                    // initialised (`T: Slot`, no padding; `loadu` needs no alignment).
+                    unsafe { _mm_stream_si128(to.add(k), _mm_loadu_si128(from.add(k))) };
+                }
+                // SAFETY: one slot further: at most one past the run's last slot, which is
+                // at most the end of the slots (in bounds or one past the mapping's slots;
+                // never dereferenced past the run).
+                dst = unsafe { dst.add(1) };
             }
             return true;
         }
-        // SAFETY: the caller's contract is `write_slot`'s.
-        unsafe { self.write_slot(index, item) };
+        for (k, item) in items.iter().enumerate() {
+            // SAFETY: the caller's contract is `write_slot`'s (each index masked).
+            unsafe { self.write_slot(index.wrapping_add(k as u32), slot(item)) };
+        }
         false
     }
 
-    /// Orders earlier non-temporal stores ([`write_slot_streaming`](Self::write_slot_streaming))
+    /// Orders earlier non-temporal stores ([`write_run_streaming`](Self::write_run_streaming))
     /// before later stores: `sfence` (nothing where there are no such stores).
     #[inline(always)]
     pub(crate) fn store_fence(&self) {

@@ -71,9 +71,31 @@ impl<T: Slot> Typed<T> {
     }
 
     /// [`write`](Self::write) with non-temporal stores where there are
-    /// (`RingRegion::write_slot_streaming`); `true` = a store fence is due before publishing.
-    pub(crate) fn write_streaming(&self, index: u32, item: &T) -> bool {
-        // SAFETY: as in `read`.
-        unsafe { self.region.write_slot_streaming::<T>(index, item) }
+    /// (`RingRegion::write_run_streaming`), of the `T` that `slot` finds in each of `items`,
+    /// into the slots from free-running index `index` on (wrapping at the ring's end); `true` = a store fence is due before publishing. `items` must not be longer than
+    /// the ring (only the last `entries` of a longer run would survive; callers push at most
+    /// the free slots).
+    #[inline(always)]
+    pub(crate) fn write_run_streaming<S>(
+        &self,
+        index: u32,
+        items: &[S],
+        slot: impl Fn(&S) -> &T,
+    ) -> bool {
+        let g = self.region.geometry();
+        let items = &items[..items.len().min(g.entries as usize)];
+        // Up to the ring's end, then from its start.
+        let first = (g.entries - (index & g.mask)) as usize;
+        let (a, b) = items.split_at(first.min(items.len()));
+        // SAFETY: as in `read`, and neither run wraps: `a` starts at `index & mask` and holds
+        // at most `entries - (index & mask)` items; `b` starts at slot 0 (its index is
+        // `index + a.len()`, a multiple of `entries` when `b` is non-empty) and holds at most
+        // `entries - a.len() <= entries` items.
+        unsafe {
+            let streamed = self.region.write_run_streaming(index, a, &slot);
+            self.region
+                .write_run_streaming(index.wrapping_add(a.len() as u32), b, &slot)
+                | streamed
+        }
     }
 }

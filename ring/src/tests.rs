@@ -679,3 +679,38 @@ fn batches_written_with_streaming_stores_arrive_whole_across_the_wrap() {
         assert_eq!(next, sent);
     }
 }
+
+#[test]
+fn push_with_copies_each_items_descriptor_across_the_wrap_and_stops_when_full() {
+    // `push_with` takes the descriptor out of a larger value (a runtime's task): each one
+    // lands whole in its slot, in order, through the ring's wrap, the batch path and the
+    // plain one; a batch larger than the free space is pushed in part.
+    struct Wrapped {
+        _before: [u64; 3],
+        desc: TaskDesc,
+        _after: u8,
+    }
+    let wrap = |i: u64| Wrapped {
+        _before: [!i; 3],
+        desc: TaskDesc::fill(i, DevAddr(0x1000 + i), 64, i as u32),
+        _after: 0xa5,
+    };
+    let mut buf = cmd_buf(32);
+    let (mut prod, mut cons) = cmd_ring(&mut buf, 32, u32::MAX - 9);
+    let (mut sent, mut next) = (0u64, 0u64);
+    for len in [20usize, 25, 3, 32] {
+        let batch: Vec<Wrapped> = (sent..sent + len as u64).map(wrap).collect();
+        assert_eq!(prod.push_with(&batch, |w| &w.desc), len);
+        sent += len as u64;
+        prod.publish();
+        assert_eq!(drain_cmd(&mut cons, &mut next), len as u32);
+    }
+    assert_eq!(next, sent);
+    // 40 offered, 32 free: the first 32 go, in order; the rest are left to the caller.
+    let batch: Vec<Wrapped> = (sent..sent + 40).map(wrap).collect();
+    assert_eq!(prod.push_with(&batch, |w| &w.desc), 32);
+    assert_eq!(prod.push_with(&batch[32..], |w| &w.desc), 0);
+    prod.publish();
+    assert_eq!(drain_cmd(&mut cons, &mut next), 32);
+    assert_eq!(next, sent + 32);
+}

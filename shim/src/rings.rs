@@ -124,6 +124,13 @@ impl StreamRings {
         self.producer.push_slice(descs)
     }
 
+    /// [`push_slice`](Self::push_slice) of the descriptor `desc` finds in each of `items`,
+    /// copied straight from there into its slot.
+    #[inline]
+    pub(crate) fn push_with<S>(&mut self, items: &[S], desc: impl Fn(&S) -> &TaskDesc) -> usize {
+        self.producer.push_with(items, desc)
+    }
+
     /// Free command slots.
     pub(crate) fn free(&mut self) -> u32 {
         self.producer.free()

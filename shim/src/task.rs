@@ -52,6 +52,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Bound, RangeBounds};
 
 use davinci_uapi::{DevAddr, Dtype, Errno, TaskDesc};
@@ -154,11 +155,56 @@ impl<'a> Region<'a> {
 /// the task has run (see the [module](self) docs). Made by the builders of this module
 /// ([`fill`], [`copy`], [`add`], [`nop`]) and submitted with
 /// [`Stream::submit`](crate::Stream::submit). Cloning one clones the leases (cheap: reference
-/// counts). `Send + Sync`.
+/// counts). `Send + Sync`. A task that names no memory (NOP, events) holds nothing: building,
+/// moving and dropping it is the descriptor's copy and nothing else.
 #[derive(Clone)]
 pub struct Task {
     desc: TaskDesc,
-    leases: [Option<Lease>; 3],
+    /// Dropped by `Task`'s `Drop` (never leaked).
+    leases: ManuallyDrop<Option<Leases>>,
+}
+
+/// The leases of a task, one per buffer operand (up to three: ADD). A task that names no
+/// memory has `None` of these: one tag to test, nothing to drop (the drop of the leases
+/// themselves stays out of line).
+#[derive(Clone)]
+pub(crate) enum Leases {
+    One([Lease; 1]),
+    Two([Lease; 2]),
+    Three([Lease; 3]),
+}
+
+impl Leases {
+    /// The leases held, in operand order.
+    pub(crate) fn as_slice(&self) -> &[Lease] {
+        match self {
+            Leases::One(l) => l,
+            Leases::Two(l) => l,
+            Leases::Three(l) => l,
+        }
+    }
+}
+
+/// Dropping a task that holds no lease is one test of the tag, inlined where the task dies
+/// (e.g. a `Vec<Task>` cleared per batch); the leases' own drop, with its reference counts,
+/// is out of line. (`ManuallyDrop` keeps the compiler from adding the leases' drop glue,
+/// too big to inline, after this.)
+impl Drop for Task {
+    #[inline]
+    fn drop(&mut self) {
+        if self.leases.is_some() {
+            release(&mut self.leases);
+        }
+    }
+}
+
+/// Drops the leases of a task that is being dropped.
+#[inline(never)]
+fn release(leases: &mut ManuallyDrop<Option<Leases>>) {
+    drop(ManuallyDrop::into_inner(std::mem::replace(
+        leases,
+        ManuallyDrop::new(None),
+    )));
 }
 
 impl fmt::Debug for Task {
@@ -168,44 +214,52 @@ impl fmt::Debug for Task {
 }
 
 impl Task {
-    fn new(desc: TaskDesc, leases: [Option<Lease>; 3]) -> Task {
-        Task { desc, leases }
+    fn new(desc: TaskDesc, leases: Option<Leases>) -> Task {
+        Task {
+            desc,
+            leases: ManuallyDrop::new(leases),
+        }
     }
 
     /// A task that names no memory (events, NOP).
+    #[inline]
     pub(crate) fn bare(desc: TaskDesc) -> Task {
-        Task::new(desc, [None, None, None])
+        Task::new(desc, None)
     }
 
     /// The descriptor.
+    #[inline]
     pub fn desc(&self) -> &TaskDesc {
         &self.desc
     }
 
     /// This task with its `user_data` (echoed in its completion) set.
+    #[inline]
     pub fn with_user_data(mut self, user_data: u64) -> Task {
         self.desc.user_data = user_data;
         self
     }
 
     /// Its `user_data`.
+    #[inline]
     pub fn user_data(&self) -> u64 {
         self.desc.user_data
     }
 
     /// The leases it holds (one per buffer operand).
-    pub(crate) fn leases(&self) -> impl Iterator<Item = &Lease> {
-        self.leases.iter().flatten()
+    pub(crate) fn leases(&self) -> &[Lease] {
+        self.leases.as_ref().map_or(&[], Leases::as_slice)
     }
 
     /// Its leases, cloned.
-    pub(crate) fn clone_leases(&self) -> [Option<Lease>; 3] {
-        self.leases.clone()
+    pub(crate) fn clone_leases(&self) -> Option<Leases> {
+        Option::clone(&self.leases)
     }
 
     /// Whether it holds any lease.
+    #[inline]
     pub(crate) fn has_leases(&self) -> bool {
-        self.leases.iter().any(Option::is_some)
+        self.leases.is_some()
     }
 }
 
@@ -239,6 +293,7 @@ impl Task {
 }
 
 /// NOP: does nothing and completes (a marker in a stream, e.g. for its `user_data`).
+#[inline]
 pub fn nop() -> Task {
     Task::bare(TaskDesc::nop(0))
 }
@@ -319,7 +374,7 @@ pub fn fill<'a>(dst: impl Into<Region<'a>>, pattern: u32) -> Result<Task> {
     aligned(OP, "dst", &dst)?;
     Ok(Task::new(
         TaskDesc::fill(0, dst.addr, dst.len as u64, pattern),
-        [Some(dst.lease()), None, None],
+        Some(Leases::One([dst.lease()])),
     ))
 }
 
@@ -334,7 +389,7 @@ pub fn copy<'a>(dst: impl Into<Region<'a>>, src: impl Into<Region<'a>>) -> Resul
     same_len(OP, &dst, "src", &src)?;
     Ok(Task::new(
         TaskDesc::copy(0, dst.addr, src.addr, dst.len as u64),
-        [Some(dst.lease()), Some(src.lease()), None],
+        Some(Leases::Two([dst.lease(), src.lease()])),
     ))
 }
 
@@ -355,7 +410,7 @@ pub fn add<'a, E: Element>(
     let elements = dst.len as u64 / E::DTYPE.size();
     Ok(Task::new(
         TaskDesc::add(0, E::DTYPE, dst.addr, a.addr, b.addr, elements),
-        [Some(dst.lease()), Some(a.lease()), Some(b.lease())],
+        Some(Leases::Three([dst.lease(), a.lease(), b.lease()])),
     ))
 }
 
@@ -390,7 +445,7 @@ mod tests {
             (Opcode::Add as u8, Dtype::F32 as u8, ca, aa, ba, 16, 9),
             "ADD counts elements"
         );
-        assert_eq!(t.leases().count(), 3, "one lease per operand");
+        assert_eq!(t.leases().len(), 3, "one lease per operand");
         let d = *fill(Region::range(&a, 8..24).unwrap(), 7).unwrap().desc();
         assert_eq!((d.dst, d.len, d.imm), (aa + 8, 16, 7), "FILL counts bytes");
         let d = *copy(&b, &a).unwrap().desc();

@@ -16,8 +16,7 @@ use davinci_uapi::Errno;
 use crate::completion::{Completion, TaskId};
 use crate::error::{Error, Result};
 use crate::event_handle::EventHold;
-use crate::memory::Lease;
-use crate::task::Task;
+use crate::task::{Leases, Task};
 
 /// Where a reaped EVENT_RECORD leaves its device timestamp (and status).
 pub(crate) type Stamp = Arc<OnceLock<(u64, i32)>>;
@@ -34,7 +33,7 @@ enum Hook {
 struct Entry {
     seq: u64,
     /// Held, never read: dropping the entry releases them.
-    _leases: [Option<Lease>; 3],
+    _leases: Option<Leases>,
     /// The event an EVENT_RECORD/EVENT_WAIT names. Held, never read: dropping the entry
     /// releases it (and destroys the event's handle if nothing else holds it).
     _event: Option<EventHold>,
@@ -98,7 +97,7 @@ impl Pending {
         if self.entries.back().is_none_or(|e| e.seq != seq) {
             self.entries.push_back(Entry {
                 seq,
-                _leases: [None, None, None],
+                _leases: None,
                 _event: None,
                 hook: None,
             });

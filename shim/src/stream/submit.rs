@@ -15,9 +15,6 @@ use crate::rings::Wake;
 use crate::stats::Stats;
 use crate::task::Task;
 
-/// Descriptors copied into the ring per step of a batch (a stack buffer).
-const STEP: usize = 32;
-
 impl Stream {
     /// Submits one task. Returns its [`TaskId`] once it is in the command ring (not when it
     /// ran). If the ring is full, waits for room (taking completions off the event ring into
@@ -37,37 +34,38 @@ impl Stream {
     /// already submitted stay submitted and the error says how many.
     pub fn submit_batch(&mut self, tasks: &[Task]) -> Result<TaskId> {
         const OP: &str = "Stream::submit";
-        self.check_devices(OP, tasks)?;
-        self.submit_with(
-            OP,
-            tasks.len(),
-            |i| *tasks[i].desc(),
-            |p, i| {
-                p.push(&tasks[i]);
-            },
-        )
+        // One pass over the tags: a batch of tasks that name no memory (NOP, events) has no
+        // device to check and nothing to keep, only a count.
+        let leased = tasks.iter().any(Task::has_leases);
+        if leased {
+            self.check_devices(OP, tasks)?;
+        }
+        self.submit_with(OP, tasks, Task::desc, |p, pushed| {
+            if leased {
+                for t in pushed {
+                    p.push(t);
+                }
+            } else {
+                p.count(pushed.len());
+            }
+        })
     }
 
     /// Submits as many of `tasks` as fit without waiting (in order); returns how many.
     pub fn try_submit_batch(&mut self, tasks: &[Task]) -> Result<usize> {
         const OP: &str = "Stream::try_submit";
         self.check_error(OP)?;
-        self.check_devices(OP, tasks)?;
-        let mut done = 0;
-        let mut buf = [TaskDesc::nop(0); STEP];
-        while done < tasks.len() {
-            let k = (tasks.len() - done).min(STEP);
-            for (slot, t) in buf.iter_mut().zip(&tasks[done..done + k]) {
-                *slot = *t.desc();
-            }
-            let pushed = self.rings.push_slice(&buf[..k]);
-            for t in &tasks[done..done + pushed] {
+        let leased = tasks.iter().any(Task::has_leases);
+        if leased {
+            self.check_devices(OP, tasks)?;
+        }
+        let done = self.rings.push_with(tasks, Task::desc);
+        if leased {
+            for t in &tasks[..done] {
                 self.pending.push(t);
             }
-            done += pushed;
-            if pushed < k {
-                break;
-            }
+        } else {
+            self.pending.count(done);
         }
         self.publish(OP, done)?;
         Ok(done)
@@ -99,10 +97,10 @@ impl Stream {
     pub unsafe fn submit_raw_batch(&mut self, descs: &[TaskDesc]) -> Result<TaskId> {
         self.submit_with(
             "Stream::submit",
-            descs.len(),
-            |i| descs[i],
-            |p, _| {
-                p.count(1);
+            descs,
+            |d| d,
+            |p, pushed| {
+                p.count(pushed.len());
             },
         )
     }
@@ -164,7 +162,11 @@ impl Stream {
     fn check_devices(&self, op: &'static str, tasks: &[Task]) -> Result<()> {
         let ours = &self.ctx.dev.inner;
         for (i, t) in tasks.iter().enumerate() {
-            if let Some(l) = t.leases().find(|l| !Arc::ptr_eq(&l.device().inner, ours)) {
+            if let Some(l) = t
+                .leases()
+                .iter()
+                .find(|l| !Arc::ptr_eq(&l.device().inner, ours))
+            {
                 return Err(Error::new(
                     Errno::EINVAL,
                     op,
@@ -180,37 +182,27 @@ impl Stream {
         Ok(())
     }
 
-    /// Pushes `n` descriptors (`desc(i)`), noting each pushed one with `keep`, publishing per
-    /// ring-full and waiting for room in between.
-    fn submit_with(
+    /// Pushes the descriptors of `items` (`desc` finds each one's) straight into the ring,
+    /// noting each run pushed with `keep`, publishing per ring-full and waiting for room in
+    /// between.
+    fn submit_with<S>(
         &mut self,
         op: &'static str,
-        n: usize,
-        desc: impl Fn(usize) -> TaskDesc,
-        mut keep: impl FnMut(&mut Pending, usize),
+        items: &[S],
+        desc: impl Fn(&S) -> &TaskDesc,
+        mut keep: impl FnMut(&mut Pending, &[S]),
     ) -> Result<TaskId> {
         self.check_error(op)?;
         let first = self.next_task();
+        let n = items.len();
         let mut done = 0;
         let mut until = None;
-        let mut buf = [TaskDesc::nop(0); STEP];
         loop {
-            let before = done;
-            while done < n {
-                let k = (n - done).min(STEP);
-                for (j, slot) in buf[..k].iter_mut().enumerate() {
-                    *slot = desc(done + j);
-                }
-                let pushed = self.rings.push_slice(&buf[..k]);
-                for j in 0..pushed {
-                    keep(&mut self.pending, done + j);
-                }
-                done += pushed;
-                if pushed < k {
-                    break;
-                }
-            }
-            self.publish(op, done - before)?;
+            let rest = &items[done..];
+            let pushed = self.rings.push_with(rest, &desc);
+            keep(&mut self.pending, &rest[..pushed]);
+            done += pushed;
+            self.publish(op, pushed)?;
             if done == n {
                 return Ok(first);
             }
