@@ -3,8 +3,9 @@
 //!
 //! `cargo build --release -p davinci-mockd && cargo run --release -p davinci-benches
 //! --example control_path -- mockd alloc 5` (modes `embedded`/`mockd`, ops
-//! `alloc`/`stream`/`create` (CREATE_STREAM alone, its DESTROY untimed)/`info` (GET_INFO: one
-//! round trip), seconds); run `perf record` on it while it loops.
+//! `alloc`/`stream`/`create` (CREATE_STREAM alone, its DESTROY untimed)/`destroy`
+//! (DESTROY_STREAM alone, its CREATE untimed)/`info` (GET_INFO: one round trip), seconds);
+//! run `perf record` on it while it loops.
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use davinci_shim::Device;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: control_path embedded|mockd alloc|stream|create|info [SECONDS]";
+    let usage = "usage: control_path embedded|mockd alloc|stream|create|destroy|info [SECONDS]";
     let (Some(mode), Some(op)) = (args.first(), args.get(1)) else {
         return Err(usage.into());
     };
@@ -49,6 +50,13 @@ fn main() -> Result<(), String> {
             let s = ctx.create_stream().map_err(|e| e.to_string())?;
             samples.push(t0.elapsed().as_nanos() as u64);
             drop(s);
+            continue;
+        }
+        if op == "destroy" {
+            let s = ctx.create_stream().map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            drop(s);
+            samples.push(t0.elapsed().as_nanos() as u64);
             continue;
         }
         let t0 = Instant::now();

@@ -46,9 +46,10 @@ pub use davinci_driver_core::{
     Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota, Role, UserMem,
     MAX_CLIENT_OPENS,
 };
-pub use mock_device::{MapSource, MockDevice};
+pub use memfd::MemFd;
+pub use mock_device::{MapSource, MockDevice, SharedMapSource};
 pub use platform::MockPlatform;
-/// Most memfds a device keeps made ahead of time ([`MockDevice::tidy_after_replies`]).
+/// Most memfds a device keeps made (and mapped) ahead of time ([`MockDevice::tidy_after_replies`]).
 pub const POOLED_MEMFDS: usize = pool::MAX_READY;
 pub use stream_mem::StreamMem;
 pub use waits::{PendingWait, Started, WaitCheck};

@@ -5,7 +5,8 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 use davinci_shm::{OutOfBounds, SharedMapping};
 use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
@@ -15,7 +16,7 @@ use nix::sys::memfd::{memfd_create, MFdFlags};
 #[derive(Debug)]
 pub(crate) struct SharedRegion {
     map: SharedMapping,
-    file: File,
+    file: MemFd,
 }
 
 /// The seals every shared region carries from before its first descriptor is handed out:
@@ -63,37 +64,42 @@ pub(crate) fn seals(fd: impl AsFd) -> io::Result<SealFlag> {
     Ok(SealFlag::from_bits_retain(raw))
 }
 
-/// A zero-filled memfd of a fixed length, sealed ([`REQUIRED_SEALS`]) but not mapped yet:
-/// what the pool (`crate::pool`) keeps ready. Its descriptor never leaves this crate before it
-/// is a [`SharedRegion`].
-#[derive(Debug)]
-pub(crate) struct Sealed {
-    file: File,
-    len: usize,
+/// A new memfd of `len` bytes named `name`, sealed at that size ([`REQUIRED_SEALS`]).
+///
+/// # Errors
+/// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or are
+/// not all in place afterwards): never an unsealed memfd.
+fn sealed_memfd(name: &str, len: usize) -> io::Result<File> {
+    if len == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "shared region of 0 bytes",
+        ));
+    }
+    let file = File::from(sealable_memfd(name)?);
+    file.set_len(len as u64)?;
+    seal(&file)?;
+    Ok(file)
 }
 
-impl Sealed {
-    /// A new memfd of `len` bytes named `name`, sealed at that size.
+/// A descriptor of a shared region's memfd that stays open while anyone holds it (the region
+/// itself, or a reply on its way out): lent to `sendmsg` or `mmap` without a `dup` of its own.
+#[derive(Debug, Clone)]
+pub struct MemFd(Arc<File>);
+
+impl AsFd for MemFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl MemFd {
+    /// A new descriptor of the same memfd, the caller's own (`F_DUPFD_CLOEXEC`).
     ///
     /// # Errors
-    /// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or
-    /// are not all in place afterwards): never an unsealed memfd.
-    pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
-        if len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "shared region of 0 bytes",
-            ));
-        }
-        let file = File::from(sealable_memfd(name)?);
-        file.set_len(len as u64)?;
-        seal(&file)?;
-        Ok(Self { file, len })
-    }
-
-    /// Its length.
-    pub(crate) fn len(&self) -> usize {
-        self.len
+    /// The `fcntl(2)` error (`EMFILE`).
+    pub fn dup(&self) -> io::Result<OwnedFd> {
+        Ok(OwnedFd::from(self.0.try_clone()?))
     }
 }
 
@@ -114,17 +120,17 @@ impl SharedRegion {
     /// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or
     /// are not all in place afterwards): never an unsealed region.
     pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
-        Self::map_sealed(Sealed::new(name, len)?)
+        let file = sealed_memfd(name, len)?;
+        let map = SharedMapping::map(file.as_fd(), 0, len)?;
+        Ok(Self {
+            map,
+            file: MemFd(Arc::new(file)),
+        })
     }
 
-    /// Maps a sealed memfd made ahead of time ([`Sealed::new`]).
-    ///
-    /// # Errors
-    /// The `mmap(2)` error.
-    pub(crate) fn map_sealed(sealed: Sealed) -> io::Result<Self> {
-        let Sealed { file, len } = sealed;
-        let map = SharedMapping::map(file.as_fd(), 0, len)?;
-        Ok(Self { map, file })
+    /// Its length (the memfd's, all of it mapped).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
     }
 
     /// The mapping (reads, writes, copies, fills, words: `davinci_shm`).
@@ -132,9 +138,15 @@ impl SharedRegion {
         &self.map
     }
 
-    /// A new descriptor of the memfd (for the host's mmap).
+    /// A new descriptor of the memfd (tests).
+    #[cfg(test)]
     pub(crate) fn dup_fd(&self) -> io::Result<OwnedFd> {
-        Ok(OwnedFd::from(self.file.try_clone()?))
+        self.file.dup()
+    }
+
+    /// The memfd's descriptor, shared (for the host's mmap, with no `dup`).
+    pub(crate) fn fd(&self) -> MemFd {
+        self.file.clone()
     }
 
     /// Releases the pages of `[offset, offset + len)`: afterwards they read as zero. Punches
@@ -149,7 +161,7 @@ impl SharedRegion {
             return Err(OutOfBounds);
         };
         let punched = fallocate(
-            &self.file,
+            self.file.as_fd(),
             FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
             o,
             l,
@@ -183,7 +195,7 @@ mod tests {
         let r = SharedRegion::new("test-sealed", 2 * 4096).unwrap();
         for fd in [
             r.dup_fd().unwrap(),
-            OwnedFd::from(r.file.try_clone().unwrap()),
+            OwnedFd::from(r.file.0.try_clone().unwrap()),
         ] {
             assert!(seals(&fd).unwrap().contains(REQUIRED_SEALS));
             for len in [0, 4096, 3 * 4096] {

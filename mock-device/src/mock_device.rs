@@ -15,11 +15,12 @@ use davinci_driver_core::{
     Reply, UserMem,
 };
 use davinci_uapi::{
-    ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_DESTROY_CONTEXT,
-    DRIVER_CMD_DESTROY_STREAM,
+    ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_CREATE_STREAM,
+    DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_STREAM,
 };
 
 use crate::config::{derived_uuid, MockConfig};
+use crate::memfd::MemFd;
 use crate::platform::MockPlatform;
 use crate::pool::RegionPool;
 use crate::state::{Core, Exclusive};
@@ -30,6 +31,17 @@ use crate::stream_mem::StreamPart;
 pub struct MapSource {
     /// The file to map (a memfd).
     pub fd: OwnedFd,
+    /// Offset of the object in that file.
+    pub offset: u64,
+}
+
+/// Where a client maps an mmap cookie, as [`MockDevice::map_shared`] answers: the device's
+/// own descriptor of the memfd (shared, not duplicated: to lend to `sendmsg` or `mmap`, and
+/// drop) and the file offset.
+#[derive(Debug, Clone)]
+pub struct SharedMapSource {
+    /// The file to map (a memfd), open while this is held.
+    pub fd: MemFd,
     /// Offset of the object in that file.
     pub offset: u64,
 }
@@ -71,11 +83,13 @@ impl MockDevice {
         let notified = Arc::new(AtomicU32::new(0));
         let kick = Arc::new(AtomicU32::new(0));
         let pool = Arc::new(RegionPool::default());
+        let kick_pending = Arc::new(AtomicBool::new(false));
         let platform = MockPlatform::new(
             config.memory_size,
             notified.clone(),
             kick.clone(),
             pool.clone(),
+            kick_pending.clone(),
         );
         let mut dev = DeviceCore::new(
             Config {
@@ -111,6 +125,7 @@ impl MockDevice {
             writers: AtomicU32::new(0),
             config,
             pool,
+            kick_pending,
         });
         // The pollers start with the device (a fixed set of threads, not one per stream). One
         // that cannot be started now is started with the first stream (or that fails then).
@@ -154,25 +169,28 @@ impl MockDevice {
             g.close(client);
             g.platform_mut().forget_client(client);
         }
-        core.reap(false);
+        core.reap(false, false);
         self.tidy();
     }
 
     /// From now on the caller calls [`tidy`](Self::tidy) after each reply (the daemon: after
-    /// sending it): ALLOC_MEMORY and CREATE_STREAM then take memfds made ahead of time, and
-    /// unmapping and closing freed memory (emptied before the call returns, as always) waits
-    /// for `tidy`. Without it (the embedded device) every call does all its memfd work itself.
+    /// sending it): ALLOC_MEMORY and CREATE_STREAM then take memfds made (and mapped) ahead
+    /// of time, the pollers are woken for a new or destroyed stream by `tidy`, and unmapping and
+    /// closing freed memory (emptied before the call returns, as always) waits for `tidy`.
+    /// Without it (the embedded device) every call does all this work itself.
     pub fn tidy_after_replies(&self) {
         self.core().pool.enable();
     }
 
     /// Work the last replies left (see [`tidy_after_replies`](Self::tidy_after_replies)):
-    /// unmaps and closes released memory and makes the memfds the pool lacks, with no device
-    /// lock held; empties the pool when the device has no client left. Cheap when there is
-    /// nothing to do.
+    /// wakes the pollers for the streams created or destroyed since, unmaps and closes released memory
+    /// and makes the memfds the pool lacks, with no device lock held; empties the pool when
+    /// the device has no client left. Cheap when there is nothing to do.
     pub fn tidy(&self) {
-        let idle = self.core().shared().client_count() == 0;
-        self.core().pool.tidy(idle);
+        let core = self.core();
+        core.kick_after_reply();
+        let idle = core.shared().client_count() == 0;
+        core.pool.tidy(idle);
     }
 
     /// One ioctl for `client`: `arg` holds the argument bytes (`_IOC_SIZE(request)` of them)
@@ -190,32 +208,43 @@ impl MockDevice {
         if core.shutdown.load(Ordering::Acquire) {
             return Err(Error::new(Errno::ENODEV, "the device has shut down"));
         }
-        match g.ioctl(client, request, arg, user)? {
+        // A stream's creation and destruction wake the pollers after the reply when the host
+        // tidies then (`Core::kick`).
+        let after_reply = matches!(
+            request,
+            DRIVER_CMD_CREATE_STREAM | DRIVER_CMD_DESTROY_STREAM | DRIVER_CMD_DESTROY_CONTEXT
+        ) && core.pool.tidied();
+        g.platform_mut().defer_kicks(after_reply);
+        let r = g.ioctl(client, request, arg, user);
+        g.platform_mut().defer_kicks(false);
+        match r? {
             Reply::Wait(spec) => core.wait(g, client, &spec, arg),
-            other => self.finish(g, client, request, other),
+            other => self.finish(g, client, request, other, after_reply),
         }
     }
 
-    /// What a dispatched ioctl leaves to the host, but a wait (`waits` answers those).
+    /// What a dispatched ioctl leaves to the host, but a wait (`waits` answers those); the
+    /// pollers' kicks wait for `tidy` if `after_reply`.
     pub(crate) fn finish(
         &self,
         mut g: Exclusive<'_>,
         client: u32,
         request: u32,
         reply: Reply,
+        after_reply: bool,
     ) -> Result<(), Error> {
         let core = self.core();
         match reply {
             Reply::Done => {
                 drop(g);
                 if request == DRIVER_CMD_DESTROY_STREAM || request == DRIVER_CMD_DESTROY_CONTEXT {
-                    core.reap(false);
+                    core.reap(false, after_reply);
                 }
                 Ok(())
             }
             // Both callers answer waits themselves, before this.
             Reply::Wait(_) => Err(Error::new(Errno::EIO, "a wait was not answered")),
-            Reply::StreamCreated(stream) => self.start_worker(g, client, stream),
+            Reply::StreamCreated(stream) => self.start_worker(g, client, stream, after_reply),
             Reply::Kick(stream) => {
                 g.platform_mut().kick_stream(stream);
                 Ok(())
@@ -223,12 +252,18 @@ impl MockDevice {
         }
     }
 
-    fn start_worker(&self, mut g: Exclusive<'_>, client: u32, stream: u32) -> Result<(), Error> {
+    fn start_worker(
+        &self,
+        mut g: Exclusive<'_>,
+        client: u32,
+        stream: u32,
+        after_reply: bool,
+    ) -> Result<(), Error> {
         let Some(mem) = g.stream_mem(client, stream).cloned() else {
             return Err(Error::new(Errno::ENOENT, "new stream vanished"));
         };
         g.platform_mut().register_stream(stream, mem.clone());
-        match self.owner.core.serve(&g, client, stream, mem) {
+        match self.owner.core.serve(&g, client, stream, mem, after_reply) {
             Ok(()) => Ok(()),
             Err(_) => {
                 let _ = g.destroy_stream(client, stream);
@@ -246,11 +281,33 @@ impl MockDevice {
     }
 
     /// Resolves an mmap request of `client`: `cookie` must name an object it owns and `len`
-    /// must not exceed the object. Returns a descriptor to map and the offset within it.
+    /// must not exceed the object. Returns a descriptor to map (the caller's own: a `dup` of
+    /// [`map_shared`](Self::map_shared)'s) and the offset within it.
     pub fn map(&self, client: u32, cookie: u64, len: u64) -> Result<MapSource, Error> {
+        let src = self.map_shared(client, cookie, len)?;
+        let fd = src.fd.dup().map_err(|e| {
+            Error::new(
+                Errno::ENOMEM,
+                match e.raw_os_error() {
+                    Some(libc::EMFILE) => {
+                        "could not duplicate the memory's descriptor (EMFILE: too many open files)"
+                    }
+                    _ => "could not duplicate the memory's descriptor",
+                },
+            )
+        })?;
+        Ok(MapSource {
+            fd,
+            offset: src.offset,
+        })
+    }
+
+    /// [`map`](Self::map) without the `dup`: the device's own descriptor of the memfd, kept
+    /// open by the returned value (for a host that only lends it to `sendmsg` or `mmap`).
+    pub fn map_shared(&self, client: u32, cookie: u64, len: u64) -> Result<SharedMapSource, Error> {
         let g = self.core().shared();
         match g.mmap_target(client, cookie, len)? {
-            MmapTarget::Memory { owner, offset, .. } => Ok(MapSource {
+            MmapTarget::Memory { owner, offset, .. } => Ok(SharedMapSource {
                 fd: g.platform().allocation_fd(owner, offset)?,
                 offset: 0,
             }),
@@ -270,12 +327,12 @@ impl MockDevice {
         client: u32,
         stream: u32,
         part: StreamPart,
-    ) -> Result<MapSource, Error> {
+    ) -> Result<SharedMapSource, Error> {
         let Some(mem) = g.stream_mem(client, stream) else {
             return Err(Error::new(Errno::ENOENT, "no such stream for this client"));
         };
-        let (fd, offset) = MockPlatform::stream_fd(mem, part)?;
-        Ok(MapSource { fd, offset })
+        let (fd, offset) = MockPlatform::stream_fd(mem, part);
+        Ok(SharedMapSource { fd, offset })
     }
 
     /// GET_INFO, without an open.

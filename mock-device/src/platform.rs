@@ -13,8 +13,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,7 +22,7 @@ use davinci_uapi::Errno;
 
 use davinci_shm::OutOfBounds;
 
-use crate::memfd::SharedRegion;
+use crate::memfd::{MemFd, SharedRegion};
 use crate::pool::{RegionPool, Released};
 use crate::stream_mem::{StreamMem, StreamPart};
 
@@ -81,6 +80,11 @@ pub struct MockPlatform {
     kick: Arc<AtomicU32>,
     /// Pollers asleep (on `kick` and their streams' doorbells).
     sleeping_pollers: AtomicUsize,
+    /// Within a control-path call whose host tidies after the reply (`defer_kicks`): the
+    /// pollers are woken then, through `kick_pending`, not while the call holds the device.
+    defer_kicks: bool,
+    /// Set when a wake of the pollers waits for the reply (`Core::kick_after_reply`).
+    kick_pending: Arc<AtomicBool>,
     epoch: Instant,
 }
 
@@ -110,6 +114,7 @@ impl MockPlatform {
         notified: Arc<AtomicU32>,
         kick: Arc<AtomicU32>,
         pool: Arc<RegionPool>,
+        kick_pending: Arc<AtomicBool>,
     ) -> Self {
         Self {
             memory_size,
@@ -120,18 +125,32 @@ impl MockPlatform {
             notified,
             kick,
             sleeping_pollers: AtomicUsize::new(0),
+            defer_kicks: false,
+            kick_pending,
             epoch: Instant::now(),
         }
     }
 
-    /// Bumps the pollers' wake word, and wakes those asleep on it.
+    /// Bumps the pollers' wake word, and wakes those asleep on it (after the reply, within
+    /// [`defer_kicks`](Self::defer_kicks)).
     pub(crate) fn kick_pollers(&self) {
         // SeqCst, paired with `poller_sleeping`: either the poller sees the new word (and
         // does not sleep) or this sees it counted (and wakes it).
         self.kick.fetch_add(1, Ordering::SeqCst);
         if self.sleeping_pollers.load(Ordering::SeqCst) > 0 {
-            davinci_shm::futex_wake(&self.kick);
+            if self.defer_kicks {
+                self.kick_pending.store(true, Ordering::Release);
+            } else {
+                davinci_shm::futex_wake(&self.kick);
+            }
         }
+    }
+
+    /// From now on (`on`) until called again with `false`, a wake of the pollers waits for
+    /// the host's `tidy` after the reply: set only around a control-path call that holds the
+    /// device exclusively (no poller runs meanwhile, so none of theirs is deferred).
+    pub(crate) fn defer_kicks(&mut self, on: bool) {
+        self.defer_kicks = on;
     }
 
     /// A poller is about to sleep (`true`: before it checks the kick word one last time, in
@@ -167,31 +186,21 @@ impl MockPlatform {
         }
     }
 
-    /// A descriptor of `client`'s allocation at device offset `offset` (its whole memfd),
+    /// The descriptor of `client`'s allocation at device offset `offset` (its whole memfd),
     /// for mapping the allocation's host view.
-    pub(crate) fn allocation_fd(&self, client: u32, offset: u64) -> Result<OwnedFd> {
-        let Some(region) = self.backing.0.get(&(client, offset)) else {
-            return Err(Error::new(
+    pub(crate) fn allocation_fd(&self, client: u32, offset: u64) -> Result<MemFd> {
+        match self.backing.0.get(&(client, offset)) {
+            Some(region) => Ok(region.fd()),
+            None => Err(Error::new(
                 Errno::ENOENT,
                 "no such allocation for this client",
-            ));
-        };
-        region.dup_fd().map_err(|_| {
-            Error::new(
-                Errno::ENOMEM,
-                "could not duplicate the allocation's descriptor",
-            )
-        })
+            )),
+        }
     }
 
-    /// A descriptor of a stream's memory and the offset of one part in it.
-    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> Result<(OwnedFd, u64)> {
-        mem.dup_fd(part).map_err(|_| {
-            Error::new(
-                Errno::ENOMEM,
-                "could not duplicate the stream memory descriptor",
-            )
-        })
+    /// The descriptor of a stream's memory and the offset of one part in it.
+    pub(crate) fn stream_fd(mem: &StreamMem, part: StreamPart) -> (MemFd, u64) {
+        mem.fd(part)
     }
 
     /// One more WAIT_EVENT caller is about to check its condition and sleep: the value of the
@@ -258,8 +267,15 @@ impl Platform for MockPlatform {
 
     fn release_stream(&mut self, _client: u32, stream: u32, mem: Self::StreamMem) {
         self.streams.remove(&stream);
-        // Wake a poller that may sleep on the doorbell: its stream is gone.
-        mem.kick();
+        // Wake a poller that may sleep on the doorbell: its stream is gone. (Within
+        // `defer_kicks`, the doorbell word changes now, before its page is emptied, and the
+        // pollers are woken through the kick word, which they sleep on too, after the reply.)
+        if self.defer_kicks {
+            mem.bump();
+            self.kick_pending.store(true, Ordering::Release);
+        } else {
+            mem.kick();
+        }
         // Then its pages go, whatever the client still maps; unmapping and closing it, which
         // nobody can observe, may wait until after the reply.
         mem.discard();

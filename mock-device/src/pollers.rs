@@ -50,6 +50,7 @@ impl Core {
         client: u32,
         stream: u32,
         mem: Arc<StreamMem>,
+        after_reply: bool,
     ) -> std::io::Result<()> {
         let mut served = self.served();
         let mut pollers = self.pollers();
@@ -78,8 +79,32 @@ impl Core {
                 poller: index,
             },
         );
-        g.platform().kick_pollers();
+        // The poller looks at its new set when the kick word changes: now, or `after_reply`
+        // (`Core::kick_after_reply`) for a host that tidies after each reply.
+        self.kick(g, after_reply);
         Ok(())
+    }
+
+    /// Kicks the pollers now, or leaves it for [`kick_after_reply`](Self::kick_after_reply)
+    /// (`after_reply`: the caller is a control-path call whose host tidies after its reply).
+    /// A poller woken by a call that holds the device would wait for it and take a core from
+    /// the reply; nothing is lost by the wait: what the kick announces (a stream added or
+    /// gone) comes with no work before the caller has the reply, and work announced by a
+    /// doorbell before the kick is found by the pass the kick starts.
+    pub(crate) fn kick(&self, g: &DeviceCore<MockPlatform>, after_reply: bool) {
+        if after_reply {
+            self.kick_pending.store(true, Ordering::Release);
+        } else {
+            g.platform().kick_pollers();
+        }
+    }
+
+    /// After a reply (`MockDevice::tidy`): the kicks the call left for then
+    /// ([`kick`](Self::kick), `MockPlatform::defer_kicks`).
+    pub(crate) fn kick_after_reply(&self) {
+        if self.kick_pending.swap(false, Ordering::AcqRel) {
+            self.shared().platform().kick_pollers();
+        }
     }
 
     /// Starts one more poller; returns its index.
@@ -97,8 +122,9 @@ impl Core {
     }
 
     /// Stops serving the streams that no longer exist (or all, at shutdown); a poller drops
-    /// its reference to their memory at its next pass.
-    pub(crate) fn reap(&self, all: bool) {
+    /// its reference to their memory at its next pass, which a kick starts: now, or
+    /// `after_reply` ([`kick`](Self::kick)).
+    pub(crate) fn reap(&self, all: bool, after_reply: bool) {
         let live: Vec<u32> = if all {
             Vec::new()
         } else {
@@ -137,7 +163,7 @@ impl Core {
         }
         drop(pollers);
         drop(served);
-        self.shared().platform().kick_pollers();
+        self.kick(&self.shared(), after_reply);
         for p in retired {
             // As in `shutdown`: a poller has no path that panics.
             let _ = p.join.join();
@@ -151,7 +177,7 @@ impl Core {
             g.platform().wake_waiters();
             g.platform().kick_pollers();
         }
-        self.reap(true);
+        self.reap(true, false);
         let pollers: Vec<Poller> = self.pollers().drain(..).collect();
         {
             // A poller that registered as sleeping after the kick above still sees the
@@ -168,7 +194,7 @@ impl Core {
 
     /// One poller: runs each of its streams for up to `run_budget` descriptors per pass while
     /// any makes progress; when none does, keeps looking for `idle_spin` (spinning, then
-    /// yielding), then arms NEED_WAKEUP on every idle or stalled stream (docs/abi.md 5.3,
+    /// yielding) if any ran something since the poller last slept, then arms NEED_WAKEUP on every idle or stalled stream (docs/abi.md 5.3,
     /// 5.4) and sleeps on all their doorbells and the kick word at once (`futex_waitv`), at
     /// most `doorbell_timeout`.
     fn run_poller(&self, set: &PollerSet) {
@@ -178,6 +204,10 @@ impl Core {
         let mut preempted: Option<u64> = None;
         let mut small_streak = 0u32;
         let mut idle_spins = 0u32;
+        // Whether a stream ran anything since the poller last slept: only then does it spin
+        // before sleeping again (a kick that found nothing to run, like a new stream's, is
+        // no sign that work follows, and a spin would take a core from the control path).
+        let mut worked = false;
         let mut streams: Vec<(u32, Arc<StreamMem>)> = Vec::new();
         let mut seen: Vec<Seen> = Vec::new();
         let mut generation = u64::MAX;
@@ -223,6 +253,7 @@ impl Core {
                 });
             }
             if progress {
+                worked = true;
                 backoff.reset();
                 idle_since = None;
                 idle_spins = 0;
@@ -256,7 +287,8 @@ impl Core {
                 let now = involuntary_switches();
                 crowded = *preempted.get_or_insert(now) != now;
             }
-            if !streams.is_empty()
+            if worked
+                && !streams.is_empty()
                 && !crowded
                 && (!backoff.is_completed() || since.elapsed() < self.config.idle_spin)
             {
@@ -267,6 +299,7 @@ impl Core {
             idle_spins = 0;
             preempted = None;
             backoff.reset();
+            worked = false;
             self.park(&streams, &seen, k0);
         }
     }

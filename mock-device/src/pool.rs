@@ -4,13 +4,14 @@
 //! does).
 //!
 //! * **Fresh memfds made ahead of time.** ALLOC_MEMORY and CREATE_STREAM take a memfd of the
-//!   size they need from the pool when it has one: made, sized and sealed by an earlier
-//!   `tidy` (at most one per call, so the work after a reply stays short), never used
-//!   before. A memfd is never reused: a
+//!   size they need from the pool when it has one: made, sized, sealed and mapped by an
+//!   earlier `tidy` (at most one per call, so the work after a reply stays short), never used
+//!   before, so the call itself makes no system call for it. A memfd is never reused: a
 //!   client may keep mapping a freed allocation's or destroyed stream's. The pool keeps at
 //!   most [`PER_SIZE`] memfds for each of the [`MAX_SIZES`] sizes asked for most recently, at
-//!   most [`MAX_READY`] in all, none over [`MAX_POOLED_LEN`], and is emptied when the device
-//!   has no client left.
+//!   most [`MAX_READY`] in all (so at most that many mappings of this process are of memfds
+//!   nobody holds), none over [`MAX_POOLED_LEN`], and is emptied when the device has no
+//!   client left.
 //! * **The release after the reply.** A freed allocation's or destroyed stream's memory is
 //!   punched (emptied) before the call returns, as docs/abi.md promises; only unmapping it
 //!   and closing its memfd, which change nothing anyone can observe, wait for `tidy` (at most
@@ -19,7 +20,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::memfd::{Sealed, SharedRegion};
+use crate::memfd::SharedRegion;
 
 /// Memfds kept ready per size.
 pub(crate) const PER_SIZE: usize = 2;
@@ -47,7 +48,7 @@ pub(crate) enum Released {
 struct Inner {
     /// Whether the host calls `tidy` after each reply (else nothing is kept or deferred).
     tidied: bool,
-    ready: Vec<Sealed>,
+    ready: Vec<SharedRegion>,
     /// Sizes asked for, the most recent last.
     wanted: Vec<usize>,
     released: Vec<Released>,
@@ -72,8 +73,13 @@ impl RegionPool {
         self.lock().tidied = true;
     }
 
-    /// A fresh, sealed, mapped memfd of `len` bytes: one made ahead of time if the pool has
-    /// one of that size, else a new one named `name`.
+    /// Whether the host calls [`tidy`](Self::tidy) after each reply.
+    pub(crate) fn tidied(&self) -> bool {
+        self.lock().tidied
+    }
+
+    /// A fresh, sealed, mapped memfd of `len` bytes: one made (and mapped) ahead of time if
+    /// the pool has one of that size, else a new one named `name`.
     pub(crate) fn take(&self, name: &str, len: usize) -> std::io::Result<SharedRegion> {
         let ready = {
             let mut g = self.lock();
@@ -87,7 +93,7 @@ impl RegionPool {
             at.map(|i| g.ready.swap_remove(i))
         };
         match ready {
-            Some(s) => SharedRegion::map_sealed(s),
+            Some(r) => Ok(r),
             None => SharedRegion::new(name, len),
         }
     }
@@ -103,8 +109,8 @@ impl RegionPool {
         drop(r);
     }
 
-    /// After a reply: unmaps and closes the released memory, and makes one of the memfds the
-    /// pool lacks (none while `idle`: the device has no client, and the pool is emptied).
+    /// After a reply: unmaps and closes the released memory, and makes (and maps) one of the
+    /// memfds the pool lacks (none while `idle`: the device has no client, and the pool is emptied).
     pub(crate) fn tidy(&self, idle: bool) {
         let (released, drained) = {
             let mut g = self.lock();
@@ -113,7 +119,7 @@ impl RegionPool {
             }
             // Sizes no longer asked for recently go (all of them when idle).
             let Inner { ready, wanted, .. } = &mut *g;
-            let drained: Vec<Sealed> = ready
+            let drained: Vec<SharedRegion> = ready
                 .extract_if(.., |s| !wanted.contains(&s.len()))
                 .collect();
             (std::mem::take(&mut g.released), drained)
@@ -134,7 +140,7 @@ impl RegionPool {
                 }
             };
             let Some(len) = need else { return };
-            let Ok(s) = Sealed::new("davinci-memory", len) else {
+            let Ok(s) = SharedRegion::new("davinci-memory", len) else {
                 return;
             };
             let mut g = self.lock();
@@ -147,7 +153,7 @@ impl RegionPool {
     /// Memfds ready now (tests).
     #[cfg(test)]
     pub(crate) fn ready(&self) -> Vec<usize> {
-        self.lock().ready.iter().map(Sealed::len).collect()
+        self.lock().ready.iter().map(SharedRegion::len).collect()
     }
 
     /// Released memory waiting (tests).
@@ -234,5 +240,36 @@ mod tests {
             assert!(seals.contains(crate::memfd::REQUIRED_SEALS));
         }
         assert!(p.ready().is_empty());
+    }
+
+    /// An empty pool (or one without the size asked for) makes the memfd at once: as fresh,
+    /// sealed and mapped as a pooled one. Pooled ones come mapped already, and no memfd is
+    /// handed out twice.
+    #[test]
+    fn an_empty_pool_falls_back_to_a_new_memfd() {
+        let p = RegionPool::default();
+        p.enable();
+        let ino = |r: &SharedRegion| nix::sys::stat::fstat(r.dup_fd().unwrap()).unwrap().st_ino;
+        let mut seen = std::collections::HashSet::new();
+        // Nothing made yet, then one of another size only, then the pool emptied by takes.
+        p.take("t", 4096)
+            .map(|r| p.release(Released::Region(r)))
+            .unwrap();
+        p.tidy(false);
+        assert_eq!(p.ready(), vec![4096]);
+        let mut held = Vec::new();
+        for len in [8192, 4096, 4096, 4096] {
+            let r = p.take("t", len).unwrap();
+            assert_eq!((r.len(), r.map().len()), (len, len), "mapped whole");
+            assert!(seen.insert(ino(&r)), "never handed out twice");
+            let seals = crate::memfd::seals(r.dup_fd().unwrap()).unwrap();
+            assert!(seals.contains(crate::memfd::REQUIRED_SEALS));
+            let mut back = vec![0xffu8; len];
+            r.map().read(0, &mut back).unwrap();
+            assert!(back.iter().all(|&b| b == 0));
+            r.map().fill(0, len as u64, 0x0101_0101).unwrap();
+            held.push(r);
+        }
+        assert!(p.ready().is_empty(), "the one pooled memfd was taken");
     }
 }

@@ -68,6 +68,9 @@ pub(crate) struct Core {
     pub(crate) writers: AtomicU32,
     /// Memfds made ahead of time, released memory to let go of (the platform's too).
     pub(crate) pool: Arc<RegionPool>,
+    /// A kick of the pollers waits for the reply (`Core::kick`, `Core::kick_after_reply`);
+    /// shared with the platform (`MockPlatform::defer_kicks`).
+    pub(crate) kick_pending: Arc<AtomicBool>,
 }
 
 pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {

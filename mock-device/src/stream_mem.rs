@@ -5,7 +5,6 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use davinci_ring::{DoorbellWatch, RingError, RingRegion};
@@ -14,7 +13,7 @@ use davinci_uapi::mmap::DOORBELL_REG_OFFSET;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::DOORBELL_SIZE;
 
-use crate::memfd::SharedRegion;
+use crate::memfd::{MemFd, SharedRegion};
 use crate::pool::RegionPool;
 
 /// Which part of a stream's memory.
@@ -160,10 +159,10 @@ impl StreamMem {
         Ok((cmd, event))
     }
 
-    /// A new descriptor of the stream's memfd, for the host's mmap of `part`, and the offset
+    /// The stream's memfd (shared, no `dup`), for the host's mmap of `part`, and the offset
     /// of `part` in it.
-    pub(crate) fn dup_fd(&self, part: StreamPart) -> io::Result<(OwnedFd, u64)> {
-        Ok((self.region.dup_fd()?, self.layout.part(part).0 as u64))
+    pub(crate) fn fd(&self, part: StreamPart) -> (MemFd, u64) {
+        (self.region.fd(), self.layout.part(part).0 as u64)
     }
 
     /// The doorbell word's current value (Acquire).
@@ -186,6 +185,14 @@ impl StreamMem {
         if let Some(w) = self.doorbell_word() {
             w.fetch_add(1, Ordering::AcqRel);
             futex_wake(w);
+        }
+    }
+
+    /// [`kick`](Self::kick) without the wake: changes the doorbell word only, so a poller
+    /// about to sleep on the old value does not (one asleep is woken another way).
+    pub(crate) fn bump(&self) {
+        if let Some(w) = self.doorbell_word() {
+            w.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -250,7 +257,7 @@ mod tests {
         cmd.init();
         event.init();
         let map = |part| {
-            let (fd, off) = m.dup_fd(part).unwrap();
+            let (fd, off) = m.fd(part);
             let (at, len) = m.layout.part(part);
             assert_eq!(off, at as u64);
             SharedMapping::map(fd.as_fd(), off, len).unwrap()

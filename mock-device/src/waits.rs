@@ -135,7 +135,7 @@ impl MockDevice {
         match g.ioctl(client, request, arg, user)? {
             Reply::Wait(spec) => Ok(Started::Waiting(PendingWait::new(client, spec))),
             other => self
-                .finish(g, client, request, other)
+                .finish(g, client, request, other, false)
                 .map(|()| Started::Done),
         }
     }

@@ -393,7 +393,7 @@ fn mmap(shared: &Shared, conn: &SeqPacket, client: u32, req: &Request) {
         );
         return;
     };
-    match shared.dev.map(client, a.cookie, a.len) {
+    match shared.dev.map_shared(client, a.cookie, a.len) {
         Ok(src) => {
             let mut r = Reply::ok(
                 Kind::Mmap,

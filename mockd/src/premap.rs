@@ -2,12 +2,12 @@
 //! each object the call created (the allocation; a stream's command ring, event ring and
 //! doorbell), with a [`Premapped`] record each in the payload, so a client maps them without
 //! one MMAP round trip per object. Exactly what MMAP of the same cookies would answer (the
-//! same `MockDevice::map`, for the same open); a client that does not want them closes them.
+//! same `MockDevice::map_shared`, for the same open); a client that does not want them closes
+//! them. The descriptors are the device's own, lent to `sendmsg` (no `dup`, no `close` here):
+//! a stream's three are its one memfd, attached three times.
 #![forbid(unsafe_code)]
 
-use std::os::fd::OwnedFd;
-
-use davinci_mock_device::MockDevice;
+use davinci_mock_device::{MemFd, MockDevice};
 use davinci_mockd_proto::{Premapped, MAX_FDS};
 use davinci_uapi::{
     AllocMemoryArgs, CreateStreamArgs, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_STREAM,
@@ -21,7 +21,7 @@ pub(crate) fn objects(
     client: u32,
     request: u32,
     arg: &[u8],
-) -> Option<(Vec<Premapped>, Vec<OwnedFd>)> {
+) -> Option<(Vec<Premapped>, Vec<MemFd>)> {
     let wanted: Vec<(u64, u64)> = match request {
         DRIVER_CMD_ALLOC_MEMORY => {
             let a = AllocMemoryArgs::from_bytes(arg)?;
@@ -43,7 +43,7 @@ pub(crate) fn objects(
     let mut records = Vec::with_capacity(wanted.len());
     let mut fds = Vec::with_capacity(wanted.len());
     for (cookie, len) in wanted {
-        let src = dev.map(client, cookie, len).ok()?;
+        let src = dev.map_shared(client, cookie, len).ok()?;
         records.push(Premapped {
             cookie,
             offset: src.offset,

@@ -97,12 +97,16 @@ impl Scene {
     }
 
     /// The daemon maps the good client's memfds (its allocations, command ring, event ring,
-    /// doorbell) and nothing else, and the device counts one client with its memory. (Its
+    /// doorbell) and nothing else but the memfds it made ahead of time (at most
+    /// `POOLED_MEMFDS`, mapped and held by nobody; none once every client has gone, which
+    /// `finish` checks exactly), and the device counts one client with its memory. (Its
     /// descriptor and thread counts are compared only once every client has gone: each
     /// `info` call's control connection and each blocking wait come and go meanwhile.)
     fn only_the_good_client(&self) -> bool {
         let info = self.info();
-        self.d.stats().memfd_maps == self.good_maps
+        let maps = self.d.stats().memfd_maps;
+        maps >= self.good_maps
+            && maps <= self.good_maps + davinci_mock_device::POOLED_MEMFDS
             && info.clients == 1
             && info.memory_used == self.good_memory
     }
