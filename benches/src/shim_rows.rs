@@ -351,9 +351,19 @@ pub enum ControlOp {
     StreamCreateDestroy,
     /// `Device::alloc(4096)` and dropping the buffer (FREE_MEMORY).
     AllocFree4K,
+    /// `Context::create_stream` (default depths) alone: the stream is dropped after the
+    /// sample is taken, untimed.
+    StreamCreate,
+    /// `Device::alloc(4096)` (ALLOC_MEMORY) alone: the buffer is dropped untimed.
+    Alloc4K,
+    /// Dropping a 4 KiB buffer with no work queued (FREE_MEMORY) alone: its allocation
+    /// is untimed.
+    Free4K,
 }
 
-/// Times `op` repeatedly over `window`; one sample per create+destroy (alloc+free).
+/// Times `op` repeatedly over `window`; one sample per create+destroy (alloc+free), or per
+/// single call for the `ControlOp`s that time one (the other half of the pair runs untimed,
+/// so the loop neither leaks nor grows).
 ///
 /// # Errors
 /// A shim error.
@@ -361,12 +371,39 @@ pub fn control(dev: &Device, op: ControlOp, window: Window) -> Result<LatencyRun
     let ctx = dev.create_context()?;
     let mut lat = LatencyRun::new(window);
     loop {
-        let t0 = Instant::now();
-        match op {
-            ControlOp::StreamCreateDestroy => drop(ctx.create_stream()?),
-            ControlOp::AllocFree4K => drop(dev.alloc(4096)?),
-        }
-        if lat.record_slow(t0) {
+        let done = match op {
+            ControlOp::StreamCreateDestroy => {
+                let t0 = Instant::now();
+                drop(ctx.create_stream()?);
+                lat.record_slow(t0)
+            }
+            ControlOp::AllocFree4K => {
+                let t0 = Instant::now();
+                drop(dev.alloc(4096)?);
+                lat.record_slow(t0)
+            }
+            ControlOp::StreamCreate => {
+                let t0 = Instant::now();
+                let s = ctx.create_stream()?;
+                let done = lat.record_slow(t0);
+                drop(s);
+                done
+            }
+            ControlOp::Alloc4K => {
+                let t0 = Instant::now();
+                let b = dev.alloc(4096)?;
+                let done = lat.record_slow(t0);
+                drop(b);
+                done
+            }
+            ControlOp::Free4K => {
+                let b = dev.alloc(4096)?;
+                let t0 = Instant::now();
+                drop(b);
+                lat.record_slow(t0)
+            }
+        };
+        if done {
             break;
         }
     }
@@ -439,9 +476,18 @@ mod tests {
         let dev = crate::test_device();
         let mut l = round_trip(&dev, w()).unwrap();
         assert!(l.summary().unwrap().count > 0);
-        for op in [ControlOp::StreamCreateDestroy, ControlOp::AllocFree4K] {
+        for op in [
+            ControlOp::StreamCreateDestroy,
+            ControlOp::AllocFree4K,
+            ControlOp::StreamCreate,
+            ControlOp::Alloc4K,
+            ControlOp::Free4K,
+        ] {
+            let used = dev.memory_used().unwrap();
             let mut l = control(&dev, op, w()).unwrap();
             assert!(l.summary().unwrap().count > 0);
+            // The untimed half ran too: nothing the loop allocated is left.
+            assert_eq!(dev.memory_used().unwrap(), used, "{op:?}");
         }
     }
 

@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn throughput_and_round_trip_run() {
-        let w = Window::new(Duration::from_millis(30), Duration::from_millis(5));
+        let w = Window::new(Duration::from_millis(200), Duration::from_millis(10));
         for rings in Rings::ALL {
             let t = throughput(rings, 64, w).unwrap();
             assert!(t.tasks > 0, "{rings:?}");

@@ -269,6 +269,39 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             Some("ours/ctl/alloc4k/embedded"),
             None,
         ),
+        // One call alone (issue 26's targets are per call): the pair's other half untimed.
+        row(
+            "ours/ctl/create-stream/embedded",
+            "ns",
+            Control(ControlOp::StreamCreate, Backend::Embedded),
+            p50,
+            None,
+            Some(Target::value_at_most(30_000.0)),
+        ),
+        row(
+            "ours/ctl/create-stream/mockd",
+            "ns",
+            Control(ControlOp::StreamCreate, Backend::Mockd),
+            p50,
+            Some("ours/ctl/create-stream/embedded"),
+            Some(Target::value_at_most(60_000.0)),
+        ),
+        row(
+            "ours/ctl/alloc/mockd",
+            "ns",
+            Control(ControlOp::Alloc4K, Backend::Mockd),
+            p50,
+            None,
+            Some(Target::value_at_most(25_000.0)),
+        ),
+        row(
+            "ours/ctl/free/mockd",
+            "ns",
+            Control(ControlOp::Free4K, Backend::Mockd),
+            p50,
+            None,
+            Some(Target::value_at_most(25_000.0)),
+        ),
         row("ours/mockd/procs1", ts, Procs(1), rate, None, None),
         row(
             "ours/mockd/procs4",
@@ -388,6 +421,22 @@ mod tests {
             Target::ratio_at_least(3.5)
         );
         assert_eq!(target("ours/rtt/p50"), Target::ratio_at_most(1.3));
+        assert_eq!(
+            target("ours/ctl/create-stream/embedded"),
+            Target::value_at_most(30_000.0)
+        );
+        assert_eq!(
+            target("ours/ctl/create-stream/mockd"),
+            Target::value_at_most(60_000.0)
+        );
+        assert_eq!(
+            target("ours/ctl/alloc/mockd"),
+            Target::value_at_most(25_000.0)
+        );
+        assert_eq!(
+            target("ours/ctl/free/mockd"),
+            Target::value_at_most(25_000.0)
+        );
         assert_eq!(
             target("ours/mockd/procs4-min-share"),
             Target::value_at_least(0.8)
