@@ -11,6 +11,7 @@
 #   4. starts ivshmem-echo on a Unix socket (1 MiB of shared memory, 4 vectors) and boots
 #      QEMU (TCG, 2 CPUs) with
 #        -chardev socket,path=SOCKET,id=ivsh -device ivshmem-doorbell,chardev=ivsh,vectors=4
+#      and an ivshmem-plain device (same ids, no MSI-X: probe must decline it, logged).
 #      In the guest: insmod davinci.ko; the driver must bind the device
 #      (/sys/bus/pci/drivers/davinci/0000:00:NN.0) with 4 MSI-X vectors, and its debugfs
 #      file shows ivshmem-echo's magic at BAR2 offset 0; the test hook rings the host's
@@ -23,7 +24,10 @@
 #      process) while the driver is bound; the guest rings vector 2 once a second until a
 #      doorbell gets no interrupt (ETIMEDOUT after 2 s: QEMU keeps the device, its doorbell
 #      writes reach an eventfd nobody reads), checks the device's debugfs file still reads,
-#      then rmmods the module (the driver unbinds, the vectors and mappings go);
+#      then rmmods the module (the driver unbinds, the vectors and mappings go); insmod with
+#      pci_devices=9 must fail, with pci_devices=0 the device must be refused (logged, the
+#      unwinding of a probe that failed after its vectors were allocated) while /dev/davinci0
+#      is there, and rmmod again;
 #   6. passes only if the guest printed "psmoke: ALL PASSED" and no FAIL line, the kernel
 #      (KASAN, lockdep) logged no warning, BUG, oops or leak, the module's bind, detach and
 #      unload lines are there, and ivshmem-echo raised exactly the interrupts counted (5, 10
@@ -145,6 +149,12 @@ show "host gone"
 rmmod davinci || fail "rmmod exited $?"
 [ -z "$(bound)" ] || fail "still bound after rmmod"
 echo "psmoke: pci devices after rmmod: $(ls /sys/bus/pci/devices | tr '\n' ' ')"
+# The bound on PCI devices: out of range refused at load, 0 refuses the device at probe.
+insmod /davinci.ko pci_devices=9 2>/dev/null && fail "insmod accepted pci_devices=9"
+insmod /davinci.ko pci_devices=0 || fail "insmod pci_devices=0 exited $?"
+[ -z "$(bound)" ] || fail "bound with pci_devices=0: $(bound)"
+[ -c /dev/davinci0 ] || fail "no /dev/davinci0 with pci_devices=0"
+rmmod davinci || fail "rmmod (pci_devices=0) exited $?"
 dmesg | while read -r line; do echo "kmsg: $line"; done
 if [ "$fails" -eq 0 ]; then echo "psmoke: ALL PASSED"; else echo "psmoke: $fails FAILED"; fi
 reboot -f
@@ -178,7 +188,8 @@ QEMU=(qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 2
       -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz"
       -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable"
       -chardev "socket,path=$SOCK,id=ivsh"
-      -device "ivshmem-doorbell,chardev=ivsh,vectors=$VECTORS")
+      -device "ivshmem-doorbell,chardev=ivsh,vectors=$VECTORS"
+      -object memory-backend-ram,id=plainmem,size=1M -device ivshmem-plain,memdev=plainmem)
 say "$(qemu-system-x86_64 --version | head -n1)"
 say "booting: ${QEMU[*]}"
 t=$SECONDS
@@ -221,6 +232,12 @@ grep -q 'davinci: ABI ' "$LOG" || bad "no module load message"
 grep -q 'davinci: pci slot 0: detached (peer 1, interrupts per vector \[0, 10, 0, 25\])' "$LOG" ||
     bad "no detach line with the first binding's counts"
 grep -q 'davinci: unloaded' "$LOG" || bad "no module unload message"
+grep -q 'davinci 0000:00:.*: no MSI-X capability (ivshmem-plain?): not an ivshmem-doorbell device, not bound' "$LOG" ||
+    bad "probe did not decline the ivshmem-plain device"
+grep -q 'davinci: pci_devices=9: must be 0 to 8' "$LOG" || bad "pci_devices=9 was not refused at load"
+grep -q 'davinci: pci 00:..\..: refused: 0 ivshmem devices are bound already (the most the module drives: pci_devices=0)' "$LOG" ||
+    bad "with pci_devices=0 probe did not refuse the device"
+[ "$(grep -c 'davinci: unloaded' "$LOG")" -eq 2 ] || bad "the module was not unloaded twice"
 # One interrupt raised per doorbell, on the vectors the guest counted (vector 2: the probes
 # after the kill, whatever got through before it).
 last_raised() { sed -n "s/^ivshmem-echo: raised vector $1 in 1 peer(s) (raised on $1: \([0-9]*\))$/\1/p" "$WORK/echo.log" | tail -n1; }
@@ -235,4 +252,4 @@ if [ "$fail" -ne 0 ]; then
     echo "pci: the guest log is $LOG, the host's $WORK/echo.log"
     exit 1
 fi
-say "PASS: davinci.ko bound ivshmem-doorbell (4 MSI-X vectors, BAR2 mapped), counted one interrupt per doorbell (5, 10, 25), unbound on removal, bound again on rescan, survived the host's death and unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: davinci.ko bound ivshmem-doorbell (4 MSI-X vectors, BAR2 mapped), counted one interrupt per doorbell (5, 10, 25), unbound on removal, bound again on rescan, survived the host's death, declined ivshmem-plain, refused a device over pci_devices and unloaded cleanly ($((SECONDS - t0)) s in all)"

@@ -71,6 +71,14 @@ impl kernel::Module for DavinciModule {
             );
             return Err(EINVAL);
         }
+        if p.pci_devices as usize > pci::MAX_PCI {
+            pr_err!(
+                "pci_devices={}: must be 0 to {}\n",
+                p.pci_devices,
+                pci::MAX_PCI
+            );
+            return Err(EINVAL);
+        }
         if p.mode & !0o777 != 0 {
             pr_err!("mode={:o}: only permission bits (0 to 0777)\n", p.mode);
             return Err(EINVAL);

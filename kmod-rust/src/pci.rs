@@ -28,7 +28,8 @@ use kernel::ffi::c_int;
 
 use kernel::prelude::*;
 
-/// Most ivshmem devices the module drives at once; probe refuses another (EBUSY, logged).
+/// Most ivshmem devices the module drives at once (the `pci_devices` parameter: 0 to this);
+/// probe refuses another (EBUSY, logged).
 pub(crate) const MAX_PCI: usize = 8;
 
 /// Most MSI-X vectors a device gets (probe asks for 1 to this many).
@@ -131,7 +132,7 @@ static SLOTS: [AtomicBool; MAX_PCI] = [const { AtomicBool::new(false) }; MAX_PCI
 
 impl PciState {
     /// Builds the state of a device probe has set up and claims a slot for it: ENOMEM, or
-    /// EBUSY (logged) if [`MAX_PCI`] devices are bound already.
+    /// EBUSY (logged) if `pci_devices` (at most [`MAX_PCI`]) devices are bound already.
     fn new(dev: PciDev, info: &PciInfo) -> Result<KBox<PciState>> {
         let mut st = KBox::new(
             PciState {
@@ -143,17 +144,19 @@ impl PciState {
             },
             GFP_KERNEL,
         )?;
-        let Some(slot) = SLOTS.iter().position(|s| {
+        let most = (crate::sys::params().pci_devices as usize).min(MAX_PCI);
+        let Some(slot) = SLOTS.iter().take(most).position(|s| {
             s.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         }) else {
             pr_err!(
                 "pci {:02x}:{:02x}.{}: refused: {} ivshmem devices are bound already (the most \
-                 the module drives)\n",
+                 the module drives: pci_devices={})\n",
                 info.bus,
                 info.devfn >> 3,
                 info.devfn & 7,
-                MAX_PCI
+                most,
+                most
             );
             return Err(EBUSY);
         };

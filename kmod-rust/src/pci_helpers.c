@@ -12,8 +12,8 @@
  *     usual goto ladder. All of it is in struct davinci_pci, which Rust never looks inside.
  *   - Rust owns the state. Once the resources are in, probe calls the Rust export
  *     davinci_pci_attach(dp, &info), which claims one of the module's PCI slots (at most
- *     DAVINCI_PCI_MAX devices: a ninth is refused, logged) and returns its state (a KBox) or
- *     an ERR_PTR. Only then are the interrupt handlers requested; each one calls the Rust
+ *     8 devices, fewer with the pci_devices parameter: another is refused, logged) and
+ *     returns its state (a KBox) or an ERR_PTR. Only then are the interrupt handlers requested; each one calls the Rust
  *     export davinci_pci_interrupt(state, vector) (hard-irq context: it only counts, with
  *     atomics). remove frees every irq (free_irq waits for a running handler) before it calls
  *     davinci_pci_detach(state), so no handler can see freed state; the device's resources
@@ -203,6 +203,11 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 	void *state;
 	int err, v;
 
+	/* ivshmem-plain (same ids) has no MSI-X and no doorbell: not a device for us. */
+	if (!pdev->msix_cap) {
+		dev_info(&pdev->dev, "no MSI-X capability (ivshmem-plain?): not an ivshmem-doorbell device, not bound\n");
+		return -ENODEV;
+	}
 	dp = kzalloc(sizeof(*dp), GFP_KERNEL);
 	if (!dp)
 		return -ENOMEM;
