@@ -68,22 +68,34 @@ pub(crate) struct PciDriver(());
 impl PciDriver {
     /// Registers the driver; binds every matching device now (probe runs in this call). With
     /// no ivshmem device, nothing binds.
+    /// EBUSY if it is registered already (there is one static `struct pci_driver`).
     pub(crate) fn register() -> Result<PciDriver> {
-        // SAFETY: no preconditions (module init, process context); a `PciDriver` is only
-        // made here and the module makes one, so the static driver is registered once.
+        if REGISTERED
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(EBUSY);
+        }
+        // SAFETY: process context (module init); `REGISTERED` makes this the only
+        // registration of the static driver until the `PciDriver` is dropped.
         let err = unsafe { davinci_pci_register() };
         if err != 0 {
+            REGISTERED.store(false, Ordering::Release);
             return Err(Error::from_errno(err));
         }
         Ok(PciDriver(()))
     }
 }
 
+/// Whether a [`PciDriver`] exists (the static driver is registered).
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
 impl Drop for PciDriver {
     fn drop(&mut self) {
-        // SAFETY: registered in `register`, unregistered once, here; every bound device is
-        // removed (detached) before it returns.
+        // SAFETY: registered by this value's `register`, unregistered once, here; every bound
+        // device is removed (detached) before it returns.
         unsafe { davinci_pci_unregister() };
+        REGISTERED.store(false, Ordering::Release);
     }
 }
 
