@@ -29,11 +29,11 @@
  * ioremap_wc (or ioremap) and explicit ordering, a different mapping per platform.
  *
  * Test-only hooks (debugfs, root only): /sys/kernel/debug/davinci/<pci name>/info shows the
- * BAR sizes, peer id, vectors and the interrupts counted per vector; writing "VECTOR COUNT"
- * to .../ring rings peer 0's doorbell VECTOR COUNT times, each time waiting (up to 2 s) for
- * the interrupt count of that vector to move (the host answers each doorbell with one
- * interrupt), and fails with ETIMEDOUT if it does not (COUNT at most 1000: remove waits for a
- * writer still in the file).
+ * BAR sizes, peer id, vectors and the interrupts counted per vector; writing
+ * "VECTOR COUNT [TIMEOUT_MS]" to .../ring rings peer 0's doorbell VECTOR COUNT times, each
+ * time waiting (up to TIMEOUT_MS, default 2000, at most 60000) for the interrupt count of that
+ * vector to move (the host answers each doorbell with one interrupt), and fails with
+ * ETIMEDOUT if it does not (COUNT at most 1000: remove waits for a writer still in the file).
  */
 #include <linux/debugfs.h>
 #include <linux/err.h>
@@ -152,8 +152,8 @@ static ssize_t davinci_pci_ring_write(struct file *file, const char __user *ubuf
 				      loff_t *ppos)
 {
 	struct davinci_pci *dp = file->private_data;
-	unsigned int vector, count, i;
-	char buf[32];
+	unsigned int vector, count, timeout_ms = 2000, i;
+	char buf[48];
 	int ret;
 
 	if (len >= sizeof(buf))
@@ -161,9 +161,9 @@ static ssize_t davinci_pci_ring_write(struct file *file, const char __user *ubuf
 	if (copy_from_user(buf, ubuf, len))
 		return -EFAULT;
 	buf[len] = '\0';
-	if (sscanf(buf, "%u %u", &vector, &count) != 2)
+	if (sscanf(buf, "%u %u %u", &vector, &count, &timeout_ms) < 2)
 		return -EINVAL;
-	if (vector >= dp->nvec || count > 1000)
+	if (vector >= dp->nvec || count > 1000 || !timeout_ms || timeout_ms > 60000)
 		return -EINVAL;
 	for (i = 0; i < count; i++) {
 		u64 before = davinci_pci_count(dp->state, vector);
@@ -174,13 +174,13 @@ static ssize_t davinci_pci_ring_write(struct file *file, const char __user *ubuf
 			return ret;
 		left = wait_event_interruptible_timeout(
 			dp->irq_wait, davinci_pci_count(dp->state, vector) != before,
-			msecs_to_jiffies(2000));
+			msecs_to_jiffies(timeout_ms));
 		if (left < 0)
 			return left;
 		if (left == 0) {
 			dev_info(&dp->pdev->dev,
-				 "ring: no interrupt on vector %u within 2 s after doorbell %u\n",
-				 vector, i + 1);
+				 "ring: no interrupt on vector %u within %u ms after doorbell %u\n",
+				 vector, timeout_ms, i + 1);
 			return -ETIMEDOUT;
 		}
 	}
