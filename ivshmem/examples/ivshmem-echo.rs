@@ -1,8 +1,11 @@
 //! `ivshmem-echo`: the smallest device behind QEMU's `ivshmem-doorbell`, for
 //! `scripts/ivshmem-smoke.sh`. It serves the ivshmem protocol on a Unix socket and, for every
 //! doorbell the guest rings on peer 0's vector `v`, adds the doorbell count to a counter in
-//! the shared memory, copies the guest's token back, and raises interrupt `v` in the peer
-//! that rang (QEMU drops it unless the guest enabled MSI-X).
+//! the shared memory, copies the guest's token back, and raises interrupt `v` back in every
+//! peer (doorbells carry no sender; QEMU drops the interrupt unless the guest enabled
+//! MSI-X). `scripts/pci-smoke.sh` counts those interrupts in the guest's kernel driver: a
+//! guest that waits for each doorbell's interrupt before it rings again gets exactly one
+//! interrupt per doorbell (eventfds coalesce what arrives at once).
 //!
 //! Shared memory layout (little-endian 32-bit words, BAR2 offsets):
 //!
@@ -15,7 +18,9 @@
 //!
 //! Usage: `ivshmem-echo --socket PATH [--size BYTES] [--vectors N] [--accept-timeout SECS]`.
 //! It exits 0 once every peer that connected has gone, 1 on an error, 2 on a bad command line.
-//! Every line it prints starts with `ivshmem-echo:`.
+//! Every line it prints starts with `ivshmem-echo:`; after each interrupt it raised, a line
+//! `ivshmem-echo: raised vector V in N peer(s) (raised on V: TOTAL)`, and at the end the
+//! totals per vector (`interrupts raised per vector [..]`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -95,6 +100,8 @@ fn run(args: Args) -> Result<(), davinci_ivshmem::Error> {
     let first = server.accept_peer(args.accept_timeout)?;
     println!("ivshmem-echo: peer {first} connected");
     let mut totals = vec![0u64; usize::from(args.vectors)];
+    // Interrupts raised per vector (each raise to each peer counts once).
+    let mut raised = vec![0u64; usize::from(args.vectors)];
     loop {
         let act = server.wait(Duration::from_secs(1))?;
         if act.connecting {
@@ -123,15 +130,23 @@ fn run(args: Args) -> Result<(), davinci_ivshmem::Error> {
                 u32::from_le_bytes(token)
             );
             // Doorbells carry no sender: raise the vector in every peer.
-            for peer in server.peers() {
+            let peers = server.peers();
+            for &peer in &peers {
                 server.interrupt(peer, vector)?;
             }
+            raised[v] += peers.len() as u64;
+            println!(
+                "ivshmem-echo: raised vector {v} in {} peer(s) (raised on {v}: {})",
+                peers.len(),
+                raised[v]
+            );
         }
         for (id, why) in &act.gone {
             println!("ivshmem-echo: peer {id} gone ({why:?})");
         }
         if server.peers().is_empty() {
             println!("ivshmem-echo: no peers left; doorbells per vector {totals:?}");
+            println!("ivshmem-echo: interrupts raised per vector {raised:?}");
             return Ok(());
         }
     }

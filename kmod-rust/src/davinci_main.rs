@@ -12,6 +12,9 @@
 //!   WAIT_EVENT sleep on, and the platform's handle on them;
 //! * `inject`: the `inject` parameter, driver-core's fault injection for tests;
 //! * `platform`: driver-core's `Platform` over memcg-charged vmalloc buffers;
+//! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci_helpers.c`
+//!   does the PCI calls): registered beside the software devices, it binds nothing where no
+//!   such device exists;
 //! * `sys`: the C boundary (`helpers.c`): every kernel structure's fields, the const file
 //!   operations, the module parameters.
 
@@ -23,6 +26,7 @@ mod device;
 mod fops;
 mod inject;
 mod ioctl;
+mod pci;
 mod platform;
 mod registration;
 mod sys;
@@ -44,6 +48,8 @@ const MAX_MEMORY_MB: u32 = 4096;
 struct DavinciModule {
     /// The devices, by index; dropped last to first.
     devices: [Option<Pin<KBox<device::DevState>>>; device::MAX_DEVICES],
+    /// The PCI driver's registration (unregistered first at unload).
+    pci: Option<pci::PciDriver>,
 }
 
 impl kernel::Module for DavinciModule {
@@ -62,6 +68,14 @@ impl kernel::Module for DavinciModule {
                 "memory_mb={}: must be 1 to {}\n",
                 p.memory_mb,
                 MAX_MEMORY_MB
+            );
+            return Err(EINVAL);
+        }
+        if p.pci_devices as usize > pci::MAX_PCI {
+            pr_err!(
+                "pci_devices={}: must be 0 to {}\n",
+                p.pci_devices,
+                pci::MAX_PCI
             );
             return Err(EINVAL);
         }
@@ -87,6 +101,7 @@ impl kernel::Module for DavinciModule {
         }
         let mut module = DavinciModule {
             devices: [const { None }; device::MAX_DEVICES],
+            pci: None,
         };
         let mut step = 0;
         // Every device's state and worker first, then the nodes: until the last node is
@@ -99,6 +114,10 @@ impl kernel::Module for DavinciModule {
         }
         inject::arm_from_load();
         device::READY.store(true, core::sync::atomic::Ordering::Release);
+        // The ivshmem devices (none in most guests): each bound one is logged.
+        module.pci = Some(pci::PciDriver::register().inspect_err(|e| {
+            pr_err!("cannot register the PCI driver ({:?})\n", e);
+        })?);
         pr_info!(
             "ABI {}.{}, {} devices of {} MiB, nodes mode {:o}\n",
             davinci_uapi::ABI_VERSION_MAJOR,
@@ -113,6 +132,8 @@ impl kernel::Module for DavinciModule {
 
 impl Drop for DavinciModule {
     fn drop(&mut self) {
+        // Every bound PCI device removed (its irqs freed, its state detached) first.
+        drop(self.pci.take());
         device::READY.store(false, core::sync::atomic::Ordering::Release);
         let n = self.devices.iter().flatten().count();
         // Last to first: each node deregistered, its worker stopped, its device freed.

@@ -73,6 +73,14 @@ static unsigned int fail_init;
 module_param(fail_init, uint, 0444);
 MODULE_PARM_DESC(fail_init, "tests only: fail module init at its Nth step (0: never)");
 
+/*
+ * Most ivshmem-doorbell PCI devices the module binds (pci.rs): 0 to 8; probe refuses the
+ * others, logged. 0 binds none (and tests the refusal).
+ */
+static unsigned int pci_devices = 8;
+module_param(pci_devices, uint, 0444);
+MODULE_PARM_DESC(pci_devices, "ivshmem-doorbell PCI devices to bind at most (0-8, default 8)");
+
 /* The parameters, as the Rust side reads them (same order as its Params). */
 struct davinci_params {
 	u32 devices;
@@ -80,6 +88,7 @@ struct davinci_params {
 	u32 mode;
 	u32 quota[4];
 	u32 fail_init;
+	u32 pci_devices;
 };
 
 void davinci_params(struct davinci_params *out);
@@ -93,6 +102,7 @@ void davinci_params(struct davinci_params *out)
 	out->quota[2] = quota_events;
 	out->quota[3] = quota_allocations;
 	out->fail_init = fail_init;
+	out->pci_devices = pci_devices;
 }
 
 /*

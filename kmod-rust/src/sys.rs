@@ -27,6 +27,8 @@ pub(crate) struct Params {
     pub(crate) quota: [u32; 4],
     /// Tests only: the init step to fail (0: none).
     pub(crate) fail_init: u32,
+    /// Most ivshmem-doorbell PCI devices to bind (0 to `pci::MAX_PCI`).
+    pub(crate) pci_devices: u32,
 }
 
 impl Params {
