@@ -276,6 +276,107 @@ pub fn evaluate(rows: Vec<(RowSpec, Outcome)>) -> Vec<Row> {
         .collect()
 }
 
+/// The rows of several rounds of one table (`rounds[k]` is round k's rows, every round the
+/// same rows in the same order, `targets` their targets) as one: each row's median value,
+/// the median of its per-round ratios (each ratio taken within its round, so a machine
+/// whose speed changes between rounds moves both sides of it together), the target
+/// evaluated on those, and a note with the ranges and the note of the round nearest the
+/// median. A row that failed in any round fails (with that round's note); a row skipped
+/// in every round is skipped.
+pub fn combine_rounds(rounds: Vec<Vec<Row>>, targets: &[Option<Target>]) -> Vec<Row> {
+    let n = rounds.len();
+    let mut rounds: Vec<std::vec::IntoIter<Row>> = rounds.into_iter().map(Vec::into_iter).collect();
+    let mut out = Vec::new();
+    for target in targets {
+        let rows: Vec<Row> = rounds.iter_mut().filter_map(Iterator::next).collect();
+        let Some(first) = rows.first().cloned() else {
+            break;
+        };
+        if let Some((k, bad)) = rows
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.status == Status::Error)
+        {
+            let mut bad = bad.clone();
+            bad.note = Some(format!(
+                "round {} of {n}: {}",
+                k + 1,
+                bad.note.as_deref().unwrap_or("failed")
+            ));
+            out.push(bad);
+            continue;
+        }
+        let ok: Vec<&Row> = rows.iter().filter(|r| r.value.is_some()).collect();
+        let values: Vec<f64> = ok.iter().filter_map(|r| r.value).collect();
+        let ratios: Vec<f64> = ok.iter().filter_map(|r| r.ratio).collect();
+        let (Some(value), Some((vmin, vmax))) = (median(&values), range(&values)) else {
+            out.push(first);
+            continue;
+        };
+        let ratio = median(&ratios);
+        let nearest = ok
+            .iter()
+            .min_by(|a, b| {
+                let da = (a.value.unwrap_or(f64::NAN) - value).abs();
+                let db = (b.value.unwrap_or(f64::NAN) - value).abs();
+                da.total_cmp(&db)
+            })
+            .and_then(|r| r.note.clone());
+        let mut note = format!(
+            "median of {} rounds: values {}-{} {}",
+            values.len(),
+            fmt_value(vmin, &first.unit),
+            fmt_value(vmax, &first.unit),
+            first.unit
+        );
+        if let Some((rmin, rmax)) = range(&ratios) {
+            note.push_str(&format!(", ratios {rmin:.2}-{rmax:.2}×"));
+        }
+        if values.len() < n {
+            note.push_str(&format!(", {} round(s) without a value", n - values.len()));
+        }
+        if let Some(x) = nearest {
+            note.push_str(&format!("; the round nearest the median: {x}"));
+        }
+        out.push(Row {
+            value: Some(value),
+            ratio,
+            met: target.and_then(|t| t.met(Some(value), ratio)),
+            status: Status::Ok,
+            note: Some(note),
+            ..first
+        });
+    }
+    out
+}
+
+/// The median of `xs` (the mean of the middle two for an even count); `None` when empty.
+fn median(xs: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    match v.len() {
+        0 => None,
+        l if l % 2 == 1 => v.get(m).copied(),
+        _ => Some((v.get(m - 1)? + v.get(m)?) / 2.0),
+    }
+}
+
+/// The smallest and largest of `xs`; `None` when empty.
+fn range(xs: &[f64]) -> Option<(f64, f64)> {
+    let lo = xs
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .min_by(f64::total_cmp)?;
+    let hi = xs
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .max_by(f64::total_cmp)?;
+    Some((lo, hi))
+}
+
 /// `value` for the table: 3 significant digits with k/M/G for rates (`12.3M`), whole
 /// numbers from 100 up, 2 decimals below.
 pub fn fmt_value(v: f64, unit: &str) -> String {
@@ -439,6 +540,95 @@ mod tests {
 
     fn v(x: f64) -> Outcome {
         Outcome::Value(x, None)
+    }
+
+    /// One round: a baseline row and an "ours" row with a ratio target of at least 1.
+    fn round(base: Outcome, ours: Outcome) -> Vec<Row> {
+        evaluate(vec![
+            (spec("base", None, None), base),
+            (
+                spec("ours", Some("base"), Some(Target::ratio_at_least(1.0))),
+                ours,
+            ),
+        ])
+    }
+
+    #[test]
+    fn rounds_combine_into_medians_of_values_and_of_per_round_ratios() {
+        let targets = [None, Some(Target::ratio_at_least(1.0))];
+        // The machine halves its speed in round 2 and doubles it in round 3: each round's
+        // ratio is 1.5, 1.5 and 0.5; the medians of the values alone would say 100/100 = 1.
+        let rows = combine_rounds(
+            vec![
+                round(v(100.0), v(150.0)),
+                round(v(50.0), v(75.0)),
+                round(v(200.0), v(100.0)),
+            ],
+            &targets,
+        );
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].value, Some(100.0));
+        assert_eq!(rows[0].ratio, None);
+        assert_eq!(rows[1].value, Some(100.0));
+        assert_eq!(rows[1].ratio, Some(1.5));
+        assert_eq!(rows[1].met, Some(true));
+        let note = rows[1].note.as_deref().unwrap();
+        assert!(
+            note.starts_with("median of 3 rounds: values 75.0-150 tasks/s"),
+            "{note}"
+        );
+        assert!(note.contains("ratios 0.50-1.50×"), "{note}");
+        // An even count: the mean of the middle two.
+        let rows = combine_rounds(
+            vec![round(v(10.0), v(5.0)), round(v(10.0), v(7.0))],
+            &targets,
+        );
+        assert_eq!(rows[1].value, Some(6.0));
+        assert_eq!(rows[1].ratio, Some(0.6));
+        assert_eq!(rows[1].met, Some(false));
+    }
+
+    #[test]
+    fn a_failed_round_fails_the_row_and_skips_need_every_round() {
+        let targets = [None, Some(Target::ratio_at_least(1.0))];
+        let rows = combine_rounds(
+            vec![
+                round(v(100.0), v(150.0)),
+                round(v(100.0), Outcome::Error("completion 7 missing".into())),
+            ],
+            &targets,
+        );
+        assert_eq!(rows[1].status, Status::Error);
+        let note = rows[1].note.as_deref().unwrap();
+        assert!(
+            note.starts_with("round 2 of 2: error: completion 7 missing"),
+            "{note}"
+        );
+        let rows = combine_rounds(
+            vec![
+                round(Outcome::Skipped("no io_uring".into()), v(1.0)),
+                round(v(4.0), v(2.0)),
+            ],
+            &targets,
+        );
+        // Skipped once: the other round's value and ratio, and the note says so.
+        assert_eq!(rows[0].value, Some(4.0));
+        assert_eq!(rows[1].ratio, Some(0.5));
+        assert!(rows[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("1 round(s) without a value"));
+        let rows = combine_rounds(
+            vec![
+                round(Outcome::Skipped("no io_uring".into()), v(1.0)),
+                round(Outcome::Skipped("no io_uring".into()), v(2.0)),
+            ],
+            &targets,
+        );
+        assert_eq!(rows[0].status, Status::Skipped);
+        assert_eq!(rows[1].ratio, None);
+        assert_eq!(rows[1].met, None);
     }
 
     #[test]

@@ -119,6 +119,13 @@ struct Cli {
     /// Only the rows whose name contains SUBSTR (plus the rows they are compared with).
     #[arg(long, value_name = "SUBSTR")]
     filter: Option<String>,
+    /// Measure the whole table N times, in turn, and report each row's median value and
+    /// the median of its per-round ratios (ranges in the notes): on a machine whose speed
+    /// changes from minute to minute (a shared VM), one round's ratios can mislead. Quiet
+    /// runs only; 1 to 20.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// Print one JSON object (schema davinci-bench/v1, below) instead of the table.
     #[arg(long)]
     json: bool,
@@ -235,13 +242,14 @@ fn main() -> ExitCode {
         client_exe: std::env::current_exe().ok(),
         device: cli.device,
         progress: true,
+        rounds: cli.rounds as usize,
         embedded: None,
     };
     let t0 = Instant::now();
     let mut suite = Suite::new(opts);
     let report = match suite.run() {
         Ok(r) => r,
-        Err(e) if e.contains("--filter") => return usage(&e),
+        Err(e) if e.contains("--filter") || e.contains("--rounds") => return usage(&e),
         Err(e) => {
             eprintln!("davinci-bench: {e}");
             return ExitCode::from(EXIT_MEASUREMENT);

@@ -122,6 +122,12 @@ impl Measurements {
         }
     }
 
+    /// Forgets the measurements made so far (a new round measures every key again); the
+    /// device and the daemon stay up.
+    pub(super) fn forget(&mut self) {
+        self.done.clear();
+    }
+
     /// The device of the "ours" rows, created on first use: the embedded device, or the one
     /// at `--device`.
     fn embedded(&mut self) -> Result<Device, Fail> {

@@ -70,10 +70,65 @@ impl Suite {
                 all.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
             ));
         }
+        let rounds = opts.rounds.max(1);
+        if rounds > 1 && opts.contended {
+            return Err(
+                "--rounds applies to quiet runs (a contended run measures its quiet \
+                        round trip once, before the hog starts)"
+                    .into(),
+            );
+        }
         let runner = self;
-        let total = rows.len();
         let mut hog: Option<Hog> = None;
+        let mut per_round = Vec::with_capacity(rounds);
+        for round in 1..=rounds {
+            if round > 1 {
+                runner.measurements.forget();
+            }
+            let label = match rounds {
+                1 => String::new(),
+                n => format!("round {round}/{n} "),
+            };
+            let outcomes = runner.run_round(&rows, &label, &mut hog)?;
+            per_round.push(report::evaluate(outcomes));
+        }
+        if let Some(h) = &hog {
+            if h.spins() == 0 {
+                progress(
+                    opts.progress,
+                    format_args!("warning: the CPU hog never ran\n"),
+                );
+            }
+        }
+        drop(hog);
+        Ok(Report {
+            schema: report::SCHEMA.into(),
+            machine,
+            quick: opts.quick,
+            contended: opts.contended,
+            rows: if rounds == 1 {
+                per_round.pop().unwrap_or_default()
+            } else {
+                let targets: Vec<_> = rows.iter().map(|r| r.target).collect();
+                report::combine_rounds(per_round, &targets)
+            },
+        })
+    }
+
+    /// One round of `rows`, in order: each measurement made once (rows sharing one reuse
+    /// it), progress lines prefixed by `label`; starts the CPU hog (in `hog`) before the
+    /// first row after the quiet round trip of a contended run.
+    fn run_round(
+        &mut self,
+        rows: &[Plan],
+        label: &str,
+        hog: &mut Option<Hog>,
+    ) -> Result<Vec<(RowSpec, Outcome)>, String> {
+        let opts = self.opts.clone();
+        let opts = &opts;
+        let total = rows.len();
         let mut outcomes = Vec::with_capacity(total);
+        self.first.clear();
         for (i, r) in rows.iter().enumerate() {
             if opts.contended && hog.is_none() && r.key != Key::RttQuiet {
                 let h = Hog::start(hog::cpus())?;
@@ -84,16 +139,16 @@ impl Suite {
                         h.threads()
                     ),
                 );
-                hog = Some(h);
+                *hog = Some(h);
             }
             progress(
                 opts.progress,
-                format_args!("[{}/{total}] {} ... ", i + 1, r.name),
+                format_args!("{label}[{}/{total}] {} ... ", i + 1, r.name),
             );
             let t0 = Instant::now();
-            let reused = runner.first.get(&r.key).copied();
-            let m = runner.measurements.measure(r.key);
-            runner.first.entry(r.key).or_insert(r.name);
+            let reused = self.first.get(&r.key).copied();
+            let m = self.measurements.measure(r.key);
+            self.first.entry(r.key).or_insert(r.name);
             let outcome = match m {
                 Ok(m) => match (r.value)(&m) {
                     Some((v, note)) => Outcome::Value(v, Some(note)),
@@ -127,22 +182,7 @@ impl Suite {
                 outcome,
             ));
         }
-        if let Some(h) = &hog {
-            if h.spins() == 0 {
-                progress(
-                    opts.progress,
-                    format_args!("warning: the CPU hog never ran\n"),
-                );
-            }
-        }
-        drop(hog);
-        Ok(Report {
-            schema: report::SCHEMA.into(),
-            machine,
-            quick: opts.quick,
-            contended: opts.contended,
-            rows: report::evaluate(outcomes),
-        })
+        Ok(outcomes)
     }
 }
 
@@ -177,6 +217,38 @@ mod tests {
             assert!(note.contains("completions checked in order"), "{note}");
         }
         assert!(r.rows[1].ratio.is_some());
+    }
+
+    #[test]
+    fn rounds_measure_every_row_again_and_report_medians() {
+        let opts = Options {
+            quick: true,
+            filter: Some("ours/streams/4".into()),
+            embedded: Some(crate::test_device()),
+            rounds: 2,
+            ..Options::default()
+        };
+        let r = Suite::new(opts).run().unwrap();
+        let names: Vec<&str> = r.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["ours/streams/1", "ours/streams/4"]);
+        for row in &r.rows {
+            assert_eq!(row.status, report::Status::Ok, "{row:?}");
+            let note = row.note.as_deref().unwrap_or("");
+            // Two values: the second round measured again (a reused measurement would
+            // still say 2 rounds, but the run below would not take two windows).
+            assert!(note.starts_with("median of 2 rounds: values "), "{note}");
+            assert!(note.contains("completions checked in order"), "{note}");
+        }
+        assert!(r.rows[1].ratio.is_some());
+        let contended = Options {
+            quick: true,
+            contended: true,
+            rounds: 3,
+            embedded: Some(crate::test_device()),
+            ..Options::default()
+        };
+        let e = Suite::new(contended).run().unwrap_err();
+        assert!(e.contains("--rounds applies to quiet runs"), "{e}");
     }
 
     #[test]

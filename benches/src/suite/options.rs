@@ -28,6 +28,10 @@ pub struct Options {
     /// Run the device rows ([`super::device_plan`]) against the device at this path (the
     /// kernel module's `/dev/davinciN`) instead of the embedded device.
     pub device: Option<String>,
+    /// Rounds of the whole table (0 and 1: one). With more, every row is measured once per
+    /// round, in turn, and reports its median value and the median of its per-round ratios
+    /// ([`crate::report::combine_rounds`]).
+    pub rounds: usize,
     /// The embedded device the embedded rows use (each on its own context and streams).
     /// `None`: the run creates one ([`Device::embedded`]) and drops it with the [`Suite`](super::Suite).
     pub embedded: Option<Device>,
