@@ -74,7 +74,8 @@ RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
     cargo "+${toolchain}" build --quiet --release --locked --manifest-path "$FUZZ/Cargo.toml" \
     --target "$triple" $(printf -- '--bin %s ' "${targets[@]}")
 echo "==> built ${#targets[@]} target(s) in $((SECONDS - start))s"
-bin_dir=$FUZZ/target/$triple/release
+# Where cargo put them: CARGO_TARGET_DIR when the caller set one (cargo builds there).
+bin_dir=${CARGO_TARGET_DIR:-$FUZZ/target}/$triple/release
 
 # run TARGET: one target for $seconds from a scratch copy of its seeds; its output goes to a log.
 run() {
