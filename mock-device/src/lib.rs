@@ -20,7 +20,9 @@
 //! The modules, by role: `mock_device` (the handle and its control path), `state` (what the
 //! handles and the pollers share, behind which locks), `pollers` (the poller threads and
 //! their set), `waits` (WAIT_EVENT sleepers), `config`, `platform`, `memfd`, `stream_mem`, `pool` (memfds made
-//! ahead of time and released memory let go of after the reply, [`MockDevice::tidy`]).
+//! ahead of time and released memory let go of after the reply, [`MockDevice::tidy`]),
+//! `tidier` (a thread doing that tidying for a host with no moment after its replies, the
+//! embedded device: [`MockDevice::tidy_in_background`]).
 //!
 //! Shared memory is `davinci_shm::SharedMapping` over sealed memfds (`memfd`). The only
 //! `unsafe` left here builds the device's ring views and doorbell watch over a stream's
@@ -39,6 +41,7 @@ mod state;
 mod stream_mem;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+mod tidier;
 mod waits;
 
 pub use config::{derived_uuid, local_open_params, uuid_from_seed, MockConfig};

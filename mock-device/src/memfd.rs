@@ -120,8 +120,22 @@ impl SharedRegion {
     /// `len` is 0, the memfd cannot be created or sized, or the seals cannot be applied (or
     /// are not all in place afterwards): never an unsealed region.
     pub(crate) fn new(name: &str, len: usize) -> io::Result<Self> {
+        Self::make(name, len, false)
+    }
+
+    /// Like [`new`](Self::new), its pages allocated and mapped already (`MAP_POPULATE`): for
+    /// memory made ahead of time, whose first use then takes no page fault.
+    pub(crate) fn new_populated(name: &str, len: usize) -> io::Result<Self> {
+        Self::make(name, len, true)
+    }
+
+    fn make(name: &str, len: usize, populate: bool) -> io::Result<Self> {
         let file = sealed_memfd(name, len)?;
-        let map = SharedMapping::map(file.as_fd(), 0, len)?;
+        let map = if populate {
+            SharedMapping::map_populated(file.as_fd(), 0, len)?
+        } else {
+            SharedMapping::map(file.as_fd(), 0, len)?
+        };
         Ok(Self {
             map,
             file: MemFd(Arc::new(file)),

@@ -15,8 +15,9 @@ use davinci_driver_core::{
     Reply, UserMem,
 };
 use davinci_uapi::{
-    ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_CREATE_STREAM,
-    DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_STREAM,
+    ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_ALLOC_MEMORY,
+    DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_STREAM,
+    DRIVER_CMD_FREE_MEMORY,
 };
 
 use crate::config::{derived_uuid, MockConfig};
@@ -25,6 +26,7 @@ use crate::platform::MockPlatform;
 use crate::pool::RegionPool;
 use crate::state::{Core, Exclusive};
 use crate::stream_mem::StreamPart;
+use crate::tidier::Tidier;
 
 /// Where a client maps an mmap cookie: a descriptor (its own, to close) and the file offset.
 #[derive(Debug)]
@@ -126,6 +128,7 @@ impl MockDevice {
             config,
             pool,
             kick_pending,
+            tidier: Default::default(),
         });
         // The pollers start with the device (a fixed set of threads, not one per stream). One
         // that cannot be started now is started with the first stream (or that fails then).
@@ -187,10 +190,24 @@ impl MockDevice {
     /// and makes the memfds the pool lacks, with no device lock held; empties the pool when
     /// the device has no client left. Cheap when there is nothing to do.
     pub fn tidy(&self) {
-        let core = self.core();
-        core.kick_after_reply();
-        let idle = core.shared().client_count() == 0;
-        core.pool.tidy(idle);
+        self.core().tidy();
+    }
+
+    /// Like [`tidy_after_replies`](Self::tidy_after_replies), with the tidying done by a
+    /// thread of the device's own, nudged after each control call that leaves work for it
+    /// (ALLOC/FREE_MEMORY, CREATE/DESTROY_STREAM, DESTROY_CONTEXT): for a host that has no
+    /// moment after its replies, the embedded device. Such a call makes no memfd when the
+    /// pool has one ready, and returns before its memory is unmapped and closed and before the
+    /// pollers are woken for its stream (what it frees still reads zero when it returns).
+    /// Calling [`tidy`](Self::tidy) as well does no harm. Stops with the device.
+    ///
+    /// # Errors
+    /// The thread could not be started (the device then works as before, tidying nothing).
+    pub fn tidy_in_background(&self) -> std::io::Result<()> {
+        let core = &self.owner.core;
+        Tidier::start(core)?;
+        core.pool.enable();
+        Ok(())
     }
 
     /// One ioctl for `client`: `arg` holds the argument bytes (`_IOC_SIZE(request)` of them)
@@ -217,10 +234,26 @@ impl MockDevice {
         g.platform_mut().defer_kicks(after_reply);
         let r = g.ioctl(client, request, arg, user);
         g.platform_mut().defer_kicks(false);
-        match r? {
-            Reply::Wait(spec) => core.wait(g, client, &spec, arg),
+        let done = match r? {
+            Reply::Wait(spec) => return core.wait(g, client, &spec, arg),
             other => self.finish(g, client, request, other, after_reply),
+        };
+        // The work this call left for after the reply, when a thread of the device does it:
+        // the pollers' kick for a stream created or destroyed, at once; memory (a memfd to
+        // make ahead, freed ones to let go of) once it is due, one wake for several calls.
+        if core.tidier.running() {
+            let due = match request {
+                DRIVER_CMD_CREATE_STREAM
+                | DRIVER_CMD_DESTROY_STREAM
+                | DRIVER_CMD_DESTROY_CONTEXT => true,
+                DRIVER_CMD_ALLOC_MEMORY | DRIVER_CMD_FREE_MEMORY => core.pool.due(),
+                _ => false,
+            };
+            if due {
+                core.tidier.nudge();
+            }
         }
+        done
     }
 
     /// What a dispatched ioctl leaves to the host, but a wait (`waits` answers those); the

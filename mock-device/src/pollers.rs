@@ -190,6 +190,7 @@ impl Core {
             // did, there is nothing left to clean up for it.
             let _ = p.join.join();
         }
+        self.tidier.stop();
     }
 
     /// One poller: runs each of its streams for up to `run_budget` descriptors per pass while

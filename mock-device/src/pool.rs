@@ -4,9 +4,10 @@
 //! does).
 //!
 //! * **Fresh memfds made ahead of time.** ALLOC_MEMORY and CREATE_STREAM take a memfd of the
-//!   size they need from the pool when it has one: made, sized, sealed and mapped by an
-//!   earlier `tidy` (at most one per call, so the work after a reply stays short), never used
-//!   before, so the call itself makes no system call for it. A memfd is never reused: a
+//!   size they need from the pool when it has one: made, sized, sealed and mapped (its pages
+//!   allocated and mapped: `MAP_POPULATE`) by an earlier `tidy` (at most one per call, so the
+//!   work after a reply stays short), never used before, so the call itself makes no system
+//!   call and takes no page fault for it. A memfd is never reused: a
 //!   client may keep mapping a freed allocation's or destroyed stream's. The pool keeps at
 //!   most [`PER_SIZE`] memfds for each of the [`MAX_SIZES`] sizes asked for most recently, at
 //!   most [`MAX_READY`] in all (so at most that many mappings of this process are of memfds
@@ -32,6 +33,8 @@ pub(crate) const MAX_READY: usize = PER_SIZE * MAX_SIZES;
 pub(crate) const MAX_POOLED_LEN: usize = 1 << 20;
 /// Released memory waiting for `tidy`, at most.
 pub(crate) const MAX_RELEASED: usize = 64;
+/// Released memory that makes a `tidy` due ([`RegionPool::due`]).
+pub(crate) const RELEASED_BATCH: usize = 16;
 
 /// Memory already emptied, to unmap and close after the reply.
 #[derive(Debug)]
@@ -52,6 +55,8 @@ struct Inner {
     /// Sizes asked for, the most recent last.
     wanted: Vec<usize>,
     released: Vec<Released>,
+    /// A take found no memfd of its size ready since the last `tidy`.
+    missed: bool,
 }
 
 /// Fresh memfds made ahead of time and released memory to let go of, behind their own lock
@@ -90,12 +95,23 @@ impl RegionPool {
                 g.wanted.drain(..over);
             }
             let at = g.ready.iter().position(|s| s.len() == len);
+            if at.is_none() && g.tidied && len <= MAX_POOLED_LEN {
+                g.missed = true;
+            }
             at.map(|i| g.ready.swap_remove(i))
         };
         match ready {
             Some(r) => Ok(r),
             None => SharedRegion::new(name, len),
         }
+    }
+
+    /// Whether a `tidy` is due for memory alone: a take found its size missing since the
+    /// last one, or [`RELEASED_BATCH`] released memfds wait. (A host tidying in the
+    /// background wakes its tidier for ALLOC and FREE only then, one wake for several calls.)
+    pub(crate) fn due(&self) -> bool {
+        let g = self.lock();
+        g.missed || g.released.len() >= RELEASED_BATCH
     }
 
     /// Lets go of released memory: after the next `tidy`, or now.
@@ -111,7 +127,8 @@ impl RegionPool {
 
     /// After a reply: unmaps and closes the released memory, and makes (and maps) one of the
     /// memfds the pool lacks (none while `idle`: the device has no client, and the pool is emptied).
-    pub(crate) fn tidy(&self, idle: bool) {
+    /// Returns whether it made one (the pool may lack more).
+    pub(crate) fn tidy(&self, idle: bool) -> bool {
         let (released, drained) = {
             let mut g = self.lock();
             if idle {
@@ -122,6 +139,7 @@ impl RegionPool {
             let drained: Vec<SharedRegion> = ready
                 .extract_if(.., |s| !wanted.contains(&s.len()))
                 .collect();
+            g.missed = false;
             (std::mem::take(&mut g.released), drained)
         };
         drop(released);
@@ -139,14 +157,16 @@ impl RegionPool {
                         .find(|&l| g.ready.iter().filter(|s| s.len() == l).count() < PER_SIZE)
                 }
             };
-            let Some(len) = need else { return };
-            let Ok(s) = SharedRegion::new("davinci-memory", len) else {
-                return;
+            let Some(len) = need else { return false };
+            let Ok(s) = SharedRegion::new_populated("davinci-memory", len) else {
+                return false;
             };
             let mut g = self.lock();
             if g.ready.len() < MAX_READY {
                 g.ready.push(s);
+                return true;
             }
+            false
         }
     }
 

@@ -71,6 +71,8 @@ pub(crate) struct Core {
     /// A kick of the pollers waits for the reply (`Core::kick`, `Core::kick_after_reply`);
     /// shared with the platform (`MockPlatform::defer_kicks`).
     pub(crate) kick_pending: Arc<AtomicBool>,
+    /// The thread doing `tidy` for a host without an after-the-reply moment (if started).
+    pub(crate) tidier: crate::tidier::Tidier,
 }
 
 pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {

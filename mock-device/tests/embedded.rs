@@ -530,3 +530,92 @@ fn with_tidy_the_pollers_learn_of_new_and_destroyed_streams_after_the_reply() {
     }
     dev.close(c);
 }
+
+/// With `tidy_in_background` (the embedded device's mode), a thread of the device does what
+/// `tidy` does, after each control call, with no call from the host: the pollers learn of new
+/// and destroyed streams (they never wake on their own here), a destroyed stream's and a
+/// freed allocation's memory is let go of, an allocation is zero when FREE returns and each
+/// one is a memfd never handed out before. The thread stops with the device. (The pool's
+/// refill: `tidier`'s unit test.)
+#[test]
+fn tidied_in_background_the_device_needs_no_tidy_calls() {
+    use std::os::fd::AsFd;
+    let prefix = "davinci77-tidy";
+    let dev = MockDevice::new(MockConfig {
+        device_id: 77,
+        doorbell_timeout: Duration::from_secs(3600),
+        event_timeout: Duration::from_secs(3600),
+        idle_spin: Duration::ZERO,
+        ..MockConfig::default()
+    });
+    assert_eq!(threads_named(prefix), 0, "no tidier unless asked for");
+    let until = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ok() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    dev.tidy_in_background().unwrap();
+    dev.tidy_in_background().unwrap();
+    // (A new thread's name is set by the thread itself, a moment after it starts.)
+    until("the tidier starts", &|| threads_named(prefix) >= 1);
+    let c = client(&dev);
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..4u64 {
+        let s = stream(&dev, c);
+        let mut a = AllocMemoryArgs {
+            size: 4096,
+            ..Default::default()
+        };
+        call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
+        let kept = dev.map(c, a.mmap_offset, a.alloc_size).unwrap().fd;
+        let mem_ino = nix::sys::stat::fstat(kept.as_fd()).unwrap().st_ino;
+        assert!(seen.insert(mem_ino), "round {round}: a fresh memfd");
+        // The poller serves the new stream: it was kicked by the tidier.
+        run_first_task(
+            &dev,
+            c,
+            s.handle,
+            TaskDesc::fill(1, DevAddr(a.dev_addr), 4096, 7 + round as u32),
+        );
+        let mut all = vec![0u8; 4096];
+        nix::sys::uio::pread(&kept, &mut all, 0).unwrap();
+        assert!(all.iter().all(|&b| b == 7 + round as u8 || b == 0));
+        assert!(all.iter().any(|&b| b != 0), "round {round}: the fill ran");
+        let fd = dev
+            .map(c, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
+            .unwrap()
+            .fd;
+        let ino = nix::sys::stat::fstat(fd.as_fd()).unwrap().st_ino;
+        std::thread::sleep(Duration::from_millis(20));
+        let mut h = HandleArgs {
+            handle: s.handle,
+            pad: 0,
+        };
+        call(&dev, c, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+        until(
+            &format!("round {round}: the destroyed stream's memory is still mapped"),
+            &|| mappings_of(ino) == 0,
+        );
+        let mut h = HandleArgs {
+            handle: a.handle,
+            pad: 0,
+        };
+        call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
+        nix::sys::uio::pread(&kept, &mut all, 0).unwrap();
+        assert!(
+            all.iter().all(|&b| b == 0),
+            "round {round}: zeros once FREE returns"
+        );
+        // Only the descriptor kept here maps nothing: the device let go of its mapping.
+        until(
+            &format!("round {round}: the freed allocation is still mapped"),
+            &|| mappings_of(mem_ino) == 0,
+        );
+    }
+    assert_eq!(threads_named(prefix), 1, "one tidier, however often asked");
+    dev.close(c);
+    dev.shutdown();
+    assert_eq!(threads_named(prefix), 0, "the tidier stops with the device");
+}

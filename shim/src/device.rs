@@ -101,7 +101,11 @@ impl Device {
     /// As [`embedded`](Self::embedded).
     #[cfg(feature = "embedded")]
     pub fn embedded_with(config: crate::MockConfig) -> Result<Device> {
-        Self::attach(&crate::MockDevice::new(config))
+        let mock = crate::MockDevice::new(config);
+        // A thread of the device makes memfds ahead of time and lets go of freed memory after
+        // each control call; without it (no thread to spare) every call does that work itself.
+        let _ = mock.tidy_in_background();
+        Self::attach(&mock)
     }
 
     /// Opens another client on an existing in-process mock device (e.g. to exercise device

@@ -7,7 +7,7 @@ use std::fmt;
 use davinci_mock_device::{local_open_params, MockDevice, NoUserMem};
 use davinci_uapi::ClientUsage;
 
-use super::{Backend, MapFd, Role};
+use super::{Backend, MapFd, MapFile, Role};
 use crate::error::{Error, Result};
 
 /// One open of an in-process [`MockDevice`].
@@ -58,12 +58,13 @@ impl Backend for Embedded {
     }
 
     fn map(&self, cookie: u64, len: u64) -> Result<MapFd> {
+        // The device's own descriptor, lent for the mmap: no dup, no close.
         let src = self
             .dev
-            .map(self.open, cookie, len)
+            .map_shared(self.open, cookie, len)
             .map_err(|e| Error::new(e.errno, "mmap", e.msg))?;
         Ok(MapFd {
-            fd: src.fd,
+            fd: MapFile::Lent(src.fd),
             offset: src.offset,
         })
     }

@@ -19,7 +19,7 @@ use davinci_uapi::{
     DRIVER_CMD_LIST_CLIENTS,
 };
 
-use super::{list_clients_arg, Backend, MapFd, Role};
+use super::{list_clients_arg, Backend, MapFd, MapFile, Role};
 use crate::error::{Error, Result};
 
 /// An open of a kernel device node.
@@ -220,7 +220,10 @@ impl Backend for KernelBackend {
             .try_clone()
             .map_err(|e| errno_error("mmap", &self.path, &e))?
             .into();
-        Ok(MapFd { fd, offset: cookie })
+        Ok(MapFd {
+            fd: MapFile::Owned(fd),
+            offset: cookie,
+        })
     }
 
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {

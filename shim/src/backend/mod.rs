@@ -40,8 +40,29 @@ pub(crate) enum Role {
 /// the mock device, or the device node itself with the cookie as offset.
 #[derive(Debug)]
 pub(crate) struct MapFd {
-    pub(crate) fd: OwnedFd,
+    pub(crate) fd: MapFile,
     pub(crate) offset: u64,
+}
+
+/// The file behind a [`MapFd`]: a descriptor of its own (closed when dropped), or the
+/// in-process device's own descriptor of a memfd, lent for the `mmap` (no `dup`, no `close`).
+#[derive(Debug)]
+pub(crate) enum MapFile {
+    /// A descriptor of the caller's own.
+    Owned(OwnedFd),
+    /// The embedded device's descriptor, open while this is held.
+    #[cfg(feature = "embedded")]
+    Lent(davinci_mock_device::MemFd),
+}
+
+impl std::os::fd::AsFd for MapFile {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            MapFile::Owned(fd) => fd.as_fd(),
+            #[cfg(feature = "embedded")]
+            MapFile::Lent(fd) => fd.as_fd(),
+        }
+    }
 }
 
 /// A channel to a driver, as one open file. `Display` says which device it reaches, for
@@ -79,10 +100,12 @@ pub(crate) fn open(path: &DevicePath, role: Role) -> Result<(Box<dyn Backend>, D
 #[cfg(feature = "embedded")]
 fn open_embedded(role: Role) -> Result<Box<dyn Backend>> {
     match role {
-        Role::Client => Ok(Box::new(embedded::Embedded::open(
-            davinci_mock_device::MockDevice::new(Default::default()),
-            role,
-        )?)),
+        Role::Client => {
+            let mock = davinci_mock_device::MockDevice::new(Default::default());
+            // As `Device::embedded_with`: without the thread, every call does its own tidying.
+            let _ = mock.tidy_in_background();
+            Ok(Box::new(embedded::Embedded::open(mock, role)?))
+        }
         Role::Control => Err(Error::new(
             Errno::EINVAL,
             "open",

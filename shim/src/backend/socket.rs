@@ -34,7 +34,7 @@ use davinci_uapi::{
     DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_FREE_MEMORY, DRIVER_CMD_LIST_CLIENTS,
 };
 
-use super::{list_clients_arg, Backend, MapFd, Role};
+use super::{list_clients_arg, Backend, MapFd, MapFile, Role};
 use crate::error::{Error, Result};
 
 /// An open of a device served by `davinci-mockd`: the shared client of
@@ -248,7 +248,7 @@ impl Backend for SocketBackend {
             {
                 let (p, fd) = kept.remove(i);
                 return Ok(MapFd {
-                    fd,
+                    fd: MapFile::Owned(fd),
                     offset: p.offset,
                 });
             }
@@ -262,7 +262,7 @@ impl Backend for SocketBackend {
         let mut fds = got.fds.into_iter();
         match (fds.next(), fds.next()) {
             (Some(fd), None) => Ok(MapFd {
-                fd,
+                fd: MapFile::Owned(fd),
                 offset: reply.offset,
             }),
             _ => Err(Error::new(
