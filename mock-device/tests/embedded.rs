@@ -619,3 +619,85 @@ fn tidied_in_background_the_device_needs_no_tidy_calls() {
     dev.shutdown();
     assert_eq!(threads_named(prefix), 0, "the tidier stops with the device");
 }
+
+/// The state letter of this process's thread named `name` (`/proc/self/task/*/stat`).
+fn thread_state(name: &str) -> Option<char> {
+    std::fs::read_dir("/proc/self/task").ok()?.find_map(|t| {
+        let dir = t.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+        if comm.trim_end() != name {
+            return None;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // "pid (comm) S ...": the state follows the last ')'.
+        stat.rsplit_once(')')?.1.trim_start().chars().next()
+    })
+}
+
+/// A poller that shares its core with a thread that yields (a client's spin-wait, the
+/// daemon's connection threads) parks once its idle spin's yields hand the core over (the
+/// kernel counts a switch away from a thread that is still runnable, a yield's included, as
+/// involuntary: what the poller's `getrusage` check reads), rather than yield to it for all
+/// of `idle_spin` (an hour here); parked, the doorbell's wake-up brings it back.
+#[test]
+fn a_poller_whose_yields_hand_its_core_over_parks() {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let me = Pid::from_raw(0);
+    let all = sched_getaffinity(me).unwrap();
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| all.is_set(c).unwrap_or(false))
+        .collect();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs 2 CPUs (this thread must not share the poller's)");
+        return;
+    }
+    // The device's threads and the yielder inherit one CPU; this thread then leaves it.
+    let mut one = CpuSet::new();
+    one.set(cpus[0]).unwrap();
+    sched_setaffinity(me, &one).unwrap();
+    let dev = MockDevice::new(MockConfig {
+        device_id: 78,
+        idle_spin: Duration::from_secs(3600),
+        doorbell_timeout: Duration::from_secs(3600),
+        pollers: 1,
+        ..MockConfig::default()
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let yielder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+        })
+    };
+    let mut rest = CpuSet::new();
+    for &c in &cpus[1..] {
+        rest.set(c).unwrap();
+    }
+    sched_setaffinity(me, &rest).unwrap();
+    let c = client(&dev);
+    let s = stream(&dev, c);
+    // The poller runs a task, so it spins (and yields) while idle afterwards.
+    run_first_task(&dev, c, s.handle, TaskDesc::nop(1));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let parked = loop {
+        if thread_state("davinci78-poll0") == Some('S') {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    stop.store(true, Ordering::Relaxed);
+    yielder.join().unwrap();
+    sched_setaffinity(me, &all).unwrap();
+    assert!(parked, "the poller still spins, yielding its core away");
+    // Parked, it still serves: the doorbell wakes it.
+    run_task(&dev, c, s.handle, TaskDesc::nop(2), 2);
+    dev.close(c);
+}
