@@ -9,7 +9,7 @@
 //!   heap of 4 KiB pages the device carves for stream rings and device memory) and the
 //!   header's encoding.
 //! * [`admin`]: the admin queue's entries (requests: OPEN, CLOSE, IOCTL, MMAP_TARGET;
-//!   completions), encoded into and decoded from fixed-size byte slots.
+//!   completions: [`reply`]), encoded into and decoded from fixed-size byte slots.
 //!
 //! The admin rings are `davinci-ring` rings (the one place ordering lives) whose slots are
 //! [`admin::AdminSlot`]s; this crate only says where they are and what their bytes mean.
@@ -26,11 +26,12 @@ pub mod admin;
 pub mod bytes;
 pub mod layout;
 pub mod regs;
+pub mod reply;
 
 pub use admin::{
-    AdminKind, AdminOp, AdminRequest, AdminSlot, ArgBuf, Completion, DecodeError, MapKind,
-    MmapReply, OpenArgs, ReplyKind, ADMIN_DEPTH, ADMIN_ENTRY_SIZE, ARG_CAPACITY, MAX_IOCTL_ARG,
-    MSG_CAPACITY,
+    AdminKind, AdminOp, AdminRequest, AdminSlot, ArgBuf, DecodeError, OpenArgs, ADMIN_DEPTH,
+    ADMIN_ENTRY_SIZE, ARG_CAPACITY, MAX_IOCTL_ARG, MSG_CAPACITY,
 };
 pub use layout::{Bar2Header, Bar2Layout, DeviceState, HeaderError, LayoutError, PAGE_SIZE};
 pub use regs::{doorbell_value, VECTORS, VECTOR_ADMIN, VECTOR_DATA};
+pub use reply::{Completion, MapKind, MmapReply, ReplyKind};

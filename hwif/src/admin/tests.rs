@@ -1,4 +1,5 @@
 use super::*;
+use crate::reply::{Completion, MapKind, MmapReply, ReplyKind};
 use davinci_uapi::{ioctl::ioc_size, DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_LIST_CLIENTS};
 use proptest::prelude::*;
 use std::vec::Vec;
