@@ -331,7 +331,11 @@ impl PciDevice {
         self.armed.clear();
         self.admin = None;
         match AdminRings::new(&self.bar2, &self.layout) {
-            Ok(a) => self.admin = Some(a),
+            Ok(a) => {
+                self.admin = Some(a);
+                // A fresh start for the next guest, also after the last one broke the rings.
+                self.set_state(DeviceState::Ready, 0);
+            }
             Err(_) => self.set_state(DeviceState::Failed, Errno::EIO.code() as u32),
         }
     }

@@ -239,3 +239,91 @@ fn a_guest_that_goes_leaves_a_fresh_device_for_the_next() {
     drop(g);
     assert!(dev.stop().stats().guests_gone >= 1);
 }
+
+#[test]
+fn broken_ring_indices_stop_only_what_they_belong_to() {
+    let dev = Running::start(1 << 20);
+    let mut g = Guest::connect(&dev);
+    let client = g.open();
+    let mut ctx = CreateContextArgs::default();
+    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut s = CreateStreamArgs {
+            ctx: ctx.handle,
+            cmd_entries: 16,
+            event_entries: 16,
+            ..Default::default()
+        };
+        g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
+        let c = g
+            .map(client, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
+            .unwrap();
+        let e = g
+            .map(client, s.event_ring.mmap_offset, s.event_ring.mmap_size)
+            .unwrap();
+        streams.push((s, c, e));
+    }
+    // Stream 0's tail far past its head: that stream fails (EPROTO), stream 1 runs on.
+    let (s0, c0, _) = &streams[0];
+    let tail = davinci_uapi::RingOffsets::standard(64).tail;
+    g.peer
+        .shared()
+        .word(c0.offset + u64::from(tail))
+        .unwrap()
+        .store(1000, std::sync::atomic::Ordering::Release);
+    g.ring_data();
+    // (The error state is on the command ring's header.)
+    let bad = producer::<TaskDesc>(&g.peer, c0, s0.cmd_entries);
+    let (s1, c1, e1) = &streams[1];
+    let mut cmd = producer::<TaskDesc>(&g.peer, c1, s1.cmd_entries);
+    let mut evt = consumer::<EventRecord>(&g.peer, e1, s1.event_entries);
+    cmd.push(&TaskDesc::nop(7)).unwrap();
+    cmd.publish();
+    g.ring_data();
+    let mut got = Vec::new();
+    while got.is_empty() {
+        evt.consume(16, |r| got.push(r.user_data));
+        if got.is_empty() {
+            g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+        }
+    }
+    assert_eq!(got, [7]);
+    let mut err = bad.region().error();
+    while err.is_none() {
+        g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+        err = bad.region().error();
+    }
+    assert_eq!(err.map(|(e, _)| e), Some(Errno::EPROTO.code() as u32));
+
+    // The admin submission ring's tail far past its head: the device stops answering and
+    // says so in BAR2's header (state failed, EPROTO), and still runs nothing it should not.
+    let sq_tail = g.header.layout.sq_offset + u64::from(tail);
+    g.peer
+        .shared()
+        .word(sq_tail)
+        .unwrap()
+        .store(999, std::sync::atomic::Ordering::Release);
+    assert!(g.peer.ring(davinci_ivshmem::SERVER_ID, 0).unwrap());
+    let header = || {
+        let mut page = vec![0u8; 4096];
+        g.peer.shared().read(0, &mut page).unwrap();
+        davinci_hwif::Bar2Header::decode(&page, g.peer.shm_size()).unwrap()
+    };
+    let give_up = std::time::Instant::now() + LIMIT;
+    let mut h = header();
+    while h.state != davinci_hwif::DeviceState::Failed {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the device never failed: {h:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        h = header();
+    }
+    assert_eq!(h.failure, Errno::EPROTO.code() as u32);
+    drop((bad, g));
+    // The next guest finds the device ready again.
+    let g = Guest::connect(&dev);
+    assert_eq!(g.header.state, davinci_hwif::DeviceState::Ready);
+}
