@@ -28,6 +28,10 @@ unsafe impl Slot for EventRecord {}
 unsafe impl Slot for u32 {}
 // SAFETY: a primitive integer: no padding, every bit pattern valid, alignment <= 8.
 unsafe impl Slot for u64 {}
+// SAFETY: an array of `u64`: no padding, every bit pattern valid, alignment 8. For slots of
+// any whole number of words (the PCI device's 1 KiB admin entries, `davinci-hwif`); a
+// zero-length array is refused by the ring's geometry (slot size 0).
+unsafe impl<const N: usize> Slot for [u64; N] {}
 
 /// A region whose slot size was checked against `T` (size equal, alignment dividing 64), so
 /// every slot access through it is in bounds and aligned.

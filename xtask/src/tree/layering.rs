@@ -21,10 +21,20 @@ use super::Finding;
 /// The layers, lowest first. A crate may depend only on crates of lower layers.
 pub const LAYERS: &[&[&str]] = &[
     &["davinci-uapi", "davinci-units"],
-    &["davinci-ring", "davinci-shm", "davinci-mockd-proto"],
+    &[
+        "davinci-ring",
+        "davinci-shm",
+        "davinci-mockd-proto",
+        "davinci-hwif",
+    ],
     &["davinci-driver-core"],
     &["davinci-mock-device", "davinci-ivshmem"],
-    &["davinci-mockd", "davinci-shim", "davinci-preload"],
+    &[
+        "davinci-mockd",
+        "davinci-shim",
+        "davinci-preload",
+        "davinci-pcidev",
+    ],
     &[
         "davinci-ops",
         "davinci-workload",
@@ -50,6 +60,8 @@ pub const DEVICE_SIDE: &[&str] = &[
     "davinci-mock-device",
     "davinci-ivshmem",
     "davinci-mockd",
+    "davinci-hwif",
+    "davinci-pcidev",
 ];
 
 /// What the runtime library without default features must not link.

@@ -1,0 +1,135 @@
+//! The command line of `davinci-pcidev`: parsing (a pure function, tested) and the help.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use davinci_hwif::layout::{Bar2Layout, MAX_REGION, MIN_REGION};
+use davinci_hwif::VECTORS;
+use davinci_ivshmem::MAX_VECTORS;
+
+use crate::device::DeviceConfig;
+
+/// The help text.
+pub const HELP: &str = "\
+davinci-pcidev: the davinci PCI device outside the guest (QEMU's ivshmem-doorbell)
+
+Usage: davinci-pcidev --socket PATH [--size BYTES] [--vectors N] [--device-id N]
+
+Serves the ivshmem server protocol on the Unix socket PATH and is the device behind it:
+BAR2 (the shared memory) holds the admin queue, the stream rings and device memory;
+doorbells arrive on vector 1 (streams) and vector 0 (admin queue), interrupts go back on
+the same vectors. Attach QEMU with
+  -chardev socket,path=PATH,id=dv -device ivshmem-doorbell,chardev=dv,vectors=2
+
+Options:
+  --socket PATH    the socket to listen on (must not exist; removed on exit)
+  --size BYTES     BAR2's size: a power of two from 64K to 1G (default 64M; 256M, 1G...)
+  --vectors N      MSI-X vectors per peer, at least 2 (default 2; at most 64)
+  --device-id N    N of davinciN, as GET_INFO reports it (default 0)
+  -h, --help       this text
+
+Exit status: 0 stopped, 1 the device failed (the message says why), 2 bad command line.
+";
+
+/// What the command line asks.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Print [`HELP`].
+    Help,
+    /// Serve on `socket`.
+    Run {
+        /// The socket's path.
+        socket: PathBuf,
+        /// The device's configuration.
+        config: DeviceConfig,
+    },
+}
+
+/// Parses the arguments (without the program name).
+///
+/// # Errors
+/// What is wrong and what to write instead.
+pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
+    let mut socket = None;
+    let mut config = DeviceConfig::default();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (a.clone(), None),
+        };
+        let mut value = |what: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value ({what})"))
+        };
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--socket" => socket = Some(PathBuf::from(value("a path")?)),
+            "--size" => {
+                let v = value("bytes, like 64M")?;
+                let size = davinci_units::parse_size(&v).map_err(|e| format!("--size: {e}"))?;
+                if Bar2Layout::for_region(size).is_err() {
+                    return Err(format!(
+                        "--size {v}: BAR2 must be a power of two from {} to {} bytes (64K..1G), like 64M",
+                        MIN_REGION, MAX_REGION
+                    ));
+                }
+                config.size = size;
+            }
+            "--vectors" => {
+                let v = value("a number")?;
+                let n: u16 = v.parse().map_err(|_| {
+                    format!("--vectors {v}: not a number from {VECTORS} to {MAX_VECTORS}")
+                })?;
+                if !(VECTORS..=MAX_VECTORS).contains(&n) {
+                    return Err(format!(
+                        "--vectors {n}: the device needs {VECTORS} (admin and data) and serves at most {MAX_VECTORS}"
+                    ));
+                }
+                config.vectors = n;
+            }
+            "--device-id" => {
+                let v = value("a number")?;
+                config.device_id = v
+                    .parse()
+                    .map_err(|_| format!("--device-id {v}: not a number"))?;
+            }
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        }
+    }
+    let socket = socket.ok_or("--socket PATH is required (see --help)")?;
+    Ok(Command::Run { socket, config })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command, String> {
+        parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn options_are_parsed_and_checked() {
+        match p(&["--socket", "/tmp/x", "--size=1M", "--vectors", "4"]).unwrap() {
+            Command::Run { socket, config } => {
+                assert_eq!(socket, PathBuf::from("/tmp/x"));
+                assert_eq!((config.size, config.vectors), (1 << 20, 4));
+            }
+            Command::Help => panic!("not help"),
+        }
+        assert!(matches!(p(&["--socket", "s", "-h"]), Ok(Command::Help)));
+        let err = |a: &[&str]| p(a).unwrap_err();
+        assert!(err(&[]).contains("--socket PATH is required"));
+        assert!(err(&["--socket"]).contains("needs a value"));
+        assert!(err(&["--socket", "s", "--size", "3M"]).contains("power of two"));
+        assert!(err(&["--socket", "s", "--size", "32K"]).contains("64K..1G"));
+        assert!(err(&["--socket", "s", "--size", "lots"]).contains("invalid size"));
+        assert!(err(&["--socket", "s", "--vectors", "1"]).contains("needs 2"));
+        assert!(err(&["--socket", "s", "--vectors", "65"]).contains("at most 64"));
+        assert!(err(&["--socket", "s", "--vectors", "x"]).contains("not a number"));
+        assert!(err(&["--bogus"]).contains("unknown argument"));
+    }
+}

@@ -1,0 +1,113 @@
+use super::*;
+use davinci_hwif::layout::MIN_REGION;
+use davinci_ivshmem::{Server, ShmSpec};
+
+/// A platform over a real server's region of `size` bytes (the server is kept alive).
+fn platform(size: u64) -> (tempfile::TempDir, Server, Bar2Platform) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::bind(dir.path().join("s"), ShmSpec { size }, 2).unwrap();
+    let bar2 = Arc::new(Bar2::map(server.shared_fd(), size as usize).unwrap());
+    let layout = Bar2Layout::for_region(size).unwrap();
+    (dir, server, Bar2Platform::new(bar2, layout))
+}
+
+#[test]
+fn allocations_are_bounded_by_the_heap_and_zeroed_for_the_next_owner() {
+    let (_d, _s, mut p) = platform(MIN_REGION); // 5 heap pages
+    assert_eq!(p.heap_bytes(), 5 * 4096);
+    p.alloc_backing(1, 0, 3 * 4096).unwrap();
+    let e = p.alloc_backing(2, 0, 3 * 4096).unwrap_err();
+    assert_eq!(e.errno, Errno::ENOMEM);
+    p.mem_write(1, 4096, b"secret").unwrap();
+    p.mem_fill(1, 8192, 8, 0xdead_beef).unwrap();
+    let mut b = [0u8; 6];
+    p.mem_read(1, 4096, &mut b).unwrap();
+    assert_eq!(&b, b"secret");
+    // The pages as the guest sees them in BAR2.
+    let (at, len) = p.allocation_range(1, 0).unwrap();
+    assert_eq!(len, 3 * 4096);
+    let mut raw = [0u8; 6];
+    p.bar2.mapping().read(at + 4096, &mut raw).unwrap();
+    assert_eq!(&raw, b"secret");
+    p.free_backing(1, 0, 3 * 4096);
+    assert_eq!(p.free_pages(), 5);
+    // The next owner gets the same pages, zeroed.
+    p.alloc_backing(2, 0, 3 * 4096).unwrap();
+    assert_eq!(p.allocation_range(2, 0).unwrap().0, at);
+    let mut all = vec![1u8; 3 * 4096];
+    p.mem_read(2, 0, &mut all).unwrap();
+    assert!(all.iter().all(|&x| x == 0));
+}
+
+#[test]
+fn memory_access_stays_inside_one_allocation_of_its_client() {
+    let (_d, _s, mut p) = platform(MIN_REGION);
+    p.alloc_backing(1, 0, 4096).unwrap();
+    p.alloc_backing(1, 4096, 100).unwrap();
+    p.alloc_backing(2, 8192, 4096).unwrap();
+    let mut b = [0u8; 8];
+    assert_eq!(
+        p.mem_read(1, 4092, &mut b).unwrap_err().errno,
+        Errno::EFAULT
+    );
+    assert_eq!(
+        p.mem_read(1, 4096 + 96, &mut b).unwrap_err().errno,
+        Errno::EFAULT
+    );
+    assert_eq!(p.mem_read(2, 0, &mut b).unwrap_err().errno, Errno::EFAULT);
+    assert_eq!(
+        p.mem_read(3, 8192, &mut b).unwrap_err().errno,
+        Errno::EFAULT
+    );
+    assert_eq!(
+        p.mem_fill(1, u64::MAX - 3, 4, 0).unwrap_err().errno,
+        Errno::EFAULT
+    );
+    // A copy between two clients' allocations (an import) and within one.
+    p.mem_write(2, 8192, b"abcdefgh").unwrap();
+    p.mem_copy((1, 4096), (2, 8192), 8).unwrap();
+    p.mem_read(1, 4096, &mut b).unwrap();
+    assert_eq!(&b, b"abcdefgh");
+    p.mem_copy((1, 4098), (1, 4096), 4).unwrap();
+    p.mem_read(1, 4096, &mut b).unwrap();
+    assert_eq!(&b, b"ababcdgh");
+    p.forget_client(1);
+    assert_eq!(p.backed_allocations(), 1);
+    assert_eq!(p.free_pages(), 4);
+}
+
+#[test]
+fn streams_take_zeroed_page_runs_and_give_them_back() {
+    let (_d, _s, mut p) = platform(1 << 20);
+    let free = p.free_pages();
+    // Dirty the heap as a hostile guest could.
+    let (h, hl) = (p.layout.heap_offset, p.heap_bytes());
+    p.bar2.mapping().fill(h, hl, 0xffff_ffff).unwrap();
+    let r = p.create_stream(1, 32, 4096 + 4096, 64, 4096 * 2).unwrap();
+    assert_eq!(p.free_pages(), free - 5);
+    let m = &r.mem;
+    assert_eq!(m.cmd, (h, 8192));
+    assert_eq!(m.event, (h + 8192, 8192));
+    assert_eq!(m.doorbell, h + 16384);
+    let mut page = vec![1u8; 5 * 4096];
+    p.bar2.mapping().read(h, &mut page).unwrap();
+    assert!(
+        page.iter().all(|&x| x == 0),
+        "a new stream's pages read zero"
+    );
+    assert_eq!((r.cmd.entries(), r.event.entries()), (32, 64));
+    // The core drops the ring views before it hands the pages back.
+    let StreamRegions { mem, .. } = r;
+    p.release_stream(1, 1, mem);
+    assert_eq!(p.free_pages(), free);
+    // More than the heap: ENOMEM, nothing taken.
+    let Err(e) = p.create_stream(1, 1 << 15, 1 << 25, 64, 8192) else {
+        panic!("a stream larger than the heap was created");
+    };
+    assert_eq!(e.errno, Errno::ENOMEM);
+    assert_eq!(p.free_pages(), free);
+    // Wake-ups are recorded once.
+    p.notify_waiters(1);
+    assert!(p.take_irq() && !p.take_irq());
+    assert!(p.take_kick() && !p.take_kick());
+}

@@ -1,0 +1,329 @@
+//! The device end to end without QEMU: an in-process guest opens a client, creates a
+//! context, memory and a stream through the admin queue, maps the stream's rings at the BAR2
+//! offsets MMAP_TARGET returns, submits descriptors, rings the data doorbell and sees the
+//! completions and an interrupt on its own vector 1; and hostile admin entries.
+
+mod support;
+
+use davinci_hwif::layout::MIN_REGION;
+use davinci_hwif::{AdminOp, MapKind, ReplyKind, ADMIN_ENTRY_SIZE, VECTOR_DATA};
+use davinci_uapi::{
+    AllocMemoryArgs, CreateContextArgs, CreateStreamArgs, DevAddr, DeviceInfo, Errno, EventRecord,
+    HandleArgs, TaskDesc, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_CONTEXT,
+    DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_FREE_MEMORY,
+    DRIVER_CMD_GET_INFO,
+};
+use support::{consumer, producer, Guest, Running, LIMIT};
+
+const NOTTY: u32 = Errno::ENOTTY.code() as u32;
+const INVAL: u32 = Errno::EINVAL.code() as u32;
+
+#[test]
+fn a_guest_runs_tasks_through_the_admin_queue_and_the_stream_rings() {
+    let dev = Running::start(1 << 20);
+    let mut g = Guest::connect(&dev);
+    let client = g.open();
+
+    let mut ctx = CreateContextArgs::default();
+    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
+        .unwrap();
+    let mut mem = AllocMemoryArgs {
+        size: 8192,
+        ..Default::default()
+    };
+    g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
+    let mut s = CreateStreamArgs {
+        ctx: ctx.handle,
+        cmd_entries: 64,
+        event_entries: 64,
+        ..Default::default()
+    };
+    g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
+
+    let cmd_at = g
+        .map(client, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
+        .unwrap();
+    let evt_at = g
+        .map(client, s.event_ring.mmap_offset, s.event_ring.mmap_size)
+        .unwrap();
+    let mem_at = g.map(client, mem.mmap_offset, mem.alloc_size).unwrap();
+    assert_eq!(
+        (cmd_at.kind, evt_at.kind, mem_at.kind),
+        (MapKind::CmdRing, MapKind::EventRing, MapKind::Memory)
+    );
+    let heap = g.header.layout.heap_offset;
+    for m in [&cmd_at, &evt_at, &mem_at] {
+        assert!(m.offset >= heap && m.offset + m.len <= g.peer.shm_size());
+    }
+    // Device memory as the guest maps it reads zero.
+    let mut before = vec![1u8; 8192];
+    g.peer.shared().read(mem_at.offset, &mut before).unwrap();
+    assert!(before.iter().all(|&b| b == 0));
+
+    let mut cmd = producer::<TaskDesc>(&g.peer, &cmd_at, s.cmd_entries);
+    let mut evt = consumer::<EventRecord>(&g.peer, &evt_at, s.event_entries);
+    cmd.push(&TaskDesc::nop(11)).unwrap();
+    cmd.push(&TaskDesc::fill(
+        12,
+        DevAddr(mem.dev_addr + 4096),
+        4096,
+        0xabcd_ef01,
+    ))
+    .unwrap();
+    cmd.push(&TaskDesc::nop(13)).unwrap();
+    cmd.publish();
+    g.ring_data();
+
+    let mut records = Vec::new();
+    while records.len() < 3 {
+        evt.consume(64, |r| records.push(r));
+        if records.len() < 3 {
+            g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+        }
+    }
+    let done: Vec<(u64, i32)> = records.iter().map(|r| (r.user_data, r.status)).collect();
+    assert_eq!(done, [(11, 0), (12, 0), (13, 0)]);
+    // The FILL landed in BAR2 where MMAP_TARGET said the allocation lies, and only there.
+    let mut after = vec![0u8; 8192];
+    g.peer.shared().read(mem_at.offset, &mut after).unwrap();
+    assert!(after[..4096].iter().all(|&b| b == 0));
+    assert!(after[4096..]
+        .chunks(4)
+        .all(|w| w == 0xabcd_ef01u32.to_ne_bytes()));
+
+    // The stream sleeps again with NEED_WAKEUP armed, and a doorbell wakes it.
+    let mut n = 0;
+    while n < 100 {
+        cmd.push(&TaskDesc::nop(100 + n)).unwrap();
+        if cmd.publish() {
+            g.ring_data();
+        }
+        let mut got = 0;
+        while got == 0 {
+            got = evt.consume(64, |_| {});
+            if got == 0 {
+                g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+            }
+        }
+        n += got as u64;
+    }
+
+    // Teardown through the admin queue; the heap's pages come back.
+    let mut h = HandleArgs {
+        handle: s.handle,
+        pad: 0,
+    };
+    // (The ring views are not used past here: their pages are zeroed and freed next.)
+    g.ioctl(client, DRIVER_CMD_DESTROY_STREAM, &mut h).unwrap();
+    h.handle = mem.handle;
+    g.ioctl(client, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
+    let c = g.call(client, AdminOp::Close);
+    assert_eq!(c.reply, ReplyKind::Done);
+    drop(g);
+    let stats = dev.stop().stats();
+    assert!(stats.data_interrupts >= 1 && stats.admin_interrupts >= 1);
+    assert_eq!(stats.admin_malformed, 0);
+}
+
+#[test]
+fn garbage_admin_entries_get_an_error_and_the_device_keeps_serving() {
+    let dev = Running::start(MIN_REGION);
+    let mut g = Guest::connect(&dev);
+    // Random-looking bytes with a recognisable tag.
+    let mut junk = [0u8; ADMIN_ENTRY_SIZE];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in junk.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    junk[..8].copy_from_slice(&0xfeed_u64.to_le_bytes());
+    g.post_raw(&junk);
+    let c = g.completion();
+    assert_eq!(
+        (c.tag, c.reply, c.errno),
+        (0xfeed, ReplyKind::Failed, INVAL)
+    );
+    assert!(c.message().contains("admin"), "{}", c.message());
+    // Every kind of bad field, one after another.
+    for (at, v) in [(8usize, 9u32), (20, 5000), (24, 1)] {
+        let mut b = [0u8; ADMIN_ENTRY_SIZE];
+        b[..8].copy_from_slice(&(at as u64).to_le_bytes());
+        b[8..12].copy_from_slice(&2u32.to_le_bytes()); // CLOSE
+        b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        g.post_raw(&b);
+        let c = g.completion();
+        assert_eq!((c.tag, c.errno), (at as u64, INVAL), "{}", c.message());
+    }
+    // Calls for clients that do not exist, unknown ioctls, foreign cookies: errors.
+    let mut info = DeviceInfo::default();
+    assert_eq!(
+        g.ioctl(77, DRIVER_CMD_GET_INFO, &mut info).unwrap_err().0,
+        Errno::ENODEV.code() as u32
+    );
+    let client = g.open();
+    let mut h = HandleArgs::default();
+    assert_eq!(g.ioctl(client, 0xdead_beef, &mut h).unwrap_err().0, NOTTY);
+    assert!(g.map(client, 0x1234_5000, 4096).is_err());
+    // And the device still serves.
+    g.ioctl(client, DRIVER_CMD_GET_INFO, &mut info).unwrap();
+    assert!(info.memory_size > 0);
+    // More memory than BAR2's heap: ENOMEM, not growth.
+    let mut mem = AllocMemoryArgs {
+        size: 1 << 20,
+        ..Default::default()
+    };
+    let e = g
+        .ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem)
+        .unwrap_err();
+    assert_eq!(e.0, Errno::ENOMEM.code() as u32, "{}", e.1);
+    // Memory and rings share the heap (5 pages here): with 4 taken by memory, a stream's
+    // rings do not fit, and the platform says ENOMEM.
+    mem.size = 4 * 4096;
+    g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
+    let mut ctx = CreateContextArgs::default();
+    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
+        .unwrap();
+    let mut s = CreateStreamArgs {
+        ctx: ctx.handle,
+        cmd_entries: 8,
+        event_entries: 8,
+        ..Default::default()
+    };
+    let e = g
+        .ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s)
+        .unwrap_err();
+    assert_eq!(e.0, Errno::ENOMEM.code() as u32, "{}", e.1);
+    drop(g);
+    assert_eq!(dev.stop().stats().admin_malformed, 4);
+}
+
+#[test]
+fn a_guest_that_goes_leaves_a_fresh_device_for_the_next() {
+    let dev = Running::start(MIN_REGION);
+    let mut g = Guest::connect(&dev);
+    let client = g.open();
+    let mut mem = AllocMemoryArgs {
+        size: 4 * 4096,
+        ..Default::default()
+    };
+    g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
+    let at = g.map(client, mem.mmap_offset, mem.alloc_size).unwrap();
+    g.peer.shared().write(at.offset, b"left behind").unwrap();
+    // A second guest while the first is connected is turned away: its connection is closed
+    // right after the server's opening (which, in this protocol, already gave it BAR2's
+    // descriptor: the socket's permissions are what keeps strangers out).
+    let mut second = davinci_ivshmem::PeerClient::connect(&dev.socket(), 2, LIMIT).unwrap();
+    let end = loop {
+        match second.next_notice(LIMIT) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(end, davinci_ivshmem::Error::Disconnected), "{end}");
+    drop(second);
+    drop(g); // QEMU exits
+             // The next guest finds the admin rings empty, its client gets the whole heap again, and
+             // the previous guest's bytes are gone.
+             // (The device handles the old guest's departure before the new one's connection: both
+             // wait in the same poll, departures first.)
+    let mut g = Guest::connect(&dev);
+    assert_eq!(g.sq.tail(), 0);
+    let client = g.open();
+    g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
+    let at = g.map(client, mem.mmap_offset, mem.alloc_size).unwrap();
+    let mut b = [1u8; 11];
+    g.peer.shared().read(at.offset, &mut b).unwrap();
+    assert_eq!(b, [0; 11]);
+    drop(g);
+    assert!(dev.stop().stats().guests_gone >= 1);
+}
+
+#[test]
+fn broken_ring_indices_stop_only_what_they_belong_to() {
+    let dev = Running::start(1 << 20);
+    let mut g = Guest::connect(&dev);
+    let client = g.open();
+    let mut ctx = CreateContextArgs::default();
+    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut s = CreateStreamArgs {
+            ctx: ctx.handle,
+            cmd_entries: 16,
+            event_entries: 16,
+            ..Default::default()
+        };
+        g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
+        let c = g
+            .map(client, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
+            .unwrap();
+        let e = g
+            .map(client, s.event_ring.mmap_offset, s.event_ring.mmap_size)
+            .unwrap();
+        streams.push((s, c, e));
+    }
+    // Stream 0's tail far past its head: that stream fails (EPROTO), stream 1 runs on.
+    let (s0, c0, _) = &streams[0];
+    let tail = davinci_uapi::RingOffsets::standard(64).tail;
+    g.peer
+        .shared()
+        .word(c0.offset + u64::from(tail))
+        .unwrap()
+        .store(1000, std::sync::atomic::Ordering::Release);
+    g.ring_data();
+    // (The error state is on the command ring's header.)
+    let bad = producer::<TaskDesc>(&g.peer, c0, s0.cmd_entries);
+    let (s1, c1, e1) = &streams[1];
+    let mut cmd = producer::<TaskDesc>(&g.peer, c1, s1.cmd_entries);
+    let mut evt = consumer::<EventRecord>(&g.peer, e1, s1.event_entries);
+    cmd.push(&TaskDesc::nop(7)).unwrap();
+    cmd.publish();
+    g.ring_data();
+    let mut got = Vec::new();
+    while got.is_empty() {
+        evt.consume(16, |r| got.push(r.user_data));
+        if got.is_empty() {
+            g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+        }
+    }
+    assert_eq!(got, [7]);
+    let mut err = bad.region().error();
+    while err.is_none() {
+        g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+        err = bad.region().error();
+    }
+    assert_eq!(err.map(|(e, _)| e), Some(Errno::EPROTO.code() as u32));
+
+    // The admin submission ring's tail far past its head: the device stops answering and
+    // says so in BAR2's header (state failed, EPROTO), and still runs nothing it should not.
+    let sq_tail = g.header.layout.sq_offset + u64::from(tail);
+    g.peer
+        .shared()
+        .word(sq_tail)
+        .unwrap()
+        .store(999, std::sync::atomic::Ordering::Release);
+    assert!(g.peer.ring(davinci_ivshmem::SERVER_ID, 0).unwrap());
+    let header = || {
+        let mut page = vec![0u8; 4096];
+        g.peer.shared().read(0, &mut page).unwrap();
+        davinci_hwif::Bar2Header::decode(&page, g.peer.shm_size()).unwrap()
+    };
+    let give_up = std::time::Instant::now() + LIMIT;
+    let mut h = header();
+    while h.state != davinci_hwif::DeviceState::Failed {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the device never failed: {h:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        h = header();
+    }
+    assert_eq!(h.failure, Errno::EPROTO.code() as u32);
+    drop((bad, g));
+    // The next guest finds the device ready again.
+    let g = Guest::connect(&dev);
+    assert_eq!(g.header.state, davinci_hwif::DeviceState::Ready);
+}
