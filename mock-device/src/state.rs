@@ -71,6 +71,9 @@ pub(crate) struct Core {
     /// A kick of the pollers waits for the reply (`Core::kick`, `Core::kick_after_reply`);
     /// shared with the platform (`MockPlatform::defer_kicks`).
     pub(crate) kick_pending: Arc<AtomicBool>,
+    /// Times a poller gave its core away for a stream whose host looked starved
+    /// (`Starved` in `pollers.rs`); for tests.
+    pub(crate) starved_yields: AtomicU64,
 }
 
 pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
