@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use davinci_driver_core::{
@@ -129,6 +129,7 @@ impl MockDevice {
             pool,
             kick_pending,
             tidier: Default::default(),
+            starved_yields: AtomicU64::new(0),
         });
         // The pollers start with the device (a fixed set of threads, not one per stream). One
         // that cannot be started now is started with the first stream (or that fails then).

@@ -73,6 +73,9 @@ pub(crate) struct Core {
     pub(crate) kick_pending: Arc<AtomicBool>,
     /// The thread doing `tidy` for a host without an after-the-reply moment (if started).
     pub(crate) tidier: crate::tidier::Tidier,
+    /// Times a poller gave its core away for a stream whose host looked starved
+    /// (`Starved` in `pollers.rs`); for tests.
+    pub(crate) starved_yields: AtomicU64,
 }
 
 pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
