@@ -12,9 +12,10 @@ use std::sync::Arc;
 use davinci_shm::SharedMapping;
 use davinci_uapi::*;
 
-use crate::backend::{self, Backend, Role};
+use crate::backend::{self, Backend, MapFd, Role};
 use crate::error::{Error, Result};
 use crate::path::DevicePath;
+use crate::rings::Part;
 use crate::stats::{DeviceStats, StatsRegistry};
 
 /// The open itself, shared by every clone of its [`Device`] and by everything made from it.
@@ -223,6 +224,63 @@ impl Device {
         SharedMapping::map(src.fd.as_fd(), src.offset, ulen).map_err(|e| Error::io(op, "mmap", &e))
     }
 
+    /// Maps the parts of one stream (`(cookie, len)` of its command ring, event ring and
+    /// doorbell page): with one `mmap` when the backend's cookies name files (the mock
+    /// device's) and the three lie back to back in one file, as the mock device lays a
+    /// stream out; else with one `mmap` each (a kernel driver's cookies are offsets of the
+    /// device node, each its own object).
+    pub(crate) fn map_stream(&self, op: &'static str, parts: [(u64, u64); 3]) -> Result<[Part; 3]> {
+        let backend = &self.inner.backend;
+        let io = |e: std::io::Error| Error::io(op, "mmap", &e);
+        let srcs = [
+            backend
+                .map(parts[0].0, parts[0].1)
+                .map_err(|e| e.in_op(op))?,
+            backend
+                .map(parts[1].0, parts[1].1)
+                .map_err(|e| e.in_op(op))?,
+            backend
+                .map(parts[2].0, parts[2].1)
+                .map_err(|e| e.in_op(op))?,
+        ];
+        let lens = parts.map(|(_, len)| len);
+        if backend.maps_files() {
+            if let Some((lo, span)) = one_span(&srcs, &lens) {
+                let span = usize::try_from(span).map_err(|_| {
+                    Error::new(
+                        Errno::EOVERFLOW,
+                        op,
+                        "mapping larger than the address space",
+                    )
+                })?;
+                let map = Arc::new(SharedMapping::map(srcs[0].fd.as_fd(), lo, span).map_err(io)?);
+                let part = |i: usize| {
+                    let at = usize::try_from(srcs[i].offset - lo).ok();
+                    let len = usize::try_from(lens[i]).ok();
+                    at.zip(len)
+                        .and_then(|(at, len)| Part::within(&map, at, len))
+                        .ok_or_else(|| {
+                            Error::new(Errno::EPROTO, op, "stream part outside its mapping")
+                        })
+                };
+                return Ok([part(0)?, part(1)?, part(2)?]);
+            }
+        }
+        let one = |i: usize| {
+            let len = usize::try_from(lens[i]).map_err(|_| {
+                Error::new(
+                    Errno::EOVERFLOW,
+                    op,
+                    "mapping larger than the address space",
+                )
+            })?;
+            SharedMapping::map(srcs[i].fd.as_fd(), srcs[i].offset, len)
+                .map(Part::whole)
+                .map_err(io)
+        };
+        Ok([one(0)?, one(1)?, one(2)?])
+    }
+
     /// Issues any ioctl with raw argument bytes (`arg.len()` must be `_IOC_SIZE(request)`,
     /// else `ENOTTY`); the reply fields come back in `arg`. An escape hatch for commands the
     /// shim does not wrap (and for conformance tests): handles and addresses are checked by
@@ -297,5 +355,126 @@ impl Device {
     /// [`Stream::stats`](crate::Stream::stats)), so the data path writes nothing shared between streams.
     pub fn stats(&self) -> DeviceStats {
         self.inner.stats.total()
+    }
+}
+
+/// Where three parts of one file lie when they are back to back (in any order, none empty):
+/// the lowest offset and the total length; `None` if they are in different files, overlap or
+/// leave gaps.
+fn one_span(srcs: &[MapFd; 3], lens: &[u64; 3]) -> Option<(u64, u64)> {
+    let same = |a: &MapFd, b: &MapFd| davinci_shm::same_file(a.fd.as_fd(), b.fd.as_fd());
+    if !(same(&srcs[0], &srcs[1]) && same(&srcs[0], &srcs[2])) {
+        return None;
+    }
+    let mut spans = [0, 1, 2].map(|i| (srcs[i].offset, lens[i]));
+    spans.sort_unstable();
+    let mut end = spans[0].0;
+    for (at, len) in spans {
+        if len == 0 || at != end {
+            return None;
+        }
+        end = at.checked_add(len)?;
+    }
+    Some((spans[0].0, end - spans[0].0))
+}
+
+#[cfg(all(test, feature = "embedded"))]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// The inode of the file mapped at `addr` (`/proc/self/maps`).
+    fn inode_at(addr: usize) -> u64 {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (lo, hi) = f.next()?.split_once('-')?;
+                let lo = usize::from_str_radix(lo, 16).ok()?;
+                let hi = usize::from_str_radix(hi, 16).ok()?;
+                (lo <= addr && addr < hi).then(|| f.nth(3)?.parse().ok())?
+            })
+            .unwrap()
+    }
+
+    /// This process's mappings of the file with inode `ino` (`/proc/self/maps`).
+    fn mappings_of(ino: u64) -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split_whitespace().nth(4) == Some(ino.to_string().as_str()))
+            .count()
+    }
+
+    /// On the mock device a stream's three parts lie back to back in one memfd: the shim maps
+    /// them with one `mmap` (beside the device's own mapping), and the parts work (a task
+    /// runs, the doorbell included: the device sleeps between the two).
+    #[test]
+    fn a_mock_streams_parts_are_mapped_once() {
+        let dev = Device::embedded().unwrap();
+        let ctx = dev.create_context().unwrap();
+        let mut s = ctx.create_stream().unwrap();
+        let ino = inode_at(s.cmd_addr());
+        assert_eq!(
+            mappings_of(ino),
+            2,
+            "the device's mapping and the shim's one"
+        );
+        for i in 0..2 {
+            s.submit(&crate::task::nop().with_user_data(i)).unwrap();
+            s.synchronize(std::time::Duration::from_secs(10)).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        drop(s);
+        assert_eq!(
+            mappings_of(ino),
+            1,
+            "the shim's mapping went with the stream"
+        );
+    }
+
+    fn src(file: &std::fs::File, offset: u64) -> MapFd {
+        MapFd {
+            fd: backend::MapFile::Owned(file.as_fd().try_clone_to_owned().unwrap()),
+            offset,
+        }
+    }
+
+    #[test]
+    fn one_span_needs_one_file_and_parts_back_to_back() {
+        let a = tempfile();
+        let b = tempfile();
+        let p = 4096;
+        // Back to back, in any order.
+        let same = [src(&a, 2 * p), src(&a, 0), src(&a, 3 * p)];
+        assert_eq!(one_span(&same, &[p, 2 * p, p]), Some((0, 4 * p)));
+        // A gap, an overlap, an empty part, another file.
+        assert_eq!(one_span(&same, &[p, p, p]), None);
+        assert_eq!(one_span(&same, &[2 * p, 2 * p, p]), None);
+        assert_eq!(one_span(&same, &[p, 2 * p, 0]), None);
+        let mixed = [src(&a, 2 * p), src(&b, 0), src(&a, 3 * p)];
+        assert_eq!(one_span(&mixed, &[p, 2 * p, p]), None);
+    }
+
+    fn tempfile() -> std::fs::File {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!(
+            "davinci-shim-span-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
     }
 }

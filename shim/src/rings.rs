@@ -6,7 +6,10 @@
 #![allow(unsafe_code)]
 
 use davinci_ring::{Consumer, Doorbell, Producer, RingRegion};
-use davinci_shm::{futex_wake, SharedMapping};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use davinci_shm::{futex_wake, OutOfBounds, SharedMapping};
 use davinci_uapi::mmap::DOORBELL_REG_OFFSET;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::{EventRecord, Features, RingFlags, TaskDesc};
@@ -36,6 +39,59 @@ impl Wake {
     }
 }
 
+/// One part of a stream's memory (its command ring, event ring or doorbell page): `len`
+/// bytes at `at` in a mapping, the part's own or the stream's whole memory mapped once and
+/// shared by its parts ([`Device::map_stream`](crate::Device)). Never empty, and page aligned
+/// when the mapping's offsets are (`at` is a multiple of 4096: [`Part::within`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    map: Arc<SharedMapping>,
+    at: usize,
+    len: usize,
+}
+
+impl Part {
+    /// All of `map`.
+    pub(crate) fn whole(map: SharedMapping) -> Part {
+        let len = map.len();
+        Part {
+            map: Arc::new(map),
+            at: 0,
+            len,
+        }
+    }
+
+    /// `len` bytes at `at` of `map`: `None` unless they lie inside it, `at` is page aligned
+    /// (as a mapping's start is) and `len` is not 0.
+    pub(crate) fn within(map: &Arc<SharedMapping>, at: usize, len: usize) -> Option<Part> {
+        let end = at.checked_add(len)?;
+        (len != 0 && end <= map.len() && at.is_multiple_of(4096)).then(|| Part {
+            map: map.clone(),
+            at,
+            len,
+        })
+    }
+
+    /// The part's first byte (inside the mapping: checked when the part was made).
+    fn as_ptr(&self) -> *mut u8 {
+        self.map.as_ptr().wrapping_add(self.at)
+    }
+
+    /// Its length.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The `u32` at `offset` of the part, as an atomic (`OutOfBounds` outside it).
+    fn word(&self, offset: u64) -> Result<&AtomicU32, OutOfBounds> {
+        let end = offset.checked_add(4).ok_or(OutOfBounds)?;
+        if end > self.len as u64 {
+            return Err(OutOfBounds);
+        }
+        self.map.word(self.at as u64 + offset)
+    }
+}
+
 /// The host's ends of one stream: the command-ring producer, the event-ring consumer and the
 /// doorbell, together with the mappings they point into (so they cannot outlive them).
 pub(crate) struct StreamRings {
@@ -46,9 +102,9 @@ pub(crate) struct StreamRings {
     wake: Wake,
     // Owned for the ring ends; read only by the `test-util` hook.
     #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
-    cmd: SharedMapping,
-    _event: SharedMapping,
-    bell: SharedMapping,
+    cmd: Part,
+    _event: Part,
+    bell: Part,
 }
 
 impl std::fmt::Debug for StreamRings {
@@ -63,21 +119,23 @@ impl std::fmt::Debug for StreamRings {
 impl StreamRings {
     /// Builds the ring ends over the three mappings; `wake` is how publishes wake the device.
     pub(crate) fn new(
-        cmd: SharedMapping,
+        cmd: Part,
         cmd_entries: u32,
-        event: SharedMapping,
+        event: Part,
         event_entries: u32,
-        bell: SharedMapping,
+        bell: Part,
         wake: Wake,
     ) -> Result<Self, String> {
         if bell.len() < 4 {
             return Err("doorbell mapping shorter than the register".into());
         }
-        // SAFETY: `cmd` is a live shared read/write mapping of `cmd.len()` bytes, page aligned
-        // (so 64-byte aligned). The region and the producer built on it are fields of the
-        // returned value declared before `cmd`, so they are dropped before the mapping; they
-        // are private and never moved out. Within this process the only other accesses to the
-        // ring are the device's ring ends (embedded mode), over its own mapping.
+        // SAFETY: `cmd` is `cmd.len()` bytes inside a live shared read/write mapping, at a
+        // page-aligned offset of it (`Part`'s invariant), so 64-byte aligned. The part holds
+        // the mapping (an `Arc`) and is a field of the returned value declared after the
+        // region and the producer built on it, so they are dropped before it; they are private
+        // and never moved out. Within this process the only other accesses to the ring are the
+        // device's ring ends (embedded mode), over its own mapping, and the other parts of a
+        // shared mapping never overlap this one (`Device::map_stream` checks).
         let cmd_region =
             unsafe { RingRegion::new(cmd.as_ptr(), cmd.len(), cmd_entries, TASK_DESC_SIZE) }
                 .map_err(|e| format!("command ring: {e}"))?;
@@ -93,10 +151,11 @@ impl StreamRings {
         .map_err(|e| format!("event ring: {e}"))?;
         let producer = Producer::try_new(cmd_region).map_err(|e| format!("command ring: {e}"))?;
         let consumer = Consumer::try_new(event_region).map_err(|e| format!("event ring: {e}"))?;
-        // SAFETY: the doorbell register is the first word of the doorbell page (page aligned,
-        // writable, at least 4 bytes: checked above), mapped for as long as `bell` lives; the
-        // doorbell is a field declared before `bell` and never moved out. Nothing else in this
-        // process writes the word non-atomically (the embedded device only uses atomics).
+        // SAFETY: the doorbell register is the first word of the doorbell part (page aligned,
+        // writable, at least 4 bytes: checked above), mapped for as long as `bell` (which holds
+        // its mapping) lives; the doorbell is a field declared before `bell` and never moved
+        // out. Nothing else in this process writes the word non-atomically (the embedded
+        // device only uses atomics).
         let doorbell = unsafe { Doorbell::new(bell.as_ptr().cast::<u32>()) };
         Ok(Self {
             producer,
@@ -205,6 +264,12 @@ impl StreamRings {
     /// The event ring's head (every completion consumed).
     pub(crate) fn head(&self) -> u32 {
         self.consumer.head()
+    }
+
+    /// Where the command ring is mapped (tests).
+    #[cfg(test)]
+    pub(crate) fn cmd_addr(&self) -> usize {
+        self.cmd.as_ptr() as usize
     }
 
     /// The command ring's flags.

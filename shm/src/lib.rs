@@ -23,6 +23,6 @@ mod mapping;
 
 pub use copy::{copy_from_shared, copy_to_shared, fill_shared};
 pub use mapping::{
-    futex_wait, futex_waitv, futex_wake, involuntary_switches, FutexWaiter, OutOfBounds,
+    futex_wait, futex_waitv, futex_wake, involuntary_switches, same_file, FutexWaiter, OutOfBounds,
     SharedMapping, FUTEX_WAITV_MAX,
 };

@@ -265,6 +265,25 @@ pub fn involuntary_switches() -> u64 {
     u64::try_from(u.ru_nivcsw).unwrap_or(0)
 }
 
+/// Whether two descriptors are open on the same file (`fstat(2)`: the same device and inode;
+/// `false` if either cannot be examined). For mapping objects that one file holds at once.
+pub fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    if a.as_raw_fd() == b.as_raw_fd() {
+        return true;
+    }
+    let id = |fd: BorrowedFd<'_>| {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+        // SAFETY: fstat writes one `struct stat` to the pointer, which points at a local of
+        // that type (zeroed, so initialised whatever the call does); `fd` is open for the
+        // call (a borrowed descriptor).
+        let r = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+        // SAFETY: zeroed above and possibly filled in by the kernel: initialised either way.
+        let st = unsafe { st.assume_init() };
+        (r == 0).then_some((st.st_dev, st.st_ino))
+    };
+    matches!((id(a), id(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Most words one [`futex_waitv`] call takes (the kernel's `FUTEX_WAITV_MAX`).
 pub const FUTEX_WAITV_MAX: usize = 128;
 
@@ -424,6 +443,19 @@ mod tests {
             h.join().unwrap();
         });
         assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn same_file_tells_one_file_from_another() {
+        let f = memfd(4096);
+        let g = memfd(4096);
+        let dup = f.try_clone().unwrap();
+        assert!(same_file(f.as_fd(), f.as_fd()));
+        assert!(
+            same_file(f.as_fd(), dup.as_fd()),
+            "another descriptor, same file"
+        );
+        assert!(!same_file(f.as_fd(), g.as_fd()), "two memfds");
     }
 
     #[test]

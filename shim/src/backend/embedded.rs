@@ -69,6 +69,10 @@ impl Backend for Embedded {
         })
     }
 
+    fn maps_files(&self) -> bool {
+        true
+    }
+
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {
         Ok(self.dev.clients())
     }

@@ -74,6 +74,14 @@ pub(crate) trait Backend: Send + Sync + fmt::Display {
     /// Where to map `len` bytes of the object behind `cookie`.
     fn map(&self, cookie: u64, len: u64) -> Result<MapFd>;
 
+    /// Whether [`map`](Self::map) answers with files at their objects' own offsets, so that
+    /// objects lying back to back in one file may be mapped at once (the mock device's
+    /// memfds); `false` (the default) when the answer is a device node whose offsets are
+    /// cookies, each mapping its own object (the kernel driver).
+    fn maps_files(&self) -> bool {
+        false
+    }
+
     /// LIST_CLIENTS: every attached client's usage.
     fn list_clients(&self) -> Result<Vec<ClientUsage>>;
 

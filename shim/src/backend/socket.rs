@@ -273,6 +273,10 @@ impl Backend for SocketBackend {
         }
     }
 
+    fn maps_files(&self) -> bool {
+        true
+    }
+
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {
         self.list_clients_from_payload()
     }

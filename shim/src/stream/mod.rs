@@ -202,14 +202,15 @@ impl Stream {
                 "the driver lays its rings out differently from this ABI version",
             )));
         }
-        let cmd = dev
-            .map(OP, a.cmd_ring.mmap_offset, a.cmd_ring.mmap_size)
-            .map_err(destroy)?;
-        let event = dev
-            .map(OP, a.event_ring.mmap_offset, a.event_ring.mmap_size)
-            .map_err(destroy)?;
-        let bell = dev
-            .map(OP, a.doorbell_offset, a.doorbell_size)
+        let [cmd, event, bell] = dev
+            .map_stream(
+                OP,
+                [
+                    (a.cmd_ring.mmap_offset, a.cmd_ring.mmap_size),
+                    (a.event_ring.mmap_offset, a.event_ring.mmap_size),
+                    (a.doorbell_offset, a.doorbell_size),
+                ],
+            )
             .map_err(destroy)?;
         let rings = StreamRings::new(
             cmd,
@@ -278,6 +279,12 @@ impl Stream {
     /// A snapshot, for diagnostics and tests.
     pub fn device_asleep(&self) -> bool {
         self.rings.cmd_flags().contains(RingFlags::NEED_WAKEUP)
+    }
+
+    /// Where the command ring is mapped (tests).
+    #[cfg(test)]
+    pub(crate) fn cmd_addr(&self) -> usize {
+        self.rings.cmd_addr()
     }
 
     /// The device's error state of this stream, if it stopped.
