@@ -28,6 +28,8 @@ Options:
   --device-id N    N of davinciN, as GET_INFO reports it (default 0)
   -h, --help       this text
 
+SIGTERM or SIGINT stops it (within the idle timeout, 100 ms) and removes the socket.
+
 Exit status: 0 stopped, 1 the device failed (the message says why), 2 bad command line.
 ";
 

@@ -2,12 +2,55 @@
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use davinci_pcidev::cli::{parse, Command, HELP};
 use davinci_pcidev::PciDevice;
 
+/// Set by SIGTERM or SIGINT: the device stops, and its socket file goes with it.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Blocks SIGTERM and SIGINT in this thread (before any other starts: threads inherit the
+/// mask) and takes them, synchronously, from a `signalfd` on a thread of their own, which sets
+/// [`STOP`]. The device loop looks at it at least every idle timeout.
+fn stop_on_signals() -> nix::Result<()> {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block()?;
+    let fd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC)?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            match fd.read_signal() {
+                Ok(Some(info)) => {
+                    eprintln!(
+                        "davinci-pcidev: signal {} from pid {}: stopping",
+                        info.ssi_signo, info.ssi_pid
+                    );
+                    STOP.store(true, Ordering::Release);
+                    return;
+                }
+                Ok(None) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    eprintln!("davinci-pcidev: reading signals: {e}; stopping");
+                    STOP.store(true, Ordering::Release);
+                    return;
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|_| nix::errno::Errno::EAGAIN)
+}
+
 fn main() -> ExitCode {
+    if let Err(e) = stop_on_signals() {
+        eprintln!("davinci-pcidev: cannot take SIGTERM/SIGINT ({e})");
+        return ExitCode::FAILURE;
+    }
     let (socket, config) = match parse(std::env::args().skip(1)) {
         Ok(Command::Help) => {
             print!("{HELP}");
@@ -37,10 +80,13 @@ fn main() -> ExitCode {
         socket.display(),
         config.vectors
     );
-    // Runs until killed (no signal handling yet: the socket stays behind after SIGTERM).
-    let stop = AtomicBool::new(false);
-    match dev.serve(&stop) {
-        Ok(()) => ExitCode::SUCCESS,
+    // Runs until SIGTERM or SIGINT; the socket file goes when `dev` does.
+    match dev.serve(&STOP) {
+        Ok(()) => {
+            drop(dev);
+            eprintln!("davinci-pcidev: stopped");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("davinci-pcidev: {e}");
             ExitCode::FAILURE
