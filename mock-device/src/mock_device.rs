@@ -24,9 +24,8 @@ use crate::config::{derived_uuid, MockConfig};
 use crate::memfd::MemFd;
 use crate::platform::MockPlatform;
 use crate::pool::RegionPool;
-use crate::state::{Core, Exclusive};
+use crate::state::{Core, Exclusive, Tidier};
 use crate::stream_mem::StreamPart;
-use crate::tidier::Tidier;
 
 /// Where a client maps an mmap cookie: a descriptor (its own, to close) and the file offset.
 #[derive(Debug)]

@@ -72,7 +72,7 @@ pub(crate) struct Core {
     /// shared with the platform (`MockPlatform::defer_kicks`).
     pub(crate) kick_pending: Arc<AtomicBool>,
     /// The thread doing `tidy` for a host without an after-the-reply moment (if started).
-    pub(crate) tidier: crate::tidier::Tidier,
+    pub(crate) tidier: Tidier,
     /// Times a poller gave its core away for a stream whose host looked starved
     /// (`Starved` in `pollers.rs`); for tests.
     pub(crate) starved_yields: AtomicU64,
@@ -128,4 +128,17 @@ impl Core {
     pub(crate) fn pollers(&self) -> MutexGuard<'_, Vec<Poller>> {
         relock(self.pollers.lock())
     }
+}
+
+/// The tidier's thread and its wake word (`tidier.rs` runs it).
+#[derive(Debug, Default)]
+pub(crate) struct Tidier {
+    /// Bumped by every nudge; the thread sleeps on it.
+    pub(crate) word: AtomicU32,
+    /// The thread is about to sleep or sleeps (a nudge then wakes it).
+    pub(crate) asleep: AtomicBool,
+    /// The thread, while it runs (joined at shutdown).
+    pub(crate) join: Mutex<Option<JoinHandle<()>>>,
+    /// Set once the thread runs.
+    pub(crate) on: AtomicBool,
 }

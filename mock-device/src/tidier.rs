@@ -10,32 +10,18 @@
 //! net: a nudge is never missed, see [`Tidier::nudge`]). It stops with the device.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use davinci_shm::{futex_wait, futex_wake};
 
-use crate::state::{relock, Core};
+use crate::state::{relock, Core, Tidier};
 
 /// `tidy` calls per nudge at most (the pool needs at most this many memfds).
 const MAX_ROUNDS: usize = crate::pool::MAX_READY + 1;
 /// The longest sleep between two looks (a safety net; nudges wake the thread).
 const IDLE_SLEEP: Duration = Duration::from_secs(1);
-
-/// The tidier's thread and its wake word (part of the device's shared [`Core`]).
-#[derive(Debug, Default)]
-pub(crate) struct Tidier {
-    /// Bumped by every nudge; the thread sleeps on it.
-    word: AtomicU32,
-    /// The thread is about to sleep or sleeps (a nudge then wakes it).
-    asleep: AtomicBool,
-    /// The thread, while it runs (joined at shutdown).
-    join: Mutex<Option<JoinHandle<()>>>,
-    /// Set once the thread runs.
-    on: AtomicBool,
-}
 
 impl Tidier {
     /// Whether a tidier thread runs (the control path nudges it then).

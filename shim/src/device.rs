@@ -384,57 +384,6 @@ mod tests {
 
     use super::*;
 
-    /// The inode of the file mapped at `addr` (`/proc/self/maps`).
-    fn inode_at(addr: usize) -> u64 {
-        std::fs::read_to_string("/proc/self/maps")
-            .unwrap()
-            .lines()
-            .find_map(|l| {
-                let mut f = l.split_whitespace();
-                let (lo, hi) = f.next()?.split_once('-')?;
-                let lo = usize::from_str_radix(lo, 16).ok()?;
-                let hi = usize::from_str_radix(hi, 16).ok()?;
-                (lo <= addr && addr < hi).then(|| f.nth(3)?.parse().ok())?
-            })
-            .unwrap()
-    }
-
-    /// This process's mappings of the file with inode `ino` (`/proc/self/maps`).
-    fn mappings_of(ino: u64) -> usize {
-        std::fs::read_to_string("/proc/self/maps")
-            .unwrap()
-            .lines()
-            .filter(|l| l.split_whitespace().nth(4) == Some(ino.to_string().as_str()))
-            .count()
-    }
-
-    /// On the mock device a stream's three parts lie back to back in one memfd: the shim maps
-    /// them with one `mmap` (beside the device's own mapping), and the parts work (a task
-    /// runs, the doorbell included: the device sleeps between the two).
-    #[test]
-    fn a_mock_streams_parts_are_mapped_once() {
-        let dev = Device::embedded().unwrap();
-        let ctx = dev.create_context().unwrap();
-        let mut s = ctx.create_stream().unwrap();
-        let ino = inode_at(s.cmd_addr());
-        assert_eq!(
-            mappings_of(ino),
-            2,
-            "the device's mapping and the shim's one"
-        );
-        for i in 0..2 {
-            s.submit(&crate::task::nop().with_user_data(i)).unwrap();
-            s.synchronize(std::time::Duration::from_secs(10)).unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        drop(s);
-        assert_eq!(
-            mappings_of(ino),
-            1,
-            "the shim's mapping went with the stream"
-        );
-    }
-
     fn src(file: &std::fs::File, offset: u64) -> MapFd {
         MapFd {
             fd: backend::MapFile::Owned(file.as_fd().try_clone_to_owned().unwrap()),

@@ -267,7 +267,7 @@ impl StreamRings {
     }
 
     /// Where the command ring is mapped (tests).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "embedded"))]
     pub(crate) fn cmd_addr(&self) -> usize {
         self.cmd.as_ptr() as usize
     }

@@ -29,7 +29,10 @@ fn gated(ctx: &Context, opts: StreamOptions) -> (Event, Stream) {
     // that, so that what fits after it does not depend on when the device got to it.
     let deadline = std::time::Instant::now() + T;
     while s.free_slots() < s.cmd_entries() {
-        assert!(std::time::Instant::now() < deadline, "the device never took the wait");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the device never took the wait"
+        );
         std::thread::yield_now();
     }
     (gate, s)
