@@ -365,6 +365,15 @@ fn extra_pollers_for_a_crowd_of_streams_go_when_it_goes() {
     let prefix = "davinci77-poll";
     let streams: Vec<CreateStreamArgs> = (0..200).map(|_| stream(&dev, c)).collect();
     assert_eq!(dev.pollers(), 2, "200 streams need a second poller");
+    // (A new thread's name is set by the thread itself, a moment after it starts.)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while threads_named(prefix) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the second poller's thread never ran"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     assert_eq!(threads_named(prefix), 2);
     // Half go: the second poller still serves some of them, so it stays.
     for s in &streams[..100] {
@@ -540,9 +549,9 @@ fn with_tidy_the_pollers_learn_of_new_and_destroyed_streams_after_the_reply() {
 #[test]
 fn tidied_in_background_the_device_needs_no_tidy_calls() {
     use std::os::fd::AsFd;
-    let prefix = "davinci77-tidy";
+    let prefix = "davinci79-tidy";
     let dev = MockDevice::new(MockConfig {
-        device_id: 77,
+        device_id: 79,
         doorbell_timeout: Duration::from_secs(3600),
         event_timeout: Duration::from_secs(3600),
         idle_spin: Duration::ZERO,
