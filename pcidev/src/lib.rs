@@ -13,6 +13,9 @@
 //! * `exec`: one admin request run on the core.
 //! * `device`: [`PciDevice`], the device loop.
 //! * `cli`: the command line of `davinci-pcidev`.
+//! * `guest`: the guest's side (BAR2's header, the admin queue's host ends, ring views), for
+//!   the tests' in-process guest and the driver-less guest program of
+//!   `scripts/pcidev-smoke.sh`.
 //!
 //! Everything the guest writes in BAR2 is hostile input: the admin rings and stream rings
 //! through `davinci-ring`'s device ends (indices checked, each slot copied once), each admin
@@ -26,6 +29,7 @@ pub mod bar2;
 pub mod cli;
 pub mod device;
 pub mod exec;
+pub mod guest;
 pub mod platform;
 
 pub use alloc::PageAllocator;

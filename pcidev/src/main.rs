@@ -83,6 +83,16 @@ fn main() -> ExitCode {
     // Runs until SIGTERM or SIGINT; the socket file goes when `dev` does.
     match dev.serve(&STOP) {
         Ok(()) => {
+            let s = dev.stats();
+            eprintln!(
+                "davinci-pcidev: guests gone {}; admin requests {} ({} malformed); data doorbells {}; interrupts raised: admin {}, data {}",
+                s.guests_gone,
+                s.admin_requests,
+                s.admin_malformed,
+                s.data_doorbells,
+                s.admin_interrupts,
+                s.data_interrupts
+            );
             drop(dev);
             eprintln!("davinci-pcidev: stopped");
             ExitCode::SUCCESS

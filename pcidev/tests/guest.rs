@@ -229,7 +229,7 @@ fn a_guest_that_goes_leaves_a_fresh_device_for_the_next() {
              // (The device handles the old guest's departure before the new one's connection: both
              // wait in the same poll, departures first.)
     let mut g = Guest::connect(&dev);
-    assert_eq!(g.sq.tail(), 0);
+    assert_eq!(g.q.submission().tail(), 0);
     let client = g.open();
     g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
     let at = g.map(client, mem.mmap_offset, mem.alloc_size).unwrap();
@@ -322,7 +322,8 @@ fn broken_ring_indices_stop_only_what_they_belong_to() {
         h = header();
     }
     assert_eq!(h.failure, Errno::EPROTO.code() as u32);
-    drop((bad, g));
+    // (Every ring view holds the peer: all of them go for QEMU to "exit".)
+    drop((bad, cmd, evt, g));
     // The next guest finds the device ready again.
     let g = Guest::connect(&dev);
     assert_eq!(g.header.state, davinci_hwif::DeviceState::Ready);

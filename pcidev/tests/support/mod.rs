@@ -1,23 +1,20 @@
 //! An in-process guest: a `davinci_ivshmem::PeerClient` gets exactly what QEMU gets from the
 //! device (BAR2's descriptor, its eventfds and peer 0's), maps BAR2 and speaks the admin
-//! queue and the stream rings as the guest's transport and a client would.
+//! queue and the stream rings as the guest's transport and a client would, through
+//! `davinci_pcidev::guest` (the same code as the driver-less guest of the QEMU smoke).
 #![allow(dead_code)]
-#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use davinci_hwif::layout::{Bar2Header, DeviceState};
-use davinci_hwif::{
-    AdminOp, AdminRequest, AdminSlot, ArgBuf, Completion, MmapReply, OpenArgs, ReplyKind,
-    ADMIN_DEPTH, ADMIN_ENTRY_SIZE, VECTORS, VECTOR_ADMIN,
-};
-use davinci_ivshmem::{PeerClient, PeerId, SERVER_ID};
+use davinci_hwif::{AdminOp, Completion, MmapReply, ADMIN_ENTRY_SIZE, VECTORS};
+use davinci_ivshmem::PeerClient;
+use davinci_pcidev::guest::{self, AdminQueue, Bus, GuestError, Held};
 use davinci_pcidev::{DeviceConfig, PciDevice};
-use davinci_ring::{Consumer, Producer, RingRegion, Slot};
+use davinci_ring::{Consumer, Producer, Slot};
 use davinci_uapi::Wire;
 
 /// How long anything may take before the test fails (a bound, not a measurement).
@@ -72,129 +69,58 @@ impl Drop for Running {
     }
 }
 
-/// A ring view over the guest's mapping of BAR2.
-pub fn view(peer: &PeerClient, offset: u64, len: u64, entries: u32, slot: usize) -> RingRegion {
-    let map = peer.shared();
-    assert!(offset + len <= map.len() as u64);
-    // SAFETY: `[offset, offset + len)` lies inside the guest's live mapping of BAR2 (checked
-    // above), which `peer` owns and every test keeps alive longer than the views (they are
-    // fields of `Guest` declared before `peer`, or locals dropped before it). Within this
-    // process the guest holds one end per view; the device writes the same memory through
-    // its own mapping, which the ring protocol allows.
-    unsafe {
-        RingRegion::new(
-            map.as_ptr().add(offset as usize),
-            len as usize,
-            entries,
-            slot,
-        )
-    }
-    .unwrap()
+pub fn producer<T: Slot>(
+    peer: &Arc<PeerClient>,
+    m: &MmapReply,
+    entries: u32,
+) -> Held<Producer<T>, PeerClient> {
+    guest::producer(peer, m, entries).unwrap()
 }
 
-pub fn producer<T: Slot>(peer: &PeerClient, m: &MmapReply, entries: u32) -> Producer<T> {
-    Producer::new(view(peer, m.offset, m.len, entries, size_of::<T>()))
+pub fn consumer<T: Slot>(
+    peer: &Arc<PeerClient>,
+    m: &MmapReply,
+    entries: u32,
+) -> Held<Consumer<T>, PeerClient> {
+    guest::consumer(peer, m, entries).unwrap()
 }
 
-pub fn consumer<T: Slot>(peer: &PeerClient, m: &MmapReply, entries: u32) -> Consumer<T> {
-    Consumer::new(view(peer, m.offset, m.len, entries, size_of::<T>()))
-}
-
-/// The guest's transport: the admin queue's host ends over its mapping of BAR2.
+/// The guest's transport (`davinci_pcidev::guest`) over an in-process peer, failing the test
+/// on any transport error.
 pub struct Guest {
-    pub sq: Producer<AdminSlot>,
-    pub cq: Consumer<AdminSlot>,
+    pub q: AdminQueue<PeerClient>,
     pub header: Bar2Header,
-    tag: u64,
-    // Last: the views above point into its mapping.
-    pub peer: PeerClient,
+    pub peer: Arc<PeerClient>,
 }
 
 impl Guest {
     pub fn connect(running: &Running) -> Guest {
         let mut peer = PeerClient::connect(&running.socket(), VECTORS, LIMIT).unwrap();
         peer.wait_ready(LIMIT).unwrap();
-        let mut page = vec![0u8; 4096];
-        peer.shared().read(0, &mut page).unwrap();
-        let header = Bar2Header::decode(&page, peer.shm_size()).unwrap();
+        let peer = Arc::new(peer);
+        let q = AdminQueue::connect(peer.clone(), LIMIT).unwrap();
+        let header = *q.header();
         assert_eq!(header.state, DeviceState::Ready);
-        let l = header.layout;
-        let sq = Producer::new(view(
-            &peer,
-            l.sq_offset,
-            l.ring_bytes,
-            ADMIN_DEPTH,
-            ADMIN_ENTRY_SIZE,
-        ));
-        let cq = Consumer::new(view(
-            &peer,
-            l.cq_offset,
-            l.ring_bytes,
-            ADMIN_DEPTH,
-            ADMIN_ENTRY_SIZE,
-        ));
-        Guest {
-            sq,
-            cq,
-            header,
-            tag: 0,
-            peer,
-        }
+        Guest { q, header, peer }
     }
 
     /// Posts one raw slot and rings vector 0.
     pub fn post_raw(&mut self, bytes: &[u8; ADMIN_ENTRY_SIZE]) {
-        let slot: AdminSlot = bytes_to_words(bytes);
-        assert!(self.sq.push(&slot).is_ok(), "admin submission ring full");
-        self.sq.publish();
-        assert!(self.peer.ring(SERVER_ID, VECTOR_ADMIN).unwrap());
+        self.q.post_raw(bytes).unwrap();
     }
 
     /// The next completion, waiting for vector 0 when there is none.
     pub fn completion(&mut self) -> Completion {
-        loop {
-            let mut got = None;
-            self.cq.consume(1, |s| got = Some(s));
-            if let Some(s) = got {
-                let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&s);
-                return Completion::decode(&bytes).unwrap();
-            }
-            self.peer.wait_interrupt(VECTOR_ADMIN, LIMIT).unwrap();
-        }
+        self.q.completion().unwrap()
     }
 
     /// One request, its completion (the tag checked).
     pub fn call(&mut self, client: u32, op: AdminOp) -> Completion {
-        self.tag += 1;
-        let req = AdminRequest {
-            tag: self.tag,
-            client,
-            op,
-        };
-        let mut bytes = [0u8; ADMIN_ENTRY_SIZE];
-        req.encode(&mut bytes);
-        self.post_raw(&bytes);
-        let c = self.completion();
-        assert_eq!(c.tag, self.tag);
-        c
+        self.q.call(client, op).unwrap()
     }
 
     pub fn open(&mut self) -> u32 {
-        let mut comm = [0u8; 16];
-        comm[..5].copy_from_slice(b"guest");
-        let c = self.call(
-            0,
-            AdminOp::Open(OpenArgs {
-                control: false,
-                pid: 1234,
-                uid: 1000,
-                admin: false,
-                comm,
-                container: [0; 64],
-            }),
-        );
-        assert_eq!(c.reply, ReplyKind::Done, "{}", c.message());
-        c.client
+        self.q.open(1234, 1000, "guest").unwrap()
     }
 
     /// An ioctl with `args` in and out; `Err((errno, message))` on failure.
@@ -204,29 +130,23 @@ impl Guest {
         request: u32,
         args: &mut T,
     ) -> Result<(), (u32, String)> {
-        let mut arg = ArgBuf::zeroed(T::SIZE).unwrap();
-        args.encode(arg.as_mut_slice());
-        let c = self.call(client, AdminOp::Ioctl { request, arg });
-        *args = T::decode(c.arg.as_slice());
-        match c.reply {
-            ReplyKind::Failed => Err((c.errno, c.message().to_string())),
-            _ => Ok(()),
-        }
+        self.q.ioctl(client, request, args).map_err(device_error)
     }
 
     pub fn map(&mut self, client: u32, cookie: u64, len: u64) -> Result<MmapReply, (u32, String)> {
-        let c = self.call(client, AdminOp::MmapTarget { cookie, len });
-        match c.reply {
-            ReplyKind::Done => Ok(MmapReply::from_arg(c.arg.as_slice()).unwrap()),
-            _ => Err((c.errno, c.message().to_string())),
-        }
+        self.q.map(client, cookie, len).map_err(device_error)
     }
 
     /// Rings the device's data vector (a client's BAR0 doorbell write `0 << 16 | 1`).
     pub fn ring_data(&self) {
-        assert!(self
-            .peer
-            .ring(PeerId(0), davinci_hwif::VECTOR_DATA)
-            .unwrap());
+        Bus::ring(&*self.peer, davinci_hwif::VECTOR_DATA).unwrap();
+    }
+}
+
+/// A device's refusal as `(errno, message)`; anything else fails the test.
+fn device_error(e: GuestError) -> (u32, String) {
+    match e {
+        GuestError::Device { errno, message } => (errno, message),
+        other => panic!("transport error: {other}"),
     }
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# scripts/lib/qemu-guest.sh: what the driver-less QEMU smokes (scripts/ivshmem-smoke.sh,
+# scripts/pcidev-smoke.sh) share, sourced by them after they set ROOT, TARGET and WORK:
+#
+#   qg_usage SCRIPT ARG        --help (the script's header comment) or "no arguments"
+#   qg_kernel                  the test kernel (scripts/kmod/toolchain.sh; sets KBUILD),
+#                              checked for CONFIG_PCI_MSI
+#   qg_static_example PKG EX   builds example EX of PKG statically for the guest (musl when
+#                              installed, else glibc crt-static), copied to $WORK/EX stripped
+#   qg_initramfs TAG PROGRAM   $WORK/initramfs.cpio.gz: busybox, PROGRAM as /bin/NAME and
+#                              an /init that mounts proc, sysfs and devtmpfs, lists the PCI
+#                              devices, runs NAME, then prints the kernel log ("kmsg: "
+#                              lines) and "TAG: done" and powers off; its lines start "TAG: "
+#   qg_boot LOG QEMU-ARGS...   boots the kernel and the initramfs under QEMU (TCG, serial
+#                              console on stdout, teed to LOG) within $QEMU_TIMEOUT seconds;
+#                              sets qemu_rc
+#   qg_verdict LOG PASSLINE    the guest's verdict in LOG: PASSLINE printed, no "FAIL: "
+#                              line, no kernel warning, BUG or oops, QEMU exited 0; calls
+#                              `bad` (defined here: counts into $fail) for each miss
+#
+# The caller defines say() (its log prefix) and QG_NAME (its name in messages).
+
+qg_usage() {
+    case "${2:-}" in
+        -h | --help)
+            sed -n '2,/^set -euo/p' "$1" | sed '$d; s/^# \{0,1\}//'
+            exit 0
+            ;;
+        "") ;;
+        *)
+            echo "scripts/$(basename "$1"): takes no arguments (got '$2'); --help says what it does" >&2
+            exit 2
+            ;;
+    esac
+}
+
+qg_kernel() {
+    # shellcheck source=../kmod/toolchain.sh
+    source "$ROOT/scripts/kmod/toolchain.sh"
+    grep -q '^CONFIG_PCI_MSI=y' "$KBUILD/.config" || {
+        echo "$QG_NAME: the test kernel has no CONFIG_PCI_MSI (kmod-rust/kernel/config.fragment)" >&2
+        exit 1
+    }
+}
+
+qg_static_example() {
+    local pkg=$1 ex=$2 target flags bin
+    if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+        target=x86_64-unknown-linux-musl
+        flags=
+    else
+        target=x86_64-unknown-linux-gnu
+        flags="-C target-feature=+crt-static"
+    fi
+    (cd "$ROOT" && RUSTFLAGS="$flags" cargo build --release --locked -q \
+        --target "$target" -p "$pkg" --example "$ex") >"$WORK/build-$ex.log" 2>&1 ||
+        { cat "$WORK/build-$ex.log"; echo "$QG_NAME: $ex does not build" >&2; exit 1; }
+    bin=$TARGET/$target/release/examples/$ex
+    file -L "$bin" | grep -qE 'statically linked|static-pie linked' ||
+        { echo "$QG_NAME: $bin is not static: $(file -L "$bin")" >&2; exit 1; }
+    objcopy --strip-debug "$bin" "$WORK/$ex"
+    QG_GUEST_TARGET=$target
+}
+
+qg_initramfs() {
+    local tag=$1 prog=$2 bb=/bin/busybox list=$WORK/initramfs.list a d name
+    name=$(basename "$prog")
+    file -L "$bb" | grep -q 'statically linked' ||
+        { echo "$QG_NAME: $bb is not static (apt-get install busybox-static)" >&2; exit 1; }
+    cat >"$WORK/init" <<INIT
+#!/bin/sh
+# /init of scripts/lib/qemu-guest.sh's guest: the PCI view of the device, then $name.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+echo "$tag: kernel \$(uname -r)"
+for d in /sys/bus/pci/devices/*; do
+    echo "$tag: pci \$(basename "\$d") \$(cat "\$d/vendor"):\$(cat "\$d/device") class \$(cat "\$d/class")"
+done
+/bin/$name
+echo "$tag: $name exited \$?"
+dmesg | while read -r line; do echo "kmsg: \$line"; done
+echo "$tag: done"
+reboot -f
+INIT
+    {
+        for d in /dev /proc /sys /bin; do echo "dir $d 755 0 0"; done
+        echo "nod /dev/console 600 0 0 c 5 1"
+        echo "nod /dev/null 666 0 0 c 1 3"
+        echo "file /bin/busybox $bb 755 0 0"
+        for a in sh mount echo cat ls basename dmesg reboot uname; do
+            echo "slink /bin/$a /bin/busybox 777 0 0"
+        done
+        echo "file /init $WORK/init 755 0 0"
+        echo "file /bin/$name $prog 755 0 0"
+    } >"$list"
+    "$KBUILD/usr/gen_init_cpio" "$list" | gzip -1 >"$WORK/initramfs.cpio.gz"
+}
+
+qg_boot() {
+    local log=$1 t=$SECONDS
+    shift
+    local qemu=(qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 1
+                -nodefaults -display none -serial stdio -no-reboot
+                -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz"
+                -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable"
+                "$@")
+    say "$(qemu-system-x86_64 --version | head -n1)"
+    say "booting: ${qemu[*]}"
+    set +e
+    timeout "$QEMU_TIMEOUT" "${qemu[@]}" </dev/null | tr -d '\r' | tee "$log"
+    qemu_rc=${PIPESTATUS[0]}
+    set -e
+    say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
+}
+
+fail=0
+bad() { echo "$QG_NAME: FAIL: $*" >&2; fail=1; }
+
+qg_verdict() {
+    local log=$1 pass=$2
+    [ "$qemu_rc" -eq 0 ] || bad "QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s)"
+    grep -qx "$pass" "$log" || bad "the guest did not report '$pass'"
+    if grep -n '^FAIL: ' "$log"; then bad "the guest failed the checks above"; fi
+    if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection' "$log"; then
+        bad "the kernel logged the warnings above"
+    fi
+}
