@@ -13,7 +13,7 @@
 #   device; libdavinci, the library for C (scripts/capi-test.sh: the C quick start and tests
 #   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly
 #   (scripts/fuzz.sh); the kernel module in QEMU
-#   (scripts/kmod-test.sh, the same test binaries) and as a PCI driver (scripts/pci-smoke.sh); the loom models of the ring protocol and
+#   (scripts/kmod-test.sh, the same test binaries) and as a PCI driver (scripts/pci-smoke.sh), the PCI device process behind QEMU (scripts/pcidev-smoke.sh); the loom models of the ring protocol and
 #   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
 #   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
 #
@@ -239,6 +239,9 @@ kmod_step() {
     # The module as the PCI driver of QEMU's ivshmem-doorbell device served by ivshmem-echo
     # (issue 27): bind, MSI-X per doorbell, remove and rescan, the device process killed.
     scripts/pci-smoke.sh
+    # The PCI device outside the guest (davinci-pcidev) behind real QEMU, driven from a guest
+    # program through sysfs (no driver yet): two guests in turn, the admin queue, a stream.
+    scripts/pcidev-smoke.sh
 }
 if [ "${DAVINCI_SKIP_KMOD:-0}" = 1 ]; then
     skip "kernel module in QEMU" "DAVINCI_SKIP_KMOD=1"
