@@ -450,11 +450,17 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         drop(s);
-        assert_eq!(
-            mappings_of(ino),
-            1,
-            "the shim's mapping went with the stream"
-        );
+        // The shim unmaps at once; the device lets go of its own mapping after DESTROY (its
+        // tidier): none is left, in the end.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while mappings_of(ino) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stream's memory is still mapped {} times",
+                mappings_of(ino)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     fn send<T: Send>() {}
