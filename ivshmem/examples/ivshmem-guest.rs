@@ -8,17 +8,14 @@
 //! Prints one `PASS: ...` or `FAIL: ...` line per check and `ivshmem-guest: ALL PASSED`
 //! last when every check passed; exits 1 otherwise.
 
-use std::fs;
-use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use davinci_ivshmem::sysfs;
 use davinci_shm::SharedMapping;
 
-const VENDOR: &str = "0x1af4";
-const DEVICE: &str = "0x1110";
 /// BAR0 registers.
 const IV_POSITION: u64 = 8;
 const DOORBELL: u64 = 12;
@@ -29,47 +26,6 @@ const TOKEN: u64 = 8;
 const COUNTS: u64 = 16;
 /// How long the host may take to answer (TCG on a busy machine; never reached when it works).
 const ANSWER: Duration = Duration::from_secs(30);
-
-fn find_device() -> Result<PathBuf, String> {
-    let dir = Path::new("/sys/bus/pci/devices");
-    let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for entry in entries.flatten() {
-        let p = entry.path();
-        let read = |f: &str| fs::read_to_string(p.join(f)).unwrap_or_default();
-        if read("vendor").trim() == VENDOR && read("device").trim() == DEVICE {
-            return Ok(p);
-        }
-    }
-    Err(format!("no {VENDOR}:{DEVICE} device in {}", dir.display()))
-}
-
-/// BAR `n`'s size from the device's `resource` file (one `start end flags` line per BAR).
-fn bar_size(dev: &Path, n: usize) -> Result<u64, String> {
-    let text = fs::read_to_string(dev.join("resource")).map_err(|e| format!("resource: {e}"))?;
-    let line = text
-        .lines()
-        .nth(n)
-        .ok_or(format!("no line {n} in resource"))?;
-    let mut f = line
-        .split_whitespace()
-        .map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16));
-    let start = f.next().and_then(Result::ok).ok_or("bad resource line")?;
-    let end = f.next().and_then(Result::ok).ok_or("bad resource line")?;
-    if end <= start {
-        return Err(format!("BAR{n} is not assigned ({line})"));
-    }
-    Ok(end - start + 1)
-}
-
-fn map_bar(dev: &Path, n: usize, len: usize) -> Result<SharedMapping, String> {
-    let path = dev.join(format!("resource{n}"));
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
-    SharedMapping::map(file.as_fd(), 0, len).map_err(|e| format!("mmap {}: {e}", path.display()))
-}
 
 /// Waits until `word` reads `want`; the value last read otherwise.
 fn wait_for(word: &AtomicU32, want: u32) -> Result<(), u32> {
@@ -107,17 +63,16 @@ impl Checks {
 
 fn run() -> Result<u32, String> {
     let mut c = Checks { failed: 0 };
-    let dev = find_device()?;
+    let dev = sysfs::find_device(Path::new("/sys/bus/pci/devices"))?;
     println!("ivshmem-guest: device {}", dev.display());
-    // Memory decoding on (no driver did it); writing 1 when already enabled is harmless.
-    fs::write(dev.join("enable"), "1").map_err(|e| format!("enable: {e}"))?;
-    let bar0 = bar_size(&dev, 0)?;
-    let bar1 = bar_size(&dev, 1).unwrap_or(0);
-    let bar2 = bar_size(&dev, 2)?;
+    sysfs::enable(&dev)?;
+    let bar0 = sysfs::bar_size(&dev, 0)?;
+    let bar1 = sysfs::bar_size(&dev, 1).unwrap_or(0);
+    let bar2 = sysfs::bar_size(&dev, 2)?;
     println!("ivshmem-guest: BAR0 {bar0} bytes, BAR1 {bar1} bytes, BAR2 {bar2} bytes");
     c.check(bar0 == 256, "BAR0 (registers) is 256 bytes");
-    let regs = map_bar(&dev, 0, 4096)?;
-    let shm = map_bar(&dev, 2, usize::try_from(bar2).map_err(|_| "BAR2 size")?)?;
+    let regs = sysfs::map_bar(&dev, 0, 4096)?;
+    let shm = sysfs::map_bar(&dev, 2, usize::try_from(bar2).map_err(|_| "BAR2 size")?)?;
     let position = word(&regs, IV_POSITION)?.load(Ordering::Relaxed);
     println!("ivshmem-guest: IVPosition {position}");
     c.check(

@@ -59,6 +59,7 @@ mod memory;
 mod peer;
 mod server;
 mod sockio;
+pub mod sysfs;
 
 use std::fmt;
 

@@ -13,9 +13,7 @@
 //! Prints one `PASS: ...` or `FAIL: ...` line per check and `pcidev-guest: ALL PASSED` last
 //! when every check passed; exits 1 otherwise.
 
-use std::fs;
-use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,6 +22,7 @@ use std::time::{Duration, Instant};
 use davinci_hwif::layout::{DeviceState, HEARTBEAT_OFFSET};
 use davinci_hwif::regs::{BAR0_SIZE, DEVICE_PEER, DOORBELL, IV_POSITION};
 use davinci_hwif::{doorbell_value, MapKind, VECTOR_DATA};
+use davinci_ivshmem::sysfs;
 use davinci_pcidev::guest::{self, AdminQueue, Bus, GuestError};
 use davinci_shm::SharedMapping;
 use davinci_uapi::{
@@ -33,8 +32,6 @@ use davinci_uapi::{
     DRIVER_CMD_GET_INFO,
 };
 
-const VENDOR: &str = "0x1af4";
-const DEVICE: &str = "0x1110";
 /// How long the device may take to answer anything (TCG on a busy machine; never reached
 /// when it works).
 const ANSWER: Duration = Duration::from_secs(30);
@@ -68,47 +65,6 @@ impl Bus for SysfsBus {
         std::thread::sleep(timeout.min(POLL));
         Ok(())
     }
-}
-
-fn find_device() -> Result<PathBuf, String> {
-    let dir = Path::new("/sys/bus/pci/devices");
-    let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for entry in entries.flatten() {
-        let p = entry.path();
-        let read = |f: &str| fs::read_to_string(p.join(f)).unwrap_or_default();
-        if read("vendor").trim() == VENDOR && read("device").trim() == DEVICE {
-            return Ok(p);
-        }
-    }
-    Err(format!("no {VENDOR}:{DEVICE} device in {}", dir.display()))
-}
-
-/// BAR `n`'s size from the device's `resource` file (one `start end flags` line per BAR).
-fn bar_size(dev: &Path, n: usize) -> Result<u64, String> {
-    let text = fs::read_to_string(dev.join("resource")).map_err(|e| format!("resource: {e}"))?;
-    let line = text
-        .lines()
-        .nth(n)
-        .ok_or(format!("no line {n} in resource"))?;
-    let mut f = line
-        .split_whitespace()
-        .map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16));
-    let start = f.next().and_then(Result::ok).ok_or("bad resource line")?;
-    let end = f.next().and_then(Result::ok).ok_or("bad resource line")?;
-    if end <= start {
-        return Err(format!("BAR{n} is not assigned ({line})"));
-    }
-    Ok(end - start + 1)
-}
-
-fn map_bar(dev: &Path, n: usize, len: usize) -> Result<SharedMapping, String> {
-    let path = dev.join(format!("resource{n}"));
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
-    SharedMapping::map(file.as_fd(), 0, len).map_err(|e| format!("mmap {}: {e}", path.display()))
 }
 
 struct Checks {
@@ -165,16 +121,15 @@ fn reap(
 
 fn run() -> Result<u32, String> {
     let mut c = Checks { failed: 0 };
-    let dev = find_device()?;
+    let dev = sysfs::find_device(Path::new("/sys/bus/pci/devices"))?;
     println!("pcidev-guest: device {}", dev.display());
-    // Memory decoding on (no driver did it); writing 1 when already enabled is harmless.
-    fs::write(dev.join("enable"), "1").map_err(|e| format!("enable: {e}"))?;
-    let bar0 = bar_size(&dev, 0)?;
-    let bar2 = bar_size(&dev, 2)?;
+    sysfs::enable(&dev)?;
+    let bar0 = sysfs::bar_size(&dev, 0)?;
+    let bar2 = sysfs::bar_size(&dev, 2)?;
     println!("pcidev-guest: BAR0 {bar0} bytes, BAR2 {bar2} bytes");
     c.check(bar0 == BAR0_SIZE, "BAR0 (registers) is 256 bytes");
-    let regs = map_bar(&dev, 0, 4096)?;
-    let shm = map_bar(&dev, 2, usize::try_from(bar2).map_err(|_| "BAR2 size")?)?;
+    let regs = sysfs::map_bar(&dev, 0, 4096)?;
+    let shm = sysfs::map_bar(&dev, 2, usize::try_from(bar2).map_err(|_| "BAR2 size")?)?;
     let position = regs
         .word(IV_POSITION)
         .map_err(|e| format!("IVPosition: {e}"))?
