@@ -452,6 +452,36 @@ mod tests {
         *args = T::decode(&arg);
     }
 
+    /// A new stream of context `ctx` and the host's ends of its rings, over the device's own
+    /// mapping of its memory (kept alive by the returned `Arc`).
+    fn host_ends(
+        dev: &MockDevice,
+        c: u32,
+        ctx: u32,
+        cmd_entries: u32,
+        event_entries: u32,
+    ) -> (
+        Producer<TaskDesc>,
+        Consumer<EventRecord>,
+        Arc<crate::stream_mem::StreamMem>,
+    ) {
+        let mut s = CreateStreamArgs {
+            ctx,
+            cmd_entries,
+            event_entries,
+            ..Default::default()
+        };
+        call(dev, c, DRIVER_CMD_CREATE_STREAM, &mut s);
+        let mem = dev
+            .core()
+            .shared()
+            .stream_mem(c, s.handle)
+            .cloned()
+            .expect("the stream's memory");
+        let (cmd, evt) = mem.ring_regions().expect("ring regions");
+        (Producer::new(cmd), Consumer::new(evt), mem)
+    }
+
     /// The data path never needs the device exclusively: with the device held shared (as a
     /// usage report holds it, or as another poller does while it runs its streams), the
     /// pollers still take, run and complete descriptors. With one device-wide mutex they
@@ -469,25 +499,7 @@ mod tests {
         call(&dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut ctx);
         let mut ends = Vec::new();
         for _ in 0..2 {
-            let mut s = CreateStreamArgs {
-                ctx: ctx.handle,
-                cmd_entries: 64,
-                event_entries: 64,
-                ..Default::default()
-            };
-            call(&dev, c, DRIVER_CMD_CREATE_STREAM, &mut s);
-            let mem = dev
-                .core()
-                .shared()
-                .stream_mem(c, s.handle)
-                .cloned()
-                .expect("the stream's memory");
-            let (cmd, evt) = mem.ring_regions().expect("ring regions");
-            ends.push((
-                Producer::<TaskDesc>::new(cmd),
-                Consumer::<EventRecord>::new(evt),
-                mem,
-            ));
+            ends.push(host_ends(&dev, c, ctx.handle, 64, 64));
         }
         assert_eq!(dev.pollers(), 2);
 
@@ -566,22 +578,7 @@ mod tests {
             .expect("open");
         let mut ctx = CreateContextArgs::default();
         call(&dev, c, DRIVER_CMD_CREATE_CONTEXT, &mut ctx);
-        let mut s = CreateStreamArgs {
-            ctx: ctx.handle,
-            cmd_entries: 1024,
-            event_entries: 2048,
-            ..Default::default()
-        };
-        call(&dev, c, DRIVER_CMD_CREATE_STREAM, &mut s);
-        let mem = dev
-            .core()
-            .shared()
-            .stream_mem(c, s.handle)
-            .cloned()
-            .expect("the stream's memory");
-        let (cmd, evt) = mem.ring_regions().expect("ring regions");
-        let mut prod = Producer::<TaskDesc>::new(cmd);
-        let mut cons = Consumer::<EventRecord>::new(evt);
+        let (mut prod, mut cons, mem) = host_ends(&dev, c, ctx.handle, 1024, 2048);
         let deadline = Instant::now() + Duration::from_secs(20);
         let yields = || dev.core().starved_yields.load(Ordering::Relaxed);
         let mut next = 0u64;
