@@ -1,15 +1,22 @@
 //! The admin queue's entries: a request per client control call the guest's transport
-//! forwards (OPEN, CLOSE, IOCTL, MMAP_TARGET), and a completion per request, each one
+//! forwards (OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN), and a completion per request, each one
 //! [`ADMIN_ENTRY_SIZE`]-byte slot of a `davinci-ring` ring (like NVMe's admin SQ/CQ).
 //!
 //! Request (little-endian): tag `u64` @0, kind `u32` @8, client `u32` @12, ioctl request
-//! number `u32` @16, arg length `u32` @20, reserved `u64` @24 (zero), arg bytes @32
-//! ([`ARG_CAPACITY`]; past the length zero), reserved to the end (zero).
+//! number `u32` @16 (WAIT_AGAIN: whether the wait's deadline passed, 0 or 1), arg length
+//! `u32` @20, reserved `u64` @24 (zero), arg bytes @32 ([`ARG_CAPACITY`]; past the length
+//! zero), reserved to the end (zero).
 //!
 //! Completion: tag `u64` @0, errno `u32` @8 (0, or the positive errno of a failure), reply
 //! kind `u32` @12, client `u32` @16, arg length `u32` @20, message length `u32` @24,
-//! reserved `u32` @28 (zero), arg bytes @32 ([`ARG_CAPACITY`]; past the length zero), the
-//! message @[`MSG_OFFSET`] ([`MSG_CAPACITY`] bytes of UTF-8; past its length zero).
+//! revocations `u32` @28, arg bytes @32 ([`ARG_CAPACITY`]; past the length zero), the
+//! revocation entries @[`REVOKE_OFFSET`] (at most [`MAX_REVOKES`] of 24 bytes: client `u32`,
+//! zero `u32`, cookie `u64`, length `u64`; past the count zero), the message
+//! @[`MSG_OFFSET`] ([`MSG_CAPACITY`] bytes of UTF-8; past its length zero). A revocation
+//! says the guest must unmap what the client maps of `[cookie, cookie + length)` before it
+//! sends another request: the device freed those pages (they are zeroed and may go to
+//! another client). A count above [`MAX_REVOKES`] says more were made than the slot lists:
+//! the guest unmaps everything every client maps.
 //!
 //! Completions and MMAP_TARGET's reply are in [`crate::reply`].
 //!
@@ -32,10 +39,17 @@ pub const ADMIN_DEPTH: u32 = 16;
 pub type AdminSlot = [u64; ADMIN_ENTRY_SIZE / 8];
 /// Where the arg bytes start (request and completion).
 pub const ARG_OFFSET: usize = 32;
+/// Arg bytes a slot holds.
+pub const ARG_CAPACITY: usize = 256;
+/// Where a completion's revocation entries start.
+pub const REVOKE_OFFSET: usize = ARG_OFFSET + ARG_CAPACITY;
+/// Bytes of one revocation entry.
+pub const REVOKE_SIZE: usize = 24;
+/// Revocation entries a completion lists.
+pub const MAX_REVOKES: usize = 26;
 /// Where a completion's message starts.
 pub const MSG_OFFSET: usize = 928;
-/// Arg bytes a slot holds.
-pub const ARG_CAPACITY: usize = MSG_OFFSET - ARG_OFFSET;
+const _: () = assert!(REVOKE_OFFSET + MAX_REVOKES * REVOKE_SIZE <= MSG_OFFSET);
 /// Message bytes a completion holds.
 pub const MSG_CAPACITY: usize = ADMIN_ENTRY_SIZE - MSG_OFFSET;
 
@@ -65,6 +79,10 @@ pub enum AdminKind {
     /// Where a client's mmap cookie lies in BAR2 (arg: cookie `u64`, length `u64`); the
     /// completion's arg is a [`MmapReply`].
     MmapTarget,
+    /// A WAIT_EVENT that completed [`WaitNeeded`](crate::ReplyKind::WaitNeeded), asked again
+    /// (after vector 1, a signal, or its deadline): its arg bytes as the first completion left
+    /// them; whether the deadline passed.
+    WaitAgain,
 }
 
 impl AdminKind {
@@ -75,6 +93,7 @@ impl AdminKind {
             AdminKind::Close => 2,
             AdminKind::Ioctl => 3,
             AdminKind::MmapTarget => 4,
+            AdminKind::WaitAgain => 5,
         }
     }
 
@@ -84,6 +103,7 @@ impl AdminKind {
             2 => Some(AdminKind::Close),
             3 => Some(AdminKind::Ioctl),
             4 => Some(AdminKind::MmapTarget),
+            5 => Some(AdminKind::WaitAgain),
             _ => None,
         }
     }
@@ -114,6 +134,10 @@ pub enum DecodeError {
     MsgLen(u32),
     /// The message is not UTF-8.
     MsgUtf8,
+    /// WAIT_AGAIN's deadline word (0 or 1).
+    Deadline(u32),
+    /// A revocation entry: its index.
+    Revoke(usize),
     /// MMAP_TARGET's reply: its map kind word.
     MapKind(u32),
     /// MMAP_TARGET's reply: offset or length not page aligned, or zero length.
@@ -124,7 +148,7 @@ impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::Length(n) => write!(f, "admin entry of {n} bytes"),
-            DecodeError::Kind(k) => write!(f, "admin request kind {k} is no kind (1..=4)"),
+            DecodeError::Kind(k) => write!(f, "admin request kind {k} is no kind (1..=5)"),
             DecodeError::NotZero(name, v) => {
                 write!(
                     f,
@@ -144,6 +168,13 @@ impl fmt::Display for DecodeError {
             DecodeError::Errno(e) => write!(f, "admin errno {e} does not match the reply kind"),
             DecodeError::MsgLen(n) => write!(f, "admin message length {n} beyond {MSG_CAPACITY}"),
             DecodeError::MsgUtf8 => f.write_str("admin message is not UTF-8"),
+            DecodeError::Deadline(d) => write!(f, "WAIT_AGAIN deadline word {d}: 0 or 1"),
+            DecodeError::Revoke(i) => {
+                write!(
+                    f,
+                    "admin completion revocation {i}: its reserved word is not 0"
+                )
+            }
             DecodeError::MapKind(k) => write!(f, "MMAP_TARGET map kind {k} is no kind (1..=4)"),
             DecodeError::MapRange => f.write_str("MMAP_TARGET range is empty or not page aligned"),
         }
@@ -281,6 +312,13 @@ pub enum AdminOp {
         /// The length it maps.
         len: u64,
     },
+    /// [`AdminKind::WaitAgain`].
+    WaitAgain {
+        /// The WAIT_EVENT's arg bytes, as the last completion returned them.
+        arg: ArgBuf,
+        /// The wait's deadline passed: not reached now is `ETIMEDOUT`.
+        timed_out: bool,
+    },
 }
 
 /// One decoded request.
@@ -315,6 +353,9 @@ impl AdminRequest {
             AdminOp::Close => (AdminKind::Close, 0, 0),
             AdminOp::Ioctl { request, arg } => (AdminKind::Ioctl, *request, arg.len),
             AdminOp::MmapTarget { .. } => (AdminKind::MmapTarget, 0, 16),
+            AdminOp::WaitAgain { arg, timed_out } => {
+                (AdminKind::WaitAgain, u32::from(*timed_out), arg.len)
+            }
         };
         put_u64(slot, 0, self.tag);
         put_u32(slot, 8, kind.word());
@@ -325,7 +366,9 @@ impl AdminRequest {
         match &self.op {
             AdminOp::Open(o) => o.encode(arg),
             AdminOp::Close => {}
-            AdminOp::Ioctl { arg: a, .. } => arg.copy_from_slice(a.as_slice()),
+            AdminOp::Ioctl { arg: a, .. } | AdminOp::WaitAgain { arg: a, .. } => {
+                arg.copy_from_slice(a.as_slice())
+            }
             AdminOp::MmapTarget { cookie, len } => {
                 put_u64(arg, 0, *cookie);
                 put_u64(arg, 8, *len);
@@ -362,7 +405,7 @@ impl AdminRequest {
                 Err(DecodeError::NotZero(name, v))
             }
         };
-        if kind != AdminKind::Ioctl {
+        if kind != AdminKind::Ioctl && kind != AdminKind::WaitAgain {
             need_zero("request", request)?;
         }
         let op = match kind {
@@ -390,6 +433,14 @@ impl AdminRequest {
                     len: g(8)?,
                 }
             }
+            AdminKind::WaitAgain => AdminOp::WaitAgain {
+                arg: ArgBuf::from_slice(arg).ok_or(DecodeError::ArgLen(arg_len))?,
+                timed_out: match request {
+                    0 => false,
+                    1 => true,
+                    d => return Err(DecodeError::Deadline(d)),
+                },
+            },
         };
         Ok(AdminRequest { tag, client, op })
     }

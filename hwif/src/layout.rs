@@ -1,8 +1,11 @@
 //! BAR2's layout: page 0 is the header the device writes at boot; then the admin submission
 //! ring and the admin completion ring (each `davinci-ring`'s 192-byte header plus
-//! [`ADMIN_DEPTH`] slots of [`ADMIN_ENTRY_SIZE`] bytes, page-rounded); then the heap: every
-//! remaining 4 KiB page, which the device carves into stream rings, doorbell pages and
-//! device memory, and names to the guest by BAR2 offset (MMAP_TARGET).
+//! [`ADMIN_DEPTH`] slots of [`ADMIN_ENTRY_SIZE`] bytes, page-rounded); then the list area
+//! (LIST_CLIENTS' entries, [`LIST_ENTRIES`] of the ABI's size, written by the device for the
+//! one admin request in flight that asks, page-rounded); then the heap: every remaining
+//! 4 KiB page, which the device carves into stream rings, doorbell pages and device memory,
+//! and names to the guest by BAR2 offset (MMAP_TARGET). Nothing before the heap is ever
+//! mapped into a client.
 //!
 //! The layout is a function of the region's size alone ([`Bar2Layout::for_region`]): the
 //! guest recomputes it from its BAR's size and accepts a header only if it says the same.
@@ -11,7 +14,8 @@
 //! (atomic word), heartbeat `u32` @16 (atomic word, bumped by the device while it runs),
 //! failure errno `u32` @20, region size `u64` @24, entry size `u32` @32, admin depth `u32`
 //! @36, submission ring `u64` @40, completion ring `u64` @48, ring bytes `u64` @56, heap
-//! `u64` @64, heap pages `u32` @72, zero up to the page's end.
+//! `u64` @64, heap pages `u32` @72, zero `u32` @76, list area `u64` @80, list bytes `u64`
+//! @88, zero up to the page's end.
 
 use core::fmt;
 
@@ -19,15 +23,25 @@ use davinci_uapi::rings::RING_HEADER_SIZE;
 
 use crate::admin::{ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
 use crate::bytes::{get_u32, get_u64, put_u32, put_u64};
+use davinci_uapi::ClientUsage;
 
 /// The page of BAR2's layout (the guest maps in pages; 4 KiB on every host the device runs).
 pub const PAGE_SIZE: u64 = 4096;
 /// `"DVCIBAR2"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DVCIBAR2");
 /// This layout's version.
-pub const LAYOUT_VERSION: u32 = 1;
-/// The smallest region served: the header, both admin rings and [`MIN_HEAP_PAGES`].
-pub const MIN_REGION: u64 = 64 << 10;
+pub const LAYOUT_VERSION: u32 = 2;
+/// The smallest region served: the header, both admin rings, the list area and
+/// [`MIN_HEAP_PAGES`].
+pub const MIN_REGION: u64 = 128 << 10;
+/// LIST_CLIENTS entries the list area holds (every client a device can have: the device
+/// checks its client table is no bigger).
+pub const LIST_ENTRIES: u64 = 320;
+/// The `buf` the guest's transport passes to LIST_CLIENTS: the list area's first byte (the
+/// device writes entry `i` at `LIST_BUF + i * entry_size`, which must fit in the area).
+pub const LIST_BUF: u64 = 1 << 40;
+/// The size of one entry of the list area: the ABI's `struct davinci_client_usage`.
+pub const LIST_ENTRY_SIZE: u64 = core::mem::size_of::<ClientUsage>() as u64;
 /// The largest region served (the ivshmem server's bound).
 pub const MAX_REGION: u64 = 1 << 30;
 /// The fewest heap pages a region has.
@@ -40,7 +54,7 @@ pub const HEARTBEAT_OFFSET: u64 = 16;
 /// Offset of the failure errno word.
 pub const FAILURE_OFFSET: u64 = 20;
 /// The header's encoded fields end here; the rest of the page is zero.
-pub const HEADER_FIELDS: usize = 80;
+pub const HEADER_FIELDS: usize = 96;
 
 /// What the device is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +117,10 @@ pub struct Bar2Layout {
     pub cq_offset: u64,
     /// Each admin ring's bytes (page-rounded; its ring needs `192 + depth * entry`).
     pub ring_bytes: u64,
+    /// The list area's offset (page aligned): LIST_CLIENTS' entries.
+    pub list_offset: u64,
+    /// The list area's bytes (page-rounded [`LIST_ENTRIES`] x [`LIST_ENTRY_SIZE`]).
+    pub list_bytes: u64,
     /// The heap's first page.
     pub heap_offset: u64,
     /// Pages in the heap (to the region's end).
@@ -129,12 +147,16 @@ impl Bar2Layout {
         let ring_bytes = page_up(Self::RING_NEED);
         let sq_offset = PAGE_SIZE;
         let cq_offset = sq_offset + ring_bytes;
-        let heap_offset = cq_offset + ring_bytes;
+        let list_offset = cq_offset + ring_bytes;
+        let list_bytes = page_up(LIST_ENTRIES * LIST_ENTRY_SIZE);
+        let heap_offset = list_offset + list_bytes;
         Ok(Bar2Layout {
             region_size: size,
             sq_offset,
             cq_offset,
             ring_bytes,
+            list_offset,
+            list_bytes,
             heap_offset,
             heap_pages: (size - heap_offset) / PAGE_SIZE,
         })
@@ -251,6 +273,8 @@ impl Bar2Header {
         put_u64(page, 64, l.heap_offset);
         // Fits: at most 2^30 / 2^12 pages.
         put_u32(page, 72, l.heap_pages as u32);
+        put_u64(page, 80, l.list_offset);
+        put_u64(page, 88, l.list_bytes);
     }
 
     /// Decodes and validates a copy of page 0 of a BAR of `bar_size` bytes.
@@ -292,12 +316,14 @@ impl Bar2Header {
         if entry as usize != ADMIN_ENTRY_SIZE || depth != ADMIN_DEPTH {
             return Err(HeaderError::Geometry { entry, depth });
         }
-        let fields: [(&'static str, usize, u64); 5] = [
+        let fields: [(&'static str, usize, u64); 7] = [
             ("the submission ring's offset", 40, layout.sq_offset),
             ("the completion ring's offset", 48, layout.cq_offset),
             ("the admin rings' size", 56, layout.ring_bytes),
             ("the heap's offset", 64, layout.heap_offset),
             ("the heap's pages", 72, layout.heap_pages),
+            ("the list area's offset", 80, layout.list_offset),
+            ("the list area's size", 88, layout.list_bytes),
         ];
         for (name, at, want) in fields {
             let got = if at == 72 {
@@ -309,8 +335,10 @@ impl Bar2Header {
                 return Err(HeaderError::Field(name));
             }
         }
-        if let Some(at) = page.iter().skip(76).position(|&b| b != 0) {
-            return Err(HeaderError::Reserved(76 + at));
+        for (from, to) in [(76, 80), (HEADER_FIELDS, page.len())] {
+            if let Some(at) = page[from..to].iter().position(|&b| b != 0) {
+                return Err(HeaderError::Reserved(from + at));
+            }
         }
         Ok(Bar2Header {
             layout,

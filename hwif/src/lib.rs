@@ -8,7 +8,8 @@
 //! * [`layout`]: BAR2's layout (a header page, the admin submission and completion rings, a
 //!   heap of 4 KiB pages the device carves for stream rings and device memory) and the
 //!   header's encoding.
-//! * [`admin`]: the admin queue's entries (requests: OPEN, CLOSE, IOCTL, MMAP_TARGET;
+//! * [`admin`]: the admin queue's entries (requests: OPEN, CLOSE, IOCTL, MMAP_TARGET,
+//!   WAIT_AGAIN;
 //!   completions: [`reply`]), encoded into and decoded from fixed-size byte slots.
 //!
 //! The admin rings are `davinci-ring` rings (the one place ordering lives) whose slots are
@@ -30,8 +31,8 @@ pub mod reply;
 
 pub use admin::{
     AdminKind, AdminOp, AdminRequest, AdminSlot, ArgBuf, DecodeError, OpenArgs, ADMIN_DEPTH,
-    ADMIN_ENTRY_SIZE, ARG_CAPACITY, MAX_IOCTL_ARG, MSG_CAPACITY,
+    ADMIN_ENTRY_SIZE, ARG_CAPACITY, MAX_IOCTL_ARG, MAX_REVOKES, MSG_CAPACITY,
 };
 pub use layout::{Bar2Header, Bar2Layout, DeviceState, HeaderError, LayoutError, PAGE_SIZE};
 pub use regs::{doorbell_value, VECTORS, VECTOR_ADMIN, VECTOR_DATA};
-pub use reply::{Completion, MapKind, MmapReply, ReplyKind};
+pub use reply::{Completion, MapKind, MmapReply, ReplyKind, Revoke};

@@ -4,7 +4,7 @@
 
 use crate::admin::{
     tag_of, zero_from, ArgBuf, DecodeError, ADMIN_ENTRY_SIZE, ARG_CAPACITY, ARG_OFFSET,
-    MSG_CAPACITY, MSG_OFFSET,
+    MAX_REVOKES, MSG_CAPACITY, MSG_OFFSET, REVOKE_OFFSET, REVOKE_SIZE,
 };
 use crate::bytes::{get_u32, get_u64, put_u32, put_u64};
 
@@ -42,6 +42,18 @@ impl ReplyKind {
     }
 }
 
+/// Pages a request freed that a client may still map: the guest unmaps what `client` maps
+/// of `[cookie, cookie + len)` before its next request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Revoke {
+    /// The client whose mappings go.
+    pub client: u32,
+    /// The mmap cookie of the object.
+    pub cookie: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
 /// One completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
@@ -57,6 +69,8 @@ pub struct Completion {
     pub arg: ArgBuf,
     msg_len: usize,
     msg: [u8; MSG_CAPACITY],
+    revoke_count: u32,
+    revokes: [Revoke; MAX_REVOKES],
 }
 
 impl Completion {
@@ -83,7 +97,27 @@ impl Completion {
             arg,
             msg_len: cut,
             msg: m,
+            revoke_count: 0,
+            revokes: [Revoke::default(); MAX_REVOKES],
         }
+    }
+
+    /// Adds a revocation (counted beyond [`MAX_REVOKES`], listed up to it).
+    pub fn revoke(&mut self, r: Revoke) {
+        if let Some(slot) = self.revokes.get_mut(self.revoke_count as usize) {
+            *slot = r;
+        }
+        self.revoke_count = self.revoke_count.saturating_add(1);
+    }
+
+    /// The revocations listed.
+    pub fn revokes(&self) -> &[Revoke] {
+        &self.revokes[..(self.revoke_count as usize).min(MAX_REVOKES)]
+    }
+
+    /// More revocations were made than listed: the guest unmaps every client's mappings.
+    pub fn revokes_overflowed(&self) -> bool {
+        self.revoke_count as usize > MAX_REVOKES
     }
 
     /// The message.
@@ -100,8 +134,15 @@ impl Completion {
         put_u32(slot, 16, self.client);
         put_u32(slot, 20, self.arg.as_slice().len() as u32);
         put_u32(slot, 24, self.msg_len as u32);
+        put_u32(slot, 28, self.revoke_count);
         slot[ARG_OFFSET..ARG_OFFSET + self.arg.as_slice().len()]
             .copy_from_slice(self.arg.as_slice());
+        for (i, r) in self.revokes().iter().enumerate() {
+            let at = REVOKE_OFFSET + i * REVOKE_SIZE;
+            put_u32(slot, at, r.client);
+            put_u64(slot, at + 8, r.cookie);
+            put_u64(slot, at + 16, r.len);
+        }
         slot[MSG_OFFSET..MSG_OFFSET + self.msg_len].copy_from_slice(&self.msg[..self.msg_len]);
     }
 
@@ -124,7 +165,7 @@ impl Completion {
         let client = w(16)?;
         let arg_len = w(20)?;
         let msg_len = w(24)?;
-        zero_from(slot, 28, ARG_OFFSET)?;
+        let revoke_count = w(28)?;
         let len = arg_len as usize;
         if len > ARG_CAPACITY {
             return Err(DecodeError::ArgLen(arg_len));
@@ -133,13 +174,29 @@ impl Completion {
         if mlen > MSG_CAPACITY {
             return Err(DecodeError::MsgLen(msg_len));
         }
-        zero_from(slot, ARG_OFFSET + len, MSG_OFFSET)?;
+        let listed = (revoke_count as usize).min(MAX_REVOKES);
+        zero_from(slot, ARG_OFFSET + len, REVOKE_OFFSET)?;
+        zero_from(slot, REVOKE_OFFSET + listed * REVOKE_SIZE, MSG_OFFSET)?;
         zero_from(slot, MSG_OFFSET + mlen, ADMIN_ENTRY_SIZE)?;
         let msg = &slot[MSG_OFFSET..MSG_OFFSET + mlen];
         let text = core::str::from_utf8(msg).map_err(|_| DecodeError::MsgUtf8)?;
         let arg = ArgBuf::from_slice(&slot[ARG_OFFSET..ARG_OFFSET + len])
             .ok_or(DecodeError::ArgLen(arg_len))?;
-        Ok(Completion::new(tag, reply, errno, client, arg, text))
+        let mut c = Completion::new(tag, reply, errno, client, arg, text);
+        for i in 0..listed {
+            let at = REVOKE_OFFSET + i * REVOKE_SIZE;
+            let bad = DecodeError::Revoke(i);
+            if get_u32(slot, at + 4) != Some(0) {
+                return Err(bad);
+            }
+            c.revokes[i] = Revoke {
+                client: get_u32(slot, at).ok_or(bad)?,
+                cookie: get_u64(slot, at + 8).ok_or(bad)?,
+                len: get_u64(slot, at + 16).ok_or(bad)?,
+            };
+        }
+        c.revoke_count = revoke_count;
+        Ok(c)
     }
 }
 

@@ -23,7 +23,7 @@ the same vectors. Attach QEMU with
 
 Options:
   --socket PATH    the socket to listen on (must not exist; removed on exit)
-  --size BYTES     BAR2's size: a power of two from 64K to 1G (default 64M; 256M, 1G...)
+  --size BYTES     BAR2's size: a power of two from 128K to 1G (default 64M; 256M, 1G...)
   --vectors N      MSI-X vectors per peer, at least 2 (default 2; at most 64)
   --device-id N    N of davinciN, as GET_INFO reports it (default 0)
   -h, --help       this text
@@ -74,7 +74,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String>
                 let size = davinci_units::parse_size(&v).map_err(|e| format!("--size: {e}"))?;
                 if Bar2Layout::for_region(size).is_err() {
                     return Err(format!(
-                        "--size {v}: BAR2 must be a power of two from {} to {} bytes (64K..1G), like 64M",
+                        "--size {v}: BAR2 must be a power of two from {} to {} bytes (128K..1G), like 64M",
                         MIN_REGION, MAX_REGION
                     ));
                 }
@@ -127,7 +127,7 @@ mod tests {
         assert!(err(&[]).contains("--socket PATH is required"));
         assert!(err(&["--socket"]).contains("needs a value"));
         assert!(err(&["--socket", "s", "--size", "3M"]).contains("power of two"));
-        assert!(err(&["--socket", "s", "--size", "32K"]).contains("64K..1G"));
+        assert!(err(&["--socket", "s", "--size", "64K"]).contains("128K..1G"));
         assert!(err(&["--socket", "s", "--size", "lots"]).contains("invalid size"));
         assert!(err(&["--socket", "s", "--vectors", "1"]).contains("needs 2"));
         assert!(err(&["--socket", "s", "--vectors", "65"]).contains("at most 64"));

@@ -1,9 +1,17 @@
-//! One admin request run on the device core: OPEN, CLOSE, IOCTL, MMAP_TARGET, each answered
-//! with a [`Completion`] (an error is a completion too, never a panic or a dropped request).
+//! One admin request run on the device core: OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN,
+//! each answered with a [`Completion`] (an error is a completion too, never a panic or a
+//! dropped request) that lists the mappings the request revoked.
 #![forbid(unsafe_code)]
 
-use davinci_driver_core::{DeviceCore, Error, MmapTarget, NoUserMem, OpenParams, Reply, Role};
+use davinci_driver_core::{
+    DeviceCore, Error, MmapTarget, OpenParams, Reply, Role, WaitSpec, MAX_CLIENTS,
+};
+use davinci_hwif::layout::LIST_ENTRIES;
 use davinci_hwif::{AdminOp, AdminRequest, ArgBuf, Completion, MapKind, MmapReply, ReplyKind};
+use davinci_uapi::{Errno, WaitEventArgs, WaitKind, Wire};
+
+// The list area holds an entry for every client a device can have.
+const _: () = assert!(MAX_CLIENTS as u64 <= LIST_ENTRIES);
 
 use crate::platform::Bar2Platform;
 
@@ -23,8 +31,43 @@ pub enum Effect {
     Closed(u32),
 }
 
-/// Runs `req` on `core`.
+/// Runs `req` on `core`; the completion lists what the request revoked.
 pub fn execute(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, Effect) {
+    // Anything recorded outside a request (none today) is not this request's.
+    let _ = core.platform_mut().take_revokes();
+    let (mut c, effect) = run(core, req);
+    let (revokes, dropped) = core.platform_mut().take_revokes();
+    for r in revokes {
+        c.revoke(r);
+    }
+    for _ in 0..dropped {
+        c.revoke(davinci_hwif::Revoke::default());
+    }
+    (c, effect)
+}
+
+/// A WAIT_EVENT's arguments as the wait they ask for.
+fn wait_spec(arg: &[u8]) -> Result<WaitSpec, Error> {
+    if arg.len() != WaitEventArgs::SIZE {
+        return Err(Error::new(
+            Errno::EINVAL,
+            "WAIT_AGAIN: not a WAIT_EVENT argument",
+        ));
+    }
+    let a = WaitEventArgs::decode(arg);
+    let kind = WaitKind::from_u32(a.kind).ok_or(Error::new(
+        Errno::EINVAL,
+        "wait kind must be 1 (stream) or 2 (event)",
+    ))?;
+    Ok(WaitSpec {
+        kind,
+        handle: a.handle,
+        value: a.value,
+        timeout_ns: a.timeout_ns,
+    })
+}
+
+fn run(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, Effect) {
     let (tag, client) = (req.tag, req.client);
     match &req.op {
         AdminOp::Open(o) => {
@@ -58,12 +101,31 @@ pub fn execute(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Comp
         }
         AdminOp::Ioctl { request, arg } => {
             let mut arg = *arg;
-            let r = core.ioctl(client, *request, arg.as_mut_slice(), &mut NoUserMem);
+            let mut list = core.platform().list_area();
+            let r = core.ioctl(client, *request, arg.as_mut_slice(), &mut list);
             let c = match r {
                 Ok(Reply::Done | Reply::StreamCreated(_) | Reply::Kick(_)) => {
                     Completion::new(tag, ReplyKind::Done, 0, client, arg, "")
                 }
                 Ok(Reply::Wait(_)) => Completion::new(
+                    tag,
+                    ReplyKind::WaitNeeded,
+                    0,
+                    client,
+                    arg,
+                    "not reached: wait for vector 1 and ask again",
+                ),
+                Err(e) => failed(tag, client, arg, &e),
+            };
+            (c, Effect::None)
+        }
+        AdminOp::WaitAgain { arg, timed_out } => {
+            let mut arg = *arg;
+            let r = wait_spec(arg.as_slice())
+                .and_then(|spec| core.finish_wait(client, &spec, arg.as_mut_slice(), *timed_out));
+            let c = match r {
+                Ok(Some(())) => Completion::new(tag, ReplyKind::Done, 0, client, arg, ""),
+                Ok(None) => Completion::new(
                     tag,
                     ReplyKind::WaitNeeded,
                     0,

@@ -4,6 +4,9 @@
 //! each allocation. Every run is zeroed when taken (the guest may have written free pages)
 //! and when given back (what a client still maps of it reads zeros). The wake-ups are
 //! recorded, not performed: the device loop raises vector 1 once per pass when they were.
+//! So are the revocations (`revoke_mappings`): the request that made them lists them in its
+//! completion ([`Bar2Platform::take_revokes`]), and the guest unmaps the pages before it sends
+//! another request, so pages a client still mapped never reach the next owner mapped.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -11,8 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use davinci_driver_core::{Error, Platform, Result, StdLock, StreamRegions};
-use davinci_hwif::layout::{Bar2Layout, PAGE_SIZE};
+use davinci_driver_core::{Error, Platform, Result, StdLock, StreamRegions, UserMem};
+use davinci_hwif::layout::{Bar2Layout, LIST_BUF, PAGE_SIZE};
+use davinci_hwif::{Revoke, MAX_REVOKES};
 use davinci_shm::OutOfBounds;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::{Errno, DOORBELL_SIZE};
@@ -69,6 +73,10 @@ pub struct Bar2Platform {
     irq: AtomicBool,
     /// A stream may have work no doorbell announced (SUBMIT_TASK, NOTIFY, an event reached).
     kicked: AtomicBool,
+    /// Revocations since the last [`take_revokes`](Self::take_revokes) (listed up to
+    /// [`MAX_REVOKES`], counted beyond).
+    revokes: Vec<Revoke>,
+    revokes_dropped: u32,
     epoch: Instant,
 }
 
@@ -82,6 +90,8 @@ impl Bar2Platform {
             backing: BTreeMap::new(),
             irq: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
+            revokes: Vec::new(),
+            revokes_dropped: 0,
             epoch: Instant::now(),
         }
     }
@@ -109,6 +119,23 @@ impl Bar2Platform {
     /// Whether a stream was kicked, clearing it.
     pub fn take_kick(&self) -> bool {
         self.kicked.swap(false, Ordering::AcqRel)
+    }
+
+    /// Where LIST_CLIENTS writes its entries: BAR2's list area.
+    pub fn list_area(&self) -> ListArea {
+        ListArea {
+            bar2: self.bar2.clone(),
+            offset: self.layout.list_offset,
+            len: self.layout.list_bytes,
+        }
+    }
+
+    /// The revocations made since the last call, and how many more were made than listed.
+    pub fn take_revokes(&mut self) -> (Vec<Revoke>, u32) {
+        (
+            std::mem::take(&mut self.revokes),
+            std::mem::replace(&mut self.revokes_dropped, 0),
+        )
     }
 
     /// The BAR2 range (offset, page-rounded length) backing `owner`'s allocation at device
@@ -177,6 +204,35 @@ impl Bar2Platform {
         }
         let base = self.layout.page_offset(run.first).ok_or_else(outside)?;
         base.checked_add(at).ok_or_else(outside)
+    }
+}
+
+/// LIST_CLIENTS' "user memory" on this device: BAR2's list area, addressed from
+/// [`LIST_BUF`] (the guest's transport asks with that `buf` and copies the entries to its
+/// caller). A write that does not fit is `EFAULT`.
+pub struct ListArea {
+    bar2: Arc<Bar2>,
+    offset: u64,
+    len: u64,
+}
+
+impl UserMem for ListArea {
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<()> {
+        let fault = || {
+            Error::new(
+                Errno::EFAULT,
+                "LIST_CLIENTS entries beyond BAR2's list area (buf must be LIST_BUF)",
+            )
+        };
+        let addr = addr.checked_sub(LIST_BUF).ok_or_else(fault)?;
+        let end = addr.checked_add(data.len() as u64).ok_or_else(fault)?;
+        if end > self.len {
+            return Err(fault());
+        }
+        self.bar2
+            .mapping()
+            .write(self.offset + addr, data)
+            .map_err(|_| fault())
     }
 }
 
@@ -281,6 +337,18 @@ impl Platform for Bar2Platform {
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
         let at = self.find(client, dst, len)?;
         self.bar2.mapping().fill(at, len, pattern).map_err(oob)
+    }
+
+    fn revoke_mappings(&mut self, client: u32, cookie: u64, len: u64) {
+        if self.revokes.len() < MAX_REVOKES {
+            self.revokes.push(Revoke {
+                client,
+                cookie,
+                len,
+            });
+        } else {
+            self.revokes_dropped = self.revokes_dropped.saturating_add(1);
+        }
     }
 
     fn now_ns(&self) -> u64 {

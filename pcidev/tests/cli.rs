@@ -32,7 +32,7 @@ fn a_socket_that_cannot_be_bound_is_a_clear_failure() {
     let dir = tempfile::tempdir().unwrap();
     let taken = dir.path().join("taken");
     std::fs::write(&taken, b"").unwrap();
-    let (code, _, err) = run(&["--socket", taken.to_str().unwrap(), "--size", "64K"]);
+    let (code, _, err) = run(&["--socket", taken.to_str().unwrap(), "--size", "128K"]);
     assert_eq!(code, 1);
     assert!(err.contains("bind") && err.contains("taken"), "{err}");
 }

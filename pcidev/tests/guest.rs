@@ -178,9 +178,9 @@ fn garbage_admin_entries_get_an_error_and_the_device_keeps_serving() {
         .ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem)
         .unwrap_err();
     assert_eq!(e.0, Errno::ENOMEM.code() as u32, "{}", e.1);
-    // Memory and rings share the heap (5 pages here): with 4 taken by memory, a stream's
-    // rings do not fit, and the platform says ENOMEM.
-    mem.size = 4 * 4096;
+    // Memory and rings share the heap (9 pages here): with 7 taken by memory, a stream's
+    // rings (3 pages) do not fit, and the platform says ENOMEM.
+    mem.size = 7 * 4096;
     g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
     let mut ctx = CreateContextArgs::default();
     g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
@@ -327,4 +327,159 @@ fn broken_ring_indices_stop_only_what_they_belong_to() {
     // The next guest finds the device ready again.
     let g = Guest::connect(&dev);
     assert_eq!(g.header.state, davinci_hwif::DeviceState::Ready);
+}
+
+/// An IOCTL through the admin queue, its completion whole (revocations, reply kind).
+fn ioctl_raw<T: davinci_uapi::Wire>(
+    g: &mut Guest,
+    client: u32,
+    request: u32,
+    args: &T,
+) -> davinci_hwif::Completion {
+    let mut arg = davinci_hwif::ArgBuf::zeroed(T::SIZE).unwrap();
+    args.encode(arg.as_mut_slice());
+    g.call(client, AdminOp::Ioctl { request, arg })
+}
+
+#[test]
+fn completions_list_revocations_waits_are_asked_again_and_lists_use_the_list_area() {
+    use davinci_hwif::{ArgBuf, Revoke};
+    use davinci_uapi::{
+        ClientUsage, ListClientsArgs, SubmitTaskArgs, WaitEventArgs, Wire, DRIVER_CMD_LIST_CLIENTS,
+        DRIVER_CMD_SUBMIT_TASK, DRIVER_CMD_WAIT_EVENT,
+    };
+    let dev = Running::start(1 << 20);
+    let mut g = Guest::connect(&dev);
+    let client = g.open();
+
+    // FREE_MEMORY revokes what the client maps of the allocation; GET_INFO revokes nothing.
+    let mut mem = AllocMemoryArgs {
+        size: 8192,
+        ..Default::default()
+    };
+    g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
+    let info = ioctl_raw(&mut g, client, DRIVER_CMD_GET_INFO, &DeviceInfo::default());
+    assert!(info.revokes().is_empty() && !info.revokes_overflowed());
+    let h = HandleArgs {
+        handle: mem.handle,
+        pad: 0,
+    };
+    let c = ioctl_raw(&mut g, client, DRIVER_CMD_FREE_MEMORY, &h);
+    assert_eq!(c.reply, ReplyKind::Done, "{}", c.message());
+    assert_eq!(
+        c.revokes(),
+        &[Revoke {
+            client,
+            cookie: mem.mmap_offset,
+            len: mem.alloc_size
+        }]
+    );
+
+    // DESTROY_STREAM revokes its command ring, event ring and doorbell page.
+    let mut ctx = CreateContextArgs::default();
+    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
+        .unwrap();
+    let mk = |g: &mut Guest| {
+        let mut s = CreateStreamArgs {
+            ctx: ctx.handle,
+            cmd_entries: 16,
+            event_entries: 16,
+            ..Default::default()
+        };
+        g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
+        s
+    };
+    let gone = mk(&mut g);
+    let c = ioctl_raw(
+        &mut g,
+        client,
+        DRIVER_CMD_DESTROY_STREAM,
+        &HandleArgs {
+            handle: gone.handle,
+            pad: 0,
+        },
+    );
+    let mut cookies: Vec<u64> = c.revokes().iter().map(|r| r.cookie).collect();
+    cookies.sort_unstable();
+    let mut want = vec![
+        gone.cmd_ring.mmap_offset,
+        gone.event_ring.mmap_offset,
+        gone.doorbell_offset,
+    ];
+    want.sort_unstable();
+    assert_eq!(cookies, want);
+    assert!(c.revokes().iter().all(|r| r.client == client));
+
+    // WAIT_EVENT not reached: WAIT_NEEDED; asked again before the deadline, still; after it,
+    // ETIMEDOUT (as the kernel's own wait says it). Once the task ran: done.
+    let s = mk(&mut g);
+    let wait = WaitEventArgs {
+        kind: 1,
+        handle: s.handle,
+        value: 1,
+        timeout_ns: 1_000_000_000,
+        ..Default::default()
+    };
+    let c = ioctl_raw(&mut g, client, DRIVER_CMD_WAIT_EVENT, &wait);
+    assert_eq!(c.reply, ReplyKind::WaitNeeded);
+    let again = |g: &mut Guest, arg: ArgBuf, timed_out: bool| {
+        g.call(client, AdminOp::WaitAgain { arg, timed_out })
+    };
+    let c2 = again(&mut g, c.arg, false);
+    assert_eq!(c2.reply, ReplyKind::WaitNeeded);
+    let c3 = again(&mut g, c.arg, true);
+    assert_eq!(
+        (c3.reply, c3.errno),
+        (ReplyKind::Failed, Errno::ETIMEDOUT.code() as u32),
+        "{}",
+        c3.message()
+    );
+    let sub = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::nop(5),
+        ..Default::default()
+    };
+    let c = ioctl_raw(&mut g, client, DRIVER_CMD_SUBMIT_TASK, &sub);
+    assert_eq!(c.reply, ReplyKind::Done, "{}", c.message());
+    let mut r = again(&mut g, c3.arg, false);
+    while r.reply == ReplyKind::WaitNeeded {
+        g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
+        r = again(&mut g, r.arg, false);
+    }
+    assert_eq!(r.reply, ReplyKind::Done, "{}", r.message());
+    assert_eq!(WaitEventArgs::decode(r.arg.as_slice()).current, 1);
+    // A WAIT_AGAIN whose bytes are no WAIT_EVENT's: EINVAL.
+    let c = again(&mut g, ArgBuf::from_slice(&[1; 8]).unwrap(), false);
+    assert_eq!(c.errno, INVAL);
+
+    // LIST_CLIENTS writes its entries into BAR2's list area, from buf LIST_BUF; any other buf
+    // that does not fit is EFAULT, and nothing is written past the area.
+    // (The device is exclusive by default: one client.)
+    let mut list = ListClientsArgs {
+        buf: davinci_hwif::layout::LIST_BUF,
+        capacity: 4,
+        entry_size: ClientUsage::SIZE as u32,
+        ..Default::default()
+    };
+    g.ioctl(client, DRIVER_CMD_LIST_CLIENTS, &mut list).unwrap();
+    assert_eq!(list.count, 1);
+    let l = g.header.layout;
+    let mut b = vec![0u8; ClientUsage::SIZE];
+    g.peer.shared().read(l.list_offset, &mut b).unwrap();
+    let entry = ClientUsage::decode(&b);
+    let mut me = DeviceInfo::default();
+    g.ioctl(client, DRIVER_CMD_GET_INFO, &mut me).unwrap();
+    assert_eq!((entry.client_id, entry.streams), (me.caller_id, 1));
+    for bad in [davinci_hwif::layout::LIST_BUF + l.list_bytes - 8, 4096] {
+        list.buf = bad;
+        let e = g
+            .ioctl(client, DRIVER_CMD_LIST_CLIENTS, &mut list)
+            .unwrap_err();
+        assert_eq!(e.0, Errno::EFAULT.code() as u32, "{}", e.1);
+    }
+    list.buf = 4096;
+    let e = g
+        .ioctl(client, DRIVER_CMD_LIST_CLIENTS, &mut list)
+        .unwrap_err();
+    assert_eq!(e.0, Errno::EFAULT.code() as u32, "{}", e.1);
 }

@@ -49,6 +49,14 @@ fn requests() -> Vec<AdminRequest> {
                 len: 8192,
             },
         },
+        AdminRequest {
+            tag: 5,
+            client: 7,
+            op: AdminOp::WaitAgain {
+                arg: ArgBuf::from_slice(&[3; 40]).unwrap(),
+                timed_out: true,
+            },
+        },
     ])
 }
 
@@ -63,8 +71,9 @@ fn golden_sizes() {
     assert_eq!(core::mem::size_of::<AdminSlot>(), ADMIN_ENTRY_SIZE);
     assert_eq!(
         (ARG_OFFSET, ARG_CAPACITY, MSG_OFFSET, MSG_CAPACITY),
-        (32, 896, 928, 96)
+        (32, 256, 928, 96)
     );
+    assert_eq!((REVOKE_OFFSET, REVOKE_SIZE, MAX_REVOKES), (288, 24, 26));
     // LIST_CLIENTS is no bigger than the largest command, which fits.
     assert!(ioc_size(DRIVER_CMD_LIST_CLIENTS) <= MAX_IOCTL_ARG);
     assert_eq!(
@@ -119,14 +128,14 @@ fn every_bad_request_field_is_named() {
     let mut s = encoded(&rs[1]);
     put(&mut s, 8, 0);
     assert_eq!(dec(&s), Err(DecodeError::Kind(0)));
-    put(&mut s, 8, 5);
-    assert_eq!(dec(&s), Err(DecodeError::Kind(5)));
+    put(&mut s, 8, 6);
+    assert_eq!(dec(&s), Err(DecodeError::Kind(6)));
     let mut s = encoded(&rs[1]);
     s[24] = 1;
     assert_eq!(dec(&s), Err(DecodeError::Reserved(24)));
     let mut s = encoded(&rs[1]);
-    put(&mut s, 20, 897);
-    assert_eq!(dec(&s), Err(DecodeError::ArgLen(897)));
+    put(&mut s, 20, 257);
+    assert_eq!(dec(&s), Err(DecodeError::ArgLen(257)));
     put(&mut s, 20, u32::MAX);
     assert_eq!(dec(&s), Err(DecodeError::ArgLen(u32::MAX)));
     let mut s = encoded(&rs[1]);
@@ -228,8 +237,16 @@ fn completions_round_trip_and_bad_fields_are_named() {
     put(&mut s, 24, 97);
     assert_eq!(Completion::decode(&s), Err(DecodeError::MsgLen(97)));
     let mut s = base;
-    s[28] = 1;
-    assert_eq!(Completion::decode(&s), Err(DecodeError::Reserved(28)));
+    s[28] = 1; // one revocation listed, of client 0: valid
+    assert_eq!(Completion::decode(&s).map(|c| c.revokes().len()), Ok(1));
+    s[REVOKE_OFFSET + 4] = 1;
+    assert_eq!(Completion::decode(&s), Err(DecodeError::Revoke(0)));
+    let mut s = base;
+    s[REVOKE_OFFSET] = 1; // past the count (0): reserved
+    assert_eq!(
+        Completion::decode(&s),
+        Err(DecodeError::Reserved(REVOKE_OFFSET))
+    );
     let mut s = base;
     s[MSG_OFFSET] = 0xff;
     assert_eq!(Completion::decode(&s), Err(DecodeError::MsgUtf8));
@@ -259,6 +276,53 @@ fn completions_round_trip_and_bad_fields_are_named() {
     b[16..24].copy_from_slice(&0u64.to_le_bytes());
     assert_eq!(MmapReply::from_arg(&b), Err(DecodeError::MapRange));
     assert_eq!(MmapReply::from_arg(&a[..20]), Err(DecodeError::ArgLen(20)));
+}
+
+#[test]
+fn revocations_round_trip_and_overflow_is_counted() {
+    let mut c = Completion::new(9, ReplyKind::Done, 0, 4, ArgBuf::EMPTY, "");
+    assert!(c.revokes().is_empty() && !c.revokes_overflowed());
+    let r = |i: u64| crate::Revoke {
+        client: 4,
+        cookie: 0x1000 * i,
+        len: 4096 * (i + 1),
+    };
+    c.revoke(r(1));
+    c.revoke(r(2));
+    let s = completion_slot(&c);
+    assert_eq!(&s[28..32], &2u32.to_le_bytes());
+    assert_eq!(
+        &s[REVOKE_OFFSET + 24..REVOKE_OFFSET + 28],
+        &4u32.to_le_bytes()
+    );
+    let back = Completion::decode(&s).unwrap();
+    assert_eq!(back, c);
+    assert_eq!(back.revokes(), &[r(1), r(2)]);
+    for i in 3..=MAX_REVOKES as u64 + 2 {
+        c.revoke(r(i));
+    }
+    assert!(c.revokes_overflowed());
+    assert_eq!(c.revokes().len(), MAX_REVOKES);
+    let back = Completion::decode(&completion_slot(&c)).unwrap();
+    assert!(back.revokes_overflowed());
+    assert_eq!(back.revokes(), c.revokes());
+}
+
+#[test]
+fn wait_again_says_whether_the_deadline_passed() {
+    let rs = requests();
+    let mut s = encoded(&rs[4]);
+    assert_eq!(&s[16..20], &1u32.to_le_bytes());
+    s[16] = 2;
+    assert_eq!(AdminRequest::decode(&s), Err(DecodeError::Deadline(2)));
+    s[16] = 0;
+    match AdminRequest::decode(&s).unwrap().op {
+        AdminOp::WaitAgain { arg, timed_out } => {
+            assert!(!timed_out);
+            assert_eq!(arg.as_slice(), &[3; 40]);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 proptest! {

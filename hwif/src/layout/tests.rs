@@ -13,23 +13,26 @@ fn ready(size: u64) -> Bar2Header {
 #[test]
 fn golden_layout_of_the_smallest_and_largest_regions() {
     let l = Bar2Layout::for_region(MIN_REGION).unwrap();
-    // 192 + 16 * 1024 = 16576 bytes per ring, five pages.
+    // 192 + 16 * 1024 = 16576 bytes per ring, five pages; 320 entries of 152 bytes, twelve.
     assert_eq!(Bar2Layout::RING_NEED, 16576);
+    assert_eq!(LIST_ENTRY_SIZE, 152);
     assert_eq!(
         (
             l.sq_offset,
             l.cq_offset,
             l.ring_bytes,
+            l.list_offset,
+            l.list_bytes,
             l.heap_offset,
             l.heap_pages
         ),
-        (4096, 24576, 20480, 45056, 5)
+        (4096, 24576, 20480, 45056, 49152, 94208, 9)
     );
-    assert_eq!(l.page_offset(0), Some(45056));
-    assert_eq!(l.page_offset(4), Some(61440));
-    assert_eq!(l.page_offset(5), None);
+    assert_eq!(l.page_offset(0), Some(94208));
+    assert_eq!(l.page_offset(8), Some(126976));
+    assert_eq!(l.page_offset(9), None);
     let big = Bar2Layout::for_region(MAX_REGION).unwrap();
-    assert_eq!(big.heap_pages, (MAX_REGION - 45056) / 4096);
+    assert_eq!(big.heap_pages, (MAX_REGION - 94208) / 4096);
     for bad in [
         0,
         4096,
@@ -50,15 +53,18 @@ fn golden_header_bytes() {
     let mut page = vec![0xaau8; 4096];
     ready(1 << 20).encode(&mut page);
     assert_eq!(&page[0..8], b"DVCIBAR2");
-    assert_eq!(&page[8..12], &1u32.to_le_bytes());
+    assert_eq!(&page[8..12], &2u32.to_le_bytes());
     assert_eq!(&page[12..16], &1u32.to_le_bytes());
     assert_eq!(&page[16..20], &7u32.to_le_bytes());
     assert_eq!(&page[24..32], &(1u64 << 20).to_le_bytes());
     assert_eq!(&page[32..36], &1024u32.to_le_bytes());
     assert_eq!(&page[36..40], &16u32.to_le_bytes());
     assert_eq!(&page[40..48], &4096u64.to_le_bytes());
-    assert_eq!(&page[64..72], &45056u64.to_le_bytes());
-    assert!(page[76..].iter().all(|&b| b == 0));
+    assert_eq!(&page[64..72], &94208u64.to_le_bytes());
+    assert_eq!(&page[80..88], &45056u64.to_le_bytes());
+    assert_eq!(&page[88..96], &49152u64.to_le_bytes());
+    assert!(page[76..80].iter().all(|&b| b == 0));
+    assert!(page[96..].iter().all(|&b| b == 0));
 }
 
 #[test]
@@ -90,11 +96,11 @@ fn every_bad_header_field_is_named() {
         Bar2Header::decode(&p, MIN_REGION)
     };
     assert_eq!(
-        Bar2Header::decode(&good[..79], MIN_REGION),
-        Err(HeaderError::Short(79))
+        Bar2Header::decode(&good[..95], MIN_REGION),
+        Err(HeaderError::Short(95))
     );
     assert!(matches!(with(0, &[0]), Err(HeaderError::Magic(_))));
-    assert_eq!(with(8, &2u32.to_le_bytes()), Err(HeaderError::Version(2)));
+    assert_eq!(with(8, &1u32.to_le_bytes()), Err(HeaderError::Version(1)));
     assert_eq!(with(12, &3u32.to_le_bytes()), Err(HeaderError::State(3)));
     assert_eq!(with(20, &5u32.to_le_bytes()), Err(HeaderError::Failure(5)));
     assert_eq!(with(12, &2u32.to_le_bytes()), Err(HeaderError::Failure(0)));
@@ -131,13 +137,16 @@ fn every_bad_header_field_is_named() {
         (48, "the completion ring's offset"),
         (56, "the admin rings' size"),
         (64, "the heap's offset"),
+        (80, "the list area's offset"),
+        (88, "the list area's size"),
     ] {
         assert_eq!(with(at, &1u64.to_le_bytes()), Err(HeaderError::Field(name)));
     }
     assert_eq!(
-        with(72, &9u32.to_le_bytes()),
+        with(72, &10u32.to_le_bytes()),
         Err(HeaderError::Field("the heap's pages"))
     );
     assert_eq!(with(76, &[1]), Err(HeaderError::Reserved(76)));
+    assert_eq!(with(96, &[1]), Err(HeaderError::Reserved(96)));
     assert_eq!(with(4095, &[1]), Err(HeaderError::Reserved(4095)));
 }
