@@ -1,9 +1,9 @@
 //! The admin queue's entries: a request per client control call the guest's transport
-//! forwards (OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN), and a completion per request, each one
+//! forwards (OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN, UNDO), and a completion per request, each one
 //! [`ADMIN_ENTRY_SIZE`]-byte slot of a `davinci-ring` ring (like NVMe's admin SQ/CQ).
 //!
 //! Request (little-endian): tag `u64` @0, kind `u32` @8, client `u32` @12, ioctl request
-//! number `u32` @16 (WAIT_AGAIN: whether the wait's deadline passed, 0 or 1), arg length
+//! number `u32` @16 (IOCTL, UNDO; WAIT_AGAIN: whether the wait's deadline passed, 0 or 1), arg length
 //! `u32` @20, reserved `u64` @24 (zero), arg bytes @32 ([`ARG_CAPACITY`]; past the length
 //! zero), reserved to the end (zero).
 //!
@@ -83,6 +83,9 @@ pub enum AdminKind {
     /// (after vector 1, a signal, or its deadline): its arg bytes as the first completion left
     /// them; whether the deadline passed.
     WaitAgain,
+    /// Undo what an IOCTL created (the request number and the reply's arg bytes): the guest
+    /// could not hand the reply to its caller, who so cannot know the handle.
+    Undo,
 }
 
 impl AdminKind {
@@ -94,6 +97,7 @@ impl AdminKind {
             AdminKind::Ioctl => 3,
             AdminKind::MmapTarget => 4,
             AdminKind::WaitAgain => 5,
+            AdminKind::Undo => 6,
         }
     }
 
@@ -104,6 +108,7 @@ impl AdminKind {
             3 => Some(AdminKind::Ioctl),
             4 => Some(AdminKind::MmapTarget),
             5 => Some(AdminKind::WaitAgain),
+            6 => Some(AdminKind::Undo),
             _ => None,
         }
     }
@@ -148,7 +153,7 @@ impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::Length(n) => write!(f, "admin entry of {n} bytes"),
-            DecodeError::Kind(k) => write!(f, "admin request kind {k} is no kind (1..=5)"),
+            DecodeError::Kind(k) => write!(f, "admin request kind {k} is no kind (1..=6)"),
             DecodeError::NotZero(name, v) => {
                 write!(
                     f,
@@ -319,6 +324,13 @@ pub enum AdminOp {
         /// The wait's deadline passed: not reached now is `ETIMEDOUT`.
         timed_out: bool,
     },
+    /// [`AdminKind::Undo`].
+    Undo {
+        /// The ioctl request number that created something.
+        request: u32,
+        /// Its reply's arg bytes (naming the handle).
+        arg: ArgBuf,
+    },
 }
 
 /// One decoded request.
@@ -356,6 +368,7 @@ impl AdminRequest {
             AdminOp::WaitAgain { arg, timed_out } => {
                 (AdminKind::WaitAgain, u32::from(*timed_out), arg.len)
             }
+            AdminOp::Undo { request, arg } => (AdminKind::Undo, *request, arg.len),
         };
         put_u64(slot, 0, self.tag);
         put_u32(slot, 8, kind.word());
@@ -366,9 +379,9 @@ impl AdminRequest {
         match &self.op {
             AdminOp::Open(o) => o.encode(arg),
             AdminOp::Close => {}
-            AdminOp::Ioctl { arg: a, .. } | AdminOp::WaitAgain { arg: a, .. } => {
-                arg.copy_from_slice(a.as_slice())
-            }
+            AdminOp::Ioctl { arg: a, .. }
+            | AdminOp::WaitAgain { arg: a, .. }
+            | AdminOp::Undo { arg: a, .. } => arg.copy_from_slice(a.as_slice()),
             AdminOp::MmapTarget { cookie, len } => {
                 put_u64(arg, 0, *cookie);
                 put_u64(arg, 8, *len);
@@ -405,7 +418,10 @@ impl AdminRequest {
                 Err(DecodeError::NotZero(name, v))
             }
         };
-        if kind != AdminKind::Ioctl && kind != AdminKind::WaitAgain {
+        if !matches!(
+            kind,
+            AdminKind::Ioctl | AdminKind::WaitAgain | AdminKind::Undo
+        ) {
             need_zero("request", request)?;
         }
         let op = match kind {
@@ -440,6 +456,10 @@ impl AdminRequest {
                     1 => true,
                     d => return Err(DecodeError::Deadline(d)),
                 },
+            },
+            AdminKind::Undo => AdminOp::Undo {
+                request,
+                arg: ArgBuf::from_slice(arg).ok_or(DecodeError::ArgLen(arg_len))?,
             },
         };
         Ok(AdminRequest { tag, client, op })

@@ -1,4 +1,4 @@
-//! One admin request run on the device core: OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN,
+//! One admin request run on the device core: OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN, UNDO,
 //! each answered with a [`Completion`] (an error is a completion too, never a panic or a
 //! dropped request) that lists the mappings the request revoked.
 #![forbid(unsafe_code)]
@@ -134,6 +134,13 @@ fn run(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, 
                     "not reached: wait for vector 1 and ask again",
                 ),
                 Err(e) => failed(tag, client, arg, &e),
+            };
+            (c, Effect::None)
+        }
+        AdminOp::Undo { request, arg } => {
+            let c = match core.undo_create(client, *request, arg.as_slice()) {
+                Ok(()) => Completion::new(tag, ReplyKind::Done, 0, client, ArgBuf::EMPTY, ""),
+                Err(e) => failed(tag, client, ArgBuf::EMPTY, &e),
             };
             (c, Effect::None)
         }

@@ -18,13 +18,16 @@ use std::path::{Path, PathBuf};
 use crate::GenError;
 
 /// What goes in, in dependency order: (module name in the generated file, its root file). The
-/// three crates, and `davinci-shm`'s byte copies (core only), which the kernel's platform uses
-/// on memory a user mapping shares, as the mock device does.
+/// three crates, `davinci-shm`'s byte copies (core only), which the kernel's platform uses
+/// on memory a user mapping shares, as the mock device does, and `davinci-hwif`, the PCI
+/// device's hardware interface (BAR2's layout, the admin queue's entries) the PCI transport
+/// speaks.
 pub const CRATES: &[(&str, &str)] = &[
     ("davinci_uapi", "uapi/src/lib.rs"),
     ("davinci_ring", "ring/src/lib.rs"),
     ("davinci_driver_core", "driver-core/src/lib.rs"),
     ("davinci_shm_copy", "shm/src/copy.rs"),
+    ("davinci_hwif", "hwif/src/lib.rs"),
 ];
 
 /// A `mod` declaration whose attributes say it is never compiled into the kernel: test and

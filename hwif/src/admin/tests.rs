@@ -57,6 +57,14 @@ fn requests() -> Vec<AdminRequest> {
                 timed_out: true,
             },
         },
+        AdminRequest {
+            tag: 6,
+            client: 7,
+            op: AdminOp::Undo {
+                request: DRIVER_CMD_CREATE_STREAM,
+                arg: ArgBuf::from_slice(&[4; 24]).unwrap(),
+            },
+        },
     ])
 }
 
@@ -128,8 +136,8 @@ fn every_bad_request_field_is_named() {
     let mut s = encoded(&rs[1]);
     put(&mut s, 8, 0);
     assert_eq!(dec(&s), Err(DecodeError::Kind(0)));
-    put(&mut s, 8, 6);
-    assert_eq!(dec(&s), Err(DecodeError::Kind(6)));
+    put(&mut s, 8, 7);
+    assert_eq!(dec(&s), Err(DecodeError::Kind(7)));
     let mut s = encoded(&rs[1]);
     s[24] = 1;
     assert_eq!(dec(&s), Err(DecodeError::Reserved(24)));
@@ -340,7 +348,7 @@ proptest! {
     }
 
     #[test]
-    fn plausible_slots_decode_or_name_a_field(kind in 0u32..6, len in 0u32..1000, client in any::<u32>(), noise in proptest::collection::vec(any::<u8>(), 0..64)) {
+    fn plausible_slots_decode_or_name_a_field(kind in 0u32..8, len in 0u32..1000, client in any::<u32>(), noise in proptest::collection::vec(any::<u8>(), 0..64)) {
         let mut s = [0u8; ADMIN_ENTRY_SIZE];
         s[8..12].copy_from_slice(&kind.to_le_bytes());
         s[12..16].copy_from_slice(&client.to_le_bytes());
