@@ -16,11 +16,17 @@
 #   4. packs them with busybox into an initramfs whose /init is kmod-rust/guest/init.sh;
 #   5. boots QEMU (TCG), streams the guest's serial console, and exits 0 only if the guest
 #      reported every step passed, every conformance test ran under its own name and passed,
-#      and the kernel logged no warning, BUG, oops or leak.
+#      and the kernel logged no warning, BUG, oops or leak;
+#   6. boots it again with the PCI device (issue 27): davinci-pcidev (release build) serves
+#      QEMU's ivshmem-doorbell from this side, the module is loaded with no software device
+#      (devices=0) and binds it as /dev/davinci0, and the conformance suite, the kernel-only
+#      tests, davinci-smi and davinci-workload run on it; same verdict, and davinci-pcidev
+#      must stop cleanly on SIGTERM.
 #
 # Environment: DAVINCI_KMOD_WORK (build directory, default target/kmod), DAVINCI_KMOD_CACHE
 # (kernel cache, default /var/cache/davinci-kmod for root), DAVINCI_QEMU_TIMEOUT (seconds,
-# default 1200), DAVINCI_QEMU_MEM (default 1G), DAVINCI_JOBS (make -j).
+# default 1200), DAVINCI_QEMU_MEM (default 1G), DAVINCI_JOBS (make -j), DAVINCI_KMOD_BOOTS
+# (which boots, default "software pci").
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KMOD_DIR=$ROOT/kmod-rust
@@ -131,51 +137,97 @@ list=$WORK/initramfs.list
 "$KBUILD/usr/gen_init_cpio" "$list" | gzip -1 >"$WORK/initramfs.cpio.gz"
 say "initramfs $(du -h "$WORK/initramfs.cpio.gz" | cut -f1)"
 
-# ---- the boot ----------------------------------------------------------------------------
-LOG=$WORK/serial.log
-say "booting Linux in QEMU (TCG; the guest's console follows, lines from the tests start with 'ktest:')"
-t=$SECONDS
-# tsc=reliable: under TCG the guest's clocksource watchdog finds the TSC "unstable" when the
-# host is busy and logs it on the console in the middle of a test's output line, which then
-# fails the name check below (and the fallback clocksource slows the guest down).
-set +e
-timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "$QEMU_MEM" -smp 2 \
-    -nodefaults -display none -serial stdio -no-reboot \
-    -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz" \
-    -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable" </dev/null \
-    | tr -d '\r' | tee "$LOG"
-qemu_rc=${PIPESTATUS[0]}
-set -e
-say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
+# ---- the boots ---------------------------------------------------------------------------
+# boot MODE LOG [QEMU ARGS...]: boots the guest (its init reads dvtest=MODE), streams its console.
+boot() {
+    local mode=$1 log=$2 t=$SECONDS
+    shift 2
+    say "booting Linux in QEMU (TCG, $mode; the guest's console follows, lines from the tests start with 'ktest:')"
+    # tsc=reliable: under TCG the guest's clocksource watchdog finds the TSC "unstable" when the
+    # host is busy and logs it on the console in the middle of a test's output line, which then
+    # fails the name check below (and the fallback clocksource slows the guest down).
+    set +e
+    timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "$QEMU_MEM" -smp 2 \
+        -nodefaults -display none -serial stdio -no-reboot \
+        -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz" \
+        -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable dvtest=$mode" "$@" </dev/null \
+        | tr -d '\r' | tee "$log"
+    qemu_rc=${PIPESTATUS[0]}
+    set -e
+    say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
+}
 
-# ---- the verdict -------------------------------------------------------------------------
 fail=0
 bad() { echo "kmod: FAIL: $*" >&2; fail=1; }
-[ "$qemu_rc" -eq 0 ] || bad "QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s)"
-grep -qx 'ktest: ALL PASSED' "$LOG" || bad "the guest did not report ALL PASSED"
-# BUG: covers KASAN reports and soft lockups; "blocked for more than" is the hung-task
-# detector, "detected stall" RCU's.
-if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak|blocked for more than|detected stall' "$LOG"; then
-    bad "the kernel logged the warnings above"
-fi
-grep -q 'davinci: ABI ' "$LOG" || bad "no module load message"
-# The test kernel the results stand on: two CPUs really online (SMP), KASAN armed.
-grep -q '^ktest: kernel .*, 2 cpu(s)$' "$LOG" || bad "the guest did not run on 2 CPUs"
-grep -q 'KernelAddressSanitizer initialized' "$LOG" || bad "KASAN was not armed in the guest"
-# The kernel crate's bindings give task_struct, file and vm_area_struct the compiler's layout
-# (bindings_helper.patch's bindgen parameters; the module checks at load).
-grep -q 'davinci: bindings agree with C' "$LOG" || bad "the kernel crate's bindings disagree with C (see the 'bindings:' lines)"
-grep -q 'davinci: unloaded' "$LOG" || bad "no module unload message"
-# Same names as against the mock: every conformance test the host build lists ran and passed.
-names=$("${guest_bins[conformance]}" --list --format terse 2>/dev/null | sed -n 's/: test$//p')
-[ -n "$names" ] || bad "could not list the conformance tests"
-n=0
-for name in $names; do
-    n=$((n + 1))
-    grep -qx "test $name ... ok" "$LOG" || bad "conformance test $name did not pass in the guest"
+# common_verdict LOG: what every boot must show.
+common_verdict() {
+    local log=$1 name n=0
+    [ "$qemu_rc" -eq 0 ] || bad "QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s)"
+    grep -qx 'ktest: ALL PASSED' "$log" || bad "the guest did not report ALL PASSED ($log)"
+    # BUG: covers KASAN reports and soft lockups; "blocked for more than" is the hung-task
+    # detector, "detected stall" RCU's.
+    if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak|blocked for more than|detected stall' "$log"; then
+        bad "the kernel logged the warnings above ($log)"
+    fi
+    grep -q 'davinci: ABI ' "$log" || bad "no module load message ($log)"
+    # The test kernel the results stand on: two CPUs really online (SMP), KASAN armed.
+    grep -q '^ktest: kernel .*, 2 cpu(s)$' "$log" || bad "the guest did not run on 2 CPUs"
+    grep -q 'KernelAddressSanitizer initialized' "$log" || bad "KASAN was not armed in the guest"
+    # The kernel crate's bindings give task_struct, file and vm_area_struct the compiler's
+    # layout (bindings_helper.patch's bindgen parameters; the module checks at load).
+    grep -q 'davinci: bindings agree with C' "$log" || bad "the kernel crate's bindings disagree with C (see the 'bindings:' lines)"
+    grep -q 'davinci: unloaded' "$log" || bad "no module unload message ($log)"
+    # Same names as against the mock: every conformance test the host build lists ran and passed.
+    names=$("${guest_bins[conformance]}" --list --format terse 2>/dev/null | sed -n 's/: test$//p')
+    [ -n "$names" ] || bad "could not list the conformance tests"
+    for name in $names; do
+        n=$((n + 1))
+        grep -qx "test $name ... ok" "$log" || bad "conformance test $name did not pass in the guest ($log)"
+    done
+    conformance_count=$n
+}
+
+BOOTS=${DAVINCI_KMOD_BOOTS:-software pci}
+t=$SECONDS
+for mode in $BOOTS; do
+    case $mode in
+        software)
+            boot software "$WORK/serial.log"
+            common_verdict "$WORK/serial.log"
+            ;;
+        pci)
+            # The PCI device: davinci-pcidev on this side (the engine, listening before QEMU
+            # starts), QEMU's ivshmem-doorbell in the guest, the module bound to it.
+            (cd "$ROOT" && cargo build --release --locked -q -p davinci-pcidev --bin davinci-pcidev) \
+                >"$WORK/pcidev-build.log" 2>&1 ||
+                { cat "$WORK/pcidev-build.log"; echo "kmod: davinci-pcidev does not build" >&2; exit 1; }
+            sock=$WORK/pcidev.sock
+            rm -f "$sock"
+            "$bench_target/release/davinci-pcidev" --socket "$sock" --size 256M --device-id 0 \
+                >"$WORK/pcidev.log" 2>&1 &
+            dev_pid=$!
+            trap 'kill "$dev_pid" 2>/dev/null || true' EXIT
+            for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+            [ -S "$sock" ] || { cat "$WORK/pcidev.log"; echo "kmod: davinci-pcidev did not listen" >&2; exit 1; }
+            boot pci "$WORK/serial-pci.log" -chardev "socket,path=$sock,id=dv" \
+                -device "ivshmem-doorbell,chardev=dv,vectors=2"
+            kill -TERM "$dev_pid" 2>/dev/null || true
+            for _ in $(seq 100); do kill -0 "$dev_pid" 2>/dev/null || break; sleep 0.1; done
+            set +e; wait "$dev_pid"; dev_rc=$?; set -e
+            trap - EXIT
+            sed 's/^/host: /' "$WORK/pcidev.log"
+            common_verdict "$WORK/serial-pci.log"
+            [ "$dev_rc" = 0 ] || bad "davinci-pcidev exited with $dev_rc"
+            grep -q 'davinci: PCI device .* (slot 0' "$WORK/serial-pci.log" || bad "the module did not bind the PCI device"
+            ;;
+        *)
+            echo "kmod: DAVINCI_KMOD_BOOTS: unknown boot '$mode' (software, pci)" >&2
+            exit 2
+            ;;
+    esac
 done
 if [ "$fail" -ne 0 ]; then
-    echo "kmod: the guest log is $LOG"
+    echo "kmod: the guest logs are $WORK/serial.log (software) and $WORK/serial-pci.log (PCI)"
     exit 1
 fi
-say "PASS: $n conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload, davinci-bench's kernel rows and the C quick start (libdavinci) on /dev/davinci0; module unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: $conformance_count conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload, davinci-bench's kernel rows and the C quick start (libdavinci) on /dev/davinci0; the conformance suite, the kernel-only tests, davinci-smi and davinci-workload on the PCI device (ivshmem-doorbell, davinci-pcidev); module unloaded cleanly ($((SECONDS - t0)) s in all)"

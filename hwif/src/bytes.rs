@@ -38,10 +38,16 @@ pub fn put_u64(b: &mut [u8], at: usize, v: u64) -> bool {
 }
 
 /// The bytes of a slot of `N` little-endian words (what the ring copied out, once).
+// (Index loops, not `chunks_exact`: the kernel's objtool does not know the division-by-zero
+// panic a runtime chunk size brings, and warns.)
 pub fn words_to_bytes<const N: usize, const B: usize>(words: &[u64; N]) -> [u8; B] {
     let mut out = [0u8; B];
-    for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
-        chunk.copy_from_slice(&w.to_le_bytes());
+    for (i, w) in words.iter().enumerate() {
+        let at = i * 8;
+        match out.get_mut(at..at + 8) {
+            Some(d) => d.copy_from_slice(&w.to_le_bytes()),
+            None => break,
+        }
     }
     out
 }
@@ -49,9 +55,12 @@ pub fn words_to_bytes<const N: usize, const B: usize>(words: &[u64; N]) -> [u8; 
 /// The slot of `N` little-endian words holding `bytes` (missing bytes are zero).
 pub fn bytes_to_words<const N: usize>(bytes: &[u8]) -> [u64; N] {
     let mut out = [0u64; N];
-    for (w, chunk) in out.iter_mut().zip(bytes.chunks(8)) {
+    for (i, w) in out.iter_mut().enumerate() {
+        let at = i * 8;
         let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
+        for (k, x) in b.iter_mut().enumerate() {
+            *x = bytes.get(at + k).copied().unwrap_or(0);
+        }
         *w = u64::from_le_bytes(b);
     }
     out

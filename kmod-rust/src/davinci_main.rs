@@ -14,9 +14,14 @@
 //! * `platform`: driver-core's `Platform` over memcg-charged vmalloc buffers;
 //! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci_helpers.c`
 //!   does the PCI calls): registered beside the software devices, it binds nothing where no
-//!   such device exists;
+//!   such device exists; `pci_dev`: a bound device as the PCI transport sees it (the admin
+//!   queue to the device process, the interrupts, losing the device); `pci_fops`: the file
+//!   operations of its node, each call forwarded;
 //! * `sys`: the C boundary (`helpers.c`): every kernel structure's fields, the const file
 //!   operations, the module parameters.
+
+// `pin_init!` of a PCI device's state (pci_dev.rs) nests deeper than the default 128.
+#![recursion_limit = "256"]
 
 use kernel::prelude::*;
 
@@ -27,6 +32,8 @@ mod fops;
 mod inject;
 mod ioctl;
 mod pci;
+mod pci_dev;
+mod pci_fops;
 mod platform;
 mod registration;
 mod sys;
@@ -55,9 +62,10 @@ struct DavinciModule {
 impl kernel::Module for DavinciModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let p = sys::params();
-        if p.devices == 0 || p.devices as usize > device::MAX_DEVICES {
+        if p.devices as usize > device::MAX_DEVICES || (p.devices == 0 && p.pci_devices == 0) {
             pr_err!(
-                "devices={}: must be 1 to {}\n",
+                "devices={}: must be 1 to {} (0 only with pci_devices of at least 1: PCI \
+                 devices only)\n",
                 p.devices,
                 device::MAX_DEVICES
             );

@@ -24,7 +24,7 @@ use crate::sys::{self, Faulting, File};
 
 /// The opener's parameters: pid (in the initial pid namespace, as an operator on the host
 /// sees it), uid (of the credentials the file was opened with), admin, container, name.
-fn open_params(file: File, role: Role) -> OpenParams {
+pub(crate) fn open_params(file: File, role: Role) -> OpenParams {
     OpenParams {
         role,
         pid: sys::current_tgid(),

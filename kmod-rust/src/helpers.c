@@ -30,10 +30,10 @@
 
 /* ---- the module's parameters ------------------------------------------------------------ */
 
-/* Devices registered (/dev/davinci0 .. davinci<devices-1>), 1 to 8. */
+/* Software devices registered (/dev/davinci0 .. davinci<devices-1>), 0 to 8 (0: PCI only). */
 static unsigned int devices = 2;
 module_param(devices, uint, 0444);
-MODULE_PARM_DESC(devices, "devices to register, /dev/davinci0 upwards (1-8, default 2)");
+MODULE_PARM_DESC(devices, "software devices to register, /dev/davinci0 upwards (0-8, default 2; 0 only with pci_devices: PCI devices only, numbered after the software ones)");
 /* Device memory of each device, in MiB. */
 static unsigned int memory_mb = 256;
 module_param(memory_mb, uint, 0444);
@@ -311,7 +311,7 @@ u32 davinci_file_uid(struct file *file);
 int davinci_file_admin(struct file *file);
 int davinci_opener_admin(void);
 u32 davinci_current_tgid(void);
-struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode);
+struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode, int pci);
 void davinci_misc_deregister(struct miscdevice *misc);
 struct task_struct *davinci_kthread_create(int (*fn)(void *), void *data, unsigned int index);
 int davinci_current_cgroup_path(char *buf, size_t len);
@@ -411,7 +411,10 @@ u32 davinci_current_tgid(void)
 }
 
 /* Registers /dev/davinci<index> with the module's fops; the miscdevice or an ERR_PTR. */
-struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode)
+extern const struct file_operations davinci_pci_fops;
+
+/* Registers /dev/davinci<index>: a software device's file operations, or a PCI device's. */
+struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode, int pci)
 {
 	struct miscdevice *misc = kzalloc(sizeof(*misc), GFP_KERNEL);
 	int err;
@@ -424,7 +427,7 @@ struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode)
 		return ERR_PTR(-ENOMEM);
 	}
 	misc->minor = MISC_DYNAMIC_MINOR;
-	misc->fops = &davinci_fops;
+	misc->fops = pci ? &davinci_pci_fops : &davinci_fops;
 	misc->mode = mode;
 	err = misc_register(misc);
 	if (err) {

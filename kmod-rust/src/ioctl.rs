@@ -26,7 +26,7 @@ use crate::worker::serve_kick;
 /// Longest single sleep of a WAIT_EVENT before it re-checks (the deadline is exact anyway).
 const WAIT_SLICE_MS: u64 = 1000;
 /// Largest ioctl argument this driver has (the biggest ABI struct is far smaller).
-const MAX_ARG: usize = 256;
+pub(crate) const MAX_ARG: usize = 256;
 /// Most bytes of LIST_CLIENTS entries kept in kernel memory: one entry of this driver's size
 /// per client. The zeroes that pad a caller's larger entries (up to 4096 bytes each) are
 /// written from a static page, not kept.
@@ -150,7 +150,7 @@ impl UserMem for UserOut {
 }
 
 /// Copies `buf` to the caller's `arg`: 0, or `-EFAULT`.
-fn copy_out(arg: c_ulong, buf: &[u8]) -> c_long {
+pub(crate) fn copy_out(arg: c_ulong, buf: &[u8]) -> c_long {
     match UserSlice::new(arg as usize, buf.len())
         .writer()
         .write_slice(buf)
@@ -161,7 +161,7 @@ fn copy_out(arg: c_ulong, buf: &[u8]) -> c_long {
 }
 
 /// Whether request `cmd` creates an object (which must not outlive a lost reply).
-fn creates(cmd: u32) -> bool {
+pub(crate) fn creates(cmd: u32) -> bool {
     matches!(
         cmd,
         DRIVER_CMD_CREATE_CONTEXT

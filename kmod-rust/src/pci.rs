@@ -1,32 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The PCI driver of QEMU's `ivshmem-doorbell` device (1af4:1110; issue 27), whose engine
-//! runs in a host process (`davinci-ivshmem`). Linux 6.12 has no Rust PCI abstractions:
+//! runs in a host process (`davinci-pcidev`). Linux 6.12 has no Rust PCI abstractions:
 //! `pci_helpers.c` holds the `struct pci_driver` and does every PCI call (enable, regions,
 //! BAR0 `pci_iomap`, BAR2 `memremap` write-back, bus mastering, MSI-X vectors, `request_irq`)
 //! and their undoing. This module is the Rust half of that boundary:
 //!
 //! * [`PciDriver`]: the driver's registration, held by the module (unregistered on drop,
 //!   which removes every bound device first);
-//! * the per-device state, [`PciState`]: its slot among at most [`MAX_PCI`] devices, its
-//!   peer id, its vectors and the interrupts counted per vector, and [`PciDev`], the handle
-//!   through which Rust reaches the device (the doorbell);
+//! * the per-device state, [`PciShared`] (`pci_dev`: the transport), claimed a slot among at
+//!   most [`MAX_PCI`] devices (node `/dev/davinci<devices + slot>`), and [`PciDev`], the
+//!   handle through which Rust reaches the device's C side (the doorbell);
 //! * the `extern "C"` functions `pci_helpers.c` calls: `davinci_pci_attach` at the end of a
-//!   probe (after the resources, before the interrupt handlers), `davinci_pci_interrupt` from
-//!   each vector's hard-irq handler, `davinci_pci_detach` in remove (after every handler was
-//!   freed, before the resources go), and the test hooks' `davinci_pci_count` and
+//!   probe (after the resources, before the interrupt handlers), `davinci_pci_ready` once the
+//!   handlers are in (the node is registered), `davinci_pci_interrupt` from each vector's
+//!   hard-irq handler, `davinci_pci_stop` first in remove (no new open, every file sees the
+//!   device gone, its mappings of the BARs revoked), `davinci_pci_detach` after every handler
+//!   was freed, before the resources go, and the test hooks' `davinci_pci_count` and
 //!   `davinci_pci_ring`.
 //!
-//! The state crosses to C as the pointer of a leaked `KBox` (`KBox::into_raw` in attach,
-//! `KBox::from_raw` in detach): C keeps it in its `struct davinci_pci` and hands it back
+//! The state crosses to C as the pointer of a leaked `Arc` (`Arc::into_raw` in attach,
+//! `Arc::from_raw` in detach): C keeps it in its `struct davinci_pci` and hands it back
 //! unchanged, and by the order above no handler or debugfs file can reach it after detach.
+//! Open files hold their own references: after detach they find the device stopped.
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::ffi::c_int;
 
 use kernel::prelude::*;
+use kernel::sync::{Arc, ArcBorrow};
+
+use crate::pci_dev::{self, Bound, PciShared};
 
 /// Most ivshmem devices the module drives at once (the `pci_devices` parameter: 0 to this);
 /// probe refuses another (EBUSY, logged).
@@ -35,13 +41,10 @@ pub(crate) const MAX_PCI: usize = 8;
 /// Most MSI-X vectors a device gets (probe asks for 1 to this many).
 pub(crate) const VECTORS: usize = 4;
 
-/// The peer id of the host process, whose doorbells the guest rings.
-const HOST_PEER: u16 = 0;
-
 /// What probe tells [`davinci_pci_attach`] (`pci_helpers.c`'s `struct davinci_pci_info`,
 /// same layout).
 #[repr(C)]
-struct PciInfo {
+pub(crate) struct PciInfo {
     /// IVPosition: this guest's peer id.
     peer: u32,
     /// MSI-X vectors granted (1 to [`VECTORS`]).
@@ -50,9 +53,18 @@ struct PciInfo {
     regs_len: u64,
     /// BAR2's length (shared memory).
     shm_len: u64,
-    /// The device's bus number and devfn, for the log.
+    /// The device's bus number and devfn.
     bus: u32,
     devfn: u32,
+    /// BAR0's and BAR2's bus addresses.
+    regs_phys: u64,
+    shm_phys: u64,
+    /// The kernel's write-back mapping of BAR2.
+    shm: *mut c_void,
+    /// The PCI domain, vendor and device ids.
+    domain: u32,
+    vendor: u16,
+    device: u16,
 }
 
 extern "C" {
@@ -104,7 +116,8 @@ impl Drop for PciDriver {
 /// # Invariants
 ///
 /// Points at the live `struct davinci_pci` of a bound device: it is only held in that
-/// device's [`PciState`], which is freed (detach) before the C structure and its mappings go.
+/// device's [`PciShared`], which drops it (`stop`, under the device's mutex) before the C
+/// structure and its mappings go.
 pub(crate) struct PciDev(NonNull<c_void>);
 
 // SAFETY: the C structure is immutable after probe; its functions may run on any thread.
@@ -122,45 +135,20 @@ impl PciDev {
     }
 }
 
-/// One bound ivshmem device, as Rust keeps it.
-pub(crate) struct PciState {
-    /// Its slot in [`SLOTS`], freed on drop.
-    slot: usize,
-    /// Its C side.
-    dev: PciDev,
-    /// This guest's peer id (IVPosition).
-    peer: u32,
-    /// MSI-X vectors granted.
-    vectors: u32,
-    /// Interrupts counted per vector (incremented in hard-irq context).
-    irqs: [AtomicU64; VECTORS],
-}
-
-/// A state's `slot` before it claimed one.
-const UNCLAIMED: usize = MAX_PCI;
-
 /// Which of the [`MAX_PCI`] slots are taken.
 static SLOTS: [AtomicBool; MAX_PCI] = [const { AtomicBool::new(false) }; MAX_PCI];
 
-impl PciState {
-    /// Builds the state of a device probe has set up and claims a slot for it: ENOMEM, or
-    /// EBUSY (logged) if `pci_devices` (at most [`MAX_PCI`]) devices are bound already.
-    fn new(dev: PciDev, info: &PciInfo) -> Result<KBox<PciState>> {
-        let mut st = KBox::new(
-            PciState {
-                slot: UNCLAIMED,
-                dev,
-                peer: info.peer,
-                vectors: info.vectors.min(VECTORS as u32),
-                irqs: [const { AtomicU64::new(0) }; VECTORS],
-            },
-            GFP_KERNEL,
-        )?;
-        let most = (crate::sys::params().pci_devices as usize).min(MAX_PCI);
-        let Some(slot) = SLOTS.iter().take(most).position(|s| {
+/// Claims a slot: EBUSY (logged) if `pci_devices` (at most [`MAX_PCI`]) devices are bound.
+fn claim_slot(info: &PciInfo) -> Result<usize> {
+    let most = (crate::sys::params().pci_devices as usize).min(MAX_PCI);
+    SLOTS
+        .iter()
+        .take(most)
+        .position(|s| {
             s.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
-        }) else {
+        })
+        .ok_or_else(|| {
             pr_err!(
                 "pci {:02x}:{:02x}.{}: refused: {} ivshmem devices are bound already (the most \
                  the module drives: pci_devices={})\n",
@@ -170,54 +158,30 @@ impl PciState {
                 most,
                 most
             );
-            return Err(EBUSY);
-        };
-        st.slot = slot;
-        Ok(st)
-    }
-
-    /// An interrupt on `vector` (hard-irq context: counts only).
-    fn interrupt(&self, vector: u32) {
-        if let Some(c) = self.irqs.get(vector as usize) {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Interrupts counted on `vector` so far (0 for a vector the device does not have).
-    fn count(&self, vector: u32) -> u64 {
-        self.irqs
-            .get(vector as usize)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
-    }
-
-    /// Rings the host's doorbell `vector`: EINVAL for a vector the device was not granted.
-    fn ring(&self, vector: u32) -> Result {
-        if vector >= self.vectors {
-            return Err(EINVAL);
-        }
-        let vector = u16::try_from(vector).map_err(|_| EINVAL)?;
-        self.dev.doorbell(HOST_PEER, vector);
-        Ok(())
-    }
+            EBUSY
+        })
 }
 
-impl Drop for PciState {
-    fn drop(&mut self) {
-        let Some(taken) = SLOTS.get(self.slot) else {
-            return; // Refused: it never had a slot.
-        };
-        let mut counts = [0u64; VECTORS];
-        for (n, c) in counts.iter_mut().zip(&self.irqs) {
-            *n = c.load(Ordering::Relaxed);
+/// `DDDD:BB:DD.F`, NUL-padded.
+fn bus_id(info: &PciInfo) -> [u8; 16] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut b = [0u8; 16];
+    let mut at = 0;
+    let mut put = |v: u32, digits: u32, sep: u8| {
+        for i in (0..digits).rev() {
+            b[at] = HEX[((v >> (4 * i)) & 0xf) as usize];
+            at += 1;
         }
-        pr_info!(
-            "pci slot {}: detached (peer {}, interrupts per vector {:?})\n",
-            self.slot,
-            self.peer,
-            counts.get(..self.vectors as usize).unwrap_or(&counts)
-        );
-        taken.store(false, Ordering::Release);
-    }
+        if sep != 0 {
+            b[at] = sep;
+            at += 1;
+        }
+    };
+    put(info.domain & 0xffff, 4, b':');
+    put(info.bus & 0xff, 2, b':');
+    put((info.devfn >> 3) & 0x1f, 2, b'.');
+    put(info.devfn & 7, 1, 0);
+    b
 }
 
 /// The end of a probe: `dp` (the device's C side) has its resources and vectors, no interrupt
@@ -234,26 +198,77 @@ unsafe extern "C" fn davinci_pci_attach(dp: *mut c_void, info: *const PciInfo) -
     let Some(dp) = NonNull::new(dp) else {
         return EINVAL.to_ptr();
     };
-    // INVARIANT: `dp` is live until the state is detached (the caller's contract), and the
-    // handle lives in the state.
-    match PciState::new(PciDev(dp), info) {
+    let slot = match claim_slot(info) {
+        Ok(s) => s,
+        Err(e) => return e.to_ptr(),
+    };
+    let p = crate::sys::params();
+    let b = Bound {
+        index: p.devices + slot as u32,
+        slot,
+        peer: info.peer,
+        vectors: info.vectors.min(VECTORS as u32),
+        regs_phys: info.regs_phys,
+        shm_phys: info.shm_phys,
+        shm: info.shm.cast(),
+        shm_len: info.shm_len,
+        bus_id: bus_id(info),
+        pci_ids: (info.vendor, info.device),
+    };
+    // INVARIANT: `dp` is live until the state is detached (the caller's contract); the handle
+    // lives in the state, and `stop` (before detach) drops it.
+    match PciShared::new(b, PciDev(dp)) {
         Ok(st) => {
             pr_info!(
-                "pci {:02x}:{:02x}.{}: slot {}, peer {}, BAR0 {} B, BAR2 {} B, {} MSI-X \
-                 vectors\n",
-                info.bus,
-                info.devfn >> 3,
-                info.devfn & 7,
+                "davinci{}: PCI device {} (slot {}, peer {}): BAR0 {} B at {:#x}, BAR2 {} B \
+                 at {:#x}, {} MSI-X vectors, BAR2 heap {} pages\n",
+                st.index,
+                st.bus_text(),
                 st.slot,
                 st.peer,
                 info.regs_len,
+                info.regs_phys,
                 info.shm_len,
-                st.vectors
+                info.shm_phys,
+                st.vectors,
+                st.layout().heap_pages
             );
-            KBox::into_raw(st).cast()
+            Arc::into_raw(st).cast_mut().cast()
         }
-        Err(e) => e.to_ptr(),
+        Err(e) => {
+            SLOTS[slot].store(false, Ordering::Release);
+            e.to_ptr()
+        }
     }
+}
+
+/// The end of a probe, the interrupts requested: registers the device's node. 0 or -errno.
+///
+/// # Safety
+///
+/// `state` came from `davinci_pci_attach` and was not detached.
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_ready(state: *mut c_void) -> c_int {
+    // SAFETY: the caller's contract: the leaked `Arc` is alive until detach; borrowing it
+    // does not change its count.
+    let st = unsafe { ArcBorrow::<PciShared>::from_raw(state.cast()) };
+    let st: Arc<PciShared> = st.into();
+    match PciShared::ready(&st, crate::sys::params().mode) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// Remove (or a probe failing after ready), first: no new open, every file's calls fail with
+/// ENODEV, its mappings of the BARs go, its sleepers wake.
+///
+/// # Safety
+///
+/// As for [`davinci_pci_ready`].
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_stop(state: *mut c_void) {
+    // SAFETY: as in `davinci_pci_ready`.
+    pci_dev::from_raw(state).stop();
 }
 
 /// A vector's interrupt handler (hard-irq context).
@@ -264,10 +279,8 @@ unsafe extern "C" fn davinci_pci_attach(dp: *mut c_void, info: *const PciInfo) -
 /// detaches).
 #[no_mangle]
 unsafe extern "C" fn davinci_pci_interrupt(state: *mut c_void, vector: u32) {
-    // SAFETY: the caller's contract: a live state, only shared (every field is read-only or
-    // atomic).
-    let st = unsafe { &*state.cast::<PciState>() };
-    st.interrupt(vector);
+    // (The caller's contract: a live state, only shared.)
+    pci_dev::from_raw(state).interrupt(vector);
 }
 
 /// Test hook (debugfs `info`, `ring`): interrupts counted on `vector`.
@@ -278,9 +291,7 @@ unsafe extern "C" fn davinci_pci_interrupt(state: *mut c_void, vector: u32) {
 /// before it detaches).
 #[no_mangle]
 unsafe extern "C" fn davinci_pci_count(state: *mut c_void, vector: u32) -> u64 {
-    // SAFETY: the caller's contract.
-    let st = unsafe { &*state.cast::<PciState>() };
-    st.count(vector)
+    pci_dev::from_raw(state).count(vector)
 }
 
 /// Test hook (debugfs `ring`): rings the host's doorbell `vector`; 0 or a negative errno.
@@ -290,9 +301,11 @@ unsafe extern "C" fn davinci_pci_count(state: *mut c_void, vector: u32) -> u64 {
 /// As for [`davinci_pci_count`].
 #[no_mangle]
 unsafe extern "C" fn davinci_pci_ring(state: *mut c_void, vector: u32) -> c_int {
-    // SAFETY: the caller's contract.
-    let st = unsafe { &*state.cast::<PciState>() };
-    match st.ring(vector) {
+    let st = pci_dev::from_raw(state);
+    if vector >= st.vectors {
+        return EINVAL.to_errno();
+    }
+    match st.lock().and_then(|l| l.ring_device(vector as u16)) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
@@ -306,6 +319,20 @@ unsafe extern "C" fn davinci_pci_ring(state: *mut c_void, vector: u32) -> c_int 
 /// (every irq freed, the debugfs files removed).
 #[no_mangle]
 unsafe extern "C" fn davinci_pci_detach(state: *mut c_void) {
-    // SAFETY: the caller's contract: the `KBox` leaked by attach, reclaimed once.
-    drop(unsafe { KBox::from_raw(state.cast::<PciState>()) });
+    // SAFETY: the caller's contract: the `Arc` leaked by attach, reclaimed once; open files
+    // may hold more references (they see the device stopped).
+    let st = unsafe { Arc::<PciShared>::from_raw(state.cast()) };
+    if let Some(taken) = SLOTS.get(st.slot) {
+        taken.store(false, Ordering::Release);
+    }
+    let mut counts = [0u64; VECTORS];
+    for (v, n) in counts.iter_mut().enumerate() {
+        *n = st.count(v as u32);
+    }
+    pr_info!(
+        "pci slot {}: detached (peer {}, interrupts per vector {:?})\n",
+        st.slot,
+        st.peer,
+        counts.get(..st.vectors as usize).unwrap_or(&counts)
+    );
 }

@@ -40,6 +40,8 @@
 #include <linux/interrupt.h>
 #include <linux/io.h>
 #include <linux/jiffies.h>
+#include <linux/mm.h>
+#include <linux/sched/signal.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -90,10 +92,20 @@ struct davinci_pci_info {
 	u64 shm_len;
 	u32 bus;
 	u32 devfn;
+	/* BAR0's and BAR2's bus addresses (what a client mapping points at). */
+	u64 regs_phys;
+	u64 shm_phys;
+	/* The kernel's write-back mapping of BAR2 (the admin rings are read through it). */
+	void *shm;
+	u32 domain;
+	u16 vendor;
+	u16 device;
 };
 
 /* In Rust (pci.rs). */
 void *davinci_pci_attach(struct davinci_pci *dp, const struct davinci_pci_info *info);
+int davinci_pci_ready(void *state);
+void davinci_pci_stop(void *state);
 void davinci_pci_interrupt(void *state, u32 vector);
 void davinci_pci_detach(void *state);
 u64 davinci_pci_count(void *state, u32 vector);
@@ -194,6 +206,162 @@ static const struct file_operations davinci_pci_ring_fops = {
 	.llseek = noop_llseek,
 };
 
+/* ---- for the Rust transport (pci_dev.rs, pci_fops.rs) -------------------------------------- */
+
+void davinci_wq_init(struct wait_queue_head *wq);
+void davinci_wq_wake(struct wait_queue_head *wq);
+void davinci_wq_wake_one(struct wait_queue_head *wq);
+int davinci_lock_wait(struct wait_queue_head *wq, int *locked, int killable);
+long davinci_wq_wait(struct wait_queue_head *wq, const u64 *counter, u64 before,
+		     const u8 *dead, unsigned int timeout_ms, int interruptible);
+int davinci_signal_pending(void);
+int davinci_map_pfns(struct vm_area_struct *vma, unsigned long addr, u64 pfn, u64 count,
+		     int uncached);
+int davinci_pci_mmap_check(void *open, u64 cookie, u64 len);
+int davinci_pci_fault(void *open, u64 cookie, u64 page, struct vm_area_struct *vma,
+		      unsigned long addr);
+int davinci_pci_open(struct inode *inode, struct file *file);
+int davinci_pci_release(struct inode *inode, struct file *file);
+long davinci_pci_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
+
+/* A wait queue in Rust's memory (pinned, in the device's Arc). */
+void davinci_wq_init(struct wait_queue_head *wq)
+{
+	init_waitqueue_head(wq);
+}
+
+/* Wakes every sleeper of wq (any context, hard-irq included). */
+void davinci_wq_wake(struct wait_queue_head *wq)
+{
+	wake_up_all(wq);
+}
+
+/* Wakes one exclusive sleeper of wq (the next waiter of a device's lock). */
+void davinci_wq_wake_one(struct wait_queue_head *wq)
+{
+	wake_up(wq);
+}
+
+/*
+ * Takes a device's lock (*locked from 0 to 1), sleeping on wq as an exclusive waiter until
+ * it is free: killably (0, or -ERESTARTSYS when a fatal signal came first: the lock is not
+ * taken), or as an idle task (always 0). Neither state is one the hung-task detector reports:
+ * a queue of tenants behind a slow device is not a hung kernel.
+ */
+int davinci_lock_wait(struct wait_queue_head *wq, int *locked, int killable)
+{
+	if (killable)
+		return wait_event_killable_exclusive(*wq, cmpxchg(locked, 0, 1) == 0);
+	wait_event_idle_exclusive(*wq, cmpxchg(locked, 0, 1) == 0);
+	return 0;
+}
+
+/*
+ * Sleeps on wq until *counter differs from before or *dead is set (checked after the sleeper
+ * is queued, so a wake-up between the caller's look and the sleep is not lost), at most
+ * timeout_ms. >0: either happened; 0: timed out; -ERESTARTSYS: a signal (interruptible only).
+ */
+long davinci_wq_wait(struct wait_queue_head *wq, const u64 *counter, u64 before,
+		     const u8 *dead, unsigned int timeout_ms, int interruptible)
+{
+	unsigned long t = msecs_to_jiffies(timeout_ms);
+
+	if (interruptible)
+		return wait_event_interruptible_timeout(
+			*wq, READ_ONCE(*counter) != before || READ_ONCE(*dead), t);
+	/* An admin completion: idle (not counted as load, not a hung task), bounded by t. */
+	return wait_event_idle_timeout(*wq, READ_ONCE(*counter) != before || READ_ONCE(*dead), t);
+}
+
+int davinci_signal_pending(void)
+{
+	return signal_pending(current);
+}
+
+/*
+ * Maps count pages of device memory from pfn at addr of a VM_PFNMAP vma (clipped to the
+ * vma), uncached or as the vma's protection says (write-back). 0, or the first page's error
+ * (-ENOMEM, -EFAULT).
+ */
+int davinci_map_pfns(struct vm_area_struct *vma, unsigned long addr, u64 pfn, u64 count,
+		     int uncached)
+{
+	pgprot_t prot = uncached ? pgprot_noncached(vma->vm_page_prot) : vma->vm_page_prot;
+	u64 i;
+
+	for (i = 0; i < count; i++) {
+		unsigned long at = addr + ((unsigned long)i << PAGE_SHIFT);
+		vm_fault_t r;
+
+		if (at >= vma->vm_end)
+			break;
+		r = vmf_insert_pfn_prot(vma, at, (unsigned long)(pfn + i), prot);
+		if (r & VM_FAULT_OOM)
+			return i ? 0 : -ENOMEM;
+		if (r & VM_FAULT_ERROR)
+			return i ? 0 : -EFAULT;
+	}
+	return 0;
+}
+
+static vm_fault_t davinci_pci_vm_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	pgoff_t first = (pgoff_t)(uintptr_t)vma->vm_private_data;
+	int ret;
+
+	if (vmf->pgoff < first)
+		return VM_FAULT_SIGBUS;
+	ret = davinci_pci_fault(vma->vm_file->private_data, (u64)first << PAGE_SHIFT,
+				vmf->pgoff - first, vma, vmf->address & PAGE_MASK);
+	if (ret == 0)
+		return VM_FAULT_NOPAGE;
+	if (ret == -ENOMEM)
+		return VM_FAULT_OOM;
+	return VM_FAULT_SIGBUS;
+}
+
+static const struct vm_operations_struct davinci_pci_vm_ops = {
+	.fault = davinci_pci_vm_fault,
+};
+
+/*
+ * mmap of a PCI device's node: the object must exist and be the caller's (MMAP_TARGET through
+ * the admin queue); its pages (BAR2's, or BAR0's first page uncached for a doorbell) are
+ * inserted on fault, each fault asking the device again, so a page is never mapped after its
+ * object was freed (the completion of the request that freed it revokes the mappings).
+ * VM_PFNMAP: device memory with no struct page; VM_IO, VM_DONTCOPY, VM_DONTEXPAND,
+ * VM_DONTDUMP as for the software device.
+ */
+static int davinci_pci_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	u64 len = vma->vm_end - vma->vm_start;
+	int ret;
+
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	if (vma->vm_pgoff > (U64_MAX >> PAGE_SHIFT))
+		return -EINVAL;
+	ret = davinci_pci_mmap_check(file->private_data, (u64)vma->vm_pgoff << PAGE_SHIFT, len);
+	if (ret)
+		return ret;
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
+	vma->vm_ops = &davinci_pci_vm_ops;
+	vma->vm_private_data = (void *)(uintptr_t)vma->vm_pgoff;
+	return 0;
+}
+
+/* The file operations of a PCI device's node (the software devices' are helpers.c's). */
+const struct file_operations davinci_pci_fops = {
+	.owner = THIS_MODULE,
+	.open = davinci_pci_open,
+	.release = davinci_pci_release,
+	.unlocked_ioctl = davinci_pci_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = davinci_pci_mmap,
+	.llseek = noop_llseek,
+};
+
 /* ---- the driver ----------------------------------------------------------------------------- */
 
 static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
@@ -262,6 +430,12 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 	info.shm_len = dp->shm_len;
 	info.bus = pdev->bus->number;
 	info.devfn = pdev->devfn;
+	info.regs_phys = pci_resource_start(pdev, IVSHMEM_BAR_REGS);
+	info.shm_phys = pci_resource_start(pdev, IVSHMEM_BAR_SHM);
+	info.shm = dp->shm;
+	info.domain = pci_domain_nr(pdev->bus);
+	info.vendor = pdev->vendor;
+	info.device = pdev->device;
 	state = davinci_pci_attach(dp, &info);
 	if (IS_ERR(state)) {
 		err = PTR_ERR(state);
@@ -280,6 +454,13 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 		}
 	}
 	pci_set_drvdata(pdev, dp);
+	/* The interrupts are in: the device's node may be opened now. */
+	err = davinci_pci_ready(dp->state);
+	if (err) {
+		dev_err(&pdev->dev, "cannot register the device node (%d)\n", err);
+		pci_set_drvdata(pdev, NULL);
+		goto free_irqs;
+	}
 
 	if (!IS_ERR_OR_NULL(davinci_dbg_root)) {
 		dp->dbg = debugfs_create_dir(pci_name(pdev), davinci_dbg_root);
@@ -291,6 +472,7 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 	return 0;
 
 free_irqs:
+	davinci_pci_stop(dp->state);
 	while (--v >= 0)
 		free_irq(pci_irq_vector(pdev, v), &dp->vec[v]);
 	davinci_pci_detach(dp->state);
@@ -316,6 +498,11 @@ static void davinci_pci_remove(struct pci_dev *pdev)
 	struct davinci_pci *dp = pci_get_drvdata(pdev);
 	int v;
 
+	/*
+	 * No new open; every open file's calls fail with ENODEV from now on, its waiters wake,
+	 * its mappings of the BARs are gone (a later access faults and gets SIGBUS).
+	 */
+	davinci_pci_stop(dp->state);
 	/* Waits for a ring writer or info reader still in the files. */
 	debugfs_remove(dp->dbg);
 	/* free_irq waits for a running handler: after this loop none reaches the state. */

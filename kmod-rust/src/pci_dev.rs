@@ -1,0 +1,701 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PCI transport's device: [`PciShared`], one bound ivshmem device as its files see it
+//! (reference-counted: an open file keeps it after the device is unbound, and then gets
+//! `ENODEV`). The engine is the host process's (`davinci-pcidev`); this side only forwards:
+//!
+//! * every control call of a file is one admin request ([`PciShared::call`], `davinci-hwif`'s
+//!   entries on the admin rings in BAR2): one request in flight per device, under the
+//!   device's mutex, the admin doorbell written to BAR0 (`writel`), the completion awaited on
+//!   vector 0's interrupt (MSI-X), and what it revoked unmapped before the mutex is released;
+//! * WAIT_EVENT sleepers wait for vector 1's interrupt ([`PciShared::wait_data`]) and ask
+//!   again (WAIT_AGAIN);
+//! * a device that stops answering (its process died, or it wedged: the admin completion
+//!   does not come and BAR2's heartbeat stands still) is *lost*: every waiter wakes, every
+//!   call fails with `ENODEV`, every mapping of its memory is gone.
+//!
+//! Everything the device writes (completions, BAR2's header) is read once, from a copy, and
+//! validated by `davinci-hwif`: a broken device makes calls fail, never the kernel.
+
+use core::cell::UnsafeCell;
+use core::ffi::c_void;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use kernel::ffi::{c_int, c_long, c_uint};
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::types::Opaque;
+
+use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
+use crate::davinci_hwif::layout::{
+    Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, HEARTBEAT_OFFSET, PAGE_SIZE,
+};
+use crate::davinci_hwif::{
+    AdminOp, AdminRequest, AdminSlot, Completion, ADMIN_DEPTH, ADMIN_ENTRY_SIZE, VECTOR_ADMIN,
+};
+use crate::davinci_ring::{Consumer, Producer, RingRegion};
+use crate::davinci_shm_copy::copy_from_shared;
+use crate::davinci_uapi::Errno;
+use crate::pci::{PciDev, MAX_PCI, VECTORS};
+use crate::sys::{self, FileMapping, Misc};
+
+extern "C" {
+    fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
+    fn davinci_wq_wake(wq: *mut bindings::wait_queue_head);
+    fn davinci_wq_wake_one(wq: *mut bindings::wait_queue_head);
+    fn davinci_lock_wait(wq: *mut bindings::wait_queue_head, locked: *mut i32, killable: c_int)
+        -> c_int;
+    fn davinci_wq_wait(
+        wq: *mut bindings::wait_queue_head,
+        counter: *const u64,
+        before: u64,
+        dead: *const u8,
+        timeout_ms: c_uint,
+        interruptible: c_int,
+    ) -> c_long;
+}
+
+/// The longest a device may take to answer one admin request while its heartbeat moves.
+const ADMIN_TIMEOUT_NS: u64 = 30_000_000_000;
+/// A heartbeat standing still this long while a request waits: the device is lost.
+const HEARTBEAT_STALL_NS: u64 = 3_000_000_000;
+/// How often a waiting request looks again without an interrupt (a safety net).
+const ADMIN_POLL_MS: u32 = 10;
+/// Most opens a PCI device tracks (its client table is driver-core's, 320).
+const MAX_OPENS: usize = 320;
+
+/// The registered PCI devices, by slot (for `open`, which gets only the misc device).
+pub(crate) static PCI_STATES: [AtomicPtr<PciShared>; MAX_PCI] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_PCI];
+
+/// The admin rings' host ends (the guest produces requests and consumes completions).
+struct Admin {
+    sq: Producer<AdminSlot>,
+    cq: Consumer<AdminSlot>,
+}
+
+/// What the device's mutex guards.
+pub(crate) struct Inner {
+    /// The admin rings; `None` once the device is stopped or lost (nothing in BAR2 or BAR0
+    /// is touched after that).
+    admin: Option<Admin>,
+    /// The C side (BAR0's doorbell); `None` once stopped.
+    pci: Option<PciDev>,
+    /// The last tag used.
+    tag: u64,
+    /// Every open file: its client and its mapping (to revoke what a request freed).
+    opens: KVec<(u32, FileMapping)>,
+    /// The request being encoded (kept here, off the kernel stack).
+    slot: [u8; ADMIN_ENTRY_SIZE],
+    words: AdminSlot,
+}
+
+// SAFETY: the ring ends point into BAR2's kernel mapping, which lives while the device is
+// bound (and they are dropped, under the mutex, before it goes: `stop`); `FileMapping`s are
+// used only while their files are open (each is removed at release). Everything is reached
+// under the mutex only.
+unsafe impl Send for Inner {}
+
+/// Where BAR2 is for this side.
+struct Shm {
+    /// The kernel's write-back mapping (valid while the device is bound and not stopped).
+    ptr: NonNull<u8>,
+    len: u64,
+}
+
+// SAFETY: a plain pointer into a mapping that outlives every use (reads happen under the
+// mutex with `admin` present, which `stop` clears before the mapping goes).
+unsafe impl Send for Shm {}
+// SAFETY: as above; only read through atomic copies.
+unsafe impl Sync for Shm {}
+
+/// One bound ivshmem device, shared by the PCI driver and every file opened on it.
+#[pin_data(PinnedDrop)]
+pub(crate) struct PciShared {
+    /// N of `/dev/davinciN`.
+    pub(crate) index: u32,
+    /// The PCI slot among [`MAX_PCI`].
+    pub(crate) slot: usize,
+    /// This guest's peer id (IVPosition).
+    pub(crate) peer: u32,
+    /// MSI-X vectors granted.
+    pub(crate) vectors: u32,
+    /// Interrupts counted per vector (hard-irq context).
+    pub(crate) irqs: [AtomicU64; VECTORS],
+    /// Set once the device is stopped or lost.
+    pub(crate) dead: AtomicBool,
+    /// BAR0's bus address (a client's doorbell page) and whether it may be mapped (page
+    /// aligned: the page holds nothing but BAR0).
+    pub(crate) regs_phys: u64,
+    /// BAR2's bus address and size (clients' rings and memory).
+    pub(crate) shm_phys: u64,
+    shm: Shm,
+    layout: Bar2Layout,
+    /// `DDDD:BB:DD.F`, NUL-padded.
+    pub(crate) bus_id: [u8; 16],
+    pub(crate) pci_ids: (u16, u16),
+    /// Sleepers: admin requests awaiting vector 0, WAIT_EVENT awaiting vector 1.
+    #[pin]
+    wq: Opaque<bindings::wait_queue_head>,
+    /// The device's lock (`lock`, `lock_idle`): 1 while held; its waiters sleep on `lock_wq`
+    /// killably (a call) or as idle tasks (release, remove), never in the plain
+    /// uninterruptible state a hung-task report would name while a queue of tenants waits
+    /// for a slow device.
+    locked: AtomicI32,
+    #[pin]
+    lock_wq: Opaque<bindings::wait_queue_head>,
+    /// Reached only with `locked` held (through [`Locked`]).
+    inner: UnsafeCell<Inner>,
+    /// The device node, once the interrupts are in (`ready`); taken by `stop`. Its own lock:
+    /// `open` runs under the misc core's lock and takes `inner`, so `inner` is never held
+    /// while the node is deregistered.
+    #[pin]
+    misc: Mutex<Option<Misc>>,
+    /// The registered node's address, for open to recognise it without that lock.
+    misc_id: core::sync::atomic::AtomicUsize,
+}
+
+/// What attach knows of the device.
+pub(crate) struct Bound {
+    pub(crate) index: u32,
+    pub(crate) slot: usize,
+    pub(crate) peer: u32,
+    pub(crate) vectors: u32,
+    pub(crate) regs_phys: u64,
+    pub(crate) shm_phys: u64,
+    pub(crate) shm: *mut u8,
+    pub(crate) shm_len: u64,
+    pub(crate) bus_id: [u8; 16],
+    pub(crate) pci_ids: (u16, u16),
+}
+
+/// Copies `n` bytes at `off` of BAR2 (kernel mapping) into `out`.
+///
+/// # Safety
+///
+/// `shm` maps at least `off + out.len()` bytes (checked by the callers against its length)
+/// and is live.
+unsafe fn read_shm(shm: &Shm, off: u64, out: &mut [u8]) -> bool {
+    let Some(end) = off.checked_add(out.len() as u64) else {
+        return false;
+    };
+    if end > shm.len {
+        return false;
+    }
+    // SAFETY: `[off, end)` lies in the live mapping (the caller's contract and the check
+    // above); the device writes it concurrently, which the atomic copy allows.
+    unsafe { copy_from_shared(shm.ptr.as_ptr().add(off as usize), out) };
+    true
+}
+
+impl PciShared {
+    /// The device as probe found it. With BAR2's header saying ready, the admin rings are
+    /// taken (a completion left from a previous load is dropped) and the device serves
+    /// (`ready` registers its node); with no davinci header (another program serves the
+    /// ivshmem device, like the interrupt test's ivshmem-echo) it is bound without a node:
+    /// only the test hooks reach it.
+    pub(crate) fn new(b: Bound, dev: PciDev) -> Result<Arc<PciShared>> {
+        let shm = Shm {
+            ptr: NonNull::new(b.shm).ok_or(EINVAL)?,
+            len: b.shm_len,
+        };
+        let mut page = [0u8; HEADER_FIELDS];
+        // SAFETY: the mapping is live during probe; `read_shm` checks the range.
+        if !unsafe { read_shm(&shm, 0, &mut page) } {
+            return Err(ENODEV);
+        }
+        let header = match Bar2Header::decode(&page, b.shm_len) {
+            Ok(h) if h.state == DeviceState::Ready => Some(h),
+            Ok(h) => {
+                pr_err!(
+                    "davinci{}: the PCI device is not ready ({:?}, errno {}): bound without a \
+                     node (restart davinci-pcidev, then rebind)\n",
+                    b.index,
+                    h.state,
+                    h.failure
+                );
+                None
+            }
+            Err(e) => {
+                pr_notice!(
+                    "davinci{}: {}: not a davinci device, bound without a node\n",
+                    b.index,
+                    e
+                );
+                None
+            }
+        };
+        let l = match header {
+            Some(h) => h.layout,
+            None => Bar2Layout::for_region(b.shm_len).unwrap_or(Bar2Layout {
+                region_size: b.shm_len,
+                sq_offset: 0,
+                cq_offset: 0,
+                ring_bytes: 0,
+                list_offset: 0,
+                list_bytes: 0,
+                heap_offset: b.shm_len,
+                heap_pages: 0,
+            }),
+        };
+        let ring = |at: u64| -> Result<RingRegion> {
+            let len = usize::try_from(l.ring_bytes).map_err(|_| EINVAL)?;
+            // (`Bar2Layout` puts both rings inside the region: decode checked it is the BAR's.)
+            // SAFETY: `[at, at + ring_bytes)` lies in BAR2's kernel mapping, live while the
+            // device is bound; the ring ends are dropped (`stop`) before it is unmapped. This
+            // side has one producer on the submission ring and one consumer on the completion
+            // ring; the device writes concurrently, which the ring protocol allows.
+            unsafe {
+                RingRegion::new(
+                    shm.ptr.as_ptr().add(at as usize),
+                    len,
+                    ADMIN_DEPTH,
+                    ADMIN_ENTRY_SIZE,
+                )
+            }
+            .map_err(|_| EINVAL)
+        };
+        let admin = match header {
+            Some(_) => {
+                let sq = Producer::try_new(ring(l.sq_offset)?).map_err(|_| EINVAL)?;
+                let mut cq = Consumer::try_new(ring(l.cq_offset)?).map_err(|_| EINVAL)?;
+                // A completion a previous load left behind is nobody's.
+                let stale = cq.consume(ADMIN_DEPTH as usize, |_| {});
+                if stale > 0 {
+                    pr_notice!(
+                        "davinci{}: dropped {} stale admin completions\n",
+                        b.index,
+                        stale
+                    );
+                }
+                Some(Admin { sq, cq })
+            }
+            None => None,
+        };
+        let serving = admin.is_some();
+        let inner = Inner {
+            admin,
+            pci: Some(dev),
+            tag: 0,
+            opens: KVec::new(),
+            slot: [0; ADMIN_ENTRY_SIZE],
+            words: [0; ADMIN_ENTRY_SIZE / 8],
+        };
+        Arc::pin_init(
+            pin_init!(PciShared {
+                index: b.index,
+                slot: b.slot,
+                peer: b.peer,
+                vectors: b.vectors,
+                irqs: [const { AtomicU64::new(0) }; VECTORS],
+                dead: AtomicBool::new(!serving),
+                regs_phys: b.regs_phys,
+                shm_phys: b.shm_phys,
+                shm,
+                layout: l,
+                bus_id: b.bus_id,
+                pci_ids: b.pci_ids,
+                // SAFETY: `p` is the pinned, uninitialised wait queue head.
+                wq <- Opaque::ffi_init(|p| unsafe { davinci_wq_init(p) }),
+                locked: AtomicI32::new(0),
+                // SAFETY: as for `wq`.
+                lock_wq <- Opaque::ffi_init(|p| unsafe { davinci_wq_init(p) }),
+                inner: UnsafeCell::new(inner),
+                misc <- new_mutex!(None),
+                misc_id: core::sync::atomic::AtomicUsize::new(0),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Whether `p` (a file's `private_data` in open) is this device's node.
+    pub(crate) fn is_misc(&self, p: *mut c_void) -> bool {
+        let id = self.misc_id.load(Ordering::Acquire);
+        id != 0 && id == p as usize
+    }
+
+    /// BAR2's layout.
+    pub(crate) fn layout(&self) -> &Bar2Layout {
+        &self.layout
+    }
+
+    /// Registers `/dev/davinci<index>` (the interrupts are in) and makes it findable by open.
+    pub(crate) fn ready(this: &Arc<PciShared>, mode: u32) -> Result {
+        if this.dead.load(Ordering::Acquire) {
+            // Not a davinci device (or not ready): no node.
+            return Ok(());
+        }
+        let misc = Misc::register(this.index, mode, true)?;
+        this.misc_id.store(misc.id(), Ordering::Release);
+        *this.misc.lock() = Some(misc);
+        let raw: *const PciShared = &**this;
+        PCI_STATES[this.slot].store(raw.cast_mut(), Ordering::Release);
+        Ok(())
+    }
+
+    /// An interrupt on `vector` (hard-irq context): counts it and wakes the sleepers.
+    pub(crate) fn interrupt(&self, vector: u32) {
+        if let Some(c) = self.irqs.get(vector as usize) {
+            c.fetch_add(1, Ordering::Release);
+        }
+        // SAFETY: the wait queue was initialised in `new` and lives as long as `self`;
+        // wake_up_all may be called from any context.
+        unsafe { davinci_wq_wake(self.wq.get()) };
+    }
+
+    /// Interrupts counted on `vector`.
+    pub(crate) fn count(&self, vector: u32) -> u64 {
+        self.irqs
+            .get(vector as usize)
+            .map_or(0, |c| c.load(Ordering::Acquire))
+    }
+
+    /// Sleeps until `vector`'s count differs from `before` (or the device is gone), at most
+    /// `ms`. `Err(ERESTARTSYS)` on a signal when `interruptible`.
+    pub(crate) fn wait_irq(&self, vector: u32, before: u64, ms: u32, interruptible: bool) -> Result {
+        let Some(c) = self.irqs.get(vector as usize) else {
+            return Err(EINVAL);
+        };
+        // SAFETY: the wait queue lives as long as `self`; `c` and `dead` are live atomics
+        // (a u64, a bool's byte), which the helper only reads (READ_ONCE) while it sleeps.
+        let r = unsafe {
+            davinci_wq_wait(
+                self.wq.get(),
+                c.as_ptr().cast_const(),
+                before,
+                self.dead.as_ptr().cast_const().cast::<u8>(),
+                ms,
+                c_int::from(interruptible),
+            )
+        };
+        if r < 0 {
+            Err(ERESTARTSYS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Wakes every sleeper (the device went: `dead` is set, which their wait checks).
+    fn wake_all(&self) {
+        // SAFETY: as in `interrupt`.
+        unsafe { davinci_wq_wake(self.wq.get()) };
+    }
+
+    /// The device's lock, for a call: `Err(EINTR)` if the caller is killed while it waits.
+    pub(crate) fn lock(&self) -> Result<Locked<'_>> {
+        self.acquire(true)?;
+        Ok(Locked { dev: self })
+    }
+
+    /// The device's lock, whatever signal comes (release, remove: what they do must happen).
+    pub(crate) fn lock_idle(&self) -> Locked<'_> {
+        while self.acquire(false).is_err() {}
+        Locked { dev: self }
+    }
+
+    fn acquire(&self, killable: bool) -> Result {
+        if self
+            .locked
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        // SAFETY: `lock_wq` lives as long as `self`; `locked` is a live atomic the helper only
+        // touches with `cmpxchg` (fully ordered: acquiring).
+        let r = unsafe {
+            davinci_lock_wait(
+                self.lock_wq.get(),
+                self.locked.as_ptr(),
+                c_int::from(killable),
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(EINTR)
+        }
+    }
+
+    /// No new open; the device is gone for every open file (`ENODEV`), every sleeper wakes,
+    /// every mapping of its BARs goes. Called by remove before the BARs are unmapped (and by
+    /// a probe failing after `ready`); a second call does nothing more.
+    pub(crate) fn stop(&self) {
+        PCI_STATES[self.slot].store(core::ptr::null_mut(), Ordering::Release);
+        // Deregistering waits for an open in progress (the misc core's lock, which open holds
+        // while it looks the node up): not under `misc`'s lock.
+        let misc = self.misc.lock().take();
+        drop(misc);
+        let mut l = self.lock_idle();
+        l.kill();
+        drop(l);
+        self.wake_all();
+    }
+
+    /// The bus id as text.
+    pub(crate) fn bus_text(&self) -> &str {
+        let n = self.bus_id.iter().position(|&b| b == 0).unwrap_or(16);
+        core::str::from_utf8(&self.bus_id[..n]).unwrap_or("?")
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for PciShared {
+    fn drop(self: Pin<&mut Self>) {
+        pr_info!(
+            "davinci{}: PCI device {} released (interrupts per vector: admin {}, data {})\n",
+            self.index,
+            self.bus_text(),
+            self.count(0),
+            self.count(1)
+        );
+    }
+}
+
+// SAFETY: `inner` is only reached through `Locked`, which exists only while `locked` is held
+// (one at a time); everything else is atomic, immutable after construction, or its own lock.
+unsafe impl Sync for PciShared {}
+// SAFETY: as above; `Inner` is `Send`.
+unsafe impl Send for PciShared {}
+
+/// The locked device: admin calls and the opens table. Releases the lock on drop.
+pub(crate) struct Locked<'a> {
+    dev: &'a PciShared,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.dev.locked.store(0, Ordering::Release);
+        // SAFETY: the wait queue lives as long as the device.
+        unsafe { davinci_wq_wake_one(self.dev.lock_wq.get()) };
+    }
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        // SAFETY: this value holds the lock (type invariant): no other reference to `inner`.
+        unsafe { &*self.dev.inner.get() }
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        // SAFETY: as in `deref`; `&mut self` makes this the only one.
+        unsafe { &mut *self.dev.inner.get() }
+    }
+}
+
+impl Locked<'_> {
+    /// Forgets the admin rings and the C side; every mapping goes.
+    fn kill(&mut self) {
+        self.dev.dead.store(true, Ordering::Release);
+        self.admin = None;
+        self.pci = None;
+        for (_, m) in self.opens.iter() {
+            // SAFETY: each mapping is an open file's (removed at its release); process
+            // context with only the device mutex held.
+            unsafe { sys::revoke(*m, 0, 0) };
+        }
+    }
+
+    /// The device stopped answering: it is lost for good (logged with `why`).
+    fn lose(&mut self, why: &str) {
+        if self.admin.is_none() {
+            return;
+        }
+        pr_err!(
+            "davinci{}: PCI device {} lost: {}; its clients get ENODEV\n",
+            self.dev.index,
+            self.dev.bus_text(),
+            why
+        );
+        self.kill();
+        self.dev.wake_all();
+    }
+
+    /// Adds an open's file mapping (after its OPEN succeeded).
+    pub(crate) fn add_open(&mut self, client: u32, mapping: FileMapping) -> Result {
+        if self.opens.len() >= MAX_OPENS {
+            return Err(ENOSPC);
+        }
+        self.opens.push((client, mapping), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Forgets an open (at its release).
+    pub(crate) fn remove_open(&mut self, client: u32) {
+        let opens = &mut self.opens;
+        if let Some(i) = opens.iter().position(|(c, _)| *c == client) {
+            let last = opens.len() - 1;
+            opens.as_mut_slice().swap(i, last);
+            // SAFETY: `last < len`; the element past the new length is plain data (`Copy`,
+            // no drop), now unreachable.
+            unsafe { opens.set_len(last) };
+        }
+    }
+
+    /// Rings the device's `vector` (test hook).
+    pub(crate) fn ring_device(&self, vector: u16) -> Result {
+        let pci = self.pci.as_ref().ok_or(ENODEV)?;
+        pci.doorbell(crate::davinci_hwif::regs::DEVICE_PEER, vector);
+        Ok(())
+    }
+
+    /// Whether the device is gone.
+    pub(crate) fn dead(&self) -> bool {
+        self.admin.is_none()
+    }
+
+    /// One admin request and its completion (tag checked); what it revoked is unmapped before
+    /// this returns. `ENODEV` once the device is gone (or goes while this waits).
+    pub(crate) fn call(&mut self, client: u32, op: AdminOp) -> Result<KBox<Completion>, Errno> {
+        let dev = self.dev;
+        let mut before = 0;
+        let tag = {
+            let g = &mut **self;
+            let (Some(admin), Some(pci)) = (g.admin.as_mut(), g.pci.as_ref()) else {
+                return Err(Errno::ENODEV);
+            };
+            g.tag = g.tag.wrapping_add(1);
+            AdminRequest {
+                tag: g.tag,
+                client,
+                op,
+            }
+            .encode(&mut g.slot);
+            g.words = bytes_to_words(&g.slot);
+            if admin.sq.push(&g.words).is_ok() {
+                before = dev.count(u32::from(VECTOR_ADMIN));
+                admin.sq.publish();
+                pci.doorbell(crate::davinci_hwif::regs::DEVICE_PEER, VECTOR_ADMIN);
+                Some(g.tag)
+            } else {
+                None
+            }
+        };
+        let Some(tag) = tag else {
+            // One request in flight at a time: a full ring means the device took none.
+            self.lose("its admin submission ring stayed full");
+            return Err(Errno::ENODEV);
+        };
+        let start = sys::now_ns();
+        let mut beat = (self.heartbeat(), start);
+        loop {
+            match self.take_completion(tag) {
+                Ok(Some(c)) => {
+                    self.revoke(&c);
+                    return Ok(c);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    self.lose(why);
+                    return Err(Errno::ENODEV);
+                }
+            }
+            let now = sys::now_ns();
+            let hb = self.heartbeat();
+            if hb != beat.0 {
+                beat = (hb, now);
+            }
+            if now.wrapping_sub(beat.1) > HEARTBEAT_STALL_NS {
+                self.lose("its heartbeat stopped while a request waited");
+                return Err(Errno::ENODEV);
+            }
+            if now.wrapping_sub(start) > ADMIN_TIMEOUT_NS {
+                self.lose("no admin completion within 30 s");
+                return Err(Errno::ENODEV);
+            }
+            let _ = dev.wait_irq(u32::from(VECTOR_ADMIN), before, ADMIN_POLL_MS, false);
+            before = dev.count(u32::from(VECTOR_ADMIN));
+        }
+    }
+
+    /// BAR2's heartbeat word now (0 if unreadable).
+    fn heartbeat(&self) -> u32 {
+        let mut w = [0u8; 4];
+        // SAFETY: called with `admin` present (the mapping is live); the range is checked.
+        if unsafe { read_shm(&self.dev.shm, HEARTBEAT_OFFSET, &mut w) } {
+            u32::from_le_bytes(w)
+        } else {
+            0
+        }
+    }
+
+    /// The completion for `tag`, if it came; one for another tag (stale) is dropped.
+    /// `Err` (why) when what the device wrote cannot be a completion.
+    fn take_completion(&mut self, tag: u64) -> core::result::Result<Option<KBox<Completion>>, &'static str> {
+        let g = &mut **self;
+        let Some(admin) = g.admin.as_mut() else {
+            return Err("stopped");
+        };
+        let mut got = false;
+        let words = &mut g.words;
+        admin.cq.consume(1, |s| {
+            *words = s;
+            got = true;
+        });
+        if !got {
+            return Ok(None);
+        }
+        let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&g.words);
+        let c = Completion::decode(&bytes).map_err(|_| "it wrote a malformed admin completion")?;
+        if c.tag != tag {
+            pr_notice!(
+                "davinci{}: dropped an admin completion for tag {} (waiting for {})\n",
+                self.dev.index,
+                c.tag,
+                tag
+            );
+            return Ok(None);
+        }
+        KBox::new(c, GFP_KERNEL)
+            .map(Some)
+            .map_err(|_| "out of memory for a completion")
+    }
+
+    /// Unmaps what `c` says the device freed, before another request can hand those pages to
+    /// someone else.
+    fn revoke(&self, c: &Completion) {
+        let opens = &self.opens;
+        if c.revokes_overflowed() {
+            for (_, m) in opens.iter() {
+                // SAFETY: an open file's mapping (removed at release); process context.
+                unsafe { sys::revoke(*m, 0, 0) };
+            }
+            return;
+        }
+        for r in c.revokes() {
+            if let Some((_, m)) = opens.iter().find(|(cl, _)| *cl == r.client) {
+                // SAFETY: as above.
+                unsafe { sys::revoke(*m, r.cookie, r.len) };
+            }
+        }
+    }
+
+    /// Copies `out.len()` bytes of BAR2's list area (from its start) into `out`.
+    pub(crate) fn read_list(&self, out: &mut [u8]) -> Result {
+        if self.dead() || out.len() as u64 > self.dev.layout.list_bytes {
+            return Err(ENODEV);
+        }
+        // SAFETY: the device is not stopped (the mapping is live); the range is checked.
+        if unsafe { read_shm(&self.dev.shm, self.dev.layout.list_offset, out) } {
+            Ok(())
+        } else {
+            Err(EFAULT)
+        }
+    }
+}
+
+/// A page of BAR2 (`PAGE_SIZE`) in kernel pages.
+const _: () = assert!(PAGE_SIZE == 1 << bindings::PAGE_SHIFT);
+
+/// `davinci_pci_count`'s and the debugfs files' view: nothing else reaches a state by
+/// pointer.
+pub(crate) fn from_raw<'a>(p: *mut c_void) -> &'a PciShared {
+    // SAFETY: C passes the pointer `davinci_pci_attach` returned (an `Arc` leaked until
+    // detach), only while it is attached.
+    unsafe { &*p.cast::<PciShared>() }
+}
