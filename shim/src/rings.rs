@@ -142,7 +142,11 @@ impl StreamRings {
             Wake::Mmio { offset, .. } => u64::from(offset),
             Wake::Futex | Wake::Notify => DOORBELL_REG_OFFSET,
         };
-        if !reg_offset.is_multiple_of(4) || bell.word(reg_offset).is_err() {
+        // Arithmetic only: no reference is made to what may be a device register.
+        let inside = reg_offset
+            .checked_add(4)
+            .is_some_and(|end| end <= bell.len() as u64);
+        if !reg_offset.is_multiple_of(4) || !inside {
             return Err(format!(
                 "the doorbell register at byte {reg_offset} does not fit in the {}-byte doorbell mapping as an aligned u32",
                 bell.len()
