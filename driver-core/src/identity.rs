@@ -25,7 +25,10 @@ impl Identity {
             driver_version: [0; 32],
             numa_node: -1,
             pad: 0,
-            reserved: [0; 4],
+            bus_id: [0; 16],
+            pci_vendor: 0,
+            pci_device: 0,
+            reserved: [0; 3],
         },
         engines: 1,
     };
@@ -40,9 +43,28 @@ impl Identity {
                 driver_version: DeviceIdentity::text_field(driver),
                 numa_node,
                 pad: 0,
-                reserved: [0; 4],
+                bus_id: [0; 16],
+                pci_vendor: 0,
+                pci_device: 0,
+                reserved: [0; 3],
             },
             engines: engines.max(1),
+        }
+    }
+
+    /// This identity on a PCI bus: its address `bus_id` (`DDDD:BB:DD.F`, as text; printable
+    /// ASCII, cut to 15 bytes so a NUL ends it) and its PCI vendor and device ids, what
+    /// GET_IDENTITY reports in `bus_id`, `pci_vendor` and `pci_device`. Without it (the
+    /// software devices) the three are 0: on no bus.
+    pub fn with_pci(self, bus_id: &str, vendor: u16, device: u16) -> Self {
+        Identity {
+            identity: DeviceIdentity {
+                bus_id: DeviceIdentity::text_field(bus_id),
+                pci_vendor: vendor,
+                pci_device: device,
+                ..self.identity
+            },
+            ..self
         }
     }
 }
@@ -99,5 +121,24 @@ mod tests {
         assert_eq!(id.engines, 1);
         assert_eq!(id.identity.model(), "m");
         assert_eq!(id.identity.driver_version(), "d 1.0");
+        // A software device is on no bus.
+        assert_eq!(id.identity.bus_id(), "");
+        assert_eq!((id.identity.pci_vendor, id.identity.pci_device), (0, 0));
+    }
+
+    #[test]
+    fn a_pci_identity_carries_its_address_and_ids_and_keeps_the_rest() {
+        let base = Identity::new([1; 16], "m", "d 1.0", 0, 4);
+        let id = base.with_pci("0000:00:04.0", 0x1af4, 0x1110);
+        assert_eq!(id.identity.bus_id(), "0000:00:04.0");
+        assert_eq!(
+            (id.identity.pci_vendor, id.identity.pci_device),
+            (0x1af4, 0x1110)
+        );
+        assert_eq!((id.identity.uuid, id.engines), ([1; 16], 4));
+        assert_eq!(id.identity.model(), "m");
+        // Too long for the field: cut so a NUL still ends it.
+        let long = base.with_pci("0000:00:04.0-and-more", 1, 2);
+        assert_eq!(long.identity.bus_id(), "0000:00:04.0-an");
     }
 }

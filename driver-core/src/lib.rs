@@ -28,6 +28,7 @@
 pub mod container;
 pub mod device;
 pub mod dispatch;
+pub mod doorbell;
 pub mod engine;
 pub mod error;
 pub mod identity;
@@ -47,6 +48,7 @@ pub use device::entries::{OpenParams, Role, StreamState};
 pub use device::streams::MmapTarget;
 pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
+pub use doorbell::DoorbellRegister;
 pub use engine::Run;
 pub use error::{Error, Result};
 pub use identity::{derive_uuid, Identity};

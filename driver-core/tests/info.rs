@@ -3,7 +3,9 @@
 
 mod support;
 
-use davinci_driver_core::{Config, DeviceCore, Identity, Inject, Reply, Role, Run};
+use davinci_driver_core::{
+    Config, DeviceCore, DoorbellRegister, Identity, Inject, Reply, Role, Run,
+};
 use davinci_uapi::*;
 use support::*;
 
@@ -293,4 +295,83 @@ fn busy_time_health_and_identity() {
         (uuid, "model x", "driver 1.2", 3)
     );
     assert_eq!(counters(&mut dev, ctl).engines, 4);
+}
+
+/// ABI 1.4: a device whose doorbell page is a hardware register (the PCI device) reports
+/// `DOORBELL_MMIO` with where the register is and what rings it; a device without one
+/// reports neither, and a host cannot name a register without the feature, nor after the
+/// first open.
+#[test]
+fn get_info_reports_the_hardware_doorbell_register_only_with_doorbell_mmio() {
+    let get_info = |dev: &mut DeviceCore<HeapPlatform>, who: u32| {
+        let mut i = DeviceInfo::default();
+        call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();
+        i
+    };
+    // The mock's futex doorbell: no register, both fields 0.
+    let mut futex = device();
+    let reg = DoorbellRegister::new(12, 1).unwrap();
+    assert_eq!(
+        futex.set_doorbell(reg).map_err(|e| e.errno),
+        Err(Errno::EINVAL),
+        "a register without DOORBELL_MMIO"
+    );
+    let ctl = futex.open(params(1, 0, Role::Control)).unwrap();
+    let i = get_info(&mut futex, ctl);
+    assert!(!i.features.contains(Features::DOORBELL_MMIO));
+    assert_eq!((i.doorbell_offset, i.doorbell_value), (0, 0));
+
+    let mut pci = DeviceCore::new(
+        Config {
+            platform_features: Features::DOORBELL_MMIO,
+            ..*device().config()
+        },
+        HeapPlatform::default(),
+    );
+    // The feature without its register is not advertised: a client would not know where
+    // to write (the 1.3 text's "tail at offset 0" rings nothing on a PCI device).
+    assert!(!pci.info().features.contains(Features::DOORBELL_MMIO));
+    assert_eq!(pci.doorbell(), None);
+    let reg = DoorbellRegister::new(12, 0x0000_0001).unwrap();
+    pci.set_doorbell(reg).unwrap();
+    assert_eq!(pci.doorbell(), Some(reg));
+    let c = pci.open(params(7, 1000, Role::Client)).unwrap();
+    let i = get_info(&mut pci, c);
+    assert!(i.features.contains(Features::DOORBELL_MMIO));
+    assert!(!i.features.contains(Features::DOORBELL_FUTEX));
+    assert_eq!((i.doorbell_offset, i.doorbell_value), (12, 1));
+    // Fixed once a client may have read it.
+    let other = DoorbellRegister::new(0, 2).unwrap();
+    assert_eq!(
+        pci.set_doorbell(other).map_err(|e| e.errno),
+        Err(Errno::EBUSY)
+    );
+    assert_eq!(get_info(&mut pci, c).doorbell_value, 1);
+}
+
+/// ABI 1.4: GET_IDENTITY reports the PCI address and ids a host set, and a software
+/// device's are empty (on no bus).
+#[test]
+fn get_identity_reports_the_bus_location() {
+    let mut dev = device();
+    let ctl = dev.open(params(1, 0, Role::Control)).unwrap();
+    let mut id = DeviceIdentity::default();
+    call(&mut dev, ctl, DRIVER_CMD_GET_IDENTITY, &mut id).unwrap();
+    assert_eq!((id.bus_id(), id.pci_vendor, id.pci_device), ("", 0, 0));
+    assert_eq!(id.bus_id, [0; 16]);
+    let uuid = davinci_driver_core::derive_uuid(&[b"pci", b"0"]);
+    dev.set_device_identity(
+        Identity::new(uuid, "davinci pci", "davinci-pcidev 0.1", 0, 1).with_pci(
+            "0000:00:04.0",
+            0x1af4,
+            0x1110,
+        ),
+    );
+    call(&mut dev, ctl, DRIVER_CMD_GET_IDENTITY, &mut id).unwrap();
+    assert_eq!(
+        (id.bus_id(), id.pci_vendor, id.pci_device),
+        ("0000:00:04.0", 0x1af4, 0x1110)
+    );
+    assert_eq!((id.uuid, id.model()), (uuid, "davinci pci"));
+    assert_eq!(id.reserved, [0; 3]);
 }

@@ -23,15 +23,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use davinci_driver_core::{Config as CoreConfig, DeviceCore, Quota, Run};
+use davinci_driver_core::{Config as CoreConfig, DeviceCore, DoorbellRegister, Quota, Run};
 use davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use davinci_hwif::layout::{
     Bar2Header, Bar2Layout, DeviceState, LayoutError, FAILURE_OFFSET, HEARTBEAT_OFFSET, PAGE_SIZE,
     STATE_OFFSET,
 };
+use davinci_hwif::regs::{DEVICE_PEER, DOORBELL};
 use davinci_hwif::{
-    admin::tag_of, AdminRequest, AdminSlot, ArgBuf, Completion, ReplyKind, ADMIN_DEPTH,
-    ADMIN_ENTRY_SIZE, VECTORS, VECTOR_ADMIN, VECTOR_DATA,
+    admin::tag_of, doorbell_value, AdminRequest, AdminSlot, ArgBuf, Completion, ReplyKind,
+    ADMIN_DEPTH, ADMIN_ENTRY_SIZE, VECTORS, VECTOR_ADMIN, VECTOR_DATA,
 };
 use davinci_ivshmem::{PeerId, Server, ShmSpec};
 use davinci_ring::{DeviceConsumer, DeviceProducer, RingError};
@@ -83,6 +84,8 @@ pub enum DeviceError {
     Map(std::io::Error),
     /// The admin rings could not be built over BAR2.
     Ring(RingError),
+    /// The device core refused its setup.
+    Core(davinci_driver_core::Error),
 }
 
 impl fmt::Display for DeviceError {
@@ -96,6 +99,7 @@ impl fmt::Display for DeviceError {
             DeviceError::Server(e) => write!(f, "ivshmem server: {e}"),
             DeviceError::Map(e) => write!(f, "mapping BAR2: {e}"),
             DeviceError::Ring(e) => write!(f, "admin ring over BAR2: {e}"),
+            DeviceError::Core(e) => write!(f, "device core: {e}"),
         }
     }
 }
@@ -195,17 +199,23 @@ impl PciDevice {
         let admin = AdminRings::new(&bar2, &layout).map_err(DeviceError::Ring)?;
         let platform = Bar2Platform::new(bar2.clone(), layout);
         let heap = platform.heap_bytes();
-        let core = DeviceCore::new(
+        // A client's doorbell page is BAR0's first page: it rings by writing `0 << 16 | 1`
+        // (this process, the data vector) to the Doorbell register (docs/abi.md 5.3).
+        let doorbell =
+            DoorbellRegister::new(DOORBELL as u32, doorbell_value(DEVICE_PEER, VECTOR_DATA))
+                .map_err(DeviceError::Core)?;
+        let mut core = DeviceCore::new(
             CoreConfig {
                 device_id: config.device_id,
                 memory_size: heap,
                 client_memory_limit: 0,
                 page_size: PAGE_SIZE as u32,
-                platform_features: Features::empty(),
+                platform_features: Features::DOORBELL_MMIO,
                 quota: Quota::default(),
             },
             platform,
         );
+        core.set_doorbell(doorbell).map_err(DeviceError::Core)?;
         let dev = PciDevice {
             admin: Some(admin),
             core,

@@ -280,9 +280,10 @@ impl Doorbell {
         Self { reg }
     }
 
-    /// Writes `value` (the new command-ring tail) to a hardware doorbell register
-    /// (`DAVINCI_FEAT_DOORBELL_MMIO`), after `fence(Release)`. The write itself is the event;
-    /// its value is informative. A software device's doorbell is rung with
+    /// Writes `value` to a hardware doorbell register (`DAVINCI_FEAT_DOORBELL_MMIO`), after
+    /// `fence(Release)`: the value the device asks for (GET_INFO's `doorbell_value`, ABI 1.4;
+    /// for QEMU's ivshmem-doorbell `peer << 16 | vector`), not the tail. The write itself is
+    /// the event. A software device's doorbell is rung with
     /// [`ring_counter`](Self::ring_counter) instead.
     pub fn ring(&self, value: u32) {
         doorbell_hardware_fence();

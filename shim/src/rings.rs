@@ -12,14 +12,20 @@ use std::sync::Arc;
 use davinci_shm::{futex_wake, OutOfBounds, SharedMapping};
 use davinci_uapi::mmap::DOORBELL_REG_OFFSET;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
-use davinci_uapi::{EventRecord, Features, RingFlags, TaskDesc};
+use davinci_uapi::{DeviceInfo, EventRecord, Features, RingFlags, TaskDesc};
 
 /// How a publish that finds NEED_WAKEUP wakes the device: read once from the device's
 /// features when the stream is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// Write the doorbell register (hardware).
-    Mmio,
+    /// Write `value` to the doorbell register at byte `offset` of the doorbell page
+    /// (hardware: GET_INFO's `doorbell_value` and `doorbell_offset`, ABI 1.4).
+    Mmio {
+        /// Where the register is in the doorbell page.
+        offset: u32,
+        /// What rings it (the device's value, never the tail).
+        value: u32,
+    },
     /// Write the doorbell word, then `FUTEX_WAKE` it (a software device watching the word).
     Futex,
     /// The NOTIFY ioctl (a device with no doorbell the host can write).
@@ -27,10 +33,14 @@ pub(crate) enum Wake {
 }
 
 impl Wake {
-    /// The method for a device with `features`.
-    pub(crate) fn for_features(features: Features) -> Wake {
+    /// The method for the device GET_INFO described as `info`.
+    pub(crate) fn for_info(info: &DeviceInfo) -> Wake {
+        let features = info.features;
         if features.contains(Features::DOORBELL_MMIO) {
-            Wake::Mmio
+            Wake::Mmio {
+                offset: info.doorbell_offset,
+                value: info.doorbell_value,
+            }
         } else if features.contains(Features::DOORBELL_FUTEX) {
             Wake::Futex
         } else {
@@ -126,8 +136,21 @@ impl StreamRings {
         bell: Part,
         wake: Wake,
     ) -> Result<Self, String> {
-        if bell.len() < 4 {
-            return Err("doorbell mapping shorter than the register".into());
+        // Where the word the doorbell writes is: the register GET_INFO named (hardware), the
+        // futex word (software). Checked against the mapping here, so ringing never leaves it.
+        let reg_offset = match wake {
+            Wake::Mmio { offset, .. } => u64::from(offset),
+            Wake::Futex | Wake::Notify => DOORBELL_REG_OFFSET,
+        };
+        // Arithmetic only: no reference is made to what may be a device register.
+        let inside = reg_offset
+            .checked_add(4)
+            .is_some_and(|end| end <= bell.len() as u64);
+        if !reg_offset.is_multiple_of(4) || !inside {
+            return Err(format!(
+                "the doorbell register at byte {reg_offset} does not fit in the {}-byte doorbell mapping as an aligned u32",
+                bell.len()
+            ));
         }
         // SAFETY: `cmd` is `cmd.len()` bytes inside a live shared read/write mapping, at a
         // page-aligned offset of it (`Part`'s invariant), so 64-byte aligned. The part holds
@@ -151,12 +174,19 @@ impl StreamRings {
         .map_err(|e| format!("event ring: {e}"))?;
         let producer = Producer::try_new(cmd_region).map_err(|e| format!("command ring: {e}"))?;
         let consumer = Consumer::try_new(event_region).map_err(|e| format!("event ring: {e}"))?;
-        // SAFETY: the doorbell register is the first word of the doorbell part (page aligned,
-        // writable, at least 4 bytes: checked above), mapped for as long as `bell` (which holds
-        // its mapping) lives; the doorbell is a field declared before `bell` and never moved
-        // out. Nothing else in this process writes the word non-atomically (the embedded
-        // device only uses atomics).
-        let doorbell = unsafe { Doorbell::new(bell.as_ptr().cast::<u32>()) };
+        // SAFETY: `reg_offset` is a multiple of 4 and `reg_offset + 4 <= bell.len()` (checked
+        // above), so the pointer is the 4-byte aligned word at that offset of the doorbell
+        // part (whose start is page aligned), inside the writable shared mapping; it stays
+        // mapped for as long as `bell` (which holds the mapping) lives, and the doorbell is a
+        // field declared before `bell` and never moved out. Nothing else in this process
+        // writes the word non-atomically (the embedded device only uses atomics).
+        let doorbell = unsafe {
+            Doorbell::new(
+                bell.as_ptr()
+                    .wrapping_add(reg_offset as usize)
+                    .cast::<u32>(),
+            )
+        };
         Ok(Self {
             producer,
             consumer,
@@ -219,14 +249,19 @@ impl StreamRings {
         self.wake
     }
 
-    /// Rings the doorbell: hardware (`Wake::Mmio`) gets the new tail written to its register;
-    /// a software device (`Wake::Futex`) gets the word incremented (so its value always
-    /// changes: ABI 1.1, docs/abi.md 5.3) and a `FUTEX_WAKE`. Returns whether a futex wake was
-    /// issued. (With [`Wake::Notify`] the caller issues the ioctl instead.)
+    /// Rings the doorbell: hardware (`Wake::Mmio`) gets the device's doorbell value written
+    /// to its register (one volatile `u32` store after `fence(Release)`: ABI 1.4, docs/abi.md
+    /// 5.3); a software device (`Wake::Futex`) gets the word incremented (so its value always
+    /// changes: ABI 1.1) and a `FUTEX_WAKE`. Returns whether a futex wake was issued. With
+    /// [`Wake::Notify`] it does nothing: the caller issues the ioctl instead.
     pub(crate) fn ring_doorbell(&self) -> bool {
-        if self.wake != Wake::Futex {
-            self.doorbell.ring(self.producer.tail());
-            return false;
+        match self.wake {
+            Wake::Mmio { value, .. } => {
+                self.doorbell.ring(value);
+                return false;
+            }
+            Wake::Notify => return false,
+            Wake::Futex => {}
         }
         self.doorbell.ring_counter();
         // The register word lies inside `bell` (checked at construction), so it resolves.
@@ -293,3 +328,6 @@ impl StreamRings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,6 +22,13 @@ pub struct Extras {
     pub name: Option<String>,
     /// The driver's version (npu-smi's `Software Version` and the `Version:` of `info`).
     pub driver_version: Option<String>,
+    /// Where the device sits on its bus, its PCI address `DDDD:BB:DD.F` (npu-smi's `Bus-Id`
+    /// and `PCIe Bus Info`, nvidia-smi's `pci.bus_id`); `None` for a device on no bus (the
+    /// mock device, the kernel module's software devices).
+    pub bus_id: Option<String>,
+    /// PCI vendor and device ids (npu-smi's `PCI Vendor ID`, `PCI Device ID`); `None` when
+    /// the device is not PCI.
+    pub pci_ids: Option<(u16, u16)>,
     /// How busy the device's memory was, in percent of wall time (nvidia-smi's
     /// `utilization.memory`: time memory was read or written, not how much is held). No ABI
     /// version reports it.
@@ -53,6 +60,8 @@ pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras
         out.uuid = Some(id.uuid_string().as_str().to_string());
         out.name = Some(id.model().to_string()).filter(|s| !s.is_empty());
         out.driver_version = Some(id.driver_version().to_string()).filter(|s| !s.is_empty());
+        out.bus_id = Some(id.bus_id().to_string()).filter(|s| !s.is_empty());
+        out.pci_ids = Some((id.pci_vendor, id.pci_device)).filter(|&(v, _)| v != 0);
     }
     if let Ok(Some(k)) = dev.counters() {
         out.health = davinci_uapi::health_name(k.health).map(str::to_string);

@@ -65,6 +65,7 @@ pub(crate) const BOARD_FIELDS: &[Field<BoardRow>] = &[
     Field { name: "abi", unit: None, help: "driver ABI major.minor", get: |r| r.dev.abi.clone() },
     Field { name: "name", unit: None, help: "model name (nvidia-smi's name; [N/A] until the driver reports it)", get: |r| r.dev.extras.name.clone() },
     Field { name: "uuid", unit: None, help: "unique device id ([N/A] until the driver reports it)", get: |r| r.dev.extras.uuid.clone() },
+    Field { name: "pci.bus_id", unit: None, help: "PCI address DDDD:BB:DD.F (nvidia-smi's pci.bus_id; [N/A] for a device on no bus)", get: |r| r.dev.extras.bus_id.clone() },
     Field { name: "memory.total", unit: MIB, help: "device memory", get: |r| r.dev.memory.map(|m| whole_mib(m.total_bytes)) },
     Field { name: "memory.used", unit: MIB, help: "memory held by all clients", get: |r| r.dev.memory.map(|m| whole_mib(m.used_bytes)) },
     Field { name: "memory.free", unit: MIB, help: "memory not held", get: |r| r.dev.memory.map(|m| whole_mib(m.total_bytes.saturating_sub(m.used_bytes))) },
@@ -307,7 +308,7 @@ pub(crate) fn info_after_help() -> String {
         "Fields of --query for `info` (default: {}):\n{}\n\
          Fields of --query for `info -t usage`, one row per client (default: {}):\n{}\n\
          Values not known (an unreachable device; name, uuid and utilization.* until the driver\n\
-         reports them) are [N/A]; memory is in whole MiB. --query-gpu is another name of --query,\n\
+         reports them; pci.bus_id of a device on no bus) are [N/A]; memory is in whole MiB. --query-gpu is another name of --query,\n\
          for nvidia-smi's command lines. Example:\n  \
          davinci-smi info -t usage --query index,pid,container_id,memory.used --format=csv,noheader --loop 5",
         BOARD_DEFAULT.join(","),

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::rc::Rc;
 
 use davinci_ops::discover::Discovery;
-use davinci_uapi::{ClientUsage, DeviceInfo, Errno, ShareMode};
+use davinci_uapi::{ClientUsage, DeviceIdentity, DeviceInfo, Errno, ShareMode};
 
 pub(crate) use crate::test_util::doc;
 use crate::{exit, run_with, DeviceAccess, Opener, SmiError};
@@ -63,11 +63,20 @@ impl DeviceAccess for FakeDev {
         }
         Ok(s.clients.clone())
     }
+    fn identity(&self) -> Result<Option<DeviceIdentity>, SmiError> {
+        let s = self.state.borrow();
+        if s.down {
+            return Err(gone());
+        }
+        Ok(s.identity)
+    }
 }
 
 pub(crate) struct FakeState {
     pub(crate) info: DeviceInfo,
     pub(crate) clients: Vec<ClientUsage>,
+    /// GET_IDENTITY's answer (`None`: not reported); read only with `FEAT_IDENTITY` set.
+    pub(crate) identity: Option<DeviceIdentity>,
     pub(crate) admin: bool,
     /// Every request fails with ENODEV (the daemon went away).
     pub(crate) down: bool,
@@ -131,6 +140,7 @@ pub(crate) fn fake(id: u32, clients: Vec<ClientUsage>, shared: bool, admin: bool
                 ..DeviceInfo::default()
             },
             clients,
+            identity: None,
             admin,
             down: false,
         })),

@@ -51,7 +51,7 @@ static unsigned char *slot(const struct ring *r, __u32 index)
 struct stream {
 	__u32 handle;
 	struct ring cmd, evt;
-	volatile __u32 *doorbell; /* the register, in the doorbell page */
+	volatile __u32 *doorbell; /* the register or the futex word, in the doorbell page */
 	void *bell_page;
 	__u32 my_tail; /* every descriptor this host published (5.2) */
 	__u32 my_head; /* every record this host consumed (5.4) */
@@ -76,10 +76,12 @@ static void *map_cookie(int fd, __u64 cookie, __u64 len)
 static int ring_doorbell(int fd, const struct davinci_device_info *info, struct stream *s)
 {
 	if (info->features & DAVINCI_FEAT_DOORBELL_MMIO) {
-		/* Hardware: the write is the event; the new tail is its conventional value. MMIO
-		 * wins when DOORBELL_FUTEX is set too (abi.md 5.3). */
+		/* Hardware: one volatile store of the device's doorbell_value into its register (at
+		 * doorbell_offset: s->doorbell), after a release fence. The write is the event; the
+		 * value is the device's, never the tail (ABI 1.4). MMIO wins when DOORBELL_FUTEX
+		 * is set too (abi.md 5.3). */
 		__atomic_thread_fence(__ATOMIC_RELEASE);
-		*s->doorbell = s->my_tail;
+		*s->doorbell = info->doorbell_value;
 		return 0;
 	}
 	if (info->features & DAVINCI_FEAT_DOORBELL_FUTEX) {
@@ -273,8 +275,21 @@ int main(int argc, char **argv)
 		fail("mmap of the doorbell");
 		goto destroy_stream;
 	}
-	s.doorbell = (volatile __u32 *)(void *)((unsigned char *)s.bell_page +
-						DAVINCI_DOORBELL_REG_OFFSET);
+	/* Where the doorbell is: a hardware register where GET_INFO says (checked against the
+	 * mapping: a register outside it is a driver of another kind), else the futex word. */
+	if (info.features & DAVINCI_FEAT_DOORBELL_MMIO) {
+		if (info.doorbell_offset % 4 != 0 ||
+		    (__u64)info.doorbell_offset + 4 > cs.doorbell_size) {
+			errno = EPROTO;
+			fail("GET_INFO's doorbell register lies outside the doorbell page");
+			goto destroy_stream;
+		}
+		s.doorbell = (volatile __u32 *)(void *)((unsigned char *)s.bell_page +
+							info.doorbell_offset);
+	} else {
+		s.doorbell = (volatile __u32 *)(void *)((unsigned char *)s.bell_page +
+							DAVINCI_DOORBELL_REG_OFFSET);
+	}
 	/* The indices start where the device initialised them (normally 0). */
 	s.my_tail = __atomic_load_n(field(&s.cmd, offsetof(struct davinci_ring_header, tail)),
 				    __ATOMIC_RELAXED);

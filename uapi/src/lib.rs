@@ -160,6 +160,6 @@ pub const SCALARS: &[(&str, u64, &str)] = &[
     (
         "DOORBELL_REG_OFFSET",
         mmap::DOORBELL_REG_OFFSET,
-        "offset of the doorbell register",
+        "offset of the futex doorbell word (DOORBELL_FUTEX only)",
     ),
 ];

@@ -53,7 +53,9 @@ pub const fn decode_mmap_offset(offset: u64) -> Option<(MmapKind, u32)> {
 
 /// Size of the doorbell mapping.
 pub const DOORBELL_SIZE: u64 = 4096;
-/// Offset of the doorbell register (a write-only `u32`: the new command-ring tail) in its page.
+/// Offset of the software doorbell word (`DAVINCI_FEAT_DOORBELL_FUTEX`) in its page. A
+/// `DAVINCI_FEAT_DOORBELL_MMIO` device's register is where GET_INFO's `doorbell_offset` says
+/// (ABI 1.4), not here.
 pub const DOORBELL_REG_OFFSET: u64 = 0;
 
 #[cfg(test)]

@@ -64,6 +64,45 @@ fn struct_sizes() {
     }
 }
 
+/// The fields 1.4 gave meanings to inside structs whose size did not change: pinned by
+/// offset, so a field that moves (or a reserved word that shrinks) is caught here.
+#[test]
+fn field_offsets_of_1_4_fields() {
+    let offsets = |c_name: &str| -> Vec<(&'static str, usize, usize)> {
+        STRUCTS
+            .iter()
+            .find(|s| s.c_name == c_name)
+            .map(|s| {
+                s.fields
+                    .iter()
+                    .map(|f| (f.name, f.offset, f.size))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let info = offsets("davinci_device_info");
+    assert_eq!(
+        info[info.len() - 2..],
+        [("doorbell_offset", 0x68, 4), ("doorbell_value", 0x6c, 4)]
+    );
+    let id = offsets("davinci_device_identity");
+    assert_eq!(
+        id[id.len() - 4..],
+        [
+            ("bus_id", 0x58, 16),
+            ("pci_vendor", 0x68, 2),
+            ("pci_device", 0x6a, 2),
+            ("reserved", 0x6c, 12)
+        ]
+    );
+    assert_eq!(
+        core::mem::offset_of!(DeviceInfo, doorbell_value),
+        0x6c,
+        "the Rust struct agrees"
+    );
+    assert_eq!(core::mem::offset_of!(DeviceIdentity, pci_device), 0x6a);
+}
+
 #[test]
 fn abi_version() {
     assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 4));
@@ -182,6 +221,11 @@ fn device_identity_prints_its_uuid_and_names() {
     // A driver that wrote a control byte: the name ends there.
     id.model[2] = 0x1b;
     assert_eq!(id.model(), "mm");
+    // No bus: all zero, an empty bus id; a PCI address reads back as written.
+    assert_eq!(id.bus_id(), "");
+    id.bus_id = DeviceIdentity::text_field("0000:00:04.0");
+    assert_eq!(id.bus_id(), "0000:00:04.0");
+    assert_eq!(id.bus_id[12..], [0; 4]);
     assert_eq!(health_name(HEALTH_WARNING), Some("Warning"));
     assert_eq!(health_name(7), None);
 }

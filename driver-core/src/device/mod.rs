@@ -8,6 +8,7 @@
 
 use davinci_uapi::{DeviceCounters, DeviceInfo, Features, ShareMode};
 
+use crate::doorbell::DoorbellRegister;
 use crate::error::{ensure, fail, Result};
 use crate::identity::Identity;
 use crate::inject::InjectRule;
@@ -46,6 +47,9 @@ pub struct Config {
     /// Page size of mappings (power of two); also the allocation alignment.
     pub page_size: u32,
     /// Features the platform supports (the core adds the ones it implements).
+    /// `DOORBELL_MMIO` is reported only once [`DeviceCore::set_doorbell`] said where the
+    /// register is and what rings it: GET_INFO never advertises a hardware doorbell without
+    /// its `doorbell_offset` and `doorbell_value`.
     pub platform_features: Features,
     /// What one client may hold of each table while the device is shared.
     pub quota: Quota,
@@ -75,6 +79,8 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) clients_opened: u64,
     /// What GET_IDENTITY reports, and how many engines run tasks at once.
     pub(crate) identity: Identity,
+    /// The hardware doorbell register GET_INFO reports with `DOORBELL_MMIO`.
+    pub(crate) doorbell: Option<DoorbellRegister>,
 }
 
 impl<P: Platform> DeviceCore<P> {
@@ -117,6 +123,7 @@ impl<P: Platform> DeviceCore<P> {
             },
             identity: Identity::DEFAULT,
             clients_opened: 0,
+            doorbell: None,
         }
     }
 
@@ -144,11 +151,19 @@ impl<P: Platform> DeviceCore<P> {
     pub fn info(&self) -> DeviceInfo {
         let c = &self.config;
         let quota = self.quota_now();
+        // A hardware doorbell only with its register ([`Config::platform_features`]).
+        let mmio = Features::DOORBELL_MMIO.bits();
+        let (platform_features, doorbell) = match self.doorbell {
+            Some(r) if c.platform_features.contains(Features::DOORBELL_MMIO) => {
+                (c.platform_features.bits(), (r.offset(), r.value()))
+            }
+            _ => (c.platform_features.bits() & !mmio, (0, 0)),
+        };
         DeviceInfo {
             abi_major: davinci_uapi::ABI_VERSION_MAJOR,
             abi_minor: davinci_uapi::ABI_VERSION_MINOR,
             features: Features::from_bits_retain(
-                c.platform_features.bits()
+                platform_features
                     | (Features::SUBMIT_IOCTL.bits()
                         | Features::EVENTS.bits()
                         | Features::DEVICE_SHARE.bits()
@@ -184,7 +199,8 @@ impl<P: Platform> DeviceCore<P> {
             quota_streams: quota.streams,
             quota_events: quota.events,
             quota_allocations: quota.allocations,
-            reserved: 0,
+            doorbell_offset: doorbell.0,
+            doorbell_value: doorbell.1,
         }
     }
 
@@ -215,6 +231,30 @@ impl<P: Platform> DeviceCore<P> {
         debug_assert!(all);
         self.client_ids = key(6);
         Ok(())
+    }
+
+    /// Sets the hardware doorbell register (a host whose doorbell page is a device register:
+    /// the PCI device), before anything is open: GET_INFO then reports `DOORBELL_MMIO` with
+    /// the register's `doorbell_offset` and `doorbell_value`. `EINVAL` unless the platform's
+    /// features ([`Config::platform_features`]) include `DOORBELL_MMIO`; `EBUSY` after the
+    /// first open (a client may have read GET_INFO already). The register's own checks
+    /// (aligned, inside the page) are [`DoorbellRegister::new`]'s.
+    pub fn set_doorbell(&mut self, register: DoorbellRegister) -> Result<()> {
+        ensure!(
+            self.config
+                .platform_features
+                .contains(Features::DOORBELL_MMIO),
+            EINVAL,
+            "a doorbell register needs DOORBELL_MMIO in the platform's features"
+        );
+        self.ensure_unused()?;
+        self.doorbell = Some(register);
+        Ok(())
+    }
+
+    /// The hardware doorbell register, if the host set one ([`set_doorbell`](Self::set_doorbell)).
+    pub fn doorbell(&self) -> Option<DoorbellRegister> {
+        self.doorbell
     }
 
     /// Sets the per-client quota (a host's run-time setting, e.g. the kernel module's

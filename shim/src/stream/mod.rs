@@ -218,7 +218,7 @@ impl Stream {
             event,
             a.event_ring.entries,
             bell,
-            Wake::for_features(dev.features()),
+            Wake::for_info(dev.info()),
         )
         .map_err(|m| destroy(Error::new(Errno::EPROTO, OP, m)))?;
         Ok(Stream {

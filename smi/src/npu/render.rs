@@ -22,6 +22,11 @@ pub(super) fn title(version: &str, driver: &str) -> String {
     format!("| npu-smi {version:<24}Version: {driver:<53}|\n")
 }
 
+/// A PCI id as npu-smi prints it (`0x19E5`).
+fn hex_id(id: u16) -> String {
+    format!("0x{id:04X}")
+}
+
 /// An NPU's two rows.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn npu_rows(
@@ -68,7 +73,7 @@ pub(super) fn table(targets: &[Target]) -> Out {
                 NA,
                 ("0", "0"),
                 "0",
-                NA,
+                &na(n.extras.bus_id.as_deref()),
                 &na(n.extras.busy_percent),
                 ("0", "0"),
                 (&n.hbm_used_mb(), &n.hbm_total_mb()),
@@ -218,11 +223,17 @@ pub(super) fn detail_of(n: &Npu, ty: NpuType, chip: bool) -> String {
                 ("Board ID", NA.into()),
                 ("PCB ID", NA.into()),
                 ("BOM ID", NA.into()),
-                ("PCIe Bus Info", NA.into()),
+                ("PCIe Bus Info", na(n.extras.bus_id.as_deref())),
                 ("Slot ID", NA.into()),
                 ("Class ID", NA.into()),
-                ("PCI Vendor ID", NA.into()),
-                ("PCI Device ID", NA.into()),
+                (
+                    "PCI Vendor ID",
+                    na(n.extras.pci_ids.map(|(v, _)| hex_id(v))),
+                ),
+                (
+                    "PCI Device ID",
+                    na(n.extras.pci_ids.map(|(_, d)| hex_id(d))),
+                ),
                 ("Subsystem Vendor ID", NA.into()),
                 ("Subsystem Device ID", NA.into()),
                 ("Chip Count", "1".into()),

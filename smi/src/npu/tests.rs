@@ -276,6 +276,49 @@ fn board_temp_power_are_the_samples_with_sensors_and_identity_na() {
     assert_eq!(out, format!("\t{:<30} : NA\n", "NPU Real-time Power(W)"));
 }
 
+/// A PCI device's GET_IDENTITY (ABI 1.4) fills npu-smi's Bus-Id column and the board's
+/// `PCIe Bus Info`, `PCI Vendor ID` and `PCI Device ID`, in the sample's very lines; a
+/// device on no bus (the other NPU here, and every mock) keeps `NA`.
+#[test]
+fn a_pci_devices_bus_id_and_ids_are_shown() {
+    let w = sampled();
+    {
+        let mut s = w.opener.devs[A].state.borrow_mut();
+        s.info.features |= davinci_uapi::Features::IDENTITY;
+        let mut id = davinci_uapi::DeviceIdentity {
+            bus_id: davinci_uapi::DeviceIdentity::text_field("0000:C1:00.0"),
+            pci_vendor: 0x19e5,
+            pci_device: 0xd802,
+            ..Default::default()
+        };
+        id.model = davinci_uapi::DeviceIdentity::text_field("910B1");
+        s.identity = Some(id);
+    }
+    let out = npu(&w, &["info"]).1;
+    let bus_rows: Vec<&str> = out.lines().filter(|l| l.contains("6509")).collect();
+    assert_eq!(
+        bus_rows,
+        [
+            "| 0                         | 0000:C1:00.0  | NA          0    / 0          65099/ 65536         |",
+            "| 0                         | NA            | NA          0    / 0          65098/ 65536         |",
+        ],
+        "{out}"
+    );
+    let out = npu(&w, &["info", "-t", "board", "-i", "0"]).1;
+    let shown = ["PCIe Bus Info", "PCI Vendor ID", "PCI Device ID"];
+    for line in sample!("board.txt").lines() {
+        let key = line.split(" : ").next().unwrap_or("").trim();
+        if shown.contains(&key) {
+            assert!(out.contains(&format!("{line}\n")), "{line:?} in {out}");
+        }
+    }
+    // The other NPU is on no bus.
+    let out = npu(&w, &["info", "-t", "board", "-i", "1"]).1;
+    for key in shown {
+        assert!(out.contains(&format!("{key:<30} : NA\n")), "{key}: {out}");
+    }
+}
+
 #[test]
 fn device_share_is_the_one_tab_line() {
     let w = sampled();

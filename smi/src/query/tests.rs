@@ -106,7 +106,14 @@ fn query_prints_the_device_table_as_csv() {
         format!("0, ok, 4 MiB, 256 MiB, 1, exclusive, {A}")
     );
     // Every field the ABI reports has a value; those it does not yet are [N/A].
-    let unreported = ["name", "uuid", "utilization.gpu", "utilization.memory"];
+    // (`pci.bus_id`: the mock device is on no bus.)
+    let unreported = [
+        "name",
+        "uuid",
+        "pci.bus_id",
+        "utilization.gpu",
+        "utilization.memory",
+    ];
     let every: Vec<&str> = BOARD_FIELDS
         .iter()
         .map(|f| f.name)
@@ -135,8 +142,32 @@ fn query_prints_the_device_table_as_csv() {
     );
     assert_eq!(
         out,
-        "[N/A], [N/A], [N/A], [N/A]\n[N/A], [N/A], [N/A], [N/A]\n"
+        "[N/A], [N/A], [N/A], [N/A], [N/A]\n[N/A], [N/A], [N/A], [N/A], [N/A]\n"
     );
+    // A PCI device's GET_IDENTITY gives `pci.bus_id` (and `name`) a value.
+    {
+        let mut s = w.opener.devs[A].state.borrow_mut();
+        s.info.features |= davinci_uapi::Features::IDENTITY;
+        s.identity = Some(davinci_uapi::DeviceIdentity {
+            bus_id: davinci_uapi::DeviceIdentity::text_field("0000:00:04.0"),
+            pci_vendor: 0x1af4,
+            pci_device: 0x1110,
+            ..Default::default()
+        });
+    }
+    let (_, out, _) = smi(
+        &w,
+        &args(
+            &BOTH,
+            &[
+                "info",
+                "--query",
+                "index,pci.bus_id",
+                "--format=csv,noheader",
+            ],
+        ),
+    );
+    assert_eq!(out, "0, 0000:00:04.0\n1, [N/A]\n");
 }
 
 #[test]

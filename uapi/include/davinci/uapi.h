@@ -53,7 +53,7 @@
 #define DAVINCI_MMAP_KIND_DOORBELL     3U                      /* mmap cookie kind: doorbell page */
 #define DAVINCI_MMAP_KIND_MEMORY       4U                      /* mmap cookie kind: allocation host view */
 #define DAVINCI_DOORBELL_SIZE          4096U                   /* bytes of the doorbell mapping */
-#define DAVINCI_DOORBELL_REG_OFFSET    0U                      /* offset of the doorbell register */
+#define DAVINCI_DOORBELL_REG_OFFSET    0U                      /* offset of the futex doorbell word (DOORBELL_FUTEX only) */
 
 /* ---- Flag bits --------------------------------------------------------------- */
 
@@ -79,11 +79,13 @@
  * versions.
  */
 /*
- * The doorbell is a device register (real hardware): to ring it, store the command ring's
- * tail into the `__u32` at `DAVINCI_DOORBELL_REG_OFFSET` of the doorbell page with one
- * volatile 32-bit write, after a release fence; every write wakes the device, whatever its
- * value. Wins if `DAVINCI_FEAT_DOORBELL_FUTEX` is set too: write the register, no futex
- * call.
+ * The doorbell is a device register (a PCI device's): to ring it, store
+ * `davinci_device_info.doorbell_value` into the `__u32` at byte
+ * `davinci_device_info.doorbell_offset` of the stream's mapped doorbell page, with one
+ * volatile 32-bit write after a release fence. Every such write wakes the device; the
+ * value is the device's, never the command ring's tail (ABI 1.4; no earlier driver set
+ * this bit). Wins if `DAVINCI_FEAT_DOORBELL_FUTEX` is set too: write the register, no
+ * futex call.
  */
 #define DAVINCI_FEAT_DOORBELL_MMIO  (1U << 0)
 /*
@@ -566,8 +568,18 @@ struct davinci_device_info {
 	 * (from driver). ABI 1.4.
 	 */
 	__u32 quota_allocations;
-	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u64 reserved;
+	/*
+	 * With `DAVINCI_FEAT_DOORBELL_MMIO`: the byte offset of the doorbell register in
+	 * the stream's mapped doorbell page (4-byte aligned, the register inside the page);
+	 * 0 without it (from driver). ABI 1.4.
+	 */
+	__u32 doorbell_offset;
+	/*
+	 * With `DAVINCI_FEAT_DOORBELL_MMIO`: the value the client stores into the doorbell
+	 * register to ring it, the same for every ring (not the command ring's tail); 0
+	 * without it (from driver). ABI 1.4.
+	 */
+	__u32 doorbell_value;
 };
 
 /*
@@ -835,8 +847,19 @@ struct davinci_device_identity {
 	__s32 numa_node;
 	/* Reserved: ignore it (from driver). */
 	__u32 pad;
+	/*
+	 * Where the device sits on its bus: for a PCI device its address as text,
+	 * `DDDD:BB:DD.F` (domain, bus, device, function; lowercase hex), NUL-padded; all zero
+	 * when the device is on no bus (the mock device, the kernel's software devices)
+	 * (from driver).
+	 */
+	__u8 bus_id[16];
+	/* PCI vendor id; 0 when the device is not PCI (from driver). */
+	__u16 pci_vendor;
+	/* PCI device id; 0 when the device is not PCI (from driver). */
+	__u16 pci_device;
 	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u64 reserved[4];
+	__u32 reserved[3];
 };
 
 /* ---- ioctl commands ---------------------------------------------------------- */
@@ -1030,7 +1053,8 @@ _Static_assert(offsetof(struct davinci_device_info, quota_contexts) == 88, "davi
 _Static_assert(offsetof(struct davinci_device_info, quota_streams) == 92, "davinci uapi: offsetof(struct davinci_device_info, quota_streams)");
 _Static_assert(offsetof(struct davinci_device_info, quota_events) == 96, "davinci uapi: offsetof(struct davinci_device_info, quota_events)");
 _Static_assert(offsetof(struct davinci_device_info, quota_allocations) == 100, "davinci uapi: offsetof(struct davinci_device_info, quota_allocations)");
-_Static_assert(offsetof(struct davinci_device_info, reserved) == 104, "davinci uapi: offsetof(struct davinci_device_info, reserved)");
+_Static_assert(offsetof(struct davinci_device_info, doorbell_offset) == 104, "davinci uapi: offsetof(struct davinci_device_info, doorbell_offset)");
+_Static_assert(offsetof(struct davinci_device_info, doorbell_value) == 108, "davinci uapi: offsetof(struct davinci_device_info, doorbell_value)");
 _Static_assert(sizeof(struct davinci_device_share_args) == 16, "davinci uapi: sizeof(struct davinci_device_share_args)");
 _Static_assert(offsetof(struct davinci_device_share_args, mode) == 0, "davinci uapi: offsetof(struct davinci_device_share_args, mode)");
 _Static_assert(offsetof(struct davinci_device_share_args, clients) == 4, "davinci uapi: offsetof(struct davinci_device_share_args, clients)");
@@ -1097,7 +1121,10 @@ _Static_assert(offsetof(struct davinci_device_identity, model) == 16, "davinci u
 _Static_assert(offsetof(struct davinci_device_identity, driver_version) == 48, "davinci uapi: offsetof(struct davinci_device_identity, driver_version)");
 _Static_assert(offsetof(struct davinci_device_identity, numa_node) == 80, "davinci uapi: offsetof(struct davinci_device_identity, numa_node)");
 _Static_assert(offsetof(struct davinci_device_identity, pad) == 84, "davinci uapi: offsetof(struct davinci_device_identity, pad)");
-_Static_assert(offsetof(struct davinci_device_identity, reserved) == 88, "davinci uapi: offsetof(struct davinci_device_identity, reserved)");
+_Static_assert(offsetof(struct davinci_device_identity, bus_id) == 88, "davinci uapi: offsetof(struct davinci_device_identity, bus_id)");
+_Static_assert(offsetof(struct davinci_device_identity, pci_vendor) == 104, "davinci uapi: offsetof(struct davinci_device_identity, pci_vendor)");
+_Static_assert(offsetof(struct davinci_device_identity, pci_device) == 106, "davinci uapi: offsetof(struct davinci_device_identity, pci_device)");
+_Static_assert(offsetof(struct davinci_device_identity, reserved) == 108, "davinci uapi: offsetof(struct davinci_device_identity, reserved)");
 #endif /* C11 */
 
 #endif /* DAVINCI_UAPI_H */

@@ -66,8 +66,14 @@ abi_struct! {
         /// Most allocations the caller may hold at once now (as `quota_contexts`)
         /// (from driver). ABI 1.4.
         pub quota_allocations: u32,
-        /// Reserved: ignore it, a later minor may use it (from driver).
-        pub reserved: u64,
+        /// With `DAVINCI_FEAT_DOORBELL_MMIO`: the byte offset of the doorbell register in
+        /// the stream's mapped doorbell page (4-byte aligned, the register inside the page);
+        /// 0 without it (from driver). ABI 1.4.
+        pub doorbell_offset: u32,
+        /// With `DAVINCI_FEAT_DOORBELL_MMIO`: the value the client stores into the doorbell
+        /// register to ring it, the same for every ring (not the command ring's tail); 0
+        /// without it (from driver). ABI 1.4.
+        pub doorbell_value: u32,
     }
 }
 
@@ -92,11 +98,13 @@ abi_flags! {
     /// versions.
     #[c_prefix = "DAVINCI_FEAT_"]
     pub struct Features: u32 {
-        /// The doorbell is a device register (real hardware): to ring it, store the command
-        /// ring's tail into the `__u32` at `DAVINCI_DOORBELL_REG_OFFSET` of the doorbell page
-        /// with one volatile 32-bit write, after a release fence; every write wakes the
-        /// device, whatever its value. Wins if `DAVINCI_FEAT_DOORBELL_FUTEX` is set too:
-        /// write the register, no futex call.
+        /// The doorbell is a device register (a PCI device's): to ring it, store
+        /// `davinci_device_info.doorbell_value` into the `__u32` at byte
+        /// `davinci_device_info.doorbell_offset` of the stream's mapped doorbell page, with
+        /// one volatile 32-bit write after a release fence. Every such write wakes the device;
+        /// the value is the device's, never the command ring's tail (ABI 1.4; no earlier
+        /// driver set this bit). Wins if `DAVINCI_FEAT_DOORBELL_FUTEX` is set too: write the
+        /// register, no futex call.
         const DOORBELL_MMIO = 1 << 0;
         /// The doorbell is a memory word a software device watches (the mock device): to
         /// ring it, increment the word atomically (`__atomic_fetch_add(word, 1,

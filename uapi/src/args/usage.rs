@@ -308,8 +308,17 @@ abi_struct! {
         pub numa_node: i32,
         /// Reserved: ignore it (from driver).
         pub pad: u32,
+        /// Where the device sits on its bus: for a PCI device its address as text,
+        /// `DDDD:BB:DD.F` (domain, bus, device, function; lowercase hex), NUL-padded; all zero
+        /// when the device is on no bus (the mock device, the kernel's software devices)
+        /// (from driver).
+        pub bus_id: [u8; 16],
+        /// PCI vendor id; 0 when the device is not PCI (from driver).
+        pub pci_vendor: u16,
+        /// PCI device id; 0 when the device is not PCI (from driver).
+        pub pci_device: u16,
         /// Reserved: ignore it, a later minor may use it (from driver).
-        pub reserved: [u64; 4],
+        pub reserved: [u32; 3],
     }
 }
 
@@ -327,6 +336,12 @@ impl DeviceIdentity {
     /// `driver_version` up to its first NUL (ASCII; a byte that is not ends it).
     pub fn driver_version(&self) -> &str {
         ascii_field(&self.driver_version)
+    }
+
+    /// `bus_id` up to its first NUL (ASCII; a byte that is not ends it): `""` for a device
+    /// on no bus.
+    pub fn bus_id(&self) -> &str {
+        ascii_field(&self.bus_id)
     }
 
     /// `text` as a NUL-padded field of `N` bytes: printable ASCII only (anything else
