@@ -130,9 +130,19 @@ pci_device() {
     # No kernel worker thread: the engine is outside the guest.
     check no-worker sh -c '! grep -lx "davinci[0-9]*" /proc/[0-9]*/comm'
     check conformance /bin/conformance --test-threads=1
-    check kernel-only /bin/kernel --include-ignored --test-threads=1 --nocapture
+    # The kernel-only tests but those about the software device's own parameters, engine
+    # and memory (module parameters, fault injection, memcg pinning, its worker thread, its
+    # second node).
+    check kernel-only /bin/kernel --include-ignored --test-threads=1 --nocapture \
+        --skip the_quota_parameters --skip memory_freed_while_mapped_pins_nothing \
+        --skip long_fills_under_the_device_lock --skip the_engines_faults_reach \
+        --skip an_allocation_failing_inside_an_ioctl --skip a_round_trip_to_a_sleeping_device \
+        --skip the_nodes_are_0660
     check smi-list davinci-smi list
     check smi-info davinci-smi info
+    # GET_IDENTITY carries where the guest put the device (the module fills it in).
+    check smi-bus-id smi_json smi-bus-id "$(basename /sys/bus/pci/drivers/davinci/0000:*)" \
+        davinci-smi --query pci.bus_id --format csv
     check workload sh -c 'davinci-workload --device /dev/davinci0 2>/tmp/workload.err; rc=$?;
         cat /tmp/workload.err; exit $rc'
     # Doorbells and completions as the device counted them: interrupts on both vectors.

@@ -311,7 +311,7 @@ u32 davinci_file_uid(struct file *file);
 int davinci_file_admin(struct file *file);
 int davinci_opener_admin(void);
 u32 davinci_current_tgid(void);
-struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode, int pci);
+struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode);
 void davinci_misc_deregister(struct miscdevice *misc);
 struct task_struct *davinci_kthread_create(int (*fn)(void *), void *data, unsigned int index);
 int davinci_current_cgroup_path(char *buf, size_t len);
@@ -411,10 +411,8 @@ u32 davinci_current_tgid(void)
 }
 
 /* Registers /dev/davinci<index> with the module's fops; the miscdevice or an ERR_PTR. */
-extern const struct file_operations davinci_pci_fops;
-
-/* Registers /dev/davinci<index>: a software device's file operations, or a PCI device's. */
-struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode, int pci)
+/* Registers /dev/davinci<index> with a software device's file operations. */
+struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode)
 {
 	struct miscdevice *misc = kzalloc(sizeof(*misc), GFP_KERNEL);
 	int err;
@@ -427,7 +425,7 @@ struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode, 
 		return ERR_PTR(-ENOMEM);
 	}
 	misc->minor = MISC_DYNAMIC_MINOR;
-	misc->fops = pci ? &davinci_pci_fops : &davinci_fops;
+	misc->fops = &davinci_fops;
 	misc->mode = mode;
 	err = misc_register(misc);
 	if (err) {

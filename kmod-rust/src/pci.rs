@@ -27,7 +27,7 @@
 use core::ffi::c_void;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::ffi::c_int;
+use kernel::ffi::{c_int, c_uint};
 
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
@@ -68,7 +68,7 @@ pub(crate) struct PciInfo {
 }
 
 extern "C" {
-    fn davinci_pci_register() -> c_int;
+    fn davinci_pci_register(mode: c_uint) -> c_int;
     fn davinci_pci_unregister();
     fn davinci_pci_doorbell(dp: *mut c_void, peer: u32, vector: u32);
 }
@@ -90,7 +90,7 @@ impl PciDriver {
         }
         // SAFETY: process context (module init); `REGISTERED` makes this the only
         // registration of the static driver until the `PciDriver` is dropped.
-        let err = unsafe { davinci_pci_register() };
+        let err = unsafe { davinci_pci_register(crate::sys::params().mode) };
         if err != 0 {
             REGISTERED.store(false, Ordering::Release);
             return Err(Error::from_errno(err));
@@ -253,7 +253,7 @@ unsafe extern "C" fn davinci_pci_ready(state: *mut c_void) -> c_int {
     // does not change its count.
     let st = unsafe { ArcBorrow::<PciShared>::from_raw(state.cast()) };
     let st: Arc<PciShared> = st.into();
-    match PciShared::ready(&st, crate::sys::params().mode) {
+    match PciShared::ready(&st) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }

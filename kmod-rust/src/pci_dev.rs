@@ -20,12 +20,12 @@
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_long, c_uint};
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::Opaque;
 
 use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
@@ -38,13 +38,15 @@ use crate::davinci_hwif::{
 use crate::davinci_ring::{Consumer, Producer, RingRegion};
 use crate::davinci_shm_copy::copy_from_shared;
 use crate::davinci_uapi::Errno;
-use crate::pci::{PciDev, MAX_PCI, VECTORS};
-use crate::sys::{self, FileMapping, Misc};
+use crate::pci::{PciDev, VECTORS};
+use crate::sys::{self, FileMapping};
 
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
     fn davinci_wq_wake(wq: *mut bindings::wait_queue_head);
     fn davinci_wq_wake_one(wq: *mut bindings::wait_queue_head);
+    fn davinci_pci_node_add(state: *mut c_void, slot: c_uint, index: c_uint) -> c_int;
+    fn davinci_pci_node_del(slot: c_uint);
     fn davinci_lock_wait(wq: *mut bindings::wait_queue_head, locked: *mut i32, killable: c_int)
         -> c_int;
     fn davinci_wq_wait(
@@ -65,10 +67,6 @@ const HEARTBEAT_STALL_NS: u64 = 3_000_000_000;
 const ADMIN_POLL_MS: u32 = 10;
 /// Most opens a PCI device tracks (its client table is driver-core's, 320).
 const MAX_OPENS: usize = 320;
-
-/// The registered PCI devices, by slot (for `open`, which gets only the misc device).
-pub(crate) static PCI_STATES: [AtomicPtr<PciShared>; MAX_PCI] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_PCI];
 
 /// The admin rings' host ends (the guest produces requests and consumes completions).
 struct Admin {
@@ -148,13 +146,8 @@ pub(crate) struct PciShared {
     lock_wq: Opaque<bindings::wait_queue_head>,
     /// Reached only with `locked` held (through [`Locked`]).
     inner: UnsafeCell<Inner>,
-    /// The device node, once the interrupts are in (`ready`); taken by `stop`. Its own lock:
-    /// `open` runs under the misc core's lock and takes `inner`, so `inner` is never held
-    /// while the node is deregistered.
-    #[pin]
-    misc: Mutex<Option<Misc>>,
-    /// The registered node's address, for open to recognise it without that lock.
-    misc_id: core::sync::atomic::AtomicUsize,
+    /// Whether the node is registered (`ready`, until `stop`).
+    node: AtomicBool,
 }
 
 /// What attach knows of the device.
@@ -303,17 +296,10 @@ impl PciShared {
                 // SAFETY: as for `wq`.
                 lock_wq <- Opaque::ffi_init(|p| unsafe { davinci_wq_init(p) }),
                 inner: UnsafeCell::new(inner),
-                misc <- new_mutex!(None),
-                misc_id: core::sync::atomic::AtomicUsize::new(0),
+                node: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
-    }
-
-    /// Whether `p` (a file's `private_data` in open) is this device's node.
-    pub(crate) fn is_misc(&self, p: *mut c_void) -> bool {
-        let id = self.misc_id.load(Ordering::Acquire);
-        id != 0 && id == p as usize
     }
 
     /// BAR2's layout.
@@ -321,17 +307,22 @@ impl PciShared {
         &self.layout
     }
 
-    /// Registers `/dev/davinci<index>` (the interrupts are in) and makes it findable by open.
-    pub(crate) fn ready(this: &Arc<PciShared>, mode: u32) -> Result {
+    /// Registers `/dev/davinci<index>` (the interrupts are in): a character device of its own
+    /// (`pci_helpers.c`), whose open takes its own reference on this state.
+    pub(crate) fn ready(this: &Arc<PciShared>) -> Result {
         if this.dead.load(Ordering::Acquire) {
             // Not a davinci device (or not ready): no node.
             return Ok(());
         }
-        let misc = Misc::register(this.index, mode, true)?;
-        this.misc_id.store(misc.id(), Ordering::Release);
-        *this.misc.lock() = Some(misc);
         let raw: *const PciShared = &**this;
-        PCI_STATES[this.slot].store(raw.cast_mut(), Ordering::Release);
+        // SAFETY: `raw` stays valid while the node is registered: `stop` deregisters it
+        // before detach drops C's reference, and an open takes its own reference under the
+        // node table's lock (`davinci_pci_get`).
+        let err = unsafe { davinci_pci_node_add(raw.cast_mut().cast(), this.slot as c_uint, this.index) };
+        if err != 0 {
+            return Err(Error::from_errno(err));
+        }
+        this.node.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -423,11 +414,10 @@ impl PciShared {
     /// every mapping of its BARs goes. Called by remove before the BARs are unmapped (and by
     /// a probe failing after `ready`); a second call does nothing more.
     pub(crate) fn stop(&self) {
-        PCI_STATES[self.slot].store(core::ptr::null_mut(), Ordering::Release);
-        // Deregistering waits for an open in progress (the misc core's lock, which open holds
-        // while it looks the node up): not under `misc`'s lock.
-        let misc = self.misc.lock().take();
-        drop(misc);
+        if self.node.swap(false, Ordering::AcqRel) {
+            // SAFETY: the node of this slot is this device's (registered by `ready`).
+            unsafe { davinci_pci_node_del(self.slot as c_uint) };
+        }
         let mut l = self.lock_idle();
         l.kill();
         drop(l);
@@ -691,6 +681,20 @@ impl Locked<'_> {
 
 /// A page of BAR2 (`PAGE_SIZE`) in kernel pages.
 const _: () = assert!(PAGE_SIZE == 1 << bindings::PAGE_SHIFT);
+
+/// A new reference on a registered state, for an open (`pci_helpers.c`'s node table, under
+/// its lock: the state is registered, so C's own reference keeps it alive meanwhile).
+///
+/// # Safety
+///
+/// `state` is a state `ready` registered and `stop` has not deregistered (the caller holds
+/// the node table's lock).
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_get(state: *mut c_void) -> *mut c_void {
+    // SAFETY: the caller's contract: C's reference (attach's leaked `Arc`) is alive.
+    let st: Arc<PciShared> = unsafe { ArcBorrow::<PciShared>::from_raw(state.cast()) }.into();
+    Arc::into_raw(st).cast_mut().cast()
+}
 
 /// `davinci_pci_count`'s and the debugfs files' view: nothing else reaches a state by
 /// pointer.

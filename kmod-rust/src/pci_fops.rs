@@ -18,7 +18,7 @@ use kernel::ffi::{c_int, c_long, c_uint, c_ulong};
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::{Arc, ArcBorrow};
+use kernel::sync::Arc;
 use kernel::uaccess::UserSlice;
 
 use crate::davinci_driver_core::Role;
@@ -26,13 +26,14 @@ use crate::davinci_hwif::layout::{LIST_BUF, LIST_ENTRIES, LIST_ENTRY_SIZE};
 use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, MmapReply, OpenArgs, ReplyKind};
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
-    command_by_request, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_LIST_CLIENTS,
-    DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_WAIT_EVENT,
+    command_by_request, DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire,
+    DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE,
+    DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
 use crate::fops::open_params;
 use crate::ioctl::{copy_out, creates, MAX_ARG};
-use crate::pci_dev::{PciShared, PCI_STATES};
+use crate::pci_dev::PciShared;
 use crate::sys::File;
 
 extern "C" {
@@ -68,31 +69,17 @@ fn failed(c: &Completion) -> Errno {
     Errno::from_code(c.errno as i32).unwrap_or(Errno::EIO)
 }
 
-/// `open` (from `davinci_pci_fops`), under the misc core's lock: the device is registered.
+/// `open` (from `pci_helpers.c`'s `davinci_pci_cdev_open`), with a reference on the node's
+/// device that this function owns.
 #[no_mangle]
-unsafe extern "C" fn davinci_pci_open(
-    _inode: *mut bindings::inode,
-    file: *mut bindings::file,
-) -> c_int {
+unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::file) -> c_int {
+    // SAFETY: `state` is a reference `davinci_pci_get` made for this open, handed over.
+    let dev = unsafe { Arc::<PciShared>::from_raw(state.cast()) };
     // SAFETY: `file` is the file being opened, used only during this call.
     let file = unsafe { File::new(file) };
     if !READY.load(Ordering::Acquire) {
         return errno(Errno::ENODEV);
     }
-    let misc = file.private();
-    let Some(dev) = PCI_STATES.iter().find_map(|s| {
-        let p = s.load(Ordering::Acquire);
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: a registered state is alive while its node is registered: `stop` clears
-        // the entry, then deregisters the node (which waits for this open: the misc core
-        // holds its lock around it), and only then can detach drop C's reference.
-        let st = unsafe { ArcBorrow::<PciShared>::from_raw(p) };
-        st.is_misc(misc).then(|| Arc::from(st))
-    }) else {
-        return errno(Errno::ENODEV);
-    };
     let role = if file.writable() {
         Role::Client
     } else {
@@ -229,7 +216,15 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
     if c.reply != ReplyKind::Done {
         return fail(failed(&c));
     }
-    let r = copy_back(&c.arg);
+    let mut reply = c.arg;
+    if cmd == DRIVER_CMD_GET_IDENTITY {
+        // The device process cannot know where the guest put it: this side says.
+        let mut id = DeviceIdentity::decode(reply.as_slice());
+        id.bus_id = o.dev.bus_id;
+        (id.pci_vendor, id.pci_device) = o.dev.pci_ids;
+        id.encode(reply.as_mut_slice());
+    }
+    let r = copy_back(&reply);
     if r != 0 && creates(cmd) {
         // The caller cannot learn the handle: what was created goes again (docs/abi.md 1.4).
         let _ = o.dev.lock_idle().call(

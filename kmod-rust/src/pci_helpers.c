@@ -35,7 +35,9 @@
  * vector to move (the host answers each doorbell with one interrupt), and fails with
  * ETIMEDOUT if it does not (COUNT at most 1000: remove waits for a writer still in the file).
  */
+#include <linux/cdev.h>
 #include <linux/debugfs.h>
+#include <linux/device.h>
 #include <linux/err.h>
 #include <linux/interrupt.h>
 #include <linux/io.h>
@@ -112,7 +114,7 @@ u64 davinci_pci_count(void *state, u32 vector);
 int davinci_pci_ring(void *state, u32 vector);
 
 /* For Rust. */
-int davinci_pci_register(void);
+int davinci_pci_register(unsigned int mode);
 void davinci_pci_unregister(void);
 void davinci_pci_doorbell(struct davinci_pci *dp, u32 peer, u32 vector);
 
@@ -220,7 +222,8 @@ int davinci_map_pfns(struct vm_area_struct *vma, unsigned long addr, u64 pfn, u6
 int davinci_pci_mmap_check(void *open, u64 cookie, u64 len);
 int davinci_pci_fault(void *open, u64 cookie, u64 page, struct vm_area_struct *vma,
 		      unsigned long addr);
-int davinci_pci_open(struct inode *inode, struct file *file);
+int davinci_pci_open(void *state, struct file *file);
+static const struct file_operations davinci_pci_fops;
 int davinci_pci_release(struct inode *inode, struct file *file);
 long davinci_pci_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
 
@@ -351,10 +354,119 @@ static int davinci_pci_mmap(struct file *file, struct vm_area_struct *vma)
 	return 0;
 }
 
+/*
+ * A PCI device's node is a character device of its own (not a misc device): misc_open holds
+ * the misc core's global mutex around a driver's open, and a PCI open waits for the device
+ * (an admin round trip, behind other tenants' calls), which would hold up every misc open of
+ * the system. The table below is what open looks a node up in; its mutex is held only for
+ * the lookup and the reference Rust takes (davinci_pci_get), never across a device call.
+ */
+#define DAVINCI_PCI_SLOTS 8
+static dev_t davinci_pci_base;
+static struct class *davinci_pci_class;
+static unsigned int davinci_node_mode = 0660;
+static DEFINE_MUTEX(davinci_nodes_lock);
+static struct {
+	struct cdev *cdev;
+	struct device *dev;
+	void *state;
+} davinci_nodes[DAVINCI_PCI_SLOTS];
+
+/* In Rust (pci_dev.rs): a new reference on a registered state, for an open. */
+void *davinci_pci_get(void *state);
+
+static char *davinci_devnode(const struct device *dev, umode_t *mode)
+{
+	if (mode)
+		*mode = davinci_node_mode;
+	return NULL;
+}
+
+int davinci_pci_node_add(void *state, unsigned int slot, unsigned int index);
+void davinci_pci_node_del(unsigned int slot);
+
+/* Registers /dev/davinci<index> for the device in slot; 0 or -errno. */
+int davinci_pci_node_add(void *state, unsigned int slot, unsigned int index)
+{
+	dev_t devt = davinci_pci_base + slot;
+	struct cdev *cdev;
+	struct device *dev;
+	int err;
+
+	if (slot >= DAVINCI_PCI_SLOTS)
+		return -EINVAL;
+	cdev = cdev_alloc();
+	if (!cdev)
+		return -ENOMEM;
+	cdev->ops = &davinci_pci_fops;
+	cdev->owner = THIS_MODULE;
+	err = cdev_add(cdev, devt, 1);
+	if (err) {
+		kobject_put(&cdev->kobj);
+		return err;
+	}
+	mutex_lock(&davinci_nodes_lock);
+	davinci_nodes[slot].cdev = cdev;
+	davinci_nodes[slot].state = state;
+	mutex_unlock(&davinci_nodes_lock);
+	dev = device_create(davinci_pci_class, NULL, devt, NULL, "davinci%u", index);
+	if (IS_ERR(dev)) {
+		davinci_pci_node_del(slot);
+		return PTR_ERR(dev);
+	}
+	davinci_nodes[slot].dev = dev;
+	return 0;
+}
+
+/*
+ * Removes slot's node: no open finds the device from now on (one in progress already holds
+ * its own reference).
+ */
+void davinci_pci_node_del(unsigned int slot)
+{
+	struct cdev *cdev;
+	struct device *dev;
+
+	if (slot >= DAVINCI_PCI_SLOTS)
+		return;
+	mutex_lock(&davinci_nodes_lock);
+	cdev = davinci_nodes[slot].cdev;
+	dev = davinci_nodes[slot].dev;
+	davinci_nodes[slot].cdev = NULL;
+	davinci_nodes[slot].dev = NULL;
+	davinci_nodes[slot].state = NULL;
+	mutex_unlock(&davinci_nodes_lock);
+	if (dev)
+		device_destroy(davinci_pci_class, davinci_pci_base + slot);
+	if (cdev)
+		cdev_del(cdev);
+}
+
+/* open: the node's device, a reference taken under the table's lock, then Rust's open. */
+static int davinci_pci_cdev_open(struct inode *inode, struct file *file)
+{
+	void *state = NULL;
+	int i;
+
+	mutex_lock(&davinci_nodes_lock);
+	for (i = 0; i < DAVINCI_PCI_SLOTS; i++) {
+		if (davinci_nodes[i].cdev && davinci_nodes[i].cdev == inode->i_cdev &&
+		    davinci_nodes[i].state) {
+			state = davinci_pci_get(davinci_nodes[i].state);
+			break;
+		}
+	}
+	mutex_unlock(&davinci_nodes_lock);
+	if (!state)
+		return -ENODEV;
+	/* Rust's open owns the reference from here (it drops it on failure). */
+	return davinci_pci_open(state, file);
+}
+
 /* The file operations of a PCI device's node (the software devices' are helpers.c's). */
-const struct file_operations davinci_pci_fops = {
+static const struct file_operations davinci_pci_fops = {
 	.owner = THIS_MODULE,
-	.open = davinci_pci_open,
+	.open = davinci_pci_cdev_open,
 	.release = davinci_pci_release,
 	.unlocked_ioctl = davinci_pci_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
@@ -534,14 +646,30 @@ static struct pci_driver davinci_pci_driver = {
 };
 
 /* Registers the driver (probing every matching device now); 0 or an errno. */
-int davinci_pci_register(void)
+int davinci_pci_register(unsigned int mode)
 {
 	int err;
 
+	davinci_node_mode = mode;
+	err = alloc_chrdev_region(&davinci_pci_base, 0, DAVINCI_PCI_SLOTS, KBUILD_MODNAME);
+	if (err)
+		return err;
+	davinci_pci_class = class_create(KBUILD_MODNAME);
+	if (IS_ERR(davinci_pci_class)) {
+		err = PTR_ERR(davinci_pci_class);
+		goto region;
+	}
+	davinci_pci_class->devnode = davinci_devnode;
 	davinci_dbg_root = debugfs_create_dir(KBUILD_MODNAME, NULL);
 	err = pci_register_driver(&davinci_pci_driver);
 	if (err)
-		debugfs_remove(davinci_dbg_root);
+		goto class;
+	return 0;
+class:
+	debugfs_remove(davinci_dbg_root);
+	class_destroy(davinci_pci_class);
+region:
+	unregister_chrdev_region(davinci_pci_base, DAVINCI_PCI_SLOTS);
 	return err;
 }
 
@@ -550,4 +678,6 @@ void davinci_pci_unregister(void)
 {
 	pci_unregister_driver(&davinci_pci_driver);
 	debugfs_remove(davinci_dbg_root);
+	class_destroy(davinci_pci_class);
+	unregister_chrdev_region(davinci_pci_base, DAVINCI_PCI_SLOTS);
 }

@@ -110,7 +110,7 @@ impl DevState {
     pub(crate) fn register_node(self: Pin<&mut Self>, p: &Params, step: &mut u32) -> Result {
         p.step(step, "a device's node")?;
         let mode = p.mode;
-        let misc = Misc::register(self.index as u32, mode, false).inspect_err(|e| {
+        let misc = Misc::register(self.index as u32, mode).inspect_err(|e| {
             pr_err!(
                 "davinci{}: cannot register the device node ({:?})\n",
                 self.index,

@@ -66,7 +66,7 @@ extern "C" {
     fn davinci_file_admin(file: *mut c_void) -> c_int;
     fn davinci_opener_admin() -> c_int;
     fn davinci_current_tgid() -> u32;
-    fn davinci_misc_register(index: c_uint, mode: c_uint, pci: c_int) -> *mut c_void;
+    fn davinci_misc_register(index: c_uint, mode: c_uint) -> *mut c_void;
     fn davinci_misc_deregister(misc: *mut c_void);
     fn davinci_kthread_create(
         f: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
@@ -273,18 +273,11 @@ unsafe impl Send for Misc {}
 unsafe impl Sync for Misc {}
 
 impl Misc {
-    /// Registers `/dev/davinci<index>` with `mode` and the file operations of a software
-    /// device (`helpers.c`'s `davinci_fops`) or, with `pci`, of a PCI device
-    /// (`pci_helpers.c`'s `davinci_pci_fops`).
-    pub(crate) fn register(index: u32, mode: u32, pci: bool) -> Result<Misc> {
+    /// Registers `/dev/davinci<index>` with the module's file operations and `mode`.
+    pub(crate) fn register(index: u32, mode: u32) -> Result<Misc> {
         // SAFETY: no preconditions (process context); returns a registered miscdevice the
         // caller owns, or an ERR_PTR.
-        err_ptr(unsafe { davinci_misc_register(index, mode, c_int::from(pci)) }.cast()).map(Misc)
-    }
-
-    /// The misc device's address (what `private_data` holds in open).
-    pub(crate) fn id(&self) -> usize {
-        self.0.as_ptr() as usize
+        err_ptr(unsafe { davinci_misc_register(index, mode) }.cast()).map(Misc)
     }
 
     /// Whether `p` (a file's `private_data` in open) is this misc device.

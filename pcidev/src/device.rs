@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use davinci_driver_core::{Config as CoreConfig, DeviceCore, DoorbellRegister, Quota, Run};
+use davinci_driver_core::{
+    derive_uuid, Config as CoreConfig, DeviceCore, DoorbellRegister, Identity, Quota, Run,
+};
 use davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use davinci_hwif::layout::{
     Bar2Header, Bar2Layout, DeviceState, LayoutError, FAILURE_OFFSET, HEARTBEAT_OFFSET, PAGE_SIZE,
@@ -45,7 +47,7 @@ use crate::platform::Bar2Platform;
 /// Descriptors a stream runs per call.
 const RUN_BUDGET: u32 = 64;
 /// Rounds over the streams per pass before the device looks at its eventfds again.
-const MAX_ROUNDS: u32 = 64;
+const MAX_ROUNDS: u32 = 1;
 
 /// How the device is set up.
 #[derive(Debug, Clone)]
@@ -216,6 +218,17 @@ impl PciDevice {
             platform,
         );
         core.set_doorbell(doorbell).map_err(DeviceError::Core)?;
+        // GET_IDENTITY: a UUID derived from what names this device to its operator (its socket
+        // and its device id), the same across restarts; the guest's module adds where the guest
+        // put it (the bus id). One engine: the device loop.
+        let path = socket.as_os_str().as_encoded_bytes();
+        core.set_device_identity(Identity::new(
+            derive_uuid(&[b"davinci-pcidev", path, &config.device_id.to_le_bytes()]),
+            "davinci-pcidev",
+            concat!("davinci-pcidev ", env!("CARGO_PKG_VERSION"), " (ABI 1.4)"),
+            -1,
+            1,
+        ));
         let dev = PciDevice {
             admin: Some(admin),
             core,

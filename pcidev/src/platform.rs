@@ -1,7 +1,9 @@
 //! [`Bar2Platform`]: driver-core's [`Platform`] over BAR2's heap. Stream rings, their
 //! doorbell pages and device memory are runs of heap pages ([`PageAllocator`]), named to
 //! the guest by BAR2 offset; device memory offsets (driver-core's) map to the run backing
-//! each allocation. Every run is zeroed when taken (the guest may have written free pages)
+//! each allocation. The heap is two areas ([`ring_pages`]): the rings' (its first pages) and
+//! device memory's (the rest, which is all GET_INFO's `memory_size` says), so streams never
+//! take memory a client was promised, and a client's memory limit is exact. Every run is zeroed when taken (the guest may have written free pages)
 //! and when given back (what a client still maps of it reads zeros). The wake-ups are
 //! recorded, not performed: the device loop raises vector 1 once per pass when they were.
 //! So are the revocations (`revoke_mappings`): the request that made them lists them in its
@@ -39,6 +41,12 @@ pub struct StreamPages {
     _bar2: Arc<Bar2>,
 }
 
+/// Heap pages kept for stream rings out of `heap_pages`: an eighth, and at least 16 (half of
+/// a small heap).
+pub fn ring_pages(heap_pages: u64) -> u64 {
+    (heap_pages / 8).max((heap_pages / 2).min(16))
+}
+
 /// The heap run backing one allocation.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -67,7 +75,11 @@ fn pages_of(bytes: u64) -> Option<u64> {
 pub struct Bar2Platform {
     bar2: Arc<Bar2>,
     layout: Bar2Layout,
+    /// Device memory's pages (heap pages `ring_pages..`, numbered from 0 here).
     heap: PageAllocator,
+    /// The rings' pages (heap pages `0..ring_pages`).
+    rings: PageAllocator,
+    ring_pages: u64,
     backing: BTreeMap<(u32, u64), Run>,
     /// Completions published or events changed since the last pass: raise vector 1.
     irq: AtomicBool,
@@ -86,7 +98,9 @@ impl Bar2Platform {
         Self {
             bar2,
             layout,
-            heap: PageAllocator::new(layout.heap_pages),
+            heap: PageAllocator::new(layout.heap_pages - ring_pages(layout.heap_pages)),
+            rings: PageAllocator::new(ring_pages(layout.heap_pages)),
+            ring_pages: ring_pages(layout.heap_pages),
             backing: BTreeMap::new(),
             irq: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
@@ -96,14 +110,19 @@ impl Bar2Platform {
         }
     }
 
-    /// The heap's bytes (what driver-core may hand out as device memory at most).
+    /// Device memory's bytes (what driver-core may hand out as device memory at most).
     pub fn heap_bytes(&self) -> u64 {
-        self.layout.heap_pages * PAGE_SIZE
+        (self.layout.heap_pages - self.ring_pages) * PAGE_SIZE
     }
 
-    /// Free heap pages.
+    /// Free pages of device memory.
     pub fn free_pages(&self) -> u64 {
         self.heap.free_pages()
+    }
+
+    /// Free pages of the rings' area.
+    pub fn free_ring_pages(&self) -> u64 {
+        self.rings.free_pages()
     }
 
     /// Allocations backed now.
@@ -162,32 +181,41 @@ impl Bar2Platform {
         }
     }
 
-    /// Takes a zeroed run of `pages` pages: its first page and BAR2 offset.
-    fn take(&mut self, pages: u64) -> Result<(u64, u64)> {
-        let first = self.heap.alloc(pages).ok_or(Error::new(
-            Errno::ENOMEM,
-            "BAR2's heap has no free run that large",
-        ))?;
+    /// Takes a zeroed run of `pages` pages from the rings' area (`ring`) or device memory's:
+    /// its first heap page and BAR2 offset.
+    fn take(&mut self, ring: bool, pages: u64) -> Result<(u64, u64)> {
+        let (pool, base) = if ring {
+            (&mut self.rings, 0)
+        } else {
+            (&mut self.heap, self.ring_pages)
+        };
+        let what = if ring {
+            "BAR2's ring area has no free run that large"
+        } else {
+            "BAR2's device memory has no free run that large"
+        };
+        let got = pool.alloc(pages).ok_or(Error::new(Errno::ENOMEM, what))?;
+        let first = base + got;
         let at = match self.layout.page_offset(first) {
-            Some(at) => at,
-            None => {
-                self.heap.free(first, pages);
+            Some(at) if self.bar2.zero(at, pages * PAGE_SIZE).is_ok() => at,
+            _ => {
+                pool.free(got, pages);
                 return Err(outside());
             }
         };
-        if self.bar2.zero(at, pages * PAGE_SIZE).is_err() {
-            self.heap.free(first, pages);
-            return Err(outside());
-        }
         Ok((first, at))
     }
 
-    /// Zeroes and frees a run.
+    /// Zeroes and frees a run (heap pages from `first`).
     fn give_back(&mut self, first: u64, pages: u64) {
         if let Some(at) = self.layout.page_offset(first) {
             let _ = self.bar2.zero(at, pages * PAGE_SIZE);
         }
-        self.heap.free(first, pages);
+        if first < self.ring_pages {
+            self.rings.free(first, pages);
+        } else {
+            self.heap.free(first - self.ring_pages, pages);
+        }
     }
 
     /// The BAR2 offset of `[offset, offset + len)` of `client`'s device memory, inside one
@@ -256,7 +284,7 @@ impl Platform for Bar2Platform {
             .checked_add(event_pages)
             .and_then(|p| p.checked_add(bell_pages))
             .ok_or_else(too_big)?;
-        let (first, at) = self.take(pages)?;
+        let (first, at) = self.take(true, pages)?;
         let cmd = (at, cmd_pages * PAGE_SIZE);
         let event = (at + cmd.1, event_pages * PAGE_SIZE);
         let doorbell = event.0 + event.1;
@@ -300,7 +328,7 @@ impl Platform for Bar2Platform {
         let pages = pages_of(len)
             .filter(|&p| p > 0)
             .ok_or(Error::new(Errno::EINVAL, "allocation of no pages"))?;
-        let (first, _) = self.take(pages)?;
+        let (first, _) = self.take(false, pages)?;
         if let Some(old) = self
             .backing
             .insert((client, offset), Run { first, pages, len })

@@ -178,9 +178,11 @@ fn garbage_admin_entries_get_an_error_and_the_device_keeps_serving() {
         .ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem)
         .unwrap_err();
     assert_eq!(e.0, Errno::ENOMEM.code() as u32, "{}", e.1);
-    // Memory and rings share the heap (9 pages here): with 7 taken by memory, a stream's
-    // rings (3 pages) do not fit, and the platform says ENOMEM.
-    mem.size = 7 * 4096;
+    // The heap (9 pages here) is the rings' (4) and device memory's (5, all GET_INFO says):
+    // with every page of memory taken, a stream's rings (3 pages) still fit; rings larger
+    // than their area do not, and the platform says ENOMEM.
+    mem.size = info.memory_size;
+    assert_eq!(mem.size, 5 * 4096);
     g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
     let mut ctx = CreateContextArgs::default();
     g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
@@ -191,8 +193,15 @@ fn garbage_admin_entries_get_an_error_and_the_device_keeps_serving() {
         event_entries: 8,
         ..Default::default()
     };
+    g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
+    let mut big = CreateStreamArgs {
+        ctx: ctx.handle,
+        cmd_entries: 256,
+        event_entries: 256,
+        ..Default::default()
+    };
     let e = g
-        .ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s)
+        .ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut big)
         .unwrap_err();
     assert_eq!(e.0, Errno::ENOMEM.code() as u32, "{}", e.1);
     drop(g);
@@ -351,6 +360,21 @@ fn completions_list_revocations_waits_are_asked_again_and_lists_use_the_list_are
     let dev = Running::start(1 << 20);
     let mut g = Guest::connect(&dev);
     let client = g.open();
+
+    // GET_INFO names the hardware doorbell (BAR0's Doorbell register, peer 0's vector 1);
+    // GET_IDENTITY the device (a UUID; the bus id is the guest module's to fill in).
+    let mut info = DeviceInfo::default();
+    g.ioctl(client, DRIVER_CMD_GET_INFO, &mut info).unwrap();
+    assert!(info
+        .features
+        .contains(davinci_uapi::Features::DOORBELL_MMIO));
+    assert_eq!((info.doorbell_offset, info.doorbell_value), (12, 1));
+    let mut id = davinci_uapi::DeviceIdentity::default();
+    g.ioctl(client, davinci_uapi::DRIVER_CMD_GET_IDENTITY, &mut id)
+        .unwrap();
+    assert_ne!(id.uuid, [0; 16]);
+    assert_eq!(id.model(), "davinci-pcidev");
+    assert_eq!(id.bus_id(), "");
 
     // FREE_MEMORY revokes what the client maps of the allocation; GET_INFO revokes nothing.
     let mut mem = AllocMemoryArgs {

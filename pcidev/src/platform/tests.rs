@@ -13,8 +13,8 @@ fn platform(size: u64) -> (tempfile::TempDir, Server, Bar2Platform) {
 
 #[test]
 fn allocations_are_bounded_by_the_heap_and_zeroed_for_the_next_owner() {
-    let (_d, _s, mut p) = platform(MIN_REGION); // 9 heap pages
-    assert_eq!(p.heap_bytes(), 9 * 4096);
+    let (_d, _s, mut p) = platform(MIN_REGION); // 9 heap pages: 4 for rings, 5 for memory
+    assert_eq!(p.heap_bytes(), 5 * 4096);
     p.alloc_backing(1, 0, 5 * 4096).unwrap();
     let e = p.alloc_backing(2, 0, 5 * 4096).unwrap_err();
     assert_eq!(e.errno, Errno::ENOMEM);
@@ -30,7 +30,7 @@ fn allocations_are_bounded_by_the_heap_and_zeroed_for_the_next_owner() {
     p.bar2.mapping().read(at + 4096, &mut raw).unwrap();
     assert_eq!(&raw, b"secret");
     p.free_backing(1, 0, 5 * 4096);
-    assert_eq!(p.free_pages(), 9);
+    assert_eq!(p.free_pages(), 5);
     // The next owner gets the same pages, zeroed.
     p.alloc_backing(2, 0, 5 * 4096).unwrap();
     assert_eq!(p.allocation_range(2, 0).unwrap().0, at);
@@ -73,18 +73,27 @@ fn memory_access_stays_inside_one_allocation_of_its_client() {
     assert_eq!(&b, b"ababcdgh");
     p.forget_client(1);
     assert_eq!(p.backed_allocations(), 1);
-    assert_eq!(p.free_pages(), 8);
+    assert_eq!(p.free_pages(), 4);
+}
+
+#[test]
+fn the_rings_area_is_an_eighth_of_the_heap_and_at_least_half_of_a_small_one() {
+    assert_eq!(ring_pages(9), 4);
+    assert_eq!(ring_pages(40), 16);
+    assert_eq!(ring_pages(233), 29);
+    assert_eq!(ring_pages(65513), 8189);
 }
 
 #[test]
 fn streams_take_zeroed_page_runs_and_give_them_back() {
     let (_d, _s, mut p) = platform(1 << 20);
-    let free = p.free_pages();
+    let (free, memory) = (p.free_ring_pages(), p.free_pages());
     // Dirty the heap as a hostile guest could.
-    let (h, hl) = (p.layout.heap_offset, p.heap_bytes());
+    let (h, hl) = (p.layout.heap_offset, p.layout.heap_pages * 4096);
     p.bar2.mapping().fill(h, hl, 0xffff_ffff).unwrap();
     let r = p.create_stream(1, 32, 4096 + 4096, 64, 4096 * 2).unwrap();
-    assert_eq!(p.free_pages(), free - 5);
+    // From the rings' area (the heap's first pages), never device memory's.
+    assert_eq!((p.free_ring_pages(), p.free_pages()), (free - 5, memory));
     let m = &r.mem;
     assert_eq!(m.cmd, (h, 8192));
     assert_eq!(m.event, (h + 8192, 8192));
@@ -99,13 +108,14 @@ fn streams_take_zeroed_page_runs_and_give_them_back() {
     // The core drops the ring views before it hands the pages back.
     let StreamRegions { mem, .. } = r;
     p.release_stream(1, 1, mem);
-    assert_eq!(p.free_pages(), free);
-    // More than the heap: ENOMEM, nothing taken.
-    let Err(e) = p.create_stream(1, 1 << 15, 1 << 25, 64, 8192) else {
-        panic!("a stream larger than the heap was created");
+    assert_eq!(p.free_ring_pages(), free);
+    // More than the rings' area: ENOMEM, nothing taken (device memory's pages included).
+    let Err(e) = p.create_stream(1, 1 << 15, 1 << 21, 64, 8192) else {
+        panic!("a stream larger than the rings' area was created");
     };
     assert_eq!(e.errno, Errno::ENOMEM);
-    assert_eq!(p.free_pages(), free);
+    assert!(e.msg.contains("ring area"), "{}", e.msg);
+    assert_eq!((p.free_ring_pages(), p.free_pages()), (free, memory));
     // Wake-ups are recorded once.
     p.notify_waiters(1);
     assert!(p.take_irq() && !p.take_irq());
