@@ -146,13 +146,26 @@ boot() {
     # tsc=reliable: under TCG the guest's clocksource watchdog finds the TSC "unstable" when the
     # host is busy and logs it on the console in the middle of a test's output line, which then
     # fails the name check below (and the fallback clocksource slows the guest down).
+    : >"$log"
     set +e
-    timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "$QEMU_MEM" -smp 2 \
+    # tr line-buffered (stdbuf -oL): the loop below watches the log for the guest's cue to kill
+    # the device process (KILL_ON_CUE); a pipe would otherwise hold a line back in a block.
+    (timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "$QEMU_MEM" -smp 2 \
         -nodefaults -display none -serial stdio -no-reboot \
         -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz" \
         -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable dvtest=$mode" "$@" </dev/null \
-        | tr -d '\r' | tee "$log"
-    qemu_rc=${PIPESTATUS[0]}
+        | stdbuf -oL tr -d '\r' | tee "$log"; exit "${PIPESTATUS[0]}") &
+    local qemu_pid=$! killed=
+    while kill -0 "$qemu_pid" 2>/dev/null; do
+        if [ -n "${KILL_ON_CUE:-}" ] && [ -z "$killed" ] && grep -q '^ktest: kill the device now' "$log"; then
+            kill -KILL "$KILL_ON_CUE" 2>/dev/null
+            killed=1
+            say "killed the device process (pid $KILL_ON_CUE, SIGKILL) at the guest's cue"
+        fi
+        sleep 0.2
+    done
+    wait "$qemu_pid"
+    qemu_rc=$?
     set -e
     say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
 }
@@ -209,16 +222,19 @@ for mode in $BOOTS; do
             trap 'kill "$dev_pid" 2>/dev/null || true' EXIT
             for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
             [ -S "$sock" ] || { cat "$WORK/pcidev.log"; echo "kmod: davinci-pcidev did not listen" >&2; exit 1; }
-            boot pci "$WORK/serial-pci.log" -chardev "socket,path=$sock,id=dv" \
+            KILL_ON_CUE=$dev_pid boot pci "$WORK/serial-pci.log" -chardev "socket,path=$sock,id=dv" \
                 -device "ivshmem-doorbell,chardev=dv,vectors=2"
+            # (Still running if the guest never gave the cue.)
             kill -TERM "$dev_pid" 2>/dev/null || true
-            for _ in $(seq 100); do kill -0 "$dev_pid" 2>/dev/null || break; sleep 0.1; done
             set +e; wait "$dev_pid"; dev_rc=$?; set -e
             trap - EXIT
             sed 's/^/host: /' "$WORK/pcidev.log"
             common_verdict "$WORK/serial-pci.log"
-            [ "$dev_rc" = 0 ] || bad "davinci-pcidev exited with $dev_rc"
+            # Killed at the guest's cue (the device-loss step), after serving the suites.
+            [ "$dev_rc" = 137 ] || bad "davinci-pcidev was not killed at the guest's cue (status $dev_rc)"
             grep -q 'davinci: PCI device .* (slot 0' "$WORK/serial-pci.log" || bad "the module did not bind the PCI device"
+            grep -q 'davinci: davinci0: PCI device .* lost: ' "$WORK/serial-pci.log" ||
+                bad "the module did not report the device lost"
             ;;
         *)
             echo "kmod: DAVINCI_KMOD_BOOTS: unknown boot '$mode' (software, pci)" >&2

@@ -14,9 +14,10 @@
 //! * `platform`: driver-core's `Platform` over memcg-charged vmalloc buffers;
 //! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci_helpers.c`
 //!   does the PCI calls): registered beside the software devices, it binds nothing where no
-//!   such device exists; `pci_dev`: a bound device as the PCI transport sees it (the admin
-//!   queue to the device process, the interrupts, losing the device); `pci_fops`: the file
-//!   operations of its node, each call forwarded;
+//!   such device exists; `pci_dev`: a bound device as the PCI transport sees it (its BARs,
+//!   its lock, its interrupts, its removal); `pci_admin`: the device locked (admin requests
+//!   to the device process, revocations, losing the device); `pci_fops`: the file operations
+//!   of its node, each call forwarded;
 //! * `sys`: the C boundary (`helpers.c`): every kernel structure's fields, the const file
 //!   operations, the module parameters.
 
@@ -32,6 +33,7 @@ mod fops;
 mod inject;
 mod ioctl;
 mod pci;
+mod pci_admin;
 mod pci_dev;
 mod pci_fops;
 mod platform;

@@ -28,27 +28,24 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::Opaque;
 
-use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
-use crate::davinci_hwif::layout::{
-    Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, HEARTBEAT_OFFSET, PAGE_SIZE,
-};
-use crate::davinci_hwif::{
-    AdminOp, AdminRequest, AdminSlot, Completion, ADMIN_DEPTH, ADMIN_ENTRY_SIZE, VECTOR_ADMIN,
-};
+use crate::davinci_hwif::layout::{Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, PAGE_SIZE};
+use crate::davinci_hwif::{AdminSlot, ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
 use crate::davinci_ring::{Consumer, Producer, RingRegion};
 use crate::davinci_shm_copy::copy_from_shared;
-use crate::davinci_uapi::Errno;
 use crate::pci::{PciDev, VECTORS};
-use crate::sys::{self, FileMapping};
+use crate::pci_admin::Locked;
+use crate::sys::FileMapping;
 
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
     fn davinci_wq_wake(wq: *mut bindings::wait_queue_head);
-    fn davinci_wq_wake_one(wq: *mut bindings::wait_queue_head);
     fn davinci_pci_node_add(state: *mut c_void, slot: c_uint, index: c_uint) -> c_int;
     fn davinci_pci_node_del(slot: c_uint);
-    fn davinci_lock_wait(wq: *mut bindings::wait_queue_head, locked: *mut i32, killable: c_int)
-        -> c_int;
+    fn davinci_lock_wait(
+        wq: *mut bindings::wait_queue_head,
+        locked: *mut i32,
+        killable: c_int,
+    ) -> c_int;
     fn davinci_wq_wait(
         wq: *mut bindings::wait_queue_head,
         counter: *const u64,
@@ -59,35 +56,26 @@ extern "C" {
     ) -> c_long;
 }
 
-/// The longest a device may take to answer one admin request while its heartbeat moves.
-const ADMIN_TIMEOUT_NS: u64 = 30_000_000_000;
-/// A heartbeat standing still this long while a request waits: the device is lost.
-const HEARTBEAT_STALL_NS: u64 = 3_000_000_000;
-/// How often a waiting request looks again without an interrupt (a safety net).
-const ADMIN_POLL_MS: u32 = 10;
-/// Most opens a PCI device tracks (its client table is driver-core's, 320).
-const MAX_OPENS: usize = 320;
-
 /// The admin rings' host ends (the guest produces requests and consumes completions).
-struct Admin {
-    sq: Producer<AdminSlot>,
-    cq: Consumer<AdminSlot>,
+pub(crate) struct Admin {
+    pub(crate) sq: Producer<AdminSlot>,
+    pub(crate) cq: Consumer<AdminSlot>,
 }
 
 /// What the device's mutex guards.
 pub(crate) struct Inner {
     /// The admin rings; `None` once the device is stopped or lost (nothing in BAR2 or BAR0
     /// is touched after that).
-    admin: Option<Admin>,
+    pub(crate) admin: Option<Admin>,
     /// The C side (BAR0's doorbell); `None` once stopped.
-    pci: Option<PciDev>,
+    pub(crate) pci: Option<PciDev>,
     /// The last tag used.
-    tag: u64,
+    pub(crate) tag: u64,
     /// Every open file: its client and its mapping (to revoke what a request freed).
-    opens: KVec<(u32, FileMapping)>,
+    pub(crate) opens: KVec<(u32, FileMapping)>,
     /// The request being encoded (kept here, off the kernel stack).
-    slot: [u8; ADMIN_ENTRY_SIZE],
-    words: AdminSlot,
+    pub(crate) slot: [u8; ADMIN_ENTRY_SIZE],
+    pub(crate) words: AdminSlot,
 }
 
 // SAFETY: the ring ends point into BAR2's kernel mapping, which lives while the device is
@@ -97,7 +85,7 @@ pub(crate) struct Inner {
 unsafe impl Send for Inner {}
 
 /// Where BAR2 is for this side.
-struct Shm {
+pub(crate) struct Shm {
     /// The kernel's write-back mapping (valid while the device is bound and not stopped).
     ptr: NonNull<u8>,
     len: u64,
@@ -129,8 +117,8 @@ pub(crate) struct PciShared {
     pub(crate) regs_phys: u64,
     /// BAR2's bus address and size (clients' rings and memory).
     pub(crate) shm_phys: u64,
-    shm: Shm,
-    layout: Bar2Layout,
+    pub(crate) shm: Shm,
+    pub(crate) layout: Bar2Layout,
     /// `DDDD:BB:DD.F`, NUL-padded.
     pub(crate) bus_id: [u8; 16],
     pub(crate) pci_ids: (u16, u16),
@@ -141,11 +129,11 @@ pub(crate) struct PciShared {
     /// killably (a call) or as idle tasks (release, remove), never in the plain
     /// uninterruptible state a hung-task report would name while a queue of tenants waits
     /// for a slow device.
-    locked: AtomicI32,
+    pub(crate) locked: AtomicI32,
     #[pin]
-    lock_wq: Opaque<bindings::wait_queue_head>,
+    pub(crate) lock_wq: Opaque<bindings::wait_queue_head>,
     /// Reached only with `locked` held (through [`Locked`]).
-    inner: UnsafeCell<Inner>,
+    pub(crate) inner: UnsafeCell<Inner>,
     /// Whether the node is registered (`ready`, until `stop`).
     node: AtomicBool,
 }
@@ -170,7 +158,7 @@ pub(crate) struct Bound {
 ///
 /// `shm` maps at least `off + out.len()` bytes (checked by the callers against its length)
 /// and is live.
-unsafe fn read_shm(shm: &Shm, off: u64, out: &mut [u8]) -> bool {
+pub(crate) unsafe fn read_shm(shm: &Shm, off: u64, out: &mut [u8]) -> bool {
     let Some(end) = off.checked_add(out.len() as u64) else {
         return false;
     };
@@ -318,7 +306,8 @@ impl PciShared {
         // SAFETY: `raw` stays valid while the node is registered: `stop` deregisters it
         // before detach drops C's reference, and an open takes its own reference under the
         // node table's lock (`davinci_pci_get`).
-        let err = unsafe { davinci_pci_node_add(raw.cast_mut().cast(), this.slot as c_uint, this.index) };
+        let err =
+            unsafe { davinci_pci_node_add(raw.cast_mut().cast(), this.slot as c_uint, this.index) };
         if err != 0 {
             return Err(Error::from_errno(err));
         }
@@ -345,7 +334,13 @@ impl PciShared {
 
     /// Sleeps until `vector`'s count differs from `before` (or the device is gone), at most
     /// `ms`. `Err(ERESTARTSYS)` on a signal when `interruptible`.
-    pub(crate) fn wait_irq(&self, vector: u32, before: u64, ms: u32, interruptible: bool) -> Result {
+    pub(crate) fn wait_irq(
+        &self,
+        vector: u32,
+        before: u64,
+        ms: u32,
+        interruptible: bool,
+    ) -> Result {
         let Some(c) = self.irqs.get(vector as usize) else {
             return Err(EINVAL);
         };
@@ -369,7 +364,7 @@ impl PciShared {
     }
 
     /// Wakes every sleeper (the device went: `dead` is set, which their wait checks).
-    fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         // SAFETY: as in `interrupt`.
         unsafe { davinci_wq_wake(self.wq.get()) };
     }
@@ -377,13 +372,13 @@ impl PciShared {
     /// The device's lock, for a call: `Err(EINTR)` if the caller is killed while it waits.
     pub(crate) fn lock(&self) -> Result<Locked<'_>> {
         self.acquire(true)?;
-        Ok(Locked { dev: self })
+        Ok(Locked::new(self))
     }
 
     /// The device's lock, whatever signal comes (release, remove: what they do must happen).
     pub(crate) fn lock_idle(&self) -> Locked<'_> {
         while self.acquire(false).is_err() {}
-        Locked { dev: self }
+        Locked::new(self)
     }
 
     fn acquire(&self, killable: bool) -> Result {
@@ -449,235 +444,6 @@ impl PinnedDrop for PciShared {
 unsafe impl Sync for PciShared {}
 // SAFETY: as above; `Inner` is `Send`.
 unsafe impl Send for PciShared {}
-
-/// The locked device: admin calls and the opens table. Releases the lock on drop.
-pub(crate) struct Locked<'a> {
-    dev: &'a PciShared,
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        self.dev.locked.store(0, Ordering::Release);
-        // SAFETY: the wait queue lives as long as the device.
-        unsafe { davinci_wq_wake_one(self.dev.lock_wq.get()) };
-    }
-}
-
-impl core::ops::Deref for Locked<'_> {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
-        // SAFETY: this value holds the lock (type invariant): no other reference to `inner`.
-        unsafe { &*self.dev.inner.get() }
-    }
-}
-
-impl core::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Inner {
-        // SAFETY: as in `deref`; `&mut self` makes this the only one.
-        unsafe { &mut *self.dev.inner.get() }
-    }
-}
-
-impl Locked<'_> {
-    /// Forgets the admin rings and the C side; every mapping goes.
-    fn kill(&mut self) {
-        self.dev.dead.store(true, Ordering::Release);
-        self.admin = None;
-        self.pci = None;
-        for (_, m) in self.opens.iter() {
-            // SAFETY: each mapping is an open file's (removed at its release); process
-            // context with only the device mutex held.
-            unsafe { sys::revoke(*m, 0, 0) };
-        }
-    }
-
-    /// The device stopped answering: it is lost for good (logged with `why`).
-    fn lose(&mut self, why: &str) {
-        if self.admin.is_none() {
-            return;
-        }
-        pr_err!(
-            "davinci{}: PCI device {} lost: {}; its clients get ENODEV\n",
-            self.dev.index,
-            self.dev.bus_text(),
-            why
-        );
-        self.kill();
-        self.dev.wake_all();
-    }
-
-    /// Adds an open's file mapping (after its OPEN succeeded).
-    pub(crate) fn add_open(&mut self, client: u32, mapping: FileMapping) -> Result {
-        if self.opens.len() >= MAX_OPENS {
-            return Err(ENOSPC);
-        }
-        self.opens.push((client, mapping), GFP_KERNEL)?;
-        Ok(())
-    }
-
-    /// Forgets an open (at its release).
-    pub(crate) fn remove_open(&mut self, client: u32) {
-        let opens = &mut self.opens;
-        if let Some(i) = opens.iter().position(|(c, _)| *c == client) {
-            let last = opens.len() - 1;
-            opens.as_mut_slice().swap(i, last);
-            // SAFETY: `last < len`; the element past the new length is plain data (`Copy`,
-            // no drop), now unreachable.
-            unsafe { opens.set_len(last) };
-        }
-    }
-
-    /// Rings the device's `vector` (test hook).
-    pub(crate) fn ring_device(&self, vector: u16) -> Result {
-        let pci = self.pci.as_ref().ok_or(ENODEV)?;
-        pci.doorbell(crate::davinci_hwif::regs::DEVICE_PEER, vector);
-        Ok(())
-    }
-
-    /// Whether the device is gone.
-    pub(crate) fn dead(&self) -> bool {
-        self.admin.is_none()
-    }
-
-    /// One admin request and its completion (tag checked); what it revoked is unmapped before
-    /// this returns. `ENODEV` once the device is gone (or goes while this waits).
-    pub(crate) fn call(&mut self, client: u32, op: AdminOp) -> Result<KBox<Completion>, Errno> {
-        let dev = self.dev;
-        let mut before = 0;
-        let tag = {
-            let g = &mut **self;
-            let (Some(admin), Some(pci)) = (g.admin.as_mut(), g.pci.as_ref()) else {
-                return Err(Errno::ENODEV);
-            };
-            g.tag = g.tag.wrapping_add(1);
-            AdminRequest {
-                tag: g.tag,
-                client,
-                op,
-            }
-            .encode(&mut g.slot);
-            g.words = bytes_to_words(&g.slot);
-            if admin.sq.push(&g.words).is_ok() {
-                before = dev.count(u32::from(VECTOR_ADMIN));
-                admin.sq.publish();
-                pci.doorbell(crate::davinci_hwif::regs::DEVICE_PEER, VECTOR_ADMIN);
-                Some(g.tag)
-            } else {
-                None
-            }
-        };
-        let Some(tag) = tag else {
-            // One request in flight at a time: a full ring means the device took none.
-            self.lose("its admin submission ring stayed full");
-            return Err(Errno::ENODEV);
-        };
-        let start = sys::now_ns();
-        let mut beat = (self.heartbeat(), start);
-        loop {
-            match self.take_completion(tag) {
-                Ok(Some(c)) => {
-                    self.revoke(&c);
-                    return Ok(c);
-                }
-                Ok(None) => {}
-                Err(why) => {
-                    self.lose(why);
-                    return Err(Errno::ENODEV);
-                }
-            }
-            let now = sys::now_ns();
-            let hb = self.heartbeat();
-            if hb != beat.0 {
-                beat = (hb, now);
-            }
-            if now.wrapping_sub(beat.1) > HEARTBEAT_STALL_NS {
-                self.lose("its heartbeat stopped while a request waited");
-                return Err(Errno::ENODEV);
-            }
-            if now.wrapping_sub(start) > ADMIN_TIMEOUT_NS {
-                self.lose("no admin completion within 30 s");
-                return Err(Errno::ENODEV);
-            }
-            let _ = dev.wait_irq(u32::from(VECTOR_ADMIN), before, ADMIN_POLL_MS, false);
-            before = dev.count(u32::from(VECTOR_ADMIN));
-        }
-    }
-
-    /// BAR2's heartbeat word now (0 if unreadable).
-    fn heartbeat(&self) -> u32 {
-        let mut w = [0u8; 4];
-        // SAFETY: called with `admin` present (the mapping is live); the range is checked.
-        if unsafe { read_shm(&self.dev.shm, HEARTBEAT_OFFSET, &mut w) } {
-            u32::from_le_bytes(w)
-        } else {
-            0
-        }
-    }
-
-    /// The completion for `tag`, if it came; one for another tag (stale) is dropped.
-    /// `Err` (why) when what the device wrote cannot be a completion.
-    fn take_completion(&mut self, tag: u64) -> core::result::Result<Option<KBox<Completion>>, &'static str> {
-        let g = &mut **self;
-        let Some(admin) = g.admin.as_mut() else {
-            return Err("stopped");
-        };
-        let mut got = false;
-        let words = &mut g.words;
-        admin.cq.consume(1, |s| {
-            *words = s;
-            got = true;
-        });
-        if !got {
-            return Ok(None);
-        }
-        let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&g.words);
-        let c = Completion::decode(&bytes).map_err(|_| "it wrote a malformed admin completion")?;
-        if c.tag != tag {
-            pr_notice!(
-                "davinci{}: dropped an admin completion for tag {} (waiting for {})\n",
-                self.dev.index,
-                c.tag,
-                tag
-            );
-            return Ok(None);
-        }
-        KBox::new(c, GFP_KERNEL)
-            .map(Some)
-            .map_err(|_| "out of memory for a completion")
-    }
-
-    /// Unmaps what `c` says the device freed, before another request can hand those pages to
-    /// someone else.
-    fn revoke(&self, c: &Completion) {
-        let opens = &self.opens;
-        if c.revokes_overflowed() {
-            for (_, m) in opens.iter() {
-                // SAFETY: an open file's mapping (removed at release); process context.
-                unsafe { sys::revoke(*m, 0, 0) };
-            }
-            return;
-        }
-        for r in c.revokes() {
-            if let Some((_, m)) = opens.iter().find(|(cl, _)| *cl == r.client) {
-                // SAFETY: as above.
-                unsafe { sys::revoke(*m, r.cookie, r.len) };
-            }
-        }
-    }
-
-    /// Copies `out.len()` bytes of BAR2's list area (from its start) into `out`.
-    pub(crate) fn read_list(&self, out: &mut [u8]) -> Result {
-        if self.dead() || out.len() as u64 > self.dev.layout.list_bytes {
-            return Err(ENODEV);
-        }
-        // SAFETY: the device is not stopped (the mapping is live); the range is checked.
-        if unsafe { read_shm(&self.dev.shm, self.dev.layout.list_offset, out) } {
-            Ok(())
-        } else {
-            Err(EFAULT)
-        }
-    }
-}
 
 /// A page of BAR2 (`PAGE_SIZE`) in kernel pages.
 const _: () = assert!(PAGE_SIZE == 1 << bindings::PAGE_SHIFT);

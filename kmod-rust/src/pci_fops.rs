@@ -209,7 +209,13 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         DRIVER_CMD_LIST_CLIENTS => return list_clients(o, a, &copy_back),
         _ => {}
     }
-    let c = match call(o, AdminOp::Ioctl { request: cmd, arg: a }) {
+    let c = match call(
+        o,
+        AdminOp::Ioctl {
+            request: cmd,
+            arg: a,
+        },
+    ) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
@@ -262,7 +268,11 @@ fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> 
             ReplyKind::Done => return copy_back(&c.arg),
             ReplyKind::Failed => {
                 let r = copy_back(&c.arg);
-                return if r != 0 { r } else { errno(failed(&c)) as c_long };
+                return if r != 0 {
+                    r
+                } else {
+                    errno(failed(&c)) as c_long
+                };
             }
             ReplyKind::WaitNeeded => {}
         }
@@ -402,7 +412,7 @@ unsafe extern "C" fn davinci_pci_mmap_check(open: *mut c_void, cookie: u64, len:
 /// Where `cookie` of `o` lies (MMAP_TARGET), at least `len` bytes.
 fn target(
     o: &PciOpen,
-    d: &mut crate::pci_dev::Locked<'_>,
+    d: &mut crate::pci_admin::Locked<'_>,
     cookie: u64,
     len: u64,
 ) -> Result<MmapReply, Errno> {
@@ -451,11 +461,14 @@ unsafe extern "C" fn davinci_pci_fault(
         (o.dev.regs_phys / PAGE, 1, true)
     } else {
         let pages = m.len / PAGE;
-        ((o.dev.shm_phys + m.offset) / PAGE + page, (pages - page).min(FAULT_AROUND), false)
+        (
+            (o.dev.shm_phys + m.offset) / PAGE + page,
+            (pages - page).min(FAULT_AROUND),
+            false,
+        )
     };
     // SAFETY: in the fault handler with the vma locked; the pfns are the device's BARs (the
     // object's pages, which stay its own until a completion revokes them: that takes the
     // device mutex, held here until the pages are in).
     unsafe { davinci_map_pfns(vma.cast(), addr, pfn, count, c_int::from(uncached)) }
 }
-

@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PCI device locked ([`Locked`], from [`PciShared::lock`]): one admin request at a time
+//! and its completion ([`Locked::call`]), what the completion revoked unmapped before the
+//! lock goes, the opens table, BAR2's list area, and losing the device (a completion that
+//! does not come while the heartbeat stands still, or that does not decode).
+
+use core::sync::atomic::Ordering;
+use kernel::bindings;
+use kernel::prelude::*;
+
+use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
+use crate::davinci_hwif::layout::HEARTBEAT_OFFSET;
+use crate::davinci_hwif::{AdminOp, AdminRequest, Completion, ADMIN_ENTRY_SIZE, VECTOR_ADMIN};
+use crate::davinci_uapi::Errno;
+use crate::pci_dev::{read_shm, Inner, PciShared};
+use crate::sys::{self, FileMapping};
+
+extern "C" {
+    fn davinci_wq_wake_one(wq: *mut bindings::wait_queue_head);
+}
+
+/// The longest a device may take to answer one admin request while its heartbeat moves.
+const ADMIN_TIMEOUT_NS: u64 = 30_000_000_000;
+/// A heartbeat standing still this long while a request waits: the device is lost.
+const HEARTBEAT_STALL_NS: u64 = 3_000_000_000;
+/// How often a waiting request looks again without an interrupt (a safety net).
+const ADMIN_POLL_MS: u32 = 10;
+/// Most opens a PCI device tracks (its client table is driver-core's, 320).
+const MAX_OPENS: usize = 320;
+
+/// The locked device: admin calls and the opens table. Releases the lock on drop.
+pub(crate) struct Locked<'a> {
+    dev: &'a PciShared,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.dev.locked.store(0, Ordering::Release);
+        // SAFETY: the wait queue lives as long as the device.
+        unsafe { davinci_wq_wake_one(self.dev.lock_wq.get()) };
+    }
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        // SAFETY: this value holds the lock (type invariant): no other reference to `inner`.
+        unsafe { &*self.dev.inner.get() }
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        // SAFETY: as in `deref`; `&mut self` makes this the only one.
+        unsafe { &mut *self.dev.inner.get() }
+    }
+}
+
+impl Locked<'_> {
+    /// Forgets the admin rings and the C side; every mapping goes (the device is being
+    /// removed: its BARs are unmapped next).
+    pub(crate) fn kill(&mut self) {
+        self.dev.dead.store(true, Ordering::Release);
+        self.admin = None;
+        self.pci = None;
+        for (_, m) in self.opens.iter() {
+            // SAFETY: each mapping is an open file's (removed at its release); process
+            // context with only the device lock held.
+            unsafe { sys::revoke(*m, 0, 0) };
+        }
+    }
+
+    /// The device stopped answering: it is lost for good (logged with `why`). Every call
+    /// fails with `ENODEV` from now on and every sleeper wakes; what clients mapped stays
+    /// mapped (BAR2 is still the guest's memory while the device is bound: nothing moves in
+    /// it any more) until removal, and a page not yet mapped faults (SIGBUS).
+    fn lose(&mut self, why: &str) {
+        if self.admin.is_none() {
+            return;
+        }
+        pr_err!(
+            "davinci{}: PCI device {} lost: {}; its clients get ENODEV\n",
+            self.dev.index,
+            self.dev.bus_text(),
+            why
+        );
+        self.dev.dead.store(true, Ordering::Release);
+        self.admin = None;
+        self.dev.wake_all();
+    }
+
+    /// Adds an open's file mapping (after its OPEN succeeded).
+    pub(crate) fn add_open(&mut self, client: u32, mapping: FileMapping) -> Result {
+        if self.opens.len() >= MAX_OPENS {
+            return Err(ENOSPC);
+        }
+        self.opens.push((client, mapping), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Forgets an open (at its release).
+    pub(crate) fn remove_open(&mut self, client: u32) {
+        let opens = &mut self.opens;
+        if let Some(i) = opens.iter().position(|(c, _)| *c == client) {
+            let last = opens.len() - 1;
+            opens.as_mut_slice().swap(i, last);
+            // SAFETY: `last < len`; the element past the new length is plain data (`Copy`,
+            // no drop), now unreachable.
+            unsafe { opens.set_len(last) };
+        }
+    }
+
+    /// Rings the device's `vector` (test hook).
+    pub(crate) fn ring_device(&self, vector: u16) -> Result {
+        let pci = self.pci.as_ref().ok_or(ENODEV)?;
+        pci.doorbell(crate::davinci_hwif::regs::DEVICE_PEER, vector);
+        Ok(())
+    }
+
+    /// Whether the device is gone.
+    pub(crate) fn dead(&self) -> bool {
+        self.admin.is_none()
+    }
+
+    /// One admin request and its completion (tag checked); what it revoked is unmapped before
+    /// this returns. `ENODEV` once the device is gone (or goes while this waits).
+    pub(crate) fn call(&mut self, client: u32, op: AdminOp) -> Result<KBox<Completion>, Errno> {
+        let dev = self.dev;
+        let mut before = 0;
+        let tag = {
+            let g = &mut **self;
+            let (Some(admin), Some(pci)) = (g.admin.as_mut(), g.pci.as_ref()) else {
+                return Err(Errno::ENODEV);
+            };
+            g.tag = g.tag.wrapping_add(1);
+            AdminRequest {
+                tag: g.tag,
+                client,
+                op,
+            }
+            .encode(&mut g.slot);
+            g.words = bytes_to_words(&g.slot);
+            if admin.sq.push(&g.words).is_ok() {
+                before = dev.count(u32::from(VECTOR_ADMIN));
+                admin.sq.publish();
+                pci.doorbell(crate::davinci_hwif::regs::DEVICE_PEER, VECTOR_ADMIN);
+                Some(g.tag)
+            } else {
+                None
+            }
+        };
+        let Some(tag) = tag else {
+            // One request in flight at a time: a full ring means the device took none.
+            self.lose("its admin submission ring stayed full");
+            return Err(Errno::ENODEV);
+        };
+        let start = sys::now_ns();
+        let mut beat = (self.heartbeat(), start);
+        loop {
+            match self.take_completion(tag) {
+                Ok(Some(c)) => {
+                    self.revoke(&c);
+                    return Ok(c);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    self.lose(why);
+                    return Err(Errno::ENODEV);
+                }
+            }
+            let now = sys::now_ns();
+            let hb = self.heartbeat();
+            if hb != beat.0 {
+                beat = (hb, now);
+            }
+            if now.wrapping_sub(beat.1) > HEARTBEAT_STALL_NS {
+                self.lose("its heartbeat stopped while a request waited");
+                return Err(Errno::ENODEV);
+            }
+            if now.wrapping_sub(start) > ADMIN_TIMEOUT_NS {
+                self.lose("no admin completion within 30 s");
+                return Err(Errno::ENODEV);
+            }
+            let _ = dev.wait_irq(u32::from(VECTOR_ADMIN), before, ADMIN_POLL_MS, false);
+            before = dev.count(u32::from(VECTOR_ADMIN));
+        }
+    }
+
+    /// BAR2's heartbeat word now (0 if unreadable).
+    fn heartbeat(&self) -> u32 {
+        let mut w = [0u8; 4];
+        // SAFETY: called with `admin` present (the mapping is live); the range is checked.
+        if unsafe { read_shm(&self.dev.shm, HEARTBEAT_OFFSET, &mut w) } {
+            u32::from_le_bytes(w)
+        } else {
+            0
+        }
+    }
+
+    /// The completion for `tag`, if it came; one for another tag (stale) is dropped.
+    /// `Err` (why) when what the device wrote cannot be a completion.
+    fn take_completion(
+        &mut self,
+        tag: u64,
+    ) -> core::result::Result<Option<KBox<Completion>>, &'static str> {
+        let g = &mut **self;
+        let Some(admin) = g.admin.as_mut() else {
+            return Err("stopped");
+        };
+        let mut got = false;
+        let words = &mut g.words;
+        admin.cq.consume(1, |s| {
+            *words = s;
+            got = true;
+        });
+        if !got {
+            return Ok(None);
+        }
+        let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&g.words);
+        let c = Completion::decode(&bytes).map_err(|_| "it wrote a malformed admin completion")?;
+        if c.tag != tag {
+            pr_notice!(
+                "davinci{}: dropped an admin completion for tag {} (waiting for {})\n",
+                self.dev.index,
+                c.tag,
+                tag
+            );
+            return Ok(None);
+        }
+        KBox::new(c, GFP_KERNEL)
+            .map(Some)
+            .map_err(|_| "out of memory for a completion")
+    }
+
+    /// Unmaps what `c` says the device freed, before another request can hand those pages to
+    /// someone else.
+    fn revoke(&self, c: &Completion) {
+        let opens = &self.opens;
+        if c.revokes_overflowed() {
+            for (_, m) in opens.iter() {
+                // SAFETY: an open file's mapping (removed at release); process context.
+                unsafe { sys::revoke(*m, 0, 0) };
+            }
+            return;
+        }
+        for r in c.revokes() {
+            if let Some((_, m)) = opens.iter().find(|(cl, _)| *cl == r.client) {
+                // SAFETY: as above.
+                unsafe { sys::revoke(*m, r.cookie, r.len) };
+            }
+        }
+    }
+
+    /// Copies `out.len()` bytes of BAR2's list area (from its start) into `out`.
+    pub(crate) fn read_list(&self, out: &mut [u8]) -> Result {
+        if self.dead() || out.len() as u64 > self.dev.layout.list_bytes {
+            return Err(ENODEV);
+        }
+        // SAFETY: the device is not stopped (the mapping is live); the range is checked.
+        if unsafe { read_shm(&self.dev.shm, self.dev.layout.list_offset, out) } {
+            Ok(())
+        } else {
+            Err(EFAULT)
+        }
+    }
+}
+
+impl<'a> Locked<'a> {
+    /// The guard of `dev`, whose lock the caller has just taken.
+    pub(crate) fn new(dev: &'a PciShared) -> Self {
+        Locked { dev }
+    }
+}
