@@ -232,7 +232,7 @@ for mode in $BOOTS; do
             common_verdict "$WORK/serial-pci.log"
             # Killed at the guest's cue (the device-loss step), after serving the suites.
             [ "$dev_rc" = 137 ] || bad "davinci-pcidev was not killed at the guest's cue (status $dev_rc)"
-            grep -q 'davinci: PCI device .* (slot 0' "$WORK/serial-pci.log" || bad "the module did not bind the PCI device"
+            grep -q 'davinci: davinci0: PCI device .* (slot 0' "$WORK/serial-pci.log" || bad "the module did not bind the PCI device"
             grep -q 'davinci: davinci0: PCI device .* lost: ' "$WORK/serial-pci.log" ||
                 bad "the module did not report the device lost"
             ;;

@@ -65,6 +65,8 @@ pub(crate) struct PciInfo {
     domain: u32,
     vendor: u16,
     device: u16,
+    /// BAR0's page holds nothing but BAR0 (1), so a client may map it as its doorbell page.
+    regs_alone: u32,
 }
 
 extern "C" {
@@ -209,6 +211,7 @@ unsafe extern "C" fn davinci_pci_attach(dp: *mut c_void, info: *const PciInfo) -
         peer: info.peer,
         vectors: info.vectors.min(VECTORS as u32),
         regs_phys: info.regs_phys,
+        regs_alone: info.regs_alone != 0,
         shm_phys: info.shm_phys,
         shm: info.shm.cast(),
         shm_len: info.shm_len,
@@ -233,6 +236,14 @@ unsafe extern "C" fn davinci_pci_attach(dp: *mut c_void, info: *const PciInfo) -
                 st.vectors,
                 st.layout().heap_pages
             );
+            if !st.regs_alone {
+                pr_warn!(
+                    "davinci{}: BAR0 at {:#x} shares its page with other registers: no client \
+                     may map it, so mapping a stream's doorbell page fails (SIGBUS)\n",
+                    st.index,
+                    info.regs_phys
+                );
+            }
             Arc::into_raw(st).cast_mut().cast()
         }
         Err(e) => {

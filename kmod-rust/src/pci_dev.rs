@@ -115,6 +115,8 @@ pub(crate) struct PciShared {
     /// BAR0's bus address (a client's doorbell page) and whether it may be mapped (page
     /// aligned: the page holds nothing but BAR0).
     pub(crate) regs_phys: u64,
+    /// BAR0's page holds nothing else (`pci_helpers.c`'s check at probe).
+    pub(crate) regs_alone: bool,
     /// BAR2's bus address and size (clients' rings and memory).
     pub(crate) shm_phys: u64,
     pub(crate) shm: Shm,
@@ -145,6 +147,7 @@ pub(crate) struct Bound {
     pub(crate) peer: u32,
     pub(crate) vectors: u32,
     pub(crate) regs_phys: u64,
+    pub(crate) regs_alone: bool,
     pub(crate) shm_phys: u64,
     pub(crate) shm: *mut u8,
     pub(crate) shm_len: u64,
@@ -273,6 +276,7 @@ impl PciShared {
                 irqs: [const { AtomicU64::new(0) }; VECTORS],
                 dead: AtomicBool::new(!serving),
                 regs_phys: b.regs_phys,
+                regs_alone: b.regs_alone,
                 shm_phys: b.shm_phys,
                 shm,
                 layout: l,

@@ -454,8 +454,9 @@ unsafe extern "C" fn davinci_pci_fault(
         Err(e) => return errno(e),
     };
     let (pfn, count, uncached) = if m.kind == MapKind::Doorbell {
-        // BAR0's first page: the Doorbell register. Only when the page holds nothing else.
-        if page != 0 || o.dev.regs_phys % PAGE != 0 {
+        // BAR0's first page: the Doorbell register. Only when the page holds nothing else
+        // (checked at probe, logged): another device's registers must not reach a client.
+        if page != 0 || !o.dev.regs_alone {
             return errno(Errno::EFAULT);
         }
         (o.dev.regs_phys / PAGE, 1, true)

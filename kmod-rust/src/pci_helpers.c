@@ -102,6 +102,8 @@ struct davinci_pci_info {
 	u32 domain;
 	u16 vendor;
 	u16 device;
+	/* BAR0's page holds nothing but BAR0 (it may be mapped into a client). */
+	u32 regs_alone;
 };
 
 /* In Rust (pci.rs). */
@@ -476,6 +478,38 @@ static const struct file_operations davinci_pci_fops = {
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
+/*
+ * Whether the page BAR0 starts holds no other resource of any PCI device (BAR0 is 256 bytes:
+ * another device's registers could share its page, and a client maps the whole page as its
+ * doorbell page). BAR0 must start the page, and no other device's resource (nor this one's
+ * other BARs) may reach into it.
+ */
+static bool davinci_bar0_alone(struct pci_dev *pdev)
+{
+	resource_size_t start = pci_resource_start(pdev, IVSHMEM_BAR_REGS);
+	resource_size_t end = start + PAGE_SIZE - 1;
+	struct pci_dev *other = NULL;
+	int i;
+
+	if (start & ~PAGE_MASK)
+		return false;
+	for_each_pci_dev(other) {
+		for (i = 0; i < PCI_NUM_RESOURCES; i++) {
+			struct resource *r = &other->resource[i];
+
+			if (other == pdev && i == IVSHMEM_BAR_REGS)
+				continue;
+			if (!(r->flags & IORESOURCE_MEM) || !r->start)
+				continue;
+			if (r->start <= end && r->end >= start) {
+				pci_dev_put(other);
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
 static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct davinci_pci_info info = {};
@@ -548,6 +582,7 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 	info.domain = pci_domain_nr(pdev->bus);
 	info.vendor = pdev->vendor;
 	info.device = pdev->device;
+	info.regs_alone = davinci_bar0_alone(pdev);
 	state = davinci_pci_attach(dp, &info);
 	if (IS_ERR(state)) {
 		err = PTR_ERR(state);
