@@ -173,6 +173,11 @@ pci_device() {
         --skip long_fills_under_the_device_lock --skip the_engines_faults_reach \
         --skip an_allocation_failing_inside_an_ioctl --skip a_round_trip_to_a_sleeping_device \
         --skip the_nodes_are_0660 --skip mmap_takes_only_the_callers_own_cookies
+    check million-tasks /bin/million --test-threads=1
+    check "C quickstart (libdavinci)" /bin/capi-quickstart /dev/davinci0
+    check exporter-device smi_json exporter-device 'davinci_device_up{device="0"} 1' \
+        davinci-exporter --once --device /dev/davinci0
+    check plugin-list smi_json plugin-list '"health": "Healthy"' davinci-device-plugin --list --json
     check smi-list davinci-smi list
     check smi-info davinci-smi info
     # GET_IDENTITY carries where the guest put the device (the module fills it in).
