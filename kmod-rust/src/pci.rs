@@ -32,14 +32,11 @@ use kernel::ffi::{c_int, c_uint};
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 
-use crate::pci_dev::{self, Bound, PciShared};
+use crate::pci_dev::{self, Bound, PciDev, PciShared, VECTORS};
 
 /// Most ivshmem devices the module drives at once (the `pci_devices` parameter: 0 to this);
 /// probe refuses another (EBUSY, logged).
 pub(crate) const MAX_PCI: usize = 8;
-
-/// Most MSI-X vectors a device gets (probe asks for 1 to this many).
-pub(crate) const VECTORS: usize = 4;
 
 /// What probe tells [`davinci_pci_attach`] (`pci_helpers.c`'s `struct davinci_pci_info`,
 /// same layout).
@@ -72,7 +69,6 @@ pub(crate) struct PciInfo {
 extern "C" {
     fn davinci_pci_register(mode: c_uint) -> c_int;
     fn davinci_pci_unregister();
-    fn davinci_pci_doorbell(dp: *mut c_void, peer: u32, vector: u32);
 }
 
 /// The driver's registration: while it lives, every ivshmem device present (and any that
@@ -110,30 +106,6 @@ impl Drop for PciDriver {
         // device is removed (detached) before it returns.
         unsafe { davinci_pci_unregister() };
         REGISTERED.store(false, Ordering::Release);
-    }
-}
-
-/// A handle on a bound device's C side (`struct davinci_pci`: its mapped BARs).
-///
-/// # Invariants
-///
-/// Points at the live `struct davinci_pci` of a bound device: it is only held in that
-/// device's [`PciShared`], which drops it (`stop`, under the device's mutex) before the C
-/// structure and its mappings go.
-pub(crate) struct PciDev(NonNull<c_void>);
-
-// SAFETY: the C structure is immutable after probe; its functions may run on any thread.
-unsafe impl Send for PciDev {}
-// SAFETY: as above; the doorbell is a single MMIO write, safe from several threads at once.
-unsafe impl Sync for PciDev {}
-
-impl PciDev {
-    /// Rings `peer`'s doorbell `vector` (BAR0 offset 12): the peer gets an event on its
-    /// eventfd `vector` (QEMU drops doorbells to a peer or vector that does not exist).
-    pub(crate) fn doorbell(&self, peer: u16, vector: u16) {
-        // SAFETY: the structure is live and BAR0 mapped (type invariant); any value is a
-        // valid doorbell.
-        unsafe { davinci_pci_doorbell(self.0.as_ptr(), u32::from(peer), u32::from(vector)) }
     }
 }
 
@@ -218,9 +190,10 @@ unsafe extern "C" fn davinci_pci_attach(dp: *mut c_void, info: *const PciInfo) -
         bus_id: bus_id(info),
         pci_ids: (info.vendor, info.device),
     };
-    // INVARIANT: `dp` is live until the state is detached (the caller's contract); the handle
+    // SAFETY: `dp` is live until the state is detached (the caller's contract); the handle
     // lives in the state, and `stop` (before detach) drops it.
-    match PciShared::new(b, PciDev(dp)) {
+    let handle = unsafe { PciDev::new(dp) };
+    match PciShared::new(b, handle) {
         Ok(st) => {
             pr_info!(
                 "davinci{}: PCI device {} (slot {}, peer {}): BAR0 {} B at {:#x}, BAR2 {} B \

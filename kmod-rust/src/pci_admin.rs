@@ -7,6 +7,7 @@
 
 use core::sync::atomic::Ordering;
 use kernel::bindings;
+use kernel::ffi::c_int;
 use kernel::prelude::*;
 
 use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
@@ -18,6 +19,60 @@ use crate::sys::{self, FileMapping};
 
 extern "C" {
     fn davinci_wq_wake_one(wq: *mut bindings::wait_queue_head);
+    fn davinci_lock_wait(
+        wq: *mut bindings::wait_queue_head,
+        locked: *mut i32,
+        killable: c_int,
+    ) -> c_int;
+}
+
+impl PciShared {
+    /// The device's lock, for a call: `Err(EINTR)` if the caller is killed while it waits.
+    pub(crate) fn lock(&self) -> Result<Locked<'_>> {
+        self.acquire(true)?;
+        Ok(Locked::new(self))
+    }
+
+    /// The device's lock, whatever signal comes (release, remove: what they do must happen).
+    pub(crate) fn lock_idle(&self) -> Locked<'_> {
+        while self.acquire(false).is_err() {}
+        Locked::new(self)
+    }
+
+    fn acquire(&self, killable: bool) -> Result {
+        if self
+            .locked
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        // SAFETY: `lock_wq` lives as long as `self`; `locked` is a live atomic the helper only
+        // touches with `cmpxchg` (fully ordered: acquiring).
+        let r = unsafe {
+            davinci_lock_wait(
+                self.lock_wq.get(),
+                self.locked.as_ptr(),
+                c_int::from(killable),
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(EINTR)
+        }
+    }
+
+    /// No new open; the device is gone for every open file (`ENODEV`), every sleeper wakes,
+    /// every mapping of its BARs goes. Called by remove before the BARs are unmapped (and by
+    /// a probe failing after `ready`); a second call does nothing more.
+    pub(crate) fn stop(&self) {
+        self.deregister_node();
+        let mut l = self.lock_idle();
+        l.kill();
+        drop(l);
+        self.wake_all();
+    }
 }
 
 /// The longest a device may take to answer one admin request while its heartbeat moves.

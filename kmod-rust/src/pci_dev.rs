@@ -32,20 +32,15 @@ use crate::davinci_hwif::layout::{Bar2Header, Bar2Layout, DeviceState, HEADER_FI
 use crate::davinci_hwif::{AdminSlot, ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
 use crate::davinci_ring::{Consumer, Producer, RingRegion};
 use crate::davinci_shm_copy::copy_from_shared;
-use crate::pci::{PciDev, VECTORS};
-use crate::pci_admin::Locked;
+
 use crate::sys::FileMapping;
 
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
     fn davinci_wq_wake(wq: *mut bindings::wait_queue_head);
+    fn davinci_pci_doorbell(dp: *mut c_void, peer: u32, vector: u32);
     fn davinci_pci_node_add(state: *mut c_void, slot: c_uint, index: c_uint) -> c_int;
     fn davinci_pci_node_del(slot: c_uint);
-    fn davinci_lock_wait(
-        wq: *mut bindings::wait_queue_head,
-        locked: *mut i32,
-        killable: c_int,
-    ) -> c_int;
     fn davinci_wq_wait(
         wq: *mut bindings::wait_queue_head,
         counter: *const u64,
@@ -54,6 +49,43 @@ extern "C" {
         timeout_ms: c_uint,
         interruptible: c_int,
     ) -> c_long;
+}
+
+/// Most MSI-X vectors a device gets (probe asks for 1 to this many).
+pub(crate) const VECTORS: usize = 4;
+
+/// A handle on a bound device's C side (`struct davinci_pci`: its mapped BARs).
+///
+/// # Invariants
+///
+/// Points at the live `struct davinci_pci` of a bound device: it is only held in that
+/// device's [`PciShared`], which drops it (`stop`, under the device's mutex) before the C
+/// structure and its mappings go.
+pub(crate) struct PciDev(NonNull<c_void>);
+
+// SAFETY: the C structure is immutable after probe; its functions may run on any thread.
+unsafe impl Send for PciDev {}
+// SAFETY: as above; the doorbell is a single MMIO write, safe from several threads at once.
+unsafe impl Sync for PciDev {}
+
+impl PciDev {
+    /// The handle on `dp`.
+    ///
+    /// # Safety
+    ///
+    /// `dp` is the probing device's `struct davinci_pci`, live until its state is detached;
+    /// the handle is only kept in that device's [`PciShared`].
+    pub(crate) unsafe fn new(dp: NonNull<c_void>) -> PciDev {
+        PciDev(dp)
+    }
+
+    /// Rings `peer`'s doorbell `vector` (BAR0 offset 12): the peer gets an event on its
+    /// eventfd `vector` (QEMU drops doorbells to a peer or vector that does not exist).
+    pub(crate) fn doorbell(&self, peer: u16, vector: u16) {
+        // SAFETY: the structure is live and BAR0 mapped (type invariant); any value is a
+        // valid doorbell.
+        unsafe { davinci_pci_doorbell(self.0.as_ptr(), u32::from(peer), u32::from(vector)) }
+    }
 }
 
 /// The admin rings' host ends (the guest produces requests and consumes completions).
@@ -373,54 +405,12 @@ impl PciShared {
         unsafe { davinci_wq_wake(self.wq.get()) };
     }
 
-    /// The device's lock, for a call: `Err(EINTR)` if the caller is killed while it waits.
-    pub(crate) fn lock(&self) -> Result<Locked<'_>> {
-        self.acquire(true)?;
-        Ok(Locked::new(self))
-    }
-
-    /// The device's lock, whatever signal comes (release, remove: what they do must happen).
-    pub(crate) fn lock_idle(&self) -> Locked<'_> {
-        while self.acquire(false).is_err() {}
-        Locked::new(self)
-    }
-
-    fn acquire(&self, killable: bool) -> Result {
-        if self
-            .locked
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return Ok(());
-        }
-        // SAFETY: `lock_wq` lives as long as `self`; `locked` is a live atomic the helper only
-        // touches with `cmpxchg` (fully ordered: acquiring).
-        let r = unsafe {
-            davinci_lock_wait(
-                self.lock_wq.get(),
-                self.locked.as_ptr(),
-                c_int::from(killable),
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(EINTR)
-        }
-    }
-
-    /// No new open; the device is gone for every open file (`ENODEV`), every sleeper wakes,
-    /// every mapping of its BARs goes. Called by remove before the BARs are unmapped (and by
-    /// a probe failing after `ready`); a second call does nothing more.
-    pub(crate) fn stop(&self) {
+    /// Deregisters the node, if registered: no open finds the device from now on.
+    pub(crate) fn deregister_node(&self) {
         if self.node.swap(false, Ordering::AcqRel) {
             // SAFETY: the node of this slot is this device's (registered by `ready`).
             unsafe { davinci_pci_node_del(self.slot as c_uint) };
         }
-        let mut l = self.lock_idle();
-        l.kill();
-        drop(l);
-        self.wake_all();
     }
 
     /// The bus id as text.
