@@ -13,7 +13,8 @@
 #   device; libdavinci, the library for C (scripts/capi-test.sh: the C quick start and tests
 #   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly
 #   (scripts/fuzz.sh); the kernel module in QEMU
-#   (scripts/kmod-test.sh, the same test binaries) and as a PCI driver (scripts/pci-smoke.sh), the PCI device process behind QEMU (scripts/pcidev-smoke.sh); the loom models of the ring protocol and
+#   (scripts/kmod-test.sh, the same test binaries, on its software device and on the PCI
+#   device that davinci-pcidev serves) and as a PCI driver (scripts/pci-smoke.sh), the PCI device process behind QEMU (scripts/pcidev-smoke.sh); the loom models of the ring protocol and
 #   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
 #   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
 #
