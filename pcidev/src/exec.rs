@@ -20,6 +20,24 @@ fn failed(tag: u64, client: u32, arg: ArgBuf, e: &Error) -> Completion {
     Completion::new(tag, ReplyKind::Failed, errno, client, arg, e.msg)
 }
 
+/// An IOCTL's or WAIT_AGAIN's completion: done (`Ok(true)`), a wait not reached yet
+/// (`Ok(false)`: the guest sleeps until vector 1 and asks again), or the failure; `arg` as the
+/// call left it in every case.
+fn answer(tag: u64, client: u32, arg: ArgBuf, r: Result<bool, Error>) -> Completion {
+    match r {
+        Ok(true) => Completion::new(tag, ReplyKind::Done, 0, client, arg, ""),
+        Ok(false) => Completion::new(
+            tag,
+            ReplyKind::WaitNeeded,
+            0,
+            client,
+            arg,
+            "not reached: wait for vector 1 and ask again",
+        ),
+        Err(e) => failed(tag, client, arg, &e),
+    }
+}
+
 /// What the device learns from a request it ran (beyond the completion).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
@@ -103,39 +121,17 @@ fn run(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, 
             let mut arg = *arg;
             let mut list = core.platform().list_area();
             let r = core.ioctl(client, *request, arg.as_mut_slice(), &mut list);
-            let c = match r {
-                Ok(Reply::Done | Reply::StreamCreated(_) | Reply::Kick(_)) => {
-                    Completion::new(tag, ReplyKind::Done, 0, client, arg, "")
-                }
-                Ok(Reply::Wait(_)) => Completion::new(
-                    tag,
-                    ReplyKind::WaitNeeded,
-                    0,
-                    client,
-                    arg,
-                    "not reached: wait for vector 1 and ask again",
-                ),
-                Err(e) => failed(tag, client, arg, &e),
-            };
-            (c, Effect::None)
+            let done = r.map(|reply| !matches!(reply, Reply::Wait(_)));
+            (answer(tag, client, arg, done), Effect::None)
         }
         AdminOp::WaitAgain { arg, timed_out } => {
             let mut arg = *arg;
             let r = wait_spec(arg.as_slice())
                 .and_then(|spec| core.finish_wait(client, &spec, arg.as_mut_slice(), *timed_out));
-            let c = match r {
-                Ok(Some(())) => Completion::new(tag, ReplyKind::Done, 0, client, arg, ""),
-                Ok(None) => Completion::new(
-                    tag,
-                    ReplyKind::WaitNeeded,
-                    0,
-                    client,
-                    arg,
-                    "not reached: wait for vector 1 and ask again",
-                ),
-                Err(e) => failed(tag, client, arg, &e),
-            };
-            (c, Effect::None)
+            (
+                answer(tag, client, arg, r.map(|v| v.is_some())),
+                Effect::None,
+            )
         }
         AdminOp::Undo { request, arg } => {
             let c = match core.undo_create(client, *request, arg.as_slice()) {
