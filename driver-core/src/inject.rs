@@ -208,6 +208,36 @@ impl InjectRule {
     }
 }
 
+/// A host's test hook, as the kernel module's `inject` parameter and the PCI device's admin
+/// INJECT carry it: a rule ([`InjectRule::parse`]), `none` (or nothing) to disarm, or `reset`.
+/// Applied with [`DeviceCore::apply_host_fault`](crate::DeviceCore::apply_host_fault), so the
+/// software device and the PCI device behave alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFault {
+    /// Arm (or, `None`, disarm) every stream and every new one; a rule with selectors arms
+    /// only the new streams it selects.
+    Arm(Option<InjectRule>),
+    /// Reset the device ([`DeviceCore::reset`](crate::DeviceCore::reset)).
+    Reset,
+}
+
+impl HostFault {
+    /// The longest text a host passes (the kernel parameter's buffer holds 63 bytes).
+    pub const MAX_TEXT: usize = 63;
+
+    /// Parses a host's fault text (surrounding white space ignored).
+    ///
+    /// # Errors
+    /// Why the rule does not parse.
+    pub fn parse(text: &str) -> core::result::Result<HostFault, ParseRuleError<'_>> {
+        match text.trim() {
+            "" | "none" => Ok(HostFault::Arm(None)),
+            "reset" => Ok(HostFault::Reset),
+            t => InjectRule::parse(t).map(|r| HostFault::Arm(Some(r))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

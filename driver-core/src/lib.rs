@@ -52,7 +52,7 @@ pub use doorbell::DoorbellRegister;
 pub use engine::Run;
 pub use error::{Error, Result};
 pub use identity::{derive_uuid, Identity};
-pub use inject::{Inject, InjectRule, InjectTarget, ParseInjectError, ParseRuleError};
+pub use inject::{HostFault, Inject, InjectRule, InjectTarget, ParseInjectError, ParseRuleError};
 pub use limits::{
     Quota, CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CLIENT_EXPORTS, MAX_CLIENT_OPENS,
     MAX_CLIENT_OPENS_PER_USER, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_CONTROL_OPENS_PER_USER,

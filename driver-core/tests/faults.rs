@@ -176,3 +176,63 @@ fn a_device_reset_stops_every_stream_and_the_device_serves_new_ones() {
     assert_eq!(user_data(&drain(&mut again)), [10, 11]);
     assert_eq!(dev.reset(), 1, "only running streams count");
 }
+
+/// A host's fault text (the kernel's `inject` parameter, the PCI device's admin INJECT):
+/// parsed once and applied the same way on every host. A rule without selectors arms the
+/// streams that exist and the new ones; one with selectors only the new streams it selects;
+/// `none` disarms; `reset` resets; a bad text says why and arms nothing.
+#[test]
+fn a_hosts_fault_text_arms_disarms_and_resets_as_on_every_host() {
+    use davinci_driver_core::{HostFault, InjectRule};
+    let mut dev = device();
+    let admin = dev.open(params(9, 0, Role::Control)).unwrap();
+    dev.set_share_mode(admin, ShareMode::Shared).unwrap();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let mut before = stream(&mut dev, c, k, 16, 16);
+
+    assert!(HostFault::parse("explode-at=2").is_err());
+    assert!(HostFault::parse("hang-at=2@colour=red").is_err());
+    assert_eq!(HostFault::parse(" none\n"), Ok(HostFault::Arm(None)));
+    assert_eq!(HostFault::parse(""), Ok(HostFault::Arm(None)));
+    assert_eq!(HostFault::parse("reset"), Ok(HostFault::Reset));
+
+    // Without selectors: the stream that exists is armed too.
+    let f = HostFault::parse("error-at=2:EFAULT").unwrap();
+    assert_eq!(dev.apply_host_fault(&f), 0);
+    nops(&mut before, 1, 3);
+    assert_eq!(
+        dev.run_stream(before.handle, 64),
+        Run::Failed(Errno::EFAULT)
+    );
+    assert_eq!(user_data(&drain(&mut before)), [1, 2]);
+
+    // Disarmed: a new stream runs everything.
+    assert_eq!(dev.apply_host_fault(&HostFault::Arm(None)), 0);
+    let mut clean = stream(&mut dev, c, k, 16, 16);
+    nops(&mut clean, 1, 3);
+    assert_eq!(dev.run_stream(clean.handle, 64), Run::Progress(3));
+
+    // With a selector: only a new stream of the selected process is armed.
+    let rule = HostFault::parse("hang-at=1@pid=2").unwrap();
+    assert_eq!(
+        rule,
+        HostFault::Arm(Some(InjectRule::parse("hang-at=1@pid=2").unwrap()))
+    );
+    dev.apply_host_fault(&rule);
+    let other = dev.open(params(2, 1000, Role::Client)).unwrap();
+    let ko = ctx(&mut dev, other);
+    let mut selected = stream(&mut dev, other, ko, 16, 16);
+    nops(&mut selected, 1, 2);
+    nops(&mut clean, 10, 2);
+    assert_eq!(dev.run_stream(clean.handle, 64), Run::Progress(2));
+    assert_ne!(dev.run_stream(selected.handle, 64), Run::Progress(2));
+    assert!(drain(&mut selected).is_empty(), "the selected stream hangs");
+
+    // reset: the running streams stop.
+    assert_eq!(dev.apply_host_fault(&HostFault::Reset), 2);
+    assert_eq!(
+        dev.stream_state(c, clean.handle),
+        Ok(StreamState::Error(Errno::ECANCELED))
+    );
+}

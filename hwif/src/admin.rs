@@ -1,9 +1,11 @@
 //! The admin queue's entries: a request per client control call the guest's transport
-//! forwards (OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN, UNDO), and a completion per request, each one
+//! forwards (OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN, UNDO), the host's test hook (INJECT),
+//! and a completion per request, each one
 //! [`ADMIN_ENTRY_SIZE`]-byte slot of a `davinci-ring` ring (like NVMe's admin SQ/CQ).
 //!
 //! Request (little-endian): tag `u64` @0, kind `u32` @8, client `u32` @12, ioctl request
-//! number `u32` @16 (IOCTL, UNDO; WAIT_AGAIN: whether the wait's deadline passed, 0 or 1), arg length
+//! number `u32` @16 (IOCTL, UNDO; WAIT_AGAIN: whether the wait's deadline passed, 0 or 1;
+//! zero for the others), arg length
 //! `u32` @20, reserved `u64` @24 (zero), arg bytes @32 ([`ARG_CAPACITY`]; past the length
 //! zero), reserved to the end (zero).
 //!
@@ -86,7 +88,14 @@ pub enum AdminKind {
     /// Undo what an IOCTL created (the request number and the reply's arg bytes): the guest
     /// could not hand the reply to its caller, who so cannot know the handle.
     Undo,
+    /// The host's fault injection for tests (the module's `inject` parameter, root only): the
+    /// arg is its text (UTF-8, at most [`INJECT_TEXT_MAX`] bytes: a rule, `none` or `reset`);
+    /// client 0. No client can send it: the guest's transport alone writes the admin queue.
+    Inject,
 }
+
+/// The longest INJECT text (the kernel parameter's buffer holds 63 bytes and a NUL).
+pub const INJECT_TEXT_MAX: usize = 63;
 
 impl AdminKind {
     /// Its word.
@@ -98,6 +107,7 @@ impl AdminKind {
             AdminKind::MmapTarget => 4,
             AdminKind::WaitAgain => 5,
             AdminKind::Undo => 6,
+            AdminKind::Inject => 7,
         }
     }
 
@@ -109,6 +119,7 @@ impl AdminKind {
             4 => Some(AdminKind::MmapTarget),
             5 => Some(AdminKind::WaitAgain),
             6 => Some(AdminKind::Undo),
+            7 => Some(AdminKind::Inject),
             _ => None,
         }
     }
@@ -147,13 +158,15 @@ pub enum DecodeError {
     MapKind(u32),
     /// MMAP_TARGET's reply: offset or length not page aligned, or zero length.
     MapRange,
+    /// INJECT's text is not UTF-8.
+    InjectUtf8,
 }
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::Length(n) => write!(f, "admin entry of {n} bytes"),
-            DecodeError::Kind(k) => write!(f, "admin request kind {k} is no kind (1..=6)"),
+            DecodeError::Kind(k) => write!(f, "admin request kind {k} is no kind (1..=7)"),
             DecodeError::NotZero(name, v) => {
                 write!(
                     f,
@@ -182,6 +195,7 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::MapKind(k) => write!(f, "MMAP_TARGET map kind {k} is no kind (1..=4)"),
             DecodeError::MapRange => f.write_str("MMAP_TARGET range is empty or not page aligned"),
+            DecodeError::InjectUtf8 => f.write_str("INJECT text is not UTF-8"),
         }
     }
 }
@@ -331,6 +345,30 @@ pub enum AdminOp {
         /// Its reply's arg bytes (naming the handle).
         arg: ArgBuf,
     },
+    /// [`AdminKind::Inject`]: the text (UTF-8, at most [`INJECT_TEXT_MAX`] bytes, checked by
+    /// [`AdminRequest::decode`]; [`AdminOp::inject_text`] reads it).
+    Inject {
+        /// Its bytes.
+        text: ArgBuf,
+    },
+}
+
+impl AdminOp {
+    /// An INJECT request for `text`, or `None` if it is longer than [`INJECT_TEXT_MAX`].
+    pub fn inject(text: &str) -> Option<AdminOp> {
+        if text.len() > INJECT_TEXT_MAX {
+            return None;
+        }
+        ArgBuf::from_slice(text.as_bytes()).map(|text| AdminOp::Inject { text })
+    }
+
+    /// An INJECT's text (empty for the other kinds, or if not UTF-8, which decoding refuses).
+    pub fn inject_text(&self) -> &str {
+        match self {
+            AdminOp::Inject { text } => core::str::from_utf8(text.as_slice()).unwrap_or(""),
+            _ => "",
+        }
+    }
 }
 
 /// One decoded request.
@@ -369,6 +407,7 @@ impl AdminRequest {
                 (AdminKind::WaitAgain, u32::from(*timed_out), arg.len)
             }
             AdminOp::Undo { request, arg } => (AdminKind::Undo, *request, arg.len),
+            AdminOp::Inject { text } => (AdminKind::Inject, 0, text.len),
         };
         put_u64(slot, 0, self.tag);
         put_u32(slot, 8, kind.word());
@@ -381,7 +420,8 @@ impl AdminRequest {
             AdminOp::Close => {}
             AdminOp::Ioctl { arg: a, .. }
             | AdminOp::WaitAgain { arg: a, .. }
-            | AdminOp::Undo { arg: a, .. } => arg.copy_from_slice(a.as_slice()),
+            | AdminOp::Undo { arg: a, .. }
+            | AdminOp::Inject { text: a } => arg.copy_from_slice(a.as_slice()),
             AdminOp::MmapTarget { cookie, len } => {
                 put_u64(arg, 0, *cookie);
                 put_u64(arg, 8, *len);
@@ -425,6 +465,16 @@ impl AdminRequest {
             need_zero("request", request)?;
         }
         let op = match kind {
+            AdminKind::Inject => {
+                need_zero("client", client)?;
+                if len > INJECT_TEXT_MAX {
+                    return Err(DecodeError::ArgLen(arg_len));
+                }
+                core::str::from_utf8(arg).map_err(|_| DecodeError::InjectUtf8)?;
+                AdminOp::Inject {
+                    text: ArgBuf::from_slice(arg).ok_or(DecodeError::ArgLen(arg_len))?,
+                }
+            }
             AdminKind::Open => {
                 need_zero("client", client)?;
                 AdminOp::Open(OpenArgs::decode(arg)?)

@@ -15,7 +15,12 @@
 //! failure errno `u32` @20, region size `u64` @24, entry size `u32` @32, admin depth `u32`
 //! @36, submission ring `u64` @40, completion ring `u64` @48, ring bytes `u64` @56, heap
 //! `u64` @64, heap pages `u32` @72, zero `u32` @76, list area `u64` @80, list bytes `u64`
-//! @88, zero up to the page's end.
+//! @88, zero up to [`NOTIFY_OFFSET`]; then the notification words (layout 3):
+//! [`NOTIFY_WORDS`] atomic `u32`s to the page's end. The device bumps word
+//! `client % NOTIFY_WORDS` ([`notify_offset`]) whenever something a WAIT_EVENT of that client
+//! may wait for changed, before it raises vector 1; a guest's sleeper waits for its client's
+//! word to change, so one tenant's completions do not send every other tenant's sleepers to
+//! the device (two clients sharing a word only wake each other spuriously).
 
 use core::fmt;
 
@@ -30,7 +35,7 @@ pub const PAGE_SIZE: u64 = 4096;
 /// `"DVCIBAR2"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DVCIBAR2");
 /// This layout's version.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// The smallest region served: the header, both admin rings, the list area and
 /// [`MIN_HEAP_PAGES`].
 pub const MIN_REGION: u64 = 128 << 10;
@@ -53,8 +58,19 @@ pub const STATE_OFFSET: u64 = 12;
 pub const HEARTBEAT_OFFSET: u64 = 16;
 /// Offset of the failure errno word.
 pub const FAILURE_OFFSET: u64 = 20;
-/// The header's encoded fields end here; the rest of the page is zero.
+/// The header's encoded fields end here; zero up to [`NOTIFY_OFFSET`].
 pub const HEADER_FIELDS: usize = 96;
+/// Where page 0's notification words start.
+pub const NOTIFY_OFFSET: u64 = 2048;
+/// How many there are (to the end of page 0).
+pub const NOTIFY_WORDS: u32 = ((PAGE_SIZE - NOTIFY_OFFSET) / 4) as u32;
+
+/// The BAR2 offset of `client`'s notification word.
+pub const fn notify_offset(client: u32) -> u64 {
+    NOTIFY_OFFSET + (client % NOTIFY_WORDS) as u64 * 4
+}
+
+const _: () = assert!(HEADER_FIELDS as u64 <= NOTIFY_OFFSET && NOTIFY_OFFSET < PAGE_SIZE);
 
 /// What the device is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,10 +270,11 @@ impl fmt::Display for HeaderError {
 }
 
 impl Bar2Header {
-    /// Encodes the header into `page` (at least [`HEADER_FIELDS`] bytes; the rest of it is
-    /// zeroed).
+    /// Encodes the header into `page` (at least [`HEADER_FIELDS`] bytes; the rest of it, up
+    /// to [`NOTIFY_OFFSET`], is zeroed; the notification words are left as they are).
     pub fn encode(&self, page: &mut [u8]) {
-        page.fill(0);
+        let end = page.len().min(NOTIFY_OFFSET as usize);
+        page[..end].fill(0);
         let l = &self.layout;
         put_u64(page, 0, MAGIC);
         put_u32(page, 8, LAYOUT_VERSION);
@@ -335,7 +352,9 @@ impl Bar2Header {
                 return Err(HeaderError::Field(name));
             }
         }
-        for (from, to) in [(76, 80), (HEADER_FIELDS, page.len())] {
+        // The notification words past NOTIFY_OFFSET are the device's counters.
+        let reserved_end = page.len().min(NOTIFY_OFFSET as usize);
+        for (from, to) in [(76, 80), (HEADER_FIELDS, reserved_end)] {
             if let Some(at) = page[from..to].iter().position(|&b| b != 0) {
                 return Err(HeaderError::Reserved(from + at));
             }

@@ -31,7 +31,7 @@ pub mod reply;
 
 pub use admin::{
     AdminKind, AdminOp, AdminRequest, AdminSlot, ArgBuf, DecodeError, OpenArgs, ADMIN_DEPTH,
-    ADMIN_ENTRY_SIZE, ARG_CAPACITY, MAX_IOCTL_ARG, MAX_REVOKES, MSG_CAPACITY,
+    ADMIN_ENTRY_SIZE, ARG_CAPACITY, INJECT_TEXT_MAX, MAX_IOCTL_ARG, MAX_REVOKES, MSG_CAPACITY,
 };
 pub use layout::{Bar2Header, Bar2Layout, DeviceState, HeaderError, LayoutError, PAGE_SIZE};
 pub use regs::{doorbell_value, VECTORS, VECTOR_ADMIN, VECTOR_DATA};

@@ -1,10 +1,10 @@
 //! One admin request run on the device core: OPEN, CLOSE, IOCTL, MMAP_TARGET, WAIT_AGAIN, UNDO,
-//! each answered with a [`Completion`] (an error is a completion too, never a panic or a
+//! INJECT, each answered with a [`Completion`] (an error is a completion too, never a panic or a
 //! dropped request) that lists the mappings the request revoked.
 #![forbid(unsafe_code)]
 
 use davinci_driver_core::{
-    DeviceCore, Error, MmapTarget, OpenParams, Reply, Role, WaitSpec, MAX_CLIENTS,
+    DeviceCore, Error, HostFault, MmapTarget, OpenParams, Reply, Role, WaitSpec, MAX_CLIENTS,
 };
 use davinci_hwif::layout::LIST_ENTRIES;
 use davinci_hwif::{AdminOp, AdminRequest, ArgBuf, Completion, MapKind, MmapReply, ReplyKind};
@@ -137,6 +137,27 @@ fn run(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, 
             let c = match core.undo_create(client, *request, arg.as_slice()) {
                 Ok(()) => Completion::new(tag, ReplyKind::Done, 0, client, ArgBuf::EMPTY, ""),
                 Err(e) => failed(tag, client, ArgBuf::EMPTY, &e),
+            };
+            (c, Effect::None)
+        }
+        AdminOp::Inject { .. } => {
+            // The guest's module checked the text (its parameter refuses a bad one); the
+            // device checks again: the admin queue is input like any other.
+            let c = match HostFault::parse(req.op.inject_text()) {
+                Ok(fault) => {
+                    core.apply_host_fault(&fault);
+                    Completion::new(tag, ReplyKind::Done, 0, 0, ArgBuf::EMPTY, "")
+                }
+                Err(_) => failed(
+                    tag,
+                    0,
+                    ArgBuf::EMPTY,
+                    &Error::new(
+                        Errno::EINVAL,
+                        "INJECT: expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
+                         (optionally @pid=N,uid=N,comm=NAME,streams=N), none or reset",
+                    ),
+                ),
             };
             (c, Effect::None)
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use davinci_driver_core::{Error, Platform, Result, StdLock, StreamRegions, UserMem};
-use davinci_hwif::layout::{Bar2Layout, LIST_BUF, PAGE_SIZE};
+use davinci_hwif::layout::{notify_offset, Bar2Layout, LIST_BUF, PAGE_SIZE};
 use davinci_hwif::{Revoke, MAX_REVOKES};
 use davinci_shm::OutOfBounds;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
@@ -387,8 +387,12 @@ impl Platform for Bar2Platform {
         self.kicked.store(true, Ordering::Release);
     }
 
-    fn notify_waiters(&self, _client: u32) {
-        // The guest's WAIT_EVENT sleepers and its streams' pollers learn of it from vector 1.
+    fn notify_waiters(&self, client: u32) {
+        // The client's notification word first (its sleepers in the guest wait for it to
+        // change), then vector 1, which wakes them to look (hwif::layout, layout 3).
+        if let Ok(w) = self.bar2.mapping().word(notify_offset(client)) {
+            w.fetch_add(1, Ordering::Release);
+        }
         self.irq.store(true, Ordering::Release);
         // A stream blocked on an event this reached may run again.
         self.kicked.store(true, Ordering::Release);

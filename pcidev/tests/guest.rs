@@ -22,30 +22,13 @@ const INVAL: u32 = Errno::EINVAL.code() as u32;
 fn a_guest_runs_tasks_through_the_admin_queue_and_the_stream_rings() {
     let dev = Running::start(1 << 20);
     let mut g = Guest::connect(&dev);
-    let client = g.open();
-
-    let mut ctx = CreateContextArgs::default();
-    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
-        .unwrap();
+    let (client, ctx) = g.client_with_context();
     let mut mem = AllocMemoryArgs {
         size: 8192,
         ..Default::default()
     };
     g.ioctl(client, DRIVER_CMD_ALLOC_MEMORY, &mut mem).unwrap();
-    let mut s = CreateStreamArgs {
-        ctx: ctx.handle,
-        cmd_entries: 64,
-        event_entries: 64,
-        ..Default::default()
-    };
-    g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
-
-    let cmd_at = g
-        .map(client, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
-        .unwrap();
-    let evt_at = g
-        .map(client, s.event_ring.mmap_offset, s.event_ring.mmap_size)
-        .unwrap();
+    let (s, cmd_at, evt_at) = g.stream(client, ctx, 64);
     let mem_at = g.map(client, mem.mmap_offset, mem.alloc_size).unwrap();
     assert_eq!(
         (cmd_at.kind, evt_at.kind, mem_at.kind),
@@ -74,13 +57,7 @@ fn a_guest_runs_tasks_through_the_admin_queue_and_the_stream_rings() {
     cmd.publish();
     g.ring_data();
 
-    let mut records = Vec::new();
-    while records.len() < 3 {
-        evt.consume(64, |r| records.push(r));
-        if records.len() < 3 {
-            g.peer.wait_interrupt(VECTOR_DATA, LIMIT).unwrap();
-        }
-    }
+    let records = g.records(&mut evt, 3);
     let done: Vec<(u64, i32)> = records.iter().map(|r| (r.user_data, r.status)).collect();
     assert_eq!(done, [(11, 0), (12, 0), (13, 0)]);
     // The FILL landed in BAR2 where MMAP_TARGET said the allocation lies, and only there.
@@ -253,26 +230,10 @@ fn a_guest_that_goes_leaves_a_fresh_device_for_the_next() {
 fn broken_ring_indices_stop_only_what_they_belong_to() {
     let dev = Running::start(1 << 20);
     let mut g = Guest::connect(&dev);
-    let client = g.open();
-    let mut ctx = CreateContextArgs::default();
-    g.ioctl(client, DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
-        .unwrap();
+    let (client, ctx) = g.client_with_context();
     let mut streams = Vec::new();
     for _ in 0..2 {
-        let mut s = CreateStreamArgs {
-            ctx: ctx.handle,
-            cmd_entries: 16,
-            event_entries: 16,
-            ..Default::default()
-        };
-        g.ioctl(client, DRIVER_CMD_CREATE_STREAM, &mut s).unwrap();
-        let c = g
-            .map(client, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
-            .unwrap();
-        let e = g
-            .map(client, s.event_ring.mmap_offset, s.event_ring.mmap_size)
-            .unwrap();
-        streams.push((s, c, e));
+        streams.push(g.stream(client, ctx, 16));
     }
     // Stream 0's tail far past its head: that stream fails (EPROTO), stream 1 runs on.
     let (s0, c0, _) = &streams[0];
@@ -523,4 +484,55 @@ fn completions_list_revocations_waits_are_asked_again_and_lists_use_the_list_are
         .ioctl(client, DRIVER_CMD_LIST_CLIENTS, &mut list)
         .unwrap_err();
     assert_eq!(e.0, Errno::EFAULT.code() as u32, "{}", e.1);
+}
+
+/// The host's fault injection reaches the PCI device through admin INJECT (the kernel
+/// module forwards its `inject` parameter): a rule arms the streams, `reset` stops them, a
+/// text that is no fault is refused with EINVAL and arms nothing.
+#[test]
+fn inject_arms_faults_resets_and_refuses_a_bad_text() {
+    let dev = Running::start(1 << 20);
+    let mut g = Guest::connect(&dev);
+    let (client, ctx) = g.client_with_context();
+
+    let bad = g.call(0, AdminOp::inject("explode-at=2").unwrap());
+    assert_eq!((bad.reply, bad.errno), (ReplyKind::Failed, INVAL));
+    assert!(bad.message().contains("error-at=N"), "{}", bad.message());
+
+    let ok = g.call(0, AdminOp::inject("error-at=2:EIO").unwrap());
+    assert_eq!(ok.reply, ReplyKind::Done);
+    let (s, cmd_at, evt_at) = g.stream(client, ctx, 64);
+    let mut cmd = producer::<TaskDesc>(&g.peer, &cmd_at, s.cmd_entries);
+    let mut evt = consumer::<EventRecord>(&g.peer, &evt_at, s.event_entries);
+    for i in 1..=3 {
+        cmd.push(&TaskDesc::nop(i)).unwrap();
+    }
+    cmd.publish();
+    g.ring_data();
+    let records = g.records(&mut evt, 2);
+    let got: Vec<(u64, i32)> = records.iter().map(|r| (r.user_data, r.status)).collect();
+    assert_eq!(
+        got,
+        [(1, 0), (2, -Errno::EIO.code())],
+        "the second task fails"
+    );
+
+    let none = g.call(0, AdminOp::inject("none").unwrap());
+    assert_eq!(none.reply, ReplyKind::Done);
+    let reset = g.call(0, AdminOp::inject("reset").unwrap());
+    assert_eq!(reset.reply, ReplyKind::Done);
+    // A client's INJECT is no INJECT: the client word must be 0.
+    let mut slot = [0u8; ADMIN_ENTRY_SIZE];
+    davinci_hwif::AdminRequest {
+        tag: 77,
+        client: 0,
+        op: AdminOp::inject("reset").unwrap(),
+    }
+    .encode(&mut slot);
+    slot[12] = 1;
+    g.post_raw(&slot);
+    let c = g.completion();
+    assert_eq!((c.tag, c.reply, c.errno), (77, ReplyKind::Failed, INVAL));
+    drop(g);
+    dev.stop();
 }

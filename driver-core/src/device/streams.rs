@@ -13,7 +13,7 @@ use super::clients::Holding;
 use super::entries::{poison_queued_records, StreamEngine, StreamEntry, StreamState};
 use super::DeviceCore;
 use crate::error::{ensure, fail, Error, Result};
-use crate::inject::{Inject, InjectRule};
+use crate::inject::{HostFault, Inject, InjectRule, InjectTarget};
 use crate::limits::{MAX_CMD_ENTRIES, MAX_EVENT_ENTRIES};
 use crate::platform::{locked, Lock, Platform, StreamRegions};
 
@@ -244,6 +244,24 @@ impl<P: Platform> DeviceCore<P> {
             }
         }
         Ok(())
+    }
+
+    /// Applies a host's test hook ([`HostFault`]): a rule with selectors arms the new streams
+    /// it selects; a rule without, or `none`, arms (disarms) every stream and every new one;
+    /// `reset` resets the device. Returns the streams a reset stopped (0 otherwise).
+    pub fn apply_host_fault(&mut self, fault: &HostFault) -> u32 {
+        match fault {
+            HostFault::Arm(Some(rule)) if rule.target != InjectTarget::default() => {
+                self.inject_rule(Some(*rule));
+                0
+            }
+            HostFault::Arm(f) => {
+                // `None` (every stream) cannot fail.
+                let _ = self.inject(None, f.map(|r| r.fault));
+                0
+            }
+            HostFault::Reset => self.reset(),
+        }
     }
 
     /// A device reset: every running stream stops in the error state with `ECANCELED`

@@ -65,6 +65,11 @@ fn requests() -> Vec<AdminRequest> {
                 arg: ArgBuf::from_slice(&[4; 24]).unwrap(),
             },
         },
+        AdminRequest {
+            tag: 7,
+            client: 0,
+            op: AdminOp::inject("error-at=3:EIO@pid=42").unwrap(),
+        },
     ])
 }
 
@@ -136,8 +141,8 @@ fn every_bad_request_field_is_named() {
     let mut s = encoded(&rs[1]);
     put(&mut s, 8, 0);
     assert_eq!(dec(&s), Err(DecodeError::Kind(0)));
-    put(&mut s, 8, 7);
-    assert_eq!(dec(&s), Err(DecodeError::Kind(7)));
+    put(&mut s, 8, 8);
+    assert_eq!(dec(&s), Err(DecodeError::Kind(8)));
     let mut s = encoded(&rs[1]);
     s[24] = 1;
     assert_eq!(dec(&s), Err(DecodeError::Reserved(24)));
@@ -366,4 +371,39 @@ proptest! {
             Err(e) => { let text = std::format!("{}", e); prop_assert!(!text.is_empty()); }
         }
     }
+}
+
+#[test]
+fn inject_carries_a_short_utf8_text_from_client_0() {
+    let r = AdminRequest {
+        tag: 3,
+        client: 0,
+        op: AdminOp::inject("reset").unwrap(),
+    };
+    let back = AdminRequest::decode(&encoded(&r)).unwrap();
+    assert_eq!(back.op.inject_text(), "reset");
+    assert_eq!(AdminOp::Close.inject_text(), "");
+    assert_eq!(
+        AdminOp::inject(&"x".repeat(INJECT_TEXT_MAX)).map(|o| o.inject_text().len()),
+        Some(INJECT_TEXT_MAX)
+    );
+    assert_eq!(AdminOp::inject(&"x".repeat(INJECT_TEXT_MAX + 1)), None);
+    let mut s = encoded(&r);
+    s[12] = 1;
+    assert_eq!(
+        AdminRequest::decode(&s),
+        Err(DecodeError::NotZero("client", 1))
+    );
+    let mut s = encoded(&r);
+    s[32] = 0xff;
+    assert_eq!(AdminRequest::decode(&s), Err(DecodeError::InjectUtf8));
+    let mut s = encoded(&r);
+    s[20..24].copy_from_slice(&64u32.to_le_bytes());
+    assert_eq!(AdminRequest::decode(&s), Err(DecodeError::ArgLen(64)));
+    let mut s = encoded(&r);
+    s[16] = 1;
+    assert_eq!(
+        AdminRequest::decode(&s),
+        Err(DecodeError::NotZero("request", 1))
+    );
 }

@@ -53,7 +53,7 @@ fn golden_header_bytes() {
     let mut page = vec![0xaau8; 4096];
     ready(1 << 20).encode(&mut page);
     assert_eq!(&page[0..8], b"DVCIBAR2");
-    assert_eq!(&page[8..12], &2u32.to_le_bytes());
+    assert_eq!(&page[8..12], &3u32.to_le_bytes());
     assert_eq!(&page[12..16], &1u32.to_le_bytes());
     assert_eq!(&page[16..20], &7u32.to_le_bytes());
     assert_eq!(&page[24..32], &(1u64 << 20).to_le_bytes());
@@ -64,7 +64,14 @@ fn golden_header_bytes() {
     assert_eq!(&page[80..88], &45056u64.to_le_bytes());
     assert_eq!(&page[88..96], &49152u64.to_le_bytes());
     assert!(page[76..80].iter().all(|&b| b == 0));
-    assert!(page[96..].iter().all(|&b| b == 0));
+    assert!(page[96..2048].iter().all(|&b| b == 0));
+    // The notification words are the device's counters, not the header's.
+    assert!(page[2048..].iter().all(|&b| b == 0xaa));
+    assert_eq!(
+        (notify_offset(0), notify_offset(1), notify_offset(512)),
+        (2048, 2052, 2048)
+    );
+    assert_eq!(notify_offset(u32::MAX), 2048 + 511 * 4);
 }
 
 #[test]
@@ -148,5 +155,8 @@ fn every_bad_header_field_is_named() {
     );
     assert_eq!(with(76, &[1]), Err(HeaderError::Reserved(76)));
     assert_eq!(with(96, &[1]), Err(HeaderError::Reserved(96)));
-    assert_eq!(with(4095, &[1]), Err(HeaderError::Reserved(4095)));
+    assert_eq!(with(2047, &[1]), Err(HeaderError::Reserved(2047)));
+    // The notification words count, whatever they hold.
+    assert!(with(2048, &[1]).is_ok());
+    assert!(with(4095, &[0xff]).is_ok());
 }

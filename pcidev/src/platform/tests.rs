@@ -121,3 +121,28 @@ fn streams_take_zeroed_page_runs_and_give_them_back() {
     assert!(p.take_irq() && !p.take_irq());
     assert!(p.take_kick() && !p.take_kick());
 }
+
+/// A client's waiters are notified through its own word of page 0 (and vector 1): another
+/// client's word does not move.
+#[test]
+fn notifying_a_client_bumps_its_word_alone_and_asks_for_vector_1() {
+    use davinci_hwif::layout::{notify_offset, NOTIFY_WORDS};
+    let (_d, _s, p) = platform(MIN_REGION);
+    let word = |c: u32| {
+        p.bar2
+            .mapping()
+            .word(notify_offset(c))
+            .unwrap()
+            .load(Ordering::Acquire)
+    };
+    assert!(!p.take_irq());
+    let (a, b) = (7u32, 8u32);
+    p.notify_waiters(a);
+    p.notify_waiters(a);
+    assert_eq!((word(a), word(b)), (2, 0));
+    assert!(p.take_irq(), "vector 1 is due");
+    assert!(!p.take_irq(), "once");
+    // Ids share a word modulo NOTIFY_WORDS (a spurious wake-up, nothing more).
+    p.notify_waiters(b + NOTIFY_WORDS);
+    assert_eq!((word(a), word(b)), (2, 1));
+}

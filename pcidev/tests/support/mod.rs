@@ -137,6 +137,54 @@ impl Guest {
         self.q.map(client, cookie, len).map_err(device_error)
     }
 
+    /// A new client and a context of it: `(client, context handle)`.
+    pub fn client_with_context(&mut self) -> (u32, u32) {
+        let client = self.open();
+        let mut ctx = davinci_uapi::CreateContextArgs::default();
+        self.ioctl(client, davinci_uapi::DRIVER_CMD_CREATE_CONTEXT, &mut ctx)
+            .unwrap();
+        (client, ctx.handle)
+    }
+
+    /// A stream of `entries` slots per ring in context `ctx`, and where MMAP_TARGET says its
+    /// command and event rings lie.
+    pub fn stream(
+        &mut self,
+        client: u32,
+        ctx: u32,
+        entries: u32,
+    ) -> (davinci_uapi::CreateStreamArgs, MmapReply, MmapReply) {
+        let mut s = davinci_uapi::CreateStreamArgs {
+            ctx,
+            cmd_entries: entries,
+            event_entries: entries,
+            ..Default::default()
+        };
+        self.ioctl(client, davinci_uapi::DRIVER_CMD_CREATE_STREAM, &mut s)
+            .unwrap();
+        let cmd = self
+            .map(client, s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size)
+            .unwrap();
+        let evt = self
+            .map(client, s.event_ring.mmap_offset, s.event_ring.mmap_size)
+            .unwrap();
+        (s, cmd, evt)
+    }
+
+    /// Takes records off `evt` until there are at least `n`, waiting for vector 1 between.
+    pub fn records<T: Slot>(&self, evt: &mut Held<Consumer<T>, PeerClient>, n: usize) -> Vec<T> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            evt.consume(64, |r| got.push(r));
+            if got.len() < n {
+                self.peer
+                    .wait_interrupt(davinci_hwif::VECTOR_DATA, LIMIT)
+                    .unwrap();
+            }
+        }
+        got
+    }
+
     /// Rings the device's data vector (a client's BAR0 doorbell write `0 << 16 | 1`).
     pub fn ring_data(&self) {
         Bus::ring(&*self.peer, davinci_hwif::VECTOR_DATA).unwrap();
