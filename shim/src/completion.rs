@@ -199,6 +199,12 @@ impl fmt::Display for StreamError {
                 "ECANCELED: the device was reset; nothing from command index {} on ran",
                 self.index
             ),
+            // docs/abi.md 5.6: a lost device (1.4) stops every mapped stream with ENODEV.
+            Some(Errno::ENODEV) => write!(
+                f,
+                "ENODEV: the device was lost; nothing from command index {} on ran",
+                self.index
+            ),
             Some(e) => write!(
                 f,
                 "{} ({}) at command index {}",

@@ -324,6 +324,19 @@ impl Stream {
     /// about it. `fallback` if the device left no reason.
     fn stopped(&self, op: &'static str, fallback: &str) -> Error {
         let state = self.error_state();
+        // docs/abi.md 5.6: a lost device stops every stream with ENODEV; that is no stream
+        // error a new stream recovers from.
+        if state.and_then(|st| st.errno()) == Some(Errno::ENODEV) {
+            return Error::new(
+                Errno::ENODEV,
+                op,
+                format!(
+                    "stream {:#x}: the device was lost; nothing more runs on this open: drop \
+                     the device and open it again once it is back",
+                    self.handle
+                ),
+            );
+        }
         let task = self
             .first_error
             .filter(|c| state.is_none_or(|st| st.errno() == c.errno()));

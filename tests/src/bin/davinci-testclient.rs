@@ -18,7 +18,9 @@
 //! (`--token HEX`: imports memory another process exported, reports the first word it
 //! reads, FILLs it with `--pattern N` on a stream of its own, reports
 //! `{"event":"done","ok":true,"read":W}`; with `--hold` it then keeps the import until stdin
-//! closes).
+//! closes), `watch` (set up like `hold`, report ready, then poll the stream's error state in
+//! its command ring, with no call to the device, until the device writes one: reports
+//! `{"event":"stream-error","errno":E}`; fails after 60 s).
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
@@ -48,7 +50,7 @@ fn parse() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     let mode = args
         .next()
-        .ok_or("usage: davinci-testclient hold|work|spin|park|import [options]")?;
+        .ok_or("usage: davinci-testclient hold|work|spin|park|import|watch [options]")?;
     let mut o = Opts {
         mode,
         device: None,
@@ -181,6 +183,25 @@ fn main() {
             wait_stdin_closed();
         }
         return;
+    }
+    if o.mode == "watch" {
+        let m = dev.alloc(4096).unwrap_or_else(|e| fail(e));
+        s.submit(&task::fill(&m, 7).unwrap_or_else(|e| fail(e)))
+            .unwrap_or_else(|e| fail(e));
+        s.synchronize(T).unwrap_or_else(|e| fail(e));
+        say(json!({"event": "ready", "pid": pid}));
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if let Some(e) = s.error_state() {
+                say(json!({"event": "stream-error", "pid": pid,
+                    "errno": e.errno().map(|x| x.name()), "message": e.to_string()}));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        say(json!({"event": "error", "pid": pid, "errno": null,
+            "message": "no error state in 60 s"}));
+        std::process::exit(1);
     }
     if o.mode == "hold" || o.mode == "park" {
         let m = dev.alloc(o.mem).unwrap_or_else(|e| fail(e));
