@@ -15,9 +15,10 @@
 //! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci_helpers.c`
 //!   does the PCI calls): registered beside the software devices, it binds nothing where no
 //!   such device exists; `pci_dev`: a bound device as the PCI transport sees it (its BARs,
-//!   its lock, its interrupts, its removal); `pci_admin`: the device locked (admin requests
-//!   to the device process, revocations, losing the device); `pci_fops`: the file operations
-//!   of its node, each call forwarded;
+//!   its lock, its removal); `pci_irq`: its interrupts, notification words and sleeps;
+//!   `pci_admin`: the device locked (admin requests to the device process, revocations, the
+//!   watchdog, losing the device); `pci_fops`: the file operations of its node, each call
+//!   forwarded;
 //! * `sys`: the C boundary (`helpers.c`): every kernel structure's fields, the const file
 //!   operations, the module parameters.
 
@@ -36,6 +37,7 @@ mod pci;
 mod pci_admin;
 mod pci_dev;
 mod pci_fops;
+mod pci_irq;
 mod platform;
 mod registration;
 mod sys;

@@ -20,19 +20,29 @@ use crate::davinci_driver_core::{container, MmapTarget, OpenParams, Role, CONTAI
 use crate::davinci_uapi::Errno;
 use crate::device::{errno, DevState, Locked, Open, READY};
 use crate::platform::VBuf;
-use crate::sys::{self, Faulting, File};
+use crate::sys::{self, Faulting, File, FileMapping};
 
-/// The opener's parameters: pid (in the initial pid namespace, as an operator on the host
-/// sees it), uid (of the credentials the file was opened with), admin, container, name.
-pub(crate) fn open_params(file: File, role: Role) -> OpenParams {
-    OpenParams {
+/// Who opens `file`, and where its mappings live, for either kind of node: a writable open is
+/// a client, a read-only one a control open; pid (in the initial pid namespace, as an
+/// operator on the host sees it), uid (of the credentials the file was opened with), admin,
+/// container, name. Sleeps (finding the container takes cgroup_mutex): call it before the
+/// device is touched. `ENODEV` if the file has no mapping.
+pub(crate) fn opener(file: File) -> Result<(OpenParams, FileMapping), Errno> {
+    let role = if file.writable() {
+        Role::Client
+    } else {
+        Role::Control
+    };
+    let params = OpenParams {
         role,
         pid: sys::current_tgid(),
         uid: file.uid(),
         admin: sys::opener_admin(),
         container: container_of_current(),
         comm: sys::current_comm(),
-    }
+    };
+    let mapping = file.mapping().ok_or(Errno::ENODEV)?;
+    Ok((params, mapping))
 }
 
 /// The opener's container id, from its cgroup path by driver-core's rule (the same the mock
@@ -67,15 +77,10 @@ unsafe extern "C" fn davinci_open(
     let Some(dev) = DevState::of_misc(file.private()) else {
         return errno(Errno::ENODEV);
     };
-    let role = if file.writable() {
-        Role::Client
-    } else {
-        Role::Control
-    };
     // The parameters first: finding the container sleeps on cgroup_mutex.
-    let params = open_params(file, role);
-    let Some(mapping) = file.mapping() else {
-        return errno(Errno::ENODEV);
+    let (params, mapping) = match opener(file) {
+        Ok(o) => o,
+        Err(e) => return errno(e),
     };
     // Allocated before the device is touched, so nothing needs undoing if it fails.
     let Ok(slot) = KBox::new(Open { dev, client: 0 }, GFP_KERNEL) else {

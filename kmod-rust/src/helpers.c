@@ -27,6 +27,7 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/vmalloc.h>
+#include "mmap_common.h"
 
 /* ---- the module's parameters ------------------------------------------------------------ */
 
@@ -211,20 +212,7 @@ int davinci_fault(void *open, u64 cookie, u64 page, struct vm_area_struct *vma,
 
 static vm_fault_t davinci_vm_fault(struct vm_fault *vmf)
 {
-	struct vm_area_struct *vma = vmf->vma;
-	/* The cookie's first page, kept at mmap: vm_pgoff moves when the vma is split. */
-	pgoff_t first = (pgoff_t)(uintptr_t)vma->vm_private_data;
-	int ret;
-
-	if (vmf->pgoff < first)
-		return VM_FAULT_SIGBUS;
-	ret = davinci_fault(vma->vm_file->private_data, (u64)first << PAGE_SHIFT,
-			    vmf->pgoff - first, vma, vmf->address & PAGE_MASK);
-	if (ret == 0)
-		return VM_FAULT_NOPAGE;
-	if (ret == -ENOMEM)
-		return VM_FAULT_OOM;
-	return VM_FAULT_SIGBUS;
+	return davinci_fault_common(vmf, davinci_fault);
 }
 
 static const struct vm_operations_struct davinci_vm_ops = {
@@ -241,22 +229,9 @@ static const struct vm_operations_struct davinci_vm_ops = {
  */
 static int davinci_mmap(struct file *file, struct vm_area_struct *vma)
 {
-	u64 len = vma->vm_end - vma->vm_start;
-	int ret;
-
-	/* A private mapping would copy on write: the device would never see the copy. */
-	if (!(vma->vm_flags & VM_SHARED))
-		return -EINVAL;
-	/* A cookie is below 2^51; a larger page offset would lose its high bits when shifted. */
-	if (vma->vm_pgoff > (U64_MAX >> PAGE_SHIFT))
-		return -EINVAL;
-	ret = davinci_mmap_check(file->private_data, (u64)vma->vm_pgoff << PAGE_SHIFT, len);
-	if (ret)
-		return ret;
-	vm_flags_set(vma, VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP | VM_MIXEDMAP);
-	vma->vm_ops = &davinci_vm_ops;
-	vma->vm_private_data = (void *)(uintptr_t)vma->vm_pgoff;
-	return 0;
+	return davinci_mmap_common(file, vma, davinci_mmap_check,
+				   VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP | VM_MIXEDMAP,
+				   &davinci_vm_ops);
 }
 
 /*

@@ -10,40 +10,27 @@ use kernel::ffi::c_int;
 
 use kernel::prelude::*;
 
-use crate::davinci_driver_core::{InjectRule, InjectTarget};
+use crate::davinci_driver_core::HostFault;
 use crate::davinci_uapi::Errno;
 use crate::device::{errno, READY, STATES};
 
-/// What the parameter's text asks for.
-enum Fault {
-    /// Arm (or, `None`, disarm) every stream of every device, and every new one; a rule with
-    /// selectors arms only the new streams it selects.
-    Arm(Option<InjectRule>),
-    /// Reset every device.
-    Reset,
+fn parse(text: &str) -> Option<HostFault> {
+    HostFault::parse(text)
+        .inspect_err(|why| {
+            pr_err!(
+                "inject '{}': {}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
+                 (then optionally @pid=N,uid=N,comm=NAME,streams=N), none or reset\n",
+                text.trim(),
+                why
+            )
+        })
+        .ok()
 }
 
-fn parse(text: &str) -> Option<Fault> {
-    match text.trim() {
-        "" | "none" => Some(Fault::Arm(None)),
-        "reset" => Some(Fault::Reset),
-        t => match InjectRule::parse(t) {
-            Ok(f) => Some(Fault::Arm(Some(f))),
-            Err(why) => {
-                pr_err!(
-                    "inject '{}': {}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
-                     (then optionally @pid=N,uid=N,comm=NAME,streams=N), none or reset\n",
-                    t,
-                    why
-                );
-                None
-            }
-        },
-    }
-}
-
-/// Applies `fault` to every registered device.
-fn apply(fault: &Fault) {
+/// Applies `fault` to every software device (driver-core's
+/// [`DeviceCore::apply_host_fault`](crate::davinci_driver_core::DeviceCore::apply_host_fault))
+/// and forwards its `text` to every PCI device (admin INJECT: the device applies the same).
+fn apply(text: &str, fault: &HostFault) -> Result {
     for s in STATES.iter() {
         let p = s.load(Ordering::Acquire);
         // SAFETY: a non-null entry points at a pinned state that lives until module unload,
@@ -53,28 +40,30 @@ fn apply(fault: &Fault) {
             continue;
         };
         let mut dev = st.lock();
-        match fault {
-            Fault::Arm(Some(rule)) if rule.target != InjectTarget::default() => {
-                dev.inject_rule(Some(*rule));
-            }
-            Fault::Arm(f) => {
-                let _ = dev.inject(None, f.map(|r| r.fault));
-            }
-            Fault::Reset => {
-                let stopped = dev.reset();
-                pr_info!("davinci{}: reset ({} streams stopped)\n", st.index, stopped);
-            }
+        let stopped = dev.apply_host_fault(fault);
+        if matches!(fault, HostFault::Reset) {
+            pr_info!("davinci{}: reset ({} streams stopped)\n", st.index, stopped);
         }
         st.wake.kick();
     }
+    crate::pci::inject_all(text)
 }
 
-/// Module init: arms the fault given at load, if any.
+/// Module init: arms the fault given at load, if any, on the software devices (a PCI
+/// device gets it when it is bound: `PciShared::ready`).
 pub(crate) fn arm_from_load() {
     let t = crate::sys::inject_text();
     let n = t.iter().position(|&b| b == 0).unwrap_or(t.len());
-    if let Some(fault @ Fault::Arm(Some(_))) = core::str::from_utf8(&t[..n]).ok().and_then(parse) {
-        apply(&fault);
+    if let Ok(text) = core::str::from_utf8(&t[..n]) {
+        if let Some(fault @ HostFault::Arm(Some(_))) = parse(text) {
+            for s in STATES.iter() {
+                let p = s.load(Ordering::Acquire);
+                // SAFETY: as in `apply` (init registers the states before this).
+                if let Some(st) = unsafe { p.as_ref() } {
+                    st.lock().apply_host_fault(&fault);
+                }
+            }
+        }
     }
 }
 
@@ -84,12 +73,17 @@ unsafe extern "C" fn davinci_inject(text: *const u8, len: usize) -> c_int {
     // SAFETY: `text` points at `len` readable bytes (the parameter's value, valid for the
     // call).
     let bytes = unsafe { core::slice::from_raw_parts(text, len) };
-    let Some(fault) = core::str::from_utf8(bytes).ok().and_then(parse) else {
+    let Ok(text) = core::str::from_utf8(bytes) else {
+        return errno(Errno::EINVAL);
+    };
+    let Some(fault) = parse(text) else {
         return errno(Errno::EINVAL);
     };
     // At load the devices do not exist yet: init arms what was given (`arm_from_load`).
     if READY.load(Ordering::Acquire) {
-        apply(&fault);
+        if let Err(e) = apply(text, &fault) {
+            return e.to_errno();
+        }
     }
     0
 }

@@ -182,34 +182,48 @@ unsafe extern "C" fn davinci_ioctl(file: *mut bindings::file, cmd: c_uint, arg: 
     ioctl(file, o, cmd, arg)
 }
 
-fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
-    let fail = |e: Errno| errno(e) as c_long;
-    // An unknown command is ENOTTY before its argument is touched (driver-core checks it
-    // again, with the size, and says why).
+/// What every ioctl goes through before a device sees it, on either kind of node: an unknown
+/// command is `ENOTTY` before its argument is touched (the device checks it again, with the
+/// size, and says why); SET_DEVICE_SHARE is an admin action, checked (and audited) against
+/// the opener's credentials here (`EPERM`), besides the device's check of what open found;
+/// the argument is copied in (`EFAULT`) for a command that writes one. Returns its size.
+pub(crate) fn read_arg(
+    file: &File,
+    cmd: u32,
+    arg: c_ulong,
+    buf: &mut [u8; MAX_ARG],
+) -> Result<usize, Errno> {
     if command_by_request(cmd).is_none() {
-        return fail(Errno::ENOTTY);
+        return Err(Errno::ENOTTY);
     }
     let size = ioc_size(cmd);
     if size > MAX_ARG {
-        return fail(Errno::ENOTTY);
+        return Err(Errno::ENOTTY);
     }
-    // Changing the sharing is an admin action: checked (and audited) against the opener's
-    // credentials here, besides driver-core's check of what open found.
     if cmd == DRIVER_CMD_SET_DEVICE_SHARE && !file.admin() {
-        return fail(Errno::EPERM);
+        return Err(Errno::EPERM);
     }
-    let mut buf = [0u8; MAX_ARG];
-    let a = &mut buf[..size];
-    let dir = ioc_dir(cmd);
-    if dir & IOC_WRITE != 0
+    if ioc_dir(cmd) & IOC_WRITE != 0
         && size > 0
         && UserSlice::new(arg as usize, size)
             .reader()
-            .read_slice(a)
+            .read_slice(&mut buf[..size])
             .is_err()
     {
-        return fail(Errno::EFAULT);
+        return Err(Errno::EFAULT);
     }
+    Ok(size)
+}
+
+fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
+    let fail = |e: Errno| errno(e) as c_long;
+    let mut buf = [0u8; MAX_ARG];
+    let size = match read_arg(&file, cmd, arg, &mut buf) {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let a = &mut buf[..size];
+    let dir = ioc_dir(cmd);
     let copy_back = |a: &[u8]| {
         if dir & IOC_READ != 0 {
             copy_out(arg, a)

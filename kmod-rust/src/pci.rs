@@ -69,6 +69,7 @@ pub(crate) struct PciInfo {
 extern "C" {
     fn davinci_pci_register(mode: c_uint) -> c_int;
     fn davinci_pci_unregister();
+    fn davinci_pci_node_state(slot: c_uint) -> *mut c_void;
 }
 
 /// The driver's registration: while it lives, every ivshmem device present (and any that
@@ -278,6 +279,17 @@ unsafe extern "C" fn davinci_pci_count(state: *mut c_void, vector: u32) -> u64 {
     pci_dev::from_raw(state).count(vector)
 }
 
+/// The watchdog's tick (`pci_helpers.c`): whether to tick again.
+///
+/// # Safety
+///
+/// As for [`davinci_pci_interrupt`] (remove cancels the watchdog, waiting for a running
+/// tick, before it stops and detaches the state).
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_watch(state: *mut c_void) -> c_int {
+    c_int::from(pci_dev::from_raw(state).watch())
+}
+
 /// Test hook (debugfs `ring`): rings the host's doorbell `vector`; 0 or a negative errno.
 ///
 /// # Safety
@@ -319,4 +331,32 @@ unsafe extern "C" fn davinci_pci_detach(state: *mut c_void) {
         st.peer,
         counts.get(..st.vectors as usize).unwrap_or(&counts)
     );
+}
+
+/// Forwards the `inject` parameter's text to every PCI device with a node (a lost one is
+/// logged and skipped: it runs nothing to arm). `EINVAL` if a device refused it.
+pub(crate) fn inject_all(text: &str) -> Result {
+    let mut result = Ok(());
+    for slot in 0..MAX_PCI {
+        // SAFETY: a slot index; C returns a new reference on the slot's registered state
+        // (taken under its node table's lock, as an open does) or null.
+        let p = unsafe { davinci_pci_node_state(slot as c_uint) };
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: the reference `davinci_pci_node_state` took (one `Arc` count), owned here
+        // and dropped at the end of this iteration.
+        let st = unsafe { Arc::<PciShared>::from_raw(p.cast::<PciShared>()) };
+        match st.inject(text) {
+            Ok(()) => {}
+            Err(e) if e == EINVAL => result = Err(EINVAL),
+            Err(e) => pr_warn!(
+                "davinci{}: inject '{}' not forwarded to the PCI device ({:?})\n",
+                st.index,
+                text.trim(),
+                e
+            ),
+        }
+    }
+    result
 }

@@ -14,7 +14,7 @@ use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use crate::davinci_hwif::layout::HEARTBEAT_OFFSET;
 use crate::davinci_hwif::{AdminOp, AdminRequest, Completion, ADMIN_ENTRY_SIZE, VECTOR_ADMIN};
 use crate::davinci_uapi::Errno;
-use crate::pci_dev::{read_shm, Inner, PciShared};
+use crate::pci_dev::{fail_ring, read_shm, Inner, PciShared, RingNote};
 use crate::sys::{self, FileMapping};
 
 extern "C" {
@@ -83,6 +83,55 @@ const HEARTBEAT_STALL_NS: u64 = 3_000_000_000;
 const ADMIN_POLL_MS: u32 = 10;
 /// Most opens a PCI device tracks (its client table is driver-core's, 320).
 const MAX_OPENS: usize = 320;
+/// Most command rings it notes for a loss (driver-core's stream table holds 256; a ring not
+/// noted is only not marked: its client learns of the loss at its next call).
+const MAX_RINGS: usize = 256;
+
+/// Removes every element of `v` that `gone` picks (the order is not kept).
+fn remove_where<T: Copy>(v: &mut KVec<T>, mut gone: impl FnMut(&T) -> bool) {
+    let mut i = 0;
+    while i < v.len() {
+        if gone(&v[i]) {
+            let last = v.len() - 1;
+            v.as_mut_slice().swap(i, last);
+            // SAFETY: `last < len`; the element past the new length is plain data (`Copy`,
+            // no drop), now unreachable.
+            unsafe { v.set_len(last) };
+        } else {
+            i += 1;
+        }
+    }
+}
+
+impl PciShared {
+    /// The watchdog's tick (`pci_helpers.c`, once a second): a heartbeat that stood still for
+    /// [`HEARTBEAT_STALL_NS`] loses the device. `false` once it is lost or stopped (no more
+    /// ticks). A call in progress holds the lock and watches the heartbeat itself.
+    pub(crate) fn watch(&self) -> bool {
+        if self.dead.load(Ordering::Acquire) {
+            return false;
+        }
+        if self
+            .locked
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return true;
+        }
+        let mut l = Locked::new(self);
+        if l.dead() {
+            return false;
+        }
+        let (hb, now) = (l.heartbeat(), sys::now_ns());
+        if l.beat.1 == 0 || hb != l.beat.0 {
+            l.beat = (hb, now);
+        } else if now.wrapping_sub(l.beat.1) > HEARTBEAT_STALL_NS {
+            l.lose("its heartbeat stopped (watchdog)");
+            return false;
+        }
+        true
+    }
+}
 
 /// The locked device: admin calls and the opens table. Releases the lock on drop.
 pub(crate) struct Locked<'a> {
@@ -140,9 +189,47 @@ impl Locked<'_> {
             self.dev.bus_text(),
             why
         );
+        // Every stream a client maps stops in the error state, so that one polling its rings
+        // without a system call sees the loss too.
+        let mut marked = 0;
+        for r in self.rings.iter() {
+            // SAFETY: `admin` is still present (the mapping is live) and the device is lost.
+            if unsafe { fail_ring(&self.dev.shm, r.offset, r.len, Errno::ENODEV.code() as u32) } {
+                marked += 1;
+            }
+        }
+        if marked > 0 {
+            pr_err!(
+                "davinci{}: {} streams put in the error state (ENODEV)\n",
+                self.dev.index,
+                marked
+            );
+        }
         self.dev.dead.store(true, Ordering::Release);
         self.admin = None;
         self.dev.wake_all();
+    }
+
+    /// Notes a command ring `client` maps at `cookie` (MMAP_TARGET's reply): marked if the
+    /// device is lost.
+    pub(crate) fn note_ring(&mut self, client: u32, cookie: u64, offset: u64, len: u64) {
+        let rings = &mut self.rings;
+        if rings.len() >= MAX_RINGS
+            || rings
+                .iter()
+                .any(|r| r.client == client && r.cookie == cookie)
+        {
+            return;
+        }
+        let _ = rings.push(
+            RingNote {
+                client,
+                cookie,
+                offset,
+                len,
+            },
+            GFP_KERNEL,
+        );
     }
 
     /// Adds an open's file mapping (after its OPEN succeeded).
@@ -156,14 +243,8 @@ impl Locked<'_> {
 
     /// Forgets an open (at its release).
     pub(crate) fn remove_open(&mut self, client: u32) {
-        let opens = &mut self.opens;
-        if let Some(i) = opens.iter().position(|(c, _)| *c == client) {
-            let last = opens.len() - 1;
-            opens.as_mut_slice().swap(i, last);
-            // SAFETY: `last < len`; the element past the new length is plain data (`Copy`,
-            // no drop), now unreachable.
-            unsafe { opens.set_len(last) };
-        }
+        remove_where(&mut self.opens, |(c, _)| *c == client);
+        remove_where(&mut self.rings, |r| r.client == client);
     }
 
     /// Rings the device's `vector` (test hook).
@@ -290,7 +371,16 @@ impl Locked<'_> {
 
     /// Unmaps what `c` says the device freed, before another request can hand those pages to
     /// someone else.
-    fn revoke(&self, c: &Completion) {
+    fn revoke(&mut self, c: &Completion) {
+        if c.revokes_overflowed() {
+            remove_where(&mut self.rings, |_| true);
+        }
+        for r in c.revokes() {
+            let end = r.cookie.saturating_add(r.len);
+            remove_where(&mut self.rings, |n| {
+                n.client == r.client && n.cookie >= r.cookie && n.cookie < end
+            });
+        }
         let opens = &self.opens;
         if c.revokes_overflowed() {
             for (_, m) in opens.iter() {

@@ -21,34 +21,31 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use kernel::ffi::{c_int, c_long, c_uint};
+use kernel::ffi::{c_int, c_uint};
 
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::Opaque;
 
-use crate::davinci_hwif::layout::{Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, PAGE_SIZE};
-use crate::davinci_hwif::{AdminSlot, ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
-use crate::davinci_ring::{Consumer, Producer, RingRegion};
+use crate::davinci_driver_core::HostFault;
+use crate::davinci_hwif::layout::{
+    Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, NOTIFY_WORDS, PAGE_SIZE,
+};
+use crate::davinci_hwif::{AdminOp, AdminSlot, ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
+use crate::davinci_ring::{Consumer, DeviceConsumer, Producer, RingRegion};
 use crate::davinci_shm_copy::copy_from_shared;
+use crate::davinci_uapi::rings::RING_MIN_ENTRIES;
+use crate::davinci_uapi::task::TASK_DESC_SIZE;
+use crate::davinci_uapi::TaskDesc;
 
 use crate::sys::FileMapping;
 
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
-    fn davinci_wq_wake(wq: *mut bindings::wait_queue_head);
     fn davinci_pci_doorbell(dp: *mut c_void, peer: u32, vector: u32);
     fn davinci_pci_node_add(state: *mut c_void, slot: c_uint, index: c_uint) -> c_int;
     fn davinci_pci_node_del(slot: c_uint);
-    fn davinci_wq_wait(
-        wq: *mut bindings::wait_queue_head,
-        counter: *const u64,
-        before: u64,
-        dead: *const u8,
-        timeout_ms: c_uint,
-        interruptible: c_int,
-    ) -> c_long;
 }
 
 /// Most MSI-X vectors a device gets (probe asks for 1 to this many).
@@ -105,9 +102,23 @@ pub(crate) struct Inner {
     pub(crate) tag: u64,
     /// Every open file: its client and its mapping (to revoke what a request freed).
     pub(crate) opens: KVec<(u32, FileMapping)>,
+    /// The command rings clients map (MMAP_TARGET's replies), put in the error state with
+    /// `ENODEV` if the device is lost; forgotten when revoked or at the client's release.
+    pub(crate) rings: KVec<RingNote>,
+    /// The heartbeat as the watchdog last saw it move: its value and when.
+    pub(crate) beat: (u32, u64),
     /// The request being encoded (kept here, off the kernel stack).
     pub(crate) slot: [u8; ADMIN_ENTRY_SIZE],
     pub(crate) words: AdminSlot,
+}
+
+/// A command ring a client maps: where it lies in BAR2.
+#[derive(Clone, Copy)]
+pub(crate) struct RingNote {
+    pub(crate) client: u32,
+    pub(crate) cookie: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
 }
 
 // SAFETY: the ring ends point into BAR2's kernel mapping, which lives while the device is
@@ -119,8 +130,8 @@ unsafe impl Send for Inner {}
 /// Where BAR2 is for this side.
 pub(crate) struct Shm {
     /// The kernel's write-back mapping (valid while the device is bound and not stopped).
-    ptr: NonNull<u8>,
-    len: u64,
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) len: u64,
 }
 
 // SAFETY: a plain pointer into a mapping that outlives every use (reads happen under the
@@ -142,6 +153,11 @@ pub(crate) struct PciShared {
     pub(crate) vectors: u32,
     /// Interrupts counted per vector (hard-irq context).
     pub(crate) irqs: [AtomicU64; VECTORS],
+    /// The device's notification words (BAR2 page 0, hwif layout 3) as vector 1's handler
+    /// last copied them: a WAIT_EVENT sleeper waits for its client's to change, so another
+    /// tenant's completions do not send it to the device. A copy in kernel memory, since a
+    /// sleeper may still look after the BARs are unmapped.
+    pub(crate) notified: [AtomicU64; NOTIFY_WORDS as usize],
     /// Set once the device is stopped or lost.
     pub(crate) dead: AtomicBool,
     /// BAR0's bus address (a client's doorbell page) and whether it may be mapped (page
@@ -158,7 +174,7 @@ pub(crate) struct PciShared {
     pub(crate) pci_ids: (u16, u16),
     /// Sleepers: admin requests awaiting vector 0, WAIT_EVENT awaiting vector 1.
     #[pin]
-    wq: Opaque<bindings::wait_queue_head>,
+    pub(crate) wq: Opaque<bindings::wait_queue_head>,
     /// The device's lock (`lock`, `lock_idle`): 1 while held; its waiters sleep on `lock_wq`
     /// killably (a call) or as idle tasks (release, remove), never in the plain
     /// uninterruptible state a hung-task report would name while a queue of tenants waits
@@ -203,6 +219,43 @@ pub(crate) unsafe fn read_shm(shm: &Shm, off: u64, out: &mut [u8]) -> bool {
     // SAFETY: `[off, end)` lies in the live mapping (the caller's contract and the check
     // above); the device writes it concurrently, which the atomic copy allows.
     unsafe { copy_from_shared(shm.ptr.as_ptr().add(off as usize), out) };
+    true
+}
+
+/// Puts the command ring at `[off, off + len)` of BAR2 in the error state with `errno`, at
+/// its head (the lost device's streams: a client polling its stream sees the error without
+/// a system call). `false` if the range cannot be a ring.
+///
+/// # Safety
+///
+/// `shm` is live (the device is not stopped) and the device is lost: nothing consumes the
+/// ring any more (its client may still write its tail, which the header's atomics allow).
+pub(crate) unsafe fn fail_ring(shm: &Shm, off: u64, len: u64, errno: u32) -> bool {
+    let Some(end) = off.checked_add(len) else {
+        return false;
+    };
+    let Ok(n) = usize::try_from(len) else {
+        return false;
+    };
+    if end > shm.len {
+        return false;
+    }
+    // Only the header is touched: a view of the ring's first slots is enough.
+    // SAFETY: `[off, end)` lies in the live mapping (checked above, the caller's contract);
+    // `RingRegion::new` checks alignment and that `n` holds the header and those slots; this
+    // is the ring's only consumer end now (the device is lost).
+    let region = unsafe {
+        RingRegion::new(
+            shm.ptr.as_ptr().add(off as usize),
+            n,
+            RING_MIN_ENTRIES,
+            TASK_DESC_SIZE,
+        )
+    };
+    let Ok(Ok(c)) = region.map(DeviceConsumer::<TaskDesc>::try_new) else {
+        return false;
+    };
+    c.set_error(errno, c.head());
     true
 }
 
@@ -296,6 +349,8 @@ impl PciShared {
             pci: Some(dev),
             tag: 0,
             opens: KVec::new(),
+            rings: KVec::new(),
+            beat: (0, 0),
             slot: [0; ADMIN_ENTRY_SIZE],
             words: [0; ADMIN_ENTRY_SIZE / 8],
         };
@@ -306,6 +361,7 @@ impl PciShared {
                 peer: b.peer,
                 vectors: b.vectors,
                 irqs: [const { AtomicU64::new(0) }; VECTORS],
+                notified: [const { AtomicU64::new(0) }; NOTIFY_WORDS as usize],
                 dead: AtomicBool::new(!serving),
                 regs_phys: b.regs_phys,
                 regs_alone: b.regs_alone,
@@ -338,6 +394,16 @@ impl PciShared {
             // Not a davinci device (or not ready): no node.
             return Ok(());
         }
+        // A fault armed at load (the `inject` parameter) reaches the device before any client.
+        let text = crate::sys::inject_text();
+        let n = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+        match core::str::from_utf8(&text[..n]).map(HostFault::parse) {
+            Ok(Ok(HostFault::Arm(Some(_)))) => {
+                let t = core::str::from_utf8(&text[..n]).unwrap_or("");
+                this.inject(t)?;
+            }
+            _ => {}
+        }
         let raw: *const PciShared = &**this;
         // SAFETY: `raw` stays valid while the node is registered: `stop` deregisters it
         // before detach drops C's reference, and an open takes its own reference under the
@@ -349,60 +415,6 @@ impl PciShared {
         }
         this.node.store(true, Ordering::Release);
         Ok(())
-    }
-
-    /// An interrupt on `vector` (hard-irq context): counts it and wakes the sleepers.
-    pub(crate) fn interrupt(&self, vector: u32) {
-        if let Some(c) = self.irqs.get(vector as usize) {
-            c.fetch_add(1, Ordering::Release);
-        }
-        // SAFETY: the wait queue was initialised in `new` and lives as long as `self`;
-        // wake_up_all may be called from any context.
-        unsafe { davinci_wq_wake(self.wq.get()) };
-    }
-
-    /// Interrupts counted on `vector`.
-    pub(crate) fn count(&self, vector: u32) -> u64 {
-        self.irqs
-            .get(vector as usize)
-            .map_or(0, |c| c.load(Ordering::Acquire))
-    }
-
-    /// Sleeps until `vector`'s count differs from `before` (or the device is gone), at most
-    /// `ms`. `Err(ERESTARTSYS)` on a signal when `interruptible`.
-    pub(crate) fn wait_irq(
-        &self,
-        vector: u32,
-        before: u64,
-        ms: u32,
-        interruptible: bool,
-    ) -> Result {
-        let Some(c) = self.irqs.get(vector as usize) else {
-            return Err(EINVAL);
-        };
-        // SAFETY: the wait queue lives as long as `self`; `c` and `dead` are live atomics
-        // (a u64, a bool's byte), which the helper only reads (READ_ONCE) while it sleeps.
-        let r = unsafe {
-            davinci_wq_wait(
-                self.wq.get(),
-                c.as_ptr().cast_const(),
-                before,
-                self.dead.as_ptr().cast_const().cast::<u8>(),
-                ms,
-                c_int::from(interruptible),
-            )
-        };
-        if r < 0 {
-            Err(ERESTARTSYS)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Wakes every sleeper (the device went: `dead` is set, which their wait checks).
-    pub(crate) fn wake_all(&self) {
-        // SAFETY: as in `interrupt`.
-        unsafe { davinci_wq_wake(self.wq.get()) };
     }
 
     /// Deregisters the node, if registered: no open finds the device from now on.
@@ -454,6 +466,26 @@ unsafe extern "C" fn davinci_pci_get(state: *mut c_void) -> *mut c_void {
     // SAFETY: the caller's contract: C's reference (attach's leaked `Arc`) is alive.
     let st: Arc<PciShared> = unsafe { ArcBorrow::<PciShared>::from_raw(state.cast()) }.into();
     Arc::into_raw(st).cast_mut().cast()
+}
+
+impl PciShared {
+    /// The host's fault injection (the `inject` parameter's text, checked by the caller):
+    /// one admin INJECT. `ENODEV` if the device is gone, `EINVAL` if it refused the text
+    /// (logged with its reason).
+    pub(crate) fn inject(&self, text: &str) -> Result {
+        let op = AdminOp::inject(text.trim()).ok_or(EINVAL)?;
+        let c = self.lock()?.call(0, op).map_err(|_| ENODEV)?;
+        if c.errno != 0 {
+            pr_err!(
+                "davinci{}: the PCI device refused inject '{}': {}\n",
+                self.index,
+                text.trim(),
+                c.message()
+            );
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
 }
 
 /// `davinci_pci_count`'s and the debugfs files' view: nothing else reaches a state by

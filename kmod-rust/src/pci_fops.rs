@@ -24,15 +24,14 @@ use kernel::uaccess::UserSlice;
 use crate::davinci_driver_core::Role;
 use crate::davinci_hwif::layout::{LIST_BUF, LIST_ENTRIES, LIST_ENTRY_SIZE};
 use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, MmapReply, OpenArgs, ReplyKind};
-use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
+use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
 use crate::davinci_uapi::{
-    command_by_request, DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire,
-    DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE,
-    DRIVER_CMD_WAIT_EVENT,
+    DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_GET_IDENTITY,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
-use crate::fops::open_params;
-use crate::ioctl::{copy_out, creates, MAX_ARG};
+use crate::fops::opener;
+use crate::ioctl::{copy_out, creates, read_arg, MAX_ARG};
 use crate::pci_dev::PciShared;
 use crate::sys::File;
 
@@ -80,14 +79,9 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
     if !READY.load(Ordering::Acquire) {
         return errno(Errno::ENODEV);
     }
-    let role = if file.writable() {
-        Role::Client
-    } else {
-        Role::Control
-    };
-    let p = open_params(file, role);
-    let Some(mapping) = file.mapping() else {
-        return errno(Errno::ENODEV);
+    let (p, mapping) = match opener(file) {
+        Ok(o) => o,
+        Err(e) => return errno(e),
     };
     let Ok(slot) = KBox::new(
         PciOpen {
@@ -106,7 +100,7 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
         let c = match d.call(
             0,
             AdminOp::Open(OpenArgs {
-                control: role == Role::Control,
+                control: p.role == Role::Control,
                 pid: p.pid,
                 uid: p.uid,
                 admin: p.admin,
@@ -174,29 +168,15 @@ unsafe extern "C" fn davinci_pci_ioctl(
 
 fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
     let fail = |e: Errno| errno(e) as c_long;
-    if command_by_request(cmd).is_none() {
-        return fail(Errno::ENOTTY);
-    }
-    let size = ioc_size(cmd);
-    if size > MAX_ARG {
-        return fail(Errno::ENOTTY);
-    }
-    if cmd == DRIVER_CMD_SET_DEVICE_SHARE && !file.admin() {
-        return fail(Errno::EPERM);
-    }
-    let dir = ioc_dir(cmd);
-    let Some(mut a) = ArgBuf::zeroed(size) else {
+    let mut buf = [0u8; MAX_ARG];
+    let size = match read_arg(&file, cmd, arg, &mut buf) {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let Some(a) = ArgBuf::from_slice(&buf[..size]) else {
         return fail(Errno::ENOTTY);
     };
-    if dir & IOC_WRITE != 0
-        && size > 0
-        && UserSlice::new(arg as usize, size)
-            .reader()
-            .read_slice(a.as_mut_slice())
-            .is_err()
-    {
-        return fail(Errno::EFAULT);
-    }
+    let dir = ioc_dir(cmd);
     let copy_back = |a: &ArgBuf| {
         if dir & IOC_READ != 0 {
             copy_out(arg, a.as_slice())
@@ -250,9 +230,9 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
 fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
     let timeout_ns = WaitEventArgs::decode(a.as_slice()).timeout_ns;
     let dev = &o.dev;
-    let data = u32::from(crate::davinci_hwif::VECTOR_DATA);
     let deadline = crate::sys::now_ns().saturating_add(timeout_ns);
-    let mut before = dev.count(data);
+    // This client's notification word, before the device looks: a change after this wakes.
+    let mut before = dev.notified(o.client);
     let mut c = match call(
         o,
         AdminOp::Ioctl {
@@ -281,11 +261,11 @@ fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> 
         let now = crate::sys::now_ns();
         if !signalled && now < deadline {
             let left_ms = (deadline - now).div_ceil(1_000_000).clamp(1, WAIT_SLICE_MS) as u32;
-            let _ = dev.wait_irq(data, before, left_ms, true);
+            let _ = dev.wait_notified(o.client, before, left_ms);
         }
         // SAFETY: as above.
         let signalled = signalled || unsafe { davinci_signal_pending() } != 0;
-        before = dev.count(data);
+        before = dev.notified(o.client);
         let timed_out = crate::sys::now_ns() >= deadline;
         c = match call(
             o,
@@ -426,6 +406,9 @@ fn target(
     let end = m.offset.checked_add(m.len).ok_or(Errno::EIO)?;
     if m.kind != MapKind::Doorbell && (m.offset < l.heap_offset || end > l.region_size) {
         return Err(Errno::EIO);
+    }
+    if m.kind == MapKind::CmdRing {
+        d.note_ring(o.client, cookie, m.offset, m.len);
     }
     Ok(m)
 }

@@ -50,6 +50,8 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
+#include "mmap_common.h"
 
 /* ivshmem's BAR0 registers (QEMU docs/specs/ivshmem-spec.rst). */
 #define IVSHMEM_REG_INTR_MASK 0
@@ -84,6 +86,8 @@ struct davinci_pci {
 	/* Test hook: the ring file's writer sleeps here until its interrupt came. */
 	wait_queue_head_t irq_wait;
 	struct dentry *dbg;
+	/* The watchdog: once a second, a device whose heartbeat stood still is lost (Rust). */
+	struct delayed_work watchdog;
 };
 
 /* What probe tells Rust about a device (pci.rs's PciInfo, same layout). */
@@ -113,6 +117,7 @@ void davinci_pci_stop(void *state);
 void davinci_pci_interrupt(void *state, u32 vector);
 void davinci_pci_detach(void *state);
 u64 davinci_pci_count(void *state, u32 vector);
+int davinci_pci_watch(void *state);
 int davinci_pci_ring(void *state, u32 vector);
 
 /* For Rust. */
@@ -311,19 +316,7 @@ int davinci_map_pfns(struct vm_area_struct *vma, unsigned long addr, u64 pfn, u6
 
 static vm_fault_t davinci_pci_vm_fault(struct vm_fault *vmf)
 {
-	struct vm_area_struct *vma = vmf->vma;
-	pgoff_t first = (pgoff_t)(uintptr_t)vma->vm_private_data;
-	int ret;
-
-	if (vmf->pgoff < first)
-		return VM_FAULT_SIGBUS;
-	ret = davinci_pci_fault(vma->vm_file->private_data, (u64)first << PAGE_SHIFT,
-				vmf->pgoff - first, vma, vmf->address & PAGE_MASK);
-	if (ret == 0)
-		return VM_FAULT_NOPAGE;
-	if (ret == -ENOMEM)
-		return VM_FAULT_OOM;
-	return VM_FAULT_SIGBUS;
+	return davinci_fault_common(vmf, davinci_pci_fault);
 }
 
 static const struct vm_operations_struct davinci_pci_vm_ops = {
@@ -340,20 +333,9 @@ static const struct vm_operations_struct davinci_pci_vm_ops = {
  */
 static int davinci_pci_mmap(struct file *file, struct vm_area_struct *vma)
 {
-	u64 len = vma->vm_end - vma->vm_start;
-	int ret;
-
-	if (!(vma->vm_flags & VM_SHARED))
-		return -EINVAL;
-	if (vma->vm_pgoff > (U64_MAX >> PAGE_SHIFT))
-		return -EINVAL;
-	ret = davinci_pci_mmap_check(file->private_data, (u64)vma->vm_pgoff << PAGE_SHIFT, len);
-	if (ret)
-		return ret;
-	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
-	vma->vm_ops = &davinci_pci_vm_ops;
-	vma->vm_private_data = (void *)(uintptr_t)vma->vm_pgoff;
-	return 0;
+	return davinci_mmap_common(file, vma, davinci_pci_mmap_check,
+				   VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
+				   &davinci_pci_vm_ops);
 }
 
 /*
@@ -386,6 +368,21 @@ static char *davinci_devnode(const struct device *dev, umode_t *mode)
 
 int davinci_pci_node_add(void *state, unsigned int slot, unsigned int index);
 void davinci_pci_node_del(unsigned int slot);
+void *davinci_pci_node_state(unsigned int slot);
+
+/* A new reference on slot's registered state (the inject parameter's forwarding), or NULL. */
+void *davinci_pci_node_state(unsigned int slot)
+{
+	void *state = NULL;
+
+	if (slot >= DAVINCI_PCI_SLOTS)
+		return NULL;
+	mutex_lock(&davinci_nodes_lock);
+	if (davinci_nodes[slot].state)
+		state = davinci_pci_get(davinci_nodes[slot].state);
+	mutex_unlock(&davinci_nodes_lock);
+	return state;
+}
 
 /* Registers /dev/davinci<index> for the device in slot; 0 or -errno. */
 int davinci_pci_node_add(void *state, unsigned int slot, unsigned int index)
@@ -510,6 +507,15 @@ static bool davinci_bar0_alone(struct pci_dev *pdev)
 	return true;
 }
 
+/* The watchdog's tick: Rust says whether to look again (not once the device is lost). */
+static void davinci_pci_watchdog(struct work_struct *work)
+{
+	struct davinci_pci *dp = container_of(to_delayed_work(work), struct davinci_pci, watchdog);
+
+	if (davinci_pci_watch(dp->state))
+		schedule_delayed_work(&dp->watchdog, HZ);
+}
+
 static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct davinci_pci_info info = {};
@@ -527,6 +533,7 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 		return -ENOMEM;
 	dp->pdev = pdev;
 	init_waitqueue_head(&dp->irq_wait);
+	INIT_DELAYED_WORK(&dp->watchdog, davinci_pci_watchdog);
 
 	err = pci_enable_device_mem(pdev);
 	if (err) {
@@ -614,6 +621,7 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 		debugfs_create_file("info", 0400, dp->dbg, dp, &davinci_pci_info_fops);
 		debugfs_create_file("ring", 0200, dp->dbg, dp, &davinci_pci_ring_fops);
 	}
+	schedule_delayed_work(&dp->watchdog, HZ);
 	dev_info(&pdev->dev, "bound: peer %u, BAR0 %llu B, BAR2 %llu B (memremap wb), %d MSI-X vectors\n",
 		 dp->peer, (unsigned long long)dp->regs_len, (unsigned long long)dp->shm_len, dp->nvec);
 	return 0;
@@ -645,6 +653,8 @@ static void davinci_pci_remove(struct pci_dev *pdev)
 	struct davinci_pci *dp = pci_get_drvdata(pdev);
 	int v;
 
+	/* The watchdog reaches the state: not from here on (it re-arms itself, this waits). */
+	cancel_delayed_work_sync(&dp->watchdog);
 	/*
 	 * No new open; every open file's calls fail with ENODEV from now on, its waiters wake,
 	 * its mappings of the BARs are gone (a later access faults and gets SIGBUS).
