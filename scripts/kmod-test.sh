@@ -20,8 +20,13 @@
 #   6. boots it again with the PCI device (issue 27): davinci-pcidev (release build) serves
 #      QEMU's ivshmem-doorbell from this side, the module is loaded with no software device
 #      (devices=0) and binds it as /dev/davinci0, and the conformance suite, the kernel-only
-#      tests, davinci-smi and davinci-workload run on it; same verdict, and davinci-pcidev
-#      must stop cleanly on SIGTERM.
+#      tests, davinci-smi and davinci-workload run on it; then, at the guest's cues, the
+#      device process is killed (device loss), the guest unbinds the lost device, and a
+#      restarted davinci-pcidev is plugged in as a new PCI device (QMP chardev-add and
+#      device_add; the guest's ACPI hotplug), which the module binds as /dev/davinci0 again
+#      and the guest runs clients on; last, the
+#      restarted process is killed while nothing is in flight, which the module's watchdog
+#      must find (a polling client sees its stream stopped with ENODEV); same verdict.
 #
 # Environment: DAVINCI_KMOD_WORK (build directory, default target/kmod), DAVINCI_KMOD_CACHE
 # (kernel cache, default /var/cache/davinci-kmod for root), DAVINCI_QEMU_TIMEOUT (seconds,
@@ -149,25 +154,76 @@ boot() {
     : >"$log"
     set +e
     # tr line-buffered (stdbuf -oL): the loop below watches the log for the guest's cue to kill
-    # the device process (KILL_ON_CUE); a pipe would otherwise hold a line back in a block.
+    # the device process (ON_CUE); a pipe would otherwise hold a line back in a block.
     (timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "$QEMU_MEM" -smp 2 \
         -nodefaults -display none -serial stdio -no-reboot \
         -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz" \
         -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable dvtest=$mode" "$@" </dev/null \
         | stdbuf -oL tr -d '\r' | tee "$log"; exit "${PIPESTATUS[0]}") &
-    local qemu_pid=$! killed=
+    local qemu_pid=$!
     while kill -0 "$qemu_pid" 2>/dev/null; do
-        if [ -n "${KILL_ON_CUE:-}" ] && [ -z "$killed" ] && grep -q '^ktest: kill the device now' "$log"; then
-            kill -KILL "$KILL_ON_CUE" 2>/dev/null
-            killed=1
-            say "killed the device process (pid $KILL_ON_CUE, SIGKILL) at the guest's cue"
-        fi
+        # The guest's cues to the host (the PCI boot's device loss and restart).
+        [ -z "${ON_CUE:-}" ] || "$ON_CUE" "$log"
         sleep 0.2
     done
     wait "$qemu_pid"
     qemu_rc=$?
     set -e
     say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
+}
+
+# ---- the PCI boot's device process and the guest's cues ------------------------------------
+# start_device LOG: davinci-pcidev on $sock (listening before QEMU connects); $! is its pid.
+start_device() {
+    rm -f "$sock"
+    "$bench_target/release/davinci-pcidev" --socket "$sock" --size 256M --device-id 0 >"$1" 2>&1 &
+    local pid=$!
+    for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+    [ -S "$sock" ] || { cat "$1"; echo "kmod: davinci-pcidev did not listen" >&2; exit 1; }
+    return 0
+}
+
+# qmp COMMAND [JSON]: one QMP command to the running QEMU (scripts/lib/qmp.py).
+qmp() {
+    python3 "$ROOT/scripts/lib/qmp.py" "$qmp" "$@"
+}
+
+# pci_cue LOG: the PCI guest's cues, in order: kill the device process (device loss), plug a
+# restarted device process in as a new device (chardev-add, device_add into the next slot;
+# the guest unbound the lost one), kill the restarted one (the watchdog's loss).
+#
+# The lost device is not unplugged from QEMU (device_del): QEMU 7.2's ivshmem leaves its
+# vectors' eventfds watched after an unplug, and a later device's doorbell on a reused
+# descriptor then reaches the freed device (QEMU segfaulted in one run of two).
+pci_cue() {
+    local log=$1
+    case $cue_state in
+        "")
+            grep -q '^ktest: kill the device now' "$log" || return 0
+            kill -KILL "$dev_pid" 2>/dev/null
+            say "killed the device process (pid $dev_pid, SIGKILL) at the guest's cue"
+            cue_state=killed
+            ;;
+        killed)
+            grep -q '^ktest: plug a restarted device now' "$log" || return 0
+            # The same socket, so the restarted device has the same identity.
+            start_device "$WORK/pcidev-restarted.log"
+            restarted_pid=$!
+            qmp chardev-add "{\"id\": \"dv2\", \"backend\": {\"type\": \"socket\", \"data\":
+                {\"addr\": {\"type\": \"unix\", \"data\": {\"path\": \"$sock\"}}, \"server\": false}}}" \
+                >/dev/null || bad "QMP chardev-add failed"
+            qmp device_add '{"driver": "ivshmem-doorbell", "chardev": "dv2", "vectors": 2,
+                    "id": "ivs2", "addr": "03.0"}' >/dev/null || bad "QMP device_add failed"
+            say "started davinci-pcidev again (pid $restarted_pid) and plugged it in (device_add)"
+            cue_state=plugged
+            ;;
+        plugged)
+            grep -q '^ktest: kill the restarted device now' "$log" || return 0
+            kill -KILL "$restarted_pid" 2>/dev/null
+            say "killed the restarted device process (pid $restarted_pid, SIGKILL) at the guest's cue"
+            cue_state=killed-again
+            ;;
+    esac
 }
 
 fail=0
@@ -214,27 +270,40 @@ for mode in $BOOTS; do
             (cd "$ROOT" && cargo build --release --locked -q -p davinci-pcidev --bin davinci-pcidev) \
                 >"$WORK/pcidev-build.log" 2>&1 ||
                 { cat "$WORK/pcidev-build.log"; echo "kmod: davinci-pcidev does not build" >&2; exit 1; }
-            sock=$WORK/pcidev.sock
-            rm -f "$sock"
-            "$bench_target/release/davinci-pcidev" --socket "$sock" --size 256M --device-id 0 \
-                >"$WORK/pcidev.log" 2>&1 &
-            dev_pid=$!
-            trap 'kill "$dev_pid" 2>/dev/null || true' EXIT
-            for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
-            [ -S "$sock" ] || { cat "$WORK/pcidev.log"; echo "kmod: davinci-pcidev did not listen" >&2; exit 1; }
-            KILL_ON_CUE=$dev_pid boot pci "$WORK/serial-pci.log" -chardev "socket,path=$sock,id=dv" \
-                -device "ivshmem-doorbell,chardev=dv,vectors=2"
+            sock=$WORK/pcidev.sock qmp=$WORK/qmp.sock
+            rm -f "$sock" "$qmp"
+            start_device "$WORK/pcidev.log"
+            dev_pid=$! restarted_pid= cue_state=
+            trap 'kill "$dev_pid" $restarted_pid 2>/dev/null || true' EXIT
+            ON_CUE=pci_cue boot pci "$WORK/serial-pci.log" -chardev "socket,path=$sock,id=dv" \
+                -device "ivshmem-doorbell,chardev=dv,vectors=2,id=ivs,addr=02.0" \
+                -qmp "unix:$qmp,server=on,wait=off"
             # (Still running if the guest never gave the cue.)
             kill -TERM "$dev_pid" 2>/dev/null || true
             set +e; wait "$dev_pid"; dev_rc=$?; set -e
+            restarted_rc=none
+            if [ -n "$restarted_pid" ]; then
+                kill -TERM "$restarted_pid" 2>/dev/null || true
+                set +e; wait "$restarted_pid"; restarted_rc=$?; set -e
+            fi
             trap - EXIT
             sed 's/^/host: /' "$WORK/pcidev.log"
+            [ ! -f "$WORK/pcidev-restarted.log" ] || sed 's/^/host (restarted): /' "$WORK/pcidev-restarted.log"
             common_verdict "$WORK/serial-pci.log"
             # Killed at the guest's cue (the device-loss step), after serving the suites.
             [ "$dev_rc" = 137 ] || bad "davinci-pcidev was not killed at the guest's cue (status $dev_rc)"
             grep -q 'davinci: davinci0: PCI device .* (slot 0' "$WORK/serial-pci.log" || bad "the module did not bind the PCI device"
             grep -q 'davinci: davinci0: PCI device .* lost: ' "$WORK/serial-pci.log" ||
                 bad "the module did not report the device lost"
+            # The restart: the lost device unbound, a restarted davinci-pcidev plugged in as
+            # a new device and bound (a second bind line), then killed with nothing in flight
+            # (the watchdog's loss).
+            [ "$cue_state" = killed-again ] || bad "the restart did not happen (host side reached '${cue_state:-nothing}')"
+            [ "$(grep -c 'davinci: davinci0: PCI device .* (slot 0' "$WORK/serial-pci.log")" -ge 2 ] ||
+                bad "the module did not bind the restarted device"
+            [ "$restarted_rc" = 137 ] || bad "the restarted davinci-pcidev was not killed at the guest's cue (status $restarted_rc)"
+            grep -q 'lost: its heartbeat stopped (watchdog)' "$WORK/serial-pci.log" ||
+                bad "the watchdog did not find the restarted device lost"
             ;;
         *)
             echo "kmod: DAVINCI_KMOD_BOOTS: unknown boot '$mode' (software, pci)" >&2
