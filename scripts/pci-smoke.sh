@@ -45,24 +45,15 @@ QEMU_TIMEOUT=${DAVINCI_QEMU_TIMEOUT:-400}
 VECTORS=4
 SHM_SIZE=$((1 << 20))
 
-case "${1:-}" in
-    -h | --help)
-        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
-        exit 0
-        ;;
-    "") ;;
-    *)
-        echo "scripts/pci-smoke.sh: takes no arguments (got '$1'); --help says what it does" >&2
-        exit 2
-        ;;
-esac
+QG_NAME=pci
+# shellcheck source=lib/qemu-guest.sh
+source "$ROOT/scripts/lib/qemu-guest.sh"
+qg_usage "$0" "${1:-}"
 
 t0=$SECONDS
-# shellcheck source=kmod/toolchain.sh
-source "$ROOT/scripts/kmod/toolchain.sh"
+qg_kernel
+# (After the toolchain, which has a say() of its own.)
 say() { printf '==> pci: %s\n' "$*"; }
-grep -q '^CONFIG_PCI_MSI=y' "$KBUILD/.config" ||
-    { echo "pci: the test kernel has no CONFIG_PCI_MSI (kmod-rust/kernel/config.fragment)" >&2; exit 1; }
 grep -q '^CONFIG_DEBUG_FS=y' "$KBUILD/.config" ||
     { echo "pci: the test kernel has no CONFIG_DEBUG_FS (the driver's test hooks are there)" >&2; exit 1; }
 say "test kernel ready ($((SECONDS - t0)) s)"
@@ -83,8 +74,6 @@ ECHO=$TARGET/release/examples/ivshmem-echo
 say "davinci.ko and ivshmem-echo built ($((SECONDS - t)) s)"
 
 # ---- the initramfs -----------------------------------------------------------------------
-BB=/bin/busybox
-file -L "$BB" | grep -q 'statically linked' || { echo "pci: $BB is not static (apt-get install busybox-static)" >&2; exit 1; }
 cat >"$WORK/init" <<'EOF'
 #!/bin/sh
 # /init of scripts/pci-smoke.sh's guest: davinci.ko bound to ivshmem-doorbell.
@@ -160,19 +149,9 @@ dmesg | while read -r line; do echo "kmsg: $line"; done
 if [ "$fails" -eq 0 ]; then echo "psmoke: ALL PASSED"; else echo "psmoke: $fails FAILED"; fi
 reboot -f
 EOF
-list=$WORK/initramfs.list
-{
-    for d in /dev /proc /sys /bin; do echo "dir $d 755 0 0"; done
-    echo "nod /dev/console 600 0 0 c 5 1"
-    echo "nod /dev/null 666 0 0 c 1 3"
-    echo "file /bin/busybox $BB 755 0 0"
-    for a in sh mount echo cat ls basename dmesg reboot uname insmod rmmod sleep grep cut seq tr; do
-        echo "slink /bin/$a /bin/busybox 777 0 0"
-    done
-    echo "file /init $WORK/init 755 0 0"
-    echo "file /davinci.ko $WORK/module/davinci.ko 644 0 0"
-} >"$list"
-"$KBUILD/usr/gen_init_cpio" "$list" | gzip -1 >"$WORK/initramfs.cpio.gz"
+qg_initramfs_with "$WORK/init" \
+    "sh mount echo cat ls basename dmesg reboot uname insmod rmmod sleep grep cut seq tr" \
+    "/davinci.ko=$WORK/module/davinci.ko"
 
 # ---- the device and the boot -------------------------------------------------------------
 SOCK=$WORK/ivshmem.sock
@@ -183,49 +162,26 @@ trap 'kill "$echo_pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
 [ -S "$SOCK" ] || { cat "$WORK/echo.log"; echo "pci: ivshmem-echo did not listen on $SOCK" >&2; exit 1; }
 LOG=$WORK/serial.log
-: >"$LOG"
-QEMU=(qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 2
-      -nodefaults -display none -serial stdio -no-reboot
-      -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz"
-      -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable"
-      -chardev "socket,path=$SOCK,id=ivsh"
-      -device "ivshmem-doorbell,chardev=ivsh,vectors=$VECTORS"
-      -object memory-backend-ram,id=plainmem,size=1M -device ivshmem-plain,memdev=plainmem)
-say "$(qemu-system-x86_64 --version | head -n1)"
-say "booting: ${QEMU[*]}"
-t=$SECONDS
-set +e
-# tr line-buffered (stdbuf -oL): the loop below watches the log for the guest's cue to kill
-# the host; a pipe would otherwise hold the line back in a 4 KiB block.
-(timeout "$QEMU_TIMEOUT" "${QEMU[@]}" </dev/null | stdbuf -oL tr -d '\r' | tee "$LOG"; exit "${PIPESTATUS[0]}") &
-qemu_pid=$!
 killed=
-while kill -0 "$qemu_pid" 2>/dev/null; do
-    if [ -z "$killed" ] && grep -q '^psmoke: kill the host now' "$LOG"; then
+# The guest's cue: kill the host device process while the driver is bound.
+host_cue() {
+    if [ -z "$killed" ] && grep -q '^psmoke: kill the host now' "$1"; then
         kill -KILL "$echo_pid" 2>/dev/null
         wait "$echo_pid" 2>/dev/null
         killed=$SECONDS
         say "killed ivshmem-echo (pid $echo_pid) while the driver is bound"
     fi
-    sleep 0.2
-done
-wait "$qemu_pid"
-qemu_rc=$?
-set -e
+}
+QG_SMP=2 QG_ON_CUE=host_cue qg_boot "$LOG" \
+    -chardev "socket,path=$SOCK,id=ivsh" \
+    -device "ivshmem-doorbell,chardev=ivsh,vectors=$VECTORS" \
+    -object memory-backend-ram,id=plainmem,size=1M -device ivshmem-plain,memdev=plainmem
 trap - EXIT
 kill "$echo_pid" 2>/dev/null || true
-say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
 sed 's/^/host: /' "$WORK/echo.log"
 
 # ---- the verdict -------------------------------------------------------------------------
-fail=0
-bad() { echo "pci: FAIL: $*" >&2; fail=1; }
-[ "$qemu_rc" -eq 0 ] || bad "QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s)"
-grep -qx 'psmoke: ALL PASSED' "$LOG" || bad "the guest did not report ALL PASSED"
-if grep -n '^FAIL: ' "$LOG"; then bad "the guest failed the checks above"; fi
-if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak|blocked for more than|detected stall' "$LOG"; then
-    bad "the kernel logged the warnings above"
-fi
+qg_verdict "$LOG" 'psmoke: ALL PASSED'
 [ -n "$killed" ] || bad "the guest never asked for the host to be killed"
 grep -q 'davinci: ABI ' "$LOG" || bad "no module load message"
 [ "$(grep -c 'davinci 0000:00:.*: bound: peer 1, BAR0 256 B, BAR2 1048576 B (memremap wb), 4 MSI-X vectors' "$LOG")" -ge 2 ] ||

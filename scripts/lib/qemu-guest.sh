@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/lib/qemu-guest.sh: what the driver-less QEMU smokes (scripts/ivshmem-smoke.sh,
-# scripts/pcidev-smoke.sh) share, sourced by them after they set ROOT, TARGET and WORK:
+# scripts/lib/qemu-guest.sh: what the QEMU smokes (scripts/ivshmem-smoke.sh,
+# scripts/pcidev-smoke.sh, scripts/pci-smoke.sh) share, sourced by them after they set ROOT,
+# TARGET and WORK:
 #
 #   qg_usage SCRIPT ARG        --help (the script's header comment) or "no arguments"
 #   qg_kernel                  the test kernel (scripts/kmod/toolchain.sh; sets KBUILD),
@@ -11,11 +12,16 @@
 #                              an /init that mounts proc, sysfs and devtmpfs, lists the PCI
 #                              devices, runs NAME, then prints the kernel log ("kmsg: "
 #                              lines) and "TAG: done" and powers off; its lines start "TAG: "
-#   qg_boot LOG QEMU-ARGS...   boots the kernel and the initramfs under QEMU (TCG, serial
-#                              console on stdout, teed to LOG) within $QEMU_TIMEOUT seconds;
-#                              sets qemu_rc
+#   qg_initramfs_with INIT APPLETS [GUEST=HOST...]
+#                              the same from the caller's /init (a file), busybox with the
+#                              APPLETS (a space-separated list) and each HOST file at GUEST
+#   qg_boot LOG QEMU-ARGS...   boots the kernel and the initramfs under QEMU (TCG, $QG_SMP
+#                              CPUs, default 1; serial console on stdout, teed to LOG) within
+#                              $QEMU_TIMEOUT seconds; while it runs, calls $QG_ON_CUE LOG (if
+#                              set) five times a second, for the guest's cues; sets qemu_rc
 #   qg_verdict LOG PASSLINE    the guest's verdict in LOG: PASSLINE printed, no "FAIL: "
-#                              line, no kernel warning, BUG or oops, QEMU exited 0; calls
+#                              line, no kernel warning, BUG, oops, leak, hung task or RCU
+#                              stall, QEMU exited 0; calls
 #                              `bad` (defined here: counts into $fail) for each miss
 #
 # The caller defines say() (its log prefix) and QG_NAME (its name in messages).
@@ -63,10 +69,8 @@ qg_static_example() {
 }
 
 qg_initramfs() {
-    local tag=$1 prog=$2 bb=/bin/busybox list=$WORK/initramfs.list a d name
+    local tag=$1 prog=$2 name
     name=$(basename "$prog")
-    file -L "$bb" | grep -q 'statically linked' ||
-        { echo "$QG_NAME: $bb is not static (apt-get install busybox-static)" >&2; exit 1; }
     cat >"$WORK/init" <<INIT
 #!/bin/sh
 # /init of scripts/lib/qemu-guest.sh's guest: the PCI view of the device, then $name.
@@ -84,16 +88,28 @@ dmesg | while read -r line; do echo "kmsg: \$line"; done
 echo "$tag: done"
 reboot -f
 INIT
+    qg_initramfs_with "$WORK/init" "sh mount echo cat ls basename dmesg reboot uname" "/bin/$name=$prog"
+}
+
+qg_initramfs_with() {
+    local init=$1 applets=$2 bb=/bin/busybox list=$WORK/initramfs.list a d f mode
+    shift 2
+    file -L "$bb" | grep -q 'statically linked' ||
+        { echo "$QG_NAME: $bb is not static (apt-get install busybox-static)" >&2; exit 1; }
     {
         for d in /dev /proc /sys /bin; do echo "dir $d 755 0 0"; done
         echo "nod /dev/console 600 0 0 c 5 1"
         echo "nod /dev/null 666 0 0 c 1 3"
         echo "file /bin/busybox $bb 755 0 0"
-        for a in sh mount echo cat ls basename dmesg reboot uname; do
+        for a in $applets; do
             echo "slink /bin/$a /bin/busybox 777 0 0"
         done
-        echo "file /init $WORK/init 755 0 0"
-        echo "file /bin/$name $prog 755 0 0"
+        echo "file /init $init 755 0 0"
+        for f in "$@"; do
+            mode=644
+            case ${f%%=*} in /bin/*) mode=755 ;; esac
+            echo "file ${f%%=*} ${f#*=} $mode 0 0"
+        done
     } >"$list"
     "$KBUILD/usr/gen_init_cpio" "$list" | gzip -1 >"$WORK/initramfs.cpio.gz"
 }
@@ -101,16 +117,26 @@ INIT
 qg_boot() {
     local log=$1 t=$SECONDS
     shift
-    local qemu=(qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 1
+    local qemu=(qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp "${QG_SMP:-1}"
                 -nodefaults -display none -serial stdio -no-reboot
                 -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz"
                 -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable"
                 "$@")
     say "$(qemu-system-x86_64 --version | head -n1)"
     say "booting: ${qemu[*]}"
+    : >"$log"
     set +e
-    timeout "$QEMU_TIMEOUT" "${qemu[@]}" </dev/null | tr -d '\r' | tee "$log"
-    qemu_rc=${PIPESTATUS[0]}
+    # tr line-buffered (stdbuf -oL): the loop below watches the log for the guest's cues; a
+    # pipe would otherwise hold a line back in a 4 KiB block.
+    (timeout "$QEMU_TIMEOUT" "${qemu[@]}" </dev/null | stdbuf -oL tr -d '\r' | tee "$log"
+     exit "${PIPESTATUS[0]}") &
+    local qemu_pid=$!
+    while kill -0 "$qemu_pid" 2>/dev/null; do
+        [ -z "${QG_ON_CUE:-}" ] || "$QG_ON_CUE" "$log"
+        sleep 0.2
+    done
+    wait "$qemu_pid"
+    qemu_rc=$?
     set -e
     say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
 }
@@ -123,7 +149,7 @@ qg_verdict() {
     [ "$qemu_rc" -eq 0 ] || bad "QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s)"
     grep -qx "$pass" "$log" || bad "the guest did not report '$pass'"
     if grep -n '^FAIL: ' "$log"; then bad "the guest failed the checks above"; fi
-    if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection' "$log"; then
+    if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak|blocked for more than|detected stall' "$log"; then
         bad "the kernel logged the warnings above"
     fi
 }
