@@ -7,6 +7,8 @@ use davinci_hwif::layout::{Bar2Layout, MAX_REGION, MIN_REGION};
 use davinci_hwif::VECTORS;
 use davinci_ivshmem::MAX_VECTORS;
 
+use davinci_driver_core::InjectRule;
+
 use crate::device::DeviceConfig;
 
 /// The help text.
@@ -14,6 +16,7 @@ pub const HELP: &str = "\
 davinci-pcidev: the davinci PCI device outside the guest (QEMU's ivshmem-doorbell)
 
 Usage: davinci-pcidev --socket PATH [--size BYTES] [--vectors N] [--device-id N]
+                      [--inject FAULT[@SEL]]
 
 Serves the ivshmem server protocol on the Unix socket PATH and is the device behind it:
 BAR2 (the shared memory) holds the admin queue, the stream rings and device memory;
@@ -26,6 +29,12 @@ Options:
   --size BYTES     BAR2's size: a power of two from 128K to 1G (default 64M; 256M, 1G...)
   --vectors N      MSI-X vectors per peer, at least 2 (default 2; at most 64)
   --device-id N    N of davinciN, as GET_INFO reports it (default 0)
+  --inject FAULT[@SEL]
+                   arm every stream with a fault from the start, to test a runtime's error
+                   handling (the text of davinci-mockd --inject and of the kernel module's
+                   inject parameter, which the guest's module can still change):
+                   error-at=N[:ERRNO], hang-at=N or stop-at=N, counted per stream in tasks
+                   taken (the first is 1), then optionally @pid=N,uid=N,comm=NAME,streams=N
   -h, --help       this text
 
 SIGTERM or SIGINT stops it (within the idle timeout, 100 ms) and removes the socket.
@@ -92,6 +101,18 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String>
                 }
                 config.vectors = n;
             }
+            "--inject" => {
+                let v = value("a fault, like error-at=3:EIO")?;
+                if config.inject.is_some() {
+                    return Err("--inject given twice: a stream is armed with one fault".into());
+                }
+                config.inject = Some(InjectRule::parse(&v).map_err(|why| {
+                    format!(
+                        "--inject '{v}': {why}; expected error-at=N[:ERRNO], hang-at=N or \
+                         stop-at=N (N >= 1), then optionally @pid=N,uid=N,comm=NAME,streams=N"
+                    )
+                })?);
+            }
             "--device-id" => {
                 let v = value("a number")?;
                 config.device_id = v
@@ -133,5 +154,19 @@ mod tests {
         assert!(err(&["--socket", "s", "--vectors", "65"]).contains("at most 64"));
         assert!(err(&["--socket", "s", "--vectors", "x"]).contains("not a number"));
         assert!(err(&["--bogus"]).contains("unknown argument"));
+        match p(&["--socket", "s", "--inject", "hang-at=2@pid=7"]).unwrap() {
+            Command::Run { config, .. } => {
+                assert_eq!(
+                    config.inject,
+                    Some(InjectRule::parse("hang-at=2@pid=7").unwrap())
+                );
+            }
+            Command::Help => panic!("not help"),
+        }
+        assert!(err(&["--socket", "s", "--inject", "explode-at=1"]).contains("unknown fault"));
+        assert!(
+            err(&["--socket", "s", "--inject=hang-at=1", "--inject=hang-at=2"])
+                .contains("given twice")
+        );
     }
 }

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use davinci_driver_core::{
-    derive_uuid, Config as CoreConfig, DeviceCore, DoorbellRegister, Identity, Quota, Run,
+    derive_uuid, Config as CoreConfig, DeviceCore, DoorbellRegister, HostFault, Identity,
+    InjectRule, Quota, Run,
 };
 use davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use davinci_hwif::layout::{
@@ -60,6 +61,9 @@ pub struct DeviceConfig {
     pub idle_timeout: Duration,
     /// N of davinciN, as GET_INFO reports it.
     pub device_id: u32,
+    /// A fault armed from the start (`--inject`; the guest's module may change it later with
+    /// admin INJECT).
+    pub inject: Option<InjectRule>,
 }
 
 impl Default for DeviceConfig {
@@ -69,6 +73,7 @@ impl Default for DeviceConfig {
             vectors: VECTORS,
             idle_timeout: Duration::from_millis(100),
             device_id: 0,
+            inject: None,
         }
     }
 }
@@ -218,6 +223,9 @@ impl PciDevice {
             platform,
         );
         core.set_doorbell(doorbell).map_err(DeviceError::Core)?;
+        if let Some(rule) = config.inject {
+            core.apply_host_fault(&HostFault::Arm(Some(rule)));
+        }
         // GET_IDENTITY: a UUID derived from what names this device to its operator (its socket
         // and its device id), the same across restarts; the guest's module adds where the guest
         // put it (the bus id). One engine: the device loop.

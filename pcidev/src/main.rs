@@ -80,6 +80,9 @@ fn main() -> ExitCode {
         socket.display(),
         config.vectors
     );
+    if config.inject.is_some() {
+        eprintln!("davinci-pcidev: streams armed with the --inject fault from the start");
+    }
     // Runs until SIGTERM or SIGINT; the socket file goes when `dev` does.
     match dev.serve(&STOP) {
         Ok(()) => {

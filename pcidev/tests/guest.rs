@@ -536,3 +536,25 @@ fn inject_arms_faults_resets_and_refuses_a_bad_text() {
     drop(g);
     dev.stop();
 }
+
+/// `davinci-pcidev --inject`: a fault armed from the start reaches the first stream.
+#[test]
+fn a_fault_given_at_start_arms_the_first_stream() {
+    let dev = Running::start_with(davinci_pcidev::DeviceConfig {
+        size: 1 << 20,
+        inject: Some(davinci_driver_core::InjectRule::parse("error-at=1:EFAULT").unwrap()),
+        ..Default::default()
+    });
+    let mut g = Guest::connect(&dev);
+    let (client, ctx) = g.client_with_context();
+    let (s, cmd_at, evt_at) = g.stream(client, ctx, 16);
+    let mut cmd = producer::<TaskDesc>(&g.peer, &cmd_at, s.cmd_entries);
+    let mut evt = consumer::<EventRecord>(&g.peer, &evt_at, s.event_entries);
+    cmd.push(&TaskDesc::nop(1)).unwrap();
+    cmd.publish();
+    g.ring_data();
+    let r = g.records(&mut evt, 1);
+    assert_eq!(r[0].status, -Errno::EFAULT.code(), "the first task fails");
+    drop(g);
+    dev.stop();
+}

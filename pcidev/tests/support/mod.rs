@@ -29,11 +29,18 @@ pub struct Running {
 
 impl Running {
     pub fn start(size: u64) -> Running {
+        Running::start_with(DeviceConfig {
+            size,
+            ..DeviceConfig::default()
+        })
+    }
+
+    /// A device configured as `config` says (with a short idle timeout).
+    pub fn start_with(config: DeviceConfig) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let config = DeviceConfig {
-            size,
             idle_timeout: Duration::from_millis(20),
-            ..DeviceConfig::default()
+            ..config
         };
         let mut dev = PciDevice::bind(&dir.path().join("ivshmem.sock"), config).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
