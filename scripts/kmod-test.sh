@@ -54,6 +54,9 @@ esac
 t0=$SECONDS
 # shellcheck source=kmod/toolchain.sh
 source "$ROOT/scripts/kmod/toolchain.sh"
+QG_NAME=kmod
+# shellcheck source=lib/qemu-guest.sh
+source "$ROOT/scripts/lib/qemu-guest.sh"
 say "toolchain and kernel ready ($((SECONDS - t0)) s): $($KMOD_RUSTC --version)"
 mkdir -p "$WORK"
 
@@ -143,33 +146,13 @@ list=$WORK/initramfs.list
 say "initramfs $(du -h "$WORK/initramfs.cpio.gz" | cut -f1)"
 
 # ---- the boots ---------------------------------------------------------------------------
-# boot MODE LOG [QEMU ARGS...]: boots the guest (its init reads dvtest=MODE), streams its console.
+# boot MODE LOG [QEMU ARGS...]: boots the guest (its init reads dvtest=MODE), streams its
+# console, and calls $ON_CUE LOG (if set) for the guest's cues while it runs (qg_boot).
 boot() {
-    local mode=$1 log=$2 t=$SECONDS
+    local mode=$1 log=$2
     shift 2
     say "booting Linux in QEMU (TCG, $mode; the guest's console follows, lines from the tests start with 'ktest:')"
-    # tsc=reliable: under TCG the guest's clocksource watchdog finds the TSC "unstable" when the
-    # host is busy and logs it on the console in the middle of a test's output line, which then
-    # fails the name check below (and the fallback clocksource slows the guest down).
-    : >"$log"
-    set +e
-    # tr line-buffered (stdbuf -oL): the loop below watches the log for the guest's cue to kill
-    # the device process (ON_CUE); a pipe would otherwise hold a line back in a block.
-    (timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "$QEMU_MEM" -smp 2 \
-        -nodefaults -display none -serial stdio -no-reboot \
-        -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz" \
-        -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable dvtest=$mode" "$@" </dev/null \
-        | stdbuf -oL tr -d '\r' | tee "$log"; exit "${PIPESTATUS[0]}") &
-    local qemu_pid=$!
-    while kill -0 "$qemu_pid" 2>/dev/null; do
-        # The guest's cues to the host (the PCI boot's device loss and restart).
-        [ -z "${ON_CUE:-}" ] || "$ON_CUE" "$log"
-        sleep 0.2
-    done
-    wait "$qemu_pid"
-    qemu_rc=$?
-    set -e
-    say "QEMU exited with $qemu_rc after $((SECONDS - t)) s"
+    QG_MEM=$QEMU_MEM QG_SMP=2 QG_APPEND="dvtest=$mode" QG_ON_CUE=${ON_CUE:-} qg_boot "$log" "$@"
 }
 
 # ---- the PCI boot's device process and the guest's cues ------------------------------------
@@ -315,4 +298,4 @@ if [ "$fail" -ne 0 ]; then
     echo "kmod: the guest logs are $WORK/serial.log (software) and $WORK/serial-pci.log (PCI)"
     exit 1
 fi
-say "PASS: $conformance_count conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload, davinci-bench's kernel rows and the C quick start (libdavinci) on /dev/davinci0; the conformance suite, the kernel-only tests, the million-task run, the C quick start, davinci-smi, davinci-exporter, the device plugin, davinci-workload and davinci-bench on the PCI device (ivshmem-doorbell, davinci-pcidev, MMIO doorbells, MSI-X), and the device lost mid-stream; module unloaded cleanly ($((SECONDS - t0)) s in all)"
+say "PASS: $conformance_count conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload, davinci-bench's kernel rows and the C quick start (libdavinci) on /dev/davinci0; the conformance suite, the kernel-only tests, the million-task run, the C quick start, davinci-smi, davinci-exporter, the device plugin, davinci-workload and davinci-bench on the PCI device (ivshmem-doorbell, davinci-pcidev, MMIO doorbells, MSI-X), the device lost mid-stream, restarted (unbound, a new device plugged in) and lost again with nothing in flight (the watchdog); module unloaded cleanly ($((SECONDS - t0)) s in all)"

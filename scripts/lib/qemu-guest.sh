@@ -16,9 +16,11 @@
 #                              the same from the caller's /init (a file), busybox with the
 #                              APPLETS (a space-separated list) and each HOST file at GUEST
 #   qg_boot LOG QEMU-ARGS...   boots the kernel and the initramfs under QEMU (TCG, $QG_SMP
-#                              CPUs, default 1; serial console on stdout, teed to LOG) within
-#                              $QEMU_TIMEOUT seconds; while it runs, calls $QG_ON_CUE LOG (if
-#                              set) five times a second, for the guest's cues; sets qemu_rc
+#                              CPUs, default 1; $QG_MEM of memory, default 512M; $QG_APPEND
+#                              added to the kernel's command line; serial console on stdout,
+#                              teed to LOG) within $QEMU_TIMEOUT seconds; while it runs, calls
+#                              $QG_ON_CUE LOG (if set) five times a second, for the guest's
+#                              cues; sets qemu_rc
 #   qg_verdict LOG PASSLINE    the guest's verdict in LOG: PASSLINE printed, no "FAIL: "
 #                              line, no kernel warning, BUG, oops, leak, hung task or RCU
 #                              stall, QEMU exited 0; calls
@@ -117,10 +119,13 @@ qg_initramfs_with() {
 qg_boot() {
     local log=$1 t=$SECONDS
     shift
-    local qemu=(qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp "${QG_SMP:-1}"
+    # tsc=reliable: under TCG the guest's clocksource watchdog finds the TSC "unstable" when
+    # the host is busy and logs it on the console in the middle of a test's output line (and
+    # the fallback clocksource slows the guest down).
+    local qemu=(qemu-system-x86_64 -accel tcg -cpu max -m "${QG_MEM:-512M}" -smp "${QG_SMP:-1}"
                 -nodefaults -display none -serial stdio -no-reboot
                 -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz"
-                -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable"
+                -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable${QG_APPEND:+ $QG_APPEND}"
                 "$@")
     say "$(qemu-system-x86_64 --version | head -n1)"
     say "booting: ${qemu[*]}"
