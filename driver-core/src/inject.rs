@@ -222,9 +222,6 @@ pub enum HostFault {
 }
 
 impl HostFault {
-    /// The longest text a host passes (the kernel parameter's buffer holds 63 bytes).
-    pub const MAX_TEXT: usize = 63;
-
     /// Parses a host's fault text (surrounding white space ignored).
     ///
     /// # Errors
