@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use davinci_uapi::{ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_WAIT_EVENT};
+use davinci_uapi::{
+    WaitEventArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_WAIT_EVENT,
+};
 use nix::libc;
 
 use crate::sockio::{Received, SeqPacket};
@@ -277,6 +279,9 @@ impl Client {
     /// # Errors
     /// See [`CallError`]; a reply carrying an errno is `Ok` (the caller reads it).
     pub fn call(&self, kind: Kind, request: u32, arg: Vec<u8>) -> Result<Incoming, CallError> {
+        // WAIT_EVENT is bounded by its own timeout (or meant to wait); every other call, and
+        // a WAIT_EVENT that polls (timeout 0: answered at once), by the reply timeout.
+        let waits = kind == Kind::Ioctl && request == DRIVER_CMD_WAIT_EVENT && !polls(&arg);
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let frame = Request {
             kind,
@@ -301,9 +306,6 @@ impl Client {
                 self.label
             )));
         }
-        // WAIT_EVENT is bounded by its own timeout (or meant to wait); every other call by
-        // the reply timeout.
-        let waits = kind == Kind::Ioctl && request == DRIVER_CMD_WAIT_EVENT;
         let deadline = (!waits).then(|| Instant::now() + self.timeout);
         let mut g = relock(self.rx.lock());
         loop {
@@ -477,6 +479,12 @@ impl Client {
         }
         Ok(Incoming { reply, fds: r.fds })
     }
+}
+
+/// Whether a WAIT_EVENT argument polls (`timeout_ns` 0): the daemon answers it at once, so
+/// it is a call like any other (bounded by the reply timeout, read on through signals).
+fn polls(arg: &[u8]) -> bool {
+    WaitEventArgs::from_bytes(arg).is_some_and(|w| w.timeout_ns == 0)
 }
 
 #[cfg(test)]

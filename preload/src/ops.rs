@@ -12,7 +12,12 @@ use std::sync::Arc;
 use davinci_mockd_proto::{Kind, MmapArgs, MmapReply, WireRole};
 use davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use davinci_uapi::{
-    command_by_request, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    command_by_request, AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs,
+    HandleArgs, ImportMemoryArgs, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY,
+    DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT, DRIVER_CMD_CREATE_STREAM,
+    DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_EVENT, DRIVER_CMD_DESTROY_STREAM,
+    DRIVER_CMD_FREE_MEMORY, DRIVER_CMD_IMPORT_MEMORY, DRIVER_CMD_LIST_CLIENTS,
+    DRIVER_CMD_WAIT_EVENT,
 };
 
 use crate::conn::Conn;
@@ -105,7 +110,9 @@ pub fn open_device(n: u32, flags: i32) -> Result<RawFd, Failure> {
 
 /// `ioctl(fd, request, arg)` on an open: 0, or the errno. The argument is copied in
 /// (`_IOC_WRITE`) and back (`_IOC_READ`; on failure for WAIT_EVENT only, which reports
-/// `current`/`status`), as the module does.
+/// `current`/`status`), as the module does: a create whose reply cannot be copied back is
+/// undone ([`undo_create`]), and a WAIT_EVENT interrupted by a signal looks once more
+/// ([`interrupted_wait`]).
 ///
 /// # Errors
 /// `ENOTTY` for a request that is not a davinci command; `EFAULT` for an unreadable or
@@ -127,7 +134,12 @@ pub fn ioctl(conn: &Conn, request: u32, arg: usize) -> Result<(), Failure> {
             "bad ioctl argument pointer".into(),
         ));
     }
-    let got = conn.call(Kind::Ioctl, request, buf)?;
+    let got = match conn.call(Kind::Ioctl, request, buf.clone()) {
+        Err(f) if f.errno == libc::EINTR && request == DRIVER_CMD_WAIT_EVENT => {
+            return interrupted_wait(conn, arg, &buf, f);
+        }
+        got => got?,
+    };
     let r = got.reply;
     let arg_ok = r.arg.len() == size;
     if r.errno != 0 {
@@ -170,12 +182,99 @@ pub fn ioctl(conn: &Conn, request: u32, arg: usize) -> Result<(), Failure> {
         }
     }
     if dir & IOC_READ != 0 && sys::write_user(arg, &r.arg).is_err() {
+        // The caller cannot learn the handle: what was created goes again, so a failed call
+        // creates nothing (docs/abi.md 1.4), as the module's `undo_create` does.
+        let undone = undo_create(conn, request, &r.arg);
+        return Err(Failure::new(
+            libc::EFAULT,
+            format!("bad ioctl argument pointer (the reply could not be written back{undone})"),
+        ));
+    }
+    Ok(())
+}
+
+/// The request that destroys what `request` created, and the handle its reply `reply`
+/// names: `None` for a request that creates no handle (EXPORT_MEMORY's export is no object
+/// of the caller's: the same grant returns the same token, and it goes with the allocation).
+pub fn undo_of(request: u32, reply: &[u8]) -> Option<(u32, u32)> {
+    let (undo, handle) = match request {
+        DRIVER_CMD_CREATE_CONTEXT => (
+            DRIVER_CMD_DESTROY_CONTEXT,
+            CreateContextArgs::from_bytes(reply)?.handle,
+        ),
+        DRIVER_CMD_CREATE_STREAM => (
+            DRIVER_CMD_DESTROY_STREAM,
+            CreateStreamArgs::from_bytes(reply)?.handle,
+        ),
+        DRIVER_CMD_CREATE_EVENT => (
+            DRIVER_CMD_DESTROY_EVENT,
+            CreateEventArgs::from_bytes(reply)?.handle,
+        ),
+        DRIVER_CMD_ALLOC_MEMORY => (
+            DRIVER_CMD_FREE_MEMORY,
+            AllocMemoryArgs::from_bytes(reply)?.handle,
+        ),
+        DRIVER_CMD_IMPORT_MEMORY => (
+            DRIVER_CMD_FREE_MEMORY,
+            ImportMemoryArgs::from_bytes(reply)?.handle,
+        ),
+        _ => return None,
+    };
+    (handle != 0).then_some((undo, handle))
+}
+
+/// Destroys what `request` created, given its reply: the caller could not be told the
+/// handle. Returns what to add to the `EFAULT` message (empty when nothing was created).
+fn undo_create(conn: &Conn, request: u32, reply: &[u8]) -> String {
+    let Some((undo, handle)) = undo_of(request, reply) else {
+        return String::new();
+    };
+    let mut arg = vec![0u8; HandleArgs::SIZE];
+    HandleArgs { handle, pad: 0 }.encode(&mut arg);
+    match conn.call(Kind::Ioctl, undo, arg) {
+        Ok(got) if got.reply.errno == 0 => "; what it created was destroyed again".into(),
+        Ok(got) => format!(
+            "; what it created could not be destroyed again: {}",
+            got.reply.msg
+        ),
+        Err(f) => format!("; what it created could not be destroyed again: {}", f.msg),
+    }
+}
+
+/// A WAIT_EVENT (argument `asked`, at the caller's `arg`) that a signal handler interrupted
+/// (`eintr`): one more look, as the module's, with a timeout of 0: reached now, it succeeds;
+/// otherwise `current` and `status` are copied out as they are now and the call fails with
+/// `EINTR`, or with the look's own errno (`EIO`; `ECANCELED` for a stream or event destroyed
+/// meanwhile, as the module says).
+fn interrupted_wait(conn: &Conn, arg: usize, asked: &[u8], eintr: Failure) -> Result<(), Failure> {
+    let Some(mut w) = WaitEventArgs::from_bytes(asked) else {
+        return Err(eintr);
+    };
+    w.timeout_ns = 0;
+    let mut poll = vec![0u8; WaitEventArgs::SIZE];
+    w.encode(&mut poll);
+    let Ok(got) = conn.call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, poll) else {
+        return Err(eintr);
+    };
+    let r = got.reply;
+    if r.arg.len() != WaitEventArgs::SIZE {
+        return Err(eintr);
+    }
+    if sys::write_user(arg, &r.arg).is_err() {
         return Err(Failure::new(
             libc::EFAULT,
             "bad ioctl argument pointer".into(),
         ));
     }
-    Ok(())
+    match r.errno {
+        0 => Ok(()),
+        libc::EAGAIN | libc::ETIMEDOUT => Err(eintr),
+        libc::ENOENT => Err(Failure::new(
+            libc::ECANCELED,
+            "the stream or event was destroyed while waiting".into(),
+        )),
+        e => Err(Failure::new(e, r.msg)),
+    }
 }
 
 /// The memfd and the offset in it of the object at mmap offset `cookie`, `len` bytes (page
@@ -224,6 +323,73 @@ mod tests {
         ] {
             assert_eq!(device_number(p), None, "{}", String::from_utf8_lossy(p));
         }
+    }
+
+    #[test]
+    fn every_create_but_export_has_its_undo() {
+        fn reply<T: Wire>(args: &T) -> Vec<u8> {
+            let mut b = vec![0u8; T::SIZE];
+            args.encode(&mut b);
+            b
+        }
+        let cases = [
+            (
+                DRIVER_CMD_CREATE_CONTEXT,
+                reply(&CreateContextArgs {
+                    handle: 11,
+                    ..Default::default()
+                }),
+                DRIVER_CMD_DESTROY_CONTEXT,
+            ),
+            (
+                DRIVER_CMD_CREATE_STREAM,
+                reply(&CreateStreamArgs {
+                    handle: 12,
+                    ..Default::default()
+                }),
+                DRIVER_CMD_DESTROY_STREAM,
+            ),
+            (
+                DRIVER_CMD_CREATE_EVENT,
+                reply(&CreateEventArgs {
+                    handle: 13,
+                    ..Default::default()
+                }),
+                DRIVER_CMD_DESTROY_EVENT,
+            ),
+            (
+                DRIVER_CMD_ALLOC_MEMORY,
+                reply(&AllocMemoryArgs {
+                    handle: 14,
+                    ..Default::default()
+                }),
+                DRIVER_CMD_FREE_MEMORY,
+            ),
+            (
+                DRIVER_CMD_IMPORT_MEMORY,
+                reply(&ImportMemoryArgs {
+                    handle: 15,
+                    ..Default::default()
+                }),
+                DRIVER_CMD_FREE_MEMORY,
+            ),
+        ];
+        for (i, (create, bytes, undo)) in cases.iter().enumerate() {
+            assert_eq!(undo_of(*create, bytes), Some((*undo, 11 + i as u32)));
+            // A short reply, or one with no handle, names nothing to undo.
+            assert_eq!(undo_of(*create, &bytes[..bytes.len() - 1]), None);
+            assert_eq!(undo_of(*create, &vec![0u8; bytes.len()]), None);
+        }
+        let export = davinci_uapi::ExportMemoryArgs {
+            handle: 3,
+            token: 9,
+            ..Default::default()
+        };
+        assert_eq!(
+            undo_of(davinci_uapi::DRIVER_CMD_EXPORT_MEMORY, &reply(&export)),
+            None
+        );
+        assert_eq!(undo_of(DRIVER_CMD_WAIT_EVENT, &[0u8; 40]), None);
     }
 
     #[test]

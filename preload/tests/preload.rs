@@ -3,7 +3,8 @@
 //! untouched by it; a davinci descriptor behaves as the kernel module's (`tests/probe.c`:
 //! read/write, poll/epoll, foreign ioctls, bad pointers, dup, LIST_CLIENTS, fork); a
 //! WAIT_EVENT interrupted by a signal ends with `EINTR`, and one in flight holds up no other
-//! thread's ioctls on the same descriptor; a device with no socket is `ENOENT`.
+//! thread's ioctls on the same descriptor; a device with no socket is `ENOENT`; a create
+//! whose reply cannot be copied back creates nothing (`tests/lost_reply.c`).
 //!
 //! The library is this package's cdylib (cargo builds it before the tests), copied under its
 //! installed name; the daemon is the workspace's `davinci-mockd`, built with cargo when the
@@ -120,11 +121,17 @@ struct Daemon {
 
 impl Daemon {
     fn start(name: &str, devices: u32) -> Daemon {
+        Daemon::start_with(name, devices, &[])
+    }
+
+    /// [`start`](Daemon::start) with more of the daemon's options.
+    fn start_with(name: &str, devices: u32, options: &[&str]) -> Daemon {
         let dir = scratch(&format!("sock-{name}")).join("sd");
         let mut child = Command::new(mockd_bin())
             .arg("--socket-dir")
             .arg(&dir)
             .args(["--devices", &devices.to_string(), "--exit-with-parent"])
+            .args(options)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -287,6 +294,27 @@ fn wait_event_interrupted_by_a_signal_is_eintr_and_cancelled() {
     let d = Daemon::start("eintr", 1);
     let out = d.run(&probe, &["eintr", "/dev/davinci0"], &[]);
     assert_ok(&out, "ok eintr", "eintr");
+}
+
+/// A create whose reply cannot be copied back (`EFAULT`) creates nothing, as on the kernel
+/// module (docs/abi.md 1.4): `tests/lost_reply.c`, each creating command with its argument in
+/// read-only memory.
+#[test]
+fn a_create_whose_reply_is_lost_creates_nothing() {
+    let dir = scratch("lost-reply");
+    let exe = compile(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/lost_reply.c"),
+        &dir,
+        "lost_reply",
+        &[],
+    );
+    let d = Daemon::start_with(
+        "lost-reply",
+        1,
+        &["--share-mode", "shared", "--client-quota", "contexts=2"],
+    );
+    let out = d.run(&exe, &["/dev/davinci0"], &[]);
+    assert_ok(&out, "ok lost_reply", "lost_reply");
 }
 
 #[test]

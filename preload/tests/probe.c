@@ -6,7 +6,8 @@
  *   probe passthrough DIR [DEV]  files, pipes, ttys, mmap, dup: untouched by the library
  *                                (with DEV open throughout, when given)
  *   probe semantics /dev/davinciN  a davinci descriptor behaves as the kernel module's
- *   probe eintr /dev/davinciN      WAIT_EVENT and signals: EINTR without SA_RESTART
+ *   probe eintr /dev/davinciN      WAIT_EVENT and signals: EINTR without SA_RESTART, with
+ *                                  `current` and `status` copied out
  *   probe threads /dev/davinciN    a thread blocked in WAIT_EVENT holds up no other thread
  */
 #define _GNU_SOURCE
@@ -237,12 +238,13 @@ static void on_alarm(int sig)
 	alarms++;
 }
 
-/* WAIT_EVENT on an event nobody records, a signal arriving during it. */
-static int wait_with_signal(int fd, __u32 ev, int restart, __u64 timeout_ns)
+/* WAIT_EVENT on an event nobody records, a signal arriving during it; `w` is what the call
+ * left in its argument (`current` and `status` start as 0xdead so a copy-out shows). */
+static int wait_with_signal(int fd, __u32 ev, int restart, __u64 timeout_ns,
+			    struct davinci_wait_event_args *w)
 {
 	struct sigaction sa;
 	struct itimerval it;
-	struct davinci_wait_event_args w;
 	int r;
 
 	memset(&sa, 0, sizeof(sa));
@@ -254,12 +256,14 @@ static int wait_with_signal(int fd, __u32 ev, int restart, __u64 timeout_ns)
 	it.it_value.tv_usec = 200000;
 	alarms = 0;
 	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
-	memset(&w, 0, sizeof(w));
-	w.kind = DAVINCI_WAIT_EVENT;
-	w.handle = ev;
-	w.value = 1;
-	w.timeout_ns = timeout_ns;
-	r = ioctl(fd, DAVINCI_IOCTL_WAIT_EVENT, &w);
+	memset(w, 0, sizeof(*w));
+	w->kind = DAVINCI_WAIT_EVENT;
+	w->handle = ev;
+	w->value = 1;
+	w->timeout_ns = timeout_ns;
+	w->current = 0xdead;
+	w->status = 0xdead;
+	r = ioctl(fd, DAVINCI_IOCTL_WAIT_EVENT, w);
 	return r < 0 ? errno : 0;
 }
 
@@ -268,6 +272,7 @@ static int eintr(const char *dev)
 	struct davinci_create_context_args ctx;
 	struct davinci_create_event_args ev;
 	struct davinci_device_info info;
+	struct davinci_wait_event_args w;
 	int fd, e;
 
 	fd = open(dev, O_RDWR | O_CLOEXEC);
@@ -277,18 +282,24 @@ static int eintr(const char *dev)
 	memset(&ev, 0, sizeof(ev));
 	ev.ctx = ctx.handle;
 	CHECK(ioctl(fd, DAVINCI_IOCTL_CREATE_EVENT, &ev) == 0);
-	/* Without SA_RESTART: the wait (60 s) ends with EINTR once the handler ran. */
-	e = wait_with_signal(fd, ev.handle, 0, 60000000000ull);
+	/* Without SA_RESTART: the wait (60 s) ends with EINTR once the handler ran, with
+	 * `current` and `status` copied out as the module does (the event is at 0). */
+	e = wait_with_signal(fd, ev.handle, 0, 60000000000ull, &w);
 	if (e != EINTR || alarms != 1) {
 		fprintf(stderr, "probe: WAIT_EVENT without SA_RESTART: %s, %d alarms\n", strerror(e),
 			(int)alarms);
+		return 1;
+	}
+	if (w.current != 0 || w.status != 0) {
+		fprintf(stderr, "probe: WAIT_EVENT's EINTR left current %#llx, status %#x (not copied out)\n",
+			(unsigned long long)w.current, w.status);
 		return 1;
 	}
 	/* The open is still in order: the cancelled wait's reply did not go astray. */
 	memset(&info, 0, sizeof(info));
 	CHECK(ioctl(fd, DAVINCI_IOCTL_GET_INFO, &info) == 0 && info.abi_major == DAVINCI_ABI_VERSION_MAJOR);
 	/* With SA_RESTART: the handler runs and the wait goes on to its own end (1 s). */
-	e = wait_with_signal(fd, ev.handle, 1, 1000000000ull);
+	e = wait_with_signal(fd, ev.handle, 1, 1000000000ull, &w);
 	if (e != ETIMEDOUT || alarms != 1) {
 		fprintf(stderr, "probe: WAIT_EVENT with SA_RESTART: %s, %d alarms\n", strerror(e),
 			(int)alarms);

@@ -149,6 +149,50 @@ fn an_interrupted_wait_is_cancelled_and_its_reply_dropped() {
 }
 
 #[test]
+fn a_polling_wait_reads_on_through_a_signal_and_has_the_reply_timeout() {
+    let wait = |timeout_ns| {
+        let mut a = vec![0u8; WaitEventArgs::SIZE];
+        WaitEventArgs {
+            kind: 2,
+            handle: 7,
+            value: 1,
+            timeout_ns,
+            ..Default::default()
+        }
+        .encode(&mut a);
+        a
+    };
+    let (c, d) = pair(LONG);
+    std::thread::scope(|s| {
+        // Timeout 0: answered at once, so a signal does not cancel it.
+        c.interrupt_next.store(true, Ordering::Relaxed);
+        let poll = s.spawn(|| c.call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, wait(0)));
+        let req = d.request();
+        d.echo(&req);
+        let got = poll
+            .join()
+            .unwrap()
+            .expect("a poll reads on through a signal");
+        assert_eq!(got.reply.arg, wait(0));
+    });
+    // And it gives up after the reply timeout, as any call that is answered at once.
+    let (c, _d) = pair(Duration::from_millis(50));
+    let e = c
+        .call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, wait(0))
+        .unwrap_err();
+    assert!(matches!(e, CallError::TimedOut(_)), "{e:?}");
+    // A wait with a timeout is still cancelled by a signal.
+    let (c, d) = pair(LONG);
+    c.interrupt_next.store(true, Ordering::Relaxed);
+    let e = c
+        .call(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, wait(1_000_000))
+        .unwrap_err();
+    assert_eq!(e, CallError::Interrupted);
+    assert_eq!(d.request().request, DRIVER_CMD_WAIT_EVENT);
+    assert_eq!(d.request().kind, Kind::Cancel);
+}
+
+#[test]
 fn hello_decodes_the_reply_or_says_what_was_wrong() {
     let (c, d) = pair(LONG);
     std::thread::scope(|s| {
