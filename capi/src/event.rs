@@ -61,6 +61,22 @@ pub unsafe extern "C" fn davinci_event_destroy(event: *mut davinci_event) {
     ffi::guard_void("davinci_event_destroy", || unsafe { ffi::free(event) });
 }
 
+/// The driver's handle of the event (what a raw `DAVINCI_OP_EVENT_WAIT` or
+/// `DAVINCI_OP_EVENT_RECORD` descriptor names in `handle`, for `davinci_task_from_desc`)
+/// into `*out`.
+///
+/// # Safety
+/// Threads: any. `event` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_handle(event: *const davinci_event, out: *mut u32) -> c_int {
+    guard("davinci_event_handle", || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { get(event, "event") }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", e.ev.handle()) }
+    })
+}
+
 /// Records the event on `stream` (`aclrtRecordEvent`, `cudaEventRecord`): once the stream
 /// reaches this point the event's value becomes the record's. The record goes to `*out`
 /// (NULL: not wanted; the event's own waits still see it). -EINVAL if the stream is of

@@ -823,6 +823,16 @@ int davinci_event_create(const struct davinci_context *ctx, struct davinci_event
 void davinci_event_destroy(struct davinci_event *event);
 
 /**
+ * The driver's handle of the event (what a raw `DAVINCI_OP_EVENT_WAIT` or
+ * `DAVINCI_OP_EVENT_RECORD` descriptor names in `handle`, for `davinci_task_from_desc`)
+ * into `*out`.
+ *
+ * # Safety
+ * Threads: any. `event` a live handle; `out` writable.
+ */
+int davinci_event_handle(const struct davinci_event *event, uint32_t *out);
+
+/**
  * Records the event on `stream` (`aclrtRecordEvent`, `cudaEventRecord`): once the stream
  * reaches this point the event's value becomes the record's. The record goes to `*out`
  * (NULL: not wanted; the event's own waits still see it). -EINVAL if the stream is of
