@@ -4,10 +4,15 @@ submitted, that keep the buffers they name alive until they have run (``davinci_
 Operands are ``Buffer`` objects or byte ranges of them (``buf.region(start, stop)``):
 
 * ``fill(dst, value, dtype=None, user_data=0)``: every 4-byte word of ``dst`` set to
-  ``value`` (an int: its 32 bits; a float: its float32 bits; or as ``dtype``);
+  ``value`` as ``dtype``; without one the value implies it (a numpy scalar its own type:
+  ``np.float32(0.5)`` f32; a float f32; a negative int i32; another int u32);
 * ``copy(dst, src, user_data=0)``: ``src``'s bytes into ``dst`` (the same length);
-* ``add(dst, a, b, dtype="f32", user_data=0)``: ``dst = a + b`` elementwise ("f32", "i32",
-  "u32");
+* ``add(dst, a, b, dtype="f32", user_data=0)``: ``dst = a + b`` elementwise;
+
+dtypes are "f32", "i32", "u32", numpy's names ("float32", "<f4"), numpy dtypes and scalar
+types (``np.float32``, ``np.dtype("int32")``, ``x.dtype``). A wrong type (``fill(buf, "x")``,
+``dtype=5``) raises ``TypeError``, a wrong value (``dtype=np.float64``, a value out of the
+type's range) ``InvalidArgumentError`` (a ``ValueError``), each naming the argument.
 * ``nop(user_data=0)``: a task that does nothing.
 
 What the device would refuse (lengths that differ, misaligned or empty ranges) raises

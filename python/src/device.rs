@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use davinci_shim::{self as shim, DevicePath, ExportToken, ShareMode};
+use davinci_shim::{self as shim, DevicePath, DeviceSource, Error, ExportToken, ShareMode};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::base::{invalid, timeout, OrRaise, Slot};
+use crate::base::{err, invalid, size, timeout, type_error, type_name, OrRaise, Slot};
 use crate::memory::{Buffer, Mem};
 use crate::stream::{Event, Stream, StreamOpts};
 
@@ -17,6 +17,8 @@ use crate::stream::{Event, Stream, StreamOpts};
 pub struct Device {
     inner: Slot<shim::Device>,
     spec: String,
+    /// Where `spec` came from: None when the caller named it.
+    source: Option<DeviceSource>,
 }
 
 impl Device {
@@ -27,24 +29,76 @@ impl Device {
 
 #[pymethods]
 impl Device {
+    /// Opens `spec` (`"embedded"`, `"mock:SOCKET"`, `"/dev/davinciN"`); None: the device a
+    /// program that names none gets, by the rule Rust and C share
+    /// (`davinci_shim::DevicePath::default_device`): `$DAVINCI_DEVICE` if set, else this
+    /// node's device (`/dev/davinci0`, else `davinci0.sock` in davinci-mockd's default
+    /// socket directory), else the embedded mock device. `path` and `source` say which.
     #[new]
     #[pyo3(signature = (spec = None))]
-    fn new(py: Python<'_>, spec: Option<String>) -> PyResult<Device> {
-        let spec = spec
-            .or_else(shim::device_path_from_env)
-            .unwrap_or_else(|| "embedded".to_string());
-        let path = DevicePath::parse(&spec).or_raise()?;
-        let dev = py.detach(|| shim::Device::open_path(&path)).or_raise()?;
+    fn new(py: Python<'_>, spec: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
+        let (path, source) = match spec.filter(|s| !s.is_none()) {
+            Some(s) => {
+                let Ok(s) = s.extract::<String>() else {
+                    return Err(type_error(
+                        "Device",
+                        "spec",
+                        format!(
+                            "must be a str (\"embedded\", \"mock:SOCKET\", \"/dev/davinciN\") \
+                             or None, not {}",
+                            type_name(s)
+                        ),
+                    ));
+                };
+                (DevicePath::parse(&s).or_raise()?, None)
+            }
+            None => {
+                let (p, from) = DevicePath::default_device().or_raise()?;
+                (p, Some(from))
+            }
+        };
+        let dev = py
+            .detach(|| shim::Device::open_path(&path))
+            .map_err(|e| match source {
+                None => err(e),
+                Some(from) => {
+                    let msg = format!("{} (device {path}, from {from})", e.message());
+                    err(match e.errno() {
+                        Some(n) => Error::new(n, e.op(), msg),
+                        None => Error::other(e.op(), msg),
+                    })
+                }
+            })?;
         Ok(Device {
             inner: Slot::new(dev),
-            spec,
+            spec: path.to_string(),
+            source,
         })
     }
 
-    /// What it was opened with: `embedded`, `mock:SOCKET` or `/dev/davinciN`.
+    /// The device it opened: `embedded`, `mock:SOCKET` or `/dev/davinciN` (also when none
+    /// was named).
+    #[getter]
+    fn path(&self) -> &str {
+        &self.spec
+    }
+
+    /// The same as `path`.
     #[getter]
     fn spec(&self) -> &str {
         &self.spec
+    }
+
+    /// Where `path` came from: `"argument"` (named by the caller), `"DAVINCI_DEVICE"`,
+    /// `"node"` (this node's device) or `"embedded"` (none named, none on the node).
+    #[getter]
+    fn source(&self) -> &'static str {
+        match self.source {
+            None => "argument",
+            Some(DeviceSource::Env) => "DAVINCI_DEVICE",
+            Some(DeviceSource::Node) => "node",
+            Some(DeviceSource::Embedded) => "embedded",
+        }
     }
 
     /// Which device and which client: `davinci-mockd device 0 at mock:... (client 3)`.
@@ -55,10 +109,15 @@ impl Device {
         }
     }
 
+    /// `__str__` and where the path came from when the caller named none.
     fn __repr__(&self) -> String {
+        let from = match self.source {
+            None => String::new(),
+            Some(s) => format!(" (from {s})"),
+        };
         match self.inner.lock().as_ref() {
-            Some(d) => format!("<davinci.Device {d}>"),
-            None => format!("<davinci.Device {} (closed)>", self.spec),
+            Some(d) => format!("<davinci.Device {d}{from}>"),
+            None => format!("<davinci.Device {} (closed){from}>", self.spec),
         }
     }
 
@@ -88,7 +147,8 @@ impl Device {
     }
 
     /// Allocates `nbytes` of device memory, zeroed, with a host view.
-    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
+    fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let nbytes = size("Device.alloc", "nbytes", nbytes)?;
         let dev = self.get("Device.alloc")?;
         let b = py.detach(|| dev.alloc(nbytes)).or_raise()?;
         Ok(Buffer::new(Mem::Dev(b)))
@@ -112,9 +172,13 @@ impl Device {
         } else if let Ok(v) = token.extract::<u64>() {
             ExportToken(v)
         } else {
-            return Err(invalid(
+            return Err(type_error(
                 "Device.import_buffer",
-                "the token is Buffer.export()'s string (16 hex digits) or an int",
+                "token",
+                format!(
+                    "must be Buffer.export()'s string (16 hex digits) or an int, not {}",
+                    type_name(token)
+                ),
             ));
         };
         let b = py.detach(|| dev.import(token)).or_raise()?;
@@ -246,7 +310,8 @@ impl Context {
     }
 
     /// Allocates device memory (as `Device.alloc`).
-    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
+    fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let nbytes = size("Context.alloc", "nbytes", nbytes)?;
         let ctx = self.inner.get("Context.alloc", "context")?;
         let b = py.detach(|| ctx.alloc(nbytes)).or_raise()?;
         Ok(Buffer::new(Mem::Dev(b)))

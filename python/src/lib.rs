@@ -1,21 +1,22 @@
 //! `davinci._davinci`: the native module of the Python package `davinci` (python/davinci/),
-//! the safe runtime API of `davinci-shim` for Python, built by maturin as an abi3 extension
-//! (CPython 3.9 and later). The classes here are what the package exports; the pure-Python
-//! part adds the exception classes (`davinci/_errors.py`, built from [`base::err`]), the
-//! buffer-protocol view of a buffer (`davinci/_view.py`, over [`memory::HostHold`]) and the
-//! `davinci.task` module.
+//! the safe runtime API of `davinci-shim` for Python, built by maturin for the CPython (3.9
+//! or later) it is installed into. The classes here are what the package exports; the
+//! pure-Python part adds the exception classes (`davinci/_errors.py`, built from
+//! [`base::err`]) and the `davinci.task` module.
 //!
 //! Every call that can block (submit waiting for room, synchronize, event waits, opening a
 //! daemon's device) releases the GIL; waits run in slices of [`base::SLICE`] with
 //! `Python::check_signals` between them, so Ctrl-C raises `KeyboardInterrupt` within a slice.
-//! No `unsafe` here: the shim's API is safe, and the view's address is a plain integer that
-//! only `ctypes` (in `_view.py`) dereferences.
-#![forbid(unsafe_code)]
+//! `unsafe` is in one place: `Buffer`'s buffer protocol (`memory.rs`, FFI with CPython's
+//! `Py_buffer`); every other module forbids it.
+#![deny(unsafe_code)]
 
 use pyo3::prelude::*;
 
 mod base;
+mod callback;
 mod device;
+mod dtype;
 mod memory;
 mod pool;
 mod stream;

@@ -1,15 +1,25 @@
 //! Device memory: `Buffer` (a `DeviceBuffer` or a pool block: copies in and out, typed
-//! values, the zero-copy view, export), `Region` (a byte range of one, as a task operand) and
-//! `HostHold` (what keeps a buffer mapped while a host view of it lives).
-#![forbid(unsafe_code)]
+//! values, the zero-copy view through the buffer protocol and DLPack, export), `Region` (a
+//! byte range of one, as a task operand) and `HostHold` (what keeps a buffer mapped while a
+//! host view of it lives).
+//!
+//! `unsafe` here is the buffer protocol's FFI and nothing else: `Buffer.__getbuffer__` fills
+//! CPython's `Py_buffer` with the buffer's host mapping and parks a [`shim::HostMapping`]
+//! (a hold of the buffer) in its `internal` field; `__releasebuffer__` takes it back. So a
+//! `memoryview`, or a numpy array made from one, keeps the memory allocated and mapped
+//! even after `Buffer.close()`.
+#![deny(unsafe_code)]
 
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use davinci_shim::{self as shim, DeviceMem};
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView};
 
-use crate::base::{invalid, OrRaise, Slot};
+use crate::base::{invalid, opt_size, OrRaise, Slot};
+use crate::dtype::Dtype;
 
 /// The memory behind a `Buffer`.
 pub(crate) enum Mem {
@@ -74,53 +84,8 @@ macro_rules! mem_ops {
 mem_ops!(shim::DeviceBuffer);
 mem_ops!(shim::PoolBuffer);
 
-/// Element types of typed reads, writes, fills and adds.
-#[derive(Clone, Copy)]
-pub(crate) enum Dtype {
-    F32,
-    I32,
-    U32,
-}
-
-impl Dtype {
-    pub(crate) fn parse(op: &'static str, s: &str) -> PyResult<Dtype> {
-        match s {
-            "f32" | "float32" | "f" => Ok(Dtype::F32),
-            "i32" | "int32" | "i" => Ok(Dtype::I32),
-            "u32" | "uint32" | "I" => Ok(Dtype::U32),
-            _ => Err(invalid(
-                op,
-                format!("dtype {s:?}: use \"f32\", \"i32\" or \"u32\" (or numpy's names)"),
-            )),
-        }
-    }
-
-    /// A Python number as this type's 4 bytes.
-    pub(crate) fn bits(self, op: &'static str, v: &Bound<'_, PyAny>) -> PyResult<u32> {
-        let bad = |what: &str| invalid(op, format!("{v} is not {what}"));
-        match self {
-            Dtype::F32 => Ok((v.extract::<f64>().map_err(|_| bad("a number"))? as f32).to_bits()),
-            Dtype::I32 => {
-                Ok(v.extract::<i32>()
-                    .map_err(|_| bad("an int32 (-2**31 to 2**31-1)"))? as u32)
-            }
-            Dtype::U32 => v
-                .extract::<u32>()
-                .map_err(|_| bad("a uint32 (0 to 2**32-1)")),
-        }
-    }
-
-    fn value<'py>(self, py: Python<'py>, b: [u8; 4]) -> PyResult<Bound<'py, PyAny>> {
-        Ok(match self {
-            Dtype::F32 => f32::from_ne_bytes(b).into_pyobject(py)?.into_any(),
-            Dtype::I32 => i32::from_ne_bytes(b).into_pyobject(py)?.into_any(),
-            Dtype::U32 => u32::from_ne_bytes(b).into_pyobject(py)?.into_any(),
-        })
-    }
-}
-
 /// Device memory with a host view: from `Device.alloc` (or `import_buffer`) or a `MemPool`.
-#[pyclass(frozen, module = "davinci._davinci")]
+#[pyclass(frozen, weakref, module = "davinci._davinci")]
 pub struct Buffer {
     inner: Slot<Arc<Mem>>,
 }
@@ -169,9 +134,16 @@ impl Buffer {
     }
 
     /// Copies `data` (bytes, bytearray or any contiguous buffer) to byte `offset`.
-    #[pyo3(signature = (data, offset = 0))]
-    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
-        let m = self.get("Buffer.write")?;
+    #[pyo3(signature = (data, offset = None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        const OP: &str = "Buffer.write";
+        let offset = opt_size(OP, "offset", offset)?.unwrap_or(0);
+        let m = self.get(OP)?;
         if let Ok(b) = data.cast::<PyBytes>() {
             return m.as_mem().write(offset, b.as_bytes()).or_raise();
         }
@@ -185,49 +157,59 @@ impl Buffer {
     }
 
     /// `nbytes` bytes (default: to the end) from byte `offset`, copied.
-    #[pyo3(signature = (nbytes = None, offset = 0))]
+    #[pyo3(signature = (nbytes = None, offset = None))]
     fn read<'py>(
         &self,
         py: Python<'py>,
-        nbytes: Option<usize>,
-        offset: usize,
+        nbytes: Option<&Bound<'py, PyAny>>,
+        offset: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let m = self.get("Buffer.read")?;
+        const OP: &str = "Buffer.read";
+        let offset = opt_size(OP, "offset", offset)?.unwrap_or(0);
+        let nbytes = opt_size(OP, "nbytes", nbytes)?;
+        let m = self.get(OP)?;
         let n = nbytes.unwrap_or_else(|| m.as_mem().len().saturating_sub(offset));
         let mut v = vec![0u8; n];
         m.as_mem().read(offset, &mut v).or_raise()?;
         Ok(PyBytes::new(py, &v))
     }
 
-    /// Writes numbers as `dtype` ("f32", "i32", "u32") from byte `offset`.
-    #[pyo3(signature = (values, dtype = "f32", offset = 0))]
+    /// Writes numbers as `dtype` ("f32", "i32", "u32", or numpy's dtypes) from byte `offset`.
+    #[pyo3(signature = (values, dtype = None, offset = None))]
     fn write_values(
         &self,
-        values: Vec<Bound<'_, PyAny>>,
-        dtype: &str,
-        offset: usize,
+        values: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        offset: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         const OP: &str = "Buffer.write_values";
-        let d = Dtype::parse(OP, dtype)?;
+        let d = Dtype::from_opt(OP, dtype)?.unwrap_or(Dtype::F32);
+        let offset = opt_size(OP, "offset", offset)?.unwrap_or(0);
         let m = self.get(OP)?;
-        let mut bytes = Vec::with_capacity(values.len() * 4);
-        for v in &values {
-            bytes.extend_from_slice(&d.bits(OP, v)?.to_ne_bytes());
+        let mut bytes = Vec::new();
+        let items = values
+            .try_iter()
+            .map_err(|_| crate::base::type_error(OP, "values", "must be an iterable of numbers"))?;
+        for (i, v) in items.enumerate() {
+            let v = v?;
+            bytes.extend_from_slice(&d.bits(OP, &format!("values[{i}]"), &v)?.to_ne_bytes());
         }
         m.as_mem().write(offset, &bytes).or_raise()
     }
 
     /// `count` numbers of `dtype` (default: to the end) from byte `offset`, as a list.
-    #[pyo3(signature = (dtype = "f32", count = None, offset = 0))]
+    #[pyo3(signature = (dtype = None, count = None, offset = None))]
     fn read_values<'py>(
         &self,
         py: Python<'py>,
-        dtype: &str,
-        count: Option<usize>,
-        offset: usize,
+        dtype: Option<&Bound<'py, PyAny>>,
+        count: Option<&Bound<'py, PyAny>>,
+        offset: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         const OP: &str = "Buffer.read_values";
-        let d = Dtype::parse(OP, dtype)?;
+        let d = Dtype::from_opt(OP, dtype)?.unwrap_or(Dtype::F32);
+        let offset = opt_size(OP, "offset", offset)?.unwrap_or(0);
+        let count = opt_size(OP, "count", count)?;
         let m = self.get(OP)?;
         let n = count.unwrap_or_else(|| m.as_mem().len().saturating_sub(offset) / 4);
         let nbytes = n
@@ -242,37 +224,186 @@ impl Buffer {
         Ok(out)
     }
 
-    /// The bytes `start..stop` as a task operand.
-    #[pyo3(signature = (start = 0, stop = None))]
-    fn region(slf: Bound<'_, Self>, start: usize, stop: Option<usize>) -> PyResult<Region> {
-        let m = slf.get().get("Buffer.region")?;
-        let stop = stop.unwrap_or_else(|| m.as_mem().len());
+    /// The bytes `[start, stop)` as a task operand (`stop` None: to the end).
+    #[pyo3(signature = (start = None, stop = None))]
+    fn region(
+        slf: Bound<'_, Self>,
+        start: Option<&Bound<'_, PyAny>>,
+        stop: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Region> {
+        const OP: &str = "Buffer.region";
+        let start = opt_size(OP, "start", start)?.unwrap_or(0);
+        let stop = opt_size(OP, "stop", stop)?;
+        let m = slf.get().get(OP)?;
+        let len = m.as_mem().len();
+        let stop = stop.unwrap_or(len);
+        if start > stop {
+            return Err(invalid(
+                OP,
+                format!("the range [{start}, {stop}) is inverted: start must not exceed stop"),
+            ));
+        }
+        if stop > len {
+            return Err(invalid(
+                OP,
+                format!("the range [{start}, {stop}) runs past the end of the {len}-byte buffer"),
+            ));
+        }
         m.region(Some((start, stop))).or_raise()?;
         Ok(Region {
             mem: m,
+            buffer: slf.unbind(),
             start,
             stop,
         })
     }
 
     /// The host view as a writable `memoryview` without copying (format "B", or `dtype`'s:
-    /// "f32", "i32", "u32"); it keeps the buffer alive while it (or anything made from it,
-    /// such as a numpy array) lives. The device writes it while tasks on the buffer run: read
-    /// it after `synchronize`.
+    /// "f32", "i32", "u32", numpy's dtypes too); the same as `memoryview(buf)` (cast). It
+    /// keeps the buffer's memory allocated and mapped while it (or anything made from it,
+    /// such as a numpy array) lives; its `obj` is this `Buffer`. The device writes it while
+    /// tasks on the buffer run: read it after `synchronize`.
     #[pyo3(signature = (dtype = None))]
-    fn view<'py>(&self, py: Python<'py>, dtype: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+    fn view<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        const OP: &str = "Buffer.view";
         let fmt = match dtype {
-            None | Some("u8" | "uint8" | "B") => "B",
-            Some(d) => match Dtype::parse("Buffer.view", d)? {
-                Dtype::F32 => "f",
-                Dtype::I32 => "i",
-                Dtype::U32 => "I",
-            },
+            Some(d)
+                if d.extract::<&str>()
+                    .is_ok_and(|s| matches!(s, "u8" | "uint8" | "B")) =>
+            {
+                "B"
+            }
+            d => Dtype::from_opt(OP, d)?.map_or("B", Dtype::format),
         };
-        let hold = self.host_hold()?;
-        py.import("davinci._view")?
-            .getattr("make_view")?
-            .call1((hold, fmt))
+        slf.get().get(OP)?;
+        let mv = PyMemoryView::from(slf.as_any())?.into_any();
+        if fmt == "B" {
+            Ok(mv)
+        } else {
+            mv.call_method1("cast", (fmt,))
+        }
+    }
+
+    /// numpy's array interface (version 3): the host view as a 1-D uint8 array, so
+    /// `np.asarray(buf)` is zero-copy (numpy reads the buffer protocol first; this is for
+    /// consumers that only know this protocol). The array keeps a reference to this object,
+    /// not a hold of the memory: `memoryview(buf)` is the form that outlives `close()`.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.get("Buffer.__array_interface__")?;
+        let map = m.as_mem().host_mapping();
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", (map.len(),))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (map.addr(), false))?;
+        Ok(d)
+    }
+
+    /// DLPack (`np.from_dlpack(buf)`, `torch.from_dlpack(buf)`): the host view as a 1-D
+    /// uint8 tensor on the CPU, zero-copy. Delegated to numpy: a numpy array over
+    /// `memoryview(buf)` exports it, so the capsule's owner holds the memory (as
+    /// `memoryview` does). Needs numpy.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        slf.get().get("Buffer.__dlpack__")?;
+        let np = py.import("numpy")?;
+        let arr = np
+            .getattr("asarray")?
+            .call1((PyMemoryView::from(slf.as_any())?,))?;
+        let kw = PyDict::new(py);
+        for (k, v) in [
+            ("stream", stream),
+            ("max_version", max_version),
+            ("dl_device", dl_device),
+            ("copy", copy),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_none()) {
+                kw.set_item(k, v)?;
+            }
+        }
+        arr.call_method("__dlpack__", (), Some(&kw))
+    }
+
+    /// `(kDLCPU, 0)` = `(1, 0)`: what the host reads and writes is this process's mapping of
+    /// the device memory (CUDA's mapped pinned memory), plain CPU memory to a DLPack
+    /// consumer; the device's own address is `dev_addr`.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (1, 0)
+    }
+
+    /// The buffer protocol: the host mapping, writable, format "B", one dimension. The
+    /// `Py_buffer` carries a hold of the memory until it is released.
+    #[allow(unsafe_code)]
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "Buffer.__getbuffer__: no Py_buffer to fill",
+            ));
+        }
+        let m = match slf.get().get("Buffer.__getbuffer__") {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: `view` is not null and CPython passes a `Py_buffer` it owns for
+                // this call; on failure the protocol asks for `obj` to be NULL.
+                unsafe { (*view).obj = std::ptr::null_mut() };
+                return Err(e);
+            }
+        };
+        let hold = Box::new(m.as_mem().host_mapping());
+        let (addr, len) = (hold.addr(), hold.len());
+        let Ok(len) = isize::try_from(len) else {
+            // SAFETY: as above.
+            unsafe { (*view).obj = std::ptr::null_mut() };
+            return Err(invalid(
+                "Buffer.__getbuffer__",
+                "the buffer is too large to view",
+            ));
+        };
+        // SAFETY: `view` is a valid `Py_buffer` for CPython to fill (non-null, checked);
+        // `slf` is a live object (PyBuffer_FillInfo takes a new reference to it as `obj`);
+        // `addr..addr + len` is the buffer's host mapping, readable and writable, which
+        // stays mapped while `hold` lives: `hold` goes into `internal` and is dropped only
+        // by `__releasebuffer__`, which CPython calls once for this view.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), addr as *mut c_void, len, 0, flags)
+        };
+        if rc != 0 {
+            // PyBuffer_FillInfo set the exception (and left `obj` NULL).
+            return Err(PyErr::fetch(slf.py()));
+        }
+        // SAFETY: `view` was filled above; `internal` is ours (the protocol leaves it to the
+        // exporter).
+        unsafe { (*view).internal = Box::into_raw(hold).cast::<c_void>() };
+        Ok(())
+    }
+
+    /// Releases the hold `__getbuffer__` put in the `Py_buffer`.
+    #[allow(unsafe_code)]
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: CPython passes the `Py_buffer` our `__getbuffer__` filled, once; its
+        // `internal` is the `Box<HostMapping>` put there (or NULL if it never was).
+        let internal = unsafe { (*view).internal };
+        if !internal.is_null() {
+            // SAFETY: made by `Box::into_raw` in `__getbuffer__`, released only here.
+            drop(unsafe { Box::from_raw(internal.cast::<shim::HostMapping>()) });
+            // SAFETY: as above: the view is ours to clear.
+            unsafe { (*view).internal = std::ptr::null_mut() };
+        }
     }
 
     /// A hold on the host view's mapping (address, length): `view()` builds on it.
@@ -343,12 +474,28 @@ impl Buffer {
 #[pyclass(frozen, module = "davinci._davinci")]
 pub struct Region {
     pub(crate) mem: Arc<Mem>,
+    buffer: Py<Buffer>,
     pub(crate) start: usize,
     pub(crate) stop: usize,
 }
 
 #[pymethods]
 impl Region {
+    /// The `Buffer` it is a range of.
+    #[getter]
+    fn buffer(&self, py: Python<'_>) -> Py<Buffer> {
+        self.buffer.clone_ref(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<davinci.Region [{}, {}) of a {}-byte buffer>",
+            self.start,
+            self.stop,
+            self.mem.as_mem().len()
+        )
+    }
+
     #[getter]
     fn start(&self) -> usize {
         self.start

@@ -4,7 +4,7 @@
 use davinci_shim::{self as shim, PoolOptions};
 use pyo3::prelude::*;
 
-use crate::base::OrRaise;
+use crate::base::{size, OrRaise};
 use crate::device::Device;
 use crate::memory::{Buffer, Mem};
 
@@ -41,7 +41,8 @@ impl MemPool {
     }
 
     /// A block of `nbytes` (not zeroed: a reused block keeps its old bytes).
-    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
+    fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let nbytes = size("MemPool.alloc", "nbytes", nbytes)?;
         let b = py.detach(|| self.inner.alloc(nbytes)).or_raise()?;
         Ok(Buffer::new(Mem::Pool(b)))
     }

@@ -15,7 +15,8 @@ use std::time::Duration;
 use davinci_shim as shim;
 use pyo3::prelude::*;
 
-use crate::base::{closed, wait_sliced, OrRaise, Slot};
+use crate::base::{closed, type_error, type_name, wait_sliced, OrRaise, Slot};
+use crate::callback::{self, Ready};
 use crate::task::Task;
 
 /// `davinci_shim::StreamOptions` as keyword arguments.
@@ -47,12 +48,29 @@ pub struct Stream {
     /// The shim's stream. Its queued EVENT_RECORD and EVENT_WAIT tasks keep their events
     /// (the shim's rule), so an `Event` object or a `Recorded` token may be a temporary.
     inner: Mutex<Option<shim::Stream>>,
+    /// Host callbacks (`launch_host_func`) reached or cancelled, to call with the GIL.
+    ready: Ready,
+}
+
+impl Drop for Stream {
+    /// Dropping the stream cancels its callbacks not yet reached: they are called (with
+    /// ECANCELED) here, as `close()` calls them.
+    fn drop(&mut self) {
+        let s = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(s);
+        Python::attach(|py| callback::run(py, &self.ready));
+    }
 }
 
 impl Stream {
     pub(crate) fn new(s: shim::Stream) -> Stream {
         Stream {
             inner: Mutex::new(Some(s)),
+            ready: Ready::default(),
         }
     }
 
@@ -84,6 +102,7 @@ impl Stream {
             let mut g = self.lock();
             g.as_mut().map(f)
         });
+        callback::run(py, &self.ready);
         match r {
             Some(r) => r.or_raise(),
             None => Err(closed(op, "stream")),
@@ -92,8 +111,9 @@ impl Stream {
 
     /// Runs `f` on the stream with the GIL held (it does not block).
     fn quick<R>(&self, op: &'static str, f: impl FnOnce(&mut shim::Stream) -> R) -> PyResult<R> {
-        let mut g = self.lock();
-        g.as_mut().map(f).ok_or_else(|| closed(op, "stream"))
+        let r = self.lock().as_mut().map(f);
+        Python::attach(|py| callback::run(py, &self.ready));
+        r.ok_or_else(|| closed(op, "stream"))
     }
 }
 
@@ -138,17 +158,41 @@ impl Stream {
         let t = crate::base::timeout(OP, timeout)?;
         // Closed before or during the wait (by another thread): ClosedError.
         let gone = AtomicBool::new(false);
-        wait_sliced(py, OP, t, |slice| match self.lock().as_mut() {
+        let waited = wait_sliced(py, OP, t, |slice| match self.lock().as_mut() {
             Some(s) => s.synchronize(slice),
             None => {
                 gone.store(true, Ordering::Relaxed);
                 Ok(())
             }
-        })?;
+        });
+        callback::run(py, &self.ready);
+        waited?;
         if gone.load(Ordering::Relaxed) {
             return Err(closed(OP, "stream"));
         }
         Ok(())
+    }
+
+    /// Calls `fn(error)` on the host once the stream gets here (`cudaLaunchHostFunc`): a NOP
+    /// is queued, and `fn` is called, with the GIL, by the call that reaps that NOP's
+    /// completion (`synchronize`, `poll`, a submit waiting for room), after every earlier
+    /// task completed and before that call returns. `error` is None when the point was
+    /// reached, or the `DavinciError` saying why it never will be (a `TaskError` with
+    /// ECANCELED when the stream is closed or dropped first). An exception `fn` raises goes
+    /// to `sys.unraisablehook`. The device does not wait for `fn`. Returns the NOP's task id.
+    #[pyo3(signature = (r#fn))]
+    fn launch_host_func(&self, py: Python<'_>, r#fn: Bound<'_, PyAny>) -> PyResult<u64> {
+        const OP: &str = "Stream.launch_host_func";
+        if !r#fn.is_callable() {
+            return Err(type_error(
+                OP,
+                "fn",
+                format!("must be callable, not {}", type_name(&r#fn)),
+            ));
+        }
+        let cb = callback::queue_on(&self.ready, r#fn.unbind());
+        self.with(py, OP, move |s| s.launch_host_func(cb))
+            .map(shim::TaskId::get)
     }
 
     /// Makes the stream wait (on the device) for the event's latest record.
@@ -219,6 +263,7 @@ impl Stream {
             let s = self.lock().take();
             drop(s);
         });
+        callback::run(py, &self.ready);
     }
 
     #[getter]

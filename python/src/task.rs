@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
+use crate::base::{type_error, type_name, OrRaise};
+use crate::dtype::Dtype;
+use crate::memory::{Buffer, Mem, Region};
 use davinci_shim::{self as shim, task};
 use pyo3::prelude::*;
-use pyo3::types::PyFloat;
-
-use crate::base::{invalid, OrRaise};
-use crate::memory::{Buffer, Dtype, Mem, Region};
 
 /// A task checked on the host, holding the buffers it names until it has run.
 #[pyclass(frozen, module = "davinci._davinci")]
@@ -82,9 +81,13 @@ impl Operand {
                 range: Some((r.start, r.stop)),
             });
         }
-        Err(invalid(
+        Err(type_error(
             op,
-            format!("{name} must be a davinci.Buffer or a Buffer.region(...)"),
+            name,
+            format!(
+                "must be a davinci.Buffer or a Buffer.region(...), not {}",
+                type_name(v)
+            ),
         ))
     }
 
@@ -93,24 +96,24 @@ impl Operand {
     }
 }
 
-/// FILL: every 4-byte word of `dst` set to `value` (an int: its 32 bits; a float: its f32
-/// bits; or as `dtype`).
+/// FILL: every 4-byte word of `dst` set to `value` as `dtype` (a string, a numpy dtype or
+/// scalar type). Without `dtype` the value implies it: a numpy scalar its own type
+/// (`np.float32(0.5)`: f32, `np.int32(-1)`: i32), a float f32, a negative int i32, another
+/// int u32.
 #[pyfunction]
 #[pyo3(signature = (dst, value, dtype = None, user_data = 0))]
 pub fn task_fill(
     dst: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
-    dtype: Option<&str>,
+    dtype: Option<&Bound<'_, PyAny>>,
     user_data: u64,
 ) -> PyResult<Task> {
     const OP: &str = "task.fill";
-    let d = match dtype {
-        Some(s) => Dtype::parse(OP, s)?,
-        None if value.is_instance_of::<PyFloat>() => Dtype::F32,
-        None if value.extract::<i64>().is_ok_and(|v| v < 0) => Dtype::I32,
-        None => Dtype::U32,
+    let d = match Dtype::from_opt(OP, dtype)? {
+        Some(d) => d,
+        None => Dtype::implied_by(OP, value)?,
     };
-    let pattern = d.bits(OP, value)?;
+    let pattern = d.bits(OP, "value", value)?;
     let dst = Operand::from_py(OP, "dst", dst)?;
     let t = task::fill(dst.region().or_raise()?, pattern).or_raise()?;
     Ok(Task {
@@ -133,18 +136,19 @@ pub fn task_copy(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>, user_data: u64)
     })
 }
 
-/// ADD: `dst = a + b` elementwise, as `dtype` ("f32", "i32", "u32").
+/// ADD: `dst = a + b` elementwise, as `dtype` ("f32", "i32", "u32", numpy's names, dtypes
+/// and scalar types).
 #[pyfunction]
-#[pyo3(signature = (dst, a, b, dtype = "f32", user_data = 0))]
+#[pyo3(signature = (dst, a, b, dtype = None, user_data = 0))]
 pub fn task_add(
     dst: &Bound<'_, PyAny>,
     a: &Bound<'_, PyAny>,
     b: &Bound<'_, PyAny>,
-    dtype: &str,
+    dtype: Option<&Bound<'_, PyAny>>,
     user_data: u64,
 ) -> PyResult<Task> {
     const OP: &str = "task.add";
-    let d = Dtype::parse(OP, dtype)?;
+    let d = Dtype::from_opt(OP, dtype)?.unwrap_or(Dtype::F32);
     let (dst, a, b) = (
         Operand::from_py(OP, "dst", dst)?,
         Operand::from_py(OP, "a", a)?,

@@ -83,12 +83,13 @@ def test_host_errors_are_exceptions_with_errno_op_and_message(spec: str) -> None
     err = e.value
     assert isinstance(err, OSError) and isinstance(err, ValueError)
     assert isinstance(err, davinci.DavinciError)
-    assert (err.errno, err.op, err.operand) == (errno.EINVAL, "task::add", "task::add")
+    assert (err.errno, err.op, err.operand) == (errno.EINVAL, "task.add", "task.add")
     assert "a (src0)" in err.message or "b (src1)" in err.message
-    assert str(err).startswith("task::add failed: EINVAL: ")
+    assert str(err).startswith("task.add failed: EINVAL: ")
     with pytest.raises(davinci.InvalidArgumentError) as e:
         a.read(16, offset=60)
     assert e.value.errno == errno.ERANGE
+    assert e.value.op == "Buffer.read" and "::" not in str(e.value)
     with pytest.raises(davinci.InvalidArgumentError):
         task.fill(a.region(0, 6), 1)
     with pytest.raises(davinci.InvalidArgumentError):
