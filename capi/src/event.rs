@@ -9,7 +9,7 @@ use davinci_shim::{Event, Recorded};
 
 use crate::device::davinci_context;
 use crate::ffi::{self, get, guard, put, Out};
-use crate::stream::davinci_stream;
+use crate::stream::{davinci_stream, stream_ref};
 
 /// An event (`aclrtEvent`, `cudaEvent_t`): on the device a 64-bit value that each record
 /// raises by one. Made by `davinci_event_create`, released by `davinci_event_destroy`: the
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn davinci_event_record(
 ) -> c_int {
     guard("davinci_event_record", || {
         // SAFETY: the caller's contract.
-        let (e, s) = unsafe { (get(event, "event")?, get(stream, "stream")?) };
+        let (e, s) = unsafe { (get(event, "event")?, stream_ref(stream)?) };
         let rec = e.ev.record(&mut s.lock()?.stream)?;
         if !out.is_null() {
             let out = Out::new(out, "out")?;
@@ -116,7 +116,7 @@ pub unsafe extern "C" fn davinci_stream_wait_event(
 ) -> c_int {
     guard("davinci_stream_wait_event", || {
         // SAFETY: the caller's contract.
-        let (s, e) = unsafe { (get(stream, "stream")?, get(event, "event")?) };
+        let (s, e) = unsafe { (stream_ref(stream)?, get(event, "event")?) };
         s.lock()?.stream.wait_event(&e.ev)?;
         Ok(())
     })
@@ -219,7 +219,7 @@ pub unsafe extern "C" fn davinci_stream_wait_record(
 ) -> c_int {
     guard("davinci_stream_wait_record", || {
         // SAFETY: the caller's contract.
-        let (s, r) = unsafe { (get(stream, "stream")?, get(record, "record")?) };
+        let (s, r) = unsafe { (stream_ref(stream)?, get(record, "record")?) };
         s.lock()?.stream.wait_recorded(&r.rec)?;
         Ok(())
     })

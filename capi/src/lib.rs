@@ -40,10 +40,13 @@ mod task;
 
 mod stream;
 
+mod callback;
+
 mod event;
 
 mod ffi;
 
+pub use callback::*;
 pub use device::*;
 pub use event::*;
 pub use hostview::*;

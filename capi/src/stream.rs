@@ -2,8 +2,10 @@
 //! share one between threads), its options, submitting, polling completions, synchronize.
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::c_int;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,6 +13,86 @@ use davinci_shim::{Completion, Stream, StreamOptions, Task, TaskDesc};
 
 use crate::device::davinci_context;
 use crate::ffi::{self, get, guard, put, Fail, Out, Res};
+
+thread_local! {
+    /// The streams this thread is inside a call on (holding the stream's lock, or destroying
+    /// it), by address. A host callback (`davinci_stream_launch_host_func`) runs there: a
+    /// call it makes on the same stream is refused (`EDEADLK`) before the handle is even read,
+    /// instead of waiting for the lock its own thread holds, or reading a stream being freed.
+    static INSIDE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks this thread as inside a call on the stream at `addr` until dropped.
+pub(crate) struct Inside(usize);
+
+impl Inside {
+    pub(crate) fn enter(addr: usize) -> Inside {
+        // During thread teardown the list may be gone: then nothing can call back anyway.
+        let _ = INSIDE.try_with(|v| v.borrow_mut().push(addr));
+        Inside(addr)
+    }
+
+    fn contains(addr: usize) -> bool {
+        INSIDE
+            .try_with(|v| v.borrow().contains(&addr))
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|v| {
+            let mut v = v.borrow_mut();
+            if let Some(i) = v.iter().rposition(|&a| a == self.0) {
+                v.remove(i);
+            }
+        });
+    }
+}
+
+/// `EDEADLK` if this thread is inside a call on the stream at `addr` (a host callback of
+/// it calling back into it).
+pub(crate) fn check_not_inside(addr: usize) -> Res {
+    if Inside::contains(addr) {
+        return Err(Fail::new(
+            libc::EDEADLK,
+            "called on a stream from inside a call on that same stream (a host callback of it, \
+             davinci_stream_launch_host_func, runs inside the call that reaped it): nothing was \
+             done; use the stream after that call returns, or another stream",
+        ));
+    }
+    Ok(())
+}
+
+/// The stream `p` points to; `EINVAL` for NULL, `EDEADLK` from inside a call on it (see
+/// [`check_not_inside`]), checked before `p` is read.
+///
+/// # Safety
+/// `p` is NULL, a stream this thread is inside a call on, or a live stream handle.
+pub(crate) unsafe fn stream_ref<'a>(p: *const davinci_stream) -> Res<&'a davinci_stream> {
+    check_not_inside(p as usize)?;
+    // SAFETY: the caller's contract; a stream being destroyed by this thread was refused above.
+    unsafe { get(p, "stream") }
+}
+
+/// A stream locked for one call, this thread marked inside it.
+pub(crate) struct Locked<'a> {
+    state: MutexGuard<'a, StreamState>,
+    _inside: Inside,
+}
+
+impl Deref for Locked<'_> {
+    type Target = StreamState;
+    fn deref(&self) -> &StreamState {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut StreamState {
+        &mut self.state
+    }
+}
 use crate::task::davinci_task;
 
 /// An in-order queue of tasks on the device (`aclrtStream`, `cudaStream_t`). Made by
@@ -33,15 +115,22 @@ pub(crate) struct StreamState {
 }
 
 impl davinci_stream {
-    /// The stream, locked for this call. A stream whose lock a caught panic poisoned is
-    /// refused (`EIO`): its state is unknown.
-    pub(crate) fn lock(&self) -> Res<MutexGuard<'_, StreamState>> {
-        self.state.lock().map_err(|_| {
+    /// The stream, locked for this call (`EDEADLK` if this thread holds it already: a host
+    /// callback calling back). A stream whose lock a caught panic poisoned is refused
+    /// (`EIO`): its state is unknown.
+    pub(crate) fn lock(&self) -> Res<Locked<'_>> {
+        let addr = std::ptr::from_ref(self) as usize;
+        check_not_inside(addr)?;
+        let state = self.state.lock().map_err(|_| {
             Fail::new(
                 libc::EIO,
                 "an earlier call on this stream failed inside libdavinci (a caught panic): \
                  destroy the stream and create a new one",
             )
+        })?;
+        Ok(Locked {
+            state,
+            _inside: Inside::enter(addr),
         })
     }
 }
@@ -167,8 +256,18 @@ pub unsafe extern "C" fn davinci_stream_create(
 /// destroyed.
 #[no_mangle]
 pub unsafe extern "C" fn davinci_stream_destroy(stream: *mut davinci_stream) {
-    // SAFETY: the caller's contract: NULL or a live handle, no longer used.
-    ffi::guard_void("davinci_stream_destroy", || unsafe { ffi::free(stream) });
+    let _ = guard("davinci_stream_destroy", || {
+        // A host callback destroying its own stream: refused (the call that runs it is using
+        // the stream).
+        check_not_inside(stream as usize).map_err(|f| f.context("the stream is left alive"))?;
+        // Host callbacks not reached run now with -ECANCELED; this thread is marked inside
+        // the stream meanwhile, so that they cannot call back into what is being freed.
+        let _inside = Inside::enter(stream as usize);
+        // SAFETY: the caller's contract: NULL or a live handle, no longer used; calls back
+        // into it from its callbacks are refused before reading it (stream_ref).
+        unsafe { ffi::free(stream) };
+        Ok(())
+    });
 }
 
 /// Submits a task: written into the mapped command ring (no system call unless the device
@@ -191,7 +290,7 @@ pub unsafe extern "C" fn davinci_stream_submit(
 ) -> c_int {
     guard("davinci_stream_submit", || {
         // SAFETY: the caller's contract.
-        let (s, t) = unsafe { (get(stream, "stream")?, get(task, "task")?) };
+        let (s, t) = unsafe { (stream_ref(stream)?, get(task, "task")?) };
         let id = s.lock()?.stream.submit(&t.task)?;
         // SAFETY: the caller's contract.
         unsafe { ffi::put_opt(task_id, id.get()) };
@@ -215,7 +314,7 @@ pub unsafe extern "C" fn davinci_stream_submit_batch(
 ) -> c_int {
     guard("davinci_stream_submit_batch", || {
         // SAFETY: the caller's contract.
-        let s = unsafe { get(stream, "stream") }?;
+        let s = unsafe { stream_ref(stream) }?;
         // SAFETY: the caller's contract: n readable pointers.
         let ptrs = unsafe { ffi::slice(tasks, n, "tasks") }?;
         // Grown as the handles are read: a wrong `n` must not become a huge allocation.
@@ -249,7 +348,7 @@ pub unsafe extern "C" fn davinci_stream_submit_raw(
 ) -> c_int {
     guard("davinci_stream_submit_raw", || {
         // SAFETY: the caller's contract.
-        let (s, d) = unsafe { (get(stream, "stream")?, get(desc, "desc")?) };
+        let (s, d) = unsafe { (stream_ref(stream)?, get(desc, "desc")?) };
         let mut st = s.lock()?;
         // SAFETY: this function's contract passes Stream::submit_raw's on to the C caller:
         // the memory the descriptor names stays allocated until the task is reaped.
@@ -276,7 +375,7 @@ pub unsafe extern "C" fn davinci_stream_poll(
 ) -> c_int {
     guard("davinci_stream_poll", || {
         // SAFETY: the caller's contract.
-        let s = unsafe { get(stream, "stream") }?;
+        let s = unsafe { stream_ref(stream) }?;
         if n.is_null() {
             return Err(Fail::inval("n (out-parameter) is NULL"));
         }
@@ -329,7 +428,7 @@ pub unsafe extern "C" fn davinci_stream_synchronize(
 ) -> c_int {
     guard("davinci_stream_synchronize", || {
         // SAFETY: the caller's contract.
-        let s = unsafe { get(stream, "stream") }?;
+        let s = unsafe { stream_ref(stream) }?;
         s.lock()?
             .stream
             .synchronize(Duration::from_nanos(timeout_ns))?;
@@ -349,7 +448,7 @@ pub unsafe extern "C" fn davinci_stream_handle(
 ) -> c_int {
     guard("davinci_stream_handle", || {
         // SAFETY: the caller's contract.
-        let s = unsafe { get(stream, "stream") }?;
+        let s = unsafe { stream_ref(stream) }?;
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", s.handle) }
     })

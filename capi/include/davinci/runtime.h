@@ -280,6 +280,12 @@ typedef struct davinci_completion {
     uint8_t reserved[3];
 } davinci_completion;
 
+/**
+ * A host callback: `user` as given to `davinci_stream_launch_host_func`, `status` 0 when the
+ * stream reached it, else a negative errno (-ECANCELED: the stream was destroyed first).
+ */
+typedef void (*davinci_host_fn)(void *user, int status);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -802,6 +808,38 @@ int davinci_stream_synchronize(const struct davinci_stream *stream, uint64_t tim
  * a live handle; `out` writable.
  */
 int davinci_stream_handle(const struct davinci_stream *stream, uint32_t *out);
+
+/**
+ * Runs `func(user, status)` on the host once `stream` reaches this point (`cudaLaunchHostFunc`,
+ * `aclrtLaunchCallback`): a NOP task is queued (its completion, `user_data` 0, is returned by
+ * `davinci_stream_poll` like any other; its id goes to `*task_id`, NULL: not wanted), and
+ * `func` runs when that completion is reaped, after every earlier task of the stream
+ * completed. It runs exactly once: `status` 0 when reached, else a negative errno: the NOP's
+ * own failure (-EIO when the device stopped the stream first), or -ECANCELED when the stream
+ * is destroyed first.
+ *
+ * The thread it runs on: the one making the call on this stream that reaps its NOP
+ * (`davinci_stream_synchronize`, `davinci_stream_poll`, or a submit, record or wait on the
+ * stream that takes completions off its event ring), inside that call, before it returns;
+ * with -ECANCELED, the thread calling `davinci_stream_destroy`. There is no thread of the library's own: a
+ * stream nobody calls runs no callback.
+ *
+ * Inside `func`: calls on **this** stream (or on an event record or wait naming it) fail at
+ * once with -EDEADLK and do nothing (the call that runs `func` is using the stream), and
+ * `davinci_stream_destroy` of it does nothing; everything else may be called: buffers,
+ * events, records, other streams. Keep it short: the stream's other callers wait for it.
+ * Unlike `cudaLaunchHostFunc` the device does not wait for `func`: later tasks run meanwhile.
+ *
+ * Returns 0; -EINVAL (`func` NULL); the errors of `davinci_stream_submit`.
+ *
+ * # Safety
+ * Threads: any (the stream's lock). `stream` a live handle; `task_id` NULL or writable;
+ * `func` may be called with `user` on any thread, once.
+ */
+int davinci_stream_launch_host_func(const struct davinci_stream *stream,
+                                    davinci_host_fn func,
+                                    void *user,
+                                    uint64_t *task_id);
 
 /**
  * Creates an event in `ctx` (`aclrtCreateEvent`, `cudaEventCreate`) into `*out`.
