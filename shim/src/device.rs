@@ -8,6 +8,7 @@
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 use davinci_shm::SharedMapping;
 use davinci_uapi::*;
@@ -142,13 +143,23 @@ impl Device {
         Ok(Self::from_backend(b, info))
     }
 
-    /// Opens the device named by `DAVINCI_DEVICE` (any [`open`](Self::open) path), or
-    /// `/dev/davinci0` when it is not set.
+    /// Opens the device a program that names none gets, by the one rule of every language
+    /// ([`DevicePath::default_device`]): `DAVINCI_DEVICE` (any [`open`](Self::open) path) if
+    /// it is set, else this node's device (`/dev/davinci0`, else `davinci0.sock` in
+    /// `davinci-mockd`'s default socket directory), else the embedded mock device. Which one
+    /// it opened: [`Display`](#impl-Display-for-Device) (`dev.to_string()`).
     ///
     /// # Errors
-    /// As [`open`](Self::open).
+    /// As [`open`](Self::open); the message says where the path came from.
     pub fn from_env() -> Result<Device> {
-        Self::open_path(&DevicePath::from_env()?)
+        let (path, from) = DevicePath::default_device()?;
+        Self::open_path(&path).map_err(|e| {
+            Error::with_errno(
+                e.errno(),
+                e.op(),
+                format!("{} (device {path}, from {from})", e.message()),
+            )
+        })
     }
 
     fn from_backend(backend: Box<dyn Backend>, info: DeviceInfo) -> Device {
@@ -313,6 +324,65 @@ impl Device {
     /// Device memory allocated by all clients now (GET_INFO).
     pub fn memory_used(&self) -> Result<u64> {
         Ok(self.query_info()?.memory_used)
+    }
+
+    /// Blocks until every task submitted so far on every stream of this open has completed
+    /// (`cudaDeviceSynchronize` / `aclrtSynchronizeDevice`), at most `timeout` in all
+    /// (`ETIMEDOUT`). Callable from any thread while other threads own the streams: it
+    /// waits in the driver for each stream's completion count (WAIT_EVENT), and needs no
+    /// stream's `&mut`, so completions stay on their streams for `poll` and
+    /// `Stream::synchronize` (which still reports a failed task's errno). Tasks submitted while
+    /// it waits are not waited for. A stream dropped meanwhile is skipped; one the device
+    /// stopped is `EIO` naming it (its `synchronize` says which task failed and why).
+    pub fn synchronize(&self, timeout: Duration) -> Result<()> {
+        const OP: &str = "Device::synchronize";
+        let until = crate::stream::wait::deadline(timeout);
+        for (handle, value) in self.inner.stats.published() {
+            let mut a = WaitEventArgs {
+                kind: WaitKind::Stream as u32,
+                handle,
+                value: u64::from(value),
+                timeout_ns: u64::try_from(
+                    until
+                        .saturating_duration_since(std::time::Instant::now())
+                        .as_nanos(),
+                )
+                .unwrap_or(u64::MAX),
+                ..Default::default()
+            };
+            match self.call_wait(OP, &mut a) {
+                Ok(()) => {}
+                // Dropped while we waited (or before we looked): nothing of it runs any more.
+                Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ECANCELED) => {}
+                Err(e) if e.is(Errno::ETIMEDOUT) || e.is(Errno::EAGAIN) => {
+                    return Err(Error::new(
+                        Errno::ETIMEDOUT,
+                        OP,
+                        format!(
+                            "stream {handle:#x} still had {} task(s) running when the {} \
+                             timeout ran out",
+                            value.wrapping_sub(a.current as u32),
+                            crate::stream::wait::Secs(timeout)
+                        ),
+                    ))
+                }
+                Err(e) if e.is(Errno::EIO) => {
+                    let why = Errno::from_code(a.status as i32)
+                        .map(|s| s.name().to_string())
+                        .unwrap_or_else(|| format!("status {}", a.status));
+                    return Err(Error::new(
+                        Errno::EIO,
+                        OP,
+                        format!(
+                            "stream {handle:#x} was stopped by the device ({why}); synchronize \
+                             that stream to learn which task failed"
+                        ),
+                    ));
+                }
+                Err(e) => return Err(e.in_op(OP)),
+            }
+        }
+        Ok(())
     }
 
     /// The device's feature bits.

@@ -159,7 +159,9 @@ pub use error::{Error, Result};
 pub use event::{Event, Recorded};
 pub use hostmap::HostMapping;
 pub use memory::{DeviceBuffer, DeviceMem, ExportTo, ExportToken};
-pub use path::{device_path_from_env, DevicePath, DEFAULT_DEVICE, DEVICE_ENV};
+pub use path::{
+    device_path_from_env, node_device, DevicePath, DeviceSource, DEFAULT_DEVICE, DEVICE_ENV,
+};
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
 pub use stats::DeviceStats;
 pub use stream::wait::{SpinWait, SPIN_LIMIT};

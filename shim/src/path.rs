@@ -14,8 +14,47 @@ use crate::error::{Error, Result};
 /// (`/dev/davinci0`, `mock:/run/davinci/davinci0.sock`, `embedded`).
 pub const DEVICE_ENV: &str = "DAVINCI_DEVICE";
 
-/// The device opened when neither a path nor [`DEVICE_ENV`] names one.
+/// The kernel node a program opens when neither a path nor [`DEVICE_ENV`] names one and the
+/// node has it ([`DevicePath::default_device`]); what operators' tools open by default.
 pub const DEFAULT_DEVICE: &str = "/dev/davinci0";
+
+/// Where the device a program opens without naming one comes from
+/// ([`DevicePath::default_device`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceSource {
+    /// [`DEVICE_ENV`] named it.
+    Env,
+    /// This node has a device: the kernel driver's `/dev/davinci0`, else `davinci0.sock` in
+    /// `davinci-mockd`'s default socket directory.
+    Node,
+    /// Nothing named one and the node has none: a new in-process mock device.
+    Embedded,
+}
+
+impl fmt::Display for DeviceSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceSource::Env => DEVICE_ENV,
+            DeviceSource::Node => "this node's device",
+            DeviceSource::Embedded => "no device named and none on this node: the embedded mock",
+        })
+    }
+}
+
+/// This node's device, if it has one: the kernel driver's `/dev/davinci0`, else a
+/// `davinci-mockd` socket `davinci0.sock` in the default socket directory
+/// ([`default_socket_dir`](crate::default_socket_dir)).
+pub fn node_device() -> Option<DevicePath> {
+    let node = std::path::Path::new(DEFAULT_DEVICE);
+    let sock = davinci_mockd_proto::default_socket_dir().join("davinci0.sock");
+    if node.exists() {
+        Some(DevicePath::Kernel(node.into()))
+    } else if sock.exists() {
+        Some(DevicePath::Mock(sock))
+    } else {
+        None
+    }
+}
 
 /// The device path in [`DEVICE_ENV`], if set and not empty.
 pub fn device_path_from_env() -> Option<String> {
@@ -66,12 +105,47 @@ impl DevicePath {
         }
     }
 
-    /// [`DEVICE_ENV`], or [`DEFAULT_DEVICE`] when it is not set.
+    /// [`DEVICE_ENV`], or [`DEFAULT_DEVICE`] when it is not set: the device operators' tools
+    /// ([`Control::from_env`](crate::Control::from_env)) open. A runtime opens
+    /// [`default_device`](Self::default_device) instead.
     ///
     /// # Errors
     /// As [`parse`](Self::parse), for a malformed `DAVINCI_DEVICE`.
     pub fn from_env() -> Result<DevicePath> {
         Self::parse(&device_path_from_env().unwrap_or_else(|| DEFAULT_DEVICE.to_string()))
+    }
+
+    /// The one rule for a program that names no device, the same in Rust, C and Python and in
+    /// `davinci-workload`: [`DEVICE_ENV`] if it is set; else this node's device if it has one
+    /// ([`node_device`]); else the embedded mock device (built with the `embedded` feature;
+    /// without it, [`DEFAULT_DEVICE`], whose open then fails with `ENODEV`). Returns the path
+    /// and where it came from, so a program can say which device it opened and why.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse), for a malformed `DAVINCI_DEVICE`.
+    pub fn default_device() -> Result<(DevicePath, DeviceSource)> {
+        if let Some(named) = device_path_from_env() {
+            return Self::parse(&named)
+                .map(|p| (p, DeviceSource::Env))
+                .map_err(|e| {
+                    Error::new(
+                        Errno::EINVAL,
+                        "open",
+                        format!("{DEVICE_ENV}={named:?}: {}", e.message()),
+                    )
+                });
+        }
+        if let Some(node) = node_device() {
+            return Ok((node, DeviceSource::Node));
+        }
+        if cfg!(feature = "embedded") {
+            Ok((DevicePath::Embedded, DeviceSource::Embedded))
+        } else {
+            Ok((
+                DevicePath::Kernel(DEFAULT_DEVICE.into()),
+                DeviceSource::Node,
+            ))
+        }
     }
 }
 

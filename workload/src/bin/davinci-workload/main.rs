@@ -92,17 +92,10 @@ fn catch_interrupt() -> Result<Arc<AtomicBool>, String> {
     Ok(flag)
 }
 
-/// A device of this node that a run without a device named would miss: the kernel driver's
-/// first node, or a `davinci-mockd` socket in the default socket directory.
+/// A device of this node that a run without a device named would miss (the shim's rule:
+/// `/dev/davinci0`, or `davinci0.sock` in davinci-mockd's default socket directory).
 fn node_device() -> Option<String> {
-    let sock = davinci_shim::default_socket_dir().join("davinci0.sock");
-    if std::path::Path::new("/dev/davinci0").exists() {
-        Some("/dev/davinci0".into())
-    } else if sock.exists() {
-        Some(format!("mock:{}", sock.display()))
-    } else {
-        None
-    }
+    davinci_shim::node_device().map(|p| p.to_string())
 }
 
 /// Everything up to the report.
