@@ -13,16 +13,84 @@ use crate::error::{Error, Result};
 use crate::memory::{range_error, sealed, BufferInner, DeviceMem, Held, Lease};
 
 /// Sizes and bounds of a [`MemPool`].
+///
+/// How a pool takes them ([`MemPool::with_options`], [`MemPool::try_with_options`]):
+/// `align` is raised to a power of two of at least 64, `chunk_size` to at least `align`, and
+/// a `chunk_size` whose chunk would not fit in `max_bytes` is **lowered to the largest chunk
+/// that does** (`max_bytes` is the bound the pool promises; the chunk size is only how much
+/// it reserves at a time, so a pool capped below one chunk means chunks of the whole cap:
+/// `PoolOptions::default().max_bytes(1 << 20)` reserves 1 MiB chunks, not 4 MiB ones that
+/// could never be reserved). [`MemPool::options`] says what is in force. Options no chunk
+/// can honour, a `max_bytes` below the smallest chunk the pool can reserve for one block
+/// (one device allocation unit, GET_INFO `mem_align`, 4096 bytes on the mock device; for
+/// an `align` above it, `2 * align - mem_align`), are refused with `EINVAL` by
+/// [`MemPool::try_with_options`]; [`MemPool::with_options`] cannot fail, and its every
+/// `alloc` then fails with `ENOMEM` saying so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolOptions {
-    /// Bytes reserved per driver allocation (larger requests get a chunk of their own size).
+    /// Bytes reserved per driver allocation (larger requests get a chunk of their own size);
+    /// lowered to fit `max_bytes` (see above).
     pub chunk_size: usize,
     /// Most device memory the pool holds at once; beyond it `alloc` fails with `ENOMEM`.
     pub max_bytes: u64,
     /// Block alignment (of the device address) and granularity: a power of two, at least 64;
-    /// above the device's page size, chunks are reserved larger to make room.
+    /// above the device's allocation unit (`mem_align`), chunks are reserved larger to make
+    /// room.
     pub align: usize,
+}
+
+/// Options as a pool on a device with allocation unit `unit` takes them (see
+/// [`PoolOptions`]): the options in force, and why no allocation can ever succeed, if so.
+fn settle(asked: PoolOptions, unit: usize) -> (PoolOptions, Option<String>) {
+    let mut o = asked;
+    let Some(align) = o.align.max(64).checked_next_power_of_two() else {
+        let why = format!(
+            "pool options can never allocate: align {} has no power of two at or above it; \
+             give a power of two of at least 64 (the default, 64, serves every operand)",
+            o.align
+        );
+        // A power of two all the same, so `options()` stays one a pool could have.
+        o.align = 1 << (usize::BITS - 1);
+        o.chunk_size = o.chunk_size.max(o.align);
+        return (o, Some(why));
+    };
+    o.align = align;
+    o.chunk_size = o.chunk_size.max(o.align);
+    let pad = o.align.saturating_sub(unit);
+    // The smallest chunk: one block of `align` bytes, its alignment padding, in whole units.
+    let smallest = o.align.checked_add(pad).and_then(|n| round_up(n, unit));
+    let fits = smallest.is_some_and(|n| n as u64 <= o.max_bytes);
+    if !fits {
+        let align_note = if pad > 0 {
+            format!(
+                " (blocks aligned to {} bytes, above the device's {unit}-byte allocation unit, \
+                 need chunks of at least 2 * align - {unit}; or lower align)",
+                o.align
+            )
+        } else {
+            format!(" (the device allocates in units of {unit} bytes)")
+        };
+        let smallest = smallest.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string());
+        let why = format!(
+            "pool options can never allocate: max_bytes {} is below the smallest chunk the \
+             pool can reserve, {smallest} bytes{align_note}; raise max_bytes to at least \
+             {smallest}",
+            o.max_bytes
+        );
+        return (o, Some(why));
+    }
+    // A chunk too large for `max_bytes` (padding included, in whole units) becomes the
+    // largest that fits: at least `align`, since `smallest` fits (and exceeds `pad`).
+    let cap = usize::try_from(o.max_bytes).unwrap_or(usize::MAX);
+    if o.chunk_size
+        .checked_add(pad)
+        .and_then(|n| round_up(n, unit))
+        .is_none_or(|n| n > cap)
+    {
+        o.chunk_size = (cap - pad) & !(unit - 1);
+    }
+    (o, None)
 }
 
 impl PoolOptions {
@@ -141,6 +209,10 @@ struct State {
 struct PoolInner {
     dev: Device,
     opts: PoolOptions,
+    /// The device's allocation unit (GET_INFO `mem_align`): chunks are whole units.
+    unit: usize,
+    /// Why no allocation can succeed with these options (said by every `alloc`).
+    never: Option<String>,
     state: Mutex<State>,
 }
 
@@ -181,21 +253,55 @@ fn round_up(n: usize, align: usize) -> Option<usize> {
     Some(n.checked_add(align - 1)? & !(align - 1))
 }
 
+/// The device's allocation unit: GET_INFO `mem_align` (a power of two of at least 64 from
+/// every driver; 4096 if a driver said otherwise).
+fn allocation_unit(dev: &Device) -> usize {
+    let a = dev.info().mem_align as usize;
+    if a.is_power_of_two() && a >= 64 {
+        a
+    } else {
+        4096
+    }
+}
+
 impl MemPool {
     /// A pool on `dev` with default options (4 MiB chunks, at most 256 MiB, 64-byte blocks).
     pub fn new(dev: &Device) -> MemPool {
         Self::with_options(dev, PoolOptions::default())
     }
 
-    /// A pool with explicit options. An alignment that is not a power of two of at least 64
-    /// is raised to the next one that is.
-    pub fn with_options(dev: &Device, mut opts: PoolOptions) -> MemPool {
-        opts.align = opts.align.max(64).checked_next_power_of_two().unwrap_or(64);
-        opts.chunk_size = opts.chunk_size.max(opts.align);
+    /// A pool with explicit options, taken as [`PoolOptions`] says: the alignment raised to
+    /// a power of two of at least 64, the chunk to at least the alignment and lowered to fit
+    /// `max_bytes`. Options that can never allocate (`max_bytes` below the smallest chunk)
+    /// still make a pool, whose every `alloc` fails with `ENOMEM` saying why;
+    /// [`try_with_options`](Self::try_with_options) refuses them instead.
+    pub fn with_options(dev: &Device, opts: PoolOptions) -> MemPool {
+        let unit = allocation_unit(dev);
+        let (opts, never) = settle(opts, unit);
+        Self::make(dev, opts, unit, never)
+    }
+
+    /// [`with_options`](Self::with_options), refusing options that can never allocate.
+    ///
+    /// # Errors
+    /// `EINVAL` when `max_bytes` is below the smallest chunk the pool can reserve (one
+    /// device allocation unit, or `2 * align - unit` for an alignment above it); the message
+    /// names both numbers and the `max_bytes` that would do.
+    pub fn try_with_options(dev: &Device, opts: PoolOptions) -> Result<MemPool> {
+        let unit = allocation_unit(dev);
+        match settle(opts, unit) {
+            (_, Some(why)) => Err(Error::new(Errno::EINVAL, "MemPool::with_options", why)),
+            (opts, None) => Ok(Self::make(dev, opts, unit, None)),
+        }
+    }
+
+    fn make(dev: &Device, opts: PoolOptions, unit: usize, never: Option<String>) -> MemPool {
         MemPool {
             inner: Arc::new(PoolInner {
                 dev: dev.clone(),
                 opts,
+                unit,
+                never,
                 state: Mutex::new(State {
                     chunks: Vec::new(),
                     next_id: 1,
@@ -237,13 +343,14 @@ impl MemPool {
         let (chunk_id, buf, offset) = match found {
             Some(v) => v,
             None => {
-                // Room to align the block inside a page-aligned chunk when the alignment is
-                // larger than a page.
-                let pad = opts.align.saturating_sub(4096);
+                // Room to align the block inside a chunk aligned to the allocation unit when
+                // the alignment is larger than the unit.
+                let unit = self.inner.unit;
+                let pad = opts.align.saturating_sub(unit);
                 let chunk_len = size
                     .max(opts.chunk_size)
                     .checked_add(pad)
-                    .and_then(|n| round_up(n, 4096))
+                    .and_then(|n| round_up(n, unit))
                     .ok_or_else(|| Error::new(Errno::EOVERFLOW, OP, "size overflows"))?;
                 let too_much = |s: &State| {
                     s.stats
@@ -253,6 +360,9 @@ impl MemPool {
                 };
                 if too_much(&s) {
                     Self::release_empty(&mut s);
+                }
+                if let Some(why) = &self.inner.never {
+                    return Err(Error::new(Errno::ENOMEM, OP, why.clone()));
                 }
                 if too_much(&s) {
                     return Err(Error::new(
@@ -426,6 +536,116 @@ impl Drop for BlockInner {
 #[cfg(all(test, feature = "embedded"))]
 mod tests {
     use super::*;
+
+    fn opts(chunk: usize, max: u64, align: usize) -> PoolOptions {
+        PoolOptions::default()
+            .chunk_size(chunk)
+            .max_bytes(max)
+            .align(align)
+    }
+
+    #[test]
+    fn a_chunk_larger_than_max_bytes_is_lowered_to_the_largest_that_fits() {
+        const MIB: usize = 1 << 20;
+        let chunk = |asked: PoolOptions| {
+            let (o, never) = settle(asked, 4096);
+            assert_eq!(never, None, "{asked:?}");
+            o.chunk_size
+        };
+        // The issue's trap: the default 4 MiB chunk under a 1 MiB cap.
+        assert_eq!(chunk(PoolOptions::default().max_bytes(MIB as u64)), MIB);
+        assert_eq!(chunk(opts(8 * MIB, 6 * MIB as u64, 64)), 6 * MIB);
+        // Whole allocation units only.
+        assert_eq!(chunk(opts(4 * MIB, MIB as u64 + 1000, 64)), MIB);
+        assert_eq!(chunk(opts(4 * MIB, 4095 + 4096, 64)), 4096);
+        // A chunk that fits is left alone, and so is one that fits only once rounded down.
+        assert_eq!(chunk(opts(MIB, 4 * MIB as u64, 64)), MIB);
+        assert_eq!(chunk(opts(10_000, 12_288, 64)), 10_000);
+        assert_eq!(chunk(opts(10_000, 12_287, 64)), 8192);
+        // Above the unit, a chunk keeps room for the alignment's padding.
+        assert_eq!(chunk(opts(4 * MIB, 12_288, 8192)), 8192);
+        assert_eq!(chunk(opts(4 * MIB, 64 << 10, 16384)), (64 << 10) - 12_288);
+        // The alignment is raised as before, the chunk to at least the alignment.
+        let (o, _) = settle(opts(0, 1 << 30, 100), 4096);
+        assert_eq!((o.align, o.chunk_size), (128, 128));
+    }
+
+    #[test]
+    fn options_that_can_never_allocate_say_why_with_the_numbers() {
+        for (asked, smallest) in [
+            (opts(4096, 4095, 64), "4096"),
+            (opts(4096, 0, 64), "4096"),
+            (opts(4096, 100, 4096), "4096"),
+            (opts(4096, 12_287, 8192), "12288"),
+        ] {
+            let (o, never) = settle(asked, 4096);
+            let why = never.unwrap_or_else(|| panic!("{asked:?} was taken"));
+            assert!(
+                why.contains(&format!("max_bytes {} ", asked.max_bytes))
+                    && why.contains(&format!("smallest chunk the pool can reserve, {smallest}"))
+                    && why.contains("raise max_bytes"),
+                "{why}"
+            );
+            // Nothing is lowered for options no chunk can honour.
+            assert_eq!(o.chunk_size, asked.chunk_size.max(o.align), "{asked:?}");
+        }
+        let (_, never) = settle(opts(4096, 12_287, 8192), 4096);
+        assert!(never.is_some_and(|w| w.contains("or lower align")));
+        // An alignment with no power of two above it (it used to become 64 silently).
+        let huge = (1usize << (usize::BITS - 1)) + 1;
+        let (o, never) = settle(opts(4096, u64::MAX, huge), 4096);
+        assert!(
+            never.is_some_and(|w| w.contains(&format!("align {huge} has no power of two"))),
+            "{huge}"
+        );
+        assert!(o.align.is_power_of_two() && o.chunk_size >= o.align);
+        // The largest power of two is taken: only a chunk of 2^64 - 4096 bytes holds a block.
+        let (o, never) = settle(opts(4096, u64::MAX, 1 << (usize::BITS - 1)), 4096);
+        assert_eq!((o.align, never), (1 << (usize::BITS - 1), None));
+        let (_, never) = settle(opts(4096, u64::MAX - 4096, 1 << (usize::BITS - 1)), 4096);
+        assert!(never.is_some());
+    }
+
+    #[test]
+    fn a_pool_capped_below_its_chunk_allocates_and_impossible_options_are_refused() {
+        let dev = Device::embedded().unwrap();
+        // Capped at 1 MiB with the default 4 MiB chunk: every allocation failed before.
+        let pool = MemPool::with_options(&dev, PoolOptions::default().max_bytes(1 << 20));
+        assert_eq!(pool.options().chunk_size, 1 << 20);
+        let small = pool.alloc(4096).expect("a 4 KiB block under a 1 MiB cap");
+        assert_eq!(pool.stats().reserved_bytes, 1 << 20);
+        let rest = pool.alloc((1 << 20) - 4096).expect("the rest of the chunk");
+        assert_eq!(pool.stats().driver_allocs, 1);
+        assert_eq!(
+            pool.alloc(64).unwrap_err().errno(),
+            Some(Errno::ENOMEM),
+            "the cap holds"
+        );
+        drop((small, rest));
+        let same = MemPool::try_with_options(&dev, PoolOptions::default().max_bytes(1 << 20))
+            .expect("the same options, checked");
+        assert_eq!(same.options(), pool.options());
+
+        // A cap below one allocation unit: refused at creation, or said by every alloc.
+        let tiny = PoolOptions::default().max_bytes(100);
+        let e = MemPool::try_with_options(&dev, tiny).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EINVAL));
+        assert!(
+            e.message().contains("max_bytes 100 is below") && e.message().contains("4096"),
+            "{e}"
+        );
+        let pool = MemPool::with_options(&dev, tiny);
+        let e = pool.alloc(64).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ENOMEM));
+        assert!(e.message().contains("can never allocate"), "{e}");
+        assert_eq!(pool.stats().driver_allocs, 0);
+        // So is an alignment no pool can give, however large the cap.
+        let odd = PoolOptions::default().align(usize::MAX).max_bytes(u64::MAX);
+        let e = MemPool::try_with_options(&dev, odd).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EINVAL));
+        let e = MemPool::with_options(&dev, odd).alloc(64).unwrap_err();
+        assert!(e.message().contains("has no power of two"), "{e}");
+    }
 
     #[test]
     fn chunk_free_list_splits_and_merges() {
