@@ -110,6 +110,9 @@ pub(crate) struct StreamRings {
     consumer: Consumer<EventRecord>,
     doorbell: Doorbell,
     wake: Wake,
+    /// Test hook: submit as a raw ABI client does, without the event ring's credit.
+    #[cfg(feature = "test-util")]
+    raw_credit: bool,
     // Owned for the ring ends; read only by the `test-util` hook.
     #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     cmd: Part,
@@ -192,6 +195,8 @@ impl StreamRings {
             consumer,
             doorbell,
             wake,
+            #[cfg(feature = "test-util")]
+            raw_credit: false,
             cmd,
             _event: event,
             bell,
@@ -208,25 +213,59 @@ impl StreamRings {
         self.consumer.region().entries()
     }
 
-    /// Copies as many descriptors as fit into free slots; returns how many (not published).
+    /// Copies as many descriptors as fit into free slots, within the event ring's credit;
+    /// returns how many (not published).
     pub(crate) fn push_slice(&mut self, descs: &[TaskDesc]) -> usize {
-        self.producer.push_slice(descs)
+        self.push_with(descs, |d| d)
     }
 
     /// [`push_slice`](Self::push_slice) of the descriptor `desc` finds in each of `items`,
     /// copied straight from there into its slot.
     #[inline]
     pub(crate) fn push_with<S>(&mut self, items: &[S], desc: impl Fn(&S) -> &TaskDesc) -> usize {
+        let items = &items[..items.len().min(self.event_credit() as usize)];
         self.producer.push_with(items, desc)
     }
 
-    /// Free command slots.
-    pub(crate) fn free(&mut self) -> u32 {
-        self.producer.free()
+    /// Tasks pushed whose completions were not yet taken off the event ring (0 to
+    /// `event_entries`, unless the driver placed tasks itself: SUBMIT_TASK).
+    pub(crate) fn unreaped(&self) -> u32 {
+        self.producer.tail().wrapping_sub(self.consumer.head())
     }
 
+    /// How many more tasks may be pushed before the event ring could fill up with completions
+    /// nobody took off it: `event_entries - unreaped`. The library never pushes more, so
+    /// every task the device takes has its event slot already (docs/runtimes.md, "No stream
+    /// stalls on completions nobody reaped"): the device never sleeps on a full event ring
+    /// of a stream the library drives, whoever polls it or not.
+    pub(crate) fn event_credit(&self) -> u32 {
+        #[cfg(feature = "test-util")]
+        if self.raw_credit {
+            return u32::MAX;
+        }
+        self.event_entries().saturating_sub(self.unreaped())
+    }
+
+    /// Test hook: from now on push as a raw ABI client that ignores the event ring's credit
+    /// (the device then stalls on a full event ring, docs/abi.md 5.4).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn ignore_event_credit(&mut self) {
+        self.raw_credit = true;
+    }
+
+    /// Room for tasks now: free command slots (from the cached head until that says full),
+    /// within the event ring's credit.
+    pub(crate) fn free(&mut self) -> u32 {
+        self.producer.free().min(self.event_credit())
+    }
+
+    /// Room for tasks as the device left it (re-reads the command ring's head), within the
+    /// credit that taking the completions already published would give.
     pub(crate) fn free_now(&mut self) -> u32 {
-        self.producer.free_now()
+        let credit = self
+            .event_credit()
+            .saturating_add(self.consumer.available());
+        self.producer.free_now().min(credit)
     }
 
     /// Publishes pushed descriptors; `true` if the device asked for a doorbell.

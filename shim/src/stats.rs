@@ -3,7 +3,7 @@
 //! counters and the totals of those already dropped, summed by `Device::stats`).
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Counters of the data path of one [`Stream`](crate::Stream), written only by that stream
@@ -13,6 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct Stats {
+    /// The stream's driver handle (set at registration).
+    pub(crate) handle: u32,
+    /// The command ring's tail as last published: what `Device::synchronize` waits for.
+    pub(crate) published: AtomicU32,
     pub(crate) tasks: AtomicU64,
     pub(crate) doorbells: AtomicU64,
     pub(crate) futex_wakes: AtomicU64,
@@ -62,10 +66,23 @@ impl StatsRegistry {
     }
 
     /// Counters for a new stream, summed into [`total`](Self::total) from now on.
-    pub(crate) fn register_stream(&self) -> Arc<Stats> {
-        let s = Arc::new(Stats::default());
+    pub(crate) fn register_stream(&self, handle: u32) -> Arc<Stats> {
+        let s = Arc::new(Stats {
+            handle,
+            ..Stats::default()
+        });
         self.lock().live.push(Arc::clone(&s));
         s
+    }
+
+    /// Every live stream's handle and last published tail, now (bounded by the device's
+    /// stream limit).
+    pub(crate) fn published(&self) -> Vec<(u32, u32)> {
+        self.lock()
+            .live
+            .iter()
+            .map(|s| (s.handle, s.published.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// A dropped stream's counters move into the retired totals.

@@ -51,12 +51,14 @@ pub struct StreamOptions {
     pub cmd_entries: u32,
     /// Event-ring slots (a power of two, at least `cmd_entries`).
     pub event_entries: u32,
-    /// Keep completions that `submit` (ring full) and `synchronize` take off the event ring
-    /// so that `poll` still returns them (`true`, the default), or drop them after noting
-    /// errors (`false`: for callers that never poll, CUDA style).
+    /// Keep completions that `submit` and `synchronize` take off the event ring so that
+    /// `poll` still returns them (`true`, the default), or drop them after noting errors
+    /// (`false`: for callers that never poll, CUDA style). Either way the stream never stops
+    /// for completions nobody polled: `submit` takes them off the ring as it needs room.
     pub keep_completions: bool,
-    /// Most completions kept that way before `submit`/`synchronize` fail with `EAGAIN`
-    /// asking the caller to poll (bounded, like everything).
+    /// Most completions kept that way; beyond it the oldest unpolled one goes for each new
+    /// one, counted by [`Stream::discarded`] (bounded, like everything; a failed task's
+    /// completion is kept apart for `synchronize` regardless).
     pub backlog_limit: usize,
     /// Longest `submit`/`submit_batch` waits for room in a full command ring before it fails
     /// with `ETIMEDOUT`.
@@ -148,6 +150,7 @@ pub struct Stream {
     handle: u32,
     opts: StreamOptions,
     backlog: VecDeque<Completion>,
+    discarded: u64,
     first_error: Option<Completion>,
     stats: Arc<Stats>,
     pending: Pending,
@@ -227,8 +230,9 @@ impl Stream {
             handle,
             opts,
             backlog: VecDeque::new(),
+            discarded: 0,
             first_error: None,
-            stats: dev.inner.stats.register_stream(),
+            stats: dev.inner.stats.register_stream(handle),
             pending: Pending::default(),
         })
     }
@@ -306,10 +310,13 @@ impl Stream {
         TaskId(self.pending.submitted)
     }
 
-    /// Queued tasks that keep something until they are reaped (tasks naming buffers, event
-    /// records and waits, host callbacks).
+    /// Tasks submitted whose completions were not yet taken off the event ring, of every
+    /// kind (NOPs too): queued, running, or completed and not yet reaped by `poll`, `submit`
+    /// or `synchronize`. At most the event ring's size ([`event_entries`](Self::event_entries)):
+    /// the library never lets more pile up.
     pub fn pending_tasks(&self) -> usize {
-        self.pending.len()
+        usize::try_from(self.pending.submitted.wrapping_sub(self.pending.reaped))
+            .unwrap_or(usize::MAX)
     }
 
     fn check_error(&self, op: &'static str) -> Result<()> {

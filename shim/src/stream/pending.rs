@@ -135,11 +135,6 @@ impl Pending {
         }
     }
 
-    /// Entries kept (tasks naming memory or events, callbacks not yet reaped).
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     /// The stream is gone (destroyed by the driver, so nothing of it runs any more): releases
     /// every lease and event hold, and runs every callback left with `ECANCELED`.
     pub(crate) fn discard(&mut self, why: &str) {

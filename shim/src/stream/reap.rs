@@ -1,54 +1,57 @@
 //! Reaping a [`Stream`]'s completions: [`poll`](Stream::poll) copies them out of the mapped
-//! event ring; the back-pressure backlog keeps those that a full command ring or
-//! `synchronize` took off the ring (per `StreamOptions::keep_completions`), bounded by
-//! `backlog_limit`.
+//! event ring; the backlog keeps those that `submit` and `synchronize` took off the ring (per
+//! `StreamOptions::keep_completions`), bounded by `backlog_limit` (the oldest go first).
 #![forbid(unsafe_code)]
-
-use davinci_uapi::Errno;
 
 use super::Stream;
 use crate::completion::Completion;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 impl Stream {
-    /// Takes completions off the event ring into the backlog (or drops them after noting
-    /// errors, per `keep_completions`). Returns `(taken, backlog_full)`. With `must`, a full
-    /// backlog with completions waiting is an `EAGAIN` error.
-    pub(super) fn drain(&mut self, op: &'static str, must: bool) -> Result<(usize, bool)> {
-        let room = if self.opts.keep_completions {
-            self.opts.backlog_limit.saturating_sub(self.backlog.len())
-        } else {
-            usize::MAX
-        };
+    /// Takes every published completion off the event ring: into the backlog, or dropped
+    /// after noting errors, per `keep_completions`. A backlog at `backlog_limit` lets go of
+    /// its oldest completion for each new one (counted: [`discarded`](Self::discarded)), so a
+    /// stream nobody polls never stops for it; the first failed task's completion is kept
+    /// apart for `synchronize` either way. Returns how many were taken. Wakes a device that
+    /// had stalled on the full event ring (only a raw submit or SUBMIT_TASK can fill it).
+    pub(super) fn drain(&mut self, op: &'static str) -> Result<usize> {
         let keep = self.opts.keep_completions;
-        let (backlog, first_error, pending) =
-            (&mut self.backlog, &mut self.first_error, &mut self.pending);
-        let (n, wake) = self.rings.consume(room, |r| {
+        let limit = self.opts.backlog_limit;
+        let (backlog, first_error, pending, discarded) = (
+            &mut self.backlog,
+            &mut self.first_error,
+            &mut self.pending,
+            &mut self.discarded,
+        );
+        let (n, wake) = self.rings.consume(usize::MAX, |r| {
             let mut c = Completion::from(r);
             pending.reap(&mut c);
             if !c.is_ok() && first_error.is_none() {
                 *first_error = Some(c);
             }
             if keep {
-                backlog.push_back(c);
+                if backlog.len() >= limit {
+                    backlog.pop_front();
+                    *discarded += 1;
+                }
+                if limit > 0 {
+                    backlog.push_back(c);
+                } else {
+                    *discarded += 1;
+                }
             }
         });
         if wake {
             self.wake_device(op)?;
         }
-        let full = room == 0 || (keep && self.backlog.len() >= self.opts.backlog_limit);
-        if must && full && self.rings.available() > 0 {
-            return Err(Error::new(
-                Errno::EAGAIN,
-                op,
-                format!(
-                    "{} completions are kept unpolled (the backlog limit): poll the stream, or \
-                     create it with keep_completions = false",
-                    self.backlog.len()
-                ),
-            ));
-        }
-        Ok((n, full))
+        Ok(n)
+    }
+
+    /// Completions `keep_completions` kept for [`poll`](Self::poll) that a full backlog let
+    /// go of unpolled (oldest first) since the stream was created. 0 for a stream that is
+    /// polled at least every `backlog_limit` tasks.
+    pub fn discarded(&self) -> u64 {
+        self.discarded
     }
 
     /// Copies every available completion into `out` (kept backlog first, then the event

@@ -55,6 +55,7 @@ impl Stream {
     pub fn try_submit_batch(&mut self, tasks: &[Task]) -> Result<usize> {
         const OP: &str = "Stream::try_submit";
         self.check_error(OP)?;
+        self.reap_for(OP, tasks.len())?;
         let leased = tasks.iter().any(Task::has_leases);
         if leased {
             self.check_devices(OP, tasks)?;
@@ -114,6 +115,7 @@ impl Stream {
     pub unsafe fn try_submit_raw_batch(&mut self, descs: &[TaskDesc]) -> Result<usize> {
         const OP: &str = "Stream::try_submit";
         self.check_error(OP)?;
+        self.reap_for(OP, descs.len())?;
         let n = self.rings.push_slice(descs);
         self.pending.count(n);
         self.publish(OP, n)?;
@@ -126,6 +128,7 @@ impl Stream {
     pub fn submit_slow(&mut self, task: &Task) -> Result<TaskId> {
         const OP: &str = "SUBMIT_TASK";
         self.check_devices(OP, std::slice::from_ref(task))?;
+        self.credit_for_one(OP)?;
         let mut a = SubmitTaskArgs {
             stream: self.handle,
             desc: *task.desc(),
@@ -133,6 +136,7 @@ impl Stream {
         };
         self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
         self.rings.resync_tail();
+        self.note_published();
         Stats::bump(&self.stats.slow_submits, 1);
         Stats::bump(&self.stats.tasks, 1);
         Ok(self.pending.push(task))
@@ -146,6 +150,7 @@ impl Stream {
     #[allow(unsafe_code)]
     pub unsafe fn submit_slow_raw(&mut self, desc: &TaskDesc) -> Result<TaskId> {
         const OP: &str = "SUBMIT_TASK";
+        self.credit_for_one(OP)?;
         let mut a = SubmitTaskArgs {
             stream: self.handle,
             desc: *desc,
@@ -153,6 +158,7 @@ impl Stream {
         };
         self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
         self.rings.resync_tail();
+        self.note_published();
         Stats::bump(&self.stats.slow_submits, 1);
         Stats::bump(&self.stats.tasks, 1);
         Ok(self.pending.count(1))
@@ -199,6 +205,7 @@ impl Stream {
         let mut until = None;
         loop {
             let rest = &items[done..];
+            self.reap_for(op, rest.len())?;
             let pushed = self.rings.push_with(rest, &desc);
             keep(&mut self.pending, &rest[..pushed]);
             done += pushed;
@@ -222,13 +229,46 @@ impl Stream {
         }
     }
 
+    /// Takes published completions off the event ring when the credit they hold back is
+    /// needed for `want` more tasks (rings.rs, `event_credit`): no system call, and nothing
+    /// at all while the credit suffices.
+    #[inline]
+    fn reap_for(&mut self, op: &'static str, want: usize) -> Result<()> {
+        if (self.rings.event_credit() as usize) < want {
+            self.drain(op)?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure one more task fits the event ring's credit before the driver places one
+    /// (SUBMIT_TASK bypasses the library's ring end): reaps, and waits for the device if
+    /// that is not enough.
+    fn credit_for_one(&mut self, op: &'static str) -> Result<()> {
+        self.reap_for(op, 1)?;
+        if self.rings.event_credit() == 0 {
+            self.wait_for_room(op, deadline(self.opts.submit_timeout), 1)?;
+        }
+        Ok(())
+    }
+
+    /// Notes the tail just published for [`Device::synchronize`](crate::Device::synchronize)
+    /// (a store to this stream's own counters' line).
+    #[inline]
+    fn note_published(&self) {
+        self.stats
+            .published
+            .store(self.rings.tail(), Ordering::Relaxed);
+    }
+
     /// Publishes what was pushed; rings the doorbell if the device asked for it.
     fn publish(&mut self, op: &'static str, pushed: usize) -> Result<()> {
         if pushed == 0 {
             return Ok(());
         }
         Stats::bump(&self.stats.tasks, pushed as u64);
-        if !self.rings.publish() {
+        let wake = self.rings.publish();
+        self.note_published();
+        if !wake {
             return Ok(());
         }
         self.wake_device(op)
@@ -263,6 +303,15 @@ impl Stream {
     /// doorbell; harmless).
     pub fn notify(&self) -> Result<()> {
         self.notify_as("NOTIFY")
+    }
+
+    /// Test hook: from now on this stream submits as a raw ABI client that manages its rings
+    /// itself may: beyond the event ring's credit, so that a stream nobody reaps stalls on its
+    /// full event ring (docs/abi.md 5.4), for the conformance tests of that handshake. Only
+    /// with the cargo feature `test-util` (not part of the production API).
+    #[cfg(feature = "test-util")]
+    pub fn debug_ignore_event_credit(&mut self) {
+        self.rings.ignore_event_credit();
     }
 
     /// Test hook: overwrites the shared command-ring tail with `tail` (as a buggy or hostile

@@ -64,6 +64,23 @@ fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// A duration for messages, as people write it: `30 s`, `1.5 s`, `20 ms`, `250 µs`.
+pub(crate) struct Secs(pub(crate) Duration);
+
+impl std::fmt::Display for Secs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.0;
+        if d >= Duration::from_secs(1) {
+            // To the millisecond, without trailing zeros: `30 s`, `1.5 s`.
+            write!(f, "{} s", d.as_millis() as f64 / 1000.0)
+        } else if d >= Duration::from_millis(1) {
+            write!(f, "{} ms", d.as_millis())
+        } else {
+            write!(f, "{} µs", d.as_micros())
+        }
+    }
+}
+
 /// `Instant::now() + d`, or a century away if that overflows.
 pub(crate) fn deadline(d: Duration) -> Instant {
     let now = Instant::now();
@@ -93,7 +110,9 @@ impl Stream {
         loop {
             let head = self.rings.head();
             let entries = self.rings.event_entries();
-            // The device cannot run more than an event ring ahead of what was taken off it.
+            // The device cannot run more than an event ring ahead of what was taken off it
+            // (only after SUBMIT_TASK can more than that be queued: the library's own submits
+            // keep within the ring).
             let value = if target.wrapping_sub(head) <= entries {
                 target
             } else {
@@ -102,20 +121,23 @@ impl Stream {
             let remaining = until.saturating_duration_since(Instant::now());
             let waited = self.wait_stream(OP, value, remaining);
             // Whatever happened, take what completed (error completions included).
-            self.drain(OP, false)?;
+            self.drain(OP)?;
             match waited {
                 Ok(_) => {}
                 Err(e) if e.is(Errno::EAGAIN) || e.is(Errno::ETIMEDOUT) => {
+                    let left = target.wrapping_sub(self.rings.head());
+                    let hint = self.stuck_hint();
                     return Err(Error::new(
                         Errno::ETIMEDOUT,
                         OP,
                         format!(
-                            "{} of stream {:#x}'s tasks still running after {:?}",
-                            target.wrapping_sub(self.rings.head()),
+                            "{left} of stream {:#x}'s tasks had not completed when the {} \
+                             timeout ran out{}",
                             self.handle,
-                            timeout
+                            Secs(timeout),
+                            hint
                         ),
-                    ))
+                    ));
                 }
                 Err(e) if e.is(Errno::EINTR) => {
                     return Err(Error::new(
@@ -137,13 +159,24 @@ impl Stream {
             if value == target {
                 break;
             }
-            // More to wait for: the event ring must have room again.
-            self.drain(OP, true)?;
         }
         if let Some(c) = self.first_error.take() {
             return Err(c.to_error(OP));
         }
         Ok(())
+    }
+
+    /// What a wait that timed out with tasks queued may be stuck on, for its message: the
+    /// device is not stalled on completions (the library never lets them fill the event
+    /// ring), so a stream that makes no progress waits for an event nobody records, or runs a
+    /// long task.
+    fn stuck_hint(&self) -> String {
+        if self.error_state().is_some() || self.rings.unreaped() == 0 {
+            return String::new();
+        }
+        "; the stream is not stalled on unreaped completions (the library never lets them \
+         fill its event ring): it waits for an event nobody recorded yet, or runs a long task"
+            .to_string()
     }
 
     pub(super) fn wait_for_room(
@@ -159,9 +192,8 @@ impl Stream {
                 return Ok(());
             }
             self.check_error(op)?;
-            // The device takes a descriptor only with an event slot free: make room there.
-            let (drained, _) = self.drain(op, false)?;
-            if drained > 0 {
+            // Completions taken off the event ring give the credit back (rings.rs).
+            if self.drain(op)? > 0 {
                 continue;
             }
             if !backoff.is_completed() {
@@ -174,36 +206,25 @@ impl Stream {
             }
             let now = Instant::now();
             if now >= until {
-                let full = if self.backlog.len() >= self.opts.backlog_limit {
-                    format!(
-                        "; the completion backlog is full ({} kept): poll the stream",
-                        self.backlog.len()
-                    )
-                } else {
-                    String::new()
-                };
                 return Err(Error::new(
                     Errno::ETIMEDOUT,
                     op,
                     format!(
-                        "command ring of stream {:#x} stayed full for {:?}: the device made no \
-                         progress (blocked on an event nobody records?){full}",
-                        self.handle, self.opts.submit_timeout
+                        "stream {:#x} had no room for {want} more task(s) for {}: its {} \
+                         queued tasks made no progress (waiting for an event nobody records, \
+                         or a long task)",
+                        self.handle,
+                        Secs(self.opts.submit_timeout),
+                        self.rings.unreaped()
                     ),
                 ));
             }
             // Sleep in the driver until the device completes more tasks (or 20 ms): enough
             // for the rest of the batch, up to a quarter of the ring, so that a host that
             // had to sleep (an oversubscribed machine) wakes once per group of completions,
-            // not once per task. Just one when the backlog is full: then the device can only
-            // complete what fits in the event ring.
-            let group =
-                if self.opts.keep_completions && self.backlog.len() >= self.opts.backlog_limit {
-                    1
-                } else {
-                    let quarter = (self.rings.cmd_entries() / 4).max(1);
-                    u32::try_from(want).unwrap_or(u32::MAX).clamp(1, quarter)
-                };
+            // not once per task.
+            let quarter = (self.rings.cmd_entries() / 4).max(1);
+            let group = u32::try_from(want).unwrap_or(u32::MAX).clamp(1, quarter);
             let next = self
                 .rings
                 .head()
