@@ -3,10 +3,14 @@
 # installed with `pip install ./python` into a virtual environment under the target directory
 # (maturin, a release build of the native module), then its tests (python/tests, pytest)
 # against the embedded device and a real davinci-mockd, and its examples
-# (python/examples/framework_op.py on both, two_process.py on a daemon).
+# (python/examples/framework_op.py on both, 3,000 calls in a loop; two_process.py on a
+# daemon). The pattern suite (python/tests/test_patterns.py) fails a hang by pytest-timeout
+# and a faulthandler watchdog.
 #
 # Needs python3 (3.9 or later) with venv and the Rust toolchain; on Debian, as root, installs
-# python3-venv when it is missing. pip fetches maturin, pytest and numpy from PyPI.
+# python3-venv when it is missing. pip fetches maturin, pytest, pytest-timeout and numpy from
+# PyPI. The native module is built for the venv's interpreter (not abi3: Buffer's buffer
+# protocol).
 #
 # Environment:
 #   CARGO_TARGET_DIR      where cargo builds (and the venv goes: $CARGO_TARGET_DIR/python-venv;
@@ -52,7 +56,7 @@ echo "==> python: pip install ./python (maturin, release build of the native mod
 start=$SECONDS
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
 echo "==> python: built and installed in $((SECONDS - start)) s"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest numpy
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest pytest-timeout numpy
 
 echo "==> python: davinci-mockd for the tests (cargo build -p davinci-mockd)"
 cargo build -q -p davinci-mockd
@@ -78,7 +82,7 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 grep -q ready "$dir/ready" || { echo "scripts/python-test.sh: davinci-mockd did not get ready in 10 s" >&2; exit 1; }
-"$VENV/bin/python" python/examples/framework_op.py --device embedded
-"$VENV/bin/python" python/examples/framework_op.py --device "mock:$dir/davinci0.sock"
+"$VENV/bin/python" python/examples/framework_op.py --device embedded --iterations 3000
+"$VENV/bin/python" python/examples/framework_op.py --device "mock:$dir/davinci0.sock" --iterations 3000
 "$VENV/bin/python" python/examples/two_process.py --device "mock:$dir/davinci0.sock"
 echo "scripts/python-test.sh: the Python package's tests and examples passed"
