@@ -3,7 +3,9 @@
 #
 #   1. installs it with scripts/capi-install.sh into target/capi/prefix;
 #   2. builds the quick start (capi/examples/quickstart.c) and the C tests
-#      (capi/tests/c/*.c) with pkg-config and -std=c11 -Wall -Wextra -Werror, with gcc and
+#      (capi/tests/c/*.c: among them patterns.c, the CUDA/ACL usage patterns, and
+#      devinfo.c, which prints every 64-bit field with PRIu64) with pkg-config and
+#      -std=c11 -Wall -Wextra -Werror -Wformat=2, with gcc and
 #      (if present) clang, against libdavinci.so, and once statically (davinci-static);
 #      each header also compiles on its own;
 #   3. runs them on the embedded mock device and on a real davinci-mockd (started here in a
@@ -58,7 +60,7 @@ export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
 pkg-config --exists davinci davinci-static || die "pkg-config does not find davinci in $PKG_CONFIG_PATH"
 say "pkg-config: davinci $(pkg-config --modversion davinci): $(pkg-config --cflags --libs davinci)"
 
-WARN=(-std=c11 -Wall -Wextra -Werror)
+WARN=(-std=c11 -Wall -Wextra -Werror -Wformat=2)
 compilers=(gcc)
 command -v clang >/dev/null 2>&1 && compilers+=(clang)
 programs=(capi/examples/quickstart.c capi/tests/c/*.c)

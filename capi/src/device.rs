@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use davinci_shim::{Context, Device, DeviceInfo, ShareMode};
+use davinci_shim::{Context, Device, DevicePath, DeviceSource, ShareMode};
 
 use crate::ffi::{self, c_str, get, guard, guard_value, put, Fail, Out};
 
@@ -42,12 +42,17 @@ pub struct davinci_context {
 
 /// Opens a device as a client: `path` is `"/dev/davinciN"` (the kernel driver),
 /// `"mock:SOCKET"` (a `davinci-mockd` device) or `"embedded"` (a new mock device inside this
-/// process); NULL opens what the environment variable `DAVINCI_DEVICE` names (any of those),
-/// else `/dev/davinci0`. The new handle goes to `*out`.
+/// process). NULL opens the device a program that names none gets, by the rule Rust and
+/// Python follow too (`davinci_default_device` says which it is): what the environment
+/// variable `DAVINCI_DEVICE` names (any of those), else this node's device (`/dev/davinci0`,
+/// else `davinci0.sock` in davinci-mockd's default socket directory), else a new embedded
+/// mock device. The new handle goes to `*out`; `davinci_device_describe` says which device
+/// it is.
 ///
 /// Returns 0; -EINVAL (a malformed path, `out` NULL), -ENODEV (nothing answers there), -EPERM,
 /// -EBUSY (the device is exclusive and held by another client: the message names it),
-/// -EPROTO (a driver of another ABI major). The message names the path.
+/// -EPROTO (a driver of another ABI major). The message names the path, and for NULL where
+/// it came from.
 ///
 /// # Safety
 /// Threads: any. `path` is NULL or a NUL-terminated string; `out` is writable.
@@ -59,13 +64,8 @@ pub unsafe extern "C" fn davinci_device_open(
     guard("davinci_device_open", || {
         let out = Out::new(out, "out")?;
         let dev = if path.is_null() {
-            Device::from_env().map_err(|e| {
-                Fail::from(e).context(format_args!(
-                    "device {:?} (DAVINCI_DEVICE, or the default)",
-                    davinci_shim::device_path_from_env()
-                        .unwrap_or_else(|| davinci_shim::DEFAULT_DEVICE.into())
-                ))
-            })?
+            // The shim's message names the path and where it came from.
+            Device::from_env()?
         } else {
             // SAFETY: the caller's contract: a NUL-terminated string.
             let path = unsafe { c_str(path, "path") }?;
@@ -78,6 +78,47 @@ pub unsafe extern "C" fn davinci_device_open(
     })
 }
 
+/// `davinci_default_device`'s `*source`: `DAVINCI_DEVICE` named the device.
+pub const DAVINCI_DEVICE_FROM_ENV: u32 = 1;
+/// `davinci_default_device`'s `*source`: this node's device (`/dev/davinci0`, else
+/// davinci-mockd's `davinci0.sock` in its default socket directory).
+pub const DAVINCI_DEVICE_FROM_NODE: u32 = 2;
+/// `davinci_default_device`'s `*source`: nothing named a device and the node has none: a new
+/// embedded mock device.
+pub const DAVINCI_DEVICE_FROM_NOTHING: u32 = 3;
+
+/// The device `davinci_device_open(NULL, ...)` opens now, without opening it: its path
+/// (`"embedded"`, `"/dev/davinci0"`, `"mock:SOCKET"`) into `buf` as `snprintf` does
+/// (truncated to `len - 1` bytes and NUL-terminated; `buf` may be NULL when `len` is 0),
+/// and where the rule found it into `*source` (`DAVINCI_DEVICE_FROM_*`; NULL: not wanted).
+///
+/// Returns the length of the whole path (a value `>= len` means it was truncated); -EINVAL
+/// for a malformed `DAVINCI_DEVICE` (the message quotes it).
+///
+/// # Safety
+/// Threads: any (not while another thread changes the environment). `buf` NULL or writable
+/// for `len` bytes; `source` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_default_device(
+    buf: *mut c_char,
+    len: usize,
+    source: *mut u32,
+) -> c_int {
+    guard_value("davinci_default_device", || {
+        let (path, from) = DevicePath::default_device()?;
+        let code = match from {
+            DeviceSource::Env => DAVINCI_DEVICE_FROM_ENV,
+            DeviceSource::Node => DAVINCI_DEVICE_FROM_NODE,
+            DeviceSource::Embedded => DAVINCI_DEVICE_FROM_NOTHING,
+        };
+        // SAFETY: the caller's contract: writable for len bytes.
+        let n = unsafe { ffi::write_text(buf, len, &path.to_string()) }?;
+        // SAFETY: the caller's contract: NULL or writable.
+        unsafe { ffi::put_opt(source, code) };
+        Ok(n)
+    })
+}
+
 /// Closes this handle of the device. Contexts, streams, events and buffers made from it keep
 /// the open alive until they are destroyed too. NULL does nothing.
 ///
@@ -87,42 +128,6 @@ pub unsafe extern "C" fn davinci_device_open(
 pub unsafe extern "C" fn davinci_device_destroy(dev: *mut davinci_device) {
     // SAFETY: the caller's contract: NULL or a live handle, no longer used.
     ffi::guard_void("davinci_device_destroy", || unsafe { ffi::free(dev) });
-}
-
-/// The device's GET_INFO as read at open (ABI version, features, limits, memory) into
-/// `*out` (`struct davinci_device_info` of `<davinci/uapi.h>`).
-///
-/// # Safety
-/// Threads: any. `dev` a live handle; `out` writable.
-#[no_mangle]
-pub unsafe extern "C" fn davinci_device_get_info(
-    dev: *const davinci_device,
-    out: *mut DeviceInfo,
-) -> c_int {
-    guard("davinci_device_get_info", || {
-        // SAFETY: the caller's contract.
-        let d = unsafe { get(dev, "dev") }?;
-        // SAFETY: the caller's contract.
-        unsafe { put(out, "out", *d.dev.info()) }
-    })
-}
-
-/// A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
-///
-/// # Safety
-/// Threads: any. `dev` a live handle; `out` writable.
-#[no_mangle]
-pub unsafe extern "C" fn davinci_device_query_info(
-    dev: *const davinci_device,
-    out: *mut DeviceInfo,
-) -> c_int {
-    guard("davinci_device_query_info", || {
-        // SAFETY: the caller's contract.
-        let d = unsafe { get(dev, "dev") }?;
-        let info = d.dev.query_info()?;
-        // SAFETY: the caller's contract.
-        unsafe { put(out, "out", info) }
-    })
 }
 
 /// Which device and which client, in words (`davinci-mockd device 0 at mock:/run/...
@@ -143,15 +148,8 @@ pub unsafe extern "C" fn davinci_device_describe(
     guard_value("davinci_device_describe", || {
         // SAFETY: the caller's contract.
         let d = unsafe { get(dev, "dev") }?;
-        let text = d.dev.to_string();
         // SAFETY: the caller's contract: writable for len bytes.
-        let out = unsafe { ffi::bytes_mut(buf.cast::<u8>(), len, "buf") }?;
-        if let Some(room) = out.len().checked_sub(1) {
-            let n = text.len().min(room);
-            out[..n].copy_from_slice(&text.as_bytes()[..n]);
-            out[n] = 0;
-        }
-        c_int::try_from(text.len()).map_err(|_| Fail::new(libc::EOVERFLOW, "text too long"))
+        unsafe { ffi::write_text(buf, len, &d.dev.to_string()) }
     })
 }
 

@@ -10,6 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use davinci_shim::Error;
 
+use crate::words::c_words;
+
 /// A failed call: a positive errno and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fail {
@@ -37,13 +39,23 @@ impl Fail {
     }
 }
 
-/// A shim error keeps its errno (`EIO` when it has none) and its whole text: what failed,
-/// the errno's name, and the driver's message.
+/// A shim error keeps its errno (`EIO` when it has none) and its text: the errno's name and
+/// the driver's message, with what failed when that is a driver command (`ALLOC_MEMORY
+/// failed: ENOMEM: ...`); a Rust method's name is left out (the C function that failed heads
+/// the message), and the rest is put in C's words ([`c_words`]).
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
+        let text = if e.op().contains("::") {
+            match e.errno() {
+                Some(x) => format!("{}: {}", x.name(), e.message()),
+                None => e.message().to_string(),
+            }
+        } else {
+            e.to_string()
+        };
         Fail {
             errno: e.errno().map_or(libc::EIO, |x| x.code()),
-            msg: e.to_string(),
+            msg: c_words(&text),
         }
     }
 }
@@ -94,7 +106,7 @@ pub(crate) fn guard_value(func: &str, body: impl FnOnce() -> Res<c_int>) -> c_in
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(f)) => {
-            set_last_error(&format!("{func}: {}", f.msg));
+            set_last_error(&format!("{func}: {}", c_words(&f.msg)));
             -f.errno.abs().max(1)
         }
         Err(payload) => {
@@ -258,6 +270,22 @@ pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize, what: &str) -> Res<&'a 
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
+/// Writes `text` into `buf` as `snprintf` does (at most `len - 1` bytes, then a NUL; nothing
+/// for `len` 0) and returns its whole length.
+///
+/// # Safety
+/// `buf` is NULL (then `len` must be 0) or writable for `len` bytes.
+pub(crate) unsafe fn write_text(buf: *mut c_char, len: usize, text: &str) -> Res<c_int> {
+    // SAFETY: the caller's contract: writable for len bytes.
+    let out = unsafe { bytes_mut(buf.cast::<u8>(), len, "buf") }?;
+    if let Some(room) = out.len().checked_sub(1) {
+        let n = text.len().min(room);
+        out[..n].copy_from_slice(&text.as_bytes()[..n]);
+        out[n] = 0;
+    }
+    c_int::try_from(text.len()).map_err(|_| Fail::new(libc::EOVERFLOW, "text too long"))
+}
+
 fn check_len(len: usize, what: &str) -> Res {
     if len > isize::MAX as usize {
         return Err(Fail::inval(format!(
@@ -335,6 +363,13 @@ mod tests {
             f.msg,
             "device \"/dev/x\": open failed: ENODEV: nothing there"
         );
+        // A Rust method's name is left out; the C function heads the message.
+        let e = Error::new(
+            davinci_shim::Errno::ERANGE,
+            "PoolBuffer::write",
+            "out (Stream::poll)",
+        );
+        assert_eq!(Fail::from(e).msg, "ERANGE: out (davinci_stream_poll)");
         assert_eq!(Fail::from(Error::other("x", "y")).errno, libc::EIO);
     }
 }

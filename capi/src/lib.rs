@@ -32,6 +32,8 @@
 // In the header's order (cbindgen reads the modules as declared).
 mod device;
 
+mod info;
+
 mod memory;
 
 mod hostview;
@@ -46,10 +48,13 @@ mod event;
 
 mod ffi;
 
+mod words;
+
 pub use callback::*;
 pub use device::*;
 pub use event::*;
 pub use hostview::*;
+pub use info::*;
 pub use memory::*;
 pub use stream::*;
 pub use task::*;

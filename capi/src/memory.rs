@@ -331,7 +331,11 @@ pub unsafe extern "C" fn davinci_pool_options_default(out: *mut davinci_pool_opt
 }
 
 /// Creates a pool on `dev` with `opts` (NULL: the defaults) into `*out`. Reserves nothing
-/// until the first allocation.
+/// until the first allocation. A `chunk_size` above `max_bytes` is lowered to it.
+///
+/// Returns 0; -EINVAL for options that could never allocate (`chunk_size` or `max_bytes` 0,
+/// `max_bytes` below the smallest chunk the device can give: the message says the least
+/// that would do).
 ///
 /// # Safety
 /// Threads: any. `dev` a live handle; `opts` NULL or readable; `out` writable.
@@ -361,7 +365,8 @@ pub unsafe extern "C" fn davinci_pool_create(
                     .align(o.align)
             }
         };
-        let pool = MemPool::with_options(&d.dev, options);
+        // Options that can never allocate are refused here, not at every allocation.
+        let pool = MemPool::try_with_options(&d.dev, options)?;
         // SAFETY: checked by Out::new; writable by the caller's contract.
         unsafe { out.set(davinci_pool { pool }) };
         Ok(())

@@ -367,7 +367,7 @@ fn an_event_destroyed_with_records_and_waits_queued_lives_until_they_ran() {
         assert_eq!(n, 2);
         assert!(out[..n].iter().all(|x| x.status == 0), "{:?}", &out[..n]);
         // Destroyed events do not pile up: past the device's whole event table.
-        let mut info = std::mem::zeroed::<davinci_shim::DeviceInfo>();
+        let mut info = std::mem::zeroed::<davinci::davinci_device_props>();
         assert_eq!(davinci_device_get_info(dev, &mut info), 0);
         for i in 0..info.max_events + 64 {
             let (mut ev, mut rec) = (null_mut(), null_mut());

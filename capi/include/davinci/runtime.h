@@ -55,6 +55,23 @@
  */
 #define DAVINCI_RUNTIME_VERSION 256
 
+/**
+ * `davinci_default_device`'s `*source`: `DAVINCI_DEVICE` named the device.
+ */
+#define DAVINCI_DEVICE_FROM_ENV 1
+
+/**
+ * `davinci_default_device`'s `*source`: this node's device (`/dev/davinci0`, else
+ * davinci-mockd's `davinci0.sock` in its default socket directory).
+ */
+#define DAVINCI_DEVICE_FROM_NODE 2
+
+/**
+ * `davinci_default_device`'s `*source`: nothing named a device and the node has none: a new
+ * embedded mock device.
+ */
+#define DAVINCI_DEVICE_FROM_NOTHING 3
+
 
 
 /**
@@ -143,6 +160,132 @@ typedef struct davinci_stream davinci_stream;
  * submitted copies keep their holds).
  */
 typedef struct davinci_task davinci_task;
+
+/**
+ * The device's GET_INFO (`struct davinci_device_info` of `<davinci/uapi.h>`, field for
+ * field, same layout) in `<stdint.h>` types: print them with `PRIu16`/`PRIu32`/`PRIu64`.
+ */
+typedef struct davinci_device_props {
+    /**
+     * ABI major version of the driver. A client refuses another major.
+     */
+    uint16_t abi_major;
+    /**
+     * ABI minor version of the driver.
+     */
+    uint16_t abi_minor;
+    /**
+     * `DAVINCI_FEAT_*` bits.
+     */
+    uint32_t features;
+    /**
+     * Device index N of /dev/davinciN.
+     */
+    uint32_t device_id;
+    /**
+     * Page size of mappings.
+     */
+    uint32_t page_size;
+    /**
+     * Total device memory in bytes.
+     */
+    uint64_t memory_size;
+    /**
+     * Device memory allocated by all clients.
+     */
+    uint64_t memory_used;
+    /**
+     * Device memory one client may hold now, in bytes: the operator's limit, or without
+     * one (since 1.4) a quarter of `memory_size` while the device is shared and all of
+     * it while it is exclusive.
+     */
+    uint64_t client_memory_limit;
+    /**
+     * Most clients attached at once.
+     */
+    uint32_t max_clients;
+    /**
+     * Most contexts on the device.
+     */
+    uint32_t max_contexts;
+    /**
+     * Most streams on the device.
+     */
+    uint32_t max_streams;
+    /**
+     * Most events on the device.
+     */
+    uint32_t max_events;
+    /**
+     * Most allocations on the device.
+     */
+    uint32_t max_allocations;
+    /**
+     * Deepest command ring.
+     */
+    uint32_t max_cmd_entries;
+    /**
+     * Deepest event ring.
+     */
+    uint32_t max_event_entries;
+    /**
+     * Alignment of every allocation's device address and size.
+     */
+    uint32_t mem_align;
+    /**
+     * `DAVINCI_SHARE_*` mode now in force.
+     */
+    uint32_t share_mode;
+    /**
+     * Clients attached now.
+     */
+    uint32_t clients;
+    /**
+     * The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
+     * control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
+     *. ABI 1.1.
+     */
+    uint32_t caller_id;
+    /**
+     * Bit `n` set: opcode `n` (`DAVINCI_OP_*`) runs on this device; a descriptor with
+     * another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`
+     *. ABI 1.1.
+     */
+    uint32_t opcodes;
+    /**
+     * Most contexts the caller may hold at once now: the per-client quota while the
+     * device is shared, `max_contexts` while it is exclusive. Valid with
+     * `DAVINCI_FEAT_QUOTAS`. ABI 1.4.
+     */
+    uint32_t quota_contexts;
+    /**
+     * Most streams the caller may hold at once now (as `quota_contexts`).
+     * ABI 1.4.
+     */
+    uint32_t quota_streams;
+    /**
+     * Most events the caller may hold at once now (as `quota_contexts`).
+     * ABI 1.4.
+     */
+    uint32_t quota_events;
+    /**
+     * Most allocations the caller may hold at once now (as `quota_contexts`)
+     *. ABI 1.4.
+     */
+    uint32_t quota_allocations;
+    /**
+     * With `DAVINCI_FEAT_DOORBELL_MMIO`: the byte offset of the doorbell register in
+     * the stream's mapped doorbell page (4-byte aligned, the register inside the page);
+     * 0 without it. ABI 1.4.
+     */
+    uint32_t doorbell_offset;
+    /**
+     * With `DAVINCI_FEAT_DOORBELL_MMIO`: the value the client stores into the doorbell
+     * register to ring it, the same for every ring (not the command ring's tail); 0
+     * without it. ABI 1.4.
+     */
+    uint32_t doorbell_value;
+} davinci_device_props;
 
 /**
  * A pool's sizes and bounds (`davinci_pool_options_default` fills the defaults).
@@ -311,17 +454,37 @@ uint32_t davinci_runtime_version(void);
 /**
  * Opens a device as a client: `path` is `"/dev/davinciN"` (the kernel driver),
  * `"mock:SOCKET"` (a `davinci-mockd` device) or `"embedded"` (a new mock device inside this
- * process); NULL opens what the environment variable `DAVINCI_DEVICE` names (any of those),
- * else `/dev/davinci0`. The new handle goes to `*out`.
+ * process). NULL opens the device a program that names none gets, by the rule Rust and
+ * Python follow too (`davinci_default_device` says which it is): what the environment
+ * variable `DAVINCI_DEVICE` names (any of those), else this node's device (`/dev/davinci0`,
+ * else `davinci0.sock` in davinci-mockd's default socket directory), else a new embedded
+ * mock device. The new handle goes to `*out`; `davinci_device_describe` says which device
+ * it is.
  *
  * Returns 0; -EINVAL (a malformed path, `out` NULL), -ENODEV (nothing answers there), -EPERM,
  * -EBUSY (the device is exclusive and held by another client: the message names it),
- * -EPROTO (a driver of another ABI major). The message names the path.
+ * -EPROTO (a driver of another ABI major). The message names the path, and for NULL where
+ * it came from.
  *
  * # Safety
  * Threads: any. `path` is NULL or a NUL-terminated string; `out` is writable.
  */
 int davinci_device_open(const char *path, struct davinci_device **out);
+
+/**
+ * The device `davinci_device_open(NULL, ...)` opens now, without opening it: its path
+ * (`"embedded"`, `"/dev/davinci0"`, `"mock:SOCKET"`) into `buf` as `snprintf` does
+ * (truncated to `len - 1` bytes and NUL-terminated; `buf` may be NULL when `len` is 0),
+ * and where the rule found it into `*source` (`DAVINCI_DEVICE_FROM_*`; NULL: not wanted).
+ *
+ * Returns the length of the whole path (a value `>= len` means it was truncated); -EINVAL
+ * for a malformed `DAVINCI_DEVICE` (the message quotes it).
+ *
+ * # Safety
+ * Threads: any (not while another thread changes the environment). `buf` NULL or writable
+ * for `len` bytes; `source` NULL or writable.
+ */
+int davinci_default_device(char *buf, size_t len, uint32_t *source);
 
 /**
  * Closes this handle of the device. Contexts, streams, events and buffers made from it keep
@@ -331,23 +494,6 @@ int davinci_device_open(const char *path, struct davinci_device **out);
  * Threads: not while another thread uses `dev`. `dev` is NULL or a handle not yet destroyed.
  */
 void davinci_device_destroy(struct davinci_device *dev);
-
-/**
- * The device's GET_INFO as read at open (ABI version, features, limits, memory) into
- * `*out` (`struct davinci_device_info` of `<davinci/uapi.h>`).
- *
- * # Safety
- * Threads: any. `dev` a live handle; `out` writable.
- */
-int davinci_device_get_info(const struct davinci_device *dev, struct davinci_device_info *out);
-
-/**
- * A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
- *
- * # Safety
- * Threads: any. `dev` a live handle; `out` writable.
- */
-int davinci_device_query_info(const struct davinci_device *dev, struct davinci_device_info *out);
 
 /**
  * Which device and which client, in words (`davinci-mockd device 0 at mock:/run/...
@@ -407,6 +553,23 @@ int davinci_context_create(const struct davinci_device *dev, struct davinci_cont
  * Threads: not while another thread uses `ctx`. `ctx` is NULL or a handle not yet destroyed.
  */
 void davinci_context_destroy(struct davinci_context *ctx);
+
+/**
+ * The device's GET_INFO as read at open (ABI version, features, limits, memory) into
+ * `*out`.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_get_info(const struct davinci_device *dev, struct davinci_device_props *out);
+
+/**
+ * A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_query_info(const struct davinci_device *dev, struct davinci_device_props *out);
 
 /**
  * Allocates `size` bytes of device memory (`aclrtMalloc`, `cudaMalloc`), zeroed, into
@@ -525,7 +688,11 @@ int davinci_pool_options_default(struct davinci_pool_options *out);
 
 /**
  * Creates a pool on `dev` with `opts` (NULL: the defaults) into `*out`. Reserves nothing
- * until the first allocation.
+ * until the first allocation. A `chunk_size` above `max_bytes` is lowered to it.
+ *
+ * Returns 0; -EINVAL for options that could never allocate (`chunk_size` or `max_bytes` 0,
+ * `max_bytes` below the smallest chunk the device can give: the message says the least
+ * that would do).
  *
  * # Safety
  * Threads: any. `dev` a live handle; `opts` NULL or readable; `out` writable.

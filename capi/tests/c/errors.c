@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 	EXPECT_ERR(davinci_device_open("mock:/nonexistent/capi.sock", &dev), -ENODEV,
 		   "/nonexistent/capi.sock");
 	EXPECT_ERR(davinci_device_open(path, NULL), -EINVAL, "out (out-parameter) is NULL");
-	/* NULL: the device $DAVINCI_DEVICE names (as Device::from_env). */
+	/* NULL: the device $DAVINCI_DEVICE names (the default-device rule: devinfo.c). */
 	EXPECT(setenv("DAVINCI_DEVICE", "bogus-device", 1) == 0);
 	EXPECT_ERR(davinci_device_open(NULL, &dev), -EINVAL, "bogus-device");
 	EXPECT(setenv("DAVINCI_DEVICE", path, 1) == 0);
@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 	davinci_pool_destroy(NULL);
 	davinci_task_destroy(NULL);
 
-	struct davinci_device_info info;
+	davinci_device_props info;
 	CHECK(davinci_device_get_info(dev, &info));
 	EXPECT(info.abi_major == DAVINCI_ABI_VERSION_MAJOR);
 	char name[8];

@@ -16,7 +16,7 @@ static size_t live_blocks(davinci_pool *pool)
 
 static uint64_t memory_used(davinci_device *dev)
 {
-	struct davinci_device_info info;
+	davinci_device_props info;
 	CHECK(davinci_device_query_info(dev, &info));
 	return info.memory_used;
 }
