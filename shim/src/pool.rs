@@ -533,7 +533,8 @@ impl Drop for BlockInner {
     }
 }
 
-#[cfg(all(test, feature = "embedded"))]
+#[cfg(test)]
+#[cfg(feature = "embedded")]
 mod tests {
     use super::*;
 
