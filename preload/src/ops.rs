@@ -134,11 +134,13 @@ pub fn ioctl(conn: &Conn, request: u32, arg: usize) -> Result<(), Failure> {
             "bad ioctl argument pointer".into(),
         ));
     }
-    let got = match conn.call(Kind::Ioctl, request, buf.clone()) {
-        Err(f) if f.errno == libc::EINTR && request == DRIVER_CMD_WAIT_EVENT => {
-            return interrupted_wait(conn, arg, &buf, f);
+    // A WAIT_EVENT's argument is kept for the look after a signal (`interrupted_wait`).
+    let asked = (request == DRIVER_CMD_WAIT_EVENT).then(|| buf.clone());
+    let got = match (conn.call(Kind::Ioctl, request, buf), asked) {
+        (Err(f), Some(asked)) if f.errno == libc::EINTR => {
+            return interrupted_wait(conn, arg, &asked, f);
         }
-        got => got?,
+        (got, _) => got?,
     };
     let r = got.reply;
     let arg_ok = r.arg.len() == size;
