@@ -3,6 +3,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
+use std::time::Duration;
 
 use davinci_shim::{Context, Device, DevicePath, DeviceSource, ShareMode};
 
@@ -128,6 +129,30 @@ pub unsafe extern "C" fn davinci_default_device(
 pub unsafe extern "C" fn davinci_device_destroy(dev: *mut davinci_device) {
     // SAFETY: the caller's contract: NULL or a live handle, no longer used.
     ffi::guard_void("davinci_device_destroy", || unsafe { ffi::free(dev) });
+}
+
+/// Blocks until every task submitted so far on every stream made from this device handle's
+/// open has completed (`cudaDeviceSynchronize`, `aclrtSynchronizeDevice`), at most
+/// `timeout_ns` in all (`DAVINCI_WAIT_FOREVER`: no limit). It takes no stream's lock and reaps
+/// nothing: completions stay on their streams for `davinci_stream_poll`, and a failed task's
+/// errno is still reported by its stream's `davinci_stream_synchronize`. Tasks submitted
+/// meanwhile are not waited for.
+///
+/// Returns 0; -ETIMEDOUT; -EIO naming a stream the device stopped; -EINTR for a signal.
+///
+/// # Safety
+/// Threads: any, while other threads use the streams. `dev` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_synchronize(
+    dev: *const davinci_device,
+    timeout_ns: u64,
+) -> c_int {
+    guard("davinci_device_synchronize", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { get(dev, "dev") }?;
+        d.dev.synchronize(Duration::from_nanos(timeout_ns))?;
+        Ok(())
+    })
 }
 
 /// Which device and which client, in words (`davinci-mockd device 0 at mock:/run/...

@@ -148,8 +148,8 @@ pub struct davinci_stream_options {
     /// that `davinci_stream_poll` still returns them (true), or drop them after noting errors
     /// (false: for callers that never poll).
     pub keep_completions: bool,
-    /// Most completions kept that way before submit and synchronize fail with -EAGAIN
-    /// asking the caller to poll.
+    /// Most completions kept that way: beyond it the oldest unpolled ones are let go of
+    /// (a stream nobody polls never stops for them).
     pub backlog_limit: usize,
     /// Longest a submit waits for room in a full command ring before -ETIMEDOUT (ns).
     pub submit_timeout_ns: u64,
@@ -271,13 +271,15 @@ pub unsafe extern "C" fn davinci_stream_destroy(stream: *mut davinci_stream) {
 }
 
 /// Submits a task: written into the mapped command ring (no system call unless the device
-/// sleeps); waits for room, at most the submit timeout, if the ring is full. The stream
-/// holds the task's buffers until its completion is reaped. Its id in the stream goes to
-/// `*task_id` (NULL: not wanted).
+/// sleeps). It first reaps what has completed (no system call), and waits for room, at most
+/// the submit timeout, if the command ring is full or the stream already has as many tasks
+/// unreaped as its event ring holds: so a stream nobody synchronizes or polls never stalls
+/// on its own completions. The stream holds the task's buffers until its completion is
+/// reaped. Its id in the stream goes to `*task_id` (NULL: not wanted).
 ///
 /// Returns 0; -EINVAL (a buffer of another device open), -EIO (the device stopped the
 /// stream: the message says which task failed and why; destroy it and create another),
-/// -ETIMEDOUT (no room in time), -EAGAIN (too many completions kept unpolled).
+/// -ETIMEDOUT (no room in time: the tasks ahead made no progress).
 ///
 /// # Safety
 /// Threads: any (the stream's lock). `stream`, `task` live handles; `task_id` NULL or

@@ -16,6 +16,7 @@ const RUST_TO_C: &[(&str, &str)] = &[
     ("Device::attach", "davinci_device_attach"),
     ("Device::import", "davinci_device_import"),
     ("Device::alloc", "davinci_buffer_alloc"),
+    ("Device::synchronize", "davinci_device_synchronize"),
     ("Stream::submit_batch", "davinci_stream_submit_batch"),
     ("Stream::submit_raw", "davinci_stream_submit_raw"),
     ("Stream::try_submit", "davinci_stream_submit"),

@@ -378,8 +378,8 @@ typedef struct davinci_stream_options {
      */
     bool keep_completions;
     /**
-     * Most completions kept that way before submit and synchronize fail with -EAGAIN
-     * asking the caller to poll.
+     * Most completions kept that way: beyond it the oldest unpolled ones are let go of
+     * (a stream nobody polls never stops for them).
      */
     size_t backlog_limit;
     /**
@@ -494,6 +494,21 @@ int davinci_default_device(char *buf, size_t len, uint32_t *source);
  * Threads: not while another thread uses `dev`. `dev` is NULL or a handle not yet destroyed.
  */
 void davinci_device_destroy(struct davinci_device *dev);
+
+/**
+ * Blocks until every task submitted so far on every stream made from this device handle's
+ * open has completed (`cudaDeviceSynchronize`, `aclrtSynchronizeDevice`), at most
+ * `timeout_ns` in all (`DAVINCI_WAIT_FOREVER`: no limit). It takes no stream's lock and reaps
+ * nothing: completions stay on their streams for `davinci_stream_poll`, and a failed task's
+ * errno is still reported by its stream's `davinci_stream_synchronize`. Tasks submitted
+ * meanwhile are not waited for.
+ *
+ * Returns 0; -ETIMEDOUT; -EIO naming a stream the device stopped; -EINTR for a signal.
+ *
+ * # Safety
+ * Threads: any, while other threads use the streams. `dev` a live handle.
+ */
+int davinci_device_synchronize(const struct davinci_device *dev, uint64_t timeout_ns);
 
 /**
  * Which device and which client, in words (`davinci-mockd device 0 at mock:/run/...
@@ -894,13 +909,15 @@ void davinci_stream_destroy(struct davinci_stream *stream);
 
 /**
  * Submits a task: written into the mapped command ring (no system call unless the device
- * sleeps); waits for room, at most the submit timeout, if the ring is full. The stream
- * holds the task's buffers until its completion is reaped. Its id in the stream goes to
- * `*task_id` (NULL: not wanted).
+ * sleeps). It first reaps what has completed (no system call), and waits for room, at most
+ * the submit timeout, if the command ring is full or the stream already has as many tasks
+ * unreaped as its event ring holds: so a stream nobody synchronizes or polls never stalls
+ * on its own completions. The stream holds the task's buffers until its completion is
+ * reaped. Its id in the stream goes to `*task_id` (NULL: not wanted).
  *
  * Returns 0; -EINVAL (a buffer of another device open), -EIO (the device stopped the
  * stream: the message says which task failed and why; destroy it and create another),
- * -ETIMEDOUT (no room in time), -EAGAIN (too many completions kept unpolled).
+ * -ETIMEDOUT (no room in time: the tasks ahead made no progress).
  *
  * # Safety
  * Threads: any (the stream's lock). `stream`, `task` live handles; `task_id` NULL or

@@ -3,10 +3,11 @@
  * and 16 event slots) and on the default rings, each checking the bytes the device wrote:
  *
  *   a. a side stream nobody synchronizes or polls feeding a synchronized one;
- *   b. fire-and-forget FILLs on several streams, then each stream synchronized;
+ *   b. fire-and-forget FILLs on several streams, then a device-wide synchronize (and each
+ *      stream's, which returns every completion);
  *   c. a burst of 100,000 tasks, then return: the last record waited for (not the stream),
  *      or the stream destroyed at once;
- *   d. event ping-pong across four streams;
+ *   d. event ping-pong across four streams (100,000 rounds);
  *   e. a thread per stream, all recording and waiting on one shared event;
  *   f. a stream destroyed while another stream and a host thread wait on its record: the
  *      record can never be reached, so both fail at once with -EIO (docs/abi.md section 8);
@@ -32,7 +33,7 @@
 #define BURST 100000
 #define BATCH 1000
 #define PP_STREAMS 4
-#define PP_ROUNDS 10000
+#define PP_ROUNDS 100000
 #define TH_THREADS 4
 #define TH_ROUNDS 300
 
@@ -157,8 +158,8 @@ static void side_stream(void)
 	end();
 }
 
-/* b. FILLs on several streams, nothing waited for, then each stream synchronized: every
- * fill ran in order (the last one's value is there) and every completion is kept. */
+/* b. FILLs on several streams, nothing waited for, then the device synchronized: every fill
+ * ran in order (the last one's value is there); each stream's poll returns every completion. */
 static void fire_and_forget(void)
 {
 	begin("b: fire-and-forget fills, then synchronize");
@@ -171,9 +172,12 @@ static void fire_and_forget(void)
 	for (uint32_t r = 1; r <= FF_FILLS; r++)
 		for (uint32_t k = 0; k < FF_STREAMS; k++)
 			fill(s[k], b[k], k << 16 | r);
+	/* cudaDeviceSynchronize: every stream's work done, nothing reaped. */
+	CHECK(davinci_device_synchronize(dev, WAIT_NS));
+	for (uint32_t k = 0; k < FF_STREAMS; k++)
+		holds(b[k], WORDS, k << 16 | FF_FILLS, "the last fill, after the device's synchronize");
 	for (uint32_t k = 0; k < FF_STREAMS; k++) {
 		CHECK(davinci_stream_synchronize(s[k], WAIT_NS));
-		holds(b[k], WORDS, k << 16 | FF_FILLS, "the last fill");
 		davinci_completion c[64];
 		size_t n = 0, total = 0, bad = 0;
 		do {
