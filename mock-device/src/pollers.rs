@@ -165,10 +165,15 @@ impl Core {
     /// its reference to their memory at its next pass, which a kick starts: now, or
     /// `after_reply` ([`kick`](Self::kick)).
     pub(crate) fn reap(&self, all: bool, after_reply: bool) {
+        // The device stays locked (shared) from the snapshot of the live streams until the
+        // served table is pruned: a stream is created and handed to a poller (`serve`) only
+        // with the device locked exclusively, so none can be created in between and then
+        // taken for a gone one (it would never be served: issue 41).
+        let g = self.shared();
         let live: Vec<u32> = if all {
             Vec::new()
         } else {
-            self.shared().stream_handles().collect()
+            g.stream_handles().collect()
         };
         let mut served = self.served();
         let gone: Vec<(u32, usize)> = served
@@ -203,7 +208,9 @@ impl Core {
         }
         drop(pollers);
         drop(served);
-        self.kick(&self.shared(), after_reply);
+        self.kick(&g, after_reply);
+        // A retiring poller may take the device lock on its way out.
+        drop(g);
         for p in retired {
             // As in `shutdown`: a poller has no path that panics.
             let _ = p.join.join();
