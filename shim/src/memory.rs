@@ -153,8 +153,9 @@ pub struct BufferInner {
     dev_addr: DevAddr,
     len: usize,
     alloc_size: u64,
-    /// Imported from another client (IMPORT_MEMORY): freeing it drops the import only.
-    imported: bool,
+    /// Imported from another client (IMPORT_MEMORY), with the export's token: freeing it
+    /// drops the import only.
+    imported: Option<u64>,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -163,7 +164,7 @@ impl fmt::Debug for DeviceBuffer {
             .field("handle", &self.inner.handle)
             .field("dev_addr", &format_args!("{:#x}", self.inner.dev_addr))
             .field("len", &self.inner.len)
-            .field("imported", &self.inner.imported)
+            .field("imported", &self.inner.imported.is_some())
             .finish()
     }
 }
@@ -211,14 +212,48 @@ impl DeviceBuffer {
                 dev_addr: DevAddr(a.dev_addr),
                 len,
                 alloc_size: a.alloc_size,
-                imported: false,
+                imported: None,
             }),
         })
     }
 
     /// Whether this buffer was imported from another client ([`Device::import`]).
     pub fn is_imported(&self) -> bool {
-        self.inner.imported
+        self.inner.imported.is_some()
+    }
+
+    /// Whether the exporter freed this imported buffer (or closed), revoking the import
+    /// (docs/abi.md, EXPORT_MEMORY): its descriptors then fail with `EACCES`, and its host
+    /// view no longer reaches the memory (on the kernel driver an access raises `SIGBUS`; on
+    /// the mock device a load reads zeros and a store lands nowhere the device reads,
+    /// docs/abi.md section 4). Always `false` for this client's own allocations, which live
+    /// as long as this buffer does. One driver round trip (an IMPORT_MEMORY of the same
+    /// token, which answers `EBUSY` while the import stands and `ENOENT` once the export is
+    /// gone).
+    ///
+    /// # Errors
+    /// The driver's, for any other answer (`ENODEV` for a lost device).
+    pub fn is_revoked(&self) -> Result<bool> {
+        const OP: &str = "DeviceBuffer::is_revoked";
+        let Some(token) = self.inner.imported else {
+            return Ok(false);
+        };
+        let dev = &self.inner.dev;
+        let mut a = ImportMemoryArgs {
+            token,
+            ..Default::default()
+        };
+        match dev.call(OP, DRIVER_CMD_IMPORT_MEMORY, &mut a) {
+            Err(e) if e.is(Errno::EBUSY) => Ok(false),
+            Err(e) if e.is(Errno::ENOENT) => Ok(true),
+            Err(e) => Err(e),
+            // The driver forgot this import but the export stands (nothing should do that):
+            // not revoked; give the second import back.
+            Ok(()) => {
+                let _ = dev.call_handle("FREE_MEMORY", DRIVER_CMD_FREE_MEMORY, a.handle);
+                Ok(false)
+            }
+        }
     }
 
     /// Shares this allocation with another client of the same device (`cudaIpcGetMemHandle`,
@@ -366,7 +401,7 @@ impl Device {
                 dev_addr: DevAddr(a.dev_addr),
                 len,
                 alloc_size: a.size,
-                imported: true,
+                imported: Some(token.0),
             }),
         })
     }

@@ -96,7 +96,16 @@ fn the_exporters_free_revokes_every_import() {
     let token = buf.export(ExportTo::SameUser).unwrap();
     let mine = b.import(token).unwrap();
     let addr = mine.dev_addr();
+    assert!(!mine.is_revoked().unwrap(), "the import stands");
+    assert!(
+        !buf.is_revoked().unwrap(),
+        "an own allocation is never revoked"
+    );
     drop(buf);
+    assert!(
+        mine.is_revoked().unwrap(),
+        "the exporter's free revoked the import"
+    );
     assert_eq!(
         a.memory_used().unwrap(),
         base,
