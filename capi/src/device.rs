@@ -8,6 +8,7 @@ use std::time::Duration;
 use davinci_shim::{Context, Device, DevicePath, DeviceSource, ShareMode};
 
 use crate::ffi::{self, c_str, get, guard, guard_value, put, Fail, Out};
+use crate::info::davinci_device_props;
 
 /// This thread's message about the latest call that failed on it: the function, the errno's
 /// name, what was wrong (the driver's message when it gave one). Empty before any failure;
@@ -152,6 +153,42 @@ pub unsafe extern "C" fn davinci_device_synchronize(
         let d = unsafe { get(dev, "dev") }?;
         d.dev.synchronize(Duration::from_nanos(timeout_ns))?;
         Ok(())
+    })
+}
+
+/// The device's GET_INFO as read at open (ABI version, features, limits, memory) into
+/// `*out`.
+///
+/// # Safety
+/// Threads: any. `dev` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_get_info(
+    dev: *const davinci_device,
+    out: *mut davinci_device_props,
+) -> c_int {
+    guard("davinci_device_get_info", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { get(dev, "dev") }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", d.dev.info().into()) }
+    })
+}
+
+/// A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
+///
+/// # Safety
+/// Threads: any. `dev` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_query_info(
+    dev: *const davinci_device,
+    out: *mut davinci_device_props,
+) -> c_int {
+    guard("davinci_device_query_info", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { get(dev, "dev") }?;
+        let info = d.dev.query_info()?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", (&info).into()) }
     })
 }
 

@@ -1,15 +1,10 @@
 //! What a device is, in `<stdint.h>` types: `davinci_device_props`, GET_INFO's fields as
 //! `uint16_t`/`uint32_t`/`uint64_t`, so that `PRIu64` prints them (uapi.h's
 //! `struct davinci_device_info` has the kernel's `__u64`, `unsigned long long` on every Linux,
-//! which is not `uint64_t` on 64-bit Linux: `PRIu64` on it fails `-Wformat`).
-#![allow(unsafe_code)]
-
-use std::ffi::c_int;
+//! which is not `uint64_t` on 64-bit Linux: `PRIu64` on it fails `-Wformat`). Its entry
+//! points, `davinci_device_get_info` and `_query_info`, are in `device.rs`.
 
 use davinci_shim::DeviceInfo;
-
-use crate::device::davinci_device;
-use crate::ffi::{get, guard, put};
 
 /// The device's GET_INFO (`struct davinci_device_info` of `<davinci/uapi.h>`, field for
 /// field, same layout) in `<stdint.h>` types: print them with `PRIu16`/`PRIu32`/`PRIu64`.
@@ -116,42 +111,6 @@ impl From<&DeviceInfo> for davinci_device_props {
             doorbell_value: i.doorbell_value,
         }
     }
-}
-
-/// The device's GET_INFO as read at open (ABI version, features, limits, memory) into
-/// `*out`.
-///
-/// # Safety
-/// Threads: any. `dev` a live handle; `out` writable.
-#[no_mangle]
-pub unsafe extern "C" fn davinci_device_get_info(
-    dev: *const davinci_device,
-    out: *mut davinci_device_props,
-) -> c_int {
-    guard("davinci_device_get_info", || {
-        // SAFETY: the caller's contract.
-        let d = unsafe { get(dev, "dev") }?;
-        // SAFETY: the caller's contract.
-        unsafe { put(out, "out", d.dev.info().into()) }
-    })
-}
-
-/// A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
-///
-/// # Safety
-/// Threads: any. `dev` a live handle; `out` writable.
-#[no_mangle]
-pub unsafe extern "C" fn davinci_device_query_info(
-    dev: *const davinci_device,
-    out: *mut davinci_device_props,
-) -> c_int {
-    guard("davinci_device_query_info", || {
-        // SAFETY: the caller's contract.
-        let d = unsafe { get(dev, "dev") }?;
-        let info = d.dev.query_info()?;
-        // SAFETY: the caller's contract.
-        unsafe { put(out, "out", (&info).into()) }
-    })
 }
 
 #[cfg(test)]

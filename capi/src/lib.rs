@@ -42,15 +42,12 @@ mod task;
 
 mod stream;
 
-mod callback;
-
 mod event;
 
 mod ffi;
 
 mod words;
 
-pub use callback::*;
 pub use device::*;
 pub use event::*;
 pub use hostview::*;

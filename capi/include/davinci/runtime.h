@@ -511,6 +511,23 @@ void davinci_device_destroy(struct davinci_device *dev);
 int davinci_device_synchronize(const struct davinci_device *dev, uint64_t timeout_ns);
 
 /**
+ * The device's GET_INFO as read at open (ABI version, features, limits, memory) into
+ * `*out`.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_get_info(const struct davinci_device *dev, struct davinci_device_props *out);
+
+/**
+ * A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_query_info(const struct davinci_device *dev, struct davinci_device_props *out);
+
+/**
  * Which device and which client, in words (`davinci-mockd device 0 at mock:/run/...
  * (client 3)`), for messages: written into `buf` as `snprintf` does (truncated to
  * `len - 1` bytes and NUL-terminated; `buf` may be NULL when `len` is 0).
@@ -568,23 +585,6 @@ int davinci_context_create(const struct davinci_device *dev, struct davinci_cont
  * Threads: not while another thread uses `ctx`. `ctx` is NULL or a handle not yet destroyed.
  */
 void davinci_context_destroy(struct davinci_context *ctx);
-
-/**
- * The device's GET_INFO as read at open (ABI version, features, limits, memory) into
- * `*out`.
- *
- * # Safety
- * Threads: any. `dev` a live handle; `out` writable.
- */
-int davinci_device_get_info(const struct davinci_device *dev, struct davinci_device_props *out);
-
-/**
- * A fresh GET_INFO (memory in use, clients attached, share mode now) into `*out`.
- *
- * # Safety
- * Threads: any. `dev` a live handle; `out` writable.
- */
-int davinci_device_query_info(const struct davinci_device *dev, struct davinci_device_props *out);
 
 /**
  * Allocates `size` bytes of device memory (`aclrtMalloc`, `cudaMalloc`), zeroed, into
