@@ -8,6 +8,7 @@ use davinci_uapi::*;
 use crate::device::entries::{poison_queued_records, StreamState};
 use crate::device::DeviceCore;
 use crate::error::{ensure, fail, Error, Result};
+use crate::message::Message;
 use crate::platform::{locked, Lock, Platform};
 
 /// Largest `davinci_list_clients_args.entry_size` accepted.
@@ -239,9 +240,18 @@ impl<P: Platform> DeviceCore<P> {
                     request,
                     error: e.map_or(0, |e| e.errno.code() as u32),
                     count: c.failures,
-                    message: LastError::message_field(e.map_or("", |e| e.msg)),
+                    message: LastError::message_field(
+                        e.map_or(Message::with_capacity(0), |e| {
+                            e.message_within(LAST_ERROR_MESSAGE_LEN - 1)
+                        })
+                        .as_str(),
+                    ),
                 }
                 .encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_GET_USAGE => {
+                self.own_usage(client)?.encode(arg);
                 Ok(Reply::Done)
             }
             DRIVER_CMD_GET_COUNTERS => {

@@ -35,6 +35,7 @@ pub mod identity;
 pub mod inject;
 pub mod limits;
 pub mod memory;
+pub mod message;
 pub mod platform;
 pub mod softfloat;
 #[cfg(feature = "std")]
@@ -50,7 +51,7 @@ pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
 pub use doorbell::DoorbellRegister;
 pub use engine::Run;
-pub use error::{Error, Result};
+pub use error::{Error, QuotaHit, QuotaKind, Result};
 pub use identity::{derive_uuid, Identity};
 pub use inject::{HostFault, Inject, InjectRule, InjectTarget, ParseInjectError, ParseRuleError};
 pub use limits::{
@@ -59,6 +60,7 @@ pub use limits::{
     MAX_EVENTS, MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_IMPORTERS, MAX_STREAMS, MAX_USER_CONTROL_OPENS,
     MIN_PASS_WORK, PASS_WORK,
 };
+pub use message::{Message, MESSAGE_MAX};
 pub use memory::{dva_offset, DVA_BASE, GENERATIONS, GEN_SHIFT};
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
 #[cfg(feature = "std")]

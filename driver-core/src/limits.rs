@@ -64,7 +64,8 @@ pub const ADD_F32_COST: u64 = 32;
 /// What one client may hold of each device-wide table while the device is shared (an
 /// exclusive device's one client may hold all of it): [`Quota::FAIR`] by default, so at least
 /// four tenants that each take their whole quota fit; operators choose others
-/// (`davinci-mockd --client-quota`). Exceeding one is `ENOSPC`, naming the quota.
+/// (`davinci-mockd --client-quota`, the kernel module's `quota_*` parameters). Exceeding one
+/// is `ENOSPC`, naming the quota with its numbers ([`QuotaHit`](crate::QuotaHit)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
     /// Contexts.
@@ -73,8 +74,10 @@ pub struct Quota {
     pub streams: u32,
     /// Events.
     pub events: u32,
-    /// Allocations.
+    /// Allocations (imports included).
     pub allocations: u32,
+    /// Exports (EXPORT_MEMORY) (ABI 1.5: settable; [`MAX_CLIENT_EXPORTS`] by default).
+    pub exports: u32,
 }
 
 impl Quota {
@@ -84,6 +87,7 @@ impl Quota {
         streams: (MAX_STREAMS / 4) as u32,
         events: (MAX_EVENTS / 4) as u32,
         allocations: (MAX_ALLOCATIONS / 4) as u32,
+        exports: MAX_CLIENT_EXPORTS as u32,
     };
     /// Every table whole: no quota.
     pub const NONE: Quota = Quota {
@@ -91,6 +95,7 @@ impl Quota {
         streams: MAX_STREAMS as u32,
         events: MAX_EVENTS as u32,
         allocations: MAX_ALLOCATIONS as u32,
+        exports: MAX_EXPORTS as u32,
     };
 }
 
@@ -106,6 +111,8 @@ impl Quota {
             && self.events <= n.events
             && self.allocations >= 1
             && self.allocations <= n.allocations
+            && self.exports >= 1
+            && self.exports <= n.exports
     }
 }
 

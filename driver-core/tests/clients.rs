@@ -279,7 +279,12 @@ fn get_info_reports_the_quota_in_force() {
         streams: 5,
         events: 7,
         allocations: 9,
+        exports: 2,
     };
+    assert_eq!(
+        dev.set_quota(Quota { exports: 0, ..q }).unwrap_err().errno,
+        Errno::EINVAL
+    );
     assert_eq!(
         dev.set_quota(Quota { contexts: 0, ..q }).unwrap_err().errno,
         Errno::EINVAL
@@ -523,7 +528,11 @@ fn a_shared_device_holds_each_client_to_its_quota_and_an_exclusive_one_does_not(
     let mut e = LastError::default();
     call(&mut dev, a, DRIVER_CMD_GET_LAST_ERROR, &mut e).unwrap();
     assert!(
-        e.message_str().contains("quota of contexts"),
+        e.message_str().starts_with(&format!(
+            "contexts quota (shared): asked 1, holds {}, quota {}; --client-quota contexts=N",
+            Quota::FAIR.contexts + 1,
+            Quota::FAIR.contexts
+        )),
         "{}",
         e.message_str()
     );
@@ -571,7 +580,10 @@ fn a_shared_device_holds_each_client_to_its_quota_and_an_exclusive_one_does_not(
         assert_eq!(make(&mut dev, a, k), Err(Errno::ENOSPC), "{what}");
         call(&mut dev, a, DRIVER_CMD_GET_LAST_ERROR, &mut e).unwrap();
         assert!(
-            e.message_str().contains(&format!("quota of {what}")),
+            e.message_str().starts_with(&format!(
+                "{what} quota (shared): asked 1, holds {quota}, quota {quota}; --client-quota \
+                 {what}=N, quota_{what}"
+            )),
             "{}",
             e.message_str()
         );

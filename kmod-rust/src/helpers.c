@@ -62,6 +62,9 @@ MODULE_PARM_DESC(quota_events, "events one client may hold on a shared device (0
 static unsigned int quota_allocations;
 module_param(quota_allocations, uint, 0444);
 MODULE_PARM_DESC(quota_allocations, "allocations one client may hold on a shared device (0: a quarter of the 1024)");
+static unsigned int quota_exports;
+module_param(quota_exports, uint, 0444);
+MODULE_PARM_DESC(quota_exports, "exports (EXPORT_MEMORY) one client may hold on a shared device (0: a quarter of the 64)");
 
 /*
  * Tests only: module init fails at its Nth step (1: the first device's storage, then its
@@ -87,7 +90,7 @@ struct davinci_params {
 	u32 devices;
 	u32 memory_mb;
 	u32 mode;
-	u32 quota[4];
+	u32 quota[5];
 	u32 fail_init;
 	u32 pci_devices;
 };
@@ -102,6 +105,7 @@ void davinci_params(struct davinci_params *out)
 	out->quota[1] = quota_streams;
 	out->quota[2] = quota_events;
 	out->quota[3] = quota_allocations;
+	out->quota[4] = quota_exports;
 	out->fail_init = fail_init;
 	out->pci_devices = pci_devices;
 }

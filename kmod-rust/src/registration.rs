@@ -58,14 +58,15 @@ impl DevState {
             {
                 pr_err!(
                     "davinci{}: {} (memory_mb={} quota_contexts={} quota_streams={} \
-                     quota_events={} quota_allocations={})\n",
+                     quota_events={} quota_allocations={} quota_exports={})\n",
                     index,
                     e.msg,
                     p.memory_mb,
                     quota.contexts,
                     quota.streams,
                     quota.events,
-                    quota.allocations
+                    quota.allocations,
+                    quota.exports
                 );
                 return Err(EINVAL);
             }
@@ -153,5 +154,6 @@ fn quota_of(p: &Params) -> Quota {
         streams: or(p.quota[1], d.streams),
         events: or(p.quota[2], d.events),
         allocations: or(p.quota[3], d.allocations),
+        exports: or(p.quota[4], d.exports),
     }
 }

@@ -23,8 +23,9 @@ pub(crate) struct Params {
     pub(crate) memory_mb: u32,
     /// Mode of the nodes.
     pub(crate) mode: u32,
-    /// quota_contexts, quota_streams, quota_events, quota_allocations (0: the default).
-    pub(crate) quota: [u32; 4],
+    /// quota_contexts, quota_streams, quota_events, quota_allocations, quota_exports (0: the
+    /// default).
+    pub(crate) quota: [u32; 5],
     /// Tests only: the init step to fail (0: none).
     pub(crate) fail_init: u32,
     /// Most ivshmem-doorbell PCI devices to bind (0 to `pci::MAX_PCI`).

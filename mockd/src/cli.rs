@@ -31,9 +31,10 @@ Options:
                                  Most memory one client may hold [default: the whole device]
       --client-quota <KIND=N,...>
                                  Most of each table one client may hold while a device is
-                                 shared: contexts, streams, events, allocations (e.g.
-                                 streams=128,events=512) [default: a quarter of each: 64
-                                 contexts, 64 streams, 256 events, 256 allocations]
+                                 shared: contexts, streams, events, allocations, exports
+                                 (e.g. streams=128,events=512) [default: a quarter of each:
+                                 64 contexts, 64 streams, 256 events, 256 allocations, 16
+                                 exports]
   -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
                                  else /tmp/davinci-$UID] (see Socket directory below)
@@ -405,22 +406,24 @@ fn raise_fd_limit(need: u64) {
     }
 }
 
-/// `--client-quota contexts=N,streams=N,events=N,allocations=N` (any of them) over `base`;
+/// `--client-quota contexts=N,streams=N,events=N,allocations=N,exports=N` (any of them) over
+/// `base`;
 /// each N from 1 to the table's size.
 pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
     let mut q = base;
     for part in v.split(',').filter(|p| !p.is_empty()) {
         let (kind, n) = part.split_once('=').ok_or_else(|| {
-            format!("--client-quota '{part}': expected KIND=N (KIND: contexts, streams, events, allocations)")
+            format!("--client-quota '{part}': expected KIND=N (KIND: contexts, streams, events, allocations, exports)")
         })?;
         let (field, max) = match kind {
             "contexts" => (&mut q.contexts, Quota::NONE.contexts),
             "streams" => (&mut q.streams, Quota::NONE.streams),
             "events" => (&mut q.events, Quota::NONE.events),
             "allocations" => (&mut q.allocations, Quota::NONE.allocations),
+            "exports" => (&mut q.exports, Quota::NONE.exports),
             other => {
                 return Err(format!(
-                    "--client-quota: unknown kind '{other}' (expected contexts, streams, events or allocations)"
+                    "--client-quota: unknown kind '{other}' (expected contexts, streams, events, allocations or exports)"
                 ))
             }
         };
@@ -601,12 +604,13 @@ mod tests {
 
     #[test]
     fn client_quota_sets_the_kinds_it_names_and_refuses_nonsense() {
-        let c = run(&["--client-quota", "streams=128,events=512"]).unwrap();
+        let c = run(&["--client-quota", "streams=128,events=512,exports=40"]).unwrap();
         assert_eq!(
             c.quota,
             Quota {
                 streams: 128,
                 events: 512,
+                exports: 40,
                 ..Quota::FAIR
             }
         );
@@ -617,6 +621,7 @@ mod tests {
             ("streams=0", "expected 1..=256"),
             ("events=1025", "expected 1..=1024"),
             ("contexts=x", "expected 1..=256"),
+            ("exports=65", "expected 1..=64"),
         ] {
             let e = run(&["--client-quota", bad]).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

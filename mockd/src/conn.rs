@@ -364,7 +364,12 @@ fn hello(
             Ok(Some((client, role, peer)))
         }
         Err(e) => {
-            let mut r = Reply::err(Kind::Hello as u16, req.tag, e.error.errno, e.error.msg);
+            let mut r = Reply::err(
+                Kind::Hello as u16,
+                req.tag,
+                e.error.errno,
+                e.error.message().as_str(),
+            );
             if let Some(holder) = e.holder {
                 r.msg = format!(
                     "{} is in exclusive mode and held by {}",
@@ -409,7 +414,7 @@ fn mmap(shared: &Shared, conn: &SeqPacket, client: u32, req: &Request) {
         }
         Err(e) => send_reply(
             conn,
-            &Reply::err(Kind::Mmap as u16, req.tag, e.errno, e.msg),
+            &Reply::err(Kind::Mmap as u16, req.tag, e.errno, e.message().as_str()),
             None,
         ),
     }
@@ -478,7 +483,7 @@ fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Resul
                     device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
                     container = %peer.container, admin = peer.admin,
                     mode = %from, requested = %requested_name,
-                    errno = %e.errno.name(), error = %e.msg,
+                    errno = %e.errno.name(), error = %e.message(),
                     "device sharing change refused"
                 );
             });

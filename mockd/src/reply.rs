@@ -49,7 +49,7 @@ pub(crate) fn driver_reply(kind: Kind, tag: u32, arg: Vec<u8>, r: Result<(), Err
         Ok(()) => Reply::ok(kind, tag, arg),
         Err(e) => Reply {
             arg,
-            ..Reply::err(kind as u16, tag, e.errno, e.msg)
+            ..Reply::err(kind as u16, tag, e.errno, e.message().as_str())
         },
     }
 }

@@ -17,7 +17,9 @@ use crate::platform::Bar2Platform;
 
 fn failed(tag: u64, client: u32, arg: ArgBuf, e: &Error) -> Completion {
     let errno = u32::try_from(e.errno.code()).unwrap_or(5).max(1);
-    Completion::new(tag, ReplyKind::Failed, errno, client, arg, e.msg)
+    // The completion holds MSG_CAPACITY bytes: the short form of a quota refusal.
+    let msg = e.message_within(davinci_hwif::MSG_CAPACITY);
+    Completion::new(tag, ReplyKind::Failed, errno, client, arg, msg.as_str())
 }
 
 /// An IOCTL's or WAIT_AGAIN's completion: done (`Ok(true)`), a wait not reached yet

@@ -36,7 +36,7 @@ pub use task::{DevAddr, Dtype, EventRecord, Opcode, TaskDesc};
 /// ABI major version: layouts and semantics of existing commands. A mismatch is fatal.
 pub const ABI_VERSION_MAJOR: u16 = 1;
 /// ABI minor version: backwards-compatible additions.
-pub const ABI_VERSION_MINOR: u16 = 4;
+pub const ABI_VERSION_MINOR: u16 = 5;
 
 /// Whether a client built against this crate may talk to a driver reporting `driver_major`.
 pub const fn abi_compatible(driver_major: u16) -> bool {
@@ -66,6 +66,7 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <ExportMemoryArgs as AbiStruct>::INFO,
     <ImportMemoryArgs as AbiStruct>::INFO,
     <DeviceIdentity as AbiStruct>::INFO,
+    <Usage as AbiStruct>::INFO,
 ];
 
 /// Every flag-set type.

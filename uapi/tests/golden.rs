@@ -25,9 +25,10 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_EXPORT_MEMORY, 0xC018_6412);
     assert_eq!(DRIVER_CMD_IMPORT_MEMORY, 0xC028_6413);
     assert_eq!(DRIVER_CMD_GET_IDENTITY, 0x8078_6414);
+    assert_eq!(DRIVER_CMD_GET_USAGE, 0x8060_6415);
     assert_eq!(
         COMMANDS.len(),
-        20,
+        21,
         "a new command needs a golden value here"
     );
 }
@@ -56,6 +57,7 @@ fn struct_sizes() {
         ("davinci_export_memory_args", 0x18),
         ("davinci_import_memory_args", 0x28),
         ("davinci_device_identity", 0x78),
+        ("davinci_usage", 0x60),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {
@@ -103,9 +105,40 @@ fn field_offsets_of_1_4_fields() {
     assert_eq!(core::mem::offset_of!(DeviceIdentity, pci_device), 0x6a);
 }
 
+/// GET_USAGE's struct (ABI 1.5), pinned field by field.
+#[test]
+fn usage_layout_1_5() {
+    let s = STRUCTS
+        .iter()
+        .find(|s| s.c_name == "davinci_usage")
+        .expect("davinci_usage");
+    let fields: Vec<(&str, usize)> = s.fields.iter().map(|f| (f.name, f.offset)).collect();
+    assert_eq!(
+        fields,
+        [
+            ("memory_bytes", 0x00),
+            ("memory_limit", 0x08),
+            ("contexts", 0x10),
+            ("quota_contexts", 0x14),
+            ("streams", 0x18),
+            ("quota_streams", 0x1c),
+            ("events", 0x20),
+            ("quota_events", 0x24),
+            ("allocations", 0x28),
+            ("quota_allocations", 0x2c),
+            ("exports", 0x30),
+            ("quota_exports", 0x34),
+            ("share_mode", 0x38),
+            ("client_id", 0x3c),
+            ("reserved", 0x40),
+        ]
+    );
+    assert_eq!(Features::USAGE.bits(), 1 << 15);
+}
+
 #[test]
 fn abi_version() {
-    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 4));
+    assert_eq!((ABI_VERSION_MAJOR, ABI_VERSION_MINOR), (1, 5));
     assert!(abi_compatible(1));
     assert!(!abi_compatible(2));
 }

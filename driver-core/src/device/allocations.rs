@@ -2,12 +2,12 @@
 //! allocator itself (where an allocation lies) is `crate::memory`; the platform backs each
 //! range for its client.
 
-use davinci_uapi::{mmap_offset, AllocMemoryArgs, MmapKind};
+use davinci_uapi::{mmap_offset, AllocMemoryArgs, Errno, MmapKind, ShareMode};
 
 use super::clients::Holding;
 use super::entries::Allocation;
 use super::DeviceCore;
-use crate::error::{ensure, fail, Result};
+use crate::error::{ensure, fail, Error, QuotaHit, QuotaKind, Result};
 use crate::memory::dva;
 use crate::platform::Platform;
 
@@ -23,13 +23,19 @@ impl<P: Platform> DeviceCore<P> {
         self.within_quota(client, Holding::Allocations)?;
         let limit = self.client_limit();
         let held = self.client_mut(client)?.memory;
-        ensure!(
-            held.checked_add(rounded).is_some_and(|t| t <= limit),
-            ENOMEM,
-            "allocation would exceed this client's device memory limit (GET_INFO \
-             client_memory_limit: the operator's --client-memory-limit; on a shared device a \
-             quarter of the device's memory by default)"
-        );
+        if held.checked_add(rounded).is_none_or(|t| t > limit) {
+            return Err(Error::quota(
+                Errno::ENOMEM,
+                "allocation would exceed this client's device memory limit",
+                QuotaHit {
+                    kind: QuotaKind::Memory,
+                    asked: rounded,
+                    held,
+                    limit,
+                    shared: self.share == ShareMode::Shared,
+                },
+            ));
+        }
         // Reserve a handle first (so a full table fails before memory moves).
         let handle = self.allocations.insert(
             Allocation {

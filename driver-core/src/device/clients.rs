@@ -1,11 +1,11 @@
 //! Clients: attaching an open file (exclusive mode refuses a second client, naming the
 //! holder), detaching it with everything it held, and what each client uses (LIST_CLIENTS).
 
-use davinci_uapi::{ClientUsage, Errno, ShareMode};
+use davinci_uapi::{ClientUsage, Errno, ShareMode, Usage};
 
 use super::entries::{Client, OpenParams, Role, StreamState};
 use super::DeviceCore;
-use crate::error::{ensure, Error, Result};
+use crate::error::{ensure, Error, QuotaHit, QuotaKind, Result};
 use crate::limits::{
     CONTAINER_LEN, MAX_CLIENT_OPENS, MAX_CLIENT_OPENS_PER_USER, MAX_CONTROL_OPENS_PER_USER,
     MAX_USER_CONTROL_OPENS,
@@ -19,6 +19,7 @@ pub(crate) enum Holding {
     Streams,
     Events,
     Allocations,
+    Exports,
 }
 
 /// Why an open failed; on `EBUSY` also who holds the device.
@@ -161,7 +162,8 @@ impl<P: Platform> DeviceCore<P> {
     }
 
     /// `ENOSPC` unless `client` may hold one more of `kind` ([`Quota`]: the device's quota
-    /// while it is shared; an exclusive device's one client may fill every table).
+    /// while it is shared; an exclusive device's one client may fill every table), with the
+    /// numbers ([`QuotaHit`]).
     pub(crate) fn within_quota(&self, client: u32, kind: Holding) -> Result<()> {
         let Some(c) = self.clients.get(client) else {
             return Err(Error::new(Errno::ENODEV, "client is not attached"));
@@ -170,14 +172,60 @@ impl<P: Platform> DeviceCore<P> {
             return Ok(());
         }
         let q = &self.quota_now();
-        let (held, quota, msg) = match kind {
-            Holding::Contexts => (c.contexts, q.contexts, "this client holds its quota of contexts on a shared device (the operator's --client-quota; a quarter of the table by default)"),
-            Holding::Streams => (c.streams, q.streams, "this client holds its quota of streams on a shared device (the operator's --client-quota; a quarter of the table by default)"),
-            Holding::Events => (c.events, q.events, "this client holds its quota of events on a shared device (the operator's --client-quota; a quarter of the table by default)"),
-            Holding::Allocations => (c.allocations, q.allocations, "this client holds its quota of allocations on a shared device (the operator's --client-quota; a quarter of the table by default)"),
+        let (held, quota, qk, msg) = match kind {
+            Holding::Contexts => (c.contexts, q.contexts, QuotaKind::Contexts, "this client holds its quota of contexts on a shared device"),
+            Holding::Streams => (c.streams, q.streams, QuotaKind::Streams, "this client holds its quota of streams on a shared device"),
+            Holding::Events => (c.events, q.events, QuotaKind::Events, "this client holds its quota of events on a shared device"),
+            Holding::Allocations => (c.allocations, q.allocations, QuotaKind::Allocations, "this client holds its quota of allocations on a shared device"),
+            Holding::Exports => (self.exports_of(client), q.exports, QuotaKind::Exports, "this client holds its quota of exports on a shared device (free an exported allocation first)"),
         };
-        ensure!(held < quota, ENOSPC, msg);
+        if held >= quota {
+            return Err(Error::quota(
+                Errno::ENOSPC,
+                msg,
+                QuotaHit {
+                    kind: qk,
+                    asked: 1,
+                    held: u64::from(held),
+                    limit: u64::from(quota),
+                    shared: true,
+                },
+            ));
+        }
         Ok(())
+    }
+
+    /// Exports `client` holds.
+    pub(crate) fn exports_of(&self, client: u32) -> u32 {
+        self.exports
+            .iter()
+            .filter(|(_, e)| e.owner == client)
+            .count() as u32
+    }
+
+    /// GET_USAGE (ABI 1.5): what `client` holds against each of its limits now.
+    pub fn own_usage(&self, client: u32) -> Result<Usage> {
+        let Some(c) = self.clients.get(client) else {
+            return Err(Error::new(Errno::ENODEV, "client is not attached"));
+        };
+        let q = self.quota_now();
+        Ok(Usage {
+            memory_bytes: c.memory,
+            memory_limit: self.client_limit(),
+            contexts: c.contexts,
+            quota_contexts: q.contexts,
+            streams: c.streams,
+            quota_streams: q.streams,
+            events: c.events,
+            quota_events: q.events,
+            allocations: c.allocations,
+            quota_allocations: q.allocations,
+            exports: self.exports_of(client),
+            quota_exports: q.exports,
+            share_mode: self.share as u32,
+            client_id: c.id,
+            reserved: [0; 4],
+        })
     }
 
     /// Whether `params` may open: client opens take at most [`MAX_CLIENT_OPENS`] slots,

@@ -176,7 +176,8 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::QUOTAS.bits()
                         | Features::OWN_CLIENTS.bits()
                         | Features::SHARED_MEMORY.bits()
-                        | Features::IDENTITY.bits()),
+                        | Features::IDENTITY.bits()
+                        | Features::USAGE.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,

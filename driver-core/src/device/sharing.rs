@@ -6,14 +6,14 @@
 //! never outlives its owner's accounting and nothing reaches the next allocation there.
 
 use davinci_uapi::{
-    mmap_offset, ExportMemoryArgs, ImportMemoryArgs, MmapKind, ShareMode, EXPORT_OWN_UID,
+    mmap_offset, ExportMemoryArgs, ImportMemoryArgs, MmapKind, EXPORT_OWN_UID,
 };
 
 use super::clients::Holding;
 use super::entries::{Allocation, ExportEntry};
 use super::DeviceCore;
 use crate::error::{ensure, fail, Result};
-use crate::limits::{MAX_CLIENT_EXPORTS, MAX_IMPORTERS};
+use crate::limits::MAX_IMPORTERS;
 use crate::memory::dva;
 use crate::platform::Platform;
 
@@ -53,17 +53,7 @@ impl<P: Platform> DeviceCore<P> {
         }
         // While the device is shared, as every table's quota (an exclusive client may take
         // them all).
-        let held = self
-            .exports
-            .iter()
-            .filter(|(_, e)| e.owner == client)
-            .count();
-        ensure!(
-            self.share == ShareMode::Exclusive || held < MAX_CLIENT_EXPORTS,
-            ENOSPC,
-            "this client holds 16 exports, the most one client of a shared device may (a \
-             quarter of the device's 64): free an exported allocation first"
-        );
+        self.within_quota(client, Holding::Exports)?;
         self.export_serial = self.export_serial.wrapping_add(1).max(1);
         let serial = self.export_serial;
         let handle = self.exports.insert(

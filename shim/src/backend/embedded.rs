@@ -28,8 +28,8 @@ impl Embedded {
             Ok(open) => Ok(Self { dev, open }),
             Err(e) => {
                 let msg = match e.holder {
-                    Some(h) => format!("{} (held by {h})", e.error.msg),
-                    None => e.error.msg.to_string(),
+                    Some(h) => format!("{} (held by {h})", e.error.message()),
+                    None => e.error.message().to_string(),
                 };
                 Err(Error::new(e.error.errno, "open", msg))
             }
@@ -54,7 +54,7 @@ impl Backend for Embedded {
         // No user pointers on this path: LIST_CLIENTS goes through `list_clients`.
         self.dev
             .ioctl(self.open, request, arg, &mut NoUserMem)
-            .map_err(|e| Error::new(e.errno, op, e.msg))
+            .map_err(|e| Error::new(e.errno, op, e.message().as_str()))
     }
 
     fn map(&self, cookie: u64, len: u64) -> Result<MapFd> {
@@ -62,7 +62,7 @@ impl Backend for Embedded {
         let src = self
             .dev
             .map_shared(self.open, cookie, len)
-            .map_err(|e| Error::new(e.errno, "mmap", e.msg))?;
+            .map_err(|e| Error::new(e.errno, "mmap", e.message().as_str()))?;
         Ok(MapFd {
             fd: MapFile::Lent(src.fd),
             offset: src.offset,

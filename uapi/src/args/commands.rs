@@ -7,7 +7,7 @@ use super::resources::{
     AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportMemoryArgs,
     HandleArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
 };
-use super::usage::{DeviceCounters, DeviceIdentity, LastError, ListClientsArgs};
+use super::usage::{DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, Usage};
 use crate::ioctl::{ior, iow, iowr};
 
 /// The ioctl magic (`type`) byte of every command.
@@ -58,6 +58,9 @@ pub const DRIVER_CMD_IMPORT_MEMORY: u32 = iowr::<ImportMemoryArgs>(DRIVER_MAGIC,
 /// `_IOR('d', 0x14, struct davinci_device_identity)`: the device's UUID, model, driver and
 /// NUMA node (ABI 1.4).
 pub const DRIVER_CMD_GET_IDENTITY: u32 = ior::<DeviceIdentity>(DRIVER_MAGIC, 0x14);
+/// `_IOR('d', 0x15, struct davinci_usage)`: the caller's own usage against each of its quotas
+/// (ABI 1.5).
+pub const DRIVER_CMD_GET_USAGE: u32 = ior::<Usage>(DRIVER_MAGIC, 0x15);
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +141,7 @@ commands! {
     EXPORT_MEMORY = 0x12, ReadWrite, ExportMemoryArgs, Client, DRIVER_CMD_EXPORT_MEMORY;
     IMPORT_MEMORY = 0x13, ReadWrite, ImportMemoryArgs, Client, DRIVER_CMD_IMPORT_MEMORY;
     GET_IDENTITY = 0x14, Read, DeviceIdentity, Any, DRIVER_CMD_GET_IDENTITY;
+    GET_USAGE = 0x15, Read, Usage, Client, DRIVER_CMD_GET_USAGE;
 }
 
 /// The command with this request number, if any.

@@ -144,6 +144,9 @@ abi_flags! {
         /// GET_COUNTERS its busy time, clock, engines and health; LIST_CLIENTS's entries
         /// carry each client's `busy_ns` (ABI 1.4).
         const IDENTITY = 1 << 14;
+        /// GET_USAGE reports the caller's own usage against each of its quotas, the export
+        /// quota among them (ABI 1.5).
+        const USAGE = 1 << 15;
     }
 }
 

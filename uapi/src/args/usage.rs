@@ -134,6 +134,49 @@ impl core::fmt::Display for ClientUsage {
     }
 }
 
+abi_struct! {
+    /// GET_USAGE (ABI 1.5): what the caller itself holds against each of its limits, and the
+    /// most it may hold of each now: the per-client quota while the device is shared, the
+    /// whole table (or the operator's memory limit) while it is exclusive. A client open only
+    /// (a control open holds nothing: `EPERM`). `memory_used` in GET_INFO counts every
+    /// client's memory; this counts the caller's.
+    #[c_name = "davinci_usage"]
+    pub struct Usage {
+        /// Device memory the caller's allocations hold, in bytes (imports are their
+        /// exporter's, not counted here) (from driver).
+        pub memory_bytes: u64,
+        /// Most device memory the caller may hold now, in bytes: GET_INFO's
+        /// `client_memory_limit` (from driver).
+        pub memory_limit: u64,
+        /// Contexts held (from driver).
+        pub contexts: u32,
+        /// Most contexts the caller may hold now (from driver).
+        pub quota_contexts: u32,
+        /// Streams held (from driver).
+        pub streams: u32,
+        /// Most streams the caller may hold now (from driver).
+        pub quota_streams: u32,
+        /// Events held (from driver).
+        pub events: u32,
+        /// Most events the caller may hold now (from driver).
+        pub quota_events: u32,
+        /// Allocations held, imports included (from driver).
+        pub allocations: u32,
+        /// Most allocations the caller may hold now (from driver).
+        pub quota_allocations: u32,
+        /// Exports (EXPORT_MEMORY) held (from driver).
+        pub exports: u32,
+        /// Most exports the caller may hold now (from driver).
+        pub quota_exports: u32,
+        /// `DAVINCI_SHARE_*` mode these limits are for (from driver).
+        pub share_mode: u32,
+        /// The caller's client id, as GET_INFO's `caller_id` (from driver).
+        pub client_id: u32,
+        /// Reserved: ignore it, a later minor may use it (from driver).
+        pub reserved: [u64; 4],
+    }
+}
+
 /// Bytes of [`LastError::message`], the terminating NUL included.
 pub const LAST_ERROR_MESSAGE_LEN: usize = 112;
 
