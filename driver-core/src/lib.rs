@@ -60,8 +60,8 @@ pub use limits::{
     MAX_EVENTS, MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_IMPORTERS, MAX_STREAMS, MAX_USER_CONTROL_OPENS,
     MIN_PASS_WORK, PASS_WORK,
 };
-pub use message::{Message, MESSAGE_MAX};
 pub use memory::{dva_offset, DVA_BASE, GENERATIONS, GEN_SHIFT};
+pub use message::{Message, MESSAGE_MAX};
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
 #[cfg(feature = "std")]
 pub use std_lock::StdLock;

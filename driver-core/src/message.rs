@@ -242,7 +242,10 @@ mod tests {
                 ..hit(QuotaKind::Memory, 1, 2, 3)
             },
         );
-        assert!(exclusive.message().as_str().contains("the kernel module's memory_mb)"));
+        assert!(exclusive
+            .message()
+            .as_str()
+            .contains("the kernel module's memory_mb)"));
     }
 
     /// The short form of every table quota at its largest numbers, and of memory up to the

@@ -5,9 +5,7 @@
 //! mappings stop reaching the memory and their descriptors fault (`EACCES`), so the memory
 //! never outlives its owner's accounting and nothing reaches the next allocation there.
 
-use davinci_uapi::{
-    mmap_offset, ExportMemoryArgs, ImportMemoryArgs, MmapKind, EXPORT_OWN_UID,
-};
+use davinci_uapi::{mmap_offset, ExportMemoryArgs, ImportMemoryArgs, MmapKind, EXPORT_OWN_UID};
 
 use super::clients::Holding;
 use super::entries::{Allocation, ExportEntry};
