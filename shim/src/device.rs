@@ -321,7 +321,9 @@ impl Device {
         Ok(info)
     }
 
-    /// Device memory allocated by all clients now (GET_INFO).
+    /// Device memory allocated by all clients of the device now, every tenant's included
+    /// (GET_INFO's `memory_used`, device-wide). This open's own memory, against the limit
+    /// its next allocation meets, is [`usage`](Self::usage)`().memory`.
     pub fn memory_used(&self) -> Result<u64> {
         Ok(self.query_info()?.memory_used)
     }

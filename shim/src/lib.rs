@@ -114,6 +114,7 @@ mod rings;
 mod stats;
 mod stream;
 pub mod task;
+mod usage;
 
 pub use completion::{Completion, StreamError};
 pub use context::Context;
@@ -167,3 +168,4 @@ pub use stats::DeviceStats;
 pub use stream::wait::{SpinWait, SPIN_LIMIT};
 pub use stream::{Stream, StreamOptions, TaskId};
 pub use task::{Element, Region, Task};
+pub use usage::{Held, Usage};

@@ -636,6 +636,20 @@ fn the_quota_parameters_reach_get_info_and_bind_on_a_shared_device() {
         .collect();
     let e = ctx.create_event().expect_err("one event past quota_events");
     assert_eq!(e.errno(), Some(davinci_shim::Errno::ENOSPC), "{e}");
+    // GET_LAST_ERROR's text names the numbers and the parameter (ABI 1.5's texts).
+    assert!(
+        e.message()
+            .contains(&format!("asked 1, holds {events}, quota {events}"))
+            && e.message().contains("quota_events"),
+        "{e}"
+    );
+    // The export quota (ABI 1.5): quota_exports not given, the default, as GET_USAGE says.
+    assert_eq!(quota_param("exports"), 0, "exports: not given");
+    let u = dev.usage().expect("GET_USAGE");
+    assert_eq!(
+        (u.exports.limit, u.events.held, u.events.limit),
+        (16, events, events)
+    );
     drop(held);
     drop(ctx);
     drop(dev);
