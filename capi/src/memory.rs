@@ -206,6 +206,31 @@ pub unsafe extern "C" fn davinci_buffer_pending_uses(
     })
 }
 
+/// Whether the exporter freed this imported buffer (or closed), revoking the import: its
+/// tasks then fail (`-EIO` naming `EACCES`) and its host view no longer reaches the memory (on
+/// the kernel driver an access raises `SIGBUS`; on the mock device a load reads zeros).
+/// `*out` is 1 if so, else 0 (always 0 for this client's own memory and pool blocks). One
+/// driver round trip.
+///
+/// # Safety
+/// Threads: any. `buf` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_buffer_is_revoked(
+    buf: *const davinci_buffer,
+    out: *mut c_int,
+) -> c_int {
+    guard("davinci_buffer_is_revoked", || {
+        // SAFETY: the caller's contract.
+        let b = unsafe { get(buf, "buf") }?;
+        let revoked = match &b.mem {
+            Mem::Alloc(m) => m.is_revoked()?,
+            Mem::Pool(_) => false,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", c_int::from(revoked)) }
+    })
+}
+
 /// Shares an allocation with other clients of the same device (`cudaIpcGetMemHandle`): the
 /// token written to `*token` lets them `davinci_device_import` it. `uid`
 /// `DAVINCI_EXPORT_OWN_UID` means the exporter's own user; `client_id` 0 any client of that

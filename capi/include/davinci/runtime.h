@@ -661,6 +661,18 @@ int davinci_buffer_read(const struct davinci_buffer *buf, size_t offset, void *d
 int davinci_buffer_pending_uses(const struct davinci_buffer *buf, size_t *out);
 
 /**
+ * Whether the exporter freed this imported buffer (or closed), revoking the import: its
+ * tasks then fail (`-EIO` naming `EACCES`) and its host view no longer reaches the memory (on
+ * the kernel driver an access raises `SIGBUS`; on the mock device a load reads zeros).
+ * `*out` is 1 if so, else 0 (always 0 for this client's own memory and pool blocks). One
+ * driver round trip.
+ *
+ * # Safety
+ * Threads: any. `buf` a live handle; `out` writable.
+ */
+int davinci_buffer_is_revoked(const struct davinci_buffer *buf, int *out);
+
+/**
  * Shares an allocation with other clients of the same device (`cudaIpcGetMemHandle`): the
  * token written to `*token` lets them `davinci_device_import` it. `uid`
  * `DAVINCI_EXPORT_OWN_UID` means the exporter's own user; `client_id` 0 any client of that

@@ -176,6 +176,23 @@ int main(int argc, char **argv)
 	CHECK(davinci_stream_synchronize(s3, TIMEOUT_NS));
 	CHECK(davinci_buffer_read(keep, 0, &word, 4));
 	EXPECT(word == 0x5eed);
+	/* The exporter's free revokes an import, and the importer can tell. */
+	int revoked = -1;
+	CHECK(davinci_buffer_is_revoked(theirs, &revoked));
+	EXPECT(revoked == 0);
+	CHECK(davinci_buffer_is_revoked(keep, &revoked));
+	EXPECT(revoked == 0);
+	davinci_buffer *lent = NULL, *borrowed = NULL;
+	uint64_t lent_token = 0;
+	CHECK(davinci_buffer_alloc(dev, 4096, &lent));
+	CHECK(davinci_buffer_export(lent, DAVINCI_EXPORT_OWN_UID, 0, &lent_token));
+	CHECK(davinci_device_import(dev2, lent_token, &borrowed));
+	CHECK(davinci_buffer_is_revoked(borrowed, &revoked));
+	EXPECT(revoked == 0);
+	davinci_buffer_free(lent);
+	CHECK(davinci_buffer_is_revoked(borrowed, &revoked));
+	EXPECT(revoked == 1);
+	davinci_buffer_free(borrowed);
 	davinci_buffer_free(theirs);
 	davinci_stream_destroy(s3);
 	davinci_context_destroy(ctx2);
