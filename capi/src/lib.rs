@@ -44,6 +44,8 @@ mod stream;
 
 mod event;
 
+mod usage;
+
 mod ffi;
 
 mod words;
@@ -55,6 +57,7 @@ pub use info::*;
 pub use memory::*;
 pub use stream::*;
 pub use task::*;
+pub use usage::*;
 
 /// Major version of this library (`davinci_runtime_version() >> 16`): changes when a program
 /// built against an older header may no longer work.

@@ -17,6 +17,7 @@ const RUST_TO_C: &[(&str, &str)] = &[
     ("Device::import", "davinci_device_import"),
     ("Device::alloc", "davinci_buffer_alloc"),
     ("Device::synchronize", "davinci_device_synchronize"),
+    ("Device::usage", "davinci_device_get_usage"),
     ("Stream::submit_batch", "davinci_stream_submit_batch"),
     ("Stream::submit_raw", "davinci_stream_submit_raw"),
     ("Stream::try_submit", "davinci_stream_submit"),

@@ -92,7 +92,7 @@ impl Device {
                 format!(
                     "the driver speaks ABI {}.{}, without GET_USAGE (ABI 1.5, \
                      DAVINCI_FEAT_USAGE): its limits are GET_INFO's quota_* and \
-                     client_memory_limit (Device::query_info)",
+                     client_memory_limit",
                     info.abi_major, info.abi_minor
                 ),
             ));

@@ -429,6 +429,70 @@ typedef struct davinci_completion {
  */
 typedef void (*davinci_host_fn)(void *user, int status);
 
+/**
+ * This open's usage (`davinci_device_get_usage`): each limit as what it holds now and the
+ * most it may hold now (the per-client quota while the device is shared, the whole table,
+ * or the operator's memory limit, while it is exclusive).
+ */
+typedef struct davinci_device_usage {
+    /**
+     * Device memory this open's allocations hold, in bytes (imports are their exporter's).
+     */
+    uint64_t memory_bytes;
+    /**
+     * Most device memory it may hold now, in bytes.
+     */
+    uint64_t memory_limit;
+    /**
+     * Contexts held.
+     */
+    uint32_t contexts;
+    /**
+     * Most contexts it may hold now.
+     */
+    uint32_t quota_contexts;
+    /**
+     * Streams held.
+     */
+    uint32_t streams;
+    /**
+     * Most streams it may hold now.
+     */
+    uint32_t quota_streams;
+    /**
+     * Events held.
+     */
+    uint32_t events;
+    /**
+     * Most events it may hold now.
+     */
+    uint32_t quota_events;
+    /**
+     * Allocations held, imports included.
+     */
+    uint32_t allocations;
+    /**
+     * Most allocations it may hold now.
+     */
+    uint32_t quota_allocations;
+    /**
+     * Exports held (`davinci_buffer_export`).
+     */
+    uint32_t exports;
+    /**
+     * Most exports it may hold now.
+     */
+    uint32_t quota_exports;
+    /**
+     * `DAVINCI_SHARE_*` mode these limits are for.
+     */
+    uint32_t share_mode;
+    /**
+     * This open's client id.
+     */
+    uint32_t client_id;
+} davinci_device_usage;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1175,6 +1239,18 @@ int davinci_record_query(const struct davinci_record *record, bool *done);
 int davinci_record_elapsed_ns(const struct davinci_record *start,
                               const struct davinci_record *end,
                               uint64_t *ns);
+
+/**
+ * What this open holds against each of its limits now, into `*out`: memory, allocations,
+ * contexts, streams, events and exports, each with the most it may hold now. The numbers
+ * every quota refusal (-ENOSPC, -ENOMEM) repeats in `davinci_last_error()`. -ENOTTY from a
+ * driver before ABI 1.5 (no `DAVINCI_FEAT_USAGE`; `davinci_device_query_info`'s `quota_*`
+ * and `client_memory_limit` give its limits there).
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_get_usage(const struct davinci_device *dev, struct davinci_device_usage *out);
 
 #ifdef __cplusplus
 }  // extern "C"
