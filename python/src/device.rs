@@ -140,7 +140,43 @@ impl Device {
         Ok(self.get("Device.client_id")?.client_id())
     }
 
-    /// Device memory allocated by all clients now, in bytes.
+    /// This open's own usage against each of its limits (GET_USAGE, ABI 1.5), as a dict:
+    /// `memory` (bytes), `allocations`, `contexts`, `streams`, `events` and `exports`, each
+    /// a `(held, limit)` pair (the limit: the per-client quota while the device is shared,
+    /// the whole table or the operator's memory limit while it is exclusive), with
+    /// `share_mode` and `client_id`. `memory_used()` is device-wide; this is the caller's.
+    fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dev = self.get("Device.usage")?;
+        let u = py.detach(|| dev.usage()).or_raise()?;
+        let d = PyDict::new(py);
+        d.set_item("memory", (u.memory.held, u.memory.limit))?;
+        for (name, h) in [
+            ("allocations", u.allocations),
+            ("contexts", u.contexts),
+            ("streams", u.streams),
+            ("events", u.events),
+            ("exports", u.exports),
+        ] {
+            d.set_item(name, (h.held, h.limit))?;
+        }
+        d.set_item("share_mode", u.share_mode.map(|m| m.name()))?;
+        d.set_item("client_id", u.client_id)?;
+        Ok(d)
+    }
+
+    /// Waits until every task submitted so far on every stream of this device has completed
+    /// (`cudaDeviceSynchronize`), at most `timeout` seconds (None: no limit). Any thread may
+    /// call it while others use their streams; the GIL is released and Ctrl-C interrupts it.
+    /// A stream the device stopped raises `IOError`-class `DavinciError` (EIO) naming it.
+    #[pyo3(signature = (timeout = None))]
+    fn synchronize(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        const OP: &str = "Device.synchronize";
+        let dev = self.get(OP)?;
+        let t = crate::base::timeout(OP, timeout)?;
+        crate::base::wait_sliced(py, OP, t, |slice| dev.synchronize(slice))
+    }
+
+    /// Device memory allocated by all clients now, in bytes (device-wide, every tenant's).
     fn memory_used(&self, py: Python<'_>) -> PyResult<u64> {
         let dev = self.get("Device.memory_used")?;
         py.detach(|| dev.memory_used()).or_raise()

@@ -133,6 +133,17 @@ impl Buffer {
         Ok(matches!(&*self.get("Buffer.is_imported")?, Mem::Dev(b) if b.is_imported()))
     }
 
+    /// Whether the exporter freed this imported buffer, revoking the import: its tasks then
+    /// fail and its view no longer reaches the memory (on the mock device it reads zeros).
+    /// Always False for this client's own memory. One driver round trip.
+    fn is_revoked(&self, py: Python<'_>) -> PyResult<bool> {
+        let mem = self.get("Buffer.is_revoked")?;
+        match &*mem {
+            Mem::Dev(b) => py.detach(|| b.is_revoked()).or_raise(),
+            _ => Ok(false),
+        }
+    }
+
     /// Copies `data` (bytes, bytearray or any contiguous buffer) to byte `offset`.
     #[pyo3(signature = (data, offset = None))]
     fn write(

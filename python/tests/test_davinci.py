@@ -293,10 +293,28 @@ def test_export_and_import_between_clients(mockd) -> None:  # type: ignore[no-un
     s.submit(task.fill(theirs, 7))
     s.synchronize(10)
     assert np.frombuffer(mine.view(), np.uint32)[:2].tolist() == [7, 7]
+    assert not theirs.is_revoked() and not mine.is_revoked()
+    mine.close()  # the exporter's free revokes the import
+    assert theirs.is_revoked()
     with pytest.raises(davinci.DeviceNotFoundError):
         b.import_buffer("00000000deadbeef")
     with pytest.raises(davinci.InvalidArgumentError):
         b.import_buffer("not a token")
+
+
+def test_device_synchronize_waits_for_every_stream() -> None:
+    dev = davinci.Device("embedded")
+    ctx = dev.create_context()
+    streams = [ctx.create_stream(cmd_entries=16, event_entries=16) for _ in range(3)]
+    bufs = [dev.alloc(4096) for _ in streams]
+    for i in range(200):
+        for s, b in zip(streams, bufs):
+            s.submit(task.fill(b, i))  # fire and forget: never polled
+    dev.synchronize(timeout=20)
+    for b in bufs:
+        assert np.frombuffer(b.view(), np.uint32).tolist() == [199] * 1024
+    with pytest.raises(davinci.InvalidArgumentError):
+        dev.synchronize(timeout=-1)
 
 
 def test_the_stubs_name_every_public_name_of_the_native_module() -> None:
