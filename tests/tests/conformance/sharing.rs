@@ -125,3 +125,38 @@ fn the_exporters_free_revokes_every_import() {
     drop(mine); // its FREE_MEMORY finds nothing: harmless
     std::thread::sleep(Duration::from_millis(10));
 }
+
+/// What a host view of a revoked import does on the mock device (docs/abi.md section 4): a
+/// load reads zeros and a store lands nowhere the device or the memory's next owner reads;
+/// the importer learns of the revocation from `is_revoked`. (On the kernel driver the same
+/// access raises SIGBUS: kernel.rs.)
+#[test]
+fn a_revoked_import_on_the_mock_reads_zeros_and_reaches_nothing() {
+    if !matches!(davinci_tests::backend_name().as_str(), "embedded" | "mockd") {
+        return; // the kernel: SIGBUS, tested in a child process by kernel.rs
+    }
+    let (_shared, a, b) = shared_pair();
+    let buf = a.alloc(4096).unwrap();
+    buf.write_slice(0, &[0x5eedu32; 8]).unwrap();
+    let mine = b.import(buf.export(ExportTo::SameUser).unwrap()).unwrap();
+    assert_eq!(mine.read_vec::<u32>(0, 8).unwrap(), [0x5eed; 8]);
+    drop(buf);
+    assert!(mine.is_revoked().unwrap());
+    assert_eq!(
+        mine.read_vec::<u32>(0, 8).unwrap(),
+        [0; 8],
+        "a load reads zeros"
+    );
+    mine.write_slice(0, &[0xbadu32; 8]).unwrap();
+    let next = a.alloc(4096).unwrap();
+    assert_eq!(
+        next.read_vec::<u32>(0, 8).unwrap(),
+        [0; 8],
+        "the next owner sees nothing"
+    );
+    // The device refuses the importer's tasks on it.
+    let mut s = b.create_context().unwrap().create_stream().unwrap();
+    s.submit(&task::fill(&mine, 1).unwrap()).unwrap();
+    let e = s.synchronize(T).unwrap_err();
+    assert!(e.is(Errno::EIO) && e.message().contains("EACCES"), "{e}");
+}
