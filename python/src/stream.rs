@@ -231,10 +231,17 @@ impl Stream {
         self.quick(OP, |s| s.inject_fault(f))?.or_raise()
     }
 
-    /// Tasks submitted and not yet reaped.
+    /// Tasks submitted and not yet reaped, of every kind: never more than `event_entries`.
     #[getter]
     fn pending_tasks(&self) -> PyResult<usize> {
         self.quick("Stream.pending_tasks", |s| s.pending_tasks())
+    }
+
+    /// Completions kept for `poll()` that a full backlog (`backlog_limit`) let go of
+    /// unpolled, oldest first.
+    #[getter]
+    fn discarded(&self) -> PyResult<u64> {
+        self.quick("Stream.discarded", |s| s.discarded())
     }
 
     /// The id the next submitted task gets.

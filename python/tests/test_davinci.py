@@ -317,6 +317,18 @@ def test_device_synchronize_waits_for_every_stream() -> None:
         dev.synchronize(timeout=-1)
 
 
+def test_an_unpolled_stream_keeps_a_bounded_backlog() -> None:
+    dev = davinci.Device("embedded")
+    s = dev.create_context().create_stream(cmd_entries=16, event_entries=16, backlog_limit=10)
+    buf = dev.alloc(4)
+    for i in range(50):
+        s.submit(task.fill(buf, i))
+        assert s.pending_tasks <= 16
+    s.synchronize(10)
+    assert len(s.poll()) == 10 and s.discarded == 40
+    assert np.frombuffer(buf.view(), np.uint32).tolist() == [49]
+
+
 def test_the_stubs_name_every_public_name_of_the_native_module() -> None:
     stub = pathlib.Path(davinci.__file__).with_name("_davinci.pyi")
     tree = ast.parse(stub.read_text())
