@@ -38,10 +38,16 @@ impl Error {
 
     /// An error from a system call (`mmap`, ...), keeping its errno when the ABI knows it.
     pub(crate) fn io(op: &'static str, what: &str, e: &std::io::Error) -> Self {
+        // std's text of an OS error ends in " (os error N)": the errno is ours to show.
+        let text = e.to_string();
+        let text = match text.rfind(" (os error ") {
+            Some(at) if e.raw_os_error().is_some() => &text[..at],
+            _ => &text,
+        };
         Self {
             errno: e.raw_os_error().and_then(Errno::from_code),
             op,
-            msg: format!("{what}: {e}"),
+            msg: format!("{what}: {text}"),
         }
     }
 
@@ -115,5 +121,9 @@ mod tests {
             &std::io::Error::from_raw_os_error(22),
         );
         assert_eq!(io.errno(), Some(Errno::EINVAL));
+        assert_eq!(
+            io.to_string(),
+            "mmap failed: EINVAL: mapping the ring: Invalid argument"
+        );
     }
 }

@@ -191,9 +191,9 @@ fn wait_value(
                 Errno::ETIMEDOUT,
                 op,
                 format!(
-                    "event {handle:#x} did not reach value {value} within {:?}: it is at {} \
+                    "event {handle:#x} did not reach value {value} within {}: it is at {} \
                      (no stream has run the record of {value} yet)",
-                    Duration::from_nanos(timeout_ns),
+                    crate::stream::wait::Secs(Duration::from_nanos(timeout_ns)),
                     a.current
                 ),
             )),

@@ -119,15 +119,23 @@ impl<'a> Region<'a> {
                 addr: mem.dev_addr() + s as u64,
                 len: e - s,
             }),
-            _ => Err(Error::new(
-                Errno::ERANGE,
-                "Region::range",
-                format!(
-                    "byte range {:?}..{:?} does not lie in the {len}-byte buffer",
-                    range.start_bound(),
-                    range.end_bound()
-                ),
-            )),
+            (s, e) => {
+                // As people write ranges: `[start, end)`, whatever bounds the caller used.
+                let show = |b: Option<usize>| b.map_or("(overflow)".to_string(), |v| v.to_string());
+                let what = match (s, e) {
+                    (Some(s), Some(e)) if s > e => "runs backwards (its start is past its end)",
+                    _ => "does not lie in the buffer",
+                };
+                Err(Error::new(
+                    Errno::ERANGE,
+                    "Region::range",
+                    format!(
+                        "byte range [{}, {}) {what}: the buffer has {len} bytes",
+                        show(s),
+                        show(e)
+                    ),
+                ))
+            }
         }
     }
 
@@ -514,8 +522,17 @@ mod tests {
             assert_eq!(r.unwrap_err().errno(), Some(Errno::ERANGE));
         }
         #[allow(clippy::reversed_empty_ranges)]
-        let backwards = Region::range(&a, 8..4);
-        assert_eq!(backwards.unwrap_err().errno(), Some(Errno::ERANGE));
+        let backwards = Region::range(&a, 8..4).unwrap_err();
+        assert_eq!(backwards.errno(), Some(Errno::ERANGE));
+        assert!(
+            backwards.message().starts_with("byte range [8, 4) runs backwards"),
+            "{backwards}"
+        );
+        let past = Region::range(&a, 0..=64).unwrap_err();
+        assert_eq!(
+            past.message(),
+            "byte range [0, 65) does not lie in the buffer: the buffer has 64 bytes"
+        );
         assert_eq!(Region::range(&a, ..).unwrap(), Region::from(&a));
     }
 }
