@@ -16,7 +16,8 @@ use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
     command_by_request, ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_ALLOC_MEMORY,
     DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT, DRIVER_CMD_CREATE_STREAM,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_WAIT_EVENT,
+    DRIVER_CMD_IMPORT_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE,
+    DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
 use crate::sys::File;
@@ -168,6 +169,7 @@ pub(crate) fn creates(cmd: u32) -> bool {
             | DRIVER_CMD_CREATE_STREAM
             | DRIVER_CMD_CREATE_EVENT
             | DRIVER_CMD_ALLOC_MEMORY
+            | DRIVER_CMD_IMPORT_MEMORY
     )
 }
 

@@ -26,9 +26,10 @@ use davinci_shim::{Control, Device, DeviceMem, ShareMode};
 use davinci_tests::backend_name;
 use davinci_uapi::{
     AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, DeviceInfo,
-    ListClientsArgs, WaitEventArgs, WaitKind, Wire, ABI_VERSION_MAJOR, DRIVER_CMD_ALLOC_MEMORY,
-    DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT, DRIVER_CMD_CREATE_STREAM,
-    DRIVER_CMD_GET_INFO, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT, WAIT_FOREVER,
+    ImportMemoryArgs, ListClientsArgs, WaitEventArgs, WaitKind, Wire, ABI_VERSION_MAJOR,
+    DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT,
+    DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_GET_INFO, DRIVER_CMD_IMPORT_MEMORY,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT, WAIT_FOREVER,
 };
 use nix::libc;
 
@@ -1062,6 +1063,53 @@ fn a_create_whose_reply_cannot_be_copied_out_creates_nothing() {
         );
         assert_eq!(pinned_bytes(), pinned, "{what}: no buffer left behind");
     }
+}
+
+/// An IMPORT_MEMORY whose reply cannot be copied out is dropped again (ABI 1.5; the 1.4
+/// module kept it until the close): importing the token once more on the same open works,
+/// where a kept import would answer EBUSY.
+#[test]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
+fn an_import_whose_reply_cannot_be_copied_out_is_dropped() {
+    let path = node_path();
+    let _shared = Shared::new(&path);
+    let exporter = Device::open(&path).expect("open the exporter");
+    let buf = exporter.alloc(1 << 16).expect("alloc");
+    let token = buf
+        .export(davinci_shim::ExportTo::SameUser)
+        .expect("EXPORT_MEMORY");
+    let importer = Node::open(&path, true);
+    let pg = page();
+    let ro = anon(pg, libc::PROT_READ | libc::PROT_WRITE);
+    let mut bytes = vec![0u8; ImportMemoryArgs::SIZE];
+    ImportMemoryArgs {
+        token: token.0,
+        ..Default::default()
+    }
+    .encode(&mut bytes);
+    // SAFETY: the page is ours and writable until it is made read-only here.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), ro.ptr.cast::<u8>(), bytes.len());
+        assert_eq!(libc::mprotect(ro.ptr, pg, libc::PROT_READ), 0);
+    }
+    assert_eq!(
+        importer.ioctl_ptr(DRIVER_CMD_IMPORT_MEMORY, ro.ptr),
+        Err(libc::EFAULT),
+        "IMPORT_MEMORY with a read-only argument"
+    );
+    let again = importer
+        .call(
+            DRIVER_CMD_IMPORT_MEMORY,
+            &ImportMemoryArgs {
+                token: token.0,
+                ..Default::default()
+            },
+        )
+        .expect("the lost import went again, so the token imports once more (not EBUSY)");
+    assert_eq!(again.dev_addr, buf.dev_addr().0);
+    importer
+        .free(again.handle)
+        .expect("FREE_MEMORY of the import");
 }
 
 #[test]
