@@ -11,6 +11,7 @@ pub mod hog;
 pub mod measure;
 pub mod mockd;
 pub mod neighbour;
+pub mod patterns;
 pub mod plot;
 pub mod procs;
 pub mod report;

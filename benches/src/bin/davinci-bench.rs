@@ -59,7 +59,9 @@ is kept full and completions are reaped while submitting), 1/4/16 streams and th
 stream's share, 1 and 4 client processes on one davinci-mockd device, round trips with one
 task in flight (p50, p99), doorbells per 1000 tasks at full load and at 10% of it, the control
 path (create/destroy a stream, alloc/free 4 KiB; embedded and through the daemon) and
-SUBMIT_TASK (one ioctl per task) through the daemon. Baselines: the two-ring SPSC pipeline
+SUBMIT_TASK (one ioctl per task) through the daemon, and three CUDA/ACL patterns timed whole
+(a side stream nobody synchronizes, a 100,000-task burst, 100,000 rounds of four-stream event
+ping-pong: docs/runtimes.md). Baselines: the two-ring SPSC pipeline
 (batch 1, 64, round trip), io_uring NOP (batch 1, 64) and an empty ioctl.
 
 --device PATH (the kernel module: /dev/davinci0) runs other rows, on that device, each with
@@ -69,8 +71,8 @@ sleeping device (against one empty ioctl in ns), SUBMIT_TASK (against the empty 
 
 Targets: ours/stream/batch64 ≥0.6× two-ring batch 64 and ≥4× io_uring batch 64; batch 1 ≥2×
 io_uring batch 1; round-trip p50 ≤1.5× the two-ring's; 16 streams ≥0.8× 1 stream, slowest
-stream ≥0.5 of its fair share; 4 processes ≥0.7× 1 process; ≤5 doorbells per 1000 tasks at full
-load; with --contended, round-trip p99 ≤20× the quiet p50 (measured first, before the hog).
+stream ≥0.5 of its fair share; the patterns ≤2 s, ≤1 s and ≤5 s; 4 processes ≥0.7× 1
+process; ≤5 doorbells per 1000 tasks at full load; with --contended, round-trip p99 ≤20× the quiet p50 (measured first, before the hog).
 
 The daemon rows need davinci-mockd: beside this executable (cargo build --release -p
 davinci-mockd) or --mockd PATH; without it they say

@@ -12,6 +12,7 @@ use super::options::{Options, Windows};
 use crate::measure::{Fail, LatencyRun, ThroughputRun};
 use crate::mockd::{self, Mockd};
 use crate::neighbour::Neighbour;
+use crate::patterns::{self, Pattern};
 use crate::procs::{self, ProcsRun};
 use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
 use crate::spsc_rows::Rings;
@@ -71,6 +72,8 @@ pub enum Key {
     /// Ours, on the run's device: round trips each to a sleeping device (the doorbell or
     /// NOTIFY path, [`crate::device_rows`]).
     RttAsleep,
+    /// Ours: a CUDA/ACL usage pattern timed whole ([`crate::patterns`]).
+    Pattern(Pattern),
 }
 
 /// What a measurement gave.
@@ -184,6 +187,10 @@ impl Measurements {
                 let dev = self.embedded()?;
                 let r = shim_rows::streaming(&dev, 1, 1, Pace::Rate(paced), w.throughput)?;
                 Ok(Measured::Light(r, paced))
+            }
+            Key::Pattern(p) => {
+                let dev = self.embedded()?;
+                Ok(Measured::Rate(patterns::run(&dev, p)?))
             }
             Key::Rtt | Key::RttQuiet => {
                 let dev = self.embedded()?;

@@ -4,7 +4,8 @@
 #![forbid(unsafe_code)]
 
 use super::measurements::{Backend, Key, STREAMS_BATCH};
-use super::values::{doorbells, min_share, ns_per_call, p50, p99, rate, Extract};
+use super::values::{doorbells, min_share, ns_per_call, p50, p99, rate, seconds, Extract};
+use crate::patterns::Pattern as P;
 use crate::report::Target;
 use crate::shim_rows::ControlOp;
 use crate::spsc_rows::Rings;
@@ -197,6 +198,32 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             min_share,
             None,
             Some(Target::value_at_least(0.5)),
+        ),
+        // The CUDA/ACL patterns of the conformance suite, timed whole (docs/runtimes.md,
+        // "Porting from CUDA/ACL"): the tests say each finishes; these bound how long.
+        row(
+            "ours/pattern/side-stream-2k",
+            "s",
+            Pattern(P::SideStream),
+            seconds,
+            None,
+            Some(Target::value_at_most(2.0)),
+        ),
+        row(
+            "ours/pattern/burst-100k",
+            "s",
+            Pattern(P::Burst),
+            seconds,
+            None,
+            Some(Target::value_at_most(1.0)),
+        ),
+        row(
+            "ours/pattern/ping-pong-100k",
+            "s",
+            Pattern(P::PingPong),
+            seconds,
+            None,
+            Some(Target::value_at_most(5.0)),
         ),
         row(
             "ours/rtt/p50",

@@ -37,6 +37,22 @@ pub(super) fn rate(m: &Measured) -> Option<(f64, String)> {
     Some((r.rate(), note))
 }
 
+/// The seconds a whole run took (a pattern: [`crate::patterns`]), with its steps per second.
+pub(super) fn seconds(m: &Measured) -> Option<(f64, String)> {
+    match m {
+        Measured::Rate(r) => Some((
+            r.elapsed.as_secs_f64(),
+            format!(
+                "{} steps in {:.3} s ({:.0} steps/s), results checked",
+                r.tasks,
+                r.elapsed.as_secs_f64(),
+                r.rate()
+            ),
+        )),
+        _ => None,
+    }
+}
+
 pub(super) fn ns_per_call(m: &Measured) -> Option<(f64, String)> {
     let (v, n) = rate(m)?;
     Some((v, format!("{n}, {:.0} ns per call", 1e9 / v.max(1e-9))))

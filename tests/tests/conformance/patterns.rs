@@ -6,8 +6,9 @@
 //!
 //! Each must finish with the right results: the library never lets completions nobody reaped
 //! fill a stream's event ring (docs/runtimes.md, "Porting from CUDA/ACL"), so no stream stops
-//! for want of a `poll`. How long each takes is the bench's business (`davinci-bench
-//! patterns`), not the test's: the waits here are bounded only so that a hang fails.
+//! for want of a `poll`. How long each takes is the bench's business (`davinci-bench --filter
+//! ours/pattern`: rows with a time bound each), not the test's: the waits here are bounded
+//! only so that a hang fails.
 #![deny(unsafe_code)]
 
 use std::sync::mpsc;
