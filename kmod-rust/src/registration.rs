@@ -21,7 +21,7 @@ use crate::wake::{Wake, Wakeups};
 use crate::worker::worker_main;
 
 /// GET_IDENTITY's `driver_version`: the module and the ABI it speaks.
-const DRIVER_VERSION: &str = "davinci-kmod (ABI 1.4)";
+const DRIVER_VERSION: &str = "davinci-kmod (ABI 1.5)";
 
 impl DevState {
     /// Creates device `index` with its worker running, not yet reachable from user space.

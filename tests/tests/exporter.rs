@@ -477,13 +477,18 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
     // The path only on the info series, with what GET_IDENTITY says.
     let id = Control::open(&p0).unwrap().identity().unwrap();
     let uuid = id.uuid_string().to_string();
+    let abi = format!(
+        "{}.{}",
+        davinci_uapi::ABI_VERSION_MAJOR,
+        davinci_uapi::ABI_VERSION_MINOR
+    );
     let info = [
         ("device", "0"),
         ("path", p0.as_str()),
         ("uuid", uuid.as_str()),
         ("model", id.model()),
         ("driver_version", id.driver_version()),
-        ("abi_version", "1.4"),
+        ("abi_version", abi.as_str()),
     ];
     assert_eq!(e.value("davinci_device_info", &info), 1.0);
     assert_eq!(
