@@ -525,7 +525,9 @@ mod tests {
         let backwards = Region::range(&a, 8..4).unwrap_err();
         assert_eq!(backwards.errno(), Some(Errno::ERANGE));
         assert!(
-            backwards.message().starts_with("byte range [8, 4) runs backwards"),
+            backwards
+                .message()
+                .starts_with("byte range [8, 4) runs backwards"),
             "{backwards}"
         );
         let past = Region::range(&a, 0..=64).unwrap_err();
