@@ -14,10 +14,8 @@ use kernel::uaccess::UserSlice;
 use crate::davinci_driver_core::{Error as CoreError, Platform, Reply, UserMem, MAX_CLIENTS};
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
-    command_by_request, ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_ALLOC_MEMORY,
-    DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT, DRIVER_CMD_CREATE_STREAM,
-    DRIVER_CMD_IMPORT_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE,
-    DRIVER_CMD_WAIT_EVENT,
+    command_by_request, ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS,
+    DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
 use crate::sys::File;
@@ -161,16 +159,10 @@ pub(crate) fn copy_out(arg: c_ulong, buf: &[u8]) -> c_long {
     }
 }
 
-/// Whether request `cmd` creates an object (which must not outlive a lost reply).
+/// Whether request `cmd` creates an object (which must not outlive a lost reply): uapi's one
+/// table of creates and their undos.
 pub(crate) fn creates(cmd: u32) -> bool {
-    matches!(
-        cmd,
-        DRIVER_CMD_CREATE_CONTEXT
-            | DRIVER_CMD_CREATE_STREAM
-            | DRIVER_CMD_CREATE_EVENT
-            | DRIVER_CMD_ALLOC_MEMORY
-            | DRIVER_CMD_IMPORT_MEMORY
-    )
+    crate::davinci_uapi::undo_request(cmd).is_some()
 }
 
 /// `unlocked_ioctl` (from `davinci_fops`; `compat_ptr_ioctl` calls it for 32-bit callers).

@@ -12,11 +12,7 @@ use std::sync::Arc;
 use davinci_mockd_proto::{Kind, MmapArgs, MmapReply, WireRole};
 use davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use davinci_uapi::{
-    command_by_request, AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs,
-    HandleArgs, ImportMemoryArgs, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY,
-    DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT, DRIVER_CMD_CREATE_STREAM,
-    DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_EVENT, DRIVER_CMD_DESTROY_STREAM,
-    DRIVER_CMD_FREE_MEMORY, DRIVER_CMD_IMPORT_MEMORY, DRIVER_CMD_LIST_CLIENTS,
+    command_by_request, HandleArgs, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_LIST_CLIENTS,
     DRIVER_CMD_WAIT_EVENT,
 };
 
@@ -195,40 +191,10 @@ pub fn ioctl(conn: &Conn, request: u32, arg: usize) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The request that destroys what `request` created, and the handle its reply `reply`
-/// names: `None` for a request that creates no handle (EXPORT_MEMORY's export is no object
-/// of the caller's: the same grant returns the same token, and it goes with the allocation).
-pub fn undo_of(request: u32, reply: &[u8]) -> Option<(u32, u32)> {
-    let (undo, handle) = match request {
-        DRIVER_CMD_CREATE_CONTEXT => (
-            DRIVER_CMD_DESTROY_CONTEXT,
-            CreateContextArgs::from_bytes(reply)?.handle,
-        ),
-        DRIVER_CMD_CREATE_STREAM => (
-            DRIVER_CMD_DESTROY_STREAM,
-            CreateStreamArgs::from_bytes(reply)?.handle,
-        ),
-        DRIVER_CMD_CREATE_EVENT => (
-            DRIVER_CMD_DESTROY_EVENT,
-            CreateEventArgs::from_bytes(reply)?.handle,
-        ),
-        DRIVER_CMD_ALLOC_MEMORY => (
-            DRIVER_CMD_FREE_MEMORY,
-            AllocMemoryArgs::from_bytes(reply)?.handle,
-        ),
-        DRIVER_CMD_IMPORT_MEMORY => (
-            DRIVER_CMD_FREE_MEMORY,
-            ImportMemoryArgs::from_bytes(reply)?.handle,
-        ),
-        _ => return None,
-    };
-    (handle != 0).then_some((undo, handle))
-}
-
 /// Destroys what `request` created, given its reply: the caller could not be told the
 /// handle. Returns what to add to the `EFAULT` message (empty when nothing was created).
 fn undo_create(conn: &Conn, request: u32, reply: &[u8]) -> String {
-    let Some((undo, handle)) = undo_of(request, reply) else {
+    let Some((undo, handle)) = davinci_uapi::undo_of(request, reply) else {
         return String::new();
     };
     let mut arg = vec![0u8; HandleArgs::SIZE];
@@ -325,73 +291,6 @@ mod tests {
         ] {
             assert_eq!(device_number(p), None, "{}", String::from_utf8_lossy(p));
         }
-    }
-
-    #[test]
-    fn every_create_but_export_has_its_undo() {
-        fn reply<T: Wire>(args: &T) -> Vec<u8> {
-            let mut b = vec![0u8; T::SIZE];
-            args.encode(&mut b);
-            b
-        }
-        let cases = [
-            (
-                DRIVER_CMD_CREATE_CONTEXT,
-                reply(&CreateContextArgs {
-                    handle: 11,
-                    ..Default::default()
-                }),
-                DRIVER_CMD_DESTROY_CONTEXT,
-            ),
-            (
-                DRIVER_CMD_CREATE_STREAM,
-                reply(&CreateStreamArgs {
-                    handle: 12,
-                    ..Default::default()
-                }),
-                DRIVER_CMD_DESTROY_STREAM,
-            ),
-            (
-                DRIVER_CMD_CREATE_EVENT,
-                reply(&CreateEventArgs {
-                    handle: 13,
-                    ..Default::default()
-                }),
-                DRIVER_CMD_DESTROY_EVENT,
-            ),
-            (
-                DRIVER_CMD_ALLOC_MEMORY,
-                reply(&AllocMemoryArgs {
-                    handle: 14,
-                    ..Default::default()
-                }),
-                DRIVER_CMD_FREE_MEMORY,
-            ),
-            (
-                DRIVER_CMD_IMPORT_MEMORY,
-                reply(&ImportMemoryArgs {
-                    handle: 15,
-                    ..Default::default()
-                }),
-                DRIVER_CMD_FREE_MEMORY,
-            ),
-        ];
-        for (i, (create, bytes, undo)) in cases.iter().enumerate() {
-            assert_eq!(undo_of(*create, bytes), Some((*undo, 11 + i as u32)));
-            // A short reply, or one with no handle, names nothing to undo.
-            assert_eq!(undo_of(*create, &bytes[..bytes.len() - 1]), None);
-            assert_eq!(undo_of(*create, &vec![0u8; bytes.len()]), None);
-        }
-        let export = davinci_uapi::ExportMemoryArgs {
-            handle: 3,
-            token: 9,
-            ..Default::default()
-        };
-        assert_eq!(
-            undo_of(davinci_uapi::DRIVER_CMD_EXPORT_MEMORY, &reply(&export)),
-            None
-        );
-        assert_eq!(undo_of(DRIVER_CMD_WAIT_EVENT, &[0u8; 40]), None);
     }
 
     #[test]

@@ -262,3 +262,68 @@ fn device_identity_prints_its_uuid_and_names() {
     assert_eq!(health_name(HEALTH_WARNING), Some("Warning"));
     assert_eq!(health_name(7), None);
 }
+
+/// The one table of what undoes a create (preload, driver-core and the module follow it).
+#[test]
+fn every_create_but_export_has_its_undo() {
+    fn reply<T: Wire>(args: &T) -> Vec<u8> {
+        let mut b = vec![0u8; T::SIZE];
+        args.encode(&mut b);
+        b
+    }
+    let cases = [
+        (
+            DRIVER_CMD_CREATE_CONTEXT,
+            reply(&CreateContextArgs {
+                handle: 11,
+                ..Default::default()
+            }),
+            DRIVER_CMD_DESTROY_CONTEXT,
+        ),
+        (
+            DRIVER_CMD_CREATE_STREAM,
+            reply(&CreateStreamArgs {
+                handle: 12,
+                ..Default::default()
+            }),
+            DRIVER_CMD_DESTROY_STREAM,
+        ),
+        (
+            DRIVER_CMD_CREATE_EVENT,
+            reply(&CreateEventArgs {
+                handle: 13,
+                ..Default::default()
+            }),
+            DRIVER_CMD_DESTROY_EVENT,
+        ),
+        (
+            DRIVER_CMD_ALLOC_MEMORY,
+            reply(&AllocMemoryArgs {
+                handle: 14,
+                ..Default::default()
+            }),
+            DRIVER_CMD_FREE_MEMORY,
+        ),
+        (
+            DRIVER_CMD_IMPORT_MEMORY,
+            reply(&ImportMemoryArgs {
+                handle: 15,
+                ..Default::default()
+            }),
+            DRIVER_CMD_FREE_MEMORY,
+        ),
+    ];
+    for (i, (create, bytes, undo)) in cases.iter().enumerate() {
+        assert_eq!(undo_of(*create, bytes), Some((*undo, 11 + i as u32)));
+        // A short reply, or one with no handle, names nothing to undo.
+        assert_eq!(undo_of(*create, &bytes[..bytes.len() - 1]), None);
+        assert_eq!(undo_of(*create, &vec![0u8; bytes.len()]), None);
+    }
+    let export = ExportMemoryArgs {
+        handle: 3,
+        token: 9,
+        ..Default::default()
+    };
+    assert_eq!(undo_of(DRIVER_CMD_EXPORT_MEMORY, &reply(&export)), None);
+    assert_eq!(undo_of(DRIVER_CMD_WAIT_EVENT, &[0u8; 40]), None);
+}

@@ -4,9 +4,8 @@
 //! (docs/abi.md 1.4: a failed call creates nothing).
 
 use davinci_uapi::{
-    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ImportMemoryArgs, Wire,
-    DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_CREATE_CONTEXT, DRIVER_CMD_CREATE_EVENT,
-    DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_IMPORT_MEMORY,
+    undo_of, DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_EVENT, DRIVER_CMD_DESTROY_STREAM,
+    DRIVER_CMD_FREE_MEMORY,
 };
 
 use super::DeviceCore;
@@ -19,27 +18,15 @@ impl<P: Platform> DeviceCore<P> {
     /// names. A request that creates nothing is left alone (`Ok`). The host calls it when it
     /// could not deliver the reply, so the client cannot know the handle.
     pub fn undo_create(&mut self, client: u32, request: u32, arg: &[u8]) -> Result<()> {
-        match request {
-            DRIVER_CMD_CREATE_CONTEXT => match CreateContextArgs::from_bytes(arg) {
-                Some(a) => self.destroy_context(client, a.handle),
-                None => Ok(()),
-            },
-            DRIVER_CMD_CREATE_STREAM => match CreateStreamArgs::from_bytes(arg) {
-                Some(a) => self.destroy_stream(client, a.handle),
-                None => Ok(()),
-            },
-            DRIVER_CMD_CREATE_EVENT => match CreateEventArgs::from_bytes(arg) {
-                Some(a) => self.destroy_event(client, a.handle),
-                None => Ok(()),
-            },
-            DRIVER_CMD_ALLOC_MEMORY => match AllocMemoryArgs::from_bytes(arg) {
-                Some(a) => self.free_memory(client, a.handle),
-                None => Ok(()),
-            },
-            DRIVER_CMD_IMPORT_MEMORY => match ImportMemoryArgs::from_bytes(arg) {
-                Some(a) => self.free_memory(client, a.handle),
-                None => Ok(()),
-            },
+        // The one table of what undoes what (uapi's `undo_of`), as every host uses it.
+        let Some((undo, handle)) = undo_of(request, arg) else {
+            return Ok(());
+        };
+        match undo {
+            DRIVER_CMD_DESTROY_CONTEXT => self.destroy_context(client, handle),
+            DRIVER_CMD_DESTROY_STREAM => self.destroy_stream(client, handle),
+            DRIVER_CMD_DESTROY_EVENT => self.destroy_event(client, handle),
+            DRIVER_CMD_FREE_MEMORY => self.free_memory(client, handle),
             _ => Ok(()),
         }
     }

@@ -149,6 +149,37 @@ pub fn command_by_request(request: u32) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.request == request)
 }
 
+/// What undoes a create whose reply never reached the caller (docs/abi.md 1.4: a failed call
+/// creates nothing): the request that destroys the handle `request` created, for the requests
+/// that create a handle of the caller's (CREATE_CONTEXT, CREATE_STREAM, CREATE_EVENT,
+/// ALLOC_MEMORY, IMPORT_MEMORY). `None` for any other (EXPORT_MEMORY's export is no handle of
+/// the caller's: it goes with the allocation). The one list every host's undo follows.
+pub const fn undo_request(request: u32) -> Option<u32> {
+    match request {
+        DRIVER_CMD_CREATE_CONTEXT => Some(DRIVER_CMD_DESTROY_CONTEXT),
+        DRIVER_CMD_CREATE_STREAM => Some(DRIVER_CMD_DESTROY_STREAM),
+        DRIVER_CMD_CREATE_EVENT => Some(DRIVER_CMD_DESTROY_EVENT),
+        DRIVER_CMD_ALLOC_MEMORY | DRIVER_CMD_IMPORT_MEMORY => Some(DRIVER_CMD_FREE_MEMORY),
+        _ => None,
+    }
+}
+
+/// The undo of `request` ([`undo_request`]) and the handle its reply `reply` names: `None`
+/// for a request that creates no handle, a reply of another size, or handle 0 (no handle).
+pub fn undo_of(request: u32, reply: &[u8]) -> Option<(u32, u32)> {
+    use crate::layout::Wire;
+    let undo = undo_request(request)?;
+    let handle = match request {
+        DRIVER_CMD_CREATE_CONTEXT => CreateContextArgs::from_bytes(reply)?.handle,
+        DRIVER_CMD_CREATE_STREAM => CreateStreamArgs::from_bytes(reply)?.handle,
+        DRIVER_CMD_CREATE_EVENT => CreateEventArgs::from_bytes(reply)?.handle,
+        DRIVER_CMD_ALLOC_MEMORY => AllocMemoryArgs::from_bytes(reply)?.handle,
+        DRIVER_CMD_IMPORT_MEMORY => ImportMemoryArgs::from_bytes(reply)?.handle,
+        _ => return None,
+    };
+    (handle != 0).then_some((undo, handle))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
