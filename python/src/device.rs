@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use davinci_shim::{self as shim, DevicePath, DeviceSource, Error, ExportToken, ShareMode};
+use davinci_shim::{self as shim, DevicePath, DeviceSource, ExportToken, ShareMode};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::base::{err, invalid, size, timeout, type_error, type_name, OrRaise, Slot};
+use crate::base::{invalid, size, timeout, type_error, type_name, OrRaise, Slot};
 use crate::memory::{Buffer, Mem};
 use crate::stream::{Event, Stream, StreamOpts};
 
@@ -37,7 +37,7 @@ impl Device {
     #[new]
     #[pyo3(signature = (spec = None))]
     fn new(py: Python<'_>, spec: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
-        let (path, source) = match spec.filter(|s| !s.is_none()) {
+        let (dev, path, source) = match spec.filter(|s| !s.is_none()) {
             Some(s) => {
                 let Ok(s) = s.extract::<String>() else {
                     return Err(type_error(
@@ -50,25 +50,15 @@ impl Device {
                         ),
                     ));
                 };
-                (DevicePath::parse(&s).or_raise()?, None)
+                let path = DevicePath::parse(&s).or_raise()?;
+                let dev = py.detach(|| shim::Device::open_path(&path)).or_raise()?;
+                (dev, path, None)
             }
             None => {
-                let (p, from) = DevicePath::default_device().or_raise()?;
-                (p, Some(from))
+                let (dev, path, from) = py.detach(shim::Device::open_default).or_raise()?;
+                (dev, path, Some(from))
             }
         };
-        let dev = py
-            .detach(|| shim::Device::open_path(&path))
-            .map_err(|e| match source {
-                None => err(e),
-                Some(from) => {
-                    let msg = format!("{} (device {path}, from {from})", e.message());
-                    err(match e.errno() {
-                        Some(n) => Error::new(n, e.op(), msg),
-                        None => Error::other(e.op(), msg),
-                    })
-                }
-            })?;
         Ok(Device {
             inner: Slot::new(dev),
             spec: path.to_string(),

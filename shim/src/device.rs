@@ -152,14 +152,24 @@ impl Device {
     /// # Errors
     /// As [`open`](Self::open); the message says where the path came from.
     pub fn from_env() -> Result<Device> {
+        Self::open_default().map(|(dev, _, _)| dev)
+    }
+
+    /// [`from_env`](Self::from_env), also saying which path it opened and where that came
+    /// from (for a program, or a binding, that reports it).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); the message says where the path came from.
+    pub fn open_default() -> Result<(Device, DevicePath, crate::DeviceSource)> {
         let (path, from) = DevicePath::default_device()?;
-        Self::open_path(&path).map_err(|e| {
-            Error::with_errno(
+        match Self::open_path(&path) {
+            Ok(dev) => Ok((dev, path, from)),
+            Err(e) => Err(Error::with_errno(
                 e.errno(),
                 e.op(),
                 format!("{} (device {path}, from {from})", e.message()),
-            )
-        })
+            )),
+        }
     }
 
     fn from_backend(backend: Box<dyn Backend>, info: DeviceInfo) -> Device {
