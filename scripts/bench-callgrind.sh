@@ -2,7 +2,7 @@
 # Instructions per NOP task at batch 64, counted by callgrind, on each side:
 # * host: only the work the runtime's thread does per task (build the descriptor, push,
 #   publish, doorbell when asked, take and check the completion), not the wait in between
-#   (`host_submit` and `host_reap` in benches/examples/host_instructions.rs);
+#   (`host_submit` and `host_reap` in apps/benches/examples/host_instructions.rs);
 # * device: everything in driver-core's `run_stream` (the stream's lock, the busy-time clock,
 #   taking, validating and executing each descriptor, its record, publishing, waking). Two
 #   figures: over every pass of the poller, and over the busy passes only (those that took

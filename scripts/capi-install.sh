@@ -49,7 +49,7 @@ version=$(awk -F'"' '/^version = / { print $2; exit }' "$ROOT/Cargo.toml")
 install -d "$PREFIX/lib/pkgconfig" "$PREFIX/include/davinci"
 install -m 0755 "$out_dir/libdavinci.so" "$PREFIX/lib/libdavinci.so"
 install -m 0644 "$out_dir/libdavinci.a" "$PREFIX/lib/libdavinci.a"
-install -m 0644 "$ROOT/capi/include/davinci/runtime.h" "$PREFIX/include/davinci/runtime.h"
+install -m 0644 "$ROOT/bindings/capi/include/davinci/runtime.h" "$PREFIX/include/davinci/runtime.h"
 install -m 0644 "$ROOT/uapi/include/davinci/uapi.h" "$PREFIX/include/davinci/uapi.h"
 cat >"$PREFIX/lib/pkgconfig/davinci.pc" <<PC
 prefix=$PREFIX

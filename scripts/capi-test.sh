@@ -2,8 +2,8 @@
 # scripts/capi-test.sh: libdavinci (the shim's API for C) as a C programmer gets it.
 #
 #   1. installs it with scripts/capi-install.sh into target/capi/prefix;
-#   2. builds the quick start (capi/examples/quickstart.c) and the C tests
-#      (capi/tests/c/*.c: among them patterns.c, the CUDA/ACL usage patterns, and
+#   2. builds the quick start (bindings/capi/examples/quickstart.c) and the C tests
+#      (bindings/capi/tests/c/*.c: among them patterns.c, the CUDA/ACL usage patterns, and
 #      devinfo.c, which prints every 64-bit field with PRIu64) with pkg-config and
 #      -std=c11 -Wall -Wextra -Werror -Wformat=2, with gcc and
 #      (if present) clang, against libdavinci.so, and once statically (davinci-static);
@@ -63,7 +63,7 @@ say "pkg-config: davinci $(pkg-config --modversion davinci): $(pkg-config --cfla
 WARN=(-std=c11 -Wall -Wextra -Werror -Wformat=2)
 compilers=(gcc)
 command -v clang >/dev/null 2>&1 && compilers+=(clang)
-programs=(capi/examples/quickstart.c capi/tests/c/*.c)
+programs=(bindings/capi/examples/quickstart.c bindings/capi/tests/c/*.c)
 
 # Each header compiles on its own and with the other.
 for cc in "${compilers[@]}"; do
@@ -93,7 +93,7 @@ build gcc static davinci-static
 say "built ${#programs[@]} programs with ${compilers[*]} (libdavinci.so) and gcc (libdavinci.a)"
 
 # The fully static quick start for the kernel module's guest (no shared library there).
-gcc "${WARN[@]}" -static capi/examples/quickstart.c $(pkg-config --static --cflags --libs davinci) \
+gcc "${WARN[@]}" -static bindings/capi/examples/quickstart.c $(pkg-config --static --cflags --libs davinci) \
     -o "$WORK/capi-quickstart" 2>"$WORK/static-link.log" ||
     { cat "$WORK/static-link.log"; die "the fully static quick start does not link"; }
 if readelf -l "$WORK/capi-quickstart" | grep 'program interpreter' >/dev/null; then

@@ -87,13 +87,13 @@ declare -A guest_bins=(
     [davinci-testclient]=$(exe bin davinci-testclient)
     [davinci-attacker]=$(exe bin davinci-attacker)
 )
-# The C quick start over libdavinci (capi/examples/quickstart.c), linked fully static: the
+# The C quick start over libdavinci (bindings/capi/examples/quickstart.c), linked fully static: the
 # library in a release build (scripts/capi-install.sh; cargo reuses the test command's build
 # of it), the program with pkg-config's --static flags.
 bash "$ROOT/scripts/capi-install.sh" "$WORK/capi" >"$WORK/capi-install.log" 2>&1 ||
     { cat "$WORK/capi-install.log"; echo "kmod: scripts/capi-install.sh failed" >&2; exit 1; }
 # shellcheck disable=SC2046 # pkg-config's flags are words
-gcc -std=c11 -Wall -Wextra -Werror -static "$ROOT/capi/examples/quickstart.c" \
+gcc -std=c11 -Wall -Wextra -Werror -static "$ROOT/bindings/capi/examples/quickstart.c" \
     $(PKG_CONFIG_PATH="$WORK/capi/lib/pkgconfig" pkg-config --static --cflags --libs davinci) \
     -o "$WORK/capi-quickstart" 2>"$WORK/capi-link.log" ||
     { cat "$WORK/capi-link.log"; echo "kmod: the static C quick start does not build" >&2; exit 1; }

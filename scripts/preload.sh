@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds libdavinci-preload.so, the LD_PRELOAD library that runs unmodified C clients of
-# /dev/davinciN on a davinci-mockd device (preload/README.md), and installs it under its
+# /dev/davinciN on a davinci-mockd device (bindings/preload/README.md), and installs it under its
 # name (cargo names the cdylib libdavinci_preload.so).
 #
 #   scripts/preload.sh                   build (release): $TARGET/release/libdavinci-preload.so

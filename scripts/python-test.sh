@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# scripts/python-test.sh: the Python package `davinci` (python/), as a user gets it: built and
+# scripts/python-test.sh: the Python package `davinci` (bindings/python/), as a user gets it: built and
 # installed with `pip install ./python` into a virtual environment under the target directory
-# (maturin, a release build of the native module), then its tests (python/tests, pytest)
+# (maturin, a release build of the native module), then its tests (bindings/python/tests, pytest)
 # against the embedded device and a real davinci-mockd, and its examples
-# (python/examples/framework_op.py on both, 3,000 calls in a loop; two_process.py on a
-# daemon). The pattern suite (python/tests/test_patterns.py) fails a hang by pytest-timeout
+# (bindings/python/examples/framework_op.py on both, 3,000 calls in a loop; two_process.py on a
+# daemon). The pattern suite (bindings/python/tests/test_patterns.py) fails a hang by pytest-timeout
 # and a faulthandler watchdog.
 #
 # Needs python3 (3.9 or later) with venv and the Rust toolchain; on Debian, as root, installs
@@ -62,9 +62,9 @@ echo "==> python: davinci-mockd for the tests (cargo build -p davinci-mockd)"
 cargo build -q -p davinci-mockd
 export DAVINCI_MOCKD=$TARGET/debug/davinci-mockd
 export DAVINCI_PYTEST_REQUIRE_MOCKD=1
-# The tests import the installed package (not python/davinci, which has no native module):
+# The tests import the installed package (not bindings/python/davinci, which has no native module):
 # pytest runs from the repository's root.
-"$VENV/bin/python" -m pytest -q python/tests
+"$VENV/bin/python" -m pytest -q bindings/python/tests
 
 echo "==> python: examples"
 dir=$(mktemp -d)
@@ -82,7 +82,7 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 grep -q ready "$dir/ready" || { echo "scripts/python-test.sh: davinci-mockd did not get ready in 10 s" >&2; exit 1; }
-"$VENV/bin/python" python/examples/framework_op.py --device embedded --iterations 3000
-"$VENV/bin/python" python/examples/framework_op.py --device "mock:$dir/davinci0.sock" --iterations 3000
-"$VENV/bin/python" python/examples/two_process.py --device "mock:$dir/davinci0.sock"
+"$VENV/bin/python" bindings/python/examples/framework_op.py --device embedded --iterations 3000
+"$VENV/bin/python" bindings/python/examples/framework_op.py --device "mock:$dir/davinci0.sock" --iterations 3000
+"$VENV/bin/python" bindings/python/examples/two_process.py --device "mock:$dir/davinci0.sock"
 echo "scripts/python-test.sh: the Python package's tests and examples passed"

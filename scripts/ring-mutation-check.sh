@@ -4,7 +4,7 @@
 #
 #   scripts/ring-mutation-check.sh            # from anywhere in the workspace
 #
-# 1. Guard: every Acquire/Release/AcqRel/SeqCst in ring/src is written as
+# 1. Guard: every Acquire/Release/AcqRel/SeqCst in core/ring/src is written as
 #    `ord(Site::X, Ordering::Y)` or `fence_at(Site::X, Ordering::Y)` (the one exception is the
 #    doorbell's hardware fence, see sync.rs), and every site is used exactly once, so the
 #    mutations below cover every ordering in the crate.
@@ -20,7 +20,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-src="$root/ring/src"
+src="$root/core/ring/src"
 cd "$root"
 
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"

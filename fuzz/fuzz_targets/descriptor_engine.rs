@@ -1,4 +1,4 @@
-//! `descriptor_engine`: the body is `davinci_fuzz_harness::descriptor_engine` (fuzz-harness/src/descriptor_engine.rs), which also
+//! `descriptor_engine`: the body is `davinci_fuzz_harness::descriptor_engine` (fuzz/harness/src/descriptor_engine.rs), which also
 //! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `ioctl_dispatch`: the body is `davinci_fuzz_harness::ioctl_dispatch` (fuzz-harness/src/ioctl_dispatch/), which also
+//! `ioctl_dispatch`: the body is `davinci_fuzz_harness::ioctl_dispatch` (fuzz/harness/src/ioctl_dispatch/), which also
 //! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 

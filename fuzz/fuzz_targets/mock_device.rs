@@ -1,4 +1,4 @@
-//! `mock_device`: the body is `davinci_fuzz_harness::mock_device` (fuzz-harness/src/mock_device/), which also
+//! `mock_device`: the body is `davinci_fuzz_harness::mock_device` (fuzz/harness/src/mock_device/), which also
 //! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `mock_fd_ops`: the body is `davinci_fuzz_harness::mock_fd_ops` (fuzz-harness/src/mock_fd_ops.rs), which also
+//! `mock_fd_ops`: the body is `davinci_fuzz_harness::mock_fd_ops` (fuzz/harness/src/mock_fd_ops.rs), which also
 //! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `mockd_frames`: the body is `davinci_fuzz_harness::mockd_frames` (fuzz-harness/src/mockd_frames.rs), which also
+//! `mockd_frames`: the body is `davinci_fuzz_harness::mockd_frames` (fuzz/harness/src/mockd_frames.rs), which also
 //! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `ring_device_consumer`: the body is `davinci_fuzz_harness::ring_device_consumer` (fuzz-harness/src/ring_device_consumer.rs), which also
+//! `ring_device_consumer`: the body is `davinci_fuzz_harness::ring_device_consumer` (fuzz/harness/src/ring_device_consumer.rs), which also
 //! runs on stable: the harness crate's test replays every seed and regression input.
 #![no_main]
 

@@ -289,12 +289,12 @@ if check insmod insmod /davinci.ko quota_events=200; then
     # a sleeping device) and SUBMIT_TASK through /dev/davinci0 against an empty ioctl
     # measured here too (io_uring NOPs where the kernel has it: not this test kernel, built
     # without CONFIG_IO_URING; docs/performance.md, "Kernel path"; the table is
-    # benches/results/kernel.txt). It reports, and fails only when a row fails its checks (a
+    # apps/benches/results/kernel.txt). It reports, and fails only when a row fails its checks (a
     # completion missing, out of order or failed), never on speed. Progress lines to a file:
     # the table is what the log keeps.
     check bench-kernel sh -c 'davinci-bench --device /dev/davinci0 --quick 2>/tmp/bench.err;
         rc=$?; [ "$rc" -eq 0 ] || cat /tmp/bench.err; exit $rc'
-    # The C quick start over libdavinci (capi/examples/quickstart.c, linked statically).
+    # The C quick start over libdavinci (bindings/capi/examples/quickstart.c, linked statically).
     check "C quickstart (libdavinci)" /bin/capi-quickstart /dev/davinci0
     # The operator's tool.
     check smi-list davinci-smi list

@@ -12,7 +12,7 @@
 //!   WAIT_EVENT sleep on, and the platform's handle on them;
 //! * `inject`: the `inject` parameter, driver-core's fault injection for tests;
 //! * `platform`: driver-core's `Platform` over memcg-charged vmalloc buffers;
-//! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci_helpers.c`
+//! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci/helpers.c`
 //!   does the PCI calls): registered beside the software devices, it binds nothing where no
 //!   such device exists; `pci_dev`: a bound device as the PCI transport sees it (its BARs,
 //!   its lock, its removal); `pci_irq`: its interrupts, notification words and sleeps;
@@ -22,7 +22,7 @@
 //! * `sys`: the C boundary (`helpers.c`): every kernel structure's fields, the const file
 //!   operations, the module parameters.
 
-// `pin_init!` of a PCI device's state (pci_dev.rs) nests deeper than the default 128.
+// `pin_init!` of a PCI device's state (pci/dev.rs) nests deeper than the default 128.
 #![recursion_limit = "256"]
 
 use kernel::prelude::*;
@@ -34,10 +34,6 @@ mod fops;
 mod inject;
 mod ioctl;
 mod pci;
-mod pci_admin;
-mod pci_dev;
-mod pci_fops;
-mod pci_irq;
 mod platform;
 mod registration;
 mod sys;

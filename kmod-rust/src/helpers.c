@@ -78,7 +78,7 @@ module_param(fail_init, uint, 0444);
 MODULE_PARM_DESC(fail_init, "tests only: fail module init at its Nth step (0: never)");
 
 /*
- * Most ivshmem-doorbell PCI devices the module binds (pci.rs): 0 to 8; probe refuses the
+ * Most ivshmem-doorbell PCI devices the module binds (pci/mod.rs): 0 to 8; probe refuses the
  * others, logged. 0 binds none (and tests the refusal).
  */
 static unsigned int pci_devices = 8;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The mmap and fault wrappers both kinds of node share (helpers.c: the software devices;
- * pci_helpers.c: the PCI devices): what differs is the Rust check and fault handler, and the
+ * pci/helpers.c: the PCI devices): what differs is the Rust check and fault handler, and the
  * vma flags.
  */
 #ifndef DAVINCI_MMAP_COMMON_H

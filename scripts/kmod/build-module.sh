@@ -6,7 +6,8 @@ OUT=${1:?build directory}
 KMOD_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../kmod-rust" && pwd)
 ROOT=$(dirname "$KMOD_DIR")
 rm -rf "$OUT" && mkdir -p "$OUT"
-cp "$KMOD_DIR"/src/*.rs "$KMOD_DIR"/src/*.c "$KMOD_DIR"/src/*.h "$KMOD_DIR/Kbuild" "$KMOD_DIR/Makefile" "$OUT/"
+cp -r "$KMOD_DIR"/src/. "$OUT/"
+cp "$KMOD_DIR/Kbuild" "$KMOD_DIR/Makefile" "$OUT/"
 (cd "$ROOT" && cargo run --quiet -p xtask -- kmod-src "$OUT/davinci_core.rs")
 make -s -C "$OUT" KDIR="$KBUILD" RUSTC="$KMOD_RUSTC" BINDGEN="$KMOD_BINDGEN" RUSTFMT=/usr/bin/rustfmt \
     RUSTDOC=/usr/bin/rustdoc RUST_LIB_SRC="$KMOD_RUST_LIB_SRC" 2>&1 | tee "$OUT/build.log"

@@ -31,10 +31,10 @@ fn manifests_name_the_images_the_build_script_makes() {
     let script = read("scripts/images.sh");
     let version = env!("CARGO_PKG_VERSION");
     let manifests = [
-        "mockd/deploy/daemonset.yaml",
-        "exporter/deploy/daemonset.yaml",
-        "device-plugin/deploy/daemonset.yaml",
-        "device-plugin/deploy/example-pod.yaml",
+        "deploy/kubernetes/mockd-daemonset.yaml",
+        "deploy/kubernetes/exporter-daemonset.yaml",
+        "deploy/kubernetes/device-plugin-daemonset.yaml",
+        "deploy/kubernetes/example-pod.yaml",
     ];
     for m in manifests {
         let text = read(m);

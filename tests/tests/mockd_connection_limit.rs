@@ -13,7 +13,7 @@ use davinci_shim::{Device, Errno, ShareMode};
 /// Regression: a client refused because the device already has `MAX_CONNECTIONS`
 /// connections must be told so: `ENOSPC`, "too many connections to this device"
 /// (docs/abi.md 1.1: an open fails with `ENOSPC` when the device's opens are used up). davinci-mockd's acceptor
-/// (`mockd/src/daemon.rs`, `accept_loop`) sends that reply and drops the connection at
+/// (`hosts/mockd/src/daemon.rs`, `accept_loop`) sends that reply and drops the connection at
 /// once, without reading the HELLO the client has already sent; closing a Unix socket with
 /// unread data resets the connection, and the client's `recv` fails with `ECONNRESET`
 /// before it can read the reply. The shim then reported `ENODEV` ("connection to

@@ -1,8 +1,8 @@
 //! `davinci-smi cdi generate` against a real `davinci-mockd`: the spec it writes is valid by
-//! upstream's CDI JSON schema (vendored in ops/cdi-schema/), names the daemon's devices, and
+//! upstream's CDI JSON schema (vendored in operators/ops/cdi-schema/), names the daemon's devices, and
 //! the device path it puts in a container's environment reaches that device. (The spec
-//! builder and its checks: ops/src/cdi/tests.rs; `cdi generate` against fake devices:
-//! smi/src/cdi_generate/tests.rs.)
+//! builder and its checks: operators/ops/src/cdi/tests.rs; `cdi generate` against fake devices:
+//! operators/smi/src/cdi_generate/tests.rs.)
 #![forbid(unsafe_code)]
 
 use std::os::unix::fs::PermissionsExt;

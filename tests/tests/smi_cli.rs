@@ -1,7 +1,7 @@
 //! `davinci-smi` against a real `davinci-mockd` with client processes: npu-smi's `-c`, a
 //! device named twice, a refused `set` naming the clients it would strand, `--query` CSV and
-//! `--loop`. (The same behaviours against fake devices: the unit tests in smi/src; the binary
-//! without a device: smi/tests/cli.rs.)
+//! `--loop`. (The same behaviours against fake devices: the unit tests in operators/smi/src; the binary
+//! without a device: operators/smi/tests/cli.rs.)
 #![forbid(unsafe_code)]
 
 use std::process::Command;

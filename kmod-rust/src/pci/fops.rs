@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The file operations of a PCI device's node (`pci/helpers.c`'s const `davinci_pci_fops`):
+//! each forwards its caller's call to the device through the admin queue
+//! ([`PciShared`]): open is OPEN (who the opener is, found as for a software device),
+//! release is CLOSE, an ioctl is IOCTL (WAIT_EVENT sleeps on vector 1 between WAIT_AGAINs;
+//! LIST_CLIENTS' entries come through BAR2's list area), mmap and each fault are
+//! MMAP_TARGET, and the pages inserted are BAR2's (rings, memory: write-back) or, for a
+//! stream's doorbell page, BAR0's first page (uncached): the client's doorbell is a store to
+//! the device's Doorbell register, with no system call.
+//!
+//! User memory is touched only with the device's mutex released (a fault on it would take
+//! `mmap_lock`, which the fault handler holds while it takes the mutex).
+
+use core::ffi::c_void;
+use core::sync::atomic::Ordering;
+use kernel::ffi::{c_int, c_long, c_uint, c_ulong};
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::uaccess::UserSlice;
+
+use super::dev::PciShared;
+use crate::davinci_driver_core::Role;
+use crate::davinci_hwif::layout::{LIST_BUF, LIST_ENTRIES, LIST_ENTRY_SIZE};
+use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, MmapReply, OpenArgs, ReplyKind};
+use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
+use crate::davinci_uapi::{
+    DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_GET_IDENTITY,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+};
+use crate::device::{errno, READY};
+use crate::fops::opener;
+use crate::ioctl::{copy_out, creates, read_arg, MAX_ARG};
+use crate::sys::File;
+
+extern "C" {
+    fn davinci_signal_pending() -> c_int;
+    fn davinci_map_pfns(
+        vma: *mut c_void,
+        addr: c_ulong,
+        pfn: u64,
+        count: u64,
+        uncached: c_int,
+    ) -> c_int;
+}
+
+/// Longest single sleep of a WAIT_EVENT before it asks again, a safety net only: its client's
+/// notification word wakes it, as do a signal, its deadline (exact) and the device's loss.
+/// Each parked sleeper costs one admin round trip per slice, which every tenant's calls queue
+/// behind: at 1 s, a tenant parking 256 waits (the conformance suite's "waits" attacker)
+/// kept the admin queue busy enough under a loaded host that the device plugin's 5 s health
+/// check went unanswered.
+const WAIT_SLICE_MS: u64 = 10_000;
+/// Pages one fault maps: the faulting one and up to this many after it.
+const FAULT_AROUND: u64 = 16;
+
+/// One open file of a PCI device.
+pub(crate) struct PciOpen {
+    dev: Arc<PciShared>,
+    client: u32,
+}
+
+/// One admin call of `o`, the device's lock taken killably (`EINTR` when killed first).
+fn call(o: &PciOpen, op: AdminOp) -> Result<KBox<Completion>, Errno> {
+    let mut d = o.dev.lock().map_err(|_| Errno::EINTR)?;
+    d.call(o.client, op)
+}
+
+/// A failed completion's errno.
+fn failed(c: &Completion) -> Errno {
+    Errno::from_code(c.errno as i32).unwrap_or(Errno::EIO)
+}
+
+/// `open` (from `pci/helpers.c`'s `davinci_pci_cdev_open`), with a reference on the node's
+/// device that this function owns.
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::file) -> c_int {
+    // SAFETY: `state` is a reference `davinci_pci_get` made for this open, handed over.
+    let dev = unsafe { Arc::<PciShared>::from_raw(state.cast()) };
+    // SAFETY: `file` is the file being opened, used only during this call.
+    let file = unsafe { File::new(file) };
+    if !READY.load(Ordering::Acquire) {
+        return errno(Errno::ENODEV);
+    }
+    let (p, mapping) = match opener(file) {
+        Ok(o) => o,
+        Err(e) => return errno(e),
+    };
+    let Ok(slot) = KBox::new(
+        PciOpen {
+            dev: dev.clone(),
+            client: 0,
+        },
+        GFP_KERNEL,
+    ) else {
+        return errno(Errno::ENOMEM);
+    };
+    let mut slot = slot;
+    {
+        let Ok(mut d) = dev.lock() else {
+            return errno(Errno::EINTR);
+        };
+        let c = match d.call(
+            0,
+            AdminOp::Open(OpenArgs {
+                control: p.role == Role::Control,
+                pid: p.pid,
+                uid: p.uid,
+                admin: p.admin,
+                comm: p.comm,
+                container: p.container,
+            }),
+        ) {
+            Ok(c) => c,
+            Err(e) => return errno(e),
+        };
+        if c.reply != ReplyKind::Done {
+            return errno(failed(&c));
+        }
+        if d.add_open(c.client, mapping).is_err() {
+            let _ = d.call(c.client, AdminOp::Close);
+            return errno(Errno::ENOMEM);
+        }
+        slot.client = c.client;
+    }
+    file.set_private(KBox::into_raw(slot).cast());
+    0
+}
+
+/// `release` (from `davinci_pci_fops`): CLOSE; everything the open held goes on the device.
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_release(
+    _inode: *mut bindings::inode,
+    file: *mut bindings::file,
+) -> c_int {
+    // SAFETY: `file` is the file being released, used only during this call.
+    let file = unsafe { File::new(file) };
+    // SAFETY: `open` stored a boxed `PciOpen` in `private_data`; release is called once.
+    let o = unsafe { KBox::from_raw(file.private().cast::<PciOpen>()) };
+    let mut d = o.dev.lock_idle();
+    // A lost device has nothing left to close.
+    let _ = d.call(o.client, AdminOp::Close);
+    d.remove_open(o.client);
+    0
+}
+
+/// The open of a PCI file.
+///
+/// # Safety
+///
+/// `open` is the `private_data` of a PCI device's file (a `PciOpen`), during a file or vm
+/// operation on it (so release has not run).
+unsafe fn open_of<'a>(open: *mut c_void) -> &'a PciOpen {
+    // SAFETY: the caller's contract.
+    unsafe { &*open.cast::<PciOpen>() }
+}
+
+/// `unlocked_ioctl` (from `davinci_pci_fops`).
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_ioctl(
+    file: *mut bindings::file,
+    cmd: c_uint,
+    arg: c_ulong,
+) -> c_long {
+    // SAFETY: `file` is the file of this call, used only during it.
+    let file = unsafe { File::new(file) };
+    // SAFETY: `private_data` is this PCI file's `PciOpen`, alive until release.
+    let o = unsafe { open_of(file.private()) };
+    ioctl(file, o, cmd, arg)
+}
+
+fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
+    let fail = |e: Errno| errno(e) as c_long;
+    let mut buf = [0u8; MAX_ARG];
+    let size = match read_arg(&file, cmd, arg, &mut buf) {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let Some(a) = ArgBuf::from_slice(&buf[..size]) else {
+        return fail(Errno::ENOTTY);
+    };
+    let dir = ioc_dir(cmd);
+    let copy_back = |a: &ArgBuf| {
+        if dir & IOC_READ != 0 {
+            copy_out(arg, a.as_slice())
+        } else {
+            0
+        }
+    };
+    match cmd {
+        DRIVER_CMD_WAIT_EVENT => return wait_event(o, a, &copy_back),
+        DRIVER_CMD_LIST_CLIENTS => return list_clients(o, a, &copy_back),
+        _ => {}
+    }
+    let c = match call(
+        o,
+        AdminOp::Ioctl {
+            request: cmd,
+            arg: a,
+        },
+    ) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    if c.reply != ReplyKind::Done {
+        return fail(failed(&c));
+    }
+    let mut reply = c.arg;
+    if cmd == DRIVER_CMD_GET_IDENTITY {
+        // The device process cannot know where the guest put it: this side says.
+        let mut id = DeviceIdentity::decode(reply.as_slice());
+        id.bus_id = o.dev.bus_id;
+        (id.pci_vendor, id.pci_device) = o.dev.pci_ids;
+        id.encode(reply.as_mut_slice());
+    }
+    let r = copy_back(&reply);
+    if r != 0 && creates(cmd) {
+        // The caller cannot learn the handle: what was created goes again (docs/abi.md 1.4).
+        let _ = o.dev.lock_idle().call(
+            o.client,
+            AdminOp::Undo {
+                request: cmd,
+                arg: c.arg,
+            },
+        );
+    }
+    r
+}
+
+/// WAIT_EVENT: asked once; while the device says WAIT_NEEDED, sleeps until vector 1 (at most
+/// a slice, the deadline exact) and asks again (WAIT_AGAIN), with whether the deadline
+/// passed; a signal ends it after one more look (restarted by SA_RESTART, or EINTR).
+fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
+    let timeout_ns = WaitEventArgs::decode(a.as_slice()).timeout_ns;
+    let dev = &o.dev;
+    let deadline = crate::sys::now_ns().saturating_add(timeout_ns);
+    // This client's notification word, before the device looks: a change after this wakes.
+    let mut before = dev.notified(o.client);
+    let mut c = match call(
+        o,
+        AdminOp::Ioctl {
+            request: DRIVER_CMD_WAIT_EVENT,
+            arg: a,
+        },
+    ) {
+        Ok(c) => c,
+        Err(e) => return errno(e) as c_long,
+    };
+    loop {
+        match c.reply {
+            ReplyKind::Done => return copy_back(&c.arg),
+            ReplyKind::Failed => {
+                let r = copy_back(&c.arg);
+                return if r != 0 {
+                    r
+                } else {
+                    errno(failed(&c)) as c_long
+                };
+            }
+            ReplyKind::WaitNeeded => {}
+        }
+        // SAFETY: no preconditions (process context).
+        let signalled = unsafe { davinci_signal_pending() } != 0;
+        let now = crate::sys::now_ns();
+        if !signalled && now < deadline {
+            let left_ms = (deadline - now).div_ceil(1_000_000).clamp(1, WAIT_SLICE_MS) as u32;
+            let _ = dev.wait_notified(o.client, before, left_ms);
+        }
+        // SAFETY: as above.
+        let signalled = signalled || unsafe { davinci_signal_pending() } != 0;
+        before = dev.notified(o.client);
+        let timed_out = crate::sys::now_ns() >= deadline;
+        c = match call(
+            o,
+            AdminOp::WaitAgain {
+                arg: c.arg,
+                timed_out,
+            },
+        ) {
+            Ok(c) => c,
+            Err(e) => return errno(e) as c_long,
+        };
+        if signalled && c.reply == ReplyKind::WaitNeeded {
+            // `current` and `status` as they are now; the kernel restarts the call or
+            // returns EINTR.
+            let r = copy_back(&c.arg);
+            return if r != 0 {
+                r
+            } else {
+                ERESTARTSYS.to_errno() as c_long
+            };
+        }
+    }
+}
+
+/// Whether LIST_CLIENTS' `entry_size` is one the ABI accepts (else the device says EINVAL).
+fn entry_size_ok(n: u32) -> bool {
+    n % 8 == 0 && (8..=4096).contains(&n)
+}
+
+/// LIST_CLIENTS: the device writes the entries into BAR2's list area (its own entry size, at
+/// most the caller's), this side copies them to the caller's buffer at the caller's stride,
+/// zero-padded, with the device's mutex released.
+fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
+    let asked = ListClientsArgs::decode(a.as_slice());
+    // The caller's whole buffer must be addressable (as the software device checks it).
+    let span = u64::from(asked.capacity) * u64::from(asked.entry_size);
+    if asked.buf != 0 && asked.buf.checked_add(span).is_none() {
+        return errno(Errno::EFAULT) as c_long;
+    }
+    let mut fwd = asked;
+    if asked.buf != 0 {
+        fwd.buf = LIST_BUF;
+    }
+    if entry_size_ok(asked.entry_size) && asked.pad == 0 {
+        fwd.entry_size = asked.entry_size.min(LIST_ENTRY_SIZE as u32);
+        fwd.capacity = asked.capacity.min(LIST_ENTRIES as u32);
+    }
+    let mut fa = a;
+    fwd.encode(fa.as_mut_slice());
+    let mut entries = KVVec::<u8>::new();
+    let (c, n) = {
+        let Ok(mut d) = o.dev.lock() else {
+            return errno(Errno::EINTR) as c_long;
+        };
+        let c = match d.call(
+            o.client,
+            AdminOp::Ioctl {
+                request: DRIVER_CMD_LIST_CLIENTS,
+                arg: fa,
+            },
+        ) {
+            Ok(c) => c,
+            Err(e) => return errno(e) as c_long,
+        };
+        if c.reply != ReplyKind::Done {
+            return errno(failed(&c)) as c_long;
+        }
+        let got = ListClientsArgs::decode(c.arg.as_slice());
+        let n = got.count.min(fwd.capacity) as usize;
+        let bytes = n * fwd.entry_size as usize;
+        if bytes > 0 {
+            if entries.extend_with(bytes, 0, GFP_KERNEL).is_err() {
+                return errno(Errno::ENOMEM) as c_long;
+            }
+            if d.read_list(&mut entries).is_err() {
+                return errno(Errno::ENODEV) as c_long;
+            }
+        }
+        (c, n)
+    };
+    let got = ListClientsArgs::decode(c.arg.as_slice());
+    let (have, stride) = (fwd.entry_size as usize, asked.entry_size as usize);
+    static ZEROS: [u8; 256] = [0; 256];
+    for i in 0..n {
+        let at = asked.buf + (i * stride) as u64;
+        let mut w = UserSlice::new(at as usize, stride).writer();
+        let Some(e) = entries.get(i * have..(i + 1) * have) else {
+            return errno(Errno::EFAULT) as c_long;
+        };
+        if w.write_slice(e).is_err() {
+            return errno(Errno::EFAULT) as c_long;
+        }
+        let mut left = stride - have;
+        while left > 0 {
+            let k = left.min(ZEROS.len());
+            if w.write_slice(&ZEROS[..k]).is_err() {
+                return errno(Errno::EFAULT) as c_long;
+            }
+            left -= k;
+        }
+    }
+    let mut reply = asked;
+    reply.count = got.count;
+    let mut out = a;
+    reply.encode(out.as_mut_slice());
+    copy_back(&out)
+}
+
+/// `mmap`'s check (from `pci/helpers.c`'s `davinci_pci_mmap`): MMAP_TARGET says the object
+/// exists, is the caller's and is at least `len` bytes. 0 or -errno.
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_mmap_check(open: *mut c_void, cookie: u64, len: u64) -> c_int {
+    // SAFETY: `open` is this PCI file's `private_data` (mmap cannot run during release).
+    let o = unsafe { open_of(open) };
+    let Ok(mut d) = o.dev.lock() else {
+        return errno(Errno::EINTR);
+    };
+    match target(o, &mut d, cookie, len) {
+        Ok(_) => 0,
+        Err(e) => errno(e),
+    }
+}
+
+/// Where `cookie` of `o` lies (MMAP_TARGET), at least `len` bytes.
+fn target(
+    o: &PciOpen,
+    d: &mut super::admin::Locked<'_>,
+    cookie: u64,
+    len: u64,
+) -> Result<MmapReply, Errno> {
+    let c = d.call(o.client, AdminOp::MmapTarget { cookie, len })?;
+    if c.reply != ReplyKind::Done {
+        return Err(failed(&c));
+    }
+    let m = MmapReply::from_arg(c.arg.as_slice()).map_err(|_| Errno::EIO)?;
+    // Only heap pages of BAR2 go to a client (never its header, admin rings or list area).
+    let l = o.dev.layout();
+    let end = m.offset.checked_add(m.len).ok_or(Errno::EIO)?;
+    if m.kind != MapKind::Doorbell && (m.offset < l.heap_offset || end > l.region_size) {
+        return Err(Errno::EIO);
+    }
+    if m.kind == MapKind::CmdRing {
+        d.note_ring(o.client, cookie, m.offset, m.len);
+    }
+    Ok(m)
+}
+
+/// The page-fault handler of a PCI mapping (from `davinci_pci_vm_fault`): maps page `page`
+/// of the object at `cookie` (and a few after it) at `addr`, if it still exists. 0 or -errno.
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_fault(
+    open: *mut c_void,
+    cookie: u64,
+    page: u64,
+    vma: *mut bindings::vm_area_struct,
+    addr: c_ulong,
+) -> c_int {
+    // SAFETY: the vma holds a reference on its file, whose `private_data` is its `PciOpen`.
+    let o = unsafe { open_of(open) };
+    const PAGE: u64 = 1 << bindings::PAGE_SHIFT;
+    let Some(need) = page.checked_add(1).and_then(|p| p.checked_mul(PAGE)) else {
+        return errno(Errno::EFAULT);
+    };
+    let Ok(mut d) = o.dev.lock() else {
+        return errno(Errno::EINTR);
+    };
+    let m = match target(o, &mut d, cookie, need) {
+        Ok(m) => m,
+        Err(e) => return errno(e),
+    };
+    let (pfn, count, uncached) = if m.kind == MapKind::Doorbell {
+        // BAR0's first page: the Doorbell register. Only when the page holds nothing else
+        // (checked at probe, logged): another device's registers must not reach a client.
+        if page != 0 || !o.dev.regs_alone {
+            return errno(Errno::EFAULT);
+        }
+        (o.dev.regs_phys / PAGE, 1, true)
+    } else {
+        let pages = m.len / PAGE;
+        (
+            (o.dev.shm_phys + m.offset) / PAGE + page,
+            (pages - page).min(FAULT_AROUND),
+            false,
+        )
+    };
+    // SAFETY: in the fault handler with the vma locked; the pfns are the device's BARs (the
+    // object's pages, which stay its own until a completion revokes them: that takes the
+    // device mutex, held here until the pages are in).
+    unsafe { davinci_map_pfns(vma.cast(), addr, pfn, count, c_int::from(uncached)) }
+}
