@@ -10,14 +10,14 @@
 #      which the test command has just run, so nothing is built twice): the conformance
 #      suite, the kernel-only tests, the million-task run, davinci-smi, davinci-workload,
 #      davinci-exporter, davinci-device-plugin and its kubelet stand-in, davinci-testclient,
-#      davinci-attacker; and the C quick start over libdavinci, linked statically; and
-#      davinci-bench, built for release (its kernel rows);
+#      davinci-attacker, davinci-bench (its kernel rows, as a smoke run); and the C quick start
+#      over libdavinci, linked statically;
 #      stripped of debug information, with the C libraries they load;
 #   4. packs them with busybox into an initramfs whose /init is kmod-rust/guest/init.sh;
 #   5. boots QEMU (TCG), streams the guest's serial console, and exits 0 only if the guest
 #      reported every step passed, every conformance test ran under its own name and passed,
 #      and the kernel logged no warning, BUG, oops or leak;
-#   6. boots it again with the PCI device (issue 27): davinci-pcidev (release build) serves
+#   6. boots it again with the PCI device (issue 27): davinci-pcidev (the test build's) serves
 #      QEMU's ivshmem-doorbell from this side, the module is loaded with no software device
 #      (devices=0) and binds it as /dev/davinci0, and the conformance suite, the kernel-only
 #      tests, davinci-smi and davinci-workload run on it; then, at the guest's cues, the
@@ -98,14 +98,14 @@ gcc -std=c11 -Wall -Wextra -Werror -static "$ROOT/bindings/capi/examples/quickst
     -o "$WORK/capi-quickstart" 2>"$WORK/capi-link.log" ||
     { cat "$WORK/capi-link.log"; echo "kmod: the static C quick start does not build" >&2; exit 1; }
 guest_bins[capi-quickstart]=$WORK/capi-quickstart
-# davinci-bench in a release build (its --device rows measure the kernel path against io_uring
-# and an empty ioctl; a test-profile build would measure its own unoptimised code).
-(cd "$ROOT" && cargo build --release --locked -q -p davinci-benches --bin davinci-bench) \
-    >"$WORK/bench-build.log" 2>&1 ||
-    { cat "$WORK/bench-build.log"; echo "kmod: davinci-bench does not build" >&2; exit 1; }
-bench_target=${CARGO_TARGET_DIR:-$ROOT/target}
-case "$bench_target" in /*) ;; *) bench_target=$ROOT/$bench_target ;; esac
-guest_bins[davinci-bench]=$bench_target/release/davinci-bench
+# davinci-bench from the test build too: its --device rows in the guest are a smoke run of the
+# kernel path (every row measures and reports). Figures worth quoting need a release build
+# (apps/benches/results/kernel.txt came from one, before issue 40); building one here would
+# be a second build of the bench and its dependencies on every run.
+guest_bins[davinci-bench]=$(exe bin davinci-bench)
+# The PCI boot's device process (davinci-pcidev, on this side), from the test build as well.
+pcidev_bin=$(exe bin davinci-pcidev)
+[ -n "$pcidev_bin" ] && [ -x "$pcidev_bin" ] || { echo "kmod: the test build has no davinci-pcidev" >&2; exit 1; }
 mkdir -p "$WORK/bin"
 libs=()
 for name in "${!guest_bins[@]}"; do
@@ -159,7 +159,7 @@ boot() {
 # start_device LOG: davinci-pcidev on $sock (listening before QEMU connects); $! is its pid.
 start_device() {
     rm -f "$sock"
-    "$bench_target/release/davinci-pcidev" --socket "$sock" --size 256M --device-id 0 >"$1" 2>&1 &
+    "$pcidev_bin" --socket "$sock" --size 256M --device-id 0 >"$1" 2>&1 &
     local pid=$!
     for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
     [ -S "$sock" ] || { cat "$1"; echo "kmod: davinci-pcidev did not listen" >&2; exit 1; }
@@ -250,9 +250,6 @@ for mode in $BOOTS; do
         pci)
             # The PCI device: davinci-pcidev on this side (the engine, listening before QEMU
             # starts), QEMU's ivshmem-doorbell in the guest, the module bound to it.
-            (cd "$ROOT" && cargo build --release --locked -q -p davinci-pcidev --bin davinci-pcidev) \
-                >"$WORK/pcidev-build.log" 2>&1 ||
-                { cat "$WORK/pcidev-build.log"; echo "kmod: davinci-pcidev does not build" >&2; exit 1; }
             sock=$WORK/pcidev.sock qmp=$WORK/qmp.sock
             rm -f "$sock" "$qmp"
             start_device "$WORK/pcidev.log"

@@ -4,7 +4,7 @@
 #
 #   1. takes the test kernel of scripts/kmod-test.sh (scripts/kmod/toolchain.sh: installed
 #      and built once, cached; it needs CONFIG_PCI and CONFIG_PCI_MSI);
-#   2. builds davinci-pcidev (release) and the guest program, the example pcidev-guest of
+#   2. takes davinci-pcidev and the guest program from the test build (the example pcidev-guest of
 #      davinci-pcidev, linked statically (x86_64-unknown-linux-musl when that target is
 #      installed, else glibc with crt-static);
 #   3. packs busybox and pcidev-guest into an initramfs whose /init runs it;
@@ -54,12 +54,12 @@ mkdir -p "$WORK"
 
 # ---- the programs ------------------------------------------------------------------------
 t=$SECONDS
-(cd "$ROOT" && cargo build --release --locked -q -p davinci-pcidev --bin davinci-pcidev) \
-    >"$WORK/build-pcidev.log" 2>&1 ||
-    { cat "$WORK/build-pcidev.log"; echo "pcidev: davinci-pcidev does not build" >&2; exit 1; }
-PCIDEV=$TARGET/release/davinci-pcidev
-qg_static_example davinci-pcidev pcidev-guest
-say "programs built ($((SECONDS - t)) s; the guest's for $QG_GUEST_TARGET, static)"
+# Both from the test command's build (`cargo test --workspace`): nothing is built again.
+PCIDEV=$(bash "$ROOT/scripts/test-artifacts.sh" | awk '$1 == "bin" && $2 == "davinci-pcidev" { print $3 }' | tail -n1)
+[ -n "$PCIDEV" ] && [ -x "$PCIDEV" ] ||
+    { echo "pcidev: the test build has no davinci-pcidev (run cargo test --workspace first)" >&2; exit 1; }
+qg_test_example pcidev-guest
+say "programs ready ($((SECONDS - t)) s, from the test build)"
 
 # ---- the initramfs -----------------------------------------------------------------------
 qg_initramfs psmoke "$WORK/pcidev-guest"

@@ -8,6 +8,10 @@
 #                              checked for CONFIG_PCI_MSI
 #   qg_static_example PKG EX   builds example EX of PKG statically for the guest (musl when
 #                              installed, else glibc crt-static), copied to $WORK/EX stripped
+#   qg_test_example EX         example EX as the test command's build made it (`cargo test
+#                              --workspace` builds every example; nothing is built again),
+#                              copied to $WORK/EX stripped; qg_initramfs* then pack the C
+#                              libraries it loads (ldd) at their paths
 #   qg_initramfs TAG PROGRAM   $WORK/initramfs.cpio.gz: busybox, PROGRAM as /bin/NAME and
 #                              an /init that mounts proc, sysfs and devtmpfs, lists the PCI
 #                              devices, runs NAME, then prints the kernel log ("kmsg: "
@@ -70,6 +74,14 @@ qg_static_example() {
     QG_GUEST_TARGET=$target
 }
 
+qg_test_example() {
+    local ex=$1 bin
+    bin=$(bash "$ROOT/scripts/test-artifacts.sh" | awk -v n="$ex" '$1 == "example" && $2 == n { print $3 }' | tail -n1)
+    [ -n "$bin" ] && [ -x "$bin" ] ||
+        { echo "$QG_NAME: the test build has no example $ex (run cargo test --workspace first)" >&2; exit 1; }
+    objcopy --strip-debug "$bin" "$WORK/$ex"
+}
+
 qg_initramfs() {
     local tag=$1 prog=$2 name
     name=$(basename "$prog")
@@ -98,8 +110,20 @@ qg_initramfs_with() {
     shift 2
     file -L "$bb" | grep -q 'statically linked' ||
         { echo "$QG_NAME: $bb is not static (apt-get install busybox-static)" >&2; exit 1; }
+    # The C libraries (and the loader) a dynamically linked program loads, at the paths ldd
+    # names, with their directories.
+    local libs=() lib p c
+    for f in "$@"; do
+        file -L "${f#*=}" | grep -q 'dynamically linked' || continue
+        while read -r lib; do libs+=("$lib"); done < <(ldd "${f#*=}" | grep -oE '/[^ ]+' | sort -u)
+    done
     {
         for d in /dev /proc /sys /bin; do echo "dir $d 755 0 0"; done
+        for lib in ${libs[@]+"${libs[@]}"}; do dirname "$lib"; done | sort -u | while read -r d; do
+            p=
+            for c in ${d//\// }; do p=$p/$c; echo "dir $p 755 0 0"; done
+        done | grep -vxE 'dir /(dev|proc|sys|bin) 755 0 0' | sort -u
+        for lib in ${libs[@]+"${libs[@]}"}; do echo "file $lib $(readlink -f "$lib") 755 0 0"; done | sort -u
         echo "nod /dev/console 600 0 0 c 5 1"
         echo "nod /dev/null 666 0 0 c 1 3"
         echo "file /bin/busybox $bb 755 0 0"
