@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/python-test.sh: the Python package `davinci` (bindings/python/), as a user gets it: built and
-# installed with `pip install ./python` into a virtual environment under the target directory
+# installed with `pip install ./bindings/python` into a virtual environment under the target directory
 # (maturin, a release build of the native module), then its tests (bindings/python/tests, pytest)
 # against the embedded device and a real davinci-mockd, and its examples
 # (bindings/python/examples/framework_op.py on both, 3,000 calls in a loop; two_process.py on a
@@ -52,9 +52,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "==> python: a virtual environment in $VENV"
     "$PY" -m venv "$VENV"
 fi
-echo "==> python: pip install ./python (maturin, release build of the native module)"
+echo "==> python: pip install ./bindings/python (maturin, release build of the native module)"
 start=$SECONDS
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./bindings/python
 echo "==> python: built and installed in $((SECONDS - start)) s"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest pytest-timeout numpy
 
