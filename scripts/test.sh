@@ -255,8 +255,8 @@ step "quick start example" target/debug/examples/quickstart
 # Two actors sharing a buffer by token (docs in shim/examples/ray_actors.rs); across two
 # processes in the daemon suites above (mockd_acceptance) and on the kernel.
 step "ray actors example" target/debug/examples/ray_actors
-# The Python package (bindings/python/): `pip install ./python` into a venv under target/, its pytest
-# suite against the embedded device and a real davinci-mockd, and its examples.
+# The Python package (bindings/python/): `pip install ./bindings/python` into a venv under target/, its
+# pytest suite against the embedded device and a real davinci-mockd, and its examples.
 step "Python package (install, pytest, examples)" scripts/python-test.sh
 # The runtime library without the embedded device builds and passes its tests (that it links
 # no device code is the layering check's).
