@@ -1,5 +1,5 @@
 //! The families against fake readings: help, type and values of every series, OpenMetrics'
-//! units and EOF, the README's table, and the format negotiation.
+//! units and EOF, the operators' guide's table, and the format negotiation.
 
 use super::*;
 use crate::collect::{Failure, Reading};
@@ -246,24 +246,34 @@ fn openmetrics_has_units_and_eof() {
 }
 
 #[test]
-fn the_readme_table_lists_every_family_with_its_type() {
-    let readme = include_str!("../../README.md");
+fn the_guide_table_lists_every_family_with_its_type() {
+    // The operators' guide (docs/operators.md is generated from this template) documents
+    // every family in its exporter section.
+    let guide = include_str!("../../../../docs/operators.md.in");
+    let start = guide
+        .find("### `davinci-exporter`")
+        .expect("docs/operators.md.in has an exporter section");
+    let section = &guide[start..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |e| e + 4)];
     for f in FAMILIES {
         let kind = match f.kind {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
         };
         let row = format!("| `{}` | {kind} |", f.name);
-        assert!(readme.contains(&row), "README.md lacks {row}");
+        assert!(
+            section.contains(&row),
+            "docs/operators.md.in's exporter section lacks {row}"
+        );
     }
-    let rows = readme
+    let rows = section
         .lines()
         .filter(|l| l.starts_with("| `davinci_"))
         .count();
     assert_eq!(
         rows,
         FAMILIES.len(),
-        "README.md lists families that are not exported"
+        "docs/operators.md.in's exporter section lists families that are not exported"
     );
 }
 
