@@ -7,8 +7,9 @@
 //! * `cargo xtask kmod-src OUT.rs`: `uapi`, `ring` and `driver-core` as one source file for the
 //!   kernel module (see `kmod_src`).
 //! * `cargo xtask check`: the checks on the workspace's shape (`xtask::tree`): layering, file
-//!   sizes, the paths the docs name, the MSRV against the dependencies; each also on its own
-//!   (`check-layering`, `check-sizes`, `check-docs`, `msrv`). `msrv --build` also builds the
+//!   sizes, the paths every tracked file names, the packages the docs name, the unsafe table,
+//!   the MSRV against the dependencies; each also on its own (`check-layering`, `check-sizes`,
+//!   `check-paths`, `check-docs`, `check-unsafe`, `msrv`). `msrv --build` also builds the
 //!   workspace with the declared toolchain (installing it with rustup when missing).
 #![forbid(unsafe_code)]
 
@@ -25,7 +26,9 @@ const USAGE: &str = "usage: cargo xtask COMMAND
   check-layering      crates depend only on lower layers; the shim without `embedded` and the
                       operators' tools link no device code (read from cargo metadata)
   check-sizes         no source file over 600 non-test lines
-  check-docs          every repository path README.md and docs/ name exists; every `-p` is a package
+  check-paths         every repository path a tracked text file names exists (Markdown, comments,
+                      strings, scripts, Makefile and Kbuild, manifests, YAML, units)
+  check-docs          every `-p` the Markdown files pass to cargo is a workspace package
   check-unsafe        every crate root forbids or denies unsafe code; the files that allow it are
                       exactly the table \"Where `unsafe` is\" of docs/architecture.md
   msrv [--build]      the workspace's rust-version is at least every dependency's; with --build,
@@ -38,10 +41,14 @@ fn main() -> ExitCode {
         ["gen-header"] => gen_header(false),
         ["gen-header", "--check"] | ["--check", "gen-header"] => gen_header(true),
         ["kmod-src", out] => kmod_src(out),
-        ["check"] => checks(&["layering", "sizes", "docs", "unsafe", "msrv"], false),
+        ["check"] => checks(
+            &["layering", "sizes", "paths", "docs", "unsafe", "msrv"],
+            false,
+        ),
         ["check-unsafe"] => checks(&["unsafe"], false),
         ["check-layering"] => checks(&["layering"], false),
         ["check-sizes"] => checks(&["sizes"], false),
+        ["check-paths"] => checks(&["paths"], false),
         ["check-docs"] => checks(&["docs"], false),
         ["msrv"] => checks(&["msrv"], false),
         ["msrv", "--build"] => checks(&["msrv"], true),
@@ -121,8 +128,11 @@ fn kmod_src(out: &str) -> ExitCode {
 }
 
 fn checks(which: &[&str], build: bool) -> ExitCode {
-    use xtask::tree::{doc_paths, layering, metadata::Workspace, msrv, sizes, unsafe_code};
-    let root = xtask::workspace_root();
+    use xtask::tree::{doc_paths, layering, metadata::Workspace, msrv, paths, sizes, unsafe_code};
+    // As for gen-header: a scratch copy of the tree when XTASK_WORKSPACE_ROOT names one.
+    let root = std::env::var_os("XTASK_WORKSPACE_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(xtask::workspace_root);
     let ws = match Workspace::load(&root) {
         Ok(ws) => ws,
         Err(e) => {
@@ -149,10 +159,17 @@ fn checks(which: &[&str], build: bool) -> ExitCode {
                     std::fs::read_to_string(root.join("docs/architecture.md")).unwrap_or_default();
                 unsafe_code::check(&root, &roots, &rel, &doc)
             }
-            "docs" => {
-                let members: Vec<String> = ws.members.iter().map(|p| p.name.clone()).collect();
-                doc_paths::check(&root, &members)
-            }
+            "paths" => match paths::tracked_files(&root) {
+                Ok(files) => paths::check(&root, &files),
+                Err(e) => vec![xtask::tree::Finding(e)],
+            },
+            "docs" => match paths::tracked_files(&root) {
+                Ok(files) => {
+                    let members: Vec<String> = ws.members.iter().map(|p| p.name.clone()).collect();
+                    doc_paths::check(&root, &files, &members)
+                }
+                Err(e) => vec![xtask::tree::Finding(e)],
+            },
             "msrv" => msrv::check(&ws),
             other => vec![xtask::tree::Finding(format!("no check named {other}"))],
         };

@@ -4,7 +4,9 @@
 //!   feature rules (`cargo xtask check-layering`);
 //! * [`sizes`]: no source file over [`sizes::MAX_NON_TEST_LINES`] non-test lines
 //!   (`cargo xtask check-sizes`);
-//! * [`doc_paths`]: every repository path the README and `docs/` name exists
+//! * [`paths`]: every repository path any tracked text file names exists: Markdown, comments,
+//!   strings, scripts, Makefiles, manifests (`cargo xtask check-paths`);
+//! * [`doc_paths`]: every package the Markdown passes to `cargo -p` is a member
 //!   (`cargo xtask check-docs`);
 //! * [`msrv`]: the declared `rust-version` is at least what every dependency declares, and the
 //!   workspace builds with that toolchain when it is installed (`cargo xtask msrv`);
@@ -18,6 +20,7 @@ pub mod doc_paths;
 pub mod layering;
 pub mod metadata;
 pub mod msrv;
+pub mod paths;
 pub mod sizes;
 pub mod unsafe_code;
 
