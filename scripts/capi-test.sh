@@ -18,7 +18,8 @@
 #
 # Installs gcc, pkg-config and the sanitizers' runtime with apt-get when they are missing
 # and it may (root). Environment: CARGO_TARGET_DIR (where cargo builds), DAVINCI_CAPI_WORK
-# (default target/capi).
+# (default target/capi), DAVINCI_MOCKD (the davinci-mockd binary to test against; default: a
+# release build of it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -100,10 +101,14 @@ if readelf -l "$WORK/capi-quickstart" | grep 'program interpreter' >/dev/null; t
     die "$WORK/capi-quickstart is not static (it names a dynamic loader)"
 fi
 
-# A real davinci-mockd in a scratch socket directory.
-# (Release, like the library: the two share most of their dependencies' build.)
-cargo build -q --release -p davinci-mockd
-MOCKD=$TARGET/release/davinci-mockd
+# A real davinci-mockd in a scratch socket directory: DAVINCI_MOCKD when the caller names one
+# (scripts/test.sh passes the test build's), else a release build (like the library's: the
+# two share most of their dependencies' build).
+MOCKD=${DAVINCI_MOCKD:-}
+if [ -z "$MOCKD" ]; then
+    cargo build -q --release -p davinci-mockd
+    MOCKD=$TARGET/release/davinci-mockd
+fi
 SOCK_DIR=$(mktemp -d /tmp/davinci-capi.XXXXXX)
 mockd_pid=
 cleanup() {

@@ -16,6 +16,7 @@
 #   CARGO_TARGET_DIR      where cargo builds (and the venv goes: $CARGO_TARGET_DIR/python-venv;
 #                         default target/)
 #   DAVINCI_PYTHON        the interpreter to make the venv with (default python3)
+#   DAVINCI_MOCKD         the davinci-mockd binary to test against (default: cargo builds one)
 set -eu
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -58,9 +59,14 @@ start=$SECONDS
 echo "==> python: built and installed in $((SECONDS - start)) s"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest pytest-timeout numpy
 
-echo "==> python: davinci-mockd for the tests (cargo build -p davinci-mockd)"
-cargo build -q -p davinci-mockd
-export DAVINCI_MOCKD=$TARGET/debug/davinci-mockd
+# davinci-mockd for the tests: DAVINCI_MOCKD when the caller names one (scripts/test.sh
+# passes the test build's), else a build of it.
+if [ -z "${DAVINCI_MOCKD:-}" ]; then
+    echo "==> python: davinci-mockd for the tests (cargo build -p davinci-mockd)"
+    cargo build -q -p davinci-mockd
+    DAVINCI_MOCKD=$TARGET/debug/davinci-mockd
+fi
+export DAVINCI_MOCKD
 export DAVINCI_PYTEST_REQUIRE_MOCKD=1
 # The tests import the installed package (not bindings/python/davinci, which has no native module):
 # pytest runs from the repository's root.

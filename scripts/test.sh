@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # scripts/test.sh: the project's test command, run by developers and by CI (.ci/run).
 #
-# Steps, each run even if an earlier one failed (the kernel step in the background beside
-# the last two: its guest uses one core); a summary at the end says which failed and how
-# long each took:
-#   formatting; the tree's shape (cargo xtask check: layering, file sizes, doc paths, MSRV);
-#   clippy (warnings are errors); the workspace's tests (unit, crate integration, the
-#   conformance suite on the embedded device, system tests, fuzz replays, the C header
-#   checks: they need a C compiler); the conformance suite and the million-task run again
-#   against a real davinci-mockd; the quick start; the Python package (scripts/python-test.sh:
-#   installed with pip, its tests and examples); the runtime library without its embedded
-#   device; libdavinci, the library for C (scripts/capi-test.sh: the C quick start and tests
-#   on the embedded device and davinci-mockd, with ASan/UBSan); every fuzz target on nightly
-#   (scripts/fuzz.sh); the kernel module in QEMU
-#   (scripts/kmod-test.sh, the same test binaries, on its software device and on the PCI
-#   device that davinci-pcidev serves) and as a PCI driver (scripts/pci-smoke.sh), the PCI device process behind QEMU (scripts/pcidev-smoke.sh); the loom models of the ring protocol and
-#   the mutation check of its orderings (scripts/ring-mutation-check.sh); the workspace
-#   checked with the toolchain of its declared rust-version (cargo xtask msrv --build).
+# Steps, each run even if an earlier one failed; a summary at the end says which failed, how
+# long each took and how many CPU seconds it used:
+#   formatting; the tree's shape (cargo xtask check: layering and folders, file sizes, paths,
+#   MSRV); the workspace's tests (unit, crate integration, the conformance suite on the
+#   embedded device, system tests, fuzz replays, the C header checks: they need a C compiler);
+#   then, in the background, the kernel module in QEMU (scripts/kmod-test.sh, the same test
+#   binaries, on its software device and on the PCI device that davinci-pcidev serves), as a
+#   PCI driver (scripts/pci-smoke.sh) and the PCI device process behind QEMU
+#   (scripts/pcidev-smoke.sh); beside it, at lower priority: clippy (warnings are errors);
+#   the conformance suite and the million-task run again against a real davinci-mockd; the
+#   quick start; the Python package (scripts/python-test.sh: installed with pip, its tests
+#   and examples); the runtime library without its embedded device; libdavinci, the library
+#   for C (scripts/capi-test.sh: the C quick start and tests on the embedded device and
+#   davinci-mockd, with ASan/UBSan); every fuzz target on nightly (scripts/fuzz.sh); the loom
+#   models of the ring protocol and the mutation check of its orderings
+#   (scripts/ring-mutation-check.sh); the workspace checked with the toolchain of its
+#   declared rust-version (cargo xtask msrv --build).
 #
 # The kernel's toolchain and test kernel (scripts/kmod/toolchain.sh: Debian packages,
 # bindgen, a Linux 6.12 build cached outside the repository) are prepared in the background,
@@ -235,6 +236,10 @@ fi
 
 # What follows yields to the kernel step (a process started from here on inherits nice 10).
 renice -n 10 -p $$ >/dev/null 2>&1 || true
+# The daemon the Python and C steps run their tests against: the test build's (a build of
+# its own in another profile would build every dependency again).
+DAVINCI_MOCKD=$(scripts/test-artifacts.sh 2>/dev/null | awk '$1 == "bin" && $2 == "davinci-mockd" { print $3 }' | tail -n1) || true
+[ -x "${DAVINCI_MOCKD:-}" ] && export DAVINCI_MOCKD || unset DAVINCI_MOCKD
 step "clippy" cargo clippy --workspace --all-targets -- -D warnings
 # The conformance suite and the million-task run again, against a real davinci-mockd: the
 # harnesses `cargo test --workspace` built (a `cargo test --test ...` selection would resolve
