@@ -14,7 +14,7 @@
 //! devices with the pods holding them, from the kubelet's pod-resources API ([`pods`]).
 //!
 //! `--once` prints one scrape on stdout and exits. The families are listed in
-//! [`metrics::FAMILIES`]; operators/exporter/README.md has the table and examples.
+//! [`metrics::FAMILIES`]; docs/operators.md has the table and examples.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
