@@ -1,29 +1,26 @@
 //! `davinci-mockd` in-process ([`Daemon`]), through raw frames on its sockets: opens,
-//! ioctls, mmaps, exclusive mode, malformed frames, the admin policy, socket groups, the
-//! HELLO timeout, the initial sharing mode, the socket-directory checks (the directory and
-//! every directory above it); and the `davinci-mockd` binary run by a non-root user (its own
-//! user is an admin, the audit log, a refused socket directory) and under a world-writable
-//! parent.
+//! ioctls, mmaps, exclusive mode, malformed frames, the admin policy, the HELLO timeout, the
+//! initial sharing mode; and the binary's fault injection and its open-file limit. The
+//! socket directory's checks are `socket_dir.rs`'s; the binary run by a non-root user,
+//! `non_root.rs`'s.
 #![forbid(unsafe_code)]
 
 mod support;
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
 
 use davinci_mockd::daemon::{Daemon, DaemonConfig};
 use davinci_mockd::peer::AdminPolicy;
 use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{
-    holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Request, SocketDir, SocketDirOrigin,
-    WireRole, MAX_REQUEST,
+    holder_from_payload, Hello, HelloReply, Kind, MmapArgs, Request, WireRole, MAX_REQUEST,
 };
 use davinci_uapi::{
     AllocMemoryArgs, DeviceInfo, ShareMode, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_GET_INFO,
     DRIVER_CMD_SET_DEVICE_SHARE,
 };
 use davinci_uapi::{Errno, Wire, ABI_VERSION_MAJOR};
-use support::{ioctl, new_stream, share_arg, Raw};
+use support::{ioctl, new_stream, scratch_path, share_arg, Raw};
 
 fn start(tag: &str, admin: AdminPolicy) -> Daemon {
     let dir = std::env::temp_dir().join(format!("davinci-d-{}-{tag}", std::process::id()));
@@ -298,203 +295,6 @@ fn share_mode_at_start_up() {
     assert_eq!(r.errno, 0, "{}", r.msg);
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("davinci-d-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    let _ = std::fs::remove_file(&p);
-    p
-}
-
-fn start_in(dir: SocketDir) -> std::io::Result<Daemon> {
-    Daemon::start(&DaemonConfig {
-        devices: 1,
-        memory: 1 << 20,
-        socket_dir: dir,
-        ..DaemonConfig::default()
-    })
-}
-
-#[test]
-fn an_untrusted_socket_directory_is_refused() {
-    use std::os::unix::fs::PermissionsExt;
-    let private = |path: &Path| SocketDir {
-        path: path.to_path_buf(),
-        origin: SocketDirOrigin::Private,
-    };
-    // A per-user fallback directory that others may write to (pre-created, mode 0777).
-    let p = scratch("open777");
-    std::fs::create_dir(&p).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let e = start_in(private(&p)).unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
-    let msg = e.to_string();
-    assert!(msg.contains("refusing socket directory"), "{msg}");
-    assert!(
-        msg.contains("mode 0777") && msg.contains("chmod go-w"),
-        "{msg}"
-    );
-    assert!(!p.join("davinci0.sock").exists(), "nothing was bound there");
-    // The same directory named explicitly: every user may write, not sticky: refused too;
-    // sticky: accepted (others cannot remove or rename the daemon's sockets).
-    let e = start_in(p.clone().into()).unwrap_err();
-    assert!(e.to_string().contains("chmod o-w"), "{e}");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    start_in(p.clone().into()).unwrap().stop();
-    // Fixed as the message says: the private directory is accepted.
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    start_in(private(&p)).unwrap().stop();
-    // A symbolic link in place of a private directory.
-    let link = scratch("link");
-    std::os::unix::fs::symlink(&p, &link).unwrap();
-    let e = start_in(private(&link)).unwrap_err();
-    assert!(e.to_string().contains("symbolic link"), "{e}");
-    // Owned by another user (only root can make that here).
-    if nix::unistd::getuid().is_root() {
-        nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(54321)), None).unwrap();
-        let e = start_in(private(&p)).unwrap_err();
-        assert!(e.to_string().contains("owned by uid 54321"), "{e}");
-        let e = start_in(p.clone().into()).unwrap_err();
-        assert!(e.to_string().contains("owned by uid 54321"), "{e}");
-    }
-    let _ = std::fs::remove_file(&link);
-    let _ = std::fs::remove_dir_all(&p);
-}
-
-/// Every directory above the socket directory is checked too: one that every user may
-/// write to and that is not sticky lets anyone move the socket directory away and put
-/// their own sockets in its place. Refused before anything is created in it; sticky, it is
-/// fine while the entry in it is the daemon's user's (or root's).
-#[test]
-fn a_socket_directory_under_a_world_writable_parent_is_refused() {
-    use std::os::unix::fs::PermissionsExt;
-    let parent = scratch("open-parent");
-    std::fs::create_dir(&parent).unwrap();
-    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let dir = parent.join("sockets");
-    let says = format!(
-        "the directory {} above it (mode 0777) is writable by every user and not sticky",
-        parent.display()
-    );
-    // Missing: refused before it is created.
-    let e = start_in(dir.clone().into()).unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
-    assert!(e.to_string().contains(&says), "{e}");
-    assert!(
-        !dir.exists(),
-        "nothing is created under an untrusted parent"
-    );
-    // Already there and the daemon's own: still refused, for a private directory too.
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let e = start_in(dir.clone().into()).unwrap_err();
-    assert!(e.to_string().contains(&says), "{e}");
-    assert!(
-        e.to_string()
-            .contains(&format!("chmod o-w {}", parent.display())),
-        "{e}"
-    );
-    let e = start_in(SocketDir {
-        path: dir.clone(),
-        origin: SocketDirOrigin::Private,
-    })
-    .unwrap_err();
-    assert!(e.to_string().contains(&says), "{e}");
-    // Sticky (like /tmp), the directory in it ours: accepted.
-    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    start_in(dir.clone().into()).unwrap().stop();
-    // Sticky, but the directory on the way belongs to another user (only root can make
-    // that here): they may move it away, so refused, naming it.
-    if nix::unistd::getuid().is_root() {
-        let theirs = parent.join("theirs");
-        std::fs::create_dir(&theirs).unwrap();
-        nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(54321)), None).unwrap();
-        let e = start_in(theirs.join("sockets").into()).unwrap_err();
-        assert!(
-            e.to_string().contains(&format!(
-                "{} is owned by uid 54321, not by root, and in the sticky directory {}",
-                theirs.display(),
-                parent.display()
-            )),
-            "{e}"
-        );
-        assert!(!theirs.join("sockets").exists());
-    }
-    let _ = std::fs::remove_dir_all(&parent);
-}
-
-/// The binary: a socket directory under a world-writable, non-sticky parent is refused at
-/// start with exit status 1 and a message naming that parent and the rule.
-#[test]
-fn the_binary_refuses_a_socket_directory_under_a_world_writable_parent() {
-    use std::os::unix::fs::PermissionsExt;
-    let parent = scratch("open-parent-bin");
-    std::fs::create_dir(&parent).unwrap();
-    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let dir = parent.join("sockets");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_davinci-mockd"))
-        .arg("--socket-dir")
-        .arg(&dir)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!(
-            "davinci-mockd: refusing socket directory {}: the directory {} above it (mode 0777) is writable by every user and not sticky",
-            dir.display(),
-            parent.display()
-        )),
-        "{err}"
-    );
-    assert!(
-        err.contains("may be writable by others only if it is sticky"),
-        "{err}"
-    );
-    assert!(out.stdout.is_empty(), "never ready");
-    assert!(!dir.exists());
-    let _ = std::fs::remove_dir_all(&parent);
-}
-
-#[test]
-fn a_missing_socket_directory_is_created_private_enough() {
-    use std::os::unix::fs::PermissionsExt;
-    let p = scratch("fresh").join("nested");
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
-    let d = start_in(SocketDir {
-        path: p.clone(),
-        origin: SocketDirOrigin::Private,
-    });
-    nix::sys::stat::umask(old);
-    let d = d.unwrap();
-    // Mode 0755 whatever the umask (a umask of 0 would otherwise make it world-writable
-    // and the daemon would refuse its own directory).
-    let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
-    assert_eq!(mode, 0o755);
-    d.stop();
-    let _ = std::fs::remove_dir_all(p.parent().unwrap());
-}
-
-#[test]
-fn sockets_get_the_requested_group() {
-    use std::os::unix::fs::MetadataExt;
-    // Only root may give a file to a group it is not in.
-    if !nix::unistd::getuid().is_root() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("davinci-d-{}-group", std::process::id()));
-    let d = Daemon::start(&DaemonConfig {
-        devices: 1,
-        memory: 1 << 20,
-        socket_dir: dir.into(),
-        socket_group: Some(4242),
-        ..DaemonConfig::default()
-    })
-    .unwrap();
-    let meta = std::fs::metadata(&d.sockets()[0]).unwrap();
-    assert_eq!((meta.gid(), meta.mode() & 0o777), (4242, 0o660));
-}
-
 #[test]
 fn a_silent_connection_is_closed_after_the_hello_timeout() {
     let dir = std::env::temp_dir().join(format!("davinci-d-{}-silent", std::process::id()));
@@ -521,238 +321,6 @@ fn a_silent_connection_is_closed_after_the_hello_timeout() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let (r, _) = ok.call(Kind::Ioctl, DRIVER_CMD_GET_INFO, vec![0; DeviceInfo::SIZE]);
     assert_eq!(r.errno, 0);
-}
-
-// ---- The davinci-mockd binary, run by a non-root user (needs root and setpriv here) ----
-
-/// A uid no account uses, so the fallback directory `/tmp/davinci-<uid>` is ours to test.
-const USER: u32 = 54321;
-const OTHER_USER: u32 = 54322;
-const HELPER_ENV: &str = "DAVINCI_MOCKD_TEST_HELPER_SOCKET";
-
-/// Not a test on its own: the e2e test runs this test binary again, as another user, with
-/// [`HELPER_ENV`] naming a socket; it asks for `shared` mode there and prints the reply.
-#[test]
-fn helper_set_share_as_another_user() {
-    let Some(sock) = std::env::var_os(HELPER_ENV) else {
-        return;
-    };
-    let (mut c, r) = Raw::open(Path::new(&sock), WireRole::Control);
-    assert_eq!(r.errno, 0, "{}", r.msg);
-    let mode = std::env::var("DAVINCI_MOCKD_TEST_HELPER_MODE")
-        .ok()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(1);
-    let (r, _) = c.call(Kind::Ioctl, DRIVER_CMD_SET_DEVICE_SHARE, share_arg(mode));
-    println!("\nHELPER-RESULT {} {}", r.errno, r.msg);
-}
-
-fn can_switch_users() -> bool {
-    nix::unistd::getuid().is_root()
-        && std::process::Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-}
-
-fn as_user(uid: u32, program: &Path) -> std::process::Command {
-    let mut c = std::process::Command::new("setpriv");
-    c.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
-        .arg(program);
-    c
-}
-
-/// davinci-mockd as `USER`, with its default socket directory (`/tmp/davinci-USER`).
-fn mockd_as_user(args: &[&str]) -> std::process::Command {
-    let mut c = as_user(USER, Path::new(env!("CARGO_BIN_EXE_davinci-mockd")));
-    c.args(args)
-        .env_remove("DAVINCI_SOCKET_DIR")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null());
-    c
-}
-
-/// SET_DEVICE_SHARE `mode` on `sock` from a process of `uid`: (errno, message).
-fn set_share_as(uid: u32, sock: &Path, mode: u32) -> (i32, String) {
-    let exe = std::env::current_exe().unwrap();
-    let out = as_user(uid, &exe)
-        .args([
-            "--exact",
-            "helper_set_share_as_another_user",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, sock)
-        .env("DAVINCI_MOCKD_TEST_HELPER_MODE", mode.to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("HELPER-RESULT ").map(|(_, r)| r))
-        .unwrap_or_else(|| {
-            panic!(
-                "helper printed no result: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    let (errno, msg) = line.split_once(' ').unwrap_or((line, ""));
-    (errno.parse().unwrap(), msg.to_string())
-}
-
-#[test]
-fn a_users_own_daemon_its_admins_audit_log_and_socket_directory() {
-    use std::io::{BufRead, Read};
-    use std::os::unix::fs::PermissionsExt;
-    if !can_switch_users() {
-        eprintln!("not root or no setpriv: the run-as-another-user test is skipped");
-        return;
-    }
-    let dir = PathBuf::from(format!("/tmp/davinci-{USER}"));
-    let _ = std::fs::remove_dir_all(&dir);
-
-    // 1. A world-writable fallback directory pre-created by someone else (root here): refused.
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = mockd_as_user(&[]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!(
-            "davinci-mockd: refusing socket directory {}: it is owned by uid 0, not by uid {USER}",
-            dir.display()
-        )),
-        "{err}"
-    );
-    // Its own, but writable by others: refused, saying how to fix it.
-    nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(USER)), None).unwrap();
-    let out = mockd_as_user(&[]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("mode 0777 lets other users write to it"),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("chmod go-w {}", dir.display())),
-        "{err}"
-    );
-    std::fs::remove_dir(&dir).unwrap();
-
-    // 2. The daemon creates its directory; starts shared; its own user is an admin.
-    let mut child = mockd_as_user(&[
-        "--share-mode",
-        "shared",
-        "--socket-mode",
-        "0666",
-        "--exit-with-parent",
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(
-        ready,
-        format!("davinci-mockd: ready: 1 device(s) in {}\n", dir.display())
-    );
-    let sock = dir.join("davinci0.sock");
-    // The owner switches to exclusive; another user may not switch back.
-    let (errno, msg) = set_share_as(USER, &sock, 0);
-    assert_eq!(errno, 0, "{msg}");
-    let (errno, msg) = set_share_as(OTHER_USER, &sock, 1);
-    assert_eq!(errno, Errno::EPERM.code(), "{msg}");
-    assert!(
-        msg.contains(&format!(
-            "you are uid {OTHER_USER} (gid {OTHER_USER}); its admins are uid 0 (root), uid {USER} (the daemon's user); to become one, restart davinci-mockd with --admin-uid {OTHER_USER}"
-        )),
-        "{msg}"
-    );
-    // Stop it and read the whole log.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{log}");
-    let line = |what: &str| {
-        log.lines()
-            .find(|l| l.contains(what))
-            .unwrap_or_else(|| panic!("no {what:?} in the log:\n{log}"))
-            .to_string()
-    };
-    let l = line("davinci-mockd ready");
-    assert!(l.contains("share_mode=shared"), "{l}");
-    assert!(
-        l.contains(&format!(
-            "admins=uid 0 (root), uid {USER} (the daemon's user)"
-        )),
-        "{l}"
-    );
-    let l = line("device sharing set at start-up");
-    assert!(l.contains("from=exclusive to=shared"), "{l}");
-    let l = line("device sharing set device=");
-    assert!(
-        l.contains(&format!("uid={USER}")) && l.contains("from=shared to=exclusive changed=true"),
-        "{l}"
-    );
-    let l = line("device sharing change refused");
-    assert!(
-        l.contains(&format!("uid={OTHER_USER}"))
-            && l.contains("mode=exclusive requested=shared errno=EPERM"),
-        "{l}"
-    );
-    assert!(!dir.exists(), "the daemon removes the directory it created");
-
-    // 3. --no-owner-admin: the owner is refused too (and with --no-root-admin nobody is an
-    // admin, which the log warns about).
-    let mut child = mockd_as_user(&["--no-owner-admin", "--no-root-admin", "--exit-with-parent"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let (errno, msg) = set_share_as(USER, &sock, 1);
-    assert_eq!(errno, Errno::EPERM.code(), "{msg}");
-    assert!(
-        msg.contains("; nobody is its admin; to become one"),
-        "{msg}"
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{log}");
-    assert!(log.contains("admins=nobody"), "{log}");
-    assert!(
-        log.contains("nobody may change device sharing: give --admin-uid or --admin-group"),
-        "{log}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// WAIT_EVENT on `stream` for `value` (up to 10 s): (errno, status).
@@ -791,7 +359,7 @@ fn the_binary_injects_faults_and_resets_on_sigusr1() {
         "{msg}"
     );
 
-    let dir = scratch("inject");
+    let dir = scratch_path("inject");
     let mut child = std::process::Command::new(bin)
         .args([
             "--inject",
