@@ -184,8 +184,9 @@ impl DevState {
     }
 }
 
-/// One open file: which device and which driver-core open.
+/// One open file: which device, and its `client` there.
 pub(crate) struct Open {
     pub(crate) dev: &'static DevState,
+    /// The open's handle in driver-core's client table.
     pub(crate) client: u32,
 }

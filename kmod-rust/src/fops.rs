@@ -83,22 +83,22 @@ unsafe extern "C" fn davinci_open(
         Err(e) => return errno(e),
     };
     // Allocated before the device is touched, so nothing needs undoing if it fails.
-    let Ok(slot) = KBox::new(Open { dev, client: 0 }, GFP_KERNEL) else {
+    let Ok(open) = KBox::new(Open { dev, client: 0 }, GFP_KERNEL) else {
         return errno(Errno::ENOMEM);
     };
-    let mut slot = slot;
+    let mut open = open;
     {
         let mut d = dev.lock();
         match d.open(params) {
-            Ok(c) => {
-                d.platform_mut().set_mapping(c, mapping);
-                slot.client = c;
+            Ok(client) => {
+                d.platform_mut().set_mapping(client, mapping);
+                open.client = client;
             }
             Err(e) => return errno(e.error.errno),
         }
     }
     // `release` takes the box back.
-    file.set_private(KBox::into_raw(slot).cast());
+    file.set_private(KBox::into_raw(open).cast());
     0
 }
 

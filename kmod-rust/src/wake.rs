@@ -11,12 +11,13 @@ use kernel::init::pin_init_array_from_fn;
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, CondVar};
 
-/// WAIT_EVENT sleepers' queues per device: an open sleeps on the queue of its client handle
+/// WAIT_EVENT sleepers' queues per device: an open sleeps on the queue of its `client`
 /// ([`queue_of`]) and is woken only by what its own streams and events do (and the few opens
 /// hashed with it), not by every completion of every tenant.
 pub(crate) const WAIT_QUEUES: usize = 16;
 
-/// The queue an open's WAIT_EVENT sleeps on (handles are scrambled, so this spreads them).
+/// The queue an open's WAIT_EVENT sleeps on (`client` handles are scrambled, so this spreads
+/// them).
 pub(crate) fn queue_of(client: u32) -> usize {
     client as usize % WAIT_QUEUES
 }

@@ -61,10 +61,10 @@ impl Drop for Owner {
 /// A davinci device without hardware: the driver-core engine on threads of this process.
 ///
 /// Clones share the device. Dropping the last clone (or [`shutdown`](Self::shutdown)) stops
-/// and joins every poller. Each open (client or control) gets a handle from
-/// [`open`](Self::open) and is served by [`ioctl`](Self::ioctl) and [`map`](Self::map)
-/// exactly as the kernel module serves a file descriptor; [`close`](Self::close) releases
-/// everything the open held.
+/// and joins every poller. Each open (client or control) gets its `client` (its handle in
+/// the device's client table) from [`open`](Self::open) and is served by
+/// [`ioctl`](Self::ioctl) and [`map`](Self::map) exactly as the kernel module serves a file
+/// descriptor; [`close`](Self::close) releases everything the open held.
 #[derive(Clone)]
 pub struct MockDevice {
     owner: Arc<Owner>,
@@ -151,8 +151,8 @@ impl MockDevice {
         self.core().config
     }
 
-    /// Attaches an open (client or control). In exclusive mode a second client gets `EBUSY`
-    /// naming the holder.
+    /// Attaches an open (client or control): its `client`, which the other calls take. In
+    /// exclusive mode a second client gets `EBUSY` naming the holder.
     pub fn open(&self, params: OpenParams) -> Result<u32, Box<OpenError>> {
         let core = self.core();
         if core.shutdown.load(Ordering::Acquire) {
@@ -378,6 +378,12 @@ impl MockDevice {
     /// running a stream takes again at once (a report beside a busy stream would wait as long).
     pub fn clients(&self) -> Vec<ClientUsage> {
         self.core().lock().clients().collect()
+    }
+
+    /// The id the device reports for open `client` (LIST_CLIENTS' `client_id`, GET_INFO's
+    /// `caller_id`); `None` for a control open, which is not a client, or an unknown one.
+    pub fn client_id(&self, client: u32) -> Option<u32> {
+        self.core().shared().client_id(client)
     }
 
     /// The sharing mode now in force.

@@ -78,7 +78,7 @@ impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.backend.fmt(f)?;
         match self.client_id() {
-            Some(id) => write!(f, " (client {id})"),
+            Some(client_id) => write!(f, " (client {client_id})"),
             None => f.write_str(" (client open)"),
         }
     }

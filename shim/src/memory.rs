@@ -289,7 +289,7 @@ impl DeviceBuffer {
     /// # Ok(()) }
     /// ```
     pub fn export(&self, to: ExportTo) -> Result<ExportToken> {
-        let (uid, client) = match to {
+        let (uid, client_id) = match to {
             ExportTo::SameUser => (EXPORT_OWN_UID, 0),
             ExportTo::User(uid) => (uid, 0),
             ExportTo::Client { uid, client_id } => (uid.unwrap_or(EXPORT_OWN_UID), client_id),
@@ -297,7 +297,7 @@ impl DeviceBuffer {
         let mut a = ExportMemoryArgs {
             handle: self.inner.handle,
             uid,
-            client,
+            client: client_id,
             ..Default::default()
         };
         self.inner

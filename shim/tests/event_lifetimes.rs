@@ -25,9 +25,9 @@ fn setup() -> (Device, Control, Context) {
 
 /// The events the driver holds for `dev`'s open.
 fn events_held(ctl: &Control, dev: &Device) -> u32 {
-    let id = dev.client_id().expect("a client id");
+    let client_id = dev.client_id().expect("a client id");
     let clients = ctl.clients().expect("LIST_CLIENTS");
-    let me = clients.iter().find(|c| c.client_id == id);
+    let me = clients.iter().find(|c| c.client_id == client_id);
     me.expect("our client is listed").events
 }
 

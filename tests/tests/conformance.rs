@@ -1041,11 +1041,11 @@ fn a_stall_on_a_full_event_ring_is_woken_by_the_reap() {
 #[test]
 fn a_client_sees_itself_as_operators_do() {
     let dev = dev();
-    let id = dev
+    let client_id = dev
         .client_id()
         .expect("ABI 1.1 drivers report the caller's client id");
     assert!(
-        dev.to_string().ends_with(&format!(" (client {id})")),
+        dev.to_string().ends_with(&format!(" (client {client_id})")),
         "{dev}"
     );
     let ctl = control_of(&dev).expect("control open");
@@ -1053,8 +1053,8 @@ fn a_client_sees_itself_as_operators_do() {
     let clients: Vec<ClientUsage> = ctl.clients().expect("LIST_CLIENTS");
     let me = clients
         .iter()
-        .find(|c| c.client_id == id)
-        .unwrap_or_else(|| panic!("client {id} not in {clients:?}"));
+        .find(|c| c.client_id == client_id)
+        .unwrap_or_else(|| panic!("client {client_id} not in {clients:?}"));
     assert_eq!(me.pid, std::process::id());
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let container = davinci_mockd::peer::container_id_from_cgroup(&cgroup);

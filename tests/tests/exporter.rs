@@ -515,7 +515,7 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
     let pid = own_pid();
     let name = own_name();
     assert!(name.len() > 15 && name.starts_with(&comm_of(std::process::id())));
-    let cid = listed[0].client_id.to_string();
+    let client_id = listed[0].client_id.to_string();
     let container = listed[0].container_id().unwrap_or("").to_string();
     let mine = [
         ("device", "0"),
@@ -534,7 +534,7 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
         ("device", "0"),
         ("process", name.as_str()),
         ("pid", pid.as_str()),
-        ("client_id", cid.as_str()),
+        ("client_id", client_id.as_str()),
     ];
     assert_eq!(e.value("davinci_client_info", &info), 1.0);
     assert_eq!(

@@ -228,14 +228,14 @@ pub unsafe extern "C" fn davinci_device_client_id(
     guard("davinci_device_client_id", || {
         // SAFETY: the caller's contract.
         let d = unsafe { get(dev, "dev") }?;
-        let id = d.dev.client_id().ok_or_else(|| {
+        let client_id = d.dev.client_id().ok_or_else(|| {
             Fail::new(
                 libc::ENOTSUP,
                 "the driver does not report client ids (ABI < 1.1)",
             )
         })?;
         // SAFETY: the caller's contract.
-        unsafe { put(out, "out", id) }
+        unsafe { put(out, "out", client_id) }
     })
 }
 

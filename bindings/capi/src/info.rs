@@ -50,8 +50,8 @@ pub struct davinci_device_props {
     /// Clients attached now.
     pub clients: u32,
     /// The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
-    /// control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
-    ///. ABI 1.1.
+    /// control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`. ABI 1.1.
+    /// The code calls it the caller's `client_id` (`davinci_device_client_id`).
     pub caller_id: u32,
     /// Bit `n` set: opcode `n` (`DAVINCI_OP_*`) runs on this device; a descriptor with
     /// another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`

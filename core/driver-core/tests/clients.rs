@@ -168,8 +168,9 @@ fn list_clients_reports_usage() {
     }
 }
 
-/// The `(pid, uid)` of every client `open` sees in LIST_CLIENTS, and the count it is told.
-fn seen_by(dev: &mut DeviceCore<HeapPlatform>, open: u32) -> (Vec<(u32, u32)>, u32) {
+/// The `(pid, uid)` of every client open `client` sees in LIST_CLIENTS, and the count it is
+/// told.
+fn seen_by(dev: &mut DeviceCore<HeapPlatform>, client: u32) -> (Vec<(u32, u32)>, u32) {
     let args = ListClientsArgs {
         buf: 0x1000,
         capacity: 16,
@@ -179,7 +180,7 @@ fn seen_by(dev: &mut DeviceCore<HeapPlatform>, open: u32) -> (Vec<(u32, u32)>, u
     let mut raw = vec![0u8; ListClientsArgs::SIZE];
     args.encode(&mut raw);
     let mut out = Collect(Vec::new());
-    dev.ioctl(open, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
+    dev.ioctl(client, DRIVER_CMD_LIST_CLIENTS, &mut raw, &mut out)
         .unwrap();
     let seen = out
         .0

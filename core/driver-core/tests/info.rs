@@ -16,9 +16,9 @@ use support::*;
 fn get_info_names_the_caller_and_the_opcodes() {
     let mut dev = device();
     let (root, a, b) = shared_pair(&mut dev);
-    let info = |dev: &mut DeviceCore<HeapPlatform>, who: u32| {
+    let info = |dev: &mut DeviceCore<HeapPlatform>, client: u32| {
         let mut i = DeviceInfo::default();
-        call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();
+        call(dev, client, DRIVER_CMD_GET_INFO, &mut i).unwrap();
         i
     };
     let (ia, ib, ic) = (info(&mut dev, a), info(&mut dev, b), info(&mut dev, root));
@@ -211,8 +211,8 @@ fn get_counters_totals_survive_the_streams_and_clients_they_came_from() {
     );
 }
 
-fn usage_of(dev: &mut DeviceCore<HeapPlatform>, viewer: u32) -> Vec<ClientUsage> {
-    dev.clients_seen_by(viewer).collect()
+fn usage_of(dev: &mut DeviceCore<HeapPlatform>, client: u32) -> Vec<ClientUsage> {
+    dev.clients_seen_by(client).collect()
 }
 
 /// Busy time (ABI 1.4): a pass that runs tasks adds its time to its stream, so to its client
@@ -303,9 +303,9 @@ fn busy_time_health_and_identity() {
 /// first open.
 #[test]
 fn get_info_reports_the_hardware_doorbell_register_only_with_doorbell_mmio() {
-    let get_info = |dev: &mut DeviceCore<HeapPlatform>, who: u32| {
+    let get_info = |dev: &mut DeviceCore<HeapPlatform>, client: u32| {
         let mut i = DeviceInfo::default();
-        call(dev, who, DRIVER_CMD_GET_INFO, &mut i).unwrap();
+        call(dev, client, DRIVER_CMD_GET_INFO, &mut i).unwrap();
         i
     };
     // The mock's futex doorbell: no register, both fields 0.

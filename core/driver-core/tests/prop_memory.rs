@@ -390,7 +390,7 @@ fn dop_strategy() -> impl Strategy<Value = DOp> {
 struct DevModel {
     space: Space,
     limit: u64,
-    /// Per open client handle: its live allocation handles.
+    /// Per open (its `client`): its live allocation handles.
     clients: Vec<(u32, Vec<u32>)>,
     /// allocation handle -> (client, offset, size)
     allocs: BTreeMap<u32, (u32, u64, u64)>,

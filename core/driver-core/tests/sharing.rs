@@ -10,11 +10,11 @@ use davinci_driver_core::{
 use davinci_uapi::*;
 use support::*;
 
-fn export(dev: &mut Dev, c: u32, handle: u32, uid: u32, client: u32) -> Result<u64, Errno> {
+fn export(dev: &mut Dev, c: u32, handle: u32, uid: u32, client_id: u32) -> Result<u64, Errno> {
     let mut a = ExportMemoryArgs {
         handle,
         uid,
-        client,
+        client: client_id,
         ..Default::default()
     };
     call(dev, c, DRIVER_CMD_EXPORT_MEMORY, &mut a).map(|_| a.token)
@@ -108,8 +108,8 @@ fn grants_are_explicit_and_a_refusal_says_nothing_about_the_token() {
     );
     // To one client of another user.
     let n = alloc(&mut dev, a, 4096);
-    let b_id = dev.info_for(b).caller_id;
-    let t2 = export(&mut dev, a, n.handle, 1001, b_id).unwrap();
+    let b_client_id = dev.info_for(b).caller_id;
+    let t2 = export(&mut dev, a, n.handle, 1001, b_client_id).unwrap();
     assert_eq!(import(&mut dev, a2, t2).err(), Some(Errno::ENOENT));
     let i = import(&mut dev, b, t2).unwrap();
     assert_eq!(import(&mut dev, b, t2).err(), Some(Errno::EBUSY), "twice");

@@ -376,7 +376,7 @@ impl AdminOp {
 pub struct AdminRequest {
     /// The guest's tag, echoed in the completion.
     pub tag: u64,
-    /// The client (0 for OPEN).
+    /// The open's `client`, its handle in the device's client table (0 for OPEN).
     pub client: u32,
     /// What it asks.
     pub op: AdminOp,

@@ -63,7 +63,7 @@ pub struct Completion {
     pub reply: ReplyKind,
     /// 0, or the positive errno of [`ReplyKind::Failed`].
     pub errno: u32,
-    /// The client (OPEN: the new client's id).
+    /// The open's `client`, its handle in the device's client table (OPEN: the new open's).
     pub client: u32,
     /// Reply arg bytes.
     pub arg: ArgBuf,

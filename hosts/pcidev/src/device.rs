@@ -355,9 +355,9 @@ impl PciDevice {
     fn guest_gone(&mut self) {
         self.guest = None;
         self.stats.guests_gone += 1;
-        for c in std::mem::take(&mut self.clients) {
-            self.core.close(c);
-            self.core.platform_mut().forget_client(c);
+        for client in std::mem::take(&mut self.clients) {
+            self.core.close(client);
+            self.core.platform_mut().forget_client(client);
         }
         self.armed.clear();
         self.admin = None;
@@ -405,11 +405,11 @@ impl PciDevice {
                 Ok(req) => {
                     let (c, effect) = execute(&mut self.core, &req);
                     match effect {
-                        Effect::Opened(id) => {
-                            self.clients.insert(id);
+                        Effect::Opened(client) => {
+                            self.clients.insert(client);
                         }
-                        Effect::Closed(id) => {
-                            self.clients.remove(&id);
+                        Effect::Closed(client) => {
+                            self.clients.remove(&client);
                         }
                         Effect::None => {}
                     }

@@ -45,9 +45,9 @@ fn answer(tag: u64, client: u32, arg: ArgBuf, r: Result<bool, Error>) -> Complet
 pub enum Effect {
     /// Nothing to remember.
     None,
-    /// A client was attached (its id).
+    /// An open was attached (its `client`).
     Opened(u32),
-    /// A client was detached.
+    /// An open was detached (its `client`).
     Closed(u32),
 }
 
@@ -104,9 +104,9 @@ fn run(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, 
                 comm: o.comm,
             };
             match core.open(params) {
-                Ok(id) => (
-                    Completion::new(tag, ReplyKind::Done, 0, id, ArgBuf::EMPTY, ""),
-                    Effect::Opened(id),
+                Ok(client) => (
+                    Completion::new(tag, ReplyKind::Done, 0, client, ArgBuf::EMPTY, ""),
+                    Effect::Opened(client),
                 ),
                 Err(e) => (failed(tag, 0, ArgBuf::EMPTY, &e.error), Effect::None),
             }

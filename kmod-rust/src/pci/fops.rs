@@ -59,6 +59,7 @@ const FAULT_AROUND: u64 = 16;
 /// One open file of a PCI device.
 pub(crate) struct PciOpen {
     dev: Arc<PciShared>,
+    /// The open's handle in the device's client table (what the admin queue names it by).
     client: u32,
 }
 
@@ -88,7 +89,7 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
         Ok(o) => o,
         Err(e) => return errno(e),
     };
-    let Ok(slot) = KBox::new(
+    let Ok(open) = KBox::new(
         PciOpen {
             dev: dev.clone(),
             client: 0,
@@ -97,7 +98,7 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
     ) else {
         return errno(Errno::ENOMEM);
     };
-    let mut slot = slot;
+    let mut open = open;
     {
         let Ok(mut d) = dev.lock() else {
             return errno(Errno::EINTR);
@@ -123,9 +124,9 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
             let _ = d.call(c.client, AdminOp::Close);
             return errno(Errno::ENOMEM);
         }
-        slot.client = c.client;
+        open.client = c.client;
     }
-    file.set_private(KBox::into_raw(slot).cast());
+    file.set_private(KBox::into_raw(open).cast());
     0
 }
 

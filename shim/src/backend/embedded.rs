@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 /// One open of an in-process [`MockDevice`].
 pub(crate) struct Embedded {
     dev: MockDevice,
-    open: u32,
+    /// The open's handle in the device's client table.
+    client: u32,
 }
 
 impl Embedded {
@@ -25,7 +26,7 @@ impl Embedded {
             Role::Control => davinci_mock_device::Role::Control,
         };
         match dev.open(local_open_params(r, true)) {
-            Ok(open) => Ok(Self { dev, open }),
+            Ok(client) => Ok(Self { dev, client }),
             Err(e) => {
                 let msg = match e.holder {
                     Some(h) => format!("{} (held by {h})", e.error.message()),
@@ -39,7 +40,7 @@ impl Embedded {
 
 impl Drop for Embedded {
     fn drop(&mut self) {
-        self.dev.close(self.open);
+        self.dev.close(self.client);
     }
 }
 
@@ -53,7 +54,7 @@ impl Backend for Embedded {
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
         // No user pointers on this path: LIST_CLIENTS goes through `list_clients`.
         self.dev
-            .ioctl(self.open, request, arg, &mut NoUserMem)
+            .ioctl(self.client, request, arg, &mut NoUserMem)
             .map_err(|e| Error::new(e.errno, op, e.message().as_str()))
     }
 
@@ -61,7 +62,7 @@ impl Backend for Embedded {
         // The device's own descriptor, lent for the mmap: no dup, no close.
         let src = self
             .dev
-            .map_shared(self.open, cookie, len)
+            .map_shared(self.client, cookie, len)
             .map_err(|e| Error::new(e.errno, "mmap", e.message().as_str()))?;
         Ok(MapFd {
             fd: MapFile::Lent(src.fd),

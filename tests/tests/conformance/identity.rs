@@ -45,13 +45,13 @@ fn the_device_names_itself_the_same_to_every_open() {
 fn busy_time_counts_this_clients_tasks() {
     let dev = open_default().expect("open the test device");
     let ctl = control_of(&dev).expect("control open");
-    let me = dev.client_id().expect("caller id");
+    let client_id = dev.client_id().expect("the client id");
     let before = ctl.counters().unwrap();
     let busy_of_me = || {
         ctl.clients()
             .unwrap()
             .into_iter()
-            .find(|c| c.client_id == me)
+            .find(|c| c.client_id == client_id)
             .map(|c| c.busy_ns)
             .expect("this client is listed")
     };

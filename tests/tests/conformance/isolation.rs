@@ -108,12 +108,12 @@ pub(super) fn shared_pair() -> (SharedMode, Device, Device) {
 
 /// This client's usage as LIST_CLIENTS reports it.
 fn usage_of(ctl: &Control, dev: &Device) -> ClientUsage {
-    let id = dev.client_id().expect("ABI 1.1: the client id");
+    let client_id = dev.client_id().expect("ABI 1.1: the client id");
     ctl.clients()
         .expect("LIST_CLIENTS")
         .into_iter()
-        .find(|c| c.client_id == id)
-        .unwrap_or_else(|| panic!("client {id} is not listed"))
+        .find(|c| c.client_id == client_id)
+        .unwrap_or_else(|| panic!("client {client_id} is not listed"))
 }
 
 fn encoded<A: Wire>(a: A) -> Vec<u8> {
@@ -365,7 +365,7 @@ fn foreign_handles_are_refused_exactly_like_stale_ones() {
 /// read/write (it maps, but has no ioctls here: this suite has no `unsafe`, and
 /// `tests/tests/kernel.rs` covers the kernel's cookies with raw system calls).
 enum RawOpen {
-    Embedded { dev: MockDevice, open: u32 },
+    Embedded { dev: MockDevice, client: u32 },
     Mockd(RawClient),
     Kernel(std::fs::File),
 }
@@ -379,11 +379,11 @@ impl RawOpen {
         match backend() {
             Backend::Embedded => {
                 let dev = a.mock_device().expect("embedded").clone();
-                let open = dev
+                let client = dev
                     .open(local_open_params(Role::Client, false))
                     .map_err(|e| e.error)
                     .expect("a raw client open of the embedded device");
-                RawOpen::Embedded { dev, open }
+                RawOpen::Embedded { dev, client }
             }
             Backend::Mockd => {
                 let path = mockd::shared_path(a.info().device_id).unwrap();
@@ -404,8 +404,8 @@ impl RawOpen {
     fn ioctl<A: Wire>(&mut self, request: u32, arg: A) -> Option<Result<A, Refusal>> {
         let mut bytes = encoded(arg);
         let r = match self {
-            RawOpen::Embedded { dev, open } => dev
-                .ioctl(*open, request, &mut bytes, &mut NoUserMem)
+            RawOpen::Embedded { dev, client } => dev
+                .ioctl(*client, request, &mut bytes, &mut NoUserMem)
                 .map_err(|e| (e.errno.code(), e.msg.to_string())),
             RawOpen::Mockd(c) => match c.call(Kind::Ioctl, request, bytes.clone()) {
                 Ok((r, _)) => {
@@ -422,8 +422,8 @@ impl RawOpen {
     /// Asks to map `len` bytes of `cookie`: `Ok` if the driver handed the object out.
     fn map(&mut self, cookie: u64, len: u64) -> Result<(), Refusal> {
         match self {
-            RawOpen::Embedded { dev, open } => dev
-                .map(*open, cookie, len)
+            RawOpen::Embedded { dev, client } => dev
+                .map(*client, cookie, len)
                 .map(drop)
                 .map_err(|e| (e.errno.code(), e.msg.to_string())),
             RawOpen::Mockd(c) => c
@@ -439,8 +439,8 @@ impl RawOpen {
 
 impl Drop for RawOpen {
     fn drop(&mut self) {
-        if let RawOpen::Embedded { dev, open } = self {
-            dev.close(*open);
+        if let RawOpen::Embedded { dev, client } = self {
+            dev.close(*client);
         }
     }
 }

@@ -57,11 +57,11 @@ fn only_the_clients_an_export_names_may_import_it() {
     let buf = a.alloc(4096).unwrap();
     let c = second_client(&a).unwrap();
     // To one client: that one only.
-    let id = b.client_id().expect("ABI 1.1 client ids");
+    let client_id = b.client_id().expect("ABI 1.1 client ids");
     let token = buf
         .export(ExportTo::Client {
             uid: None,
-            client_id: id,
+            client_id,
         })
         .unwrap();
     let e = c.import(token).unwrap_err();

@@ -543,7 +543,7 @@ struct davinci_device_info {
 	/*
 	 * The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
 	 * control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
-	 * (from driver). ABI 1.1.
+	 * (from driver). ABI 1.1. The code calls it the caller's `client_id`.
 	 */
 	__u32 caller_id;
 	/*
@@ -797,7 +797,8 @@ struct davinci_export_memory_args {
 	__u32 uid;
 	/*
 	 * Only this client (its `client_id`) may import it; 0: any client of that user
-	 * (to driver).
+	 * (to driver). The code calls it the importer's `client_id` (its `client` is an
+	 * open's handle in the driver's client table).
 	 */
 	__u32 client;
 	/* The token that names the export (an opaque, unguessable value) (from driver). */

@@ -47,7 +47,7 @@ abi_struct! {
         pub clients: u32,
         /// The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
         /// control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
-        /// (from driver). ABI 1.1.
+        /// (from driver). ABI 1.1. The code calls it the caller's `client_id`.
         pub caller_id: u32,
         /// Bit `n` set: opcode `n` (`DAVINCI_OP_*`) runs on this device; a descriptor with
         /// another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`

@@ -156,7 +156,8 @@ abi_struct! {
         /// caller's own user (to driver).
         pub uid: u32,
         /// Only this client (its `client_id`) may import it; 0: any client of that user
-        /// (to driver).
+        /// (to driver). The code calls it the importer's `client_id` (its `client` is an
+        /// open's handle in the driver's client table).
         pub client: u32,
         /// The token that names the export (an opaque, unguessable value) (from driver).
         pub token: u64,

@@ -242,8 +242,8 @@ typedef struct davinci_device_props {
     uint32_t clients;
     /**
      * The caller's own client id, as LIST_CLIENTS reports it in `client_id` (0 for a
-     * control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`
-     *. ABI 1.1.
+     * control open, which is not a client); valid with `DAVINCI_FEAT_CALLER_ID`. ABI 1.1.
+     * The code calls it the caller's `client_id` (`davinci_device_client_id`).
      */
     uint32_t caller_id;
     /**

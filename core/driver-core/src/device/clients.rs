@@ -46,12 +46,12 @@ impl<P: Platform> DeviceCore<P> {
             .count() as u32
     }
 
-    /// The usage report of client `handle` (`c`).
-    pub(crate) fn usage(&self, handle: u32, c: &Client) -> ClientUsage {
+    /// The usage report of open `client` (its entry `c`).
+    pub(crate) fn usage(&self, client: u32, c: &Client) -> ClientUsage {
         // Live streams' counters (each read under its lock) on top of the destroyed ones'.
         let (mut submitted, mut completed, mut queued) = (c.submitted, c.completed, 0u64);
         let mut busy_ns = c.busy_ns;
-        for (_, s) in self.streams.iter().filter(|(_, s)| s.owner == handle) {
+        for (_, s) in self.streams.iter().filter(|(_, s)| s.owner == client) {
             let _ = s.run.with(|e| {
                 submitted += e.submitted;
                 completed += e.completed;
@@ -62,7 +62,7 @@ impl<P: Platform> DeviceCore<P> {
             });
         }
         ClientUsage {
-            client_id: c.id,
+            client_id: c.client_id,
             pid: c.params.pid,
             uid: c.params.uid,
             pad: 0,
@@ -85,15 +85,16 @@ impl<P: Platform> DeviceCore<P> {
         self.clients
             .iter()
             .filter(|(_, c)| c.params.role == Role::Client)
-            .map(|(h, c)| self.usage(h, c))
+            .map(|(client, c)| self.usage(client, c))
     }
 
-    /// The clients `open` may see (LIST_CLIENTS, docs/abi.md 3): every client for an admin,
-    /// the clients of the caller's own user for anyone else; none for an unknown open.
-    pub fn clients_seen_by(&self, open: u32) -> impl Iterator<Item = ClientUsage> + '_ {
+    /// The clients open `client` (a client or a control open) may see (LIST_CLIENTS,
+    /// docs/abi.md 3): every client for an admin, the clients of the caller's own user for
+    /// anyone else; none for an unknown open.
+    pub fn clients_seen_by(&self, client: u32) -> impl Iterator<Item = ClientUsage> + '_ {
         let viewer = self
             .clients
-            .get(open)
+            .get(client)
             .map(|c| (c.params.admin, c.params.uid));
         self.clients
             .iter()
@@ -101,20 +102,22 @@ impl<P: Platform> DeviceCore<P> {
                 c.params.role == Role::Client
                     && matches!(viewer, Some((admin, uid)) if admin || uid == c.params.uid)
             })
-            .map(|(h, c)| self.usage(h, c))
+            .map(|(client, c)| self.usage(client, c))
     }
 
-    /// Usage of one open (by its handle).
+    /// Usage of open `client`.
     pub fn client_usage(&self, client: u32) -> Option<ClientUsage> {
         self.clients.get(client).map(|c| self.usage(client, c))
     }
 
-    /// Attaches an open file. In exclusive mode a second client gets `EBUSY` naming the holder.
+    /// Attaches an open file: its `client`, the handle of its entry in the client table, which
+    /// every later call names it by. In exclusive mode a second client gets `EBUSY` naming
+    /// the holder.
     #[allow(clippy::result_large_err)] // No heap here; the holder is returned by value on purpose.
     pub fn open(&mut self, params: OpenParams) -> core::result::Result<u32, OpenError> {
         let role_is_client = params.role == Role::Client;
         if params.role == Role::Client && self.share == ShareMode::Exclusive {
-            if let Some((holder_handle, holder)) = self
+            if let Some((client, holder)) = self
                 .clients
                 .iter()
                 .find(|(_, c)| c.params.role == Role::Client)
@@ -124,7 +127,7 @@ impl<P: Platform> DeviceCore<P> {
                         Errno::EBUSY,
                         "device is in exclusive mode and held by another client",
                     ),
-                    holder: Some(self.usage(holder_handle, holder)),
+                    holder: Some(self.usage(client, holder)),
                 });
             }
         }
@@ -132,9 +135,9 @@ impl<P: Platform> DeviceCore<P> {
             error,
             holder: None,
         })?;
-        let id = self.client_ids.apply(self.next_client_id);
-        let client = Client {
-            id,
+        let client_id = self.client_ids.apply(self.next_client_id);
+        let entry = Client {
+            client_id,
             params,
             contexts: 0,
             streams: 0,
@@ -147,9 +150,9 @@ impl<P: Platform> DeviceCore<P> {
             last_error: None,
             failures: 0,
         };
-        let handle = self
+        let client = self
             .clients
-            .insert(client, "too many open files on this device")
+            .insert(entry, "too many open files on this device")
             .map_err(|error| OpenError {
                 error,
                 holder: None,
@@ -158,7 +161,7 @@ impl<P: Platform> DeviceCore<P> {
         if role_is_client {
             self.clients_opened += 1;
         }
-        Ok(handle)
+        Ok(client)
     }
 
     /// `ENOSPC` unless `client` may hold one more of `kind` ([`Quota`]: the device's quota
@@ -223,7 +226,7 @@ impl<P: Platform> DeviceCore<P> {
             exports: self.exports_of(client),
             quota_exports: q.exports,
             share_mode: self.share as u32,
-            client_id: c.id,
+            client_id: c.client_id,
             reserved: [0; 4],
         })
     }

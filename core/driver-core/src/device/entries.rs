@@ -38,9 +38,14 @@ pub struct OpenParams {
     pub comm: [u8; 16],
 }
 
-/// An open file (a client or a control open) and what it holds.
+/// An open file (a client or a control open) and what it holds. Two words name an open
+/// throughout the code: `client`, the handle of its entry in the client table (a control
+/// open's too), which the host passes to every call and which resources name as their
+/// `owner`; and `client_id`, the id the device reports for it (LIST_CLIENTS, GET_USAGE,
+/// GET_INFO's `caller_id`, an export's grant).
 pub(crate) struct Client {
-    pub(crate) id: u32,
+    /// What LIST_CLIENTS reports: assigned at open, through the device's `client_ids`.
+    pub(crate) client_id: u32,
     pub(crate) params: OpenParams,
     pub(crate) contexts: u32,
     pub(crate) streams: u32,

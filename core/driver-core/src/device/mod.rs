@@ -63,6 +63,7 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) next_client_id: u32,
     /// Client ids go out through it ([`Scramble`]: no visible open count).
     pub(crate) client_ids: Scramble,
+    /// Every open, client or control; an open's handle here is its `client` ([`Client`]).
     pub(crate) clients: Table<Client, MAX_CLIENTS>,
     pub(crate) contexts: Table<ContextEntry, MAX_CONTEXTS>,
     pub(crate) streams: Table<StreamEntry<P>, MAX_STREAMS>,
@@ -302,16 +303,22 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 
-    /// GET_INFO as `open` asks it: [`info`](Self::info) with the caller's own client id (0
-    /// for a control open, which is not a client).
-    pub fn info_for(&self, open: u32) -> DeviceInfo {
-        let caller_id = match self.clients.get(open) {
-            Some(c) if c.params.role == Role::Client => c.id,
-            _ => 0,
-        };
+    /// GET_INFO as open `client` asks it: [`info`](Self::info) with the caller's own
+    /// [`client_id`](Self::client_id) in `caller_id` (0 for a control open, which is not a
+    /// client).
+    pub fn info_for(&self, client: u32) -> DeviceInfo {
         DeviceInfo {
-            caller_id,
+            caller_id: self.client_id(client).unwrap_or(0),
             ..self.info()
+        }
+    }
+
+    /// The id the device reports for open `client` (LIST_CLIENTS' `client_id`, GET_INFO's
+    /// `caller_id`); `None` for a control open, which is not a client, or an unknown one.
+    pub fn client_id(&self, client: u32) -> Option<u32> {
+        match self.clients.get(client) {
+            Some(c) if c.params.role == Role::Client => Some(c.client_id),
+            _ => None,
         }
     }
 

@@ -16,7 +16,8 @@ use crate::memory::dva;
 use crate::platform::Platform;
 
 impl<P: Platform> DeviceCore<P> {
-    /// EXPORT_MEMORY: `args.handle`, `uid`, `client` and `flags` in, `token` out.
+    /// EXPORT_MEMORY: `args.handle`, `uid`, `client` (the importer's `client_id`) and `flags`
+    /// in, `token` out.
     pub fn export_memory(&mut self, client: u32, args: &mut ExportMemoryArgs) -> Result<()> {
         self.require_client(client)?;
         ensure!(args.flags == 0, EINVAL, "export flags must be 0");
@@ -77,9 +78,9 @@ impl<P: Platform> DeviceCore<P> {
     pub fn import_memory(&mut self, client: u32, args: &mut ImportMemoryArgs) -> Result<()> {
         self.require_client(client)?;
         ensure!(args.flags == 0, EINVAL, "import flags must be 0");
-        let (uid, id) = {
+        let (uid, client_id) = {
             let c = self.client_mut(client)?;
-            (c.params.uid, c.id)
+            (c.params.uid, c.client_id)
         };
         let export = args.token as u32;
         // One answer for "no such token" and "not yours": a token says nothing to whom it
@@ -88,7 +89,7 @@ impl<P: Platform> DeviceCore<P> {
             Some(e)
                 if e.serial == (args.token >> 32) as u32
                     && e.uid == uid
-                    && (e.client_id == 0 || e.client_id == id) =>
+                    && (e.client_id == 0 || e.client_id == client_id) =>
             {
                 (e.alloc, e.owner)
             }

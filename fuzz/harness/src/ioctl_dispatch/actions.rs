@@ -21,10 +21,10 @@ impl State {
                 self.next_pid += 1;
                 let p = params(self.next_pid, role, admin);
                 match self.dev.open(p) {
-                    Ok(handle) => {
-                        assert!(self.opens.iter().all(|o| o.handle != handle));
+                    Ok(client) => {
+                        assert!(self.opens.iter().all(|o| o.client != client));
                         self.opens.push(Open {
-                            handle,
+                            client,
                             role,
                             uid: p.uid,
                             admin,
@@ -41,9 +41,9 @@ impl State {
             Op::Close { who } => {
                 if !self.opens.is_empty() {
                     let o = self.opens.remove(who as usize % self.opens.len());
-                    self.dev.close(o.handle);
-                    assert!(self.dev.client_usage(o.handle).is_none());
-                    assert!(self.dev.platform().backed_of(o.handle) == 0);
+                    self.dev.close(o.client);
+                    assert!(self.dev.client_usage(o.client).is_none());
+                    assert!(self.dev.platform().backed_of(o.client) == 0);
                 }
             }
             Op::CreateContext {
@@ -191,7 +191,7 @@ impl State {
             }
             Op::GetInfo { who } => {
                 let Some(o) = self.who(who) else { return };
-                let (client, role) = (o.handle, o.role);
+                let (client, role) = (o.client, o.role);
                 if let Some((r, out)) = self.call(who, DRIVER_CMD_GET_INFO, &DeviceInfo::default())
                 {
                     assert!(r.is_ok(), "GET_INFO failed: {r:?}");
@@ -263,7 +263,7 @@ impl State {
             }
             Op::Mmap { who, kind, h, len } => {
                 let Some(o) = self.who(who) else { return };
-                let client = o.handle;
+                let client = o.client;
                 let (k, pool) = match kind % 4 {
                     0 => (MmapKind::CmdRing, &self.seen.stream),
                     1 => (MmapKind::EventRing, &self.seen.stream),
@@ -295,7 +295,7 @@ impl State {
                 exact,
             } => {
                 let Some(o) = self.who(who) else { return };
-                let client = o.handle;
+                let client = o.client;
                 let request = match COMMANDS.get(cmd as usize) {
                     Some(c) => c.request,
                     None => request,

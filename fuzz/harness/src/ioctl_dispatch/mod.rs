@@ -35,7 +35,7 @@ pub fn run(data: &[u8]) {
         st.check();
     }
     for o in std::mem::take(&mut st.opens) {
-        st.dev.close(o.handle);
+        st.dev.close(o.client);
     }
     let info = st.dev.info();
     assert_eq!(info.memory_used, 0, "memory left after every open closed");
@@ -89,7 +89,7 @@ mod tests {
             control: false,
             admin: false,
         });
-        let client = st.opens[0].handle;
+        let client = st.opens[0].client;
         let mut bytes = arg.clone();
         let r = st.ioctl(client, DRIVER_CMD_LIST_CLIENTS, &mut bytes);
         assert_eq!(r.map(|_| ()).unwrap_err().errno, Errno::EFAULT);

@@ -20,9 +20,9 @@ pub(super) struct Seen {
     pub(super) event: Vec<u32>,
 }
 
-/// An open: its handle and role.
+/// An open: its `client` (its handle in the device's client table) and role.
 pub(super) struct Open {
-    pub(super) handle: u32,
+    pub(super) client: u32,
     pub(super) role: Role,
     /// Who opened: LIST_CLIENTS shows an admin everyone, anyone else its own user's clients.
     pub(super) uid: u32,
@@ -67,7 +67,7 @@ impl State {
         let role = self
             .opens
             .iter()
-            .find(|o| o.handle == client)
+            .find(|o| o.client == client)
             .map(|o| o.role);
         // LIST_CLIENTS may write [buf, buf + capacity * entry_size) of its own arguments.
         self.user.window = (request == DRIVER_CMD_LIST_CLIENTS)
@@ -140,7 +140,7 @@ impl State {
         request: u32,
         a: &T,
     ) -> Option<(Result<Reply>, T)> {
-        let client = self.who(who)?.handle;
+        let client = self.who(who)?.client;
         let mut arg = vec![0u8; T::SIZE];
         a.encode(&mut arg);
         let r = self.ioctl(client, request, &mut arg);

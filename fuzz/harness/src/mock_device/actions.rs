@@ -28,9 +28,9 @@ impl State {
             Op::Close { who } => {
                 if let Some(me) = self.who(who) {
                     let c = self.clients.remove(me);
-                    self.dev.close(c.handle);
+                    self.dev.close(c.client);
                     assert_eq!(
-                        self.dev.client_workers(c.handle),
+                        self.dev.client_workers(c.client),
                         0,
                         "a closed client's streams are still served"
                     );
@@ -49,7 +49,7 @@ impl State {
                 let ce = 1u32 << (1 + ce % 6);
                 let ee = ce << (ee % 3);
                 let c = &self.clients[me];
-                if let Some(s) = create_stream(&self.dev, c.handle, c.ctx, ce, ee) {
+                if let Some(s) = create_stream(&self.dev, c.client, c.ctx, ce, ee) {
                     self.clients[me].streams.push(s);
                 }
             }
@@ -64,7 +64,7 @@ impl State {
                 };
                 call(
                     &self.dev,
-                    self.clients[me].handle,
+                    self.clients[me].client,
                     DRIVER_CMD_DESTROY_STREAM,
                     &mut h,
                 )
@@ -125,7 +125,7 @@ impl State {
                     handle: c.streams[i].handle,
                     pad: 0,
                 };
-                let _ = call(&self.dev, c.handle, DRIVER_CMD_NOTIFY, &mut h);
+                let _ = call(&self.dev, c.client, DRIVER_CMD_NOTIFY, &mut h);
             }
             Op::Submit { who, s, desc } => {
                 let Some((me, i)) = self.stream(who, s) else {
@@ -138,7 +138,7 @@ impl State {
                     desc: d,
                     ..Default::default()
                 };
-                if call(&self.dev, c.handle, DRIVER_CMD_SUBMIT_TASK, &mut a).is_ok() {
+                if call(&self.dev, c.client, DRIVER_CMD_SUBMIT_TASK, &mut a).is_ok() {
                     let st = &mut self.clients[me].streams[i];
                     st.pushed += 1;
                     st.tail = st.tail.wrapping_add(1);
@@ -161,7 +161,7 @@ impl State {
                     timeout_ns: SHORT_WAIT_NS,
                     ..Default::default()
                 };
-                let _ = call(&self.dev, c.handle, DRIVER_CMD_WAIT_EVENT, &mut w);
+                let _ = call(&self.dev, c.client, DRIVER_CMD_WAIT_EVENT, &mut w);
                 Self::check_records(&self.clients[me].streams[i].reap());
             }
             Op::Check { who } => {
@@ -215,7 +215,7 @@ impl State {
                 if request == DRIVER_CMD_SET_DEVICE_SHARE || request == DRIVER_CMD_SUBMIT_TASK {
                     return;
                 }
-                let _ = self.dev.ioctl(c.handle, request, &mut arg, &mut self.user);
+                let _ = self.dev.ioctl(c.client, request, &mut arg, &mut self.user);
             }
             Op::Mmap {
                 who,
@@ -234,7 +234,7 @@ impl State {
                 };
                 let len = u64::from(len % (64 << 10));
                 let c = &self.clients[me];
-                match self.dev.map(c.handle, cookie, len) {
+                match self.dev.map(c.client, cookie, len) {
                     Ok(src) => {
                         // A memory cookie resolves only to the caller's own allocation
                         // with that cookie (its own memfd), never to another's.
@@ -244,12 +244,12 @@ impl State {
                             .unwrap_or_else(|| {
                                 panic!(
                                     "client {} mapped cookie {cookie:#x}, not one of its own",
-                                    c.handle
+                                    c.client
                                 )
                             });
                         let own_fd = self
                             .dev
-                            .map(c.handle, own.mmap_offset, 4096)
+                            .map(c.client, own.mmap_offset, 4096)
                             .expect("own allocation");
                         let ino = |fd: &std::os::fd::OwnedFd| {
                             nix::sys::stat::fstat(fd).expect("fstat").st_ino
@@ -258,7 +258,7 @@ impl State {
                             ino(&src.fd),
                             ino(&own_fd.fd),
                             "client {} mapped memory other than its allocation (owner: {mine})",
-                            c.handle
+                            c.client
                         );
                         assert_eq!(src.offset, 0, "an allocation is its own memfd");
                         if len > 0 {

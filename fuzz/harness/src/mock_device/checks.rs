@@ -42,7 +42,7 @@ impl State {
             desc: d,
             ..Default::default()
         };
-        call(&self.dev, c.handle, DRIVER_CMD_SUBMIT_TASK, &mut sub)
+        call(&self.dev, c.client, DRIVER_CMD_SUBMIT_TASK, &mut sub)
             .unwrap_or_else(|e| panic!("check: SUBMIT_TASK failed: {e:?}"));
         c.check.pushed += 1;
         c.check.tail = c.check.tail.wrapping_add(1);
@@ -60,7 +60,7 @@ impl State {
                 timeout_ns: 100_000_000,
                 ..Default::default()
             };
-            let _ = call(&self.dev, c.handle, DRIVER_CMD_WAIT_EVENT, &mut w);
+            let _ = call(&self.dev, c.client, DRIVER_CMD_WAIT_EVENT, &mut w);
             recs = c.check.reap();
         }
         assert_eq!(recs.len(), 1, "check: one completion per descriptor");
@@ -94,7 +94,7 @@ impl State {
                 b.chunks_exact(4)
                     .all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) == c.canary),
                 "client {}'s canary changed",
-                c.handle
+                c.client
             );
         }
     }

@@ -56,7 +56,8 @@ pub(super) struct Stream {
 }
 
 pub(super) struct Client {
-    pub(super) handle: u32,
+    /// Its handle in the device's client table.
+    pub(super) client: u32,
     pub(super) ctx: u32,
     pub(super) work: AllocMemoryArgs,
     pub(super) guard: AllocMemoryArgs,

@@ -90,9 +90,9 @@ pub fn run(data: &[u8]) {
         st.check(me);
     }
     st.invariants();
-    let handles: Vec<u32> = st.clients.iter().map(|c| c.handle).collect();
-    for h in handles {
-        st.dev.close(h);
+    let clients: Vec<u32> = st.clients.iter().map(|c| c.client).collect();
+    for client in clients {
+        st.dev.close(client);
     }
     let info = st.dev.info();
     assert_eq!(info.memory_used, 0, "memory left after every client closed");

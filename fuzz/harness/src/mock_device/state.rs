@@ -32,12 +32,12 @@ impl State {
         if self.clients.len() >= MAX_CLIENTS {
             return;
         }
-        let handle = self
+        let client = self
             .dev
             .open(local_open_params(Role::Client, false))
             .expect("open a client of a shared device");
         let mut c = CreateContextArgs::default();
-        call(&self.dev, handle, DRIVER_CMD_CREATE_CONTEXT, &mut c).expect("context");
+        call(&self.dev, client, DRIVER_CMD_CREATE_CONTEXT, &mut c).expect("context");
         let mut work = AllocMemoryArgs {
             size: WORK,
             ..Default::default()
@@ -48,23 +48,23 @@ impl State {
             ..Default::default()
         };
         let ok = |dev: &MockDevice, a: &mut AllocMemoryArgs| {
-            call(dev, handle, DRIVER_CMD_ALLOC_MEMORY, a).is_ok()
+            call(dev, client, DRIVER_CMD_ALLOC_MEMORY, a).is_ok()
         };
         if !ok(&self.dev, &mut work) || !ok(&self.dev, &mut guard) {
             // The device is full (raw ALLOC_MEMORYs of other clients): no new client.
-            self.dev.close(handle);
+            self.dev.close(client);
             return;
         }
-        let guard_map = map(&self.dev, handle, guard.mmap_offset, guard.alloc_size);
+        let guard_map = map(&self.dev, client, guard.mmap_offset, guard.alloc_size);
         self.opened += 1;
         let canary = 0xca9a_0000 | self.opened;
         let bytes: Vec<u8> = (0..CANARY_LEN / 4)
             .flat_map(|_| canary.to_ne_bytes())
             .collect();
         guard_map.write(0, &bytes).expect("canary inside the guard");
-        let check = create_stream(&self.dev, handle, c.handle, 4, 4).expect("check stream");
+        let check = create_stream(&self.dev, client, c.handle, 4, 4).expect("check stream");
         self.clients.push(Client {
-            handle,
+            client,
             ctx: c.handle,
             work,
             guard,
