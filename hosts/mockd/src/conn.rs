@@ -150,7 +150,7 @@ pub(crate) fn serve(
                 // Released before the reply: a client that saw it knows its resources are
                 // gone, and its waits were answered before it.
                 shared.dev.close(client);
-                log_closed(shared, &cred, client, role);
+                log_closed(shared, &peer, role);
                 drain_waits(&in_flight);
                 send_reply(conn, &Reply::ok(Kind::Close, req.tag, Vec::new()), None);
                 return;
@@ -176,7 +176,7 @@ pub(crate) fn serve(
     // The end of the connection, however it came: the open is closed, which ends its waits
     // (their replies go nowhere).
     shared.dev.close(client);
-    log_closed(shared, &cred, client, role);
+    log_closed(shared, &peer, role);
 }
 
 /// How long CLOSE waits for the open's waits to be answered (the close ended them: the
@@ -258,15 +258,20 @@ fn start_wait(
     }
 }
 
-/// Client opens and closes are logged at `info` (rate-limited per uid: `crate::audit`),
-/// control opens (davinci-smi) at `debug`.
-fn log_closed(shared: &Shared, cred: &PeerCred, client: u32, role: Role) {
+/// Client opens and closes are logged at `info` (rate-limited per uid: `crate::audit`) with
+/// the client's `client_id`, the id LIST_CLIENTS reports (`davinci-smi info -t usage`);
+/// control opens (davinci-smi), which are not clients, at `debug`.
+fn log_closed(shared: &Shared, peer: &Peer, role: Role) {
+    let cred = &peer.cred;
     if role == Role::Client {
         shared.audit.record(Record::ClientClosed, cred.uid, || {
-            info!(device = %shared.name, pid = cred.pid, handle = client, "client closed");
+            info!(
+                device = %shared.name, pid = cred.pid, client_id = peer.client_id,
+                "client closed"
+            );
         });
     } else {
-        debug!(device = %shared.name, pid = cred.pid, handle = client, "control closed");
+        debug!(device = %shared.name, pid = cred.pid, "control closed");
     }
 }
 
@@ -282,6 +287,9 @@ struct Peer {
     /// Container id ("" on the host).
     container: String,
     admin: bool,
+    /// The id the device reports for the open (LIST_CLIENTS' `client_id`); 0 for a control
+    /// open, which is not a client.
+    client_id: u32,
 }
 
 /// Handles HELLO: `Ok(Some((client, role, peer)))` when the open succeeded (reply sent),
@@ -342,24 +350,26 @@ fn hello(
                 ..ClientUsage::default()
             };
             let container = usage.container_id().unwrap_or_default();
+            let client_id = shared.dev.client_id(client).unwrap_or(0);
             if role == Role::Client {
                 shared.audit.record(Record::ClientOpened, cred.uid, || {
                     info!(
                         device = %shared.name, pid = cred.pid, uid = cred.uid,
-                        admin = params.admin, container = %container, handle = client,
+                        admin = params.admin, container = %container, client_id,
                         "client opened"
                     );
                 });
             } else {
                 debug!(
                     device = %shared.name, pid = cred.pid, uid = cred.uid, admin = params.admin,
-                    container = %container, handle = client, "control opened"
+                    container = %container, "control opened"
                 );
             }
             let peer = Peer {
                 cred: *cred,
                 container: container.to_string(),
                 admin: params.admin,
+                client_id,
             };
             Ok(Some((client, role, peer)))
         }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use davinci_mockd::daemon::{AUDIT_BURST, AUDIT_INTERVAL};
 use davinci_mockd_proto::{Kind, WireRole};
-use davinci_uapi::{Errno, DRIVER_CMD_SET_DEVICE_SHARE};
+use davinci_uapi::{DeviceInfo, Errno, Wire, DRIVER_CMD_GET_INFO, DRIVER_CMD_SET_DEVICE_SHARE};
 use support::{field_u64, lines_with, share_arg, Mockd, Raw};
 
 /// The most lines one (kind, uid) may write in `secs` seconds: the burst, one per interval
@@ -103,9 +103,16 @@ fn opens_and_closes_are_rate_limited_but_accepted_sharing_changes_never_are() {
     // The daemon's own user (this test's) is an admin.
     let mut d = Mockd::start("audit-open", &[]);
     let t0 = Instant::now();
-    for _ in 0..CYCLES {
+    let mut first = 0;
+    for i in 0..CYCLES {
         let (mut c, r) = Raw::open(&d.socket(0), WireRole::Client);
         assert_eq!(r.errno, 0, "{}", r.msg);
+        if i == 0 {
+            let (r, _) = c.call(Kind::Ioctl, DRIVER_CMD_GET_INFO, vec![0; DeviceInfo::SIZE]);
+            assert_eq!(r.errno, 0, "{}", r.msg);
+            first = DeviceInfo::decode(&r.arg).caller_id;
+            assert_ne!(first, 0);
+        }
         // CLOSE is answered after its line is logged.
         let (r, _) = c.call(Kind::Close, 0, Vec::new());
         assert_eq!(r.errno, 0, "{}", r.msg);
@@ -135,6 +142,11 @@ fn opens_and_closes_are_rate_limited_but_accepted_sharing_changes_never_are() {
             written <= most_lines(secs) && suppressed > 0,
             "{name}: {written} lines in {secs:.1} s:\n{log}"
         );
+        // The lines name a client by the id LIST_CLIENTS and GET_INFO report for it.
+        let named = lines_with(&log, &[message])
+            .into_iter()
+            .filter(|l| field_u64(l, "client_id") == Some(u64::from(first)));
+        assert_eq!(named.count(), 1, "{name} of client_id {first}:\n{log}");
     }
     let set = lines_with(&log, &["device sharing set device="]);
     assert_eq!(set.len() as u64, CHANGES, "every accepted change:\n{log}");
