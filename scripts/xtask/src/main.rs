@@ -31,6 +31,8 @@ const USAGE: &str = "usage: cargo xtask COMMAND
   check-docs          every `-p` the Markdown files pass to cargo is a workspace package
   check-unsafe        every crate root forbids or denies unsafe code; the files that allow it are
                       exactly the table \"Where `unsafe` is\" of docs/architecture.md
+  check-names         one name per idea: an open's handle in the client table is `client`, the
+                      id the device reports for a client is `client_id` (no retired spelling)
   msrv [--build]      the workspace's rust-version is at least every dependency's; with --build,
                       also `cargo +VERSION check --workspace --all-targets` (rustup installs it)";
 
@@ -42,10 +44,13 @@ fn main() -> ExitCode {
         ["gen-header", "--check"] | ["--check", "gen-header"] => gen_header(true),
         ["kmod-src", out] => kmod_src(out),
         ["check"] => checks(
-            &["layering", "sizes", "paths", "docs", "unsafe", "msrv"],
+            &[
+                "layering", "sizes", "paths", "docs", "unsafe", "names", "msrv",
+            ],
             false,
         ),
         ["check-unsafe"] => checks(&["unsafe"], false),
+        ["check-names"] => checks(&["names"], false),
         ["check-layering"] => checks(&["layering"], false),
         ["check-sizes"] => checks(&["sizes"], false),
         ["check-paths"] => checks(&["paths"], false),
@@ -128,7 +133,9 @@ fn kmod_src(out: &str) -> ExitCode {
 }
 
 fn checks(which: &[&str], build: bool) -> ExitCode {
-    use xtask::tree::{doc_paths, layering, metadata::Workspace, msrv, paths, sizes, unsafe_code};
+    use xtask::tree::{
+        doc_paths, layering, metadata::Workspace, msrv, names, paths, sizes, unsafe_code,
+    };
     // As for gen-header: a scratch copy of the tree when XTASK_WORKSPACE_ROOT names one.
     let root = std::env::var_os("XTASK_WORKSPACE_ROOT")
         .map(std::path::PathBuf::from)
@@ -170,6 +177,11 @@ fn checks(which: &[&str], build: bool) -> ExitCode {
                 }
                 Err(e) => vec![xtask::tree::Finding(e)],
             },
+            "names" => {
+                let dirs: Vec<std::path::PathBuf> =
+                    ws.members.iter().map(|p| p.dir.clone().into()).collect();
+                names::check(&root, &names::files(&root, &dirs))
+            }
             "msrv" => msrv::check(&ws),
             other => vec![xtask::tree::Finding(format!("no check named {other}"))],
         };

@@ -11,7 +11,9 @@
 //! * [`msrv`]: the declared `rust-version` is at least what every dependency declares, and the
 //!   workspace builds with that toolchain when it is installed (`cargo xtask msrv`);
 //! * [`unsafe_code`]: every crate root keeps `unsafe` out, and the files that let it in are
-//!   exactly the table of docs/architecture.md (`cargo xtask check-unsafe`).
+//!   exactly the table of docs/architecture.md (`cargo xtask check-unsafe`);
+//! * [`names`]: one name per idea: an open's handle in the client table is `client`, the id
+//!   the device reports for a client is `client_id` (`cargo xtask check-names`).
 //!
 //! Each check is a pure function of its inputs (metadata JSON, file text, a directory), so its
 //! tests feed it a tree that breaks the rule and watch it fail.
@@ -20,6 +22,7 @@ pub mod doc_paths;
 pub mod layering;
 pub mod metadata;
 pub mod msrv;
+pub mod names;
 pub mod paths;
 pub mod sizes;
 pub mod unsafe_code;
