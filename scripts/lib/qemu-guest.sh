@@ -122,7 +122,7 @@ qg_initramfs_with() {
         for lib in ${libs[@]+"${libs[@]}"}; do dirname "$lib"; done | sort -u | while read -r d; do
             p=
             for c in ${d//\// }; do p=$p/$c; echo "dir $p 755 0 0"; done
-        done | grep -vxE 'dir /(dev|proc|sys|bin) 755 0 0' | sort -u
+        done | { grep -vxE 'dir /(dev|proc|sys|bin) 755 0 0' || true; } | sort -u
         for lib in ${libs[@]+"${libs[@]}"}; do echo "file $lib $(readlink -f "$lib") 755 0 0"; done | sort -u
         echo "nod /dev/console 600 0 0 c 5 1"
         echo "nod /dev/null 666 0 0 c 1 3"
