@@ -25,7 +25,7 @@ const USAGE: &str = "usage: cargo xtask COMMAND
   check               every check below but the MSRV build; exit 1 if any rule is broken
   check-layering      crates depend only on lower layers; the shim without `embedded` and the
                       operators' tools link no device code (read from cargo metadata)
-  check-sizes         no source file over 600 non-test lines
+  check-sizes         no source file over 600 non-test lines, no test file over 800 lines
   check-paths         every repository path a tracked text file names exists (Markdown, comments,
                       strings, scripts, Makefile and Kbuild, manifests, YAML, units)
   check-docs          every `-p` the Markdown files pass to cargo is a workspace package
@@ -151,7 +151,13 @@ fn checks(which: &[&str], build: bool) -> ExitCode {
     for &name in which {
         let findings = match name {
             "layering" => layering::check(&ws),
-            "sizes" => sizes::check(&root, &sources(&root, &ws)),
+            "sizes" => {
+                let dirs: Vec<std::path::PathBuf> =
+                    ws.members.iter().map(|p| (&p.dir).into()).collect();
+                let mut f = sizes::check(&root, &sources(&root, &ws));
+                f.extend(sizes::check_tests(&root, &sizes::test_files(&root, &dirs)));
+                f
+            }
             "unsafe" => {
                 let roots: Vec<std::path::PathBuf> = ws
                     .members

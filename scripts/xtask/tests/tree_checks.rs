@@ -389,6 +389,38 @@ fn sizes_name_a_file_over_the_limit_and_leave_tests_out() {
 }
 
 #[test]
+fn test_files_have_a_cap_of_their_own() {
+    let dir = scratch("test-sizes");
+    for d in ["c/src/a", "c/tests/area", "c/tests/c", "c/target/tests"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let lines = |n: usize| -> String { (0..n).map(|i| format!("// {i}\n")).collect() };
+    let over = lines(sizes::MAX_TEST_LINES + 1);
+    std::fs::write(dir.join("c/tests/big.rs"), &over).unwrap();
+    std::fs::write(dir.join("c/tests/area/part.rs"), &over).unwrap();
+    std::fs::write(dir.join("c/tests/c/probe.c"), &over).unwrap();
+    std::fs::write(dir.join("c/src/a/tests.rs"), &over).unwrap();
+    std::fs::write(dir.join("c/tests/fits.rs"), lines(sizes::MAX_TEST_LINES)).unwrap();
+    // Not test files: a source file (the source cap's), data, a build directory.
+    std::fs::write(dir.join("c/src/a/mod.rs"), &over).unwrap();
+    std::fs::write(dir.join("c/tests/c/data.txt"), &over).unwrap();
+    std::fs::write(dir.join("c/target/tests/x.rs"), &over).unwrap();
+    let files = sizes::test_files(&dir, &[PathBuf::from("c")]);
+    assert_eq!(files.len(), 5, "{files:?}");
+    let f: Vec<String> = sizes::check_tests(&dir, &files)
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(f.len(), 4, "{f:?}");
+    assert!(
+        f.iter()
+            .any(|f| f.starts_with("c/tests/big.rs: 801 lines, more than 800")),
+        "{f:?}"
+    );
+    assert!(!f.iter().any(|f| f.contains("fits.rs")), "{f:?}");
+}
+
+#[test]
 fn doc_packages_must_be_members() {
     let dir = scratch("docs");
     std::fs::create_dir_all(dir.join("docs")).unwrap();

@@ -2,8 +2,8 @@
 //!
 //! * [`layering`]: which crate may depend on which, read from `cargo metadata` with cargo's
 //!   feature rules (`cargo xtask check-layering`);
-//! * [`sizes`]: no source file over [`sizes::MAX_NON_TEST_LINES`] non-test lines
-//!   (`cargo xtask check-sizes`);
+//! * [`sizes`]: no source file over [`sizes::MAX_NON_TEST_LINES`] non-test lines, no test file
+//!   over [`sizes::MAX_TEST_LINES`] lines (`cargo xtask check-sizes`);
 //! * [`paths`]: every repository path any tracked text file names exists: Markdown, comments,
 //!   strings, scripts, Makefiles, manifests (`cargo xtask check-paths`);
 //! * [`doc_paths`]: every package the Markdown passes to `cargo -p` is a member

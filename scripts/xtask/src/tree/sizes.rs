@@ -1,7 +1,7 @@
-//! No source file a newcomer must scroll: at most [`MAX_NON_TEST_LINES`] lines that are not
-//! tests, in every `.rs` file under a member's `src/` (and the kernel module's `src/`).
-//! Test code does not count: `#[cfg(test)]` items, files named `tests.rs`, and `tests/`
-//! folders, whose size follows the code they test.
+//! No file a newcomer must scroll: at most [`MAX_NON_TEST_LINES`] lines that are not tests in
+//! every `.rs` file under a member's `src/` (and the kernel module's `src/`), where
+//! `#[cfg(test)]` items do not count; and at most [`MAX_TEST_LINES`] lines in every test file
+//! of a member (`tests.rs`, and the Rust, C and Python files of its `tests/` folders).
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +9,14 @@ use super::Finding;
 
 /// The most non-test lines one source file may have.
 pub const MAX_NON_TEST_LINES: usize = 600;
+
+/// The most lines one test file may have: more than a source file, since a test spells out
+/// its scenario, its setup and what it expects, and a file keeps the tests of one area side by
+/// side. 800 splits the suites by area (as `tests/tests/conformance/` and `kernel/` are), not
+/// one area in pieces: at 600, six files that each hold one area (driver-core's engine,
+/// clients and memory-model tests, the embedded device's, the ring's unit tests, the device
+/// plugin's system tests: 676 to 777 lines) would be cut apart.
+pub const MAX_TEST_LINES: usize = 800;
 
 /// Lines of `text` outside `#[cfg(test)]` items (a `mod x;` declaration, or an item up to its
 /// closing brace, counted by braces outside strings and comments well enough for this tree's
@@ -100,6 +108,54 @@ pub fn source_files(root: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// The test files of the packages in `dirs` (relative to `root`): `tests.rs` files, and the
+/// `.rs`, `.c` and `.py` files in a `tests/` folder of the package.
+pub fn test_files(root: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo: Vec<(PathBuf, bool)> = dirs.iter().map(|d| (root.join(d), false)).collect();
+    while let Some((dir, in_tests)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    todo.push((path, in_tests || name == "tests"));
+                }
+            } else if name == "tests.rs"
+                || (in_tests && [".rs", ".c", ".py"].iter().any(|x| name.ends_with(x)))
+            {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every test file of `files` over [`MAX_TEST_LINES`], with its count.
+pub fn check_tests(root: &Path, files: &[PathBuf]) -> Vec<Finding> {
+    let mut bad = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            bad.push(Finding(format!("{}: cannot read", f.display())));
+            continue;
+        };
+        let n = text.lines().count();
+        if n > MAX_TEST_LINES {
+            bad.push(Finding(format!(
+                "{}: {n} lines, more than {MAX_TEST_LINES} for a test file: split it by area \
+                 (as tests/tests/conformance/)",
+                f.strip_prefix(root).unwrap_or(f).display()
+            )));
+        }
+    }
+    bad
 }
 
 /// Every file of `files` over the limit, with its count.
