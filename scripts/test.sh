@@ -200,7 +200,7 @@ record() {
 skip() { summary+=("SKIPPED $1 ($2)"); }
 
 step "rustfmt" sh -c 'cargo fmt --all -- --check && rustfmt --edition 2021 --check kmod-rust/src/davinci_main.rs'
-step "the tree's shape (layering, file sizes, doc paths, MSRV)" cargo xtask check
+step "the tree's shape (layering and folders, file sizes, paths, names, MSRV)" cargo xtask check
 step "tests" cargo test --workspace
 # The kernel module in QEMU, in the background from here on (it needs the test build and the
 # toolchain; it waits for the latter): every step after it runs at lower priority (nice 10,
