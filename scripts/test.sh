@@ -293,6 +293,13 @@ fi
 
 steps_finish
 prep_pid=
+# The kernel's toolchain and test kernel, prepared in the background from the start (seconds
+# in a fresh run; most of the kernel step's wait on a machine without the cache).
+if [ -f "$log_dir/kmod-prepare.status" ]; then
+    record "kernel toolchain and test kernel (in the background from the start)" \
+        "$(cat "$log_dir/kmod-prepare.status")" "$(cat "$log_dir/kmod-prepare.log.end" 2>/dev/null || echo 0)" \
+        "$log_dir/kmod-prepare.log"
+fi
 
 echo
 echo "==> summary"
