@@ -27,6 +27,37 @@ pub mod paths;
 pub mod sizes;
 pub mod unsafe_code;
 
+/// Every file below `dirs` (each relative to `root`), with whether a `tests` folder lies on
+/// the way from its dir to it; `target` and hidden folders are left out. Paths are
+/// `root.join(..)`, sorted, without repeats. The walk the file-based checks share.
+pub fn files_below(
+    root: &std::path::Path,
+    dirs: &[std::path::PathBuf],
+) -> Vec<(std::path::PathBuf, bool)> {
+    let mut out = Vec::new();
+    let mut todo: Vec<(std::path::PathBuf, bool)> =
+        dirs.iter().map(|d| (root.join(d), false)).collect();
+    while let Some((dir, in_tests)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    todo.push((path, in_tests || name == "tests"));
+                }
+            } else {
+                out.push((path, in_tests));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// One broken rule: what, where, and how to mend it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding(pub String);

@@ -311,31 +311,18 @@ pub fn findings_in(path: &str, text: &str) -> Vec<Finding> {
 /// included), and `.rs`, `.c` and `.h` files under the kernel module's `kmod-rust/src`;
 /// `target` and hidden folders left out. Sorted, relative to `root`.
 pub fn files(root: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo: Vec<PathBuf> = dirs.iter().map(|d| root.join(d)).collect();
-    todo.push(root.join("kmod-rust/src"));
-    while let Some(dir) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if name != "target" && !name.starts_with('.') {
-                    todo.push(path);
-                }
-                continue;
-            }
-            let Ok(rel) = path.strip_prefix(root) else {
-                continue;
-            };
+    let mut dirs = dirs.to_vec();
+    dirs.push("kmod-rust/src".into());
+    let mut out: Vec<PathBuf> = super::files_below(root, &dirs)
+        .into_iter()
+        .filter_map(|(p, _)| {
+            let rel = p.strip_prefix(root).ok()?.to_path_buf();
+            let name = rel.file_name()?.to_string_lossy().into_owned();
             let kmod = rel.starts_with("kmod-rust/src");
-            if name.ends_with(".rs") || (kmod && (name.ends_with(".c") || name.ends_with(".h"))) {
-                out.push(rel.to_path_buf());
-            }
-        }
-    }
+            (name.ends_with(".rs") || (kmod && (name.ends_with(".c") || name.ends_with(".h"))))
+                .then_some(rel)
+        })
+        .collect();
     out.sort();
     out.dedup();
     out

@@ -88,54 +88,28 @@ fn strip_line(line: &str) -> String {
 
 /// The files checked: `.rs` files under `dirs`, leaving out tests (`tests.rs`, `tests/`).
 pub fn source_files(root: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo: Vec<PathBuf> = dirs.iter().map(|d| root.join(d)).collect();
-    while let Some(dir) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if name != "tests" {
-                    todo.push(path);
-                }
-            } else if name.ends_with(".rs") && name != "tests.rs" {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
+    super::files_below(root, dirs)
+        .into_iter()
+        .filter(|(p, in_tests)| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            !in_tests && name.ends_with(".rs") && name != "tests.rs"
+        })
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// The test files of the packages in `dirs` (relative to `root`): `tests.rs` files, and the
 /// `.rs`, `.c` and `.py` files in a `tests/` folder of the package.
 pub fn test_files(root: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo: Vec<(PathBuf, bool)> = dirs.iter().map(|d| (root.join(d), false)).collect();
-    while let Some((dir, in_tests)) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if name != "target" && !name.starts_with('.') {
-                    todo.push((path, in_tests || name == "tests"));
-                }
-            } else if name == "tests.rs"
-                || (in_tests && [".rs", ".c", ".py"].iter().any(|x| name.ends_with(x)))
-            {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
+    super::files_below(root, dirs)
+        .into_iter()
+        .filter(|(p, in_tests)| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name == "tests.rs"
+                || (*in_tests && [".rs", ".c", ".py"].iter().any(|x| name.ends_with(x)))
+        })
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// Every test file of `files` over [`MAX_TEST_LINES`], with its count.
