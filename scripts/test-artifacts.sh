@@ -5,7 +5,11 @@
 # --workspace` nothing is rebuilt). A test target is its harness; a binary or an example is
 # the program itself, not the harness of its unit tests that `cargo test` builds beside it.
 # Used by scripts/test.sh (the conformance suite again, against davinci-mockd) and
-# scripts/kmod-test.sh (the guest programs).
+# scripts/kmod-test.sh, pci-smoke.sh and pcidev-smoke.sh (the guest and device programs).
+#
+# DAVINCI_TEST_ARTIFACTS=FILE: a list this script wrote before, printed as it is. The test
+# command writes one after its test build and passes it on: cargo would otherwise wait for
+# the build directory's lock while a step beside it (clippy) holds it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case "${1:-}" in
@@ -13,6 +17,10 @@ case "${1:-}" in
     "") ;;
     *) echo "scripts/test-artifacts.sh: takes no arguments (got '$1')" >&2; exit 2 ;;
 esac
+if [ -n "${DAVINCI_TEST_ARTIFACTS:-}" ] && [ -s "$DAVINCI_TEST_ARTIFACTS" ]; then
+    cat "$DAVINCI_TEST_ARTIFACTS"
+    exit 0
+fi
 cd "$ROOT"
 cargo test --workspace --locked --no-run --quiet --message-format=json | python3 -c '
 import json, sys

@@ -202,6 +202,11 @@ skip() { summary+=("SKIPPED $1 ($2)"); }
 step "rustfmt" sh -c 'cargo fmt --all -- --check && rustfmt --edition 2021 --check kmod-rust/src/davinci_main.rs'
 step "the tree's shape (layering and folders, file sizes, paths, names, MSRV)" cargo xtask check
 step "tests" cargo test --workspace
+# The test build's executables, listed once for every step after this one (the kernel step's
+# guests and device processes, the daemon suites, the Python and C steps).
+if scripts/test-artifacts.sh >"$log_dir/test-artifacts" 2>"$log_dir/test-artifacts.err"; then
+    export DAVINCI_TEST_ARTIFACTS=$log_dir/test-artifacts
+fi
 # The kernel module in QEMU, in the background from here on (it needs the test build and the
 # toolchain; it waits for the latter): every step after it runs at lower priority (nice 10,
 # the loom models and the MSRV check at 19), so the test kernel's build and then the guest's
