@@ -238,7 +238,7 @@ impl Exporter {
                 Mutex::new(std::collections::BTreeSet::new());
             let mut seen = relock(WARNED.lock());
             if seen.len() < 1024 && seen.insert(w.clone()) {
-                eprintln!("davinci-exporter: {}", metrics::printable(&w));
+                eprintln!("davinci-exporter: {}", davinci_ops::text::printable(&w));
             }
         }
         let none = found.entries.is_empty();

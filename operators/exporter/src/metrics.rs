@@ -14,6 +14,8 @@ use prometheus_client::registry::{Metric, Registry, Unit};
 
 use davinci_uapi::{Features, ShareMode};
 
+use davinci_ops::text::{printable, printable_field};
+
 use crate::collect::Sample;
 
 /// An exposition format.
@@ -413,12 +415,16 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
         }
         if let Some(list) = &r.clients {
             for (n, c) in list.iter().enumerate() {
-                let name = r.derived.names.get(n).map_or(c.comm(), String::as_str);
+                let name = r
+                    .derived
+                    .names
+                    .get(n)
+                    .map_or_else(|| printable_field(&c.comm), |name| printable(name));
                 let cl = with(
                     &dl,
                     &[
-                        ("container_id", printable(c.container_id().unwrap_or(""))),
-                        ("process", printable(name)),
+                        ("container_id", printable_field(&c.container)),
+                        ("process", name),
                         ("client_id", c.client_id.to_string()),
                         ("pid", c.pid.to_string()),
                         ("uid", c.uid.to_string()),
@@ -489,18 +495,3 @@ pub fn encode(samples: &[Sample], stats: &SelfStats, format: Format) -> String {
 
 #[cfg(test)]
 mod tests;
-
-/// A tenant's string (process name, container id) as a label value that cannot disturb
-/// whoever reads it: control characters (an escape sequence, a newline) become their Rust
-/// escapes (`\u{1b}`, `\n`); the text format escapes the rest.
-pub(crate) fn printable(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}

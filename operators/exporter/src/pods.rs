@@ -141,12 +141,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// `s` as a label value: control characters escaped, at most [`MAX_NAME`] bytes (cut at a
-/// character boundary).
+/// `s` as a label value: control, bidi and format characters escaped as every tool does
+/// ([`davinci_ops::text`]), at most [`MAX_NAME`] bytes (cut at a character boundary, never
+/// inside an escape).
 fn bounded(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {
-        let piece: String = if c.is_control() {
+        let piece: String = if davinci_ops::text::needs_escape(c) {
             c.escape_default().collect()
         } else {
             c.to_string()

@@ -24,6 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 
+use davinci_ops::text::{printable_bytes, printable_field};
 use davinci_uapi::{DeviceCounters, Features};
 
 use crate::sample::Sample;
@@ -61,7 +62,8 @@ pub struct History {
 
 /// Resolves a client's full process name from its pid and `comm`.
 pub trait Names {
-    /// The name to show for the process `pid` whose `comm` the driver reported.
+    /// The name to show for the process `pid` whose `comm` the driver reported (as
+    /// [`printable_field`] shows it).
     fn name(&self, pid: u32, comm: &str) -> String;
 }
 
@@ -71,7 +73,7 @@ pub struct ProcNames;
 
 impl Names for ProcNames {
     fn name(&self, pid: u32, comm: &str) -> String {
-        // A comm shorter than the kernel's 15 bytes was not cut.
+        // A comm shorter than the kernel's 15 bytes was not cut (escaping only lengthens it).
         if comm.len() < 15 || pid == 0 {
             return comm.to_string();
         }
@@ -79,8 +81,8 @@ impl Names for ProcNames {
         let Some(seen) = read_bounded(&format!("{proc}/comm"), 64) else {
             return comm.to_string();
         };
-        let seen = String::from_utf8_lossy(&seen);
-        if seen.trim_end_matches('\n') != comm {
+        let seen = seen.strip_suffix(b"\n").unwrap_or(&seen);
+        if printable_bytes(seen) != comm {
             // Another process (another pid namespace), or it renamed itself since.
             return comm.to_string();
         }
@@ -100,11 +102,13 @@ fn read_bounded(path: &str, max: u64) -> Option<Vec<u8>> {
 
 /// The full name from a `cmdline` (NUL-separated argv): the basename of `argv[0]`, if it
 /// starts with `comm` and is longer (what the kernel cut), at most [`MAX_NAME`] bytes (cut
-/// at a character boundary; bytes that are not UTF-8 become U+FFFD). `None` otherwise.
+/// at a character boundary). `comm` is as [`printable_field`] shows it, and so is the
+/// name: control, bidi and format characters escaped, bytes that are not UTF-8 as `\xNN`.
+/// `None` otherwise.
 pub fn full_name(comm: &str, cmdline: &[u8]) -> Option<String> {
     let argv0 = cmdline.split(|&b| b == 0).next()?;
     let base = argv0.rsplit(|&b| b == b'/').next()?;
-    let base = String::from_utf8_lossy(base);
+    let base = printable_bytes(base);
     if comm.is_empty() || base.len() <= comm.len() || !base.starts_with(comm) {
         return None;
     }
@@ -154,8 +158,8 @@ impl History {
                     Some((k, _)) => k.clone(),
                     None => {
                         let k = (
-                            c.container_id().unwrap_or("").to_string(),
-                            names.name(c.pid, c.comm()),
+                            printable_field(&c.container),
+                            names.name(c.pid, &printable_field(&c.comm)),
                         );
                         if m.live.len() < MAX_CLIENTS {
                             m.live.insert(id, (k.clone(), Totals::default()));

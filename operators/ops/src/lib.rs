@@ -10,6 +10,8 @@
 //!   generate` writes it; the device plugin names its devices in it), checked as upstream's
 //!   library checks a spec it loads, rendered as JSON or YAML and written atomically; with
 //!   the feature `cdi-schema`, upstream's JSON schema as a validator for tests;
+//! * [`text`]: a tenant's strings (process names, container ids) and paths made safe to
+//!   show: control, bidi and format characters escaped, bytes that are not UTF-8 as `\xNN`;
 //! * the words the tools share: [`device_name`] here; durations and sizes are
 //!   `davinci-units`', share-mode names `davinci_uapi::ShareMode`'s, device paths and
 //!   `DAVINCI_DEVICE` the shim's.
@@ -19,6 +21,7 @@
 pub mod cdi;
 pub mod discover;
 pub mod files;
+pub mod text;
 
 /// `davinci<N>`: the name of device N wherever a tool names it (discovery's messages, CDI
 /// device names, the device plugin's IDs and logs).

@@ -63,7 +63,7 @@ pub(crate) fn client_json(u: &ClientUsage) -> ClientJson {
         client_id: u.client_id,
         pid: u.pid,
         uid: u.uid,
-        container_id: u.container_id().unwrap_or_default().to_string(),
+        container_id: printable_field(&u.container),
         contexts: u.contexts,
         streams: u.streams,
         events: u.events,
@@ -72,7 +72,7 @@ pub(crate) fn client_json(u: &ClientUsage) -> ClientJson {
         tasks_submitted: u.tasks_submitted,
         tasks_completed: u.tasks_completed,
         tasks_queued: u.tasks_queued,
-        process_name: u.comm().to_string(),
+        process_name: printable_field(&u.comm),
     }
 }
 
@@ -128,7 +128,7 @@ pub(crate) fn board(targets: &[Target], busy: bool) -> Report {
                     clients_rows.push(vec![
                         id_text(t.entry.id),
                         u.pid.to_string(),
-                        short_container(u.container_id().unwrap_or_default()),
+                        short_container(&printable_field(&u.container)),
                         mib(u.memory_bytes),
                         format!("{}/{}", u.tasks_completed, u.tasks_submitted),
                     ]);

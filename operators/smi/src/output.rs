@@ -331,22 +331,14 @@ pub fn kv(pairs: &[(&str, String)]) -> String {
 
 pub use davinci_units::mib;
 
-/// `s` safe to print on a terminal or in a CSV row: every control character (escape
-/// sequences, newlines, tabs, DEL) shown as its Rust escape (`\u{1b}`, `\n`), everything else
-/// as is. For strings a tenant chose (process names, container ids) and paths: printed raw, an
-/// `ESC[2J` would clear the operator's screen and a newline forge a row. JSON needs none of
-/// this (its encoder escapes them).
-pub(crate) fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
+/// `s` safe to print on a terminal, in a CSV row or a JSON value: every control, bidi and
+/// format character (escape sequences, newlines, U+202E, U+200B) shown as its Rust escape
+/// (`\u{1b}`, `\n`, `\u{202e}`), everything else as is. For strings a tenant chose (process
+/// names, container ids) and paths: printed raw, an `ESC[2J` would clear the operator's
+/// screen, a newline forge a row and a bidi override reorder the row. The one escaping of
+/// every operators' tool ([`davinci_ops::text`]); a field that is not UTF-8 goes through
+/// [`printable_field`], which shows its bytes as `\xNN`.
+pub(crate) use davinci_ops::text::{printable, printable_field};
 
 #[cfg(test)]
 mod tests {

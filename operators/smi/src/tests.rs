@@ -465,3 +465,43 @@ fn a_tenants_control_characters_are_escaped_in_tables_and_csv() {
         assert!(out.contains("ctr\\u{1b}[2J"), "{a:?}: {out}");
     }
 }
+
+#[test]
+fn bidi_controls_and_names_that_are_not_utf8_are_escaped_in_tables_csv_and_json() {
+    // U+202E would show `evil<RLO>gpj.exe` as `evilexe.jpg`; a comm that is not UTF-8 was
+    // shown as an empty name. Every output shows both as escapes.
+    let mut rlo = usage_of(100, "c\u{2066}tr", 4 << 20);
+    rlo.comm = ClientUsage::comm_field("evil\u{202e}gpj.exe");
+    let mut raw = usage_of(101, "", 1 << 20);
+    raw.comm = [0u8; 16];
+    raw.comm[..6].copy_from_slice(b"\xffroot\xfe");
+    let w = world(vec![(A, fake(0, vec![rlo, raw], false, true))]);
+    let usage = ["--device", A, "info", "-t", "usage"];
+    let csv = [
+        &usage[..],
+        &["--query", "pid,process_name,container_id", "--format=csv"],
+    ]
+    .concat();
+    let json = [&usage[..], &["--json"]].concat();
+    for a in [&usage[..], &csv, &json] {
+        let (code, out, err) = smi(&w, a);
+        assert_eq!(code, 0, "{a:?}: {out}{err}");
+        for c in ['\u{202e}', '\u{2066}', '\u{fffd}'] {
+            assert!(!out.contains(c), "{a:?}: {c:?} reached the output: {out}");
+        }
+        // In JSON a backslash is itself escaped.
+        let (rlo, raw, ctr) = if a == json.as_slice() {
+            (r"evil\\u{202e}gpj.exe", r"\\xffroot\\xfe", r"c\\u{2066}tr")
+        } else {
+            (r"evil\u{202e}gpj.exe", r"\xffroot\xfe", r"c\u{2066}tr")
+        };
+        assert!(out.contains(rlo), "{a:?}: {out}");
+        assert!(out.contains(ctr), "{a:?}: {out}");
+        assert!(out.contains(raw), "{a:?}: {out}");
+    }
+    let d = doc(&smi(&w, &json).1);
+    let clients = &d["devices"][0]["clients"];
+    assert_eq!(clients[0]["process_name"], r"evil\u{202e}gpj.exe");
+    assert_eq!(clients[0]["container_id"], r"c\u{2066}tr");
+    assert_eq!(clients[1]["process_name"], r"\xffroot\xfe");
+}

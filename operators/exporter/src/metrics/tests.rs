@@ -315,6 +315,44 @@ fn a_tenants_control_characters_are_escaped_in_label_values() {
 }
 
 #[test]
+fn bidi_controls_and_names_that_are_not_utf8_are_escaped_in_label_values() {
+    let mut s = samples(false);
+    let mut raw = client(4, 1 << 20, "", "");
+    raw.comm[..5].copy_from_slice(b"\xffroot");
+    raw.container[..3].copy_from_slice(b"c\xfe1");
+    if let Ok(r) = &mut s[0].outcome {
+        r.clients = Some(vec![
+            client(3, 1 << 20, "c\u{2066}", "evil\u{202e}gpj.exe"),
+            raw,
+        ]);
+    }
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
+    for c in ['\u{202e}', '\u{2066}', '\u{fffd}'] {
+        assert!(!text.contains(c), "{c:?} reached the exposition:\n{text}");
+    }
+    // The text format escapes the backslash of each escape.
+    for (family, labels) in [
+        (
+            "davinci_client_info",
+            r#"container_id="c\\u{2066}",process="evil\\u{202e}gpj.exe""#,
+        ),
+        (
+            "davinci_client_info",
+            r#"container_id="c\\xfe1",process="\\xffroot""#,
+        ),
+        (
+            "davinci_client_memory_bytes",
+            r#"container_id="c\\xfe1",process="\\xffroot""#,
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("{family}{{device=\"0\",{labels}")),
+            "{labels}\n{text}"
+        );
+    }
+}
+
+#[test]
 fn pods_label_a_device_held_by_one_container_and_are_listed_for_a_shared_one() {
     use crate::pods::PodRef;
     let held = |pod: &str, c: &str| PodRef {

@@ -110,7 +110,7 @@ pub(super) fn table(targets: &[Target]) -> Out {
                 n.id,
                 0,
                 c.pid,
-                dash_if_empty(c.comm()),
+                dash_if_empty(&crate::output::printable_field(&c.comm)),
                 whole_mib(c.memory_bytes)
             );
         }

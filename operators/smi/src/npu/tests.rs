@@ -533,3 +533,23 @@ fn a_tenants_process_name_is_escaped_in_the_process_table() {
     assert!(!out.contains('\x1b'), "{out:?}");
     assert!(out.contains("| 9             | x\\u{1b}[2J\\ny"), "{out}");
 }
+
+#[test]
+fn a_bidi_override_and_a_name_that_is_not_utf8_are_escaped_in_the_process_table() {
+    let mut raw = client(8, "", MIB);
+    raw.comm[..5].copy_from_slice(b"\xffroot");
+    let w = world(vec![(
+        A,
+        fake(
+            0,
+            vec![client(7, "evil\u{202e}gpj.exe", MIB), raw],
+            false,
+            true,
+        ),
+    )]);
+    let (code, out, _) = npu_in(&w, &["--device", A, "info"], None);
+    assert_eq!(code, 0);
+    assert!(!out.contains('\u{202e}'), "{out:?}");
+    assert!(out.contains(r"| evil\u{202e}gpj.exe"), "{out}");
+    assert!(out.contains(r"| \xffroot"), "{out}");
+}
