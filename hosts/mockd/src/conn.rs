@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use davinci_driver_core::{Error, OpenParams, Role, UserMem};
@@ -26,7 +25,7 @@ use crate::peer::Identity;
 use crate::premap;
 use crate::reply::{driver_reply, proto_reply, send_reply, send_reply_fds};
 use crate::shared::{Shared, MAX_WAITS_PER_CONN};
-use crate::waits::{QueueError, Waiting, MAX_WAITS_PER_DEVICE};
+use crate::waits::{ConnWaits, QueueError, Waiting, MAX_WAITS_PER_DEVICE};
 use davinci_mock_device::Started;
 
 /// How long a connection's thread looks for the next request without sleeping after it
@@ -117,7 +116,7 @@ pub(crate) fn serve(
         }
     };
     // Blocking waits in flight, answered by the device's wait thread (`crate::waits`).
-    let in_flight = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(ConnWaits::default());
     loop {
         let n = match recv_frame(conn, &mut buf, true) {
             None => break,
@@ -158,7 +157,7 @@ pub(crate) fn serve(
             Kind::Mmap => mmap(shared, conn, client, &req),
             Kind::Cancel => {
                 if let Some(tag) = req.arg.get(..4).and_then(|b| b.try_into().ok()) {
-                    shared.waits.cancel(conn, u32::from_le_bytes(tag));
+                    shared.waits.cancel(&in_flight, u32::from_le_bytes(tag));
                 }
                 send_reply(conn, &Reply::ok(Kind::Cancel, req.tag, Vec::new()), None);
             }
@@ -183,9 +182,9 @@ pub(crate) fn serve(
 /// wait thread answers at its next look).
 const DRAIN_WAITS: std::time::Duration = std::time::Duration::from_secs(2);
 
-fn drain_waits(in_flight: &AtomicUsize) {
+fn drain_waits(in_flight: &ConnWaits) {
     let start = std::time::Instant::now();
-    while in_flight.load(Ordering::Acquire) > 0 && start.elapsed() < DRAIN_WAITS {
+    while in_flight.in_flight() > 0 && start.elapsed() < DRAIN_WAITS {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
@@ -198,7 +197,7 @@ fn start_wait(
     conn: &Arc<SeqPacket>,
     client: u32,
     req: Request,
-    in_flight: &Arc<AtomicUsize>,
+    in_flight: &Arc<ConnWaits>,
 ) {
     let Request {
         tag,
@@ -206,16 +205,12 @@ fn start_wait(
         mut arg,
         ..
     } = req;
-    if in_flight.load(Ordering::Acquire) >= MAX_WAITS_PER_CONN {
+    if in_flight.in_flight() >= MAX_WAITS_PER_CONN {
         let msg = format!(
             "{MAX_WAITS_PER_CONN} blocking WAIT_EVENTs are in flight on this open already \
              (the most one open may have); wait for one to end, or use another open"
         );
-        send_reply(
-            conn,
-            &Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, &msg),
-            None,
-        );
+        send_reply(conn, &busy(tag, arg, &msg), None);
         return;
     }
     let r = shared.dev.ioctl_start(
@@ -226,16 +221,17 @@ fn start_wait(
     );
     match r {
         Ok(Started::Waiting(wait)) => {
-            in_flight.fetch_add(1, Ordering::AcqRel);
+            let id = in_flight.add(tag);
             let w = Waiting {
                 wait,
                 conn: conn.clone(),
                 tag,
                 arg: arg.clone(),
-                in_flight: in_flight.clone(),
+                owner: in_flight.clone(),
+                id,
             };
             if let Err(e) = shared.waits.queue(w) {
-                in_flight.fetch_sub(1, Ordering::AcqRel);
+                in_flight.remove(id);
                 let msg = match e {
                     QueueError::Full => format!(
                         "{MAX_WAITS_PER_DEVICE} blocking WAIT_EVENTs are in flight on this \
@@ -246,15 +242,20 @@ fn start_wait(
                         "the daemon could not start its wait thread; try again".to_string()
                     }
                 };
-                send_reply(
-                    conn,
-                    &Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, &msg),
-                    None,
-                );
+                send_reply(conn, &busy(tag, arg, &msg), None);
             }
         }
         Ok(Started::Done) => send_reply(conn, &driver_reply(Kind::Ioctl, tag, arg, Ok(())), None),
         Err(e) => send_reply(conn, &driver_reply(Kind::Ioctl, tag, arg, Err(e)), None),
+    }
+}
+
+/// The `EBUSY` reply to a blocking wait refused for want of room: like every IOCTL reply, it
+/// carries the argument (as sent: the wait never began; docs/mockd-protocol.md).
+fn busy(tag: u32, arg: Vec<u8>, msg: &str) -> Reply {
+    Reply {
+        arg,
+        ..Reply::err(Kind::Ioctl as u16, tag, Errno::EBUSY, msg)
     }
 }
 

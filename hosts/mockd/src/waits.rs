@@ -9,7 +9,6 @@
 #![forbid(unsafe_code)]
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -53,8 +52,79 @@ pub(crate) struct Waiting {
     pub(crate) tag: u32,
     /// The WAIT_EVENT argument; the reply's fields are written into it.
     pub(crate) arg: Vec<u8>,
-    /// The connection's count of waits in flight (taken down when this one is answered).
-    pub(crate) in_flight: Arc<AtomicUsize>,
+    /// The connection's waits in flight, this one among them as `id`
+    /// ([`ConnWaits::add`]; taken out when it is answered).
+    pub(crate) owner: Arc<ConnWaits>,
+    pub(crate) id: u64,
+}
+
+/// One connection's blocking waits in flight: their number (at most
+/// [`MAX_WAITS_PER_CONN`](crate::shared::MAX_WAITS_PER_CONN), the caller checks) and, for
+/// each, its tag and whether a CANCEL came for it while the wait thread had it out to check.
+/// Its own, so another connection's frames (a flood of CANCELs for tags it never used)
+/// cannot displace a mark here; and bounded by its own waits, since a CANCEL marks one of
+/// them or nothing.
+#[derive(Debug, Default)]
+pub(crate) struct ConnWaits {
+    slots: Mutex<Slots>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    next: u64,
+    live: Vec<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    tag: u32,
+    cancelled: bool,
+}
+
+impl ConnWaits {
+    fn locked(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.locked().live.len()
+    }
+
+    /// Counts a new wait with `tag` in: its id.
+    pub(crate) fn add(&self, tag: u32) -> u64 {
+        let mut s = self.locked();
+        s.next += 1;
+        let id = s.next;
+        s.live.push(Slot {
+            id,
+            tag,
+            cancelled: false,
+        });
+        id
+    }
+
+    /// Counts wait `id` out (answered, or never queued).
+    pub(crate) fn remove(&self, id: u64) {
+        self.locked().live.retain(|s| s.id != id);
+    }
+
+    /// Marks the first wait with `tag` not marked yet; nothing when there is none.
+    fn cancel(&self, tag: u32) {
+        if let Some(s) = self
+            .locked()
+            .live
+            .iter_mut()
+            .find(|s| s.tag == tag && !s.cancelled)
+        {
+            s.cancelled = true;
+        }
+    }
+
+    fn is_cancelled(&self, id: u64) -> bool {
+        self.locked().live.iter().any(|s| s.id == id && s.cancelled)
+    }
 }
 
 #[derive(Default)]
@@ -64,14 +134,6 @@ struct Queue {
     in_flight: usize,
     /// The wait thread runs (it clears this, under the lock, when it finds nothing left).
     running: bool,
-    /// CANCELs that came while their waits were out of `waiting` being checked: matched when
-    /// the thread puts the batch back, then cleared (at most one per wait in flight).
-    cancelled: Vec<(usize, u32)>,
-}
-
-/// A connection's identity for CANCEL: its socket's address.
-fn conn_id(conn: &Arc<SeqPacket>) -> usize {
-    Arc::as_ptr(conn) as usize
 }
 
 /// One device's queued waits, and what the wait thread needs: the device and its name.
@@ -121,23 +183,24 @@ impl Waits {
         Ok(())
     }
 
-    /// CANCEL from `conn` of its wait `tag`: answered now with `EINTR` (the client gave up
-    /// on it, after a signal), so it holds no slot until its timeout. Unknown tags are
-    /// ignored.
-    pub(crate) fn cancel(&self, conn: &Arc<SeqPacket>, tag: u32) {
-        let id = (conn_id(conn), tag);
+    /// CANCEL of the wait `tag` of the connection whose waits are `owner`: answered with
+    /// `EINTR` (the client gave up on it, after a signal), so it holds no slot until its
+    /// timeout: now if it is queued, else (the wait thread has it out to check) marked in
+    /// `owner`, under this lock, and answered when the thread puts its batch back. Unknown
+    /// tags are ignored.
+    pub(crate) fn cancel(&self, owner: &Arc<ConnWaits>, tag: u32) {
         let mut q = self.locked();
         if let Some(i) = q
             .waiting
             .iter()
-            .position(|w| (conn_id(&w.conn), w.tag) == id)
+            .position(|w| Arc::ptr_eq(&w.owner, owner) && w.tag == tag)
         {
             let w = q.waiting.swap_remove(i);
             q.in_flight -= 1;
             drop(q);
             self.answer(w, Err(cancelled()));
-        } else if q.running && q.cancelled.len() < q.in_flight {
-            q.cancelled.push(id);
+        } else {
+            owner.cancel(tag);
         }
     }
 
@@ -168,13 +231,15 @@ impl Waits {
             let fresh = {
                 let mut q = self.locked();
                 let fresh = !q.waiting.is_empty();
-                // CANCELs that came while this batch was being checked.
-                for id in std::mem::take(&mut q.cancelled) {
-                    if let Some(i) = pending.iter().position(|w| (conn_id(&w.conn), w.tag) == id) {
-                        ended.push((pending.swap_remove(i), Err(cancelled())));
+                // CANCELs that came while this batch was being checked (marked under this
+                // lock, so none is missed: a later one finds its wait in `waiting`).
+                for w in pending {
+                    if w.owner.is_cancelled(w.id) {
+                        ended.push((w, Err(cancelled())));
+                    } else {
+                        q.waiting.push(w);
                     }
                 }
-                q.waiting.append(&mut pending);
                 fresh
             };
             let answered = ended.len();
@@ -199,7 +264,8 @@ impl Waits {
             conn,
             tag,
             arg,
-            in_flight,
+            owner,
+            id,
             ..
         } = w;
         let reply: Reply = driver_reply(Kind::Ioctl, tag, arg, r);
@@ -216,6 +282,6 @@ impl Waits {
                 Err(e) => debug!(error = %e, "wait reply not delivered (peer gone)"),
             }
         }
-        in_flight.fetch_sub(1, Ordering::AcqRel);
+        owner.remove(id);
     }
 }

@@ -31,8 +31,9 @@ fn client(path: &Path) -> Raw {
     raw
 }
 
-/// Sends a WAIT_EVENT on `stream` for a value nothing will reach, for up to `timeout`; its tag.
-fn send_wait_for(raw: &mut Raw, stream: u32, timeout: Duration) -> u32 {
+/// The argument of a WAIT_EVENT on `stream` for a value nothing will reach, for up to
+/// `timeout`.
+fn wait_arg(stream: u32, timeout: Duration) -> Vec<u8> {
     let mut arg = vec![0; WaitEventArgs::SIZE];
     WaitEventArgs {
         kind: WaitKind::Stream as u32,
@@ -42,7 +43,16 @@ fn send_wait_for(raw: &mut Raw, stream: u32, timeout: Duration) -> u32 {
         ..Default::default()
     }
     .encode(&mut arg);
-    raw.send(Kind::Ioctl, DRIVER_CMD_WAIT_EVENT, arg)
+    arg
+}
+
+/// Sends a WAIT_EVENT on `stream` for a value nothing will reach, for up to `timeout`; its tag.
+fn send_wait_for(raw: &mut Raw, stream: u32, timeout: Duration) -> u32 {
+    raw.send(
+        Kind::Ioctl,
+        DRIVER_CMD_WAIT_EVENT,
+        wait_arg(stream, timeout),
+    )
 }
 
 /// [`send_wait_for`] 60 s.
@@ -95,11 +105,13 @@ fn waits_take_one_thread_and_a_dead_client_with_waits_in_flight_is_released() {
         let tags: Vec<u32> = (0..MAX_WAITS_PER_CONN + 3)
             .map(|_| send_wait(&mut c, s))
             .collect();
-        // The three past the limit are refused at once, saying why; the others wait.
+        // The three past the limit are refused at once, saying why, with their argument
+        // (as every IOCTL reply); the others wait.
         for &t in &tags[MAX_WAITS_PER_CONN..] {
             let (r, _) = c.recv();
             assert_eq!((r.tag, r.errno), (t, Errno::EBUSY.code()), "{}", r.msg);
             assert!(r.msg.contains("in flight on this open"), "{}", r.msg);
+            assert_eq!(r.arg, wait_arg(s, Duration::from_secs(60)));
         }
         // The reader is not held by the waits: other requests are answered.
         let (e, info) = ioctl(&mut c, DRIVER_CMD_GET_INFO, &DeviceInfo::default());
@@ -172,12 +184,15 @@ fn a_device_serves_a_bounded_number_of_waits() {
         clients.push((c, tags));
     }
     // The device's bound is reached by the last connection's waits: they are refused at
-    // once, saying so; every earlier one waits.
+    // once, saying so, with their argument; every earlier one waits.
     let (last, tags) = clients.last_mut().unwrap();
     for &t in tags.iter() {
         let (r, _) = last.recv();
         assert_eq!((r.tag, r.errno), (t, Errno::EBUSY.code()), "{}", r.msg);
         assert!(r.msg.contains("on this device"), "{}", r.msg);
+        assert_eq!(r.arg.len(), WaitEventArgs::SIZE);
+        let back = WaitEventArgs::decode(&r.arg);
+        assert_eq!((back.value, back.timeout_ns), (1, 60_000_000_000));
         refused.push(t);
     }
     assert_eq!(refused.len(), conns * per_conn - MAX_WAITS_PER_DEVICE);
@@ -199,4 +214,109 @@ fn a_device_serves_a_bounded_number_of_waits() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(admitted, "no room for a wait after 32 ended");
+}
+
+/// A CANCEL argument: the tag of the wait to give up.
+fn cancel_arg(tag: u32) -> Vec<u8> {
+    tag.to_le_bytes().to_vec()
+}
+
+#[test]
+fn another_tenants_flood_of_unknown_cancels_loses_none_of_a_victims() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = start("cancel-flood");
+    let sock = d.sockets()[0].clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut others = Vec::new();
+    // Four tenants send CANCELs for tags that name no wait of theirs, as fast as they are
+    // answered; one of them also keeps its waits coming and going (1 ms timeouts), so the
+    // wait thread is forever taking batches out to check them.
+    for n in 0..4u32 {
+        let (sock, stop) = (sock.clone(), stop.clone());
+        others.push(std::thread::spawn(move || {
+            let mut c = client(&sock);
+            let s = new_stream(&mut c);
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if n == 0 {
+                    for _ in 0..8 {
+                        send_wait_for(&mut c, s, Duration::from_millis(1));
+                    }
+                    for _ in 0..8 {
+                        let (r, _) = c.recv();
+                        assert_eq!(r.errno, Errno::ETIMEDOUT.code(), "{}", r.msg);
+                    }
+                }
+                for k in 0..16u32 {
+                    c.send(Kind::Cancel, 0, cancel_arg(0xdead_0000 + k));
+                }
+                for _ in 0..16 {
+                    let (r, _) = c.recv();
+                    assert_eq!((r.kind, r.errno), (Kind::Cancel as u16, 0), "{}", r.msg);
+                }
+                sent += 16;
+            }
+            sent
+        }));
+    }
+    // The victim: 1,000 blocking waits, cancelled eight at a time; each cancel ends its
+    // wait at once with EINTR (a lost one would hold its wait for 60 s: the reply timeout,
+    // 20 s, fails the test).
+    let mut v = client(&sock);
+    let s = new_stream(&mut v);
+    for round in 0..125 {
+        let waits: Vec<u32> = (0..8).map(|_| send_wait(&mut v, s)).collect();
+        let cancels: Vec<u32> = waits
+            .iter()
+            .map(|&w| v.send(Kind::Cancel, 0, cancel_arg(w)))
+            .collect();
+        let mut interrupted = 0;
+        for _ in 0..16 {
+            let answered = v.c.wait_readable(Duration::from_secs(10)).unwrap();
+            assert!(
+                answered,
+                "round {round}: a CANCEL was lost, its wait still held"
+            );
+            let (r, _) = v.recv();
+            if cancels.contains(&r.tag) {
+                assert_eq!(r.errno, 0, "round {round}: CANCEL refused: {}", r.msg);
+            } else {
+                assert!(
+                    waits.contains(&r.tag),
+                    "round {round}: a reply to tag {}",
+                    r.tag
+                );
+                assert_eq!(r.errno, Errno::EINTR.code(), "round {round}: {}", r.msg);
+                interrupted += 1;
+            }
+        }
+        assert_eq!(interrupted, 8, "round {round}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flood: u64 = others.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(flood > 0);
+    // Every cancelled wait gave its slot back: the open's full quota of waits is admitted.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut admitted = Vec::new();
+    while admitted.len() < MAX_WAITS_PER_CONN {
+        let t = send_wait(&mut v, s);
+        let info = v.send(Kind::Ioctl, DRIVER_CMD_GET_INFO, vec![0; DeviceInfo::SIZE]);
+        // A refused wait is answered before the GET_INFO; an admitted one is not.
+        let (r, _) = v.recv();
+        if r.tag == t {
+            assert_eq!(r.errno, Errno::EBUSY.code(), "{}", r.msg);
+            assert!(
+                Instant::now() < deadline,
+                "a cancelled wait still holds its slot"
+            );
+            let (r, _) = v.recv();
+            assert_eq!((r.tag, r.errno), (info, 0));
+            std::thread::sleep(Duration::from_millis(5));
+        } else {
+            assert_eq!((r.tag, r.errno), (info, 0));
+            admitted.push(t);
+        }
+    }
 }
