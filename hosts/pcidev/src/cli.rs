@@ -15,8 +15,8 @@ use crate::device::DeviceConfig;
 pub const HELP: &str = "\
 davinci-pcidev: the davinci PCI device outside the guest (QEMU's ivshmem-doorbell)
 
-Usage: davinci-pcidev --socket PATH [--size BYTES] [--vectors N] [--device-id N]
-                      [--inject FAULT[@SEL]]
+Usage: davinci-pcidev --socket PATH [--socket-mode OCTAL] [--socket-group GROUP]
+                      [--size BYTES] [--vectors N] [--device-id N] [--inject FAULT[@SEL]]
 
 Serves the ivshmem server protocol on the Unix socket PATH and is the device behind it:
 BAR2 (the shared memory) holds the admin queue, the stream rings and device memory;
@@ -26,6 +26,12 @@ the same vectors. Attach QEMU with
 
 Options:
   --socket PATH    the socket to listen on (must not exist; removed on exit)
+  --socket-mode OCTAL
+                   the socket's permissions, whatever the umask (default 0600): whoever
+                   may connect to it gets BAR2 mapped read-write, so it is for QEMU's user
+  --socket-group GROUP
+                   the socket's group (name or gid), set before its mode; with
+                   --socket-mode 0660, that group's members (QEMU's user) may connect
   --size BYTES     BAR2's size: a power of two from 128K to 1G (default 64M; 256M, 1G...)
   --vectors N      MSI-X vectors per peer, at least 2 (default 2; at most 64)
   --device-id N    N of davinciN, as GET_INFO reports it (default 0)
@@ -37,10 +43,24 @@ Options:
                    taken (the first is 1), then optionally @pid=N,uid=N,comm=NAME,streams=N
   -h, --help       this text
 
+One guest at a time: while a peer is connected, another is refused (disconnected at once,
+said on stderr).
+
 SIGTERM or SIGINT stops it (within the idle timeout, 100 ms) and removes the socket.
 
 Exit status: 0 stopped, 1 the device failed (the message says why), 2 bad command line.
 ";
+
+/// A group by name or number.
+fn parse_group(s: &str) -> Result<u32, String> {
+    if let Ok(g) = s.parse::<u32>() {
+        return Ok(g);
+    }
+    match nix::unistd::Group::from_name(s) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        _ => Err(format!("--socket-group '{s}': no such group")),
+    }
+}
 
 /// What the command line asks.
 #[derive(Debug, Clone)]
@@ -78,6 +98,14 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String>
         match name.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "--socket" => socket = Some(PathBuf::from(value("a path")?)),
+            "--socket-mode" => {
+                let v = value("octal permissions, like 0600")?;
+                config.socket_mode = u32::from_str_radix(v.trim_start_matches("0o"), 8)
+                    .ok()
+                    .filter(|m| *m <= 0o777)
+                    .ok_or_else(|| format!("--socket-mode '{v}': expected octal like 0600"))?;
+            }
+            "--socket-group" => config.socket_group = Some(parse_group(&value("a group")?)?),
             "--size" => {
                 let v = value("bytes, like 64M")?;
                 let size = davinci_units::parse_size(&v).map_err(|e| format!("--size: {e}"))?;
@@ -154,6 +182,31 @@ mod tests {
         assert!(err(&["--socket", "s", "--vectors", "65"]).contains("at most 64"));
         assert!(err(&["--socket", "s", "--vectors", "x"]).contains("not a number"));
         assert!(err(&["--bogus"]).contains("unknown argument"));
+        match p(&["--socket", "s"]).unwrap() {
+            Command::Run { config, .. } => {
+                assert_eq!((config.socket_mode, config.socket_group), (0o600, None));
+            }
+            Command::Help => panic!("not help"),
+        }
+        match p(&[
+            "--socket",
+            "s",
+            "--socket-mode",
+            "0660",
+            "--socket-group=12",
+        ])
+        .unwrap()
+        {
+            Command::Run { config, .. } => {
+                assert_eq!((config.socket_mode, config.socket_group), (0o660, Some(12)));
+            }
+            Command::Help => panic!("not help"),
+        }
+        assert!(err(&["--socket", "s", "--socket-mode", "0800"]).contains("expected octal"));
+        assert!(err(&["--socket", "s", "--socket-mode", "1777"]).contains("expected octal"));
+        assert!(
+            err(&["--socket", "s", "--socket-group", "no-such-group-x"]).contains("no such group")
+        );
         match p(&["--socket", "s", "--inject", "hang-at=2@pid=7"]).unwrap() {
             Command::Run { config, .. } => {
                 assert_eq!(

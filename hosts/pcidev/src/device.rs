@@ -11,8 +11,11 @@
 //!   published or events changed (moderation);
 //! * the heartbeat word in BAR2's header, bumped every pass (at least every idle timeout).
 //!
-//! One guest at a time: the first peer to connect; another is disconnected. When the guest
-//! goes (QEMU exits), every client it opened is closed and the admin rings start again
+//! One guest at a time: the first peer to connect; another, while it is connected, is
+//! refused (disconnected, counted and said on stderr). The ivshmem server's opening has
+//! given it BAR2's descriptor by then, so what keeps strangers out is the socket's mode and
+//! group ([`DeviceConfig::socket_mode`], `0600` by default, set whatever the umask). When the
+//! guest goes (QEMU exits), every client it opened is closed and the admin rings start again
 //! empty, so a restarted guest finds a fresh device.
 #![forbid(unsafe_code)]
 
@@ -64,6 +67,12 @@ pub struct DeviceConfig {
     /// A fault armed from the start (`--inject`; the guest's module may change it later with
     /// admin INJECT).
     pub inject: Option<InjectRule>,
+    /// The socket's permissions (`--socket-mode`), set after `bind` whatever the umask:
+    /// whoever may connect gets BAR2 mapped read-write. Default `0600`.
+    pub socket_mode: u32,
+    /// The socket's group (`--socket-group`), set before its mode; `None` leaves the
+    /// process's.
+    pub socket_group: Option<u32>,
 }
 
 impl Default for DeviceConfig {
@@ -74,6 +83,8 @@ impl Default for DeviceConfig {
             idle_timeout: Duration::from_millis(100),
             device_id: 0,
             inject: None,
+            socket_mode: 0o600,
+            socket_group: None,
         }
     }
 }
@@ -93,6 +104,8 @@ pub enum DeviceError {
     Ring(RingError),
     /// The device core refused its setup.
     Core(davinci_driver_core::Error),
+    /// The socket's group or mode could not be set: what, and the error.
+    Socket(String, std::io::Error),
 }
 
 impl fmt::Display for DeviceError {
@@ -107,6 +120,7 @@ impl fmt::Display for DeviceError {
             DeviceError::Map(e) => write!(f, "mapping BAR2: {e}"),
             DeviceError::Ring(e) => write!(f, "admin ring over BAR2: {e}"),
             DeviceError::Core(e) => write!(f, "device core: {e}"),
+            DeviceError::Socket(what, e) => write!(f, "{what}: {e}"),
         }
     }
 }
@@ -142,6 +156,26 @@ impl AdminRings {
     }
 }
 
+/// Gives the socket at `path` the group `group` (if any), then the mode `mode`: in that
+/// order, so it is never open to a group it does not have yet.
+fn set_socket_access(path: &Path, mode: u32, group: Option<u32>) -> Result<(), DeviceError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(g) = group {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g))).map_err(|e| {
+            DeviceError::Socket(
+                format!("--socket-group {g}: chown {}", path.display()),
+                e.into(),
+            )
+        })?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        DeviceError::Socket(
+            format!("--socket-mode {mode:04o}: chmod {}", path.display()),
+            e,
+        )
+    })
+}
+
 /// What the device counted (for tests and the log).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {
@@ -157,6 +191,8 @@ pub struct Stats {
     pub data_interrupts: u64,
     /// Guests that left.
     pub guests_gone: u64,
+    /// Peers refused because a guest was connected.
+    pub peers_refused: u64,
 }
 
 /// The PCI device's host process state.
@@ -189,6 +225,8 @@ impl PciDevice {
         }
         let layout = Bar2Layout::for_region(config.size).map_err(DeviceError::Layout)?;
         let server = Server::bind(socket, ShmSpec { size: config.size }, config.vectors)?;
+        // (On failure `server` goes, and the socket file with it.)
+        set_socket_access(socket, config.socket_mode, config.socket_group)?;
         let len = usize::try_from(config.size)
             .map_err(|_| DeviceError::Layout(LayoutError::RegionSize(config.size)))?;
         let bar2 = Arc::new(Bar2::map(server.shared_fd(), len).map_err(DeviceError::Map)?);
@@ -344,9 +382,15 @@ impl PciDevice {
         let Ok(id) = self.server.accept_peer(Duration::ZERO) else {
             return;
         };
-        if self.guest.is_some() {
+        if let Some(guest) = self.guest {
             // One guest per device: the BAR2 heap and the admin queue are its alone.
             let _ = self.server.disconnect(id);
+            self.stats.peers_refused += 1;
+            eprintln!(
+                "davinci-pcidev: refused peer {id} on {}: guest peer {guest} is connected (one \
+                 guest per device; the socket's mode and group decide who may connect)",
+                self.server.path().display()
+            );
         } else {
             self.guest = Some(id);
         }

@@ -62,6 +62,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The socket is made no more open than 0600 (whatever the umask the operator had),
+    // before bind gives it its own mode and group (`--socket-mode`, `--socket-group`): no
+    // moment in between when another user could connect. This process makes no other file.
+    let umask = nix::sys::stat::Mode::from_bits_truncate(0o177);
+    nix::sys::stat::umask(umask);
     let mut dev = match PciDevice::bind(&socket, config.clone()) {
         Ok(d) => d,
         Err(e) => {
@@ -80,6 +85,14 @@ fn main() -> ExitCode {
         socket.display(),
         config.vectors
     );
+    eprintln!(
+        "davinci-pcidev: socket {} mode {:04o}{}",
+        socket.display(),
+        config.socket_mode,
+        config
+            .socket_group
+            .map_or(String::new(), |g| format!(", group {g}"))
+    );
     if config.inject.is_some() {
         eprintln!("davinci-pcidev: streams armed with the --inject fault from the start");
     }
@@ -88,13 +101,14 @@ fn main() -> ExitCode {
         Ok(()) => {
             let s = dev.stats();
             eprintln!(
-                "davinci-pcidev: guests gone {}; admin requests {} ({} malformed); data doorbells {}; interrupts raised: admin {}, data {}",
+                "davinci-pcidev: guests gone {}; admin requests {} ({} malformed); data doorbells {}; interrupts raised: admin {}, data {}; peers refused {}",
                 s.guests_gone,
                 s.admin_requests,
                 s.admin_malformed,
                 s.data_doorbells,
                 s.admin_interrupts,
-                s.data_interrupts
+                s.data_interrupts,
+                s.peers_refused
             );
             drop(dev);
             eprintln!("davinci-pcidev: stopped");

@@ -83,3 +83,103 @@ fn sigterm_stops_the_device_and_removes_its_socket() {
         assert!(!sock.exists(), "{signal}: the socket file stayed behind");
     }
 }
+
+/// The binary serving `sock` under the umask `umask` (set by `sh`, which then execs it) with
+/// `extra` arguments, once its socket is there; its stderr piped.
+fn serve(sock: &std::path::Path, umask: &str, extra: &[&str]) -> std::process::Child {
+    use std::time::{Duration, Instant};
+    let mut child = Command::new("sh")
+        .args(["-c", "umask \"$1\"; shift; exec \"$@\"", "sh", umask])
+        .arg(env!("CARGO_BIN_EXE_davinci-pcidev"))
+        .args(["--socket", sock.to_str().unwrap(), "--size", "1M"])
+        .args(extra)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Bound, then given its mode: the line that says so comes after both.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains(" mode ") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(n > 0 && Instant::now() < deadline, "never bound: {line}");
+    }
+    child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(
+        err.into_inner(),
+    )));
+    child
+}
+
+/// SIGTERM, then the rest of its stderr.
+fn stop(mut child: std::process::Child) -> String {
+    use nix::sys::signal::{kill, Signal};
+    kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{err}");
+    err
+}
+
+/// Whoever may connect gets BAR2 mapped read-write: the socket is 0600 under any umask (000
+/// included), and takes the mode and group asked for.
+#[test]
+fn the_socket_is_0600_whatever_the_umask_and_takes_the_mode_and_group_asked() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("dev.sock");
+    let child = serve(&sock, "000", &[]);
+    let m = std::fs::metadata(&sock).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o600);
+    stop(child);
+    let gid = nix::unistd::getegid().as_raw().to_string();
+    let child = serve(
+        &sock,
+        "000",
+        &["--socket-mode", "0660", "--socket-group", &gid],
+    );
+    let m = std::fs::metadata(&sock).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.gid().to_string()), (0o660, gid));
+    stop(child);
+}
+
+/// One guest at a time: a second peer is turned away while the first is connected, said on
+/// stderr and counted; the first stays connected.
+#[test]
+fn a_second_peer_is_refused_while_one_is_connected() {
+    use davinci_ivshmem::{Error, PeerClient};
+    use std::time::Duration;
+    let limit = Duration::from_secs(20);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("dev.sock");
+    let child = serve(&sock, "022", &[]);
+    let mut first = PeerClient::connect(&sock, 2, limit).unwrap();
+    first.wait_ready(limit).unwrap();
+    let end = match PeerClient::connect(&sock, 2, limit) {
+        Ok(mut second) => loop {
+            if let Err(e) = second.next_notice(limit) {
+                break e;
+            }
+        },
+        Err(e) => e,
+    };
+    assert!(matches!(end, Error::Disconnected), "{end}");
+    // The first hears of the second's coming and going, and nothing ends its connection.
+    let end = loop {
+        if let Err(e) = first.next_notice(Duration::from_millis(300)) {
+            break e;
+        }
+    };
+    assert!(matches!(end, Error::Timeout(_)), "{end}");
+    let err = stop(child);
+    assert!(
+        err.contains(&format!("refused peer 2 on {}", sock.display()))
+            && err.contains("guest peer 1 is connected"),
+        "{err}"
+    );
+    assert!(err.contains("; peers refused 1"), "{err}");
+}
