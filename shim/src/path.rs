@@ -44,6 +44,11 @@ impl fmt::Display for DeviceSource {
 /// This node's device, if it has one: the kernel driver's `/dev/davinci0`, else a
 /// `davinci-mockd` socket `davinci0.sock` in the default socket directory
 /// ([`default_socket_dir`](crate::default_socket_dir)).
+///
+/// A socket found there is returned even if this process does not trust it (a
+/// `/tmp/davinci-$UID` another user made first, a socket another user owns): opening it is
+/// then refused with `EACCES` saying why (`davinci_mockd_proto::trust`, the rule every
+/// client applies), rather than the program silently running on another device.
 pub fn node_device() -> Option<DevicePath> {
     let node = std::path::Path::new(DEFAULT_DEVICE);
     let sock = davinci_mockd_proto::default_socket_dir().join("davinci0.sock");

@@ -275,8 +275,8 @@ fn identity_utilization_and_health_reach_the_operator() {
 
 /// Discovery trust (issue 24): in a sticky, world-writable socket directory a socket another
 /// user planted (uid 1000's `davinci1.sock` next to root's daemon) is left out, said on
-/// stderr and in the JSON; named explicitly it is the caller's choice. Needs root (to give
-/// the planted socket to another user).
+/// stderr and in the JSON; named explicitly it is listed, and refused when opened. Needs root
+/// (to give the planted socket to another user).
 #[test]
 fn a_socket_another_user_planted_is_ignored_and_said() {
     use std::os::unix::fs::PermissionsExt;
@@ -309,15 +309,31 @@ fn a_socket_another_user_planted_is_ignored_and_said() {
         err.contains(&format!("warning: ignoring mock:{}", planted.display())),
         "{err}"
     );
-    // Text mode says it too; naming it is the operator's choice (it is then opened).
+    // Text mode says it too. Named explicitly it is listed as named, but opening it applies
+    // the same rule (issue 41): refused, saying whose it is, unless that uid is named as the
+    // daemon's.
     let (_, out, err) = smi(&d, &["list"]);
     assert!(
         !out.contains("davinci1.sock") && err.contains("owned by uid 1000"),
         "{out}{err}"
     );
-    let (_, out, _) = run(Command::new(bin("testbin-davinci-smi"))
-        .arg("--device")
-        .arg(format!("mock:{}", planted.display()))
-        .arg("list"));
+    let named = |args: &[&str]| {
+        let mut c = Command::new(bin("testbin-davinci-smi"));
+        c.arg("--device")
+            .arg(format!("mock:{}", planted.display()))
+            .args(args)
+            .env_remove("DAVINCI_MOCKD_UID");
+        run(&mut c)
+    };
+    let (_, out, _) = named(&["list"]);
     assert!(out.contains("davinci1.sock"), "{out}");
+    let (code, _, err) = named(&["info"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "EACCES: refusing {}: the socket is owned by uid 1000",
+            planted.display()
+        )) && err.contains("DAVINCI_MOCKD_UID=1000"),
+        "{err}"
+    );
 }

@@ -19,8 +19,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use davinci_mockd_proto::client::{CallError, Client};
-use davinci_mockd_proto::sockio::SeqPacket;
-use davinci_mockd_proto::{Kind, WireRole};
+use davinci_mockd_proto::{connect_trusted, Kind, Trust, WireRole};
 
 use crate::sys::{self, FileId};
 use crate::Failure;
@@ -57,15 +56,23 @@ fn failure(path: &Path, e: CallError) -> Failure {
 }
 
 impl Conn {
-    /// Connects to the socket at `path` and opens the device as `role`.
+    /// Connects to the socket at `path`, if this process trusts it
+    /// (`davinci_mockd_proto::trust`: the socket, its directory and the daemon listening),
+    /// and opens the device as `role`.
     ///
     /// # Errors
-    /// The `connect(2)` errno (`ENOENT`: no such socket, `ECONNREFUSED`: no daemon behind it,
+    /// `EACCES` naming the socket and why when it is not trusted (said on stderr once per
+    /// process); the `connect(2)` errno (`ENOENT`: no such socket, `ECONNREFUSED`: no daemon behind it,
     /// `EACCES`: the socket's permissions refuse this user), `ETIMEDOUT`, or the HELLO
     /// reply's errno (`EBUSY` for a device in exclusive use, `EPROTO` for another ABI major).
     pub fn open(path: &Path, role: WireRole) -> Result<Conn, Failure> {
         let p = path.display();
-        let sock = SeqPacket::connect_within(path, CONNECT_TIMEOUT).map_err(|e| {
+        let trust = Trust::from_env();
+        let sock = connect_trusted(path, &trust, CONNECT_TIMEOUT).map_err(|e| {
+            if e.raw_os_error().is_none() && e.kind() == std::io::ErrorKind::PermissionDenied {
+                // The trust rule's refusal: said on stderr once, whatever DAVINCI_PRELOAD_LOG.
+                return Failure::said_once(libc::EACCES, e.to_string());
+            }
             let errno = if e.kind() == std::io::ErrorKind::TimedOut {
                 libc::ETIMEDOUT
             } else {

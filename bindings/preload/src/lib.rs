@@ -10,7 +10,10 @@
 //! * `open("/dev/davinciN")` (and `open64`, `openat`, `openat64`, glibc's fortified
 //!   `__open_2`...) connects to `davinciN.sock` in `$DAVINCI_PRELOAD_SOCKET_DIR` (default:
 //!   the daemon's own default directory) and says HELLO; the program gets a descriptor that
-//!   stands for the open (an empty memfd named `davinciN`).
+//!   stands for the open (an empty memfd named `davinciN`). A socket this process does not
+//!   trust (`davinci_mockd_proto::trust`: a `/tmp/davinci-$UID` another user made, a socket
+//!   or daemon of another user) is never connected: the open fails with `EACCES`, and the
+//!   reason goes to stderr once.
 //! * `ioctl` on it is one IOCTL round trip carrying exactly the argument's `_IOC_SIZE`
 //!   bytes, errno from the reply; `mmap` of a cookie is one MMAP round trip, the returned
 //!   memfd mapped shared at the returned offset (so the doorbell futex and the rings are the
@@ -30,6 +33,7 @@
 use std::cell::Cell;
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod conn;
 pub mod ops;
@@ -60,12 +64,32 @@ pub struct Failure {
     pub errno: i32,
     /// What was wrong (shown with `DAVINCI_PRELOAD_LOG=1`).
     pub msg: String,
+    /// Said on stderr already ([`Failure::said_once`]): not logged again.
+    pub said: bool,
 }
+
+/// Whether a refusal of an untrusted socket has been said on stderr in this process.
+static SAID_REFUSAL: AtomicBool = AtomicBool::new(false);
 
 impl Failure {
     /// A failure with this errno and message.
     pub fn new(errno: i32, msg: String) -> Failure {
-        Failure { errno, msg }
+        Failure {
+            errno,
+            msg,
+            said: false,
+        }
+    }
+
+    /// A failure the program's user must hear of even though the program only sees an errno
+    /// (a socket the library refused to trust): its message goes to stderr, the first time in
+    /// this process only, as `libdavinci-preload: MSG`.
+    pub fn said_once(errno: i32, msg: String) -> Failure {
+        let said = !SAID_REFUSAL.swap(true, Ordering::Relaxed);
+        if said {
+            let _ = writeln!(std::io::stderr(), "libdavinci-preload: {msg}");
+        }
+        Failure { errno, msg, said }
     }
 }
 
@@ -116,7 +140,7 @@ pub fn shielded<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure>
 /// Says why a call failed on stderr when `$DAVINCI_PRELOAD_LOG` is set (not empty, not 0).
 fn log(f: &Failure) {
     let on = std::env::var_os(LOG_ENV).is_some_and(|v| !v.is_empty() && v != "0");
-    if on {
+    if on && !f.said {
         let e = std::io::Error::from_raw_os_error(f.errno);
         let _ = writeln!(std::io::stderr(), "libdavinci-preload: {} ({e})", f.msg);
     }

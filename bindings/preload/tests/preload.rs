@@ -3,8 +3,10 @@
 //! untouched by it; a davinci descriptor behaves as the kernel module's (`tests/probe.c`:
 //! read/write, poll/epoll, foreign ioctls, bad pointers, dup, LIST_CLIENTS, fork); a
 //! WAIT_EVENT interrupted by a signal ends with `EINTR`, and one in flight holds up no other
-//! thread's ioctls on the same descriptor; a device with no socket is `ENOENT`; a create
-//! whose reply cannot be copied back creates nothing (`tests/lost_reply.c`).
+//! thread's ioctls on the same descriptor; a device with no socket is `ENOENT`; a socket the
+//! program's user does not trust (a directory others may write to, a `/tmp/davinci-$UID`
+//! another user made) is `EACCES`, said once; a create whose reply cannot be copied back
+//! creates nothing (`tests/lost_reply.c`).
 //!
 //! The library is this package's cdylib (cargo builds it before the tests), copied under its
 //! installed name; the daemon is the workspace's `davinci-mockd`, built with cargo when the
@@ -258,6 +260,107 @@ fn a_device_without_a_socket_is_enoent_and_the_library_says_why_only_when_asked(
             "libdavinci-preload: cannot connect to {}",
             sock.display()
         )) && err.contains("davinci example: /dev/davinci7: No such file or directory"),
+        "{err}"
+    );
+}
+
+/// A socket directory every user may write to is not trusted (issue 41): the open fails
+/// with `EACCES` and the library says why on stderr, once, with or without
+/// `DAVINCI_PRELOAD_LOG`.
+#[test]
+fn an_untrusted_socket_directory_is_eacces_and_said_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("untrusted");
+    let client = compile(
+        &workspace_root().join("uapi/examples/client.c"),
+        &dir,
+        "client",
+        &[],
+    );
+    let d = Daemon::start("untrusted", 1);
+    std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sock = d.dir.join("davinci0.sock");
+    for log in ["0", "1"] {
+        let out = d.run(&client, &["/dev/davinci0"], &[("DAVINCI_PRELOAD_LOG", log)]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        let said = format!(
+            "libdavinci-preload: refusing {}: its directory {} (mode 0777) is writable by \
+             every user and not sticky",
+            sock.display(),
+            d.dir.display()
+        );
+        assert_eq!(err.matches(&said).count(), 1, "LOG={log}: {err}");
+        assert!(
+            err.ends_with("davinci example: /dev/davinci0: Permission denied\n"),
+            "{err}"
+        );
+    }
+    // Made private again, the same device opens.
+    std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = d.run(&client, &["/dev/davinci0"], &[]);
+    assert_ok(&out, "completed", "client after chmod 0755");
+}
+
+/// The issue's case, run as another user (needs root and setpriv, else skipped): uid U has no
+/// `$XDG_RUNTIME_DIR`, and uid U+1 made `/tmp/davinci-U` first and put a socket in it. An
+/// unmodified program of uid U with the library preloaded and no socket directory named is
+/// refused, and told whose directory it is and what to do.
+#[test]
+fn a_planted_default_socket_directory_is_refused_as_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    const USER: u32 = 54331;
+    const PLANTER: u32 = 54332;
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !nix::unistd::getuid().is_root() || !setpriv {
+        eprintln!("not root or no setpriv: the planted-directory test is skipped");
+        return;
+    }
+    let dir = scratch("planted");
+    let client = compile(
+        &workspace_root().join("uapi/examples/client.c"),
+        &dir,
+        "client",
+        &[],
+    );
+    let planted = PathBuf::from(format!("/tmp/davinci-{USER}"));
+    let _ = std::fs::remove_dir_all(&planted);
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = planted.join("davinci0.sock");
+    let _fake = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::os::unix::fs::chown(&sock, Some(PLANTER), Some(PLANTER)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(PLANTER), Some(PLANTER)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={USER}"),
+            &format!("--regid={USER}"),
+            "--clear-groups",
+        ])
+        .arg(&client)
+        .arg("/dev/davinci0")
+        .env("LD_PRELOAD", library())
+        .env_remove("DAVINCI_PRELOAD_SOCKET_DIR")
+        .env_remove("DAVINCI_SOCKET_DIR")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("DAVINCI_MOCKD_UID")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&planted);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "libdavinci-preload: refusing {}: its directory {} is owned by uid {PLANTER}, but \
+             your (uid {USER}) per-user socket directory must be owned by uid {USER}",
+            sock.display(),
+            planted.display()
+        )) && err.contains(&format!("rm -r {}", planted.display()))
+            && err.ends_with("davinci example: /dev/davinci0: Permission denied\n"),
         "{err}"
     );
 }

@@ -30,6 +30,7 @@ use davinci_uapi::{
 use nix::libc;
 
 use crate::sockio::{Received, SeqPacket};
+use crate::trust::Trust;
 use crate::wire::{Hello, HelloReply, Kind, Reply, Request, WireRole, MAX_REPLY};
 
 /// How long connecting to a daemon may take (its listen backlog full: it stopped accepting).
@@ -189,15 +190,20 @@ fn relock<T>(r: std::sync::LockResult<T>) -> T {
 }
 
 impl Client {
-    /// Connects to the socket at `path` within [`CONNECT_TIMEOUT`]; `label` names it in
+    /// Connects to the socket at `path` within [`CONNECT_TIMEOUT`], if this process trusts
+    /// it ([`crate::trust::connect_trusted`] with [`Trust::from_env`]); `label` names it in
     /// messages. Say [`hello`](Client::hello) next.
     ///
     /// # Errors
-    /// The `connect(2)` error (`ENOENT`: no such socket, `ECONNREFUSED`: nobody listens,
-    /// `EACCES`: the socket's permissions refuse this user), or [`io::ErrorKind::TimedOut`].
+    /// A refusal ([`io::ErrorKind::PermissionDenied`], without an OS error: the socket, its
+    /// directory or its daemon is not one this process trusts, said with the path and
+    /// why), the `connect(2)` error (`ENOENT`: no such socket, `ECONNREFUSED`: nobody
+    /// listens, `EACCES`: the socket's permissions refuse this user), or
+    /// [`io::ErrorKind::TimedOut`].
     pub fn connect(path: &Path, label: String) -> io::Result<Client> {
+        let trust = Trust::from_env();
         Ok(Client::new(
-            SeqPacket::connect_within(path, CONNECT_TIMEOUT)?,
+            crate::trust::connect_trusted(path, &trust, CONNECT_TIMEOUT)?,
             label,
         ))
     }

@@ -2,7 +2,8 @@
 //! here), `SOCK_SEQPACKET` socket I/O with descriptor passing ([`sockio`]), the client of
 //! one connection (tags, reply timeout, CANCEL: [`client`]), and where the
 //! sockets live and which directories may hold them ([`default_socket_dir`],
-//! [`choose_socket_dir`], [`check_socket_dir`], [`socket_name`]).
+//! [`choose_socket_dir`], [`check_socket_dir`], [`socket_name`]), and which sockets a
+//! client may connect to ([`trust`]: the same rule from the client's side).
 //!
 //! The daemon (`davinci-mock-device`) and the runtime library (`davinci-shim`, whose
 //! `mock:SOCKET` backend is a client of the daemon) both depend on this crate and on nothing
@@ -15,9 +16,11 @@
 pub mod client;
 mod premapped;
 pub mod sockio;
+pub mod trust;
 pub mod wire;
 
 pub use premapped::Premapped;
+pub use trust::{check_socket, connect_trusted, DirFault, Trust};
 pub use wire::*;
 
 use std::ffi::OsStr;
@@ -178,6 +181,9 @@ impl DirFacts {
 ///   sticky (`chmod +t`: then nobody can remove or rename another user's files). Group write
 ///   permission is allowed there: a directory shared with a group is a deliberate choice.
 ///
+/// The rule is [`trust::dir_fault`], which clients apply to the directories they find sockets
+/// in ([`trust::judge_dir`]).
+///
 /// # Errors
 /// What is wrong with the directory and how to fix it, as one sentence.
 pub fn check_socket_dir(daemon_uid: u32, dir: &SocketDir, facts: &DirFacts) -> Result<(), String> {
@@ -185,53 +191,42 @@ pub fn check_socket_dir(daemon_uid: u32, dir: &SocketDir, facts: &DirFacts) -> R
     let refuse =
         |why: String, fix: String| Err(format!("refusing socket directory {p}: {why}; {fix}"));
     let private = dir.origin == SocketDirOrigin::Private;
-    match facts.kind {
-        DirKind::Directory => {}
-        DirKind::Symlink => {
-            return refuse(
-                "it is a symbolic link (whoever controls the link controls where the sockets go)"
-                    .into(),
-                format!("remove it (rm {p}) and let davinci-mockd create the directory, or choose one with --socket-dir"),
+    let owner_ok = |uid: u32| uid == daemon_uid || (!private && uid == 0);
+    match trust::dir_fault(facts, private, owner_ok) {
+        None => Ok(()),
+        Some(DirFault::Symlink) => refuse(
+            "it is a symbolic link (whoever controls the link controls where the sockets go)"
+                .into(),
+            format!("remove it (rm {p}) and let davinci-mockd create the directory, or choose one with --socket-dir"),
+        ),
+        Some(DirFault::NotDirectory) => refuse(
+            "it is not a directory".into(),
+            "remove it or choose another directory with --socket-dir".into(),
+        ),
+        Some(DirFault::Owner(found)) => {
+            let allowed = if private || daemon_uid == 0 {
+                format!("uid {daemon_uid} (the daemon's user)")
+            } else {
+                format!("uid {daemon_uid} (the daemon's user) or root")
+            };
+            refuse(
+                format!(
+                    "it is owned by uid {found}, not by {allowed}, so its owner could replace the sockets"
+                ),
+                format!("remove it (rm -r {p}) and let davinci-mockd create it, or choose another directory with --socket-dir"),
             )
         }
-        DirKind::Other => {
-            return refuse(
-                "it is not a directory".into(),
-                "remove it or choose another directory with --socket-dir".into(),
-            )
-        }
-    }
-    let owner_ok = facts.uid == daemon_uid || (!private && facts.uid == 0);
-    if !owner_ok {
-        let allowed = if private || daemon_uid == 0 {
-            format!("uid {daemon_uid} (the daemon's user)")
-        } else {
-            format!("uid {daemon_uid} (the daemon's user) or root")
-        };
-        return refuse(
-            format!(
-                "it is owned by uid {}, not by {allowed}, so its owner could replace the sockets",
-                facts.uid
-            ),
-            format!("remove it (rm -r {p}) and let davinci-mockd create it, or choose another directory with --socket-dir"),
-        );
-    }
-    let mode = facts.mode;
-    if private && mode & 0o022 != 0 {
-        return refuse(
+        Some(DirFault::WritableByOthers(mode)) => refuse(
             format!(
                 "mode {mode:04o} lets other users write to it, so they could replace the sockets"
             ),
             format!("run chmod go-w {p}, or remove it and let davinci-mockd create it"),
-        );
-    }
-    if !private && mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return refuse(
+        ),
+        Some(DirFault::WritableByEveryone(mode)) => refuse(
             format!("mode {mode:04o} lets every user write to it, so anyone could replace the sockets"),
             format!("run chmod o-w {p} (or chmod +t {p} to make it sticky), or choose another directory with --socket-dir"),
-        );
+        ),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -13,20 +13,24 @@
 //! A place that has sockets is used even if they cannot be opened: each device then shows
 //! why (permission, a stale socket of a stopped daemon) instead of being skipped.
 //!
-//! A socket found in a directory is used only if nobody but the daemon's side could have put
-//! it there ([`distrust`]): its directory is not writable by every user unless sticky, nor
-//! by its group unless root owns it or it is sticky; and the socket is owned by root, by the
-//! directory's owner or by the caller. The others are left out and said ([`Found::ignored`]):
-//! a tool would otherwise send a device's work, or an operator's query, to a socket another
-//! user planted. A device named explicitly (`--device`, `DAVINCI_DEVICE`) is the caller's
-//! choice and is not judged.
+//! A socket found in a directory is used only if nobody the caller does not trust could have
+//! put it there ([`distrust`]), by the one rule every client applies
+//! (`davinci_mockd_proto::trust`, docs/security.md "How clients find a daemon"): a per-user
+//! directory (`/tmp/davinci-N`, `$XDG_RUNTIME_DIR/davinci`) is a real directory its user owns
+//! and nobody else may write to; any other directory is owned by root, the caller or the
+//! daemon's uid named in `$DAVINCI_MOCKD_UID`, and not writable by every user unless sticky;
+//! and the socket is owned by root, the caller or that uid. The others are left out and said
+//! ([`Found::ignored`]): a tool would otherwise send a device's work, or an operator's query,
+//! to a socket another user planted, and advertise it. A device named explicitly
+//! (`--device`, `DAVINCI_DEVICE`) is listed as named; opening it (the shim's `mock:` backend)
+//! applies the same rule and refuses it with `EACCES` saying why.
 #![forbid(unsafe_code)]
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use davinci_mockd_proto::SYSTEM_SOCKET_DIR;
+use davinci_mockd_proto::trust::{self, Trust};
+use davinci_mockd_proto::{DirFacts, DirKind, SYSTEM_SOCKET_DIR};
 
 /// One device to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,8 +148,8 @@ pub struct Found {
     pub entries: Vec<Entry>,
     /// The places searched.
     pub searched: Vec<Searched>,
-    /// Sockets found and left out because someone other than the daemon's side could have
-    /// put them there ([`distrust`]).
+    /// Sockets found and left out because someone the caller does not trust could have put
+    /// them there ([`distrust`]).
     pub ignored: Vec<Ignored>,
 }
 
@@ -158,61 +162,20 @@ pub struct Ignored {
     pub why: String,
 }
 
-/// Who owns a file and its mode bits (`st_mode & 0o7777`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owned {
-    /// Owner uid.
-    pub uid: u32,
-    /// Group gid.
-    pub gid: u32,
-    /// Mode bits.
-    pub mode: u32,
-}
-
-impl Owned {
-    /// Of `path` (a symbolic link itself, not what it names, when `follow` is false).
-    ///
-    /// # Errors
-    /// `stat(2)`/`lstat(2)` errors.
-    pub fn of(path: &Path, follow: bool) -> io::Result<Owned> {
-        let m = if follow {
-            std::fs::metadata(path)?
-        } else {
-            std::fs::symlink_metadata(path)?
-        };
-        Ok(Owned {
-            uid: m.uid(),
-            gid: m.gid(),
-            mode: m.mode() & 0o7777,
-        })
-    }
-}
-
-/// Why a socket found in directory `dir` (`d`) with owner `socket_uid` may not be trusted by
-/// a caller with uid `caller`, or `None` when it may: the directory is writable by every user
-/// and not sticky; or by its group, not sticky, and not root's; or the socket is owned by
-/// none of root, the directory's owner and the caller.
-pub fn distrust(dir: &Path, d: Owned, socket_uid: u32, caller: u32) -> Option<String> {
-    let (shown, m) = (dir.display(), d.mode);
-    let sticky = m & 0o1000 != 0;
-    if m & 0o002 != 0 && !sticky {
-        return Some(format!(
-            "its directory {shown} (mode {m:04o}) is writable by every user and not sticky, so              anyone could have put it there (chmod o-w {shown}, or chmod +t {shown})"
-        ));
-    }
-    if m & 0o020 != 0 && !sticky && d.uid != 0 {
-        return Some(format!(
-            "its directory {shown} (mode {m:04o}, owner uid {}) is writable by its group {} and              not sticky, so any member could have put it there (chmod g-w {shown})",
-            d.uid, d.gid
-        ));
-    }
-    if socket_uid != 0 && socket_uid != d.uid && socket_uid != caller {
-        return Some(format!(
-            "it is owned by uid {socket_uid}, not by root, the directory's owner (uid {}) or you              (uid {caller}): another user's socket, not a daemon's",
-            d.uid
-        ));
-    }
-    None
+/// Why a socket found in directory `dir` (`d`: its `stat`, or `lstat` for a per-user
+/// directory) whose `lstat` is `link` (and, for a symbolic link, `target` its `stat`) may not
+/// be used by a caller with `trust`, or `None` when it may: the one rule every client
+/// applies (`davinci_mockd_proto::trust`), said as a clause.
+pub fn distrust(
+    dir: &Path,
+    d: &DirFacts,
+    link: &DirFacts,
+    target: Option<&DirFacts>,
+    trust: &Trust,
+) -> Option<String> {
+    trust::judge_dir(dir, d, trust)
+        .and_then(|()| trust::judge_socket(link, target, trust))
+        .err()
 }
 
 /// N from `davinci<N><suffix>` (digits only; `davinci_manager` and friends do not match).
@@ -240,11 +203,12 @@ fn list_dir(dir: &Path) -> io::Result<Vec<String>> {
 }
 
 /// How discovery reads the file system (injected, so failures and other users' files can be
-/// tested): a directory's names, and who owns a path (following a link or not).
+/// tested): a directory's names, and what a path is and who owns it (following a link or
+/// not); and whom the caller trusts.
 pub(crate) struct Fs<'a> {
     pub(crate) list: &'a dyn Fn(&Path) -> io::Result<Vec<String>>,
-    pub(crate) owner: &'a dyn Fn(&Path, bool) -> io::Result<Owned>,
-    pub(crate) caller: u32,
+    pub(crate) owner: &'a dyn Fn(&Path, bool) -> io::Result<DirFacts>,
+    pub(crate) trust: Trust,
 }
 
 /// The `davinci<N><suffix>` entries of a directory listing, sorted by N, as paths with
@@ -280,13 +244,24 @@ fn scan_listing(
     out.sort_by_key(|e| e.id);
     let mut ignored = Vec::new();
     if let Some(fs) = judge {
-        let d = (fs.owner)(dir, true);
+        // A per-user directory is looked at itself (a link there is refused), any other
+        // through links, as the daemon does.
+        let private = fs.trust.per_user_owner(dir).is_some();
+        let d = (fs.owner)(dir, !private);
         out.retain(|e| {
             let file = Path::new(e.path.strip_prefix(prefix).unwrap_or(&e.path));
-            let why = match (&d, (fs.owner)(file, false)) {
-                (Ok(d), Ok(f)) => distrust(dir, *d, f.uid, fs.caller),
-                (Err(err), _) => Some(format!("cannot tell who owns its directory: {err}")),
-                (_, Err(err)) => Some(format!("cannot tell who owns it: {err}")),
+            let link = (fs.owner)(file, false);
+            let target = match &link {
+                Ok(l) if l.kind == DirKind::Symlink => Some((fs.owner)(file, true)),
+                _ => None,
+            };
+            let why = match (&d, link, target) {
+                (Ok(d), Ok(l), None) => distrust(dir, d, &l, None, &fs.trust),
+                (Ok(d), Ok(l), Some(Ok(t))) => distrust(dir, d, &l, Some(&t), &fs.trust),
+                (Err(err), _, _) => Some(format!("cannot tell who owns its directory: {err}")),
+                (_, Err(err), _) | (_, _, Some(Err(err))) => {
+                    Some(format!("cannot tell who owns it: {err}"))
+                }
             };
             match why {
                 Some(why) => {
@@ -337,12 +312,13 @@ fn listing_failure(dir: &Path, suffix: &str, prefix: &str, e: &io::Error) -> Str
     }
 }
 
-/// The real file system, for a caller with this process's uid.
+/// The real file system, for a caller with this process's uid and environment
+/// ([`Trust::from_env`]).
 fn real_fs() -> Fs<'static> {
     Fs {
         list: &list_dir,
-        owner: &Owned::of,
-        caller: nix::unistd::getuid().as_raw(),
+        owner: &DirFacts::of,
+        trust: Trust::from_env(),
     }
 }
 

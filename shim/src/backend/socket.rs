@@ -64,7 +64,8 @@ impl SocketBackend {
     ///
     /// # Errors
     /// `ENODEV` if there is no socket or no daemon behind it, `EPERM` if the socket's
-    /// permissions refuse this user, `EBUSY` (naming the holder) if a client open meets a
+    /// permissions refuse this user, `EACCES` if the socket, its directory or its daemon is
+    /// not one this process trusts (`davinci_mockd_proto::trust`), `EBUSY` (naming the holder) if a client open meets a
     /// device in exclusive use, `EPROTO` if the daemon speaks another ABI major.
     pub(crate) fn open(path: &Path, role: Role) -> Result<SocketBackend> {
         let client = Client::connect(path, format!("mock:{}", path.display()))
@@ -180,6 +181,11 @@ fn connect_error(path: &Path, e: &std::io::Error) -> Error {
                 "mock:{p}: permission denied (connecting needs write permission on the socket)"
             ),
         ),
+        // Not the OS's refusal but the trust rule's (davinci_mockd_proto::trust): its
+        // message names the socket, what was found and what to do.
+        None if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Error::new(Errno::EACCES, "open", e.to_string())
+        }
         _ if e.kind() == std::io::ErrorKind::TimedOut => Error::new(
             Errno::ETIMEDOUT,
             "open",

@@ -142,14 +142,10 @@ fn nothing_found_lists_every_place_searched_and_why() {
     };
     let fs = Fs {
         list: &list,
-        owner: &|_: &Path, _: bool| -> io::Result<Owned> {
-            Ok(Owned {
-                uid: 0,
-                gid: 0,
-                mode: 0o755,
-            })
+        owner: &|_: &Path, _: bool| -> io::Result<DirFacts> {
+            Ok(facts(DirKind::Directory, 0, 0o755))
         },
-        caller: 0,
+        trust: Trust::new(0),
     };
     let found = discover_with(&[], None, &d, &fs);
     assert!(found.entries.is_empty());
@@ -199,31 +195,46 @@ fn explicit_choices_are_reported_as_such() {
     );
 }
 
+fn facts(kind: DirKind, uid: u32, mode: u32) -> DirFacts {
+    DirFacts { kind, uid, mode }
+}
+
 #[test]
 fn distrust_follows_who_could_have_put_the_socket_there() {
     let dir = Path::new("/srv/d");
-    let o = |uid, mode| Owned { uid, gid: 50, mode };
+    let o = |uid, mode| facts(DirKind::Directory, uid, mode);
+    let s = |uid| facts(DirKind::Other, uid, 0o755);
+    let root = Trust::new(0);
+    let user = Trust::new(1000);
     // Writable by everyone and not sticky: nothing in it is trusted, root's sockets included.
-    let why = distrust(dir, o(0, 0o777), 0, 0).unwrap();
+    let why = distrust(dir, &o(0, 0o777), &s(0), None, &root).unwrap();
     assert!(
         why.contains("writable by every user and not sticky"),
         "{why}"
     );
-    // Sticky and writable by everyone (like /tmp): another user's socket is left out, the
-    // directory owner's and the caller's own are not.
-    let why = distrust(dir, o(0, 0o1777), 1000, 0).unwrap();
+    // Sticky and writable by everyone (like /tmp): another user's socket is left out, root's
+    // and the caller's own are not.
+    let why = distrust(dir, &o(0, 0o1777), &s(1000), None, &root).unwrap();
     assert!(why.contains("owned by uid 1000"), "{why}");
-    assert_eq!(distrust(dir, o(0, 0o1777), 0, 0), None);
-    assert_eq!(distrust(dir, o(0, 0o1777), 1000, 1000), None);
-    // Group-writable: only a root-owned directory is a deliberate grant.
-    let why = distrust(dir, o(1000, 0o775), 1000, 0).unwrap();
-    assert!(why.contains("writable by its group 50"), "{why}");
-    assert_eq!(distrust(dir, o(0, 0o2775), 0, 1000), None);
-    // A user's own daemon in a private directory, looked at by root: trusted.
-    assert_eq!(distrust(dir, o(1000, 0o700), 1000, 0), None);
-    // A third user's socket in that directory (a hard link cannot make one: a socket bound
-    // there is the binder's): left out.
-    assert!(distrust(dir, o(1000, 0o755), 1001, 0).is_some());
+    assert_eq!(distrust(dir, &o(0, 0o1777), &s(0), None, &root), None);
+    assert_eq!(distrust(dir, &o(0, 0o1777), &s(1000), None, &user), None);
+    // Group-writable is the operator's grant (the daemon's rule); a group member's own
+    // socket there is still another user's.
+    assert_eq!(distrust(dir, &o(0, 0o2775), &s(0), None, &user), None);
+    assert!(distrust(dir, &o(0, 0o2775), &s(1001), None, &user).is_some());
+    // A user's daemon in a directory of its own, looked at by root: that user must be named.
+    let why = distrust(dir, &o(1000, 0o700), &s(1000), None, &root).unwrap();
+    assert!(why.contains("DAVINCI_MOCKD_UID=1000"), "{why}");
+    let named = Trust::from_vars(0, Some("1000".as_ref()), None);
+    assert_eq!(distrust(dir, &o(1000, 0o700), &s(1000), None, &named), None);
+    // A planted per-user directory (issue 41): uid 3002 made uid 3001's /tmp/davinci-3001,
+    // mode 0755, and its socket; the caller's own rule refuses it.
+    let planted = Path::new("/tmp/davinci-3001");
+    let why = distrust(planted, &o(3002, 0o755), &s(3002), None, &Trust::new(3001)).unwrap();
+    assert!(
+        why.contains("owned by uid 3002") && why.contains("rm -r /tmp/davinci-3001"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -240,18 +251,17 @@ fn a_planted_socket_is_left_out_and_said() {
         }
     };
     // A sticky, world-writable socket directory root uses; uid 1000 added davinci1.sock.
-    let owner = |p: &Path, _: bool| -> io::Result<Owned> {
-        let (uid, mode) = match p.to_str() {
-            Some("/shared") => (0, 0o1777),
-            Some("/shared/davinci1.sock") => (1000, 0o755),
-            _ => (0, 0o755),
-        };
-        Ok(Owned { uid, gid: 0, mode })
+    let owner = |p: &Path, _: bool| -> io::Result<DirFacts> {
+        Ok(match p.to_str() {
+            Some("/shared") => facts(DirKind::Directory, 0, 0o1777),
+            Some("/shared/davinci1.sock") => facts(DirKind::Other, 1000, 0o755),
+            _ => facts(DirKind::Other, 0, 0o755),
+        })
     };
     let fs = Fs {
         list: &list,
         owner: &owner,
-        caller: 0,
+        trust: Trust::new(0),
     };
     let found = discover_with(&[], Some(Path::new("/shared")), &d, &fs);
     assert_eq!(
@@ -280,11 +290,11 @@ fn a_planted_socket_is_left_out_and_said() {
     assert_eq!(named.entries.len(), 1);
     assert!(named.ignored.is_empty());
     // An owner that cannot be read: left out, saying so.
-    let unknown = |_: &Path, _: bool| -> io::Result<Owned> { Err(io::Error::other("gone")) };
+    let unknown = |_: &Path, _: bool| -> io::Result<DirFacts> { Err(io::Error::other("gone")) };
     let fs = Fs {
         list: &list,
         owner: &unknown,
-        caller: 0,
+        trust: Trust::new(0),
     };
     let found = discover_with(&[], Some(Path::new("/shared")), &d, &fs);
     assert!(found.entries.is_empty());
@@ -292,4 +302,72 @@ fn a_planted_socket_is_left_out_and_said() {
         found.ignored[0].why.contains("cannot tell who owns"),
         "{found:?}"
     );
+}
+
+/// Issue 41: uid 3002 made uid 3001's default socket directory (`/tmp/davinci-3001`, no
+/// `$XDG_RUNTIME_DIR`) and serves a fake device in it. uid 3001's tools find it, leave it out
+/// saying why, and go on to the system's directory; a link there is not followed.
+#[test]
+fn a_planted_default_directory_gives_no_device_and_says_why() {
+    let d = Discovery {
+        device_env: None,
+        dev_dir: "/nonexistent".into(),
+        default_socket_dir: SocketDirs {
+            user: "/tmp/davinci-3001".into(),
+            user_why: "davinci-mockd's default for this user".into(),
+            system: Some("/run/davinci".into()),
+        },
+    };
+    let list = |p: &Path| -> io::Result<Vec<String>> {
+        match p.to_str() {
+            Some("/tmp/davinci-3001") => Ok(vec!["davinci0.sock".into()]),
+            _ => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
+    };
+    let planted = |p: &Path, _: bool| -> io::Result<DirFacts> {
+        Ok(match p.to_str() {
+            Some("/tmp/davinci-3001") => facts(DirKind::Directory, 3002, 0o755),
+            _ => facts(DirKind::Other, 3002, 0o777),
+        })
+    };
+    let fs = Fs {
+        list: &list,
+        owner: &planted,
+        trust: Trust::new(3001),
+    };
+    let found = discover_with(&[], None, &d, &fs);
+    assert!(found.entries.is_empty(), "{found:?}");
+    assert_eq!(found.ignored.len(), 1);
+    assert_eq!(
+        found.ignored[0].path,
+        "mock:/tmp/davinci-3001/davinci0.sock"
+    );
+    let why = &found.ignored[0].why;
+    assert!(
+        why.contains("its directory /tmp/davinci-3001 is owned by uid 3002")
+            && why.contains("must be owned by uid 3001")
+            && why.contains("rm -r /tmp/davinci-3001"),
+        "{why}"
+    );
+    assert_eq!(
+        found.searched[1].outcome,
+        "none (1 ignored as untrusted: davinci0.sock)"
+    );
+    assert_eq!(found.searched[2].outcome, "no such directory");
+    // A link in its place, to a directory uid 3001 owns: the link is what is judged.
+    let linked = |p: &Path, follow: bool| -> io::Result<DirFacts> {
+        Ok(match (p.to_str(), follow) {
+            (Some("/tmp/davinci-3001"), false) => facts(DirKind::Symlink, 3002, 0o777),
+            (Some("/tmp/davinci-3001"), true) => facts(DirKind::Directory, 3001, 0o700),
+            _ => facts(DirKind::Other, 3001, 0o755),
+        })
+    };
+    let fs = Fs {
+        list: &list,
+        owner: &linked,
+        trust: Trust::new(3001),
+    };
+    let found = discover_with(&[], None, &d, &fs);
+    assert!(found.entries.is_empty(), "{found:?}");
+    assert!(found.ignored[0].why.contains("symbolic link"), "{found:?}");
 }
