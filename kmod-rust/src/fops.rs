@@ -16,7 +16,7 @@ use kernel::ffi::{c_int, c_ulong};
 use kernel::bindings;
 use kernel::prelude::*;
 
-use crate::davinci_driver_core::{container, MmapTarget, OpenParams, Role, CONTAINER_LEN};
+use crate::davinci_driver_core::{container, MmapTarget, OpenParams, Role, Tenant, CONTAINER_LEN};
 use crate::davinci_uapi::Errno;
 use crate::device::{errno, DevState, Locked, Open, READY};
 use crate::platform::VBuf;
@@ -33,13 +33,16 @@ pub(crate) fn opener(file: File) -> Result<(OpenParams, FileMapping), Errno> {
     } else {
         Role::Control
     };
+    let (uid, container) = (file.uid(), container_of_current());
     let params = OpenParams {
         role,
         pid: sys::current_tgid(),
-        uid: file.uid(),
+        uid,
         admin: sys::opener_admin(),
-        container: container_of_current(),
+        container,
         comm: sys::current_comm(),
+        // The opener's cgroup's container, else its user (driver-core's rule).
+        tenant: Tenant::of(uid, &container),
     };
     let mapping = file.mapping().ok_or(Errno::ENODEV)?;
     Ok((params, mapping))

@@ -118,6 +118,7 @@ pub fn local_open_params(role: Role, admin: bool) -> OpenParams {
             Ok(s) => davinci_uapi::ClientUsage::comm_field(s.trim_end_matches('\n')),
             Err(_) => [0; 16],
         },
+        tenant: davinci_driver_core::Tenant::User(uid),
     }
 }
 

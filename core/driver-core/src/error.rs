@@ -35,10 +35,12 @@ pub enum QuotaKind {
     Allocations,
     /// Exports (`ENOSPC`).
     Exports,
+    /// Client opens of one tenant (`ENOSPC`).
+    Opens,
 }
 
 impl QuotaKind {
-    /// The kind's name as `davinci-mockd --client-quota` spells it (`"streams"`), and
+    /// The kind's name as `davinci-mockd --tenant-quota` spells it (`"streams"`), and
     /// `"memory"`.
     pub const fn name(self) -> &'static str {
         match self {
@@ -48,6 +50,7 @@ impl QuotaKind {
             QuotaKind::Events => "events",
             QuotaKind::Allocations => "allocations",
             QuotaKind::Exports => "exports",
+            QuotaKind::Opens => "opens",
         }
     }
 }

@@ -41,6 +41,7 @@ pub mod softfloat;
 #[cfg(feature = "std")]
 pub mod std_lock;
 pub mod table;
+pub mod tenant;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
@@ -55,13 +56,14 @@ pub use error::{Error, QuotaHit, QuotaKind, Result};
 pub use identity::{derive_uuid, Identity};
 pub use inject::{HostFault, Inject, InjectRule, InjectTarget, ParseInjectError, ParseRuleError};
 pub use limits::{
-    Quota, CONTAINER_LEN, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CLIENT_EXPORTS, MAX_CLIENT_OPENS,
-    MAX_CLIENT_OPENS_PER_USER, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_CONTROL_OPENS_PER_USER,
-    MAX_EVENTS, MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_IMPORTERS, MAX_STREAMS, MAX_USER_CONTROL_OPENS,
-    MIN_PASS_WORK, PASS_WORK,
+    Quota, CONTAINER_LEN, DEFAULT_TENANT_SLOTS, MAX_ALLOCATIONS, MAX_CLIENTS, MAX_CLIENT_EXPORTS,
+    MAX_CLIENT_OPENS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_CONTROL_OPENS_PER_TENANT, MAX_EVENTS,
+    MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_IMPORTERS, MAX_STREAMS, MAX_TENANT_SLOTS,
+    MAX_USER_CONTROL_OPENS, MIN_PASS_WORK, PASS_WORK,
 };
 pub use memory::{dva_offset, DVA_BASE, GENERATIONS, GEN_SHIFT};
 pub use message::{Message, MESSAGE_MAX};
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
 #[cfg(feature = "std")]
 pub use std_lock::StdLock;
+pub use tenant::Tenant;

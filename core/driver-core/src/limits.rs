@@ -11,12 +11,13 @@ pub const MAX_CLIENT_OPENS: usize = 256;
 /// cannot take the operators' room): at least `MAX_CLIENTS - MAX_CLIENT_OPENS -
 /// MAX_USER_CONTROL_OPENS` slots stay for admins whatever the tenants hold.
 pub const MAX_USER_CONTROL_OPENS: usize = 32;
-/// Most client opens of one non-admin user at once (a quarter of [`MAX_CLIENT_OPENS`]), so
-/// that one user cannot take every client slot and lock the other tenants out; admins (who
-/// could change the device's sharing anyway) are not held to it.
-pub const MAX_CLIENT_OPENS_PER_USER: usize = MAX_CLIENT_OPENS / 4;
-/// Most control opens of one non-admin user at once.
-pub const MAX_CONTROL_OPENS_PER_USER: usize = 8;
+/// Most control opens of one non-admin tenant at once. (A tenant's client opens are its
+/// share of [`MAX_CLIENT_OPENS`] over the tenant slots: `DeviceCore::tenant_slots`.)
+pub const MAX_CONTROL_OPENS_PER_TENANT: usize = 8;
+/// Tenant slots of a device unless its host sets others: four tenants each get a quarter.
+pub const DEFAULT_TENANT_SLOTS: u32 = 4;
+/// Most tenant slots a host may set.
+pub const MAX_TENANT_SLOTS: u32 = 64;
 /// Most contexts on a device.
 pub const MAX_CONTEXTS: usize = 256;
 /// Most streams on a device.
@@ -89,6 +90,25 @@ impl Quota {
         allocations: (MAX_ALLOCATIONS / 4) as u32,
         exports: MAX_CLIENT_EXPORTS as u32,
     };
+    /// Each table over `slots` tenant slots (at least 1 of each).
+    pub const fn for_slots(slots: u32) -> Quota {
+        let n = if slots == 0 { 1 } else { slots as usize };
+        const fn part(size: usize, n: usize) -> u32 {
+            let p = size / n;
+            if p == 0 {
+                1
+            } else {
+                p as u32
+            }
+        }
+        Quota {
+            contexts: part(MAX_CONTEXTS, n),
+            streams: part(MAX_STREAMS, n),
+            events: part(MAX_EVENTS, n),
+            allocations: part(MAX_ALLOCATIONS, n),
+            exports: part(MAX_EXPORTS, n),
+        }
+    }
     /// Every table whole: no quota.
     pub const NONE: Quota = Quota {
         contexts: MAX_CONTEXTS as u32,

@@ -116,7 +116,7 @@ impl Error {
     }
 }
 
-/// `{msg}: asked 1 more, holds 64, quota 64 (the setting)`.
+/// `{msg}: asked 1 more, the tenant holds 64, quota 64 (the setting)`.
 fn write_full(w: &mut Message, msg: &str, hit: &QuotaHit) -> fmt::Result {
     let QuotaHit {
         kind,
@@ -125,28 +125,40 @@ fn write_full(w: &mut Message, msg: &str, hit: &QuotaHit) -> fmt::Result {
         limit,
         shared,
     } = *hit;
-    if kind == QuotaKind::Memory {
-        let kmod = if shared {
-            "a quarter of the kernel module's memory_mb while the device is shared"
-        } else {
-            "the kernel module's memory_mb"
-        };
-        return write!(
+    match kind {
+        QuotaKind::Memory => {
+            let kmod = if shared {
+                "the kernel module's memory_mb over tenant_slots while the device is shared"
+            } else {
+                "the kernel module's memory_mb"
+            };
+            write!(
+                w,
+                "{msg}: asked {asked} bytes more, the tenant holds {held}, limit {limit} \
+                 (GET_USAGE memory_limit; davinci-mockd --tenant-memory-limit SIZE or \
+                 --tenant-slots N, or {kmod})"
+            )
+        }
+        QuotaKind::Opens => write!(
             w,
-            "{msg}: asked {asked} bytes more, holds {held}, limit {limit} (GET_INFO \
-             client_memory_limit; davinci-mockd --client-memory-limit SIZE, or {kmod})"
-        );
+            "{msg}: asked {asked} more, the tenant holds {held}, quota {limit} (the device's \
+             client opens over its tenant slots: davinci-mockd --tenant-slots N, or the \
+             kernel module's tenant_slots parameter)"
+        ),
+        _ => {
+            let name = kind.name();
+            write!(
+                w,
+                "{msg}: asked {asked} more, the tenant holds {held}, quota {limit} \
+                 (davinci-mockd --tenant-quota {name}=N or --tenant-slots N, or the kernel \
+                 module's quota_{name} or tenant_slots parameter)"
+            )
+        }
     }
-    let name = kind.name();
-    write!(
-        w,
-        "{msg}: asked {asked} more, holds {held}, quota {limit} (davinci-mockd --client-quota \
-         {name}=N, or the kernel module's quota_{name} parameter)"
-    )
 }
 
 /// The same numbers in at most 111 bytes: `streams quota (shared): asked 1, holds 64,
-/// quota 64; --client-quota streams=N, quota_streams`.
+/// quota 64; --tenant-quota streams=N, quota_streams`.
 fn write_short(w: &mut Message, hit: &QuotaHit) -> fmt::Result {
     let QuotaHit {
         kind,
@@ -155,20 +167,33 @@ fn write_short(w: &mut Message, hit: &QuotaHit) -> fmt::Result {
         limit,
         shared,
     } = *hit;
-    if kind == QuotaKind::Memory {
-        let kmod = if shared { "memory_mb/4" } else { "memory_mb" };
-        return write!(
+    match kind {
+        QuotaKind::Memory => {
+            let kmod = if shared {
+                "memory_mb/slots"
+            } else {
+                "memory_mb"
+            };
+            write!(
+                w,
+                "memory limit: asked {asked}, holds {held}, limit {limit} B; \
+                 --tenant-memory-limit, {kmod}"
+            )
+        }
+        QuotaKind::Opens => write!(
             w,
-            "memory limit: asked {asked}, holds {held}, limit {limit} bytes; \
-             --client-memory-limit, {kmod}"
-        );
+            "opens quota: asked {asked}, holds {held}, quota {limit}; --tenant-slots, \
+             tenant_slots"
+        ),
+        _ => {
+            let name = kind.name();
+            write!(
+                w,
+                "{name} quota (shared): asked {asked}, holds {held}, quota {limit}; \
+                 --tenant-quota {name}=N, quota_{name}"
+            )
+        }
     }
-    let name = kind.name();
-    write!(
-        w,
-        "{name} quota (shared): asked {asked}, holds {held}, quota {limit}; --client-quota \
-         {name}=N, quota_{name}"
-    )
 }
 
 #[cfg(test)]
@@ -206,13 +231,13 @@ mod tests {
         let e = Error::quota(Errno::ENOSPC, STREAMS, hit(QuotaKind::Streams, 1, 64, 64));
         assert_eq!(
             e.message(),
-            "this client holds its quota of streams on a shared device: asked 1 more, holds \
-             64, quota 64 (davinci-mockd --client-quota streams=N, or the kernel module's \
-             quota_streams parameter)"
+            "this client holds its quota of streams on a shared device: asked 1 more, the \
+             tenant holds 64, quota 64 (davinci-mockd --tenant-quota streams=N or \
+             --tenant-slots N, or the kernel module's quota_streams or tenant_slots parameter)"
         );
         assert_eq!(
             e.message_within(LAST_ERROR_MESSAGE_LEN - 1),
-            "streams quota (shared): asked 1, holds 64, quota 64; --client-quota streams=N, \
+            "streams quota (shared): asked 1, holds 64, quota 64; --tenant-quota streams=N, \
              quota_streams"
         );
         let m = Error::quota(
@@ -224,15 +249,16 @@ mod tests {
         assert!(
             full.as_str().starts_with(
                 "allocation would exceed this client's device memory limit: asked 4096 bytes \
-                 more, holds 67104768, limit 67108864 (GET_INFO client_memory_limit; \
-                 davinci-mockd --client-memory-limit SIZE, or a quarter of"
+                 more, the tenant holds 67104768, limit 67108864 (GET_USAGE memory_limit; \
+                 davinci-mockd --tenant-memory-limit SIZE or --tenant-slots N, or the kernel \
+                 module's memory_mb over tenant_slots"
             ),
             "{full}"
         );
         assert_eq!(
             m.message_within(LAST_ERROR_MESSAGE_LEN - 1),
-            "memory limit: asked 4096, holds 67104768, limit 67108864 bytes; \
-             --client-memory-limit, memory_mb/4"
+            "memory limit: asked 4096, holds 67104768, limit 67108864 B; \
+             --tenant-memory-limit, memory_mb/slots"
         );
         let exclusive = Error::quota(
             Errno::ENOMEM,
@@ -264,6 +290,7 @@ mod tests {
                 MAX_ALLOCATIONS as u64,
             ),
             hit(QuotaKind::Exports, 1, 64, 64),
+            hit(QuotaKind::Opens, 1, 256, 256),
             hit(QuotaKind::Memory, 4 << 30, 4 << 30, 4 << 30),
         ];
         for h in big {

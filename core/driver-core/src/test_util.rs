@@ -338,6 +338,7 @@ pub fn params(pid: u32, role: Role, admin: bool) -> OpenParams {
         admin,
         container,
         comm: davinci_uapi::ClientUsage::comm_field(&name),
+        tenant: crate::Tenant::of(if admin { 0 } else { 1000 + pid }, &container),
     }
 }
 

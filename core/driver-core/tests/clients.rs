@@ -443,28 +443,30 @@ fn close_releases_everything_and_slow_submit_works() {
 #[test]
 fn tenants_cannot_take_the_operators_room() {
     use davinci_driver_core::{
-        MAX_CLIENTS, MAX_CLIENT_OPENS, MAX_CLIENT_OPENS_PER_USER, MAX_CONTROL_OPENS_PER_USER,
+        DEFAULT_TENANT_SLOTS, MAX_CLIENTS, MAX_CLIENT_OPENS, MAX_CONTROL_OPENS_PER_TENANT,
         MAX_USER_CONTROL_OPENS,
     };
+    let share = MAX_CLIENT_OPENS / DEFAULT_TENANT_SLOTS as usize;
     let mut dev = device();
     let root = dev.open(params(1, 0, Role::Control)).unwrap();
     dev.set_share_mode(root, ShareMode::Shared).unwrap();
-    // One user takes at most a quarter of the client slots: the others can still open.
-    for i in 0..MAX_CLIENT_OPENS_PER_USER as u32 {
+    // One tenant takes at most its share of the client slots: the others can still open.
+    for i in 0..share as u32 {
         dev.open(params(100 + i, 1000, Role::Client)).unwrap();
     }
     let e = dev.open(params(99, 1000, Role::Client)).unwrap_err().error;
     assert_eq!(e.errno, Errno::ENOSPC);
+    assert!(e.msg.contains("this tenant"), "{}", e.msg);
     assert!(
-        e.msg.contains("this user has as many client opens"),
+        e.message().as_str().contains("holds 64, quota 64"),
         "{}",
-        e.msg
+        e.message()
     );
     // An admin is not held to it (it could change the sharing anyway).
     let admin_client = dev.open(params(98, 0, Role::Client)).unwrap();
     dev.close(admin_client);
     // Every client slot taken, by tenants of several users.
-    for i in MAX_CLIENT_OPENS_PER_USER as u32..MAX_CLIENT_OPENS as u32 {
+    for i in share as u32..MAX_CLIENT_OPENS as u32 {
         dev.open(params(100 + i, 1001 + i % 3, Role::Client))
             .unwrap();
     }
@@ -472,19 +474,19 @@ fn tenants_cannot_take_the_operators_room() {
     assert_eq!(e.errno, Errno::ENOSPC);
     assert!(e.msg.contains("kept for operators"), "{}", e.msg);
     // A non-admin user may look, a few times, not without bound.
-    for _ in 0..MAX_CONTROL_OPENS_PER_USER {
+    for _ in 0..MAX_CONTROL_OPENS_PER_TENANT {
         dev.open(params(9, 1000, Role::Control)).unwrap();
     }
     let e = dev.open(params(9, 1000, Role::Control)).unwrap_err().error;
     assert_eq!(e.errno, Errno::ENOSPC);
-    assert!(e.msg.contains("this user has"), "{}", e.msg);
+    assert!(e.msg.contains("this tenant"), "{}", e.msg);
     // Nor can several users together take the admins' room.
     let mut uid = 2000;
-    let mut opened = MAX_CONTROL_OPENS_PER_USER;
+    let mut opened = MAX_CONTROL_OPENS_PER_TENANT;
     while opened < MAX_USER_CONTROL_OPENS {
         dev.open(params(9, uid, Role::Control)).unwrap();
         opened += 1;
-        if opened.is_multiple_of(MAX_CONTROL_OPENS_PER_USER) {
+        if opened.is_multiple_of(MAX_CONTROL_OPENS_PER_TENANT) {
             uid += 1;
         }
     }
@@ -530,7 +532,7 @@ fn a_shared_device_holds_each_client_to_its_quota_and_an_exclusive_one_does_not(
     call(&mut dev, a, DRIVER_CMD_GET_LAST_ERROR, &mut e).unwrap();
     assert!(
         e.message_str().starts_with(&format!(
-            "contexts quota (shared): asked 1, holds {}, quota {}; --client-quota contexts=N",
+            "contexts quota (shared): asked 1, holds {}, quota {}; --tenant-quota contexts=N",
             Quota::FAIR.contexts + 1,
             Quota::FAIR.contexts
         )),
@@ -582,7 +584,7 @@ fn a_shared_device_holds_each_client_to_its_quota_and_an_exclusive_one_does_not(
         call(&mut dev, a, DRIVER_CMD_GET_LAST_ERROR, &mut e).unwrap();
         assert!(
             e.message_str().starts_with(&format!(
-                "{what} quota (shared): asked 1, holds {quota}, quota {quota}; --client-quota \
+                "{what} quota (shared): asked 1, holds {quota}, quota {quota}; --tenant-quota \
                  {what}=N, quota_{what}"
             )),
             "{}",

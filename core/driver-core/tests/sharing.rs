@@ -177,7 +177,7 @@ fn the_exporters_free_and_close_revoke_every_import() {
 #[test]
 fn exports_and_imports_are_bounded() {
     let mut dev = device();
-    let (_root, a, _b) = shared_pair(&mut dev);
+    let (_root, a, b) = shared_pair(&mut dev);
     let m = alloc(&mut dev, a, 4096);
     let t = export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).unwrap();
     let importers: Vec<u32> = (0..MAX_IMPORTERS as u32 + 1)
@@ -193,21 +193,23 @@ fn exports_and_imports_are_bounded() {
     // Freeing one import makes room.
     dev.close(importers[0]);
     import(&mut dev, importers[MAX_IMPORTERS], t).unwrap();
-    // Exports: at most MAX_CLIENT_EXPORTS per client (one was made above), MAX_EXPORTS on
-    // the device.
+    // Exports: at most MAX_CLIENT_EXPORTS per tenant (one was made above; A's importers are
+    // of A's tenant, its user), MAX_EXPORTS on the device: four tenants fill it.
     let mut made = 1;
     let mut exporters = vec![a];
+    let mut more = vec![b];
     let e = loop {
         let c = *exporters.last().unwrap();
         let n = alloc(&mut dev, c, 4096);
         match export(&mut dev, c, n.handle, EXPORT_OWN_UID, 0) {
             Ok(_) => made += 1,
             Err(Errno::ENOSPC) if made % MAX_CLIENT_EXPORTS == 0 && made < MAX_EXPORTS => {
-                // This client's quarter is full: another tenant still exports.
-                exporters.push(
-                    dev.open(params(200 + made as u32, 1000, Role::Client))
-                        .unwrap(),
-                );
+                // This tenant's quarter is full: another tenant still exports.
+                let next = more.pop().unwrap_or_else(|| {
+                    dev.open(params(200 + made as u32, 1000 + made as u32, Role::Client))
+                        .unwrap()
+                });
+                exporters.push(next);
             }
             Err(e) => break e,
         }

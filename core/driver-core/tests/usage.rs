@@ -127,7 +127,7 @@ fn the_export_quota_is_settable_and_its_refusal_carries_the_numbers() {
     assert_eq!(export(&mut dev, a, m.handle), Err(Errno::ENOSPC));
     assert_eq!(
         last_error(&mut dev, a),
-        "exports quota (shared): asked 1, holds 3, quota 3; --client-quota exports=N, \
+        "exports quota (shared): asked 1, holds 3, quota 3; --tenant-quota exports=N, \
          quota_exports"
     );
     // The full text (what davinci-mockd sends) says the rule and the setting in words.
@@ -148,9 +148,10 @@ fn the_export_quota_is_settable_and_its_refusal_carries_the_numbers() {
         .unwrap_err();
     assert_eq!(
         e.message().as_str(),
-        "this client holds its quota of exports on a shared device (free an exported \
-         allocation first): asked 1 more, holds 3, quota 3 (davinci-mockd --client-quota \
-         exports=N, or the kernel module's quota_exports parameter)"
+        "this tenant (the client's container, else its user) holds its share of exports on a \
+         shared device (free an exported allocation first): asked 1 more, the tenant holds 3, \
+         quota 3 (davinci-mockd --tenant-quota exports=N or --tenant-slots N, or the kernel \
+         module's quota_exports or tenant_slots parameter)"
     );
 }
 
@@ -172,8 +173,8 @@ fn the_memory_limit_refusal_carries_the_numbers() {
     assert_eq!(
         last_error(&mut dev, a),
         format!(
-            "memory limit: asked {}, holds {}, limit {} bytes; --client-memory-limit, \
-             memory_mb/4",
+            "memory limit: asked {}, holds {}, limit {} B; --tenant-memory-limit, \
+             memory_mb/slots",
             3 << 20,
             m.alloc_size,
             8 << 20

@@ -335,6 +335,7 @@ fn hello(
         admin: who.admin,
         container: who.container,
         comm: who.comm,
+        tenant: who.tenant,
     };
     match shared.dev.open(params) {
         Ok(client) => {

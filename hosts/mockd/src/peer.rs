@@ -14,7 +14,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use davinci_driver_core::container::container_field;
-use davinci_driver_core::CONTAINER_LEN;
+use davinci_driver_core::{Tenant, CONTAINER_LEN};
 
 use davinci_mockd_proto::sockio::{PeerCred, SeqPacket};
 
@@ -29,6 +29,9 @@ pub struct Identity {
     pub container: [u8; CONTAINER_LEN],
     /// Process name, NUL-padded (empty when the process was gone).
     pub comm: [u8; 16],
+    /// Whose quotas bind the peer: its container, else its user; a peer in the daemon's own
+    /// container counts by user ([`Tenant::of_beside`]: that container is the host).
+    pub tenant: Tenant,
 }
 
 /// Takes the identity of the process that connected `conn` (see the module's text).
@@ -63,6 +66,7 @@ pub fn identify(conn: &SeqPacket, policy: &AdminPolicy) -> std::io::Result<Ident
         admin: policy.is_admin_with(&cred, &groups),
         container,
         comm,
+        tenant: Tenant::of_beside(cred.uid, &container, own_container()),
     })
 }
 
@@ -74,8 +78,15 @@ impl Identity {
             admin: policy.is_admin_with(&cred, &[]),
             container: [0; CONTAINER_LEN],
             comm: [0; 16],
+            tenant: Tenant::User(cred.uid),
         }
     }
+}
+
+/// The daemon's own container (all NULs on the host), read once.
+pub fn own_container() -> &'static [u8; CONTAINER_LEN] {
+    static OWN: std::sync::OnceLock<[u8; CONTAINER_LEN]> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| container_of_pid(std::process::id()))
 }
 
 /// Whether the process behind `pidfd` has exited (a pidfd polls readable then).

@@ -4,7 +4,8 @@
 #![forbid(unsafe_code)]
 
 use davinci_driver_core::{
-    DeviceCore, Error, HostFault, MmapTarget, OpenParams, Reply, Role, WaitSpec, MAX_CLIENTS,
+    DeviceCore, Error, HostFault, MmapTarget, OpenParams, Reply, Role, Tenant, WaitSpec,
+    MAX_CLIENTS,
 };
 use davinci_hwif::layout::LIST_ENTRIES;
 use davinci_hwif::{AdminOp, AdminRequest, ArgBuf, Completion, MapKind, MmapReply, ReplyKind};
@@ -102,6 +103,8 @@ fn run(core: &mut DeviceCore<Bar2Platform>, req: &AdminRequest) -> (Completion, 
                 admin: o.admin,
                 container: o.container,
                 comm: o.comm,
+                // The module's rule: the opener's container, else its user.
+                tenant: Tenant::of(o.uid, &o.container),
             };
             match core.open(params) {
                 Ok(client) => (

@@ -194,6 +194,11 @@
 #define DAVINCI_HEALTH_ALARM    2U /* an error stops work on the device (hardware only) */
 #define DAVINCI_HEALTH_CRITICAL 3U /* the device is lost (hardware only) */
 
+/* Tenants (davinci_client_usage.tenant_kind, davinci_usage.tenant_flags) */
+#define DAVINCI_TENANT_USER      1U /* the tenant is the client's user */
+#define DAVINCI_TENANT_CONTAINER 2U /* the tenant is the client's container */
+#define DAVINCI_TENANT_SLOTTED   4U /* the tenant holds a tenant slot: its share is kept for it */
+
 /* ---- Structures -------------------------------------------------------------- */
 
 /*
@@ -643,8 +648,12 @@ struct davinci_client_usage {
 	__u32 pid;
 	/* User id of the opener (from driver). */
 	__u32 uid;
-	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u32 pad;
+	/*
+	 * What the client's tenant is, the one whose quotas bind it (ABI 1.5;
+	 * `DAVINCI_TENANT_*`): its container (`container`) or its user (`uid`); 0 from a
+	 * driver before 1.5 (from driver).
+	 */
+	__u32 tenant_kind;
 	/* Contexts held (from driver). */
 	__u32 contexts;
 	/* Streams held (from driver). */
@@ -912,8 +921,26 @@ struct davinci_usage {
 	__u32 share_mode;
 	/* The caller's client id, as GET_INFO's `caller_id` (from driver). */
 	__u32 client_id;
-	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u64 reserved[4];
+	/*
+	 * Device memory the caller's tenant holds (every open of its container, or of its
+	 * user outside containers: docs/security.md), against `memory_limit` (from driver).
+	 */
+	__u64 tenant_memory_bytes;
+	/* Contexts the caller's tenant holds, against `quota_contexts` (from driver). */
+	__u32 tenant_contexts;
+	/* Streams the caller's tenant holds, against `quota_streams` (from driver). */
+	__u32 tenant_streams;
+	/* Events the caller's tenant holds, against `quota_events` (from driver). */
+	__u32 tenant_events;
+	/* Allocations the caller's tenant holds, against `quota_allocations` (from driver). */
+	__u32 tenant_allocations;
+	/* Exports the caller's tenant holds, against `quota_exports` (from driver). */
+	__u32 tenant_exports;
+	/*
+	 * `DAVINCI_TENANT_*` bits: what the tenant is, and whether it holds one of the
+	 * device's tenant slots (its share kept for it) (from driver).
+	 */
+	__u32 tenant_flags;
 };
 
 /* ---- ioctl commands ---------------------------------------------------------- */
@@ -1124,7 +1151,7 @@ _Static_assert(sizeof(struct davinci_client_usage) == 152, "davinci uapi: sizeof
 _Static_assert(offsetof(struct davinci_client_usage, client_id) == 0, "davinci uapi: offsetof(struct davinci_client_usage, client_id)");
 _Static_assert(offsetof(struct davinci_client_usage, pid) == 4, "davinci uapi: offsetof(struct davinci_client_usage, pid)");
 _Static_assert(offsetof(struct davinci_client_usage, uid) == 8, "davinci uapi: offsetof(struct davinci_client_usage, uid)");
-_Static_assert(offsetof(struct davinci_client_usage, pad) == 12, "davinci uapi: offsetof(struct davinci_client_usage, pad)");
+_Static_assert(offsetof(struct davinci_client_usage, tenant_kind) == 12, "davinci uapi: offsetof(struct davinci_client_usage, tenant_kind)");
 _Static_assert(offsetof(struct davinci_client_usage, contexts) == 16, "davinci uapi: offsetof(struct davinci_client_usage, contexts)");
 _Static_assert(offsetof(struct davinci_client_usage, streams) == 20, "davinci uapi: offsetof(struct davinci_client_usage, streams)");
 _Static_assert(offsetof(struct davinci_client_usage, events) == 24, "davinci uapi: offsetof(struct davinci_client_usage, events)");
@@ -1195,7 +1222,13 @@ _Static_assert(offsetof(struct davinci_usage, exports) == 48, "davinci uapi: off
 _Static_assert(offsetof(struct davinci_usage, quota_exports) == 52, "davinci uapi: offsetof(struct davinci_usage, quota_exports)");
 _Static_assert(offsetof(struct davinci_usage, share_mode) == 56, "davinci uapi: offsetof(struct davinci_usage, share_mode)");
 _Static_assert(offsetof(struct davinci_usage, client_id) == 60, "davinci uapi: offsetof(struct davinci_usage, client_id)");
-_Static_assert(offsetof(struct davinci_usage, reserved) == 64, "davinci uapi: offsetof(struct davinci_usage, reserved)");
+_Static_assert(offsetof(struct davinci_usage, tenant_memory_bytes) == 64, "davinci uapi: offsetof(struct davinci_usage, tenant_memory_bytes)");
+_Static_assert(offsetof(struct davinci_usage, tenant_contexts) == 72, "davinci uapi: offsetof(struct davinci_usage, tenant_contexts)");
+_Static_assert(offsetof(struct davinci_usage, tenant_streams) == 76, "davinci uapi: offsetof(struct davinci_usage, tenant_streams)");
+_Static_assert(offsetof(struct davinci_usage, tenant_events) == 80, "davinci uapi: offsetof(struct davinci_usage, tenant_events)");
+_Static_assert(offsetof(struct davinci_usage, tenant_allocations) == 84, "davinci uapi: offsetof(struct davinci_usage, tenant_allocations)");
+_Static_assert(offsetof(struct davinci_usage, tenant_exports) == 88, "davinci uapi: offsetof(struct davinci_usage, tenant_exports)");
+_Static_assert(offsetof(struct davinci_usage, tenant_flags) == 92, "davinci uapi: offsetof(struct davinci_usage, tenant_flags)");
 #endif /* C11 */
 
 #endif /* DAVINCI_UAPI_H */

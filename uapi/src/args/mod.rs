@@ -29,4 +29,5 @@ pub const CONSTS: &[ConstGroup] = &[
     resources::WAIT_KINDS,
     resources::EXPORT_UIDS,
     usage::HEALTHS,
+    usage::TENANTS,
 ];

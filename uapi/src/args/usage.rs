@@ -33,8 +33,10 @@ abi_struct! {
         pub pid: u32,
         /// User id of the opener (from driver).
         pub uid: u32,
-        /// Reserved: ignore it, a later minor may use it (from driver).
-        pub pad: u32,
+        /// What the client's tenant is, the one whose quotas bind it (ABI 1.5;
+        /// `DAVINCI_TENANT_*`): its container (`container`) or its user (`uid`); 0 from a
+        /// driver before 1.5 (from driver).
+        pub tenant_kind: u32,
         /// Contexts held (from driver).
         pub contexts: u32,
         /// Streams held (from driver).
@@ -172,8 +174,22 @@ abi_struct! {
         pub share_mode: u32,
         /// The caller's client id, as GET_INFO's `caller_id` (from driver).
         pub client_id: u32,
-        /// Reserved: ignore it, a later minor may use it (from driver).
-        pub reserved: [u64; 4],
+        /// Device memory the caller's tenant holds (every open of its container, or of its
+        /// user outside containers: docs/security.md), against `memory_limit` (from driver).
+        pub tenant_memory_bytes: u64,
+        /// Contexts the caller's tenant holds, against `quota_contexts` (from driver).
+        pub tenant_contexts: u32,
+        /// Streams the caller's tenant holds, against `quota_streams` (from driver).
+        pub tenant_streams: u32,
+        /// Events the caller's tenant holds, against `quota_events` (from driver).
+        pub tenant_events: u32,
+        /// Allocations the caller's tenant holds, against `quota_allocations` (from driver).
+        pub tenant_allocations: u32,
+        /// Exports the caller's tenant holds, against `quota_exports` (from driver).
+        pub tenant_exports: u32,
+        /// `DAVINCI_TENANT_*` bits: what the tenant is, and whether it holds one of the
+        /// device's tenant slots (its share kept for it) (from driver).
+        pub tenant_flags: u32,
     }
 }
 
@@ -307,6 +323,38 @@ pub const fn health_name(health: u32) -> Option<&'static str> {
         _ => None,
     }
 }
+
+/// `ClientUsage::tenant_kind`, and a bit of `Usage::tenant_flags`: the tenant is a user
+/// outside containers (or inside the host's own).
+pub const TENANT_USER: u32 = 1;
+/// The tenant is a container.
+pub const TENANT_CONTAINER: u32 = 2;
+/// `Usage::tenant_flags`: the tenant holds one of the device's tenant slots, so its share of
+/// every table and of memory is kept for it however much the others take.
+pub const TENANT_SLOTTED: u32 = 4;
+
+/// The tenant values, for the C header.
+pub(crate) const TENANTS: ConstGroup = ConstGroup {
+    title: "Tenants (davinci_client_usage.tenant_kind, davinci_usage.tenant_flags)",
+    c_prefix: "DAVINCI_TENANT_",
+    items: &[
+        (
+            "USER",
+            TENANT_USER as u64,
+            "the tenant is the client's user",
+        ),
+        (
+            "CONTAINER",
+            TENANT_CONTAINER as u64,
+            "the tenant is the client's container",
+        ),
+        (
+            "SLOTTED",
+            TENANT_SLOTTED as u64,
+            "the tenant holds a tenant slot: its share is kept for it",
+        ),
+    ],
+};
 
 /// The health values, for the C header.
 pub(crate) const HEALTHS: ConstGroup = ConstGroup {

@@ -2,12 +2,12 @@
 //! allocator itself (where an allocation lies) is `crate::memory`; the platform backs each
 //! range for its client.
 
-use davinci_uapi::{mmap_offset, AllocMemoryArgs, Errno, MmapKind, ShareMode};
+use davinci_uapi::{mmap_offset, AllocMemoryArgs, MmapKind};
 
 use super::clients::Holding;
 use super::entries::Allocation;
 use super::DeviceCore;
-use crate::error::{ensure, fail, Error, QuotaHit, QuotaKind, Result};
+use crate::error::{ensure, fail, Result};
 use crate::memory::dva;
 use crate::platform::Platform;
 
@@ -21,21 +21,7 @@ impl<P: Platform> DeviceCore<P> {
             fail!(EOVERFLOW, "allocation size overflows");
         };
         self.within_quota(client, Holding::Allocations)?;
-        let limit = self.client_limit();
-        let held = self.client_mut(client)?.memory;
-        if held.checked_add(rounded).is_none_or(|t| t > limit) {
-            return Err(Error::quota(
-                Errno::ENOMEM,
-                "allocation would exceed this client's device memory limit",
-                QuotaHit {
-                    kind: QuotaKind::Memory,
-                    asked: rounded,
-                    held,
-                    limit,
-                    shared: self.share == ShareMode::Shared,
-                },
-            ));
-        }
+        self.within_memory(client, rounded)?;
         // Reserve a handle first (so a full table fails before memory moves).
         let handle = self.allocations.insert(
             Allocation {

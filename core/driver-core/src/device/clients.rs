@@ -1,14 +1,14 @@
 //! Clients: attaching an open file (exclusive mode refuses a second client, naming the
 //! holder), detaching it with everything it held, and what each client uses (LIST_CLIENTS).
 
-use davinci_uapi::{ClientUsage, Errno, ShareMode, Usage};
+use davinci_uapi::{ClientUsage, Errno, ShareMode, Usage, TENANT_SLOTTED};
 
 use super::entries::{Client, OpenParams, Role, StreamState};
+use super::tenants::Kind;
 use super::DeviceCore;
 use crate::error::{ensure, Error, QuotaHit, QuotaKind, Result};
 use crate::limits::{
-    CONTAINER_LEN, MAX_CLIENT_OPENS, MAX_CLIENT_OPENS_PER_USER, MAX_CONTROL_OPENS_PER_USER,
-    MAX_USER_CONTROL_OPENS,
+    Quota, CONTAINER_LEN, MAX_CLIENT_OPENS, MAX_CONTROL_OPENS_PER_TENANT, MAX_USER_CONTROL_OPENS,
 };
 use crate::platform::{Lock, Platform};
 
@@ -65,7 +65,7 @@ impl<P: Platform> DeviceCore<P> {
             client_id: c.client_id,
             pid: c.params.pid,
             uid: c.params.uid,
-            pad: 0,
+            tenant_kind: c.params.tenant.kind(),
             contexts: c.contexts,
             streams: c.streams,
             events: c.events,
@@ -131,14 +131,25 @@ impl<P: Platform> DeviceCore<P> {
                 });
             }
         }
-        self.check_room(&params).map_err(|error| OpenError {
+        let fail = |error| OpenError {
             error,
             holder: None,
-        })?;
+        };
+        let t = self.tenant_for(params.tenant).map_err(fail)?;
+        let forget = |d: &mut Self| {
+            if d.tenants.get(t).is_some_and(|e| e.clients + e.others == 0) {
+                d.tenants.remove(t);
+            }
+        };
+        if let Err(e) = self.check_room(&params, t) {
+            forget(self);
+            return Err(fail(e));
+        }
         let client_id = self.client_ids.apply(self.next_client_id);
         let entry = Client {
             client_id,
             params,
+            tenant: t,
             contexts: 0,
             streams: 0,
             events: 0,
@@ -150,13 +161,17 @@ impl<P: Platform> DeviceCore<P> {
             last_error: None,
             failures: 0,
         };
-        let client = self
+        let client = match self
             .clients
             .insert(entry, "too many open files on this device")
-            .map_err(|error| OpenError {
-                error,
-                holder: None,
-            })?;
+        {
+            Ok(c) => c,
+            Err(e) => {
+                forget(self);
+                return Err(fail(e));
+            }
+        };
+        self.tenant_joined(t, params.role, params.admin);
         self.next_client_id = self.next_client_id.wrapping_add(1).max(1);
         if role_is_client {
             self.clients_opened += 1;
@@ -164,38 +179,41 @@ impl<P: Platform> DeviceCore<P> {
         Ok(client)
     }
 
-    /// `ENOSPC` unless `client` may hold one more of `kind` ([`Quota`]: the device's quota
-    /// while it is shared; an exclusive device's one client may fill every table), with the
-    /// numbers ([`QuotaHit`]).
+    /// `ENOSPC` unless `client`'s tenant may hold one more of `kind` while the device is
+    /// shared (its share, and for a tenant without a slot no more than the others' shares
+    /// leave: `tenants`); an exclusive device's one client may fill every table. With the
+    /// numbers ([`QuotaHit`](crate::QuotaHit)).
     pub(crate) fn within_quota(&self, client: u32, kind: Holding) -> Result<()> {
         let Some(c) = self.clients.get(client) else {
             return Err(Error::new(Errno::ENODEV, "client is not attached"));
         };
+        self.tenant_within(c.tenant, Kind::Held(kind), 1, c.params.admin)
+    }
+
+    /// `ENOMEM` unless `client`'s tenant may hold `bytes` more of device memory (as
+    /// [`within_quota`](Self::within_quota)).
+    pub(crate) fn within_memory(&self, client: u32, bytes: u64) -> Result<()> {
+        let Some(c) = self.clients.get(client) else {
+            return Err(Error::new(Errno::ENODEV, "client is not attached"));
+        };
         if self.share == ShareMode::Exclusive {
+            let (held, limit) = (c.memory, self.client_limit());
+            if held.checked_add(bytes).is_none_or(|t| t > limit) {
+                return Err(Error::quota(
+                    Errno::ENOMEM,
+                    "allocation would exceed the device's memory",
+                    QuotaHit {
+                        kind: QuotaKind::Memory,
+                        asked: bytes,
+                        held,
+                        limit,
+                        shared: false,
+                    },
+                ));
+            }
             return Ok(());
         }
-        let q = &self.quota_now();
-        let (held, quota, qk, msg) = match kind {
-            Holding::Contexts => (c.contexts, q.contexts, QuotaKind::Contexts, "this client holds its quota of contexts on a shared device"),
-            Holding::Streams => (c.streams, q.streams, QuotaKind::Streams, "this client holds its quota of streams on a shared device"),
-            Holding::Events => (c.events, q.events, QuotaKind::Events, "this client holds its quota of events on a shared device"),
-            Holding::Allocations => (c.allocations, q.allocations, QuotaKind::Allocations, "this client holds its quota of allocations on a shared device"),
-            Holding::Exports => (self.exports_of(client), q.exports, QuotaKind::Exports, "this client holds its quota of exports on a shared device (free an exported allocation first)"),
-        };
-        if held >= quota {
-            return Err(Error::quota(
-                Errno::ENOSPC,
-                msg,
-                QuotaHit {
-                    kind: qk,
-                    asked: 1,
-                    held: u64::from(held),
-                    limit: u64::from(quota),
-                    shared: true,
-                },
-            ));
-        }
-        Ok(())
+        self.tenant_within(c.tenant, Kind::Memory, bytes, c.params.admin)
     }
 
     /// Exports `client` holds.
@@ -206,36 +224,56 @@ impl<P: Platform> DeviceCore<P> {
             .count() as u32
     }
 
-    /// GET_USAGE (ABI 1.5): what `client` holds against each of its limits now.
+    /// GET_USAGE (ABI 1.5): what `client` and its tenant hold against the tenant's limits
+    /// now.
     pub fn own_usage(&self, client: u32) -> Result<Usage> {
         let Some(c) = self.clients.get(client) else {
             return Err(Error::new(Errno::ENODEV, "client is not attached"));
         };
-        let q = self.quota_now();
+        let t = c.tenant;
+        let shared = self.share == ShareMode::Shared;
+        let limit = |k: Kind, whole: u64| {
+            if shared {
+                self.tenant_limit_now(t, k)
+            } else {
+                whole
+            }
+        };
+        let n = |k: Kind| self.tenant_holds(t, k) as u32;
+        let q = Quota::NONE;
+        let count = |k: Holding, whole: u32| limit(Kind::Held(k), whole.into()) as u32;
+        let slotted = self.tenants.get(t).is_some_and(|e| e.slotted);
         Ok(Usage {
             memory_bytes: c.memory,
-            memory_limit: self.client_limit(),
+            memory_limit: limit(Kind::Memory, self.client_limit()),
             contexts: c.contexts,
-            quota_contexts: q.contexts,
+            quota_contexts: count(Holding::Contexts, q.contexts),
             streams: c.streams,
-            quota_streams: q.streams,
+            quota_streams: count(Holding::Streams, q.streams),
             events: c.events,
-            quota_events: q.events,
+            quota_events: count(Holding::Events, q.events),
             allocations: c.allocations,
-            quota_allocations: q.allocations,
+            quota_allocations: count(Holding::Allocations, q.allocations),
             exports: self.exports_of(client),
-            quota_exports: q.exports,
+            quota_exports: count(Holding::Exports, q.exports),
             share_mode: self.share as u32,
             client_id: c.client_id,
-            reserved: [0; 4],
+            tenant_memory_bytes: self.tenant_holds(t, Kind::Memory),
+            tenant_contexts: n(Kind::Held(Holding::Contexts)),
+            tenant_streams: n(Kind::Held(Holding::Streams)),
+            tenant_events: n(Kind::Held(Holding::Events)),
+            tenant_allocations: n(Kind::Held(Holding::Allocations)),
+            tenant_exports: n(Kind::Held(Holding::Exports)),
+            tenant_flags: c.params.tenant.kind() | if slotted { TENANT_SLOTTED } else { 0 },
         })
     }
 
-    /// Whether `params` may open: client opens take at most [`MAX_CLIENT_OPENS`] slots,
-    /// non-admins' control opens at most [`MAX_USER_CONTROL_OPENS`] (and
-    /// [`MAX_CONTROL_OPENS_PER_USER`] per user), so the rest of the table is always there
-    /// for the operators' tools run by admins.
-    fn check_room(&self, params: &OpenParams) -> Result<()> {
+    /// Whether `params` may open: client opens take at most [`MAX_CLIENT_OPENS`] slots, a
+    /// non-admin tenant at most its share of them (with the floor every tenant's share has,
+    /// `tenants`); non-admins' control opens at most [`MAX_USER_CONTROL_OPENS`] (and
+    /// [`MAX_CONTROL_OPENS_PER_TENANT`] per tenant), so the rest of the table is always
+    /// there for the operators' tools run by admins. `t` is the tenant the open joins.
+    fn check_room(&self, params: &OpenParams, t: u32) -> Result<()> {
         let count = |f: &dyn Fn(&Client) -> bool| self.clients.iter().filter(|(_, c)| f(c)).count();
         match params.role {
             Role::Client => {
@@ -245,23 +283,17 @@ impl<P: Platform> DeviceCore<P> {
                     "the device has as many client opens as it takes (256); the remaining \
                      slots are kept for operators' control opens"
                 );
-                ensure!(
-                    params.admin
-                        || count(&|c| c.params.role == Role::Client && c.params.uid == params.uid)
-                            < MAX_CLIENT_OPENS_PER_USER,
-                    ENOSPC,
-                    "this user has as many client opens of the device as one non-admin user \
-                     may (64, a quarter of the 256), so that other tenants can open it too; \
-                     close one"
-                );
+                if !params.admin {
+                    self.tenant_within(t, Kind::Opens, 1, false)?;
+                }
             }
             Role::Control if !params.admin => {
                 let user = |c: &Client| c.params.role == Role::Control && !c.params.admin;
                 ensure!(
-                    count(&|c| user(c) && c.params.uid == params.uid) < MAX_CONTROL_OPENS_PER_USER,
+                    count(&|c| user(c) && c.tenant == t) < MAX_CONTROL_OPENS_PER_TENANT,
                     ENOSPC,
-                    "this user has as many control opens of the device as a non-admin user may \
-                     (8); close one"
+                    "this tenant (the container, else the user) has as many control opens of \
+                     the device as a non-admin tenant may (8); close one"
                 );
                 ensure!(
                     count(&user) < MAX_USER_CONTROL_OPENS,
@@ -274,7 +306,6 @@ impl<P: Platform> DeviceCore<P> {
         }
         Ok(())
     }
-
     /// Detaches an open file and releases everything it held (streams, events, contexts,
     /// memory). Unknown handles are ignored.
     pub fn close(&mut self, client: u32) {
@@ -287,7 +318,9 @@ impl<P: Platform> DeviceCore<P> {
         while let Some(a) = self.allocations.find(|a| a.owner == client) {
             let _ = self.free_memory(client, a);
         }
-        self.clients.remove(client);
+        if let Some(c) = self.clients.remove(client) {
+            self.tenant_left(c.tenant, c.params.role, c.params.admin);
+        }
         // Waiters of this client (other threads of the same open) must notice.
         self.platform.notify_waiters(client);
     }

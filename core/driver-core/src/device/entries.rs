@@ -11,6 +11,7 @@ use crate::inject::Inject;
 use crate::limits::{CONTAINER_LEN, MAX_EVENTS, MAX_IMPORTERS};
 use crate::platform::{Lock, Platform};
 use crate::table::Table;
+use crate::tenant::Tenant;
 
 /// What an open file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,9 @@ pub struct OpenParams {
     pub container: [u8; CONTAINER_LEN],
     /// Process name (`comm`), NUL-padded, at most 15 bytes (`ClientUsage::comm_field`).
     pub comm: [u8; 16],
+    /// Whose quotas bind the open ([`Tenant::of`] the uid and container, or the host's own
+    /// rule).
+    pub tenant: Tenant,
 }
 
 /// An open file (a client or a control open) and what it holds. Two words name an open
@@ -47,6 +51,8 @@ pub(crate) struct Client {
     /// What LIST_CLIENTS reports: assigned at open, through the device's `client_ids`.
     pub(crate) client_id: u32,
     pub(crate) params: OpenParams,
+    /// Its tenant's entry in the device's tenant table.
+    pub(crate) tenant: u32,
     pub(crate) contexts: u32,
     pub(crate) streams: u32,
     pub(crate) events: u32,

@@ -13,6 +13,7 @@ use crate::error::{ensure, fail, Result};
 use crate::identity::Identity;
 use crate::inject::InjectRule;
 use crate::limits::Quota;
+use crate::limits::{DEFAULT_TENANT_SLOTS, MAX_TENANT_SLOTS};
 use crate::limits::{
     MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
     MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_STREAMS, SUPPORTED_OPCODES,
@@ -28,6 +29,7 @@ pub(crate) mod entries;
 mod events;
 mod sharing;
 pub(crate) mod streams;
+pub(crate) mod tenants;
 mod undo;
 
 use entries::{
@@ -69,6 +71,9 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) streams: Table<StreamEntry<P>, MAX_STREAMS>,
     pub(crate) events: Table<EventEntry<P>, MAX_EVENTS>,
     pub(crate) allocations: Table<Allocation, MAX_ALLOCATIONS>,
+    /// The tenants of the opens, and how many slots they may hold ([`tenants`]).
+    pub(crate) tenants: Table<tenants::TenantEntry, MAX_CLIENTS>,
+    pub(crate) tenant_slots: u32,
     /// Exported allocations (EXPORT_MEMORY), and the serial of the next token.
     pub(crate) exports: Table<ExportEntry, MAX_EXPORTS>,
     pub(crate) export_serial: u32,
@@ -108,6 +113,8 @@ impl<P: Platform> DeviceCore<P> {
             next_client_id: 1,
             client_ids: Scramble::DEFAULT,
             clients: Table::new(),
+            tenants: Table::new(),
+            tenant_slots: DEFAULT_TENANT_SLOTS,
             contexts: Table::new(),
             streams: Table::new(),
             events: Table::new(),
@@ -273,6 +280,27 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 
+    /// Sets how many tenants the device keeps a share for ([`tenants`]; a host's run-time
+    /// setting: `davinci-mockd --tenant-slots`, the kernel module's `tenant_slots`), before
+    /// anything is open: `EBUSY` after; `EINVAL` outside 1..=[`MAX_TENANT_SLOTS`]. The
+    /// shares are what [`set_quota`](Self::set_quota) set: a host that has no explicit
+    /// quota sets [`Quota::for_slots`] with it.
+    pub fn set_tenant_slots(&mut self, slots: u32) -> Result<()> {
+        self.ensure_unused()?;
+        ensure!(
+            (1..=MAX_TENANT_SLOTS).contains(&slots),
+            EINVAL,
+            "tenant slots must be from 1 to 64"
+        );
+        self.tenant_slots = slots;
+        Ok(())
+    }
+
+    /// How many tenants the device keeps a share for.
+    pub fn tenant_slots(&self) -> u32 {
+        self.tenant_slots
+    }
+
     /// Sets the device's id (N of davinciN) and memory size (rounded down to the page size),
     /// before anything is open: a host that learns them at run time (the kernel module's
     /// parameters) builds the device once, in place, and sets them. `EBUSY` after the first
@@ -366,15 +394,13 @@ impl<P: Platform> DeviceCore<P> {
         }
     }
 
-    /// What one client may allocate now: the configured limit; without one, a quarter of the
-    /// device's memory while it is shared (the same fair share as [`Quota::FAIR`], so four
-    /// tenants that each take all they may fit) and all of it while it is exclusive.
-    fn client_limit(&self) -> u64 {
-        let size = self.memory.size();
+    /// What one tenant may allocate: the configured limit; without one, while the device is
+    /// shared its share (the device's memory over the tenant slots: a quarter by default,
+    /// the same fair share as [`Quota::FAIR`]), all of it while it is exclusive.
+    pub(crate) fn client_limit(&self) -> u64 {
         match (self.config.client_memory_limit, self.share) {
-            (0, ShareMode::Shared) => size / 4,
-            (0, ShareMode::Exclusive) => size,
-            (l, _) => l.min(size),
+            (0, ShareMode::Exclusive) => self.memory.size(),
+            _ => self.tenant_memory_share(),
         }
     }
 

@@ -20,7 +20,9 @@ pub fn device() -> DeviceCore<HeapPlatform> {
     davinci_driver_core::test_util::device_with(MEM, 8 << 20)
 }
 
-/// Open parameters for `pid` running as `uid` (admin if 0), in container `ctr-<pid>`.
+/// Open parameters for `pid` running as `uid` (admin if 0), labelled container `ctr-<pid>`;
+/// its tenant is its user, as a daemon that runs in that container counts its clients
+/// ([`params_in`] for a tenant that is a container).
 pub fn params(pid: u32, uid: u32, role: Role) -> OpenParams {
     let mut container = [0u8; CONTAINER_LEN];
     let name = format!("ctr-{pid}");
@@ -32,6 +34,17 @@ pub fn params(pid: u32, uid: u32, role: Role) -> OpenParams {
         admin: uid == 0,
         container,
         comm: davinci_uapi::ClientUsage::comm_field(&format!("proc-{pid}")),
+        tenant: davinci_driver_core::Tenant::User(uid),
+    }
+}
+
+/// Open parameters for `pid` running as `uid` in container `id`, its tenant.
+pub fn params_in(pid: u32, uid: u32, role: Role, id: &str) -> OpenParams {
+    let container = davinci_driver_core::container::container_field(id);
+    OpenParams {
+        container,
+        tenant: davinci_driver_core::Tenant::of(uid, &container),
+        ..params(pid, uid, role)
     }
 }
 

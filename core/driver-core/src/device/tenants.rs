@@ -1,0 +1,271 @@
+//! Tenants ([`Tenant`]): the quotas bind a tenant, not an open. The device has
+//! `tenant_slots` slots (4 by default, a host's setting: the device plugin's replica count);
+//! a tenant takes one with its first client open while one is free and keeps it until its
+//! last client open closes. While the device is shared every tenant is held to its share of
+//! each table and of memory (the configured [`Quota`](crate::Quota), a slot's fraction by
+//! default), and the unused share of every slotted tenant and of every free slot is kept:
+//! a tenant without a slot takes only what is left beyond it. So each of up to
+//! `tenant_slots` tenants always gets its whole share, however many opens and uids the
+//! others use (docs/security.md).
+
+use davinci_uapi::{Errno, ShareMode};
+
+use super::clients::Holding;
+use super::entries::{Client, Role};
+use super::DeviceCore;
+use crate::error::{Error, QuotaHit, QuotaKind, Result};
+use crate::limits::{
+    MAX_ALLOCATIONS, MAX_CLIENT_OPENS, MAX_CONTEXTS, MAX_EVENTS, MAX_EXPORTS, MAX_STREAMS,
+};
+use crate::platform::Platform;
+use crate::tenant::Tenant;
+
+/// A tenant with at least one open, client or control.
+pub(crate) struct TenantEntry {
+    pub(crate) key: Tenant,
+    /// Client opens of non-admins (they hold the slot), and the other opens (control
+    /// opens, admins' client opens).
+    pub(crate) clients: u32,
+    pub(crate) others: u32,
+    /// Whether it holds a slot (only while it has client opens).
+    pub(crate) slotted: bool,
+    /// When it last came without a slot to take (order of the queue for a freed slot).
+    pub(crate) waiting_since: u64,
+}
+
+/// What a quota check counts: an object of a table, or bytes of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Held(Holding),
+    Memory,
+    Opens,
+}
+
+impl Kind {
+    fn quota_kind(self) -> QuotaKind {
+        match self {
+            Kind::Held(Holding::Contexts) => QuotaKind::Contexts,
+            Kind::Held(Holding::Streams) => QuotaKind::Streams,
+            Kind::Held(Holding::Events) => QuotaKind::Events,
+            Kind::Held(Holding::Allocations) => QuotaKind::Allocations,
+            Kind::Held(Holding::Exports) => QuotaKind::Exports,
+            Kind::Memory => QuotaKind::Memory,
+            Kind::Opens => QuotaKind::Opens,
+        }
+    }
+}
+
+impl<P: Platform> DeviceCore<P> {
+    /// The tenant entry of `key`, made if it has none; `ENOSPC` only if the tenant table is
+    /// full, which it cannot be while the client table has room (one per open at most).
+    pub(crate) fn tenant_for(&mut self, key: Tenant) -> Result<u32> {
+        if let Some(t) = self.tenants.find(|t| t.key == key) {
+            return Ok(t);
+        }
+        self.tenants.insert(
+            TenantEntry {
+                key,
+                clients: 0,
+                others: 0,
+                slotted: false,
+                waiting_since: 0,
+            },
+            "too many tenants on this device",
+        )
+    }
+
+    /// Tenants holding a slot.
+    pub(crate) fn slotted_tenants(&self) -> u32 {
+        self.tenants.iter().filter(|(_, t)| t.slotted).count() as u32
+    }
+
+    /// Counts an open's arrival in tenant `t` (its entry made by
+    /// [`tenant_for`](Self::tenant_for)); a non-admin's client open takes a free slot (an
+    /// admin's takes none: operators' own jobs keep no share from the tenants).
+    pub(crate) fn tenant_joined(&mut self, t: u32, role: Role, admin: bool) {
+        let free = self.slotted_tenants() < self.tenant_slots;
+        let now = self.platform.now_ns();
+        if let Some(e) = self.tenants.get_mut(t) {
+            if role == Role::Client && !admin {
+                e.clients += 1;
+                if !e.slotted {
+                    e.slotted = free;
+                    e.waiting_since = now;
+                }
+            } else {
+                e.others += 1;
+            }
+        }
+    }
+
+    /// Counts an open of tenant `t` gone: a tenant without client opens gives its slot to
+    /// the tenant waiting longest, and one without opens is forgotten.
+    pub(crate) fn tenant_left(&mut self, t: u32, role: Role, admin: bool) {
+        let Some(e) = self.tenants.get_mut(t) else {
+            return;
+        };
+        if role == Role::Client && !admin {
+            e.clients = e.clients.saturating_sub(1);
+        } else {
+            e.others = e.others.saturating_sub(1);
+        }
+        let freed = e.clients == 0 && e.slotted;
+        if e.clients == 0 {
+            e.slotted = false;
+        }
+        if e.clients == 0 && e.others == 0 {
+            self.tenants.remove(t);
+        }
+        if freed {
+            let next = self
+                .tenants
+                .iter()
+                .filter(|(_, e)| !e.slotted && e.clients > 0)
+                .min_by_key(|(_, e)| e.waiting_since)
+                .map(|(h, _)| h);
+            if let Some(e) = next.and_then(|h| self.tenants.get_mut(h)) {
+                e.slotted = true;
+            }
+        }
+    }
+
+    /// What tenant `t` holds of `kind` (its clients' holdings summed; exports by owner).
+    pub(crate) fn tenant_holds(&self, t: u32, kind: Kind) -> u64 {
+        let of = |c: &Client| -> u64 {
+            match kind {
+                Kind::Held(Holding::Contexts) => c.contexts.into(),
+                Kind::Held(Holding::Streams) => c.streams.into(),
+                Kind::Held(Holding::Events) => c.events.into(),
+                Kind::Held(Holding::Allocations) => c.allocations.into(),
+                Kind::Held(Holding::Exports) => 0,
+                Kind::Memory => c.memory,
+                Kind::Opens => u64::from(c.params.role == Role::Client),
+            }
+        };
+        if kind == Kind::Held(Holding::Exports) {
+            return self
+                .exports
+                .iter()
+                .filter(|(_, e)| self.clients.get(e.owner).is_some_and(|c| c.tenant == t))
+                .count() as u64;
+        }
+        self.clients
+            .iter()
+            .filter(|(_, c)| c.tenant == t)
+            .map(|(_, c)| of(c))
+            .sum()
+    }
+
+    /// A tenant's share of `kind`: the configured quota (memory: the configured limit, else
+    /// the device's memory over the slots; opens: the client opens over the slots).
+    pub(crate) fn share_of(&self, kind: Kind) -> u64 {
+        let q = &self.config.quota;
+        match kind {
+            Kind::Held(Holding::Contexts) => q.contexts.into(),
+            Kind::Held(Holding::Streams) => q.streams.into(),
+            Kind::Held(Holding::Events) => q.events.into(),
+            Kind::Held(Holding::Allocations) => q.allocations.into(),
+            Kind::Held(Holding::Exports) => q.exports.into(),
+            Kind::Memory => self.tenant_memory_share(),
+            Kind::Opens => (MAX_CLIENT_OPENS as u64 / u64::from(self.tenant_slots)).max(1),
+        }
+    }
+
+    /// The tenants' memory share while the device is shared: the configured limit, else the
+    /// device's memory over the slots.
+    pub(crate) fn tenant_memory_share(&self) -> u64 {
+        let size = self.memory.size();
+        match self.config.client_memory_limit {
+            0 => size / u64::from(self.tenant_slots),
+            l => l.min(size),
+        }
+    }
+
+    /// What is free of `kind` on the device.
+    fn free_of(&self, kind: Kind) -> u64 {
+        let (cap, used) = match kind {
+            Kind::Held(Holding::Contexts) => (MAX_CONTEXTS, self.contexts.len()),
+            Kind::Held(Holding::Streams) => (MAX_STREAMS, self.streams.len()),
+            Kind::Held(Holding::Events) => (MAX_EVENTS, self.events.len()),
+            Kind::Held(Holding::Allocations) => (MAX_ALLOCATIONS, self.allocations.len()),
+            Kind::Held(Holding::Exports) => (MAX_EXPORTS, self.exports.len()),
+            Kind::Opens => (MAX_CLIENT_OPENS, self.client_count() as usize),
+            Kind::Memory => return self.memory.size().saturating_sub(self.memory.used()),
+        };
+        cap.saturating_sub(used) as u64
+    }
+
+    /// What is kept of `kind` for the tenants with a slot other than `but` (the unused part
+    /// of each one's share) and for the free slots (a whole share each). Of the client
+    /// opens only the free slots' shares are kept: a tenant without a slot may open (and
+    /// wait for a slot), so a tenant with one is sure of its first open, not of its 64th.
+    fn kept_of(&self, kind: Kind, but: u32) -> u64 {
+        let share = self.share_of(kind);
+        let mut kept = u64::from(self.tenant_slots.saturating_sub(self.slotted_tenants()))
+            .saturating_mul(share);
+        if kind == Kind::Opens {
+            return kept;
+        }
+        for (h, e) in self.tenants.iter() {
+            if e.slotted && h != but {
+                kept = kept.saturating_add(share.saturating_sub(self.tenant_holds(h, kind)));
+            }
+        }
+        kept
+    }
+
+    /// What tenant `t` may hold of `kind` now: its share, and for a tenant without a slot
+    /// (none free) no more than what is not kept for the others.
+    pub(crate) fn tenant_limit_now(&self, t: u32, kind: Kind) -> u64 {
+        let share = self.share_of(kind);
+        // A tenant without a slot while one is free takes it with its next client open.
+        let slotted = self.tenants.get(t).is_some_and(|e| e.slotted)
+            || self.slotted_tenants() < self.tenant_slots;
+        if slotted {
+            return share;
+        }
+        let spare = self.free_of(kind).saturating_sub(self.kept_of(kind, t));
+        share.min(self.tenant_holds(t, kind).saturating_add(spare))
+    }
+
+    /// `Ok` if open `client`'s tenant may take `asked` more of `kind`; else the quota's
+    /// refusal with its numbers (the tenant's holdings and its limit now). Only while the
+    /// device is shared, except for opens ([`check_room`](Self::check_room) asks for them
+    /// with the tenant the open would join).
+    /// An admin's open is held to its tenant's share but not to the floor kept for the
+    /// slotted tenants (`admin`).
+    pub(crate) fn tenant_within(&self, t: u32, kind: Kind, asked: u64, admin: bool) -> Result<()> {
+        if self.share == ShareMode::Exclusive && kind != Kind::Opens {
+            return Ok(());
+        }
+        let held = self.tenant_holds(t, kind);
+        let share = self.share_of(kind);
+        let limit = if admin {
+            share
+        } else {
+            self.tenant_limit_now(t, kind)
+        };
+        if held.checked_add(asked).is_some_and(|n| n <= limit) {
+            return Ok(());
+        }
+        let (errno, msg) = match (kind, limit < share) {
+            (Kind::Memory, false) => (Errno::ENOMEM, "this tenant (the client's container, else its user) holds its share of device memory on a shared device"),
+            (Kind::Memory, true) => (Errno::ENOMEM, "every tenant slot of this shared device is taken and their shares of memory are kept for them; this tenant has no slot (the operator sets how many: --tenant-slots, tenant_slots)"),
+            (Kind::Opens, false) => (Errno::ENOSPC, "this tenant (the client's container, else its user) has as many client opens of the device as its share; close one"),
+            (_, true) => (Errno::ENOSPC, "every tenant slot of this shared device is taken and their shares are kept for them; this tenant has no slot (the operator sets how many: --tenant-slots, tenant_slots)"),
+            (Kind::Held(Holding::Exports), false) => (Errno::ENOSPC, "this tenant (the client's container, else its user) holds its share of exports on a shared device (free an exported allocation first)"),
+            (_, false) => (Errno::ENOSPC, "this tenant (the client's container, else its user) holds its share of this table on a shared device"),
+        };
+        Err(Error::quota(
+            errno,
+            msg,
+            QuotaHit {
+                kind: kind.quota_kind(),
+                asked,
+                held,
+                limit,
+                shared: self.share == ShareMode::Shared,
+            },
+        ))
+    }
+}
