@@ -47,24 +47,32 @@ static ushort mode = 0660;
 module_param(mode, ushort, 0444);
 MODULE_PARM_DESC(mode, "mode of /dev/davinciN (default 0660; the group comes from udev, see kmod-rust/60-davinci.rules)");
 /*
- * What one client may hold of each table while a device is shared (docs/kernel.md); 0 is
- * driver-core's default, a quarter of the table. Read-only once loaded.
+ * Tenants a shared device keeps a share for (docs/security.md): a tenant is the opener's
+ * container (from its cgroup), else its user; each of up to tenant_slots tenants always gets
+ * its share of every table and of memory (memory_mb / tenant_slots).
+ */
+static unsigned int tenant_slots = 4;
+module_param(tenant_slots, uint, 0444);
+MODULE_PARM_DESC(tenant_slots, "tenants a shared device keeps a share for (1-64, default 4; the shares are the tables and memory over them unless quota_* set them)");
+/*
+ * What one tenant may hold of each table while a device is shared (docs/kernel.md); 0 is
+ * driver-core's default, the table over tenant_slots. Read-only once loaded.
  */
 static unsigned int quota_contexts;
 module_param(quota_contexts, uint, 0444);
-MODULE_PARM_DESC(quota_contexts, "contexts one client may hold on a shared device (0: a quarter of the 256)");
+MODULE_PARM_DESC(quota_contexts, "contexts one tenant may hold on a shared device (0: the 256 over tenant_slots)");
 static unsigned int quota_streams;
 module_param(quota_streams, uint, 0444);
-MODULE_PARM_DESC(quota_streams, "streams one client may hold on a shared device (0: a quarter of the 256)");
+MODULE_PARM_DESC(quota_streams, "streams one tenant may hold on a shared device (0: the 256 over tenant_slots)");
 static unsigned int quota_events;
 module_param(quota_events, uint, 0444);
-MODULE_PARM_DESC(quota_events, "events one client may hold on a shared device (0: a quarter of the 1024)");
+MODULE_PARM_DESC(quota_events, "events one tenant may hold on a shared device (0: the 1024 over tenant_slots)");
 static unsigned int quota_allocations;
 module_param(quota_allocations, uint, 0444);
-MODULE_PARM_DESC(quota_allocations, "allocations one client may hold on a shared device (0: a quarter of the 1024)");
+MODULE_PARM_DESC(quota_allocations, "allocations one tenant may hold on a shared device (0: the 1024 over tenant_slots)");
 static unsigned int quota_exports;
 module_param(quota_exports, uint, 0444);
-MODULE_PARM_DESC(quota_exports, "exports (EXPORT_MEMORY) one client may hold on a shared device (0: a quarter of the 64)");
+MODULE_PARM_DESC(quota_exports, "exports (EXPORT_MEMORY) one tenant may hold on a shared device (0: the 64 over tenant_slots)");
 
 /*
  * Tests only: module init fails at its Nth step (1: the first device's storage, then its
@@ -93,6 +101,7 @@ struct davinci_params {
 	u32 quota[5];
 	u32 fail_init;
 	u32 pci_devices;
+	u32 tenant_slots;
 };
 
 void davinci_params(struct davinci_params *out);
@@ -108,6 +117,7 @@ void davinci_params(struct davinci_params *out)
 	out->quota[4] = quota_exports;
 	out->fail_init = fail_init;
 	out->pci_devices = pci_devices;
+	out->tenant_slots = tenant_slots;
 }
 
 /*

@@ -54,14 +54,16 @@ impl DevState {
             if let Err(e) = dev
                 .set_identity(index as u32, memory)
                 .and_then(|()| dev.set_secret(sys::random_u64()))
+                .and_then(|()| dev.set_tenant_slots(p.tenant_slots))
                 .and_then(|()| dev.set_quota(quota))
             {
                 pr_err!(
-                    "davinci{}: {} (memory_mb={} quota_contexts={} quota_streams={} \
-                     quota_events={} quota_allocations={} quota_exports={})\n",
+                    "davinci{}: {} (memory_mb={} tenant_slots={} quota_contexts={} \
+                     quota_streams={} quota_events={} quota_allocations={} quota_exports={})\n",
                     index,
                     e.msg,
                     p.memory_mb,
+                    p.tenant_slots,
                     quota.contexts,
                     quota.streams,
                     quota.events,
@@ -148,7 +150,7 @@ impl PinnedDrop for DevState {
 /// The quota the module parameters ask for: each 0 (not given) is the default's.
 fn quota_of(p: &Params) -> Quota {
     let or = |v: u32, d: u32| if v == 0 { d } else { v };
-    let d = Quota::FAIR;
+    let d = Quota::for_slots(p.tenant_slots);
     Quota {
         contexts: or(p.quota[0], d.contexts),
         streams: or(p.quota[1], d.streams),

@@ -30,6 +30,8 @@ pub(crate) struct Params {
     pub(crate) fail_init: u32,
     /// Most ivshmem-doorbell PCI devices to bind (0 to `pci::MAX_PCI`).
     pub(crate) pci_devices: u32,
+    /// Tenants a shared device keeps a share for (1 to 64).
+    pub(crate) tenant_slots: u32,
 }
 
 impl Params {
