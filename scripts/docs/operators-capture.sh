@@ -44,7 +44,7 @@ $U davinci-mockd --devices 1 --share-mode shared --socket-mode 0666 > out/own-st
 OPID=$!
 sleep 0.5
 cap own-set $U davinci-smi set -t device-share -i 0 -d 0
-cap own-refused setpriv --reuid 1001 --regid 1001 --clear-groups davinci-smi --socket-dir /tmp/davinci-1000 set -t device-share -i 0 -d 1
+cap own-refused setpriv --reuid 1001 --regid 1001 --clear-groups env DAVINCI_MOCKD_UID=1000 davinci-smi --socket-dir /tmp/davinci-1000 set -t device-share -i 0 -d 1
 kill -TERM $OPID; wait $OPID
 davinci-mockd --devices 2 --memory 256M --socket-group 4243 --admin-group 4242 > out/mockd-stdout.txt 2> out/mockd-stderr.txt &
 MPID=$!
