@@ -236,3 +236,32 @@ fn an_import_whose_reply_is_lost_is_undone() {
     assert_eq!(dev.client_usage(a2).unwrap().allocations, 0);
     import(&mut dev, a2, t).unwrap();
 }
+
+/// An export's token carries no device-wide sequence: another tenant's exports in between do
+/// not show in the next token, and its serial part is not a count.
+#[test]
+fn export_tokens_carry_no_count_of_other_tenants_exports() {
+    let mut dev = device();
+    dev.set_secret(0x5eed).unwrap();
+    let (_root, a, b) = shared_pair(&mut dev);
+    let mut serials = Vec::new();
+    for k in 0..6 {
+        let c = if k % 2 == 0 { a } else { b };
+        let m = alloc(&mut dev, c, 4096);
+        let t = export(&mut dev, c, m.handle, EXPORT_OWN_UID, 0).unwrap();
+        serials.push((t >> 32) as u32);
+    }
+    assert!(serials.iter().all(|&s| s != 0));
+    let steps: Vec<i64> = serials
+        .windows(2)
+        .map(|w| i64::from(w[1]) - i64::from(w[0]))
+        .collect();
+    assert!(
+        steps.iter().all(|&d| d.abs() > 2),
+        "serials {serials:?} count the exports"
+    );
+    let mut sorted = serials.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), serials.len(), "serials are unique");
+}

@@ -77,6 +77,8 @@ pub struct DeviceCore<P: Platform> {
     /// Exported allocations (EXPORT_MEMORY), and the serial of the next token.
     pub(crate) exports: Table<ExportEntry, MAX_EXPORTS>,
     pub(crate) export_serial: u32,
+    /// The serials go out through it ([`Scramble`]: no visible export count).
+    pub(crate) export_serials: Scramble,
     pub(crate) memory: Allocator<MAX_BLOCKS>,
     /// The fault new streams are armed with (`inject`, `inject_rule`), and which, if any.
     pub(crate) inject: Option<InjectRule>,
@@ -121,6 +123,7 @@ impl<P: Platform> DeviceCore<P> {
             allocations: Table::new(),
             exports: Table::new(),
             export_serial: 0,
+            export_serials: Scramble::DEFAULT,
             inject: None,
             retired: Retired {
                 submitted: 0,
@@ -239,6 +242,7 @@ impl<P: Platform> DeviceCore<P> {
             & self.exports.set_scramble(key(7));
         debug_assert!(all);
         self.client_ids = key(6);
+        self.export_serials = key(8);
         Ok(())
     }
 

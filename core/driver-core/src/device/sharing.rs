@@ -54,7 +54,9 @@ impl<P: Platform> DeviceCore<P> {
         // them all).
         self.within_quota(client, Holding::Exports)?;
         self.export_serial = self.export_serial.wrapping_add(1).max(1);
-        let serial = self.export_serial;
+        // Through the device's keyed scramble: unique while the count does not wrap, never
+        // 0, and no sequence that would show how many exports other tenants made.
+        let serial = self.export_serials.apply(self.export_serial);
         let handle = self.exports.insert(
             ExportEntry {
                 alloc: args.handle,
