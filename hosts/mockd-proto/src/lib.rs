@@ -129,7 +129,8 @@ pub enum DirKind {
 }
 
 /// What [`check_socket_dir`] looks at: the file type, owner and permission bits of the
-/// directory (`lstat` for a [`SocketDirOrigin::Private`] directory, `stat` otherwise).
+/// directory (`lstat` for a [`SocketDirOrigin::Private`] directory, `stat` otherwise). The
+/// client's rule ([`trust`]) looks at a socket's the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirFacts {
     /// File type.
