@@ -23,9 +23,10 @@ pub enum Error {
     BadSpec(String),
     /// Nothing arrived within the timeout: `what` was being waited for.
     Timeout(&'static str),
-    /// A client connected while [`crate::MAX_PEERS`] peers were already connected; its
-    /// connection was closed (the protocol has no error message: QEMU fails to realize the
-    /// device and says the server closed the connection).
+    /// A client connected while the server's peer limit ([`crate::MAX_PEERS`], or fewer:
+    /// [`crate::Server::limit_peers`]) was reached; its connection was closed before any
+    /// message, so it received no descriptor (the protocol has no error message: QEMU fails
+    /// to realize the device and says the server closed the connection).
     TooManyPeers {
         /// The bound that was reached.
         max: usize,

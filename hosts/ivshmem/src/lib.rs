@@ -34,7 +34,9 @@
 //! against shrinking and growing: QEMU maps it as a BAR, and a BAR is a power of two) and
 //! is **peer 0**: it creates its own eventfds, one per vector, and never sends itself
 //! messages. Each connecting QEMU gets the lowest free id from 1, at most [`MAX_PEERS`] at
-//! once. Then:
+//! once, or fewer ([`Server::limit_peers`]: a device that serves one guest sets 1); a client
+//! past the limit is closed before any message, so it never receives the shared memory.
+//! Then:
 //!
 //! * a guest's doorbell `0 << 16 | v` arrives as a count on [`Server::doorbells`]`()[v]`
 //!   (through [`Server::wait`], which also sees peers leave and clients connect);

@@ -64,6 +64,8 @@ pub struct Server {
     /// Peers removed outside [`Server::wait`] (a failed send while another connected),
     /// reported by the next `wait`. Bounded: the oldest are dropped past `MAX_PENDING_GONE`.
     pending_gone: Vec<(PeerId, Gone)>,
+    /// Peers connected at once, at most ([`Server::limit_peers`]; [`MAX_PEERS`] unless set).
+    max_peers: usize,
 }
 
 /// The removals kept for the next [`Server::wait`].
@@ -109,6 +111,7 @@ impl Server {
             doorbells,
             peers: Vec::new(),
             pending_gone: Vec::new(),
+            max_peers: MAX_PEERS,
         })
     }
 
@@ -139,6 +142,30 @@ impl Server {
     /// [`Server::wait`].
     pub fn doorbells(&self) -> &[EventFd] {
         &self.doorbells
+    }
+
+    /// Serves at most `max` peers at once (1..=[`MAX_PEERS`]; [`MAX_PEERS`] until set). A
+    /// client that connects while `max` are connected is refused by
+    /// [`accept_peer`](Self::accept_peer) before anything is sent to it: its connection is
+    /// closed unread, so it never receives the shared memory nor any eventfd, and the
+    /// connected peers hear nothing of it. A lower limit than the peers connected now removes
+    /// none of them; it applies to the next connection.
+    ///
+    /// # Errors
+    /// [`Error::BadSpec`] for a `max` outside `1..=`[`MAX_PEERS`] (the limit is unchanged).
+    pub fn limit_peers(&mut self, max: usize) -> Result<()> {
+        if max == 0 || max > MAX_PEERS {
+            return Err(Error::BadSpec(format!(
+                "a limit of {max} peers: between 1 and {MAX_PEERS} are served"
+            )));
+        }
+        self.max_peers = max;
+        Ok(())
+    }
+
+    /// The most peers served at once ([`Server::limit_peers`]).
+    pub fn peer_limit(&self) -> usize {
+        self.max_peers
     }
 
     /// The connected peers, in the order they connected.
@@ -181,9 +208,11 @@ impl Server {
     /// (peer 0's first), and its own; the other peers are told about it. Returns its id.
     ///
     /// # Errors
-    /// [`Error::Timeout`]; [`Error::TooManyPeers`] when [`MAX_PEERS`] are connected (the
-    /// client's connection is closed); [`Error::Sys`] when a call fails (a client whose
-    /// opening could not be sent is dropped).
+    /// [`Error::Timeout`]; [`Error::TooManyPeers`] when [`peer_limit`](Self::peer_limit)
+    /// peers ([`MAX_PEERS`] unless [`limit_peers`](Self::limit_peers) set fewer) are
+    /// connected: the client's connection is closed before any message, so it has received
+    /// nothing (no shared memory, no eventfd), and no peer is told; [`Error::Sys`] when a
+    /// call fails (a client whose opening could not be sent is dropped).
     pub fn accept_peer(&mut self, timeout: Duration) -> Result<PeerId> {
         let deadline = Instant::now() + timeout;
         let stream = loop {
@@ -202,9 +231,12 @@ impl Server {
                 Err(e) => return Err(Error::sys("accept", io_errno(&e))),
             }
         };
-        if self.peers.len() >= MAX_PEERS {
+        if self.peers.len() >= self.max_peers {
+            // Nothing was sent on it: closed, it reads EOF and holds no descriptor of ours.
             drop(stream);
-            return Err(Error::TooManyPeers { max: MAX_PEERS });
+            return Err(Error::TooManyPeers {
+                max: self.max_peers,
+            });
         }
         stream
             .set_nonblocking(true)

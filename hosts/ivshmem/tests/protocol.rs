@@ -214,6 +214,81 @@ fn one_peer_more_than_max_is_refused_and_disconnected() {
     assert_eq!(s.peers().len(), MAX_PEERS);
 }
 
+/// A server limited to one peer refuses the second before sending it anything: its
+/// connection ends with no byte and no descriptor (not the shared memory, no eventfd), the
+/// first peer hears nothing of it, and once the first goes the next client is served.
+#[test]
+fn a_peer_past_the_limit_is_closed_before_it_receives_anything() {
+    let mut s = server("limit", 2);
+    assert_eq!(s.peer_limit(), MAX_PEERS);
+    for bad in [0, MAX_PEERS + 1] {
+        assert!(
+            matches!(s.limit_peers(bad), Err(Error::BadSpec(_))),
+            "{bad}"
+        );
+    }
+    assert_eq!(s.peer_limit(), MAX_PEERS, "a refused limit changes nothing");
+    s.limit_peers(1).unwrap();
+    let (mut first, id) = connect(&mut s, 2);
+    first.wait_ready(LONG).unwrap();
+    let path = s.path().to_path_buf();
+    let second = std::thread::spawn(move || {
+        let sock = UnixStream::connect(&path).unwrap();
+        recv_everything(&sock)
+    });
+    assert!(matches!(
+        s.accept_peer(LONG),
+        Err(Error::TooManyPeers { max: 1 })
+    ));
+    let (bytes, fds) = second.join().unwrap();
+    assert_eq!((bytes, fds), (0, 0), "the refused client received nothing");
+    assert_eq!(s.peers(), vec![id]);
+    assert!(matches!(
+        first.next_notice(Duration::from_millis(200)),
+        Err(Error::Timeout(_))
+    ));
+    // The first goes: the limit has room again.
+    drop(first);
+    assert_eq!(wait_gone(&mut s, id), Gone::Closed);
+    let (mut again, id2) = connect(&mut s, 2);
+    assert_eq!(id2, id, "the lowest free id");
+    again.wait_ready(LONG).unwrap();
+}
+
+/// Every byte and descriptor `sock` receives until the server closes it (descriptors
+/// counted, then closed).
+fn recv_everything(sock: &UnixStream) -> (usize, usize) {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+    use std::io::IoSliceMut;
+    use std::os::fd::{AsRawFd, RawFd};
+    sock.set_read_timeout(Some(LONG)).unwrap();
+    let (mut bytes, mut fds) = (0, 0);
+    loop {
+        let mut buf = [0u8; 64];
+        let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<UnixAddr>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .expect("recvmsg (a timeout: the server neither sent nor closed)");
+        for c in msg.cmsgs().unwrap() {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                for r in raw {
+                    fds += 1;
+                    nix::unistd::close(r).unwrap();
+                }
+            }
+        }
+        if msg.bytes == 0 {
+            return (bytes, fds);
+        }
+        bytes += msg.bytes;
+    }
+}
+
 #[test]
 fn a_peer_that_sends_anything_is_removed_and_the_others_told() {
     let mut s = server("chatty", 1);

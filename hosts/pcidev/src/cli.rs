@@ -43,8 +43,8 @@ Options:
                    taken (the first is 1), then optionally @pid=N,uid=N,comm=NAME,streams=N
   -h, --help       this text
 
-One guest at a time: while a peer is connected, another is refused (disconnected at once,
-said on stderr).
+One guest at a time: while a peer is connected, another is refused (closed before it is
+sent anything, BAR2 included; said on stderr).
 
 SIGTERM or SIGINT stops it (within the idle timeout, 100 ms) and removes the socket.
 

@@ -12,9 +12,10 @@
 //! * the heartbeat word in BAR2's header, bumped every pass (at least every idle timeout).
 //!
 //! One guest at a time: the first peer to connect; another, while it is connected, is
-//! refused (disconnected, counted and said on stderr). The ivshmem server's opening has
-//! given it BAR2's descriptor by then, so what keeps strangers out is the socket's mode and
-//! group ([`DeviceConfig::socket_mode`], `0600` by default, set whatever the umask). When the
+//! refused (counted and said on stderr): the ivshmem server's peer limit is 1, so it closes
+//! that connection before its opening, and the refused peer never receives BAR2's
+//! descriptor nor an eventfd. Who may connect at all is the socket's mode and group
+//! ([`DeviceConfig::socket_mode`], `0600` by default, set whatever the umask). When the
 //! guest goes (QEMU exits), every client it opened is closed and the admin rings start again
 //! empty, so a restarted guest finds a fresh device.
 #![forbid(unsafe_code)]
@@ -224,8 +225,11 @@ impl PciDevice {
             return Err(DeviceError::Vectors(config.vectors));
         }
         let layout = Bar2Layout::for_region(config.size).map_err(DeviceError::Layout)?;
-        let server = Server::bind(socket, ShmSpec { size: config.size }, config.vectors)?;
+        let mut server = Server::bind(socket, ShmSpec { size: config.size }, config.vectors)?;
         // (On failure `server` goes, and the socket file with it.)
+        // One guest per device: a second peer is closed before the server's opening, so it
+        // never receives BAR2's descriptor.
+        server.limit_peers(1)?;
         set_socket_access(socket, config.socket_mode, config.socket_group)?;
         let len = usize::try_from(config.size)
             .map_err(|_| DeviceError::Layout(LayoutError::RegionSize(config.size)))?;
@@ -379,20 +383,22 @@ impl PciDevice {
     }
 
     fn accept(&mut self) {
-        let Ok(id) = self.server.accept_peer(Duration::ZERO) else {
-            return;
-        };
-        if let Some(guest) = self.guest {
-            // One guest per device: the BAR2 heap and the admin queue are its alone.
-            let _ = self.server.disconnect(id);
-            self.stats.peers_refused += 1;
-            eprintln!(
-                "davinci-pcidev: refused peer {id} on {}: guest peer {guest} is connected (one \
-                 guest per device; the socket's mode and group decide who may connect)",
-                self.server.path().display()
-            );
-        } else {
-            self.guest = Some(id);
+        match self.server.accept_peer(Duration::ZERO) {
+            Ok(id) => self.guest = Some(id),
+            // One guest per device (the server's peer limit is 1): the BAR2 heap and the
+            // admin queue are its alone. The server closed the newcomer's connection before
+            // sending it anything, BAR2's descriptor included.
+            Err(davinci_ivshmem::Error::TooManyPeers { .. }) => {
+                self.stats.peers_refused += 1;
+                let guest = self.guest.map_or_else(|| "?".to_owned(), |g| g.to_string());
+                eprintln!(
+                    "davinci-pcidev: refused a peer on {}: guest peer {guest} is connected (one \
+                     guest per device; the refused peer was sent nothing, BAR2 included)",
+                    self.server.path().display()
+                );
+            }
+            // Gone again before it was taken, or a failed call: nothing to serve.
+            Err(_) => {}
         }
     }
 
