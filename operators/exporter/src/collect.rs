@@ -3,13 +3,15 @@
 //! deadline, so a device that does not answer costs a scrape at most the deadline and
 //! shows as down instead of holding the scrape.
 //!
-//! A device whose reader is still blocked from an earlier scrape is not read again until
-//! that reader returns (at most one blocked reader per device path).
+//! A device whose read is still running when another read of it is asked for (a reader
+//! blocked past an earlier deadline) is not read again: the new read waits for that one's
+//! answer, within its own deadline (at most one reader per device path). Its path is free
+//! again the moment its answer is in, so a read that follows never mistakes a finished
+//! reader for a blocked one.
 #![forbid(unsafe_code)]
 
-use std::collections::HashSet;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use davinci_shim::Control;
@@ -89,13 +91,41 @@ fn read_counters(ctl: &Control, info: &DeviceInfo) -> Option<davinci_shim::Resul
         .then(|| ctl.counters())
 }
 
+/// One device's read in progress: its answer, once in.
+#[derive(Default)]
+struct Pending {
+    answer: Mutex<Option<Result<Reading, Failure>>>,
+    done: Condvar,
+}
+
+impl Pending {
+    /// The answer, waiting for it until `deadline`; `None` if it is not in by then.
+    fn wait_until(&self, deadline: Instant) -> Option<Result<Reading, Failure>> {
+        let mut a = relock(self.answer.lock());
+        loop {
+            if let Some(r) = a.as_ref() {
+                return Some(r.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            a = relock(self.done.wait_timeout(a, left)).0;
+        }
+    }
+}
+
+/// The reads running now, by device path.
+type Running = Arc<Mutex<HashMap<String, Arc<Pending>>>>;
+
 /// Reads devices for scrapes, each on its own thread with a deadline.
 pub struct Collector {
     reader: Arc<dyn Reader>,
     timeout: Duration,
     /// Paths whose reader is running (a reader past its deadline stays here until it
-    /// returns; its device is reported down meanwhile, without another thread).
-    busy: Arc<Mutex<HashSet<String>>>,
+    /// returns; a read of its device meanwhile waits for its answer instead of starting
+    /// another thread).
+    running: Running,
 }
 
 impl std::fmt::Debug for Collector {
@@ -107,19 +137,37 @@ impl std::fmt::Debug for Collector {
 }
 
 fn relock<T>(r: std::sync::LockResult<T>) -> T {
-    // The set is whole whatever panicked while holding it (inserts and removes only).
+    // The map and the answers are whole whatever panicked while holding them (inserts,
+    // removes and stores only).
     r.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Removes a path from the busy set when its reader ends, however it ends.
-struct BusyGuard {
-    busy: Arc<Mutex<HashSet<String>>>,
+/// Hands a reader's answer over and frees its path, however the reader ends (an answer
+/// never given is a failure, not a wait until the deadline).
+struct Handover {
+    running: Running,
     path: String,
+    pending: Arc<Pending>,
+    answer: Option<Result<Reading, Failure>>,
 }
 
-impl Drop for BusyGuard {
+impl Drop for Handover {
     fn drop(&mut self) {
-        relock(self.busy.lock()).remove(&self.path);
+        let answer = self.answer.take().unwrap_or_else(|| {
+            Err(Failure {
+                errno: Some(Errno::EIO),
+                message: "the device's reader ended without an answer".into(),
+            })
+        });
+        *relock(self.pending.answer.lock()) = Some(answer);
+        self.pending.done.notify_all();
+        let mut running = relock(self.running.lock());
+        if running
+            .get(&self.path)
+            .is_some_and(|p| Arc::ptr_eq(p, &self.pending))
+        {
+            running.remove(&self.path);
+        }
     }
 }
 
@@ -129,8 +177,42 @@ impl Collector {
         Collector {
             reader,
             timeout,
-            busy: Arc::default(),
+            running: Arc::default(),
         }
+    }
+
+    /// The read of `path` running now, or a new one; `Err` if no thread could be started.
+    /// The flag says whether the read was already running.
+    fn start(&self, path: &str) -> Result<(Arc<Pending>, bool), Failure> {
+        let mut running = relock(self.running.lock());
+        if let Some(p) = running.get(path) {
+            return Ok((Arc::clone(p), true));
+        }
+        let pending = Arc::new(Pending::default());
+        running.insert(path.to_string(), Arc::clone(&pending));
+        drop(running);
+        let handover = Handover {
+            running: Arc::clone(&self.running),
+            path: path.to_string(),
+            pending: Arc::clone(&pending),
+            answer: None,
+        };
+        let (reader, path) = (Arc::clone(&self.reader), path.to_string());
+        std::thread::Builder::new()
+            .name("device-reader".into())
+            .spawn(move || {
+                let mut handover = handover;
+                handover.answer = Some(reader.read(&path));
+                // Dropped here: the answer handed over, the path freed.
+            })
+            .map_err(|err| {
+                // The closure (and the handover in it) was dropped: the path is free again.
+                Failure {
+                    errno: Some(Errno::EAGAIN),
+                    message: format!("cannot start a thread to read the device: {err}"),
+                }
+            })?;
+        Ok((pending, false))
     }
 
     /// Reads every device of `entries` (duplicates by path read once), in parallel; a
@@ -143,65 +225,22 @@ impl Collector {
             .take(MAX_DEVICES)
             .collect();
         let deadline = Instant::now() + self.timeout;
-        let (tx, rx) = mpsc::channel::<(usize, Result<Reading, Failure>)>();
-        // One slot per entry, in order: filled now (not read) or by its reader's answer.
-        let mut outcomes: Vec<Option<Result<Reading, Failure>>> = Vec::new();
-        let mut waiting = 0usize;
-        for (i, e) in entries.iter().enumerate() {
-            if !relock(self.busy.lock()).insert(e.path.clone()) {
-                outcomes.push(Some(Err(Failure {
-                    errno: Some(Errno::ETIMEDOUT),
-                    message: "an earlier read of this device has not returned yet".into(),
-                })));
-                continue;
-            }
-            let guard = BusyGuard {
-                busy: Arc::clone(&self.busy),
-                path: e.path.clone(),
-            };
-            let (tx, reader, path) = (tx.clone(), Arc::clone(&self.reader), e.path.clone());
-            let spawned = std::thread::Builder::new()
-                .name("device-reader".into())
-                .spawn(move || {
-                    let _guard = guard;
-                    let r = reader.read(&path);
-                    let _ = tx.send((i, r));
-                });
-            match spawned {
-                Ok(_) => {
-                    waiting += 1;
-                    outcomes.push(None);
-                }
-                Err(err) => {
-                    // The closure (and the guard in it) was dropped: the path is free again.
-                    outcomes.push(Some(Err(Failure {
-                        errno: Some(Errno::EAGAIN),
-                        message: format!("cannot start a thread to read the device: {err}"),
-                    })));
-                }
-            }
-        }
-        drop(tx);
-        while waiting > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((i, r)) => {
-                    if let Some(slot) = outcomes.get_mut(i) {
-                        *slot = Some(r);
-                    }
-                    waiting -= 1;
-                }
-                Err(_) => break,
-            }
-        }
+        let started: Vec<_> = entries.iter().map(|e| self.start(&e.path)).collect();
         entries
             .iter()
-            .zip(outcomes)
-            .map(|(e, o)| {
-                let outcome = o.unwrap_or_else(|| {
-                    Err(Failure {
-                        errno: Some(Errno::ETIMEDOUT),
-                        message: format!("no answer within {} ms", self.timeout.as_millis()),
+            .zip(started)
+            .map(|(e, started)| {
+                let outcome = started.and_then(|(pending, earlier)| {
+                    pending.wait_until(deadline).unwrap_or_else(|| {
+                        let mut message =
+                            format!("no answer within {} ms", self.timeout.as_millis());
+                        if earlier {
+                            message += " (waiting for a read an earlier scrape started)";
+                        }
+                        Err(Failure {
+                            errno: Some(Errno::ETIMEDOUT),
+                            message,
+                        })
                     })
                 });
                 let device = match (e.id, &outcome) {
@@ -279,12 +318,70 @@ mod tests {
         assert!(s[1].outcome.is_ok());
         assert_eq!(s[1].device, "7", "no id in the path: GET_INFO's");
         assert_eq!(s[2].outcome.as_ref().unwrap_err().errno_name(), "ENODEV");
-        // The slow reader is still running: the next scrape does not start another.
+        // The slow reader is still running: the next scrape does not start another, it
+        // waits for that one (which does not answer within this scrape's 200 ms either).
         let again = c.collect(&entries[..1]);
         let f = again[0].outcome.as_ref().unwrap_err();
-        assert!(f.message.contains("has not returned"), "{f:?}");
+        assert!(f.message.contains("an earlier scrape started"), "{f:?}");
         // Once it returned, its path is free: the next scrape reads it again.
         std::thread::sleep(Duration::from_millis(600));
-        assert!(relock(c.busy.lock()).is_empty());
+        assert!(relock(c.running.lock()).is_empty());
+    }
+
+    /// Answers after `delay`, counting its reads.
+    struct Counted {
+        delay: Duration,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Reader for Counted {
+        fn read(&self, _path: &str) -> Result<Reading, Failure> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(self.delay);
+            Ok(Reading::default())
+        }
+    }
+
+    #[test]
+    fn reads_that_follow_each_other_never_find_the_device_busy() {
+        // The bug: a reader sent its answer before freeing its path, so a read right
+        // after found the path taken and reported a healthy device down.
+        let c = Collector::new(
+            Arc::new(Counted {
+                delay: Duration::ZERO,
+                reads: Default::default(),
+            }),
+            Duration::from_secs(10),
+        );
+        for i in 0..500 {
+            let s = c.collect(&[entry(Some(0), "ok")]);
+            assert!(s[0].outcome.is_ok(), "read {i}: {:?}", s[0].outcome);
+        }
+    }
+
+    #[test]
+    fn a_device_busy_answering_one_scrape_answers_the_other_from_the_same_read() {
+        let reader = Arc::new(Counted {
+            delay: Duration::from_millis(300),
+            reads: Default::default(),
+        });
+        let c = Arc::new(Collector::new(
+            Arc::clone(&reader) as Arc<dyn Reader>,
+            Duration::from_secs(10),
+        ));
+        let scrapes: Vec<_> = (0..8)
+            .map(|_| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || c.collect(&[entry(Some(0), "ok")]))
+            })
+            .collect();
+        for s in scrapes {
+            let s = s.join().unwrap();
+            assert!(s[0].outcome.is_ok(), "{:?}", s[0].outcome);
+        }
+        // Eight scrapes at once: the first started the read, the others waited for it
+        // (one more may have come after it finished).
+        let reads = reader.reads.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((1..8).contains(&reads), "{reads} reads");
     }
 }

@@ -1,8 +1,10 @@
 //! A deliberately small HTTP/1.x server: one request per connection (`Connection: close`),
 //! GET and HEAD only, the request head read with a size limit and a deadline and parsed by
 //! `httparse`, a bounded number of connections at once, where a new connection takes the
-//! place of the oldest one still sending its head rather than being refused. That is all a
-//! Prometheus scrape needs, and every resource a peer can make it spend is bounded.
+//! place of the oldest one still sending its head rather than being refused. Heads are read
+//! by the accepting thread as their bytes arrive (poll(2), no thread per slow peer); a whole
+//! head is answered on a thread of its own. That is all a Prometheus scrape needs, and every
+//! resource a peer can make it spend is bounded.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -12,6 +14,10 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod head;
+use head::timed_out;
+pub use head::{parse_head, Head, NoRequest};
 
 /// Most bytes of a request head (request line and headers).
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -87,134 +93,6 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// What a request head says so far.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Head {
-    /// A whole head.
-    Complete(Request),
-    /// Not all of it yet.
-    Partial,
-    /// Refused: answer with this status and message.
-    Refused(u16, String),
-}
-
-/// Parses a request head from the bytes read so far (at most [`MAX_HEAD`] are ever given).
-pub fn parse_head(buf: &[u8]) -> Head {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => {
-            if buf.len() < MAX_HEAD {
-                return Head::Partial;
-            }
-            // Out of room: a request line that long is a URI too long, else the headers are.
-            let line_ended = buf.contains(&b'\n');
-            return if line_ended {
-                Head::Refused(431, format!("request head longer than {MAX_HEAD} bytes"))
-            } else {
-                Head::Refused(414, format!("request line longer than {MAX_HEAD} bytes"))
-            };
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Head::Refused(431, format!("more than {MAX_HEADERS} headers"));
-        }
-        Err(httparse::Error::Version) => {
-            return Head::Refused(505, "HTTP/1.0 and HTTP/1.1 only".into());
-        }
-        Err(e) => return Head::Refused(400, format!("malformed request: {e}")),
-    }
-    let (Some(method), Some(target)) = (req.method, req.path) else {
-        return Head::Refused(400, "malformed request".into());
-    };
-    if req.version.is_some_and(|v| v > 1) {
-        return Head::Refused(505, "HTTP/1.0 and HTTP/1.1 only".into());
-    }
-    // Origin form (`/metrics?x`) or absolute form (`http://host/metrics`).
-    let path = match target.split_once("://") {
-        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
-        None => target,
-    };
-    let path = path.split(['?', '#']).next().unwrap_or("");
-    let accept = req
-        .headers
-        .iter()
-        .rev()
-        .find(|h| h.name.eq_ignore_ascii_case("accept"))
-        .map(|h| String::from_utf8_lossy(h.value).into_owned());
-    Head::Complete(Request {
-        method: method.to_string(),
-        path: path.to_string(),
-        accept,
-    })
-}
-
-/// Why no request was read.
-#[derive(Debug)]
-pub enum NoRequest {
-    /// The peer sent nothing (or closed): close without an answer.
-    Silent,
-    /// Answer with this status and message, then close.
-    Refuse(u16, String),
-}
-
-/// Reads one request head from `stream`: at most [`MAX_HEAD`] bytes, all within `timeout`
-/// of the call.
-///
-/// # Errors
-/// [`NoRequest`]: what to answer, if anything.
-pub fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<Request, NoRequest> {
-    let deadline = Instant::now() + timeout;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 2048];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timed_out(&buf, timeout));
-        }
-        if stream.set_read_timeout(Some(left)).is_err() {
-            return Err(NoRequest::Silent);
-        }
-        let room = MAX_HEAD - buf.len();
-        let want = room.min(chunk.len());
-        let n = match stream.read(&mut chunk[..want]) {
-            Ok(0) if buf.is_empty() => return Err(NoRequest::Silent),
-            Ok(0) => return Err(NoRequest::Refuse(400, "request head cut short".into())),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(timed_out(&buf, timeout));
-            }
-            Err(_) => return Err(NoRequest::Silent),
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        match parse_head(&buf) {
-            Head::Complete(r) => return Ok(r),
-            Head::Partial => {}
-            Head::Refused(status, msg) => return Err(NoRequest::Refuse(status, msg)),
-        }
-    }
-}
-
-fn timed_out(buf: &[u8], timeout: Duration) -> NoRequest {
-    if buf.is_empty() {
-        NoRequest::Silent
-    } else {
-        NoRequest::Refuse(
-            408,
-            format!(
-                "request head not complete within {} ms",
-                timeout.as_millis()
-            ),
-        )
-    }
-}
-
 /// Writes `r` (without its body when `head_only`) and closes the connection.
 ///
 /// # Errors
@@ -276,21 +154,21 @@ pub struct ConnStats {
     pub evicted: AtomicU64,
 }
 
-/// One open connection, as the table of connections knows it.
+/// One connection handed to a thread (being answered, refused, or lingering after its
+/// answer), as the table of connections knows it.
 #[derive(Debug)]
 struct Conn {
     /// A handle on the socket, to shut it down when the connection is evicted.
     stream: Option<TcpStream>,
-    /// Whether it may be evicted: it has not sent its whole request head yet, or it has
-    /// been answered and is lingering. A connection whose request is being answered is not.
+    /// Whether it may be evicted: it has been answered and is lingering. A connection whose
+    /// request is being answered is not.
     evictable: bool,
 }
 
-/// The connections open now, by the order they were accepted (ids only grow, so the
-/// smallest id is the oldest).
+/// The connections handed to threads, by the order they were accepted (ids only grow, so
+/// the smallest id is the oldest; the connections still sending their heads share the ids).
 #[derive(Debug, Default)]
 struct Table {
-    next: u64,
     conns: BTreeMap<u64, Conn>,
 }
 
@@ -321,148 +199,223 @@ impl Drop for Slot {
     }
 }
 
-/// Answers connections on `listener` with `handler` until `stop` is set, each on its own
-/// thread, at most `limits.max_connections` at once; then waits up to `grace` for the
-/// connections being served.
-///
-/// At the limit, a new connection does not wait and is not refused while some connection
-/// has not sent its whole request head yet: the oldest such connection (idle, or
-/// trickling its head byte by byte) is closed to make room (counted in `stats.evicted`).
-/// So slow or silent peers cannot starve a scrape, which sends its head at once. Only when
-/// every connection is past its head (being answered) is the new one answered 503 at once
-/// (counted in `stats.rejected`).
-///
-/// # Errors
-/// The listener cannot be polled.
-pub fn serve(
-    listener: &TcpListener,
-    limits: Limits,
-    handler: Arc<dyn Fn(&Request) -> Response + Send + Sync>,
-    stop: &AtomicBool,
-    stats: Arc<ConnStats>,
-    grace: Duration,
-) -> io::Result<()> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    listener.set_nonblocking(true)?;
-    let table: Shared = Arc::default();
-    while !stop.load(Ordering::SeqCst) {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(200u16)) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(io::Error::from(e)),
-        }
+/// A connection still sending its request head, read by the accepting thread without
+/// blocking (no thread of its own, so a peer that trickles costs a buffer, not a thread).
+#[derive(Debug)]
+struct Incoming {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+}
+
+/// What reading a connection's available bytes found.
+enum Progress {
+    /// The head is not whole yet; more may come.
+    Waiting,
+    /// A whole head.
+    Request(Request),
+    /// Answer with this status and message.
+    Refuse(u16, String),
+    /// The peer closed, or the socket failed: drop it without an answer.
+    Gone,
+}
+
+impl Incoming {
+    /// Reads what the peer has sent so far, without blocking.
+    fn read_available(&mut self) -> Progress {
+        let mut chunk = [0u8; 2048];
         loop {
-            let stream = match listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of descriptors, or a connection reset before it was accepted:
-                    // nothing to answer; take a breath and go on.
-                    eprintln!("davinci-exporter: accept: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                    break;
+            let want = (MAX_HEAD - self.buf.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
+                Ok(0) if self.buf.is_empty() => return Progress::Gone,
+                Ok(0) => return Progress::Refuse(400, "request head cut short".into()),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    match parse_head(&self.buf) {
+                        Head::Complete(r) => return Progress::Request(r),
+                        Head::Refused(status, msg) => return Progress::Refuse(status, msg),
+                        Head::Partial => {}
+                    }
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Progress::Waiting,
+                Err(_) => return Progress::Gone,
+            }
+        }
+    }
+}
+
+/// What one thread of the server does with a connection.
+enum Task {
+    /// Answer this request.
+    Answer(Request),
+    /// Answer with this status and message.
+    Refuse(u16, String),
+}
+
+type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
+
+/// The server's state, owned by the accepting thread.
+struct Acceptor<'a> {
+    limits: Limits,
+    handler: &'a Handler,
+    stats: &'a ConnStats,
+    table: Shared,
+    /// Connections still sending their heads, by id.
+    incoming: BTreeMap<u64, Incoming>,
+    next: u64,
+}
+
+impl Acceptor<'_> {
+    /// Connections open now.
+    fn open(&self) -> usize {
+        self.incoming.len() + relock(self.table.lock()).conns.len()
+    }
+
+    /// Reads what connection `id` has sent; a whole head (or a refusal) goes to a thread.
+    fn progress(&mut self, id: u64) {
+        let Some(c) = self.incoming.get_mut(&id) else {
+            return;
+        };
+        let task = match c.read_available() {
+            Progress::Waiting => return,
+            Progress::Gone => {
+                self.incoming.remove(&id);
+                return;
+            }
+            Progress::Request(r) => Task::Answer(r),
+            Progress::Refuse(status, msg) => Task::Refuse(status, msg),
+        };
+        if let Some(c) = self.incoming.remove(&id) {
+            self.hand_over(id, c.stream, task);
+        }
+    }
+
+    /// Gives every connection still sending its head a chance to finish it.
+    fn progress_all(&mut self) {
+        let ids: Vec<u64> = self.incoming.keys().copied().collect();
+        for id in ids {
+            self.progress(id);
+        }
+    }
+
+    /// Closes the connections past their read timeout: `408` for half a head, nothing for
+    /// none.
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<u64> = self
+            .incoming
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            let Some(c) = self.incoming.remove(&id) else {
+                continue;
             };
-            accept_one(stream, limits, &handler, &table, &stats);
+            if let NoRequest::Refuse(status, msg) = timed_out(&c.buf, self.limits.read_timeout) {
+                self.hand_over(id, c.stream, Task::Refuse(status, msg));
+            }
         }
     }
-    let t0 = Instant::now();
-    while !relock(table.lock()).conns.is_empty() && t0.elapsed() < grace {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
 
-/// Makes room for one more connection: `true` if there was room or the oldest evictable
-/// connection was closed for it, `false` if every connection is being answered.
-fn make_room(t: &mut Table, max: usize, stats: &ConnStats) -> bool {
-    if t.conns.len() < max {
-        return true;
-    }
-    let oldest = t.conns.iter().find(|(_, c)| c.evictable).map(|(&id, _)| id);
-    let Some(id) = oldest else {
-        return false;
-    };
-    if let Some(c) = t.conns.remove(&id) {
-        if let Some(s) = c.stream {
-            // Wakes its thread (the read returns 0), which then ends without an answer.
-            let _ = s.shutdown(Shutdown::Both);
+    /// Room for one more connection: `true` if there is room, or was made by closing the
+    /// oldest connection that is still sending its head or lingering after its answer;
+    /// `false` if every connection is being answered. Before closing one, every connection
+    /// still sending its head reads what it has been sent, so a scraper whose head has
+    /// arrived is answered, never taken for a slow peer.
+    fn make_room(&mut self) -> bool {
+        let mut caught_up = false;
+        while self.open() >= self.limits.max_connections {
+            if !caught_up {
+                self.progress_all();
+                caught_up = true;
+                continue;
+            }
+            let lingering = {
+                let t = relock(self.table.lock());
+                t.conns.iter().find(|(_, c)| c.evictable).map(|(&id, _)| id)
+            };
+            let waiting = self.incoming.keys().next().copied();
+            let oldest = match (waiting, lingering) {
+                (Some(w), Some(l)) => w.min(l),
+                (Some(id), None) | (None, Some(id)) => id,
+                (None, None) => return false,
+            };
+            if let Some(c) = self.incoming.remove(&oldest) {
+                let _ = c.stream.shutdown(Shutdown::Both);
+            } else if let Some(c) = relock(self.table.lock()).conns.remove(&oldest) {
+                if let Some(s) = c.stream {
+                    // Wakes its thread (the read returns 0), which then ends.
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+            }
+            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
         }
+        true
     }
-    stats.evicted.fetch_add(1, Ordering::Relaxed);
-    true
-}
 
-fn accept_one(
-    mut stream: TcpStream,
-    limits: Limits,
-    handler: &Arc<dyn Fn(&Request) -> Response + Send + Sync>,
-    table: &Shared,
-    stats: &ConnStats,
-) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(limits.write_timeout));
-    let id = {
-        let mut t = relock(table.lock());
-        if make_room(&mut t, limits.max_connections, stats) {
-            let id = t.next;
-            t.next += 1;
-            t.conns.insert(
-                id,
-                Conn {
-                    stream: stream.try_clone().ok(),
-                    evictable: true,
-                },
-            );
-            Some(id)
-        } else {
-            None
+    /// A new connection: read at once if its head is there, else kept until it is.
+    fn accept(&mut self, stream: TcpStream) {
+        if !self.make_room() {
+            refuse_busy(stream, self.limits.max_connections, self.stats);
+            return;
         }
-    };
-    let Some(id) = id else {
-        stats.rejected.fetch_add(1, Ordering::Relaxed);
-        // A fresh socket's send buffer takes this without blocking.
-        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-        let mut r = Response::text(
-            503,
-            format!(
-                "busy: {} connections are being answered; try again\n",
-                limits.max_connections
-            ),
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let id = self.next;
+        self.next += 1;
+        self.incoming.insert(
+            id,
+            Incoming {
+                stream,
+                buf: Vec::new(),
+                deadline: Instant::now() + self.limits.read_timeout,
+            },
         );
-        r.headers.push(("Retry-After", "1".into()));
-        let _ = write_response(&mut stream, &r, false);
-        let _ = stream.shutdown(Shutdown::Both);
-        return;
-    };
-    let slot = Slot {
-        table: Arc::clone(table),
-        id,
-    };
-    let handler = Arc::clone(handler);
-    let spawned = std::thread::Builder::new()
-        .name("http-conn".into())
-        .spawn(move || {
-            serve_connection(stream, limits, &*handler, &slot);
-        });
-    if let Err(e) = spawned {
-        // The closure, with the stream and the slot, was dropped: the connection closes.
-        eprintln!("davinci-exporter: cannot start a connection thread: {e}");
+        self.progress(id);
+    }
+
+    /// Hands connection `id` to a thread of its own for `task`.
+    fn hand_over(&mut self, id: u64, mut stream: TcpStream, task: Task) {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_write_timeout(Some(self.limits.write_timeout));
+        relock(self.table.lock()).conns.insert(
+            id,
+            Conn {
+                stream: stream.try_clone().ok(),
+                evictable: false,
+            },
+        );
+        let slot = Slot {
+            table: Arc::clone(&self.table),
+            id,
+        };
+        let handler = Arc::clone(self.handler);
+        let spawned = std::thread::Builder::new()
+            .name("http-conn".into())
+            .spawn(move || {
+                answer(&mut stream, task, &*handler);
+                slot.set_evictable(true);
+                linger_close(&mut stream);
+                drop(slot);
+            });
+        if let Err(e) = spawned {
+            // The closure, with the stream and the slot, was dropped: the connection closes.
+            eprintln!("davinci-exporter: cannot start a connection thread: {e}");
+        }
     }
 }
 
-fn serve_connection(
-    mut stream: TcpStream,
-    limits: Limits,
+/// Answers `task` on `stream`.
+fn answer(
+    stream: &mut TcpStream,
+    task: Task,
     handler: &(dyn Fn(&Request) -> Response + Send + Sync),
-    slot: &Slot,
 ) {
-    match read_request(&mut stream, limits.read_timeout) {
-        Ok(req) => {
-            slot.set_evictable(false);
+    match task {
+        Task::Answer(req) => {
             let r = if req.method == "GET" || req.method == "HEAD" {
                 handler(&req)
             } else {
@@ -473,235 +426,119 @@ fn serve_connection(
                 r.headers.push(("Allow", "GET, HEAD".into()));
                 r
             };
-            let _ = write_response(&mut stream, &r, req.method == "HEAD");
+            let _ = write_response(stream, &r, req.method == "HEAD");
         }
-        Err(NoRequest::Silent) => return,
-        Err(NoRequest::Refuse(status, msg)) => {
-            let _ = write_response(&mut stream, &Response::text(status, msg + "\n"), false);
+        Task::Refuse(status, msg) => {
+            let _ = write_response(stream, &Response::text(status, msg + "\n"), false);
         }
     }
-    slot.set_evictable(true);
-    linger_close(&mut stream);
+}
+
+/// `503` at once: every connection is being answered.
+fn refuse_busy(mut stream: TcpStream, max: usize, stats: &ConnStats) {
+    stats.rejected.fetch_add(1, Ordering::Relaxed);
+    // A fresh socket's send buffer takes this without blocking.
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let mut r = Response::text(
+        503,
+        format!("busy: {max} connections are being answered; try again\n"),
+    );
+    r.headers.push(("Retry-After", "1".into()));
+    let _ = write_response(&mut stream, &r, false);
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Answers connections on `listener` with `handler` until `stop` is set, at most
+/// `limits.max_connections` at once; then waits up to `grace` for the connections being
+/// served.
+///
+/// Request heads are read by this thread, without blocking, as their bytes arrive: a peer
+/// that trickles its head byte by byte holds a buffer, not a thread, and delays no one.
+/// A whole head is answered on a thread of its own. At the limit, a new connection does
+/// not wait and is not refused while some connection has not sent its whole head yet (or
+/// is lingering after its answer): first every such connection reads what it has been
+/// sent (a scraper's head arrives at once, so it is answered rather than evicted), then
+/// the oldest still waiting is closed to make room (counted in `stats.evicted`). Only
+/// when every connection is being answered is the new one answered 503 at once (counted
+/// in `stats.rejected`).
+///
+/// # Errors
+/// The listener cannot be polled.
+pub fn serve(
+    listener: &TcpListener,
+    limits: Limits,
+    handler: Handler,
+    stop: &AtomicBool,
+    stats: Arc<ConnStats>,
+    grace: Duration,
+) -> io::Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    listener.set_nonblocking(true)?;
+    let mut srv = Acceptor {
+        limits,
+        handler: &handler,
+        stats: &stats,
+        table: Arc::default(),
+        incoming: BTreeMap::new(),
+        next: 0,
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        let wake = srv
+            .incoming
+            .values()
+            .map(|c| c.deadline.saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::from_millis(200))
+            .min(Duration::from_millis(200));
+        let ids: Vec<u64> = srv.incoming.keys().copied().collect();
+        let ready: Vec<bool> = {
+            let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+            fds.extend(
+                srv.incoming
+                    .values()
+                    .map(|c| PollFd::new(c.stream.as_fd(), PollFlags::POLLIN)),
+            );
+            // Rounded up to a whole millisecond, so a deadline is not polled for in a loop.
+            let ms = u16::try_from(wake.as_millis() + 1).unwrap_or(200);
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(io::Error::from(e)),
+            }
+            fds.iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect()
+        };
+        for (id, _) in ids.iter().zip(ready.iter().skip(1)).filter(|(_, &r)| r) {
+            srv.progress(*id);
+        }
+        srv.expire(Instant::now());
+        if ready.first().copied().unwrap_or(false) {
+            loop {
+                match listener.accept() {
+                    Ok((s, _)) => srv.accept(s),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        // Out of descriptors, or a connection reset before it was
+                        // accepted: nothing to answer; take a breath and go on.
+                        eprintln!("davinci-exporter: accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    srv.incoming.clear();
+    let t0 = Instant::now();
+    while !relock(srv.table.lock()).conns.is_empty() && t0.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req(path: &str) -> Head {
-        Head::Complete(Request {
-            method: "GET".into(),
-            path: path.into(),
-            accept: None,
-        })
-    }
-
-    #[test]
-    fn heads() {
-        assert_eq!(
-            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            req("/metrics")
-        );
-        assert_eq!(
-            parse_head(b"GET /metrics?a=b HTTP/1.0\r\n\r\n"),
-            req("/metrics")
-        );
-        assert_eq!(
-            parse_head(b"GET http://h:9464/metrics HTTP/1.1\r\n\r\n"),
-            req("/metrics")
-        );
-        assert_eq!(parse_head(b"GET http://h:9464 HTTP/1.1\r\n\r\n"), req("/"));
-        assert_eq!(
-            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"),
-            Head::Partial
-        );
-        assert_eq!(parse_head(b"GE"), Head::Partial);
-        let Head::Complete(r) = parse_head(
-            b"GET / HTTP/1.1\r\naccept: text/plain\r\nAccept: application/openmetrics-text\r\n\r\n",
-        ) else {
-            panic!()
-        };
-        assert_eq!(r.accept.as_deref(), Some("application/openmetrics-text"));
-        assert!(matches!(
-            parse_head(b"\x16\x03\x01garbage\r\n\r\n"),
-            Head::Refused(400, _)
-        ));
-        assert!(matches!(
-            parse_head(b"GET / HTTP/2.0\r\n\r\n"),
-            Head::Refused(505, _)
-        ));
-        let long_line = [b"GET /".as_slice(), &[b'a'; MAX_HEAD]].concat();
-        assert!(matches!(
-            parse_head(&long_line[..MAX_HEAD]),
-            Head::Refused(414, _)
-        ));
-        let mut long_head = b"GET / HTTP/1.1\r\n".to_vec();
-        while long_head.len() < MAX_HEAD {
-            long_head.extend_from_slice(
-                b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
-            );
-        }
-        assert!(matches!(
-            parse_head(&long_head[..MAX_HEAD]),
-            Head::Refused(431, _)
-        ));
-        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
-        for _ in 0..=MAX_HEADERS {
-            many.extend_from_slice(b"A: b\r\n");
-        }
-        many.extend_from_slice(b"\r\n");
-        assert!(matches!(parse_head(&many), Head::Refused(431, _)));
-    }
-
-    /// A server on a free loopback port with `max` connections, answering 200 "ok" after
-    /// `delay`; stopped (and its thread joined) on drop.
-    struct Server {
-        addr: std::net::SocketAddr,
-        stop: Arc<AtomicBool>,
-        stats: Arc<ConnStats>,
-        thread: Option<std::thread::JoinHandle<()>>,
-    }
-
-    impl Server {
-        fn start(max: usize, delay: Duration) -> Server {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = l.local_addr().unwrap();
-            let stop = Arc::new(AtomicBool::new(false));
-            let stats = Arc::new(ConnStats::default());
-            let limits = Limits {
-                max_connections: max,
-                read_timeout: Duration::from_secs(30),
-                write_timeout: Duration::from_secs(5),
-            };
-            let handler: Arc<dyn Fn(&Request) -> Response + Send + Sync> =
-                Arc::new(move |_: &Request| {
-                    std::thread::sleep(delay);
-                    Response::text(200, "ok\n")
-                });
-            let (st, ss) = (Arc::clone(&stop), Arc::clone(&stats));
-            let thread = std::thread::spawn(move || {
-                serve(&l, limits, handler, &st, ss, Duration::from_secs(1)).unwrap();
-            });
-            Server {
-                addr,
-                stop,
-                stats,
-                thread: Some(thread),
-            }
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            self.stop.store(true, Ordering::SeqCst);
-            if let Some(t) = self.thread.take() {
-                let _ = t.join();
-            }
-        }
-    }
-
-    /// GET / and the status of the answer (0 if the connection closed without one).
-    fn status(addr: std::net::SocketAddr) -> u16 {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut buf = Vec::new();
-        let _ = s.read_to_end(&mut buf);
-        let text = String::from_utf8_lossy(&buf);
-        text.split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0)
-    }
-
-    #[test]
-    fn at_the_limit_the_oldest_idle_connection_makes_room() {
-        let srv = Server::start(2, Duration::ZERO);
-        let mut idle: Vec<TcpStream> = (0..2)
-            .map(|_| TcpStream::connect(srv.addr).unwrap())
-            .collect();
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(status(srv.addr), 200);
-        // The oldest idle one was closed, without an answer; the other is still open.
-        idle[0]
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let mut buf = Vec::new();
-        assert_eq!(idle[0].read_to_end(&mut buf).unwrap_or(0), 0);
-        idle[1]
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let mut one = [0u8; 1];
-        let e = idle[1].read(&mut one).unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ),
-            "{e}"
-        );
-        assert!(srv.stats.evicted.load(Ordering::Relaxed) >= 1);
-        assert_eq!(srv.stats.rejected.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn at_the_limit_with_every_connection_answered_a_new_one_gets_503() {
-        let srv = Server::start(2, Duration::from_millis(1500));
-        let addr = srv.addr;
-        let busy: Vec<_> = (0..2)
-            .map(|_| std::thread::spawn(move || status(addr)))
-            .collect();
-        std::thread::sleep(Duration::from_millis(300));
-        let t0 = Instant::now();
-        assert_eq!(status(addr), 503);
-        assert!(t0.elapsed() < Duration::from_millis(1000), "503 at once");
-        for b in busy {
-            assert_eq!(b.join().unwrap(), 200, "the busy ones were not evicted");
-        }
-        assert_eq!(srv.stats.rejected.load(Ordering::Relaxed), 1);
-    }
-
-    #[test]
-    fn sixteen_tricklers_do_not_starve_scrapes() {
-        let srv = Server::start(16, Duration::ZERO);
-        let addr = srv.addr;
-        let stop = Arc::new(AtomicBool::new(false));
-        // 16 peers each send a request head one byte every 50 ms, a header that never
-        // ends; an evicted one connects again.
-        let tricklers: Vec<_> = (0..16)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    let head = b"GET / HTTP/1.1\r\nX-Slow: ";
-                    while !stop.load(Ordering::Relaxed) {
-                        let Ok(mut s) = TcpStream::connect(addr) else {
-                            continue;
-                        };
-                        let mut i = 0usize;
-                        while !stop.load(Ordering::Relaxed) {
-                            let b = head.get(i).copied().unwrap_or(b'a');
-                            if s.write_all(&[b]).is_err() {
-                                break;
-                            }
-                            i += 1;
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                    }
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(500));
-        let mut answers = Vec::new();
-        for _ in 0..36 {
-            answers.push(status(addr));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        stop.store(true, Ordering::Relaxed);
-        for t in tricklers {
-            t.join().unwrap();
-        }
-        assert!(answers.iter().all(|&s| s == 200), "{answers:?}");
-        assert!(srv.stats.evicted.load(Ordering::Relaxed) > 0);
-        assert_eq!(srv.stats.rejected.load(Ordering::Relaxed), 0);
-    }
-}
+mod tests;

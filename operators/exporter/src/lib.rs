@@ -1,6 +1,6 @@
 //! `davinci-exporter`: the davinci devices' metrics for Prometheus. It serves `GET /metrics`
 //! over plain HTTP in the Prometheus text format (0.0.4), or OpenMetrics 1.0.0 when the
-//! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each scrape
+//! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each read
 //! discovers the devices as `davinci-smi` does ([`davinci_ops::discover`]) and reads them
 //! afresh through a control open: GET_INFO (memory, sharing), LIST_CLIENTS (per client
 //! memory, tasks, objects, busy time, process and container), from ABI 1.3 GET_COUNTERS
@@ -12,6 +12,11 @@
 //! over the interval, and its clients, whose series are per (container, process name)
 //! group so that they do not churn when processes restart. On a Kubernetes node it labels
 //! devices with the pods holding them, from the kubelet's pod-resources API ([`pods`]).
+//!
+//! Scrapes share reads: one runs at a time, the scrapes that arrive meanwhile are answered
+//! from it, and a read younger than `--cache` answers later ones, so a device busy answering
+//! one scrape is never reported down to another. The per-client series (every tenant's
+//! process names, container ids, pids and uids) are served only with `--client-series`.
 //!
 //! `--once` prints one scrape on stdout and exits. The families are listed in
 //! [`metrics::FAMILIES`]; docs/operators.md has the table and examples.
@@ -30,7 +35,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -57,8 +62,10 @@ pub const EXIT_USAGE: i32 = 2;
     long_about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, \
                   clients, tasks, pods) over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
                   OpenMetrics when the Accept header asks for application/openmetrics-text; \
-                  GET / is a page pointing there. Each scrape reads the devices afresh; a \
-                  device that cannot be read is reported as davinci_device_up 0.\n\n\
+                  GET / is a page pointing there. Concurrent scrapes share one read of the \
+                  devices (and, within --cache, later ones too); a device that cannot be \
+                  read is reported as davinci_device_up 0. Every tenant's process names, \
+                  pids, uids and containers are served only with --client-series.\n\n\
                   Devices are found as davinci-smi finds them: --device PATH (repeatable), \
                   else every davinci<N>.sock in --socket-dir, else $DAVINCI_DEVICE, else the \
                   first of /dev/davinci<N>, davinci-mockd's default socket directory and \
@@ -70,9 +77,8 @@ pub const EXIT_USAGE: i32 = 2;
 )]
 pub struct Cli {
     /// Address to serve on, IP:PORT (IPv6 in brackets: `[::1]:9464`; port 0 picks a free port; the
-    /// address taken is logged). The default is loopback only, on purpose: the metrics
-    /// name every client's pid, uid, process name and container, and the exporter has no
-    /// TLS and no authentication, so serving other hosts must be a deliberate choice
+    /// address taken is logged). The default is loopback only, on purpose: the exporter has
+    /// no TLS and no authentication, so serving other hosts must be a deliberate choice
     /// (e.g. --listen 0.0.0.0:9464 behind a firewall, or the pod's address in Kubernetes).
     #[arg(
         long,
@@ -98,6 +104,19 @@ pub struct Cli {
     /// The format of --once (the server negotiates by the Accept header).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "prometheus")]
     pub format: Format,
+
+    /// Also serve the per-client series (davinci_client_*: every tenant's process names,
+    /// container ids, pids and uids). Off by default: anyone who can connect to --listen
+    /// (on loopback, every local user and container sharing the host's network) would read
+    /// them, and the exporter has no authentication. --once always prints them.
+    #[arg(long)]
+    pub client_series: bool,
+
+    /// Scrapes within this time of the last device read are answered from it (0: only
+    /// scrapes that arrive while a read runs share it). Concurrent scrapes always share one
+    /// read, so a device busy answering one scrape is never reported down to another.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_cache)]
+    pub cache: Duration,
 
     /// Most connections open at once (1-1024). At the limit a new connection takes the place
     /// of the oldest one that has not sent its whole request yet; only when all are being
@@ -152,6 +171,51 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     davinci_units::parse_duration_between(s, Duration::from_millis(1), Duration::from_secs(3600))
 }
 
+/// `--cache`: 0 (no reuse) to a minute.
+fn parse_cache(s: &str) -> Result<Duration, String> {
+    davinci_units::parse_duration_between(s, Duration::ZERO, Duration::from_secs(60))
+}
+
+/// One read of the devices, shared by the scrapes that arrive while it runs and, within
+/// `--cache`, by those that follow.
+#[derive(Debug)]
+struct Snapshot {
+    samples: Vec<Sample>,
+    /// Time the read took (discovery, devices, pods).
+    duration: Duration,
+    /// When it finished.
+    at: Instant,
+}
+
+/// The read of the devices in progress, and the last one.
+#[derive(Debug, Default)]
+struct Reads {
+    /// A read is running; scrapes that arrive wait for it.
+    running: bool,
+    /// Reads finished since start.
+    finished: u64,
+    last: Option<Arc<Snapshot>>,
+}
+
+/// Ends a read however it ends: a read that did not finish (a panic) lets the next scrape
+/// start another rather than leave the waiting ones waiting.
+struct ReadGuard<'a> {
+    ex: &'a Exporter,
+    snapshot: Option<Arc<Snapshot>>,
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let mut r = relock(self.ex.reads.lock());
+        r.running = false;
+        if let Some(s) = self.snapshot.take() {
+            r.finished = r.finished.wrapping_add(1);
+            r.last = Some(s);
+        }
+        self.ex.read_done.notify_all();
+    }
+}
+
 /// The scrapes: discovery, reading, encoding, and what the log says about devices.
 pub struct Exporter {
     devices: Vec<String>,
@@ -160,8 +224,13 @@ pub struct Exporter {
     collector: Collector,
     scrapes: AtomicU64,
     conns: Arc<http::ConnStats>,
-    /// One scrape reads the devices at a time.
-    scrape_lock: Mutex<()>,
+    /// One read of the devices at a time, shared by every scrape that arrives meanwhile.
+    reads: Mutex<Reads>,
+    read_done: Condvar,
+    /// How long a finished read answers later scrapes (`--cache`).
+    cache: Duration,
+    /// Whether the per-client series are served (`--client-series`, `--once`).
+    client_series: bool,
     /// Each device path's last state (`None` up, `Some(why)` down), to log changes once.
     last: Mutex<HashMap<String, Option<String>>>,
     /// The kubelet's pod-resources API (`None`: the client could not be made).
@@ -206,7 +275,10 @@ impl Exporter {
             collector: Collector::new(reader, cli.device_timeout),
             scrapes: AtomicU64::new(0),
             conns: Arc::default(),
-            scrape_lock: Mutex::new(()),
+            reads: Mutex::default(),
+            read_done: Condvar::new(),
+            cache: cli.cache,
+            client_series: cli.client_series || cli.once,
             last: Mutex::default(),
             history: Mutex::default(),
             pods: match pods::PodResources::new(
@@ -226,9 +298,59 @@ impl Exporter {
         }
     }
 
-    /// One scrape, encoded in `format`.
+    /// One scrape, encoded in `format`: from the read of the devices running now, or the
+    /// last one if it finished within `--cache`, else from a new read.
     pub fn scrape(&self, format: Format) -> String {
-        let _one = relock(self.scrape_lock.lock());
+        let snap = self.snapshot();
+        let stats = SelfStats {
+            duration: snap.duration,
+            scrapes: self
+                .scrapes
+                .fetch_add(1, Ordering::Relaxed)
+                .saturating_add(1),
+            rejected: self.conns.rejected.load(Ordering::Relaxed),
+            evicted: self.conns.evicted.load(Ordering::Relaxed),
+        };
+        metrics::encode(&snap.samples, &stats, format, self.client_series)
+    }
+
+    /// The read a scrape answers from: the running one (waited for), the last one if it is
+    /// younger than `--cache`, or a new one this scrape makes.
+    fn snapshot(&self) -> Arc<Snapshot> {
+        let mut r = relock(self.reads.lock());
+        loop {
+            if let Some(last) = &r.last {
+                if last.at.elapsed() < self.cache {
+                    return Arc::clone(last);
+                }
+            }
+            if !r.running {
+                break;
+            }
+            let running = r.finished;
+            while r.running && r.finished == running {
+                r = relock(self.read_done.wait(r));
+            }
+            if r.finished != running {
+                if let Some(last) = &r.last {
+                    return Arc::clone(last);
+                }
+            }
+            // The read ended without a result: read again.
+        }
+        r.running = true;
+        drop(r);
+        let mut guard = ReadGuard {
+            ex: self,
+            snapshot: None,
+        };
+        let snap = Arc::new(self.read());
+        guard.snapshot = Some(Arc::clone(&snap));
+        snap
+    }
+
+    /// Discovers and reads the devices, and derives what the scrapes remember.
+    fn read(&self) -> Snapshot {
         let t0 = Instant::now();
         let found = discover::discover(&self.devices, self.socket_dir.as_deref(), &self.discovery);
         // A socket someone else could have planted is never read (its answers would be
@@ -264,16 +386,11 @@ impl Exporter {
         relock(self.history.lock()).update(&mut samples, &state::ProcNames);
         self.attribute(&mut samples);
         self.log_changes(&samples);
-        let stats = SelfStats {
+        Snapshot {
+            samples,
             duration: t0.elapsed(),
-            scrapes: self
-                .scrapes
-                .fetch_add(1, Ordering::Relaxed)
-                .saturating_add(1),
-            rejected: self.conns.rejected.load(Ordering::Relaxed),
-            evicted: self.conns.evicted.load(Ordering::Relaxed),
-        };
-        metrics::encode(&samples, &stats, format)
+            at: Instant::now(),
+        }
     }
 
     /// Labels the devices with the pods holding them (pod-resources API); an error is

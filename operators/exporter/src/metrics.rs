@@ -331,8 +331,15 @@ fn device_labels(s: &Sample) -> Labels {
     l
 }
 
-/// The registry of one scrape: every family of [`FAMILIES`], with the samples' series.
-fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
+/// Whether a family is a per-client one (`davinci_client_*`), served only with
+/// `--client-series`: its labels name a tenant's processes and containers.
+pub fn is_client_family(doc: &FamilyDoc) -> bool {
+    doc.name.starts_with("davinci_client_")
+}
+
+/// The registry of one scrape: every family of [`FAMILIES`], with the samples' series; the
+/// per-client families only with `client_series`.
+fn registry(samples: &[Sample], stats: &SelfStats, client_series: bool) -> Registry {
     let mut f = Families::new();
     for s in samples {
         let dl = device_labels(s);
@@ -467,7 +474,9 @@ fn registry(samples: &[Sample], stats: &SelfStats) -> Registry {
     );
     let mut reg = Registry::default();
     for (doc, series) in f.0 {
-        register(&mut reg, doc, series);
+        if client_series || !is_client_family(doc) {
+            register(&mut reg, doc, series);
+        }
     }
     reg
 }
@@ -477,9 +486,14 @@ fn ns_to_s(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// One scrape's exposition in `format`.
-pub fn encode(samples: &[Sample], stats: &SelfStats, format: Format) -> String {
-    let reg = registry(samples, stats);
+/// One scrape's exposition in `format`; the per-client families only with `client_series`.
+pub fn encode(
+    samples: &[Sample],
+    stats: &SelfStats,
+    format: Format,
+    client_series: bool,
+) -> String {
+    let reg = registry(samples, stats, client_series);
     let mut out = String::new();
     let r = match format {
         Format::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, &reg),

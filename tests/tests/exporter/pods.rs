@@ -68,7 +68,14 @@ fn devices_are_labelled_with_the_pods_the_kubelet_gave_them_to() {
             .serve_with_incoming(incoming),
     );
     let sock = socket.display().to_string();
-    let ex = Exporter::start(&["--socket-dir", &dir, "--pod-resources-socket", &sock]);
+    let ex = Exporter::start(&[
+        "--socket-dir",
+        &dir,
+        "--pod-resources-socket",
+        &sock,
+        "--cache",
+        "0",
+    ]);
     let e = ex.scrape();
     let d0 = [
         ("device", "0"),

@@ -217,7 +217,7 @@ fn prometheus_scrapes_it_and_answers_with_the_values() {
     let d = Mockd::start(&["--devices", "1", "--memory", "64M"]).unwrap();
     let me = own_client(&d.path(0));
     let dir = d.dir().display().to_string();
-    let ex = Exporter::start(&["--socket-dir", &dir]);
+    let ex = Exporter::start(&["--socket-dir", &dir, "--client-series"]);
     let t0 = Instant::now();
     let mut prom = Prometheus::start(&binary, ex.addr);
     let until = t0 + Duration::from_secs(45);

@@ -27,7 +27,8 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
     let parked = TestClient::start(&d.path(1), &["park", "--queued", "5"]);
     let ready = parked.expect("ready");
     let dir = d.dir().display().to_string();
-    let ex = Exporter::start(&["--socket-dir", &dir]);
+    // --cache 0: each scrape reads the devices (this test changes them between scrapes).
+    let ex = Exporter::start(&["--socket-dir", &dir, "--client-series", "--cache", "0"]);
 
     // The parked client's queue: its EVENT_WAIT is taken (and blocks), 5 FILLs wait.
     let d1 = [("device", "1")];
@@ -282,6 +283,43 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
 }
 
 #[test]
+fn tenants_identities_are_served_only_with_client_series() {
+    // Issue 41: the exporter, an admin, served every tenant's process names, pids, uids
+    // and container ids to any local user who could reach 127.0.0.1.
+    let d = Mockd::start(&["--devices", "1"]).unwrap();
+    let _me = own_client(&d.path(0));
+    let dir = d.dir().display().to_string();
+    let (pid, name) = (own_pid(), own_name());
+    let identity = ["pid", "uid", "client_id", "container_id", "process"];
+
+    let plain = Exporter::start(&["--socket-dir", &dir]);
+    let e = plain.scrape();
+    assert_eq!(e.value("davinci_device_clients", &[("device", "0")]), 1.0);
+    assert!(e.value("davinci_device_memory_used_bytes", &[("device", "0")]) > 0.0);
+    for s in &e.series {
+        assert!(!s.name.starts_with("davinci_client_"), "{s:?}");
+        assert!(identity.iter().all(|l| !s.labels.contains_key(*l)), "{s:?}");
+    }
+    assert!(!e.text.contains(&name), "{}", e.text);
+
+    let with = Exporter::start(&["--socket-dir", &dir, "--client-series"]);
+    let e = with.scrape();
+    let info = e.find("davinci_client_info", &[("pid", &pid)]);
+    assert_eq!(info.len(), 1, "{}", e.text);
+    assert_eq!(info[0].labels["process"], name);
+    assert_eq!(
+        e.value("davinci_client_processes", &[("process", &name)]),
+        1.0
+    );
+
+    // --once prints them: its output goes to whoever ran it, with their own access.
+    let (code, out, err) = run(&["--socket-dir", &dir, "--once"]);
+    assert_eq!(code, 0, "{err}");
+    let e = Exposition::parse(&out);
+    assert_eq!(e.find("davinci_client_info", &[("pid", &pid)]).len(), 1);
+}
+
+#[test]
 fn a_device_that_cannot_be_read_is_down_and_the_scrape_still_succeeds() {
     let mut d = Mockd::start(&["--devices", "1"]).unwrap();
     let missing = format!("mock:{}/davinci7.sock", d.dir().display());
@@ -309,7 +347,7 @@ fn a_device_that_cannot_be_read_is_down_and_the_scrape_still_succeeds() {
     assert!(out.ends_with("# EOF\n"), "{out}");
 
     // A live exporter.
-    let ex = Exporter::start(&["--device", &p0, "--device-timeout", "500ms"]);
+    let ex = Exporter::start(&["--device", &p0, "--device-timeout", "500ms", "--cache", "0"]);
     assert_eq!(
         ex.scrape().value("davinci_device_up", &[("device", "0")]),
         1.0

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use davinci_tests::mockd::Mockd;
 
-use super::{exchange, get, run, Exporter, T};
+use super::{exchange, get, own_client, run, Exporter, Exposition, T};
 
 #[test]
 fn bad_requests_get_proper_answers_and_peers_are_bounded() {
@@ -111,12 +111,26 @@ fn bad_requests_get_proper_answers_and_peers_are_bounded() {
 fn sixteen_trickling_peers_do_not_make_scrapes_fail() {
     // The issue's report: 16 slow connections trickling a byte every 50 ms made 36 of 36
     // scrapes return 503. Now every scrape is answered.
+    trickling_peers_leave_every_scrape_answered(16);
+}
+
+#[test]
+fn sixty_four_trickling_peers_do_not_make_scrapes_fail() {
+    // Issue 41: beside 64 of them (four times the connection limit, so every new one
+    // evicts another, which connects again) 1 of 36 scrapes still failed.
+    trickling_peers_leave_every_scrape_answered(64);
+}
+
+/// `n` peers trickle a request head a byte every 50 ms (an evicted one connects again)
+/// while 36 scrapes are made one after the other: every scrape is answered 200 with the
+/// device up.
+fn trickling_peers_leave_every_scrape_answered(n: usize) {
     let d = Mockd::start(&["--devices", "1"]).unwrap();
     let dir = d.dir().display().to_string();
-    let ex = Exporter::start(&["--socket-dir", &dir]);
+    let ex = Exporter::start(&["--socket-dir", &dir, "--cache", "0"]);
     let a = ex.addr;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let tricklers: Vec<_> = (0..16)
+    let tricklers: Vec<_> = (0..n)
         .map(|_| {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
@@ -140,24 +154,73 @@ fn sixteen_trickling_peers_do_not_make_scrapes_fail() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let statuses: Vec<u16> = (0..36)
+    let statuses: Vec<(u16, bool)> = (0..36)
         .map(|_| {
-            let s = get(a, "/metrics", None).status;
+            let r = get(a, "/metrics", None);
+            let up = r.status == 200
+                && Exposition::parse(&r.text()).value("davinci_device_up", &[("device", "0")])
+                    == 1.0;
             std::thread::sleep(Duration::from_millis(50));
-            s
+            (r.status, up)
         })
         .collect();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in tricklers {
         t.join().unwrap();
     }
-    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(statuses.iter().all(|&s| s == (200, true)), "{statuses:?}");
     let e = ex.scrape();
     assert!(e.value("davinci_exporter_connections_evicted_total", &[]) >= 1.0);
     assert_eq!(
         e.value("davinci_exporter_connections_rejected_total", &[]),
         0.0
     );
+}
+
+#[test]
+fn eight_concurrent_scrapers_never_see_a_healthy_device_down() {
+    // Issue 41: two overlapping scrapes made the second report `davinci_device_up 0`; a
+    // tenant's four curl loops made 42% of the operator's scrapes say a healthy device was
+    // down. Concurrent scrapes now share one read of the devices.
+    let d = Mockd::start(&["--devices", "2"]).unwrap();
+    let _me = own_client(&d.path(0));
+    let dir = d.dir().display().to_string();
+    // --cache 0: reads back to back, each shared by the scrapes waiting; 1s: the default.
+    for cache in ["0", "1s"] {
+        let ex = Exporter::start(&["--socket-dir", &dir, "--cache", cache]);
+        let a = ex.addr;
+        let scrapers: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut seen = Vec::new();
+                    for _ in 0..30 {
+                        let r = get(a, "/metrics", None);
+                        assert_eq!(r.status, 200, "{}", r.text());
+                        let e = Exposition::parse(&r.text());
+                        for dev in ["0", "1"] {
+                            seen.push(e.value("davinci_device_up", &[("device", dev)]));
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let ups: Vec<f64> = scrapers
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(ups.len(), 8 * 30 * 2);
+        let down = ups.iter().filter(|&&u| u != 1.0).count();
+        assert_eq!(
+            down,
+            0,
+            "--cache {cache}: {down} false `up 0`\n{}",
+            ex.log()
+        );
+        assert!(!ex.log().contains("is down"), "{}", ex.log());
+        let e = ex.scrape();
+        assert!(e.value("davinci_exporter_scrapes_total", &[]) >= 241.0);
+    }
 }
 
 #[test]

@@ -118,7 +118,7 @@ fn every_family_has_help_and_type_and_the_values_read() {
         rejected: 0,
         evicted: 0,
     };
-    let text = encode(&derive(samples(true)), &stats, Format::Prometheus);
+    let text = encode(&derive(samples(true)), &stats, Format::Prometheus, true);
     let l = lines(&text);
     for f in FAMILIES {
         let kind = match f.kind {
@@ -204,6 +204,7 @@ fn a_driver_without_counters_has_no_device_wide_task_series() {
         &derive(samples(false)),
         &SelfStats::default(),
         Format::Prometheus,
+        true,
     );
     for name in [
         "davinci_device_tasks_submitted_total{",
@@ -229,6 +230,7 @@ fn openmetrics_has_units_and_eof() {
         &derive(samples(true)),
         &SelfStats::default(),
         Format::Openmetrics,
+        true,
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
@@ -303,12 +305,44 @@ fn negotiation() {
 }
 
 #[test]
+fn per_client_series_are_served_only_when_asked_for() {
+    let s = derive(samples(true));
+    let without = encode(&s, &SelfStats::default(), Format::Prometheus, false);
+    let with = encode(&s, &SelfStats::default(), Format::Prometheus, true);
+    for text in [&without, &with] {
+        assert!(text.contains("davinci_device_up{device=\"0\"} 1"), "{text}");
+        assert!(
+            text.contains("davinci_device_clients{device=\"0\"} 2"),
+            "{text}"
+        );
+    }
+    for name in [
+        "davinci_client_",
+        ",pid=",
+        ",uid=",
+        "container_id=",
+        "process=",
+        "python3",
+    ] {
+        assert!(
+            !without.contains(name),
+            "{name} served without --client-series:\n{without}"
+        );
+        assert!(with.contains(name), "{name}:\n{with}");
+    }
+    // Every family either way is in the guide's table, the per-client ones marked.
+    let client: Vec<_> = FAMILIES.iter().filter(|f| is_client_family(f)).collect();
+    assert_eq!(client.len(), 11);
+    assert!(client.iter().all(|f| f.labels.contains("container_id")));
+}
+
+#[test]
 fn a_tenants_control_characters_are_escaped_in_label_values() {
     let mut s = samples(false);
     if let Ok(r) = &mut s[0].outcome {
         r.clients = Some(vec![client(3, 1 << 20, "c\x1b[2J", "evil\x1b[2J\n")]);
     }
-    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus, true);
     assert!(!text.contains('\x1b'), "a raw ESC reached the exposition");
     assert!(text.contains(r#"process="evil\\u{1b}[2J\\n""#), "{text}");
     assert!(text.contains(r#"container_id="c\\u{1b}[2J""#), "{text}");
@@ -326,7 +360,7 @@ fn bidi_controls_and_names_that_are_not_utf8_are_escaped_in_label_values() {
             raw,
         ]);
     }
-    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus, true);
     for c in ['\u{202e}', '\u{2066}', '\u{fffd}'] {
         assert!(!text.contains(c), "{c:?} reached the exposition:\n{text}");
     }
@@ -363,7 +397,7 @@ fn pods_label_a_device_held_by_one_container_and_are_listed_for_a_shared_one() {
     let mut s = samples(true);
     s[0].pods = vec![held("train-0", "trainer")];
     s[1].pods = vec![held("a", "x"), held("b", "y")];
-    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus);
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus, true);
     let one = r#"device="0",pod="train-0",namespace="ml",container="trainer""#;
     for want in [
         format!("davinci_device_up{{{one}}} 1"),
