@@ -39,9 +39,13 @@ pub struct MockConfig {
     /// testing a runtime's error handling; [`MockDevice::inject`](crate::MockDevice::inject)
     /// changes it later, per stream or for the device.
     pub inject: Option<InjectRule>,
-    /// What one client may hold of each table while the device is shared
+    /// What one tenant may hold of each table while the device is shared
     /// ([`Quota::FAIR`] by default).
     pub quota: Quota,
+    /// Tenants the device keeps a share for (`DeviceCore::set_tenant_slots`, 1 to
+    /// [`MAX_TENANT_SLOTS`](davinci_driver_core::MAX_TENANT_SLOTS); outside that range the
+    /// device keeps [`DEFAULT_TENANT_SLOTS`](davinci_driver_core::DEFAULT_TENANT_SLOTS)).
+    pub tenant_slots: u32,
     /// The UUID GET_IDENTITY reports; `None` (the default): [`derived_uuid`] of the host's
     /// machine id and `device_id`, the same across restarts and reboots of the host.
     pub uuid: Option<[u8; 16]>,
@@ -99,6 +103,7 @@ impl Default for MockConfig {
             idle_spin: Duration::from_millis(2),
             inject: None,
             quota: Quota::FAIR,
+            tenant_slots: davinci_driver_core::DEFAULT_TENANT_SLOTS,
             uuid: None,
         }
     }

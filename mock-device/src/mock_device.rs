@@ -80,7 +80,7 @@ impl std::fmt::Debug for MockDevice {
 
 impl MockDevice {
     /// A new device with no clients, in exclusive mode.
-    pub fn new(config: MockConfig) -> Self {
+    pub fn new(mut config: MockConfig) -> Self {
         let notified = Arc::new(AtomicU32::new(0));
         let kick = Arc::new(AtomicU32::new(0));
         let pool = Arc::new(RegionPool::default());
@@ -114,7 +114,9 @@ impl MockDevice {
         ));
         // Cannot fail for the whole device (no stream to look up).
         dev.inject_rule(config.inject);
-        // Nothing is open yet, so this cannot fail.
+        // Nothing is open yet, so these fail only for slots out of range (kept at the default).
+        let _ = dev.set_tenant_slots(config.tenant_slots);
+        config.tenant_slots = dev.tenant_slots();
         let _ = dev.set_secret(random_secret());
         let core = Arc::new(Core {
             dev: RwLock::new(dev),

@@ -98,8 +98,8 @@ impl Mockd {
                 "--share-mode",
                 "shared",
                 // The noisy neighbour's 128 MiB fill buffer: more than a quarter of the
-                // default 256 MiB, the shared device's default per-client limit.
-                "--client-memory-limit",
+                // default 256 MiB, the shared device's default per-tenant share.
+                "--tenant-memory-limit",
                 "192M",
                 "--exit-with-parent",
             ])

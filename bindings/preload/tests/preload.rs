@@ -415,7 +415,7 @@ fn a_create_whose_reply_is_lost_creates_nothing() {
     let d = Daemon::start_with(
         "lost-reply",
         1,
-        &["--share-mode", "shared", "--client-quota", "contexts=2"],
+        &["--share-mode", "shared", "--tenant-quota", "contexts=2"],
     );
     let out = d.run(&exe, &["/dev/davinci0"], &[]);
     assert_ok(&out, "ok lost_reply", "lost_reply");

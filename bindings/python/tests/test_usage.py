@@ -40,7 +40,7 @@ def test_usage_tracks_creates_and_frees(spec: str) -> None:
 
 
 def test_a_quota_refusal_says_the_numbers_usage_reports() -> None:
-    d = Mockd("--share-mode", "shared", "--client-quota", "streams=3,exports=2")
+    d = Mockd("--share-mode", "shared", "--tenant-quota", "streams=3,exports=2")
     try:
         with davinci.Device(d.path(0)) as dev:
             u = dev.usage()
@@ -51,7 +51,7 @@ def test_a_quota_refusal_says_the_numbers_usage_reports() -> None:
             with pytest.raises(davinci.DeviceMemoryError) as e:
                 ctx.create_stream()
             text = str(e.value)
-            for part in ("asked 1", "holds 3, quota 3", "--client-quota streams=N"):
+            for part in ("asked 1", "holds 3, quota 3", "--tenant-quota streams=N"):
                 assert part in text, text
             # Past the memory limit: ENOMEM with the bytes.
             held, limit = dev.usage()["memory"]

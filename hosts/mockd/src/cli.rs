@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use davinci_driver_core::{InjectRule, Quota};
+use davinci_driver_core::{InjectRule, Quota, MAX_TENANT_SLOTS};
 use davinci_uapi::ShareMode;
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
@@ -27,14 +27,23 @@ Options:
   -n, --devices <N>              Devices to host: davinci0 .. davinci<N-1> [default: 1]
   -m, --memory <SIZE>            Memory of each device; bytes, or with a K/M/G/T suffix
                                  (powers of 1024) [default: 256M]
-      --client-memory-limit <SIZE>
-                                 Most memory one client may hold [default: the whole device]
-      --client-quota <KIND=N,...>
-                                 Most of each table one client may hold while a device is
+      --tenant-slots <N>         Tenants each device keeps a share for, 1 to 64 [default: 4]; a
+                                 tenant is a client's container, else its user. While a
+                                 device is shared each tenant gets its share of every table
+                                 and of memory (the device's over N unless the two options
+                                 below say otherwise), and always its share of the device's
+                                 connections (288 over N) and blocking waits (1024 over N)
+      --tenant-memory-limit <SIZE>
+                                 Most memory one tenant may hold while a device is shared
+                                 [default: the device's memory over --tenant-slots]
+                                 (--client-memory-limit: a deprecated alias)
+      --tenant-quota <KIND=N,...>
+                                 Most of each table one tenant may hold while a device is
                                  shared: contexts, streams, events, allocations, exports
-                                 (e.g. streams=128,events=512) [default: a quarter of each:
-                                 64 contexts, 64 streams, 256 events, 256 allocations, 16
-                                 exports]
+                                 (e.g. streams=128,events=512) [default: each table over
+                                 --tenant-slots; with 4: 64 contexts, 64 streams, 256 events,
+                                 256 allocations, 16 exports] (--client-quota: a deprecated
+                                 alias)
   -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
                                  else /tmp/davinci-$UID] (see Socket directory below)
@@ -108,6 +117,15 @@ Exit status: 0 clean shutdown, 1 cannot start (socket in use, socket directory n
 or refused), 2 usage.
 ";
 
+/// A deprecated option's one-line note on stderr, when `name` is `old`.
+fn deprecated(name: &str, old: &str, new: &str) {
+    if name == old {
+        eprintln!(
+            "davinci-mockd: note: {old} is deprecated; it is {new} (a tenant's, not a client's)"
+        );
+    }
+}
+
 fn parse_group(s: &str) -> Result<u32, String> {
     if let Ok(g) = s.parse::<u32>() {
         return Ok(g);
@@ -166,6 +184,7 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
         ..DaemonConfig::default()
     };
     let mut dir = None;
+    let mut quotas = Vec::new();
     let mut with_parent = false;
     let mut reset_after = None;
     let mut it = args.into_iter();
@@ -202,8 +221,22 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
                     return Err("--memory must be at least 4K".into());
                 }
             }
-            "--client-memory-limit" => cfg.client_memory_limit = parse_size(&value("a size")?)?,
-            "--client-quota" => cfg.quota = parse_quota(&value("KIND=N,...")?, cfg.quota)?,
+            "--tenant-slots" => {
+                let v = value("a count")?;
+                cfg.tenant_slots = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_TENANT_SLOTS).contains(n))
+                    .ok_or_else(|| format!("--tenant-slots '{v}': expected 1..=64"))?;
+            }
+            "--tenant-memory-limit" | "--client-memory-limit" => {
+                deprecated(&name, "--client-memory-limit", "--tenant-memory-limit");
+                cfg.tenant_memory_limit = parse_size(&value("a size")?)?;
+            }
+            "--tenant-quota" | "--client-quota" => {
+                deprecated(&name, "--client-quota", "--tenant-quota");
+                quotas.push(value("KIND=N,...")?);
+            }
             "--uuid-seed" => {
                 let v = value("a seed")?;
                 if v.is_empty() {
@@ -241,6 +274,12 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
             "--reset-after" => reset_after = Some(parse_duration(&value("a duration")?)?),
             other => return Err(format!("unexpected argument '{other}'")),
         }
+    }
+    // The kinds given keep their number; the others are the tables over the tenant slots,
+    // whichever option came first.
+    cfg.quota = Quota::for_slots(cfg.tenant_slots);
+    for q in &quotas {
+        cfg.quota = parse_quota(q, cfg.quota)?;
     }
     cfg.socket_dir = match dir {
         Some(d) => SocketDir::from(d),
@@ -406,14 +445,13 @@ fn raise_fd_limit(need: u64) {
     }
 }
 
-/// `--client-quota contexts=N,streams=N,events=N,allocations=N,exports=N` (any of them) over
-/// `base`;
-/// each N from 1 to the table's size.
+/// `--tenant-quota contexts=N,streams=N,events=N,allocations=N,exports=N` (any of them) over
+/// `base`; each N from 1 to the table's size.
 pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
     let mut q = base;
     for part in v.split(',').filter(|p| !p.is_empty()) {
         let (kind, n) = part.split_once('=').ok_or_else(|| {
-            format!("--client-quota '{part}': expected KIND=N (KIND: contexts, streams, events, allocations, exports)")
+            format!("--tenant-quota '{part}': expected KIND=N (KIND: contexts, streams, events, allocations, exports)")
         })?;
         let (field, max) = match kind {
             "contexts" => (&mut q.contexts, Quota::NONE.contexts),
@@ -423,7 +461,7 @@ pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
             "exports" => (&mut q.exports, Quota::NONE.exports),
             other => {
                 return Err(format!(
-                    "--client-quota: unknown kind '{other}' (expected contexts, streams, events, allocations or exports)"
+                    "--tenant-quota: unknown kind '{other}' (expected contexts, streams, events, allocations or exports)"
                 ))
             }
         };
@@ -432,7 +470,7 @@ pub fn parse_quota(v: &str, base: Quota) -> Result<Quota, String> {
             .ok()
             .filter(|n| (1..=max).contains(n))
             .ok_or_else(|| {
-                format!("--client-quota {kind}={n}: expected 1..={max} (the table's size)")
+                format!("--tenant-quota {kind}={n}: expected 1..={max} (the table's size)")
             })?;
     }
     Ok(q)
@@ -603,8 +641,8 @@ mod tests {
     }
 
     #[test]
-    fn client_quota_sets_the_kinds_it_names_and_refuses_nonsense() {
-        let c = run(&["--client-quota", "streams=128,events=512,exports=40"]).unwrap();
+    fn tenant_quota_sets_the_kinds_it_names_and_refuses_nonsense() {
+        let c = run(&["--tenant-quota", "streams=128,events=512,exports=40"]).unwrap();
         assert_eq!(
             c.quota,
             Quota {
@@ -615,6 +653,9 @@ mod tests {
             }
         );
         assert_eq!(run(&[]).unwrap().quota, Quota::FAIR);
+        // The deprecated name is the same option.
+        let old = run(&["--client-quota", "streams=128,events=512,exports=40"]).unwrap();
+        assert_eq!(old.quota, c.quota);
         for (bad, says) in [
             ("streams", "expected KIND=N"),
             ("threads=4", "unknown kind 'threads'"),
@@ -623,9 +664,49 @@ mod tests {
             ("contexts=x", "expected 1..=256"),
             ("exports=65", "expected 1..=64"),
         ] {
-            let e = run(&["--client-quota", bad]).unwrap_err();
-            assert!(e.contains(says), "{bad}: {e}");
+            let e = run(&["--tenant-quota", bad]).unwrap_err();
+            assert!(
+                e.contains(says) && e.contains("--tenant-quota"),
+                "{bad}: {e}"
+            );
         }
+    }
+
+    #[test]
+    fn tenant_slots_set_the_shares_the_quota_does_not_name() {
+        assert_eq!(run(&[]).unwrap().tenant_slots, 4);
+        let c = run(&["--tenant-slots", "8"]).unwrap();
+        assert_eq!((c.tenant_slots, c.quota), (8, Quota::for_slots(8)));
+        // A kind given keeps its number, before or after the slots.
+        for args in [
+            &["--tenant-quota", "streams=100", "--tenant-slots=16"][..],
+            &["--tenant-slots", "16", "--tenant-quota", "streams=100"],
+        ] {
+            let c = run(args).unwrap();
+            assert_eq!(
+                c.quota,
+                Quota {
+                    streams: 100,
+                    ..Quota::for_slots(16)
+                },
+                "{args:?}"
+            );
+        }
+        for bad in ["0", "65", "x", "-1"] {
+            let e = run(&["--tenant-slots", bad]).unwrap_err();
+            assert!(e.contains("expected 1..=64"), "{bad}: {e}");
+        }
+        assert!(run(&["--tenant-slots"]).is_err());
+        // The memory limit, by its name and its deprecated one.
+        assert_eq!(run(&[]).unwrap().tenant_memory_limit, 0);
+        for name in ["--tenant-memory-limit", "--client-memory-limit"] {
+            assert_eq!(run(&[name, "64M"]).unwrap().tenant_memory_limit, 64 << 20);
+        }
+        assert!(matches!(
+            parse_args(["--help".to_string()]),
+            Ok(Command::Print(s)) if s.contains("--tenant-slots") && s.contains("--tenant-quota")
+                && s.contains("--tenant-memory-limit")
+        ));
     }
 
     #[test]

@@ -89,7 +89,10 @@ pub(crate) fn serve(
         debug!(error = %e, "cannot bound the wait for HELLO");
     }
     let first = recv_frame(conn, &mut buf, false);
-    ticket.hello_done();
+    if !ticket.hello_done() {
+        debug!(device = %shared.name, pid = cred.pid, "displaced before HELLO (crate::gate)");
+        return;
+    }
     let Some(frame) = first else {
         debug!(device = %shared.name, pid = cred.pid, "closed (or silent) before HELLO");
         return;
@@ -162,7 +165,7 @@ pub(crate) fn serve(
                 send_reply(conn, &Reply::ok(Kind::Cancel, req.tag, Vec::new()), None);
             }
             Kind::Ioctl if is_blocking_wait(&req) => {
-                start_wait(shared, conn, client, req, &in_flight)
+                start_wait(shared, conn, (client, who.tenant), req, &in_flight)
             }
             Kind::Ioctl => {
                 ioctl(shared, conn, &peer, client, req);
@@ -195,7 +198,7 @@ fn drain_waits(in_flight: &ConnWaits) {
 fn start_wait(
     shared: &Arc<Shared>,
     conn: &Arc<SeqPacket>,
-    client: u32,
+    (client, tenant): (u32, davinci_driver_core::Tenant),
     req: Request,
     in_flight: &Arc<ConnWaits>,
 ) {
@@ -229,10 +232,16 @@ fn start_wait(
                 arg: arg.clone(),
                 owner: in_flight.clone(),
                 id,
+                tenant,
             };
             if let Err(e) = shared.waits.queue(w) {
                 in_flight.remove(id);
                 let msg = match e {
+                    QueueError::TenantFull(share, slots) => format!(
+                        "{share} blocking WAIT_EVENTs of this tenant (its container, else its \
+                         user) are in flight on this device already: its share, the device's \
+                         {MAX_WAITS_PER_DEVICE} over its {slots} tenant slots; wait for one to end"
+                    ),
                     QueueError::Full => format!(
                         "{MAX_WAITS_PER_DEVICE} blocking WAIT_EVENTs are in flight on this \
                          device already (the most it serves); wait for one to end"

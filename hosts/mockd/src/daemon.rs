@@ -7,7 +7,7 @@
 //! flight (`crate::waits`: a reader never blocks on one, so a client's other threads keep
 //! being served while one waits, as with concurrent `ioctl`s on one kernel file, and the
 //! connection's end is always seen; at most [`MAX_WAITS_PER_CONN`] in flight per connection
-//! and [`MAX_WAITS_PER_DEVICE`] per device, more get `EBUSY`), and the device's pollers (`davinci_mock_device`: at least
+//! and [`MAX_WAITS_PER_DEVICE`] per device, of which a tenant its share ([`wait_share`]), more get `EBUSY`), and the device's pollers (`davinci_mock_device`: at least
 //! `MockConfig::pollers`, one more per 127 streams). So a device never has more than
 //! `2 + MAX_CONNECTIONS + pollers` threads, whatever its clients do; the process adds its
 //! signal thread. Nothing a peer sends can panic the daemon or disturb
@@ -35,10 +35,13 @@ use crate::shared::Shared;
 use davinci_mock_device::{local_open_params, MockConfig, MockDevice, Quota};
 
 pub use crate::audit::{AUDIT_BURST, AUDIT_INTERVAL};
-pub use crate::gate::{ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO_PER_USER};
+pub use crate::gate::{
+    connection_share, ADMIN_RESERVED, MAX_CONNECTIONS, MAX_PRE_HELLO, MAX_PRE_HELLO_PER_TENANT,
+    USER_CONNECTIONS,
+};
 pub use crate::shared::MAX_WAITS_PER_CONN;
 pub use crate::socket_dir::prepare_socket_dir;
-pub use crate::waits::MAX_WAITS_PER_DEVICE;
+pub use crate::waits::{wait_share, MAX_WAITS_PER_DEVICE};
 /// How long a new connection may take to send HELLO (default of `DaemonConfig::hello_timeout`).
 pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -49,10 +52,17 @@ pub struct DaemonConfig {
     pub devices: u32,
     /// Memory of each device in bytes.
     pub memory: u64,
-    /// Per-client memory limit in bytes (0 = none beyond the device).
-    pub client_memory_limit: u64,
-    /// What one client may hold of each table while a device is shared (`--client-quota`).
+    /// Most memory one tenant may hold, in bytes (`--tenant-memory-limit`; 0 = its share:
+    /// the device's memory over the tenant slots while shared).
+    pub tenant_memory_limit: u64,
+    /// What one tenant may hold of each table while a device is shared (`--tenant-quota`,
+    /// [`Quota::for_slots`] of the tenant slots unless given).
     pub quota: Quota,
+    /// Tenants each device keeps a share for (`--tenant-slots`, 1 to
+    /// [`MAX_TENANT_SLOTS`](davinci_driver_core::MAX_TENANT_SLOTS)): of each table and of
+    /// memory (the device's), of its connections (`crate::gate`) and of its blocking waits
+    /// (`crate::waits`).
+    pub tenant_slots: u32,
     /// Where the sockets go, and how that directory was chosen (which decides who must own
     /// it and the directories above it: [`prepare_socket_dir`]). A `PathBuf` converts to an
     /// explicit directory.
@@ -110,8 +120,9 @@ impl Default for DaemonConfig {
         Self {
             devices: 1,
             memory: 256 << 20,
-            client_memory_limit: 0,
+            tenant_memory_limit: 0,
             quota: Quota::FAIR,
+            tenant_slots: davinci_driver_core::DEFAULT_TENANT_SLOTS,
             socket_dir: default_socket_dir_choice(),
             socket_mode: 0o660,
             socket_group: None,
@@ -163,6 +174,12 @@ impl Daemon {
                 "--devices must be at least 1",
             ));
         }
+        if !(1..=davinci_driver_core::MAX_TENANT_SLOTS).contains(&cfg.tenant_slots) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--tenant-slots must be from 1 to 64",
+            ));
+        }
         let created_dir = prepare_socket_dir(&cfg.socket_dir, nix::unistd::getuid().as_raw())?;
         let dir = &cfg.socket_dir.path;
         let mut served = Vec::new();
@@ -187,8 +204,9 @@ impl Daemon {
             let dev = MockDevice::new(MockConfig {
                 device_id: n,
                 memory_size: cfg.memory,
-                client_memory_limit: cfg.client_memory_limit,
+                client_memory_limit: cfg.tenant_memory_limit,
                 quota: cfg.quota,
+                tenant_slots: cfg.tenant_slots,
                 inject: cfg.inject,
                 uuid: cfg
                     .uuid_seed
@@ -332,7 +350,9 @@ impl ConnServer {
     /// device's wait thread, which ends once they have (the close ends them).
     pub fn serve(&self, conn: SeqPacket) {
         if let Some((conn, who, ticket)) = admit(&self.shared, conn) {
-            serve(&self.shared, &Arc::new(conn), who, ticket);
+            let conn = Arc::new(conn);
+            ticket.attach(&conn);
+            serve(&self.shared, &conn, who, ticket);
         }
     }
 }
@@ -372,7 +392,7 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
     Ok(())
 }
 
-/// Admits a new connection ([`crate::gate`], by its peer's credentials) or refuses it. Who
+/// Admits a new connection ([`crate::gate`], by its peer's tenant) or refuses it. Who
 /// the peer is ([`identify`]) is taken here, once, right after `accept`.
 fn admit(shared: &Shared, conn: SeqPacket) -> Option<(SeqPacket, Identity, Ticket)> {
     let who = match identify(&conn, &shared.admin) {
@@ -383,7 +403,8 @@ fn admit(shared: &Shared, conn: SeqPacket) -> Option<(SeqPacket, Identity, Ticke
         }
     };
     let cred = who.cred;
-    match shared.gate.admit(cred.uid, who.admin) {
+    let slots = shared.dev.config().tenant_slots;
+    match shared.gate.admit(who.tenant, who.admin, slots) {
         Ok(t) => Some((conn, who, t)),
         Err(why) => {
             debug!(device = %shared.name, pid = cred.pid, uid = cred.uid, why, "connection refused");
@@ -412,6 +433,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &SeqListener) {
             continue;
         };
         let conn = Arc::new(conn);
+        ticket.attach(&conn);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         shared.conns().insert(id, conn.clone());
         let s = shared.clone();

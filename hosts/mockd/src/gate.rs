@@ -1,69 +1,228 @@
-//! Who may connect to a device: at most [`MAX_CONNECTIONS`] connections; non-admin users
-//! together at most `MAX_CONNECTIONS - ADMIN_RESERVED` of them (the rest are the operators'
-//! whatever tenants hold); and one non-admin user at most [`MAX_PRE_HELLO_PER_USER`]
-//! connections that have not said HELLO yet (a user cannot hold the slots with silent
-//! connections; the HELLO timeout still closes each). Admission is decided at accept, from the
-//! peer's credentials; a [`Ticket`] gives the room back when its connection ends.
+//! Who may connect to a device, decided at accept from the peer's credentials, per tenant
+//! (the peer's container, else its user: [`Identity::tenant`](crate::peer::Identity), so a
+//! rootless container's thousands of uids are one tenant, and each user outside containers
+//! one):
+//!
+//! * at most [`MAX_CONNECTIONS`] connections; non-admins together at most
+//!   [`USER_CONNECTIONS`] (`MAX_CONNECTIONS - ADMIN_RESERVED`: the rest are the operators'
+//!   whatever tenants hold), not counting the silent ones already closed for a newcomer
+//!   (below), which end at once;
+//! * one non-admin tenant at most its share of [`USER_CONNECTIONS`]: that over the
+//!   device's tenant slots ([`connection_share`]; 72 with the default 4), so a tenant cannot
+//!   take the room the device keeps for the others;
+//! * connections that have not said HELLO yet (silent): at most
+//!   [`MAX_PRE_HELLO_PER_TENANT`] of one tenant and [`MAX_PRE_HELLO`] of all non-admins.
+//!   When that pool is full, or the non-admins' room is, a new connection of a tenant below
+//!   its bounds takes the place of the oldest silent connection of the tenant that holds the
+//!   most silent ones (another tenant's than the newcomer's when several hold as many),
+//!   which is closed: silent connections, however many tenants hold them, never refuse
+//!   another tenant's connect; only its own bounds and connections that said HELLO do. The
+//!   HELLO timeout still closes each silent connection.
+//!
+//! A [`Ticket`] gives the room back when its connection ends.
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use davinci_driver_core::{Tenant, MAX_TENANT_SLOTS};
+use davinci_mockd_proto::sockio::SeqPacket;
 
 /// Connections per device, HELLO said or not.
 pub const MAX_CONNECTIONS: usize = 320;
-/// Connections per device only admins may have (non-admins together have at most
-/// `MAX_CONNECTIONS - ADMIN_RESERVED`).
+/// Connections per device only admins may have.
 pub const ADMIN_RESERVED: usize = 32;
-/// Connections one non-admin user may have open before their HELLO.
-pub const MAX_PRE_HELLO_PER_USER: usize = 16;
+/// Connections of non-admins together.
+pub const USER_CONNECTIONS: usize = MAX_CONNECTIONS - ADMIN_RESERVED;
+/// Connections one non-admin tenant may have open before their HELLO.
+pub const MAX_PRE_HELLO_PER_TENANT: usize = 16;
+/// Connections all non-admins may have open before their HELLO (a newcomer past it takes a
+/// silent one's place: see the module's text).
+pub const MAX_PRE_HELLO: usize = 64;
+
+/// One non-admin tenant's share of [`USER_CONNECTIONS`] on a device with `slots` tenant
+/// slots (clamped to 1..=[`MAX_TENANT_SLOTS`]).
+pub fn connection_share(slots: u32) -> usize {
+    USER_CONNECTIONS / slots.clamp(1, MAX_TENANT_SLOTS) as usize
+}
+
+/// A [`Tenant`] as a map key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TenantKey(pub(crate) Tenant);
+
+impl Hash for TenantKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        match &self.0 {
+            Tenant::User(uid) => (0u8, *uid).hash(h),
+            Tenant::Container(id) => (1u8, id).hash(h),
+        }
+    }
+}
+
+/// One tenant's non-admin connections.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    /// Connections counted against its share (silent ones included; closed ones not).
+    conns: usize,
+    /// Of them, silent ones.
+    silent: usize,
+}
+
+/// A silent connection of a non-admin, in the pool.
+#[derive(Debug)]
+struct Silent {
+    tenant: TenantKey,
+    /// The connection, to close if it is displaced (`None` until it is attached).
+    conn: Option<Arc<SeqPacket>>,
+}
 
 /// The counts admission decides on.
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
+    /// Connections, closed-for-a-newcomer ones until they end included.
     total: usize,
+    /// Non-admin connections, not counting those closed for a newcomer.
     users: usize,
-    pre_hello: HashMap<u32, usize>,
+    tenants: HashMap<TenantKey, Held>,
+    /// The silent pool, oldest first (by admission number).
+    silent: BTreeMap<u64, Silent>,
+    next: u64,
+}
+
+/// What a non-admin connection was admitted as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// In the silent pool, as this number (until it says HELLO or is displaced).
+    Silent(u64),
+    /// Past its HELLO (or it gave up before it).
+    Spoken,
+    /// Displaced by a newcomer: counted in `total` only, until it ends.
+    Displaced,
 }
 
 impl Counts {
-    /// Admits a connection of `uid` (an admin or not), or says why not.
-    pub(crate) fn admit(&mut self, uid: u32, admin: bool) -> Result<(), &'static str> {
+    fn held(&mut self, t: TenantKey) -> &mut Held {
+        self.tenants.entry(t).or_default()
+    }
+
+    fn forget_if_empty(&mut self, t: TenantKey) {
+        if self.tenants.get(&t).is_some_and(|h| h.conns == 0) {
+            self.tenants.remove(&t);
+        }
+    }
+
+    /// Admits a connection of `tenant` (an admin or not) on a device with `slots` tenant
+    /// slots: its pool number for a non-admin (`None` for an admin), and the silent
+    /// connection it displaced, to be closed; or why it is refused.
+    #[allow(clippy::type_complexity)]
+    fn admit(
+        &mut self,
+        tenant: TenantKey,
+        admin: bool,
+        slots: u32,
+    ) -> Result<(Option<u64>, Option<Option<Arc<SeqPacket>>>), &'static str> {
+        if admin {
+            if self.total >= MAX_CONNECTIONS {
+                return Err("too many connections to this device");
+            }
+            self.total += 1;
+            return Ok((None, None));
+        }
+        let held = self.tenants.get(&tenant).copied().unwrap_or_default();
+        if held.conns >= connection_share(slots) {
+            return Err(
+                "this tenant (its container, else its user) holds its share of this device's \
+                 connections (the non-admins' over the tenant slots)",
+            );
+        }
+        if held.silent >= MAX_PRE_HELLO_PER_TENANT {
+            return Err(
+                "this tenant (its container, else its user) has too many connections that have \
+                 not said HELLO",
+            );
+        }
         if self.total >= MAX_CONNECTIONS {
             return Err("too many connections to this device");
         }
-        if !admin {
-            if self.users >= MAX_CONNECTIONS - ADMIN_RESERVED {
+        let mut displaced = None;
+        if self.silent.len() >= MAX_PRE_HELLO || self.users >= USER_CONNECTIONS {
+            let Some(n) = self.victim(tenant) else {
                 return Err(
-                    "too many connections of non-admin users to this device (the rest \
-                            are kept for the operators)",
+                    "too many connections of non-admin users to this device (the rest are \
+                     kept for the operators)",
                 );
-            }
-            if self.pre_hello.get(&uid).copied().unwrap_or(0) >= MAX_PRE_HELLO_PER_USER {
-                return Err("this user has too many connections that have not said HELLO");
-            }
-            *self.pre_hello.entry(uid).or_insert(0) += 1;
-            self.users += 1;
+            };
+            displaced = Some(self.displace(n));
         }
+        self.next += 1;
+        let n = self.next;
+        self.silent.insert(n, Silent { tenant, conn: None });
+        let h = self.held(tenant);
+        h.conns += 1;
+        h.silent += 1;
+        self.users += 1;
         self.total += 1;
-        Ok(())
+        Ok((Some(n), displaced))
     }
 
-    /// A connection of a non-admin `uid` said HELLO (or gave up before it).
-    pub(crate) fn hello_done(&mut self, uid: u32) {
-        if let Some(n) = self.pre_hello.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
-                self.pre_hello.remove(&uid);
-            }
-        }
+    /// The silent connection a newcomer of `tenant` displaces: the oldest of the tenant
+    /// holding the most silent ones, another than `tenant` on a tie.
+    fn victim(&self, tenant: TenantKey) -> Option<u64> {
+        let rank = |t: &TenantKey| {
+            let silent = self.tenants.get(t).map_or(0, |h| h.silent);
+            (silent, *t != tenant)
+        };
+        let most = self.silent.values().map(|s| rank(&s.tenant)).max()?;
+        // The pool is in admission order: the first of that rank is the oldest.
+        self.silent
+            .iter()
+            .find(|(_, s)| rank(&s.tenant) == most)
+            .map(|(n, _)| *n)
+    }
+
+    /// Takes silent connection `n` out of the pool and the non-admins' counts (it stays in
+    /// `total` until it ends): its connection, to be closed.
+    fn displace(&mut self, n: u64) -> Option<Arc<SeqPacket>> {
+        let s = self.silent.remove(&n)?;
+        let h = self.held(s.tenant);
+        h.conns -= 1;
+        h.silent -= 1;
+        self.forget_if_empty(s.tenant);
+        self.users -= 1;
+        s.conn
+    }
+
+    /// Silent connection `n` said HELLO (or gave up before it): whether it was still in the
+    /// pool (not displaced).
+    fn hello_done(&mut self, n: u64) -> bool {
+        let Some(s) = self.silent.remove(&n) else {
+            return false;
+        };
+        self.held(s.tenant).silent -= 1;
+        true
     }
 
     /// A connection ended.
-    pub(crate) fn leave(&mut self, admin: bool) {
+    fn leave(&mut self, tenant: TenantKey, room: Option<Room>) {
         self.total = self.total.saturating_sub(1);
-        if !admin {
-            self.users = self.users.saturating_sub(1);
+        match room {
+            None | Some(Room::Displaced) => {}
+            Some(Room::Silent(n)) => {
+                if self.hello_done(n) {
+                    self.leave_user(tenant);
+                }
+            }
+            Some(Room::Spoken) => self.leave_user(tenant),
         }
+    }
+
+    fn leave_user(&mut self, tenant: TenantKey) {
+        self.users = self.users.saturating_sub(1);
+        if let Some(h) = self.tenants.get_mut(&tenant) {
+            h.conns = h.conns.saturating_sub(1);
+        }
+        self.forget_if_empty(tenant);
     }
 }
 
@@ -78,14 +237,24 @@ impl Gate {
         self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Admits a connection: its ticket, or why it is refused.
-    pub(crate) fn admit(self: &Arc<Self>, uid: u32, admin: bool) -> Result<Ticket, &'static str> {
-        self.counts().admit(uid, admin)?;
+    /// Admits a connection of `tenant` on a device with `slots` tenant slots: its ticket
+    /// (to [`attach`](Ticket::attach) the connection to), or why it is refused. A silent
+    /// connection it displaces is closed now (its thread sees the end).
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        tenant: Tenant,
+        admin: bool,
+        slots: u32,
+    ) -> Result<Ticket, &'static str> {
+        let tenant = TenantKey(tenant);
+        let (n, displaced) = self.counts().admit(tenant, admin, slots)?;
+        if let Some(Some(conn)) = displaced {
+            conn.shutdown();
+        }
         Ok(Ticket {
             gate: self.clone(),
-            uid,
-            admin,
-            before_hello: !admin,
+            tenant,
+            room: n.map(Room::Silent),
         })
     }
 
@@ -100,82 +269,43 @@ impl Gate {
 #[derive(Debug)]
 pub(crate) struct Ticket {
     gate: Arc<Gate>,
-    uid: u32,
-    admin: bool,
-    before_hello: bool,
+    tenant: TenantKey,
+    /// `None` for an admin's connection.
+    room: Option<Room>,
 }
 
 impl Ticket {
-    /// The connection's first frame came (or its wait for it ended).
-    pub(crate) fn hello_done(&mut self) {
-        if std::mem::take(&mut self.before_hello) {
-            self.gate.counts().hello_done(self.uid);
+    /// The connection this ticket admitted, closed if a newcomer displaces it before its
+    /// HELLO (at once if that happened already).
+    pub(crate) fn attach(&self, conn: &Arc<SeqPacket>) {
+        if let Some(Room::Silent(n)) = self.room {
+            match self.gate.counts().silent.get_mut(&n) {
+                Some(s) => s.conn = Some(conn.clone()),
+                None => conn.shutdown(),
+            }
+        }
+    }
+
+    /// The connection's first frame came (or its wait for it ended): whether it keeps its
+    /// room (false: a newcomer displaced it while it was silent; it is closed).
+    pub(crate) fn hello_done(&mut self) -> bool {
+        match self.room {
+            Some(Room::Silent(n)) => {
+                let kept = self.gate.counts().hello_done(n);
+                self.room = Some(if kept { Room::Spoken } else { Room::Displaced });
+                kept
+            }
+            Some(Room::Displaced) => false,
+            None | Some(Room::Spoken) => true,
         }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.hello_done();
-        self.gate.counts().leave(self.admin);
+        self.gate.counts().leave(self.tenant, self.room);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn users_cannot_take_the_admins_room_nor_hold_it_silently() {
-        let gate = Arc::new(Gate::default());
-        let mut tickets = Vec::new();
-        // One user's silent connections stop at the per-user bound.
-        for _ in 0..MAX_PRE_HELLO_PER_USER {
-            tickets.push(gate.admit(1000, false).unwrap());
-        }
-        let e = gate.admit(1000, false).unwrap_err();
-        assert!(e.contains("not said HELLO"), "{e}");
-        // Once they said HELLO they are ordinary connections; the user may open more.
-        for t in &mut tickets {
-            t.hello_done();
-        }
-        // Many users together stop short of the admins' room.
-        let mut uid = 2000;
-        while gate.total() < MAX_CONNECTIONS - ADMIN_RESERVED {
-            match gate.admit(uid, false) {
-                Ok(mut t) => {
-                    t.hello_done();
-                    tickets.push(t);
-                }
-                Err(e) => panic!("refused before the users' bound: {e}"),
-            }
-            uid += 1;
-        }
-        let e = gate.admit(uid, false).unwrap_err();
-        assert!(e.contains("kept for the operators"), "{e}");
-        // Admins get the rest, and no more.
-        for _ in 0..ADMIN_RESERVED {
-            tickets.push(gate.admit(0, true).unwrap());
-        }
-        assert_eq!(
-            gate.admit(0, true).unwrap_err(),
-            "too many connections to this device"
-        );
-        // Every connection's end gives its room back.
-        tickets.clear();
-        assert_eq!(gate.total(), 0);
-        assert!(gate.counts().pre_hello.is_empty());
-        gate.admit(1000, false).unwrap();
-    }
-
-    #[test]
-    fn a_connection_that_never_said_hello_gives_back_its_pre_hello_room() {
-        let gate = Arc::new(Gate::default());
-        let silent: Vec<Ticket> = (0..MAX_PRE_HELLO_PER_USER)
-            .map(|_| gate.admit(7, false).unwrap())
-            .collect();
-        assert!(gate.admit(7, false).is_err());
-        drop(silent);
-        assert!(gate.admit(7, false).is_ok());
-    }
-}
+mod tests;

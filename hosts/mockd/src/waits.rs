@@ -5,9 +5,12 @@
 //! announces a change (a completion, an event recorded, a close), answers those that ended
 //! and sleeps until the next change or the nearest deadline. So the daemon's threads do not
 //! grow with waits, and a connection's reader always sees its end (and closes its open,
-//! which ends its waits).
+//! which ends its waits). A tenant (the client's container, else its user) has at most its
+//! share of the device's waits in flight ([`wait_share`]: [`MAX_WAITS_PER_DEVICE`] over the
+//! device's tenant slots), so one tenant's waits never make another's fail.
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -18,6 +21,7 @@ use davinci_mockd_proto::sockio::SeqPacket;
 use davinci_mockd_proto::{Kind, Reply};
 use tracing::{debug, warn};
 
+use crate::gate::TenantKey;
 use crate::reply::{driver_reply, encode_reply};
 
 /// Blocking waits in flight per device: each change the device announces has the wait thread
@@ -25,11 +29,19 @@ use crate::reply::{driver_reply, encode_reply};
 /// all of them), whatever the tenants queue.
 pub const MAX_WAITS_PER_DEVICE: usize = 1024;
 
+/// Blocking waits one tenant may have in flight on a device with `slots` tenant slots:
+/// [`MAX_WAITS_PER_DEVICE`] over them (clamped to 1..=64).
+pub fn wait_share(slots: u32) -> usize {
+    MAX_WAITS_PER_DEVICE / slots.clamp(1, davinci_driver_core::MAX_TENANT_SLOTS) as usize
+}
+
 /// Why a wait was not queued.
 #[derive(Debug)]
 pub(crate) enum QueueError {
     /// [`MAX_WAITS_PER_DEVICE`] are in flight.
     Full,
+    /// The tenant has its share in flight: (the share, the device's tenant slots).
+    TenantFull(usize, u32),
     /// The wait thread could not be started.
     NoThread(io::Error),
 }
@@ -56,6 +68,8 @@ pub(crate) struct Waiting {
     /// ([`ConnWaits::add`]; taken out when it is answered).
     pub(crate) owner: Arc<ConnWaits>,
     pub(crate) id: u64,
+    /// Whose share it counts in.
+    pub(crate) tenant: davinci_driver_core::Tenant,
 }
 
 /// One connection's blocking waits in flight: their number (at most
@@ -132,8 +146,24 @@ struct Queue {
     waiting: Vec<Waiting>,
     /// Waits queued or being checked (the thread takes them out of `waiting` to check them).
     in_flight: usize,
+    /// Of them, each tenant's.
+    tenants: HashMap<TenantKey, usize>,
     /// The wait thread runs (it clears this, under the lock, when it finds nothing left).
     running: bool,
+}
+
+impl Queue {
+    /// A wait of `tenant` was answered.
+    fn done(&mut self, tenant: davinci_driver_core::Tenant) {
+        self.in_flight -= 1;
+        let key = TenantKey(tenant);
+        if let Some(n) = self.tenants.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.tenants.remove(&key);
+            }
+        }
+    }
 }
 
 /// One device's queued waits, and what the wait thread needs: the device and its name.
@@ -160,10 +190,16 @@ impl Waits {
     /// Queues `w` and makes sure the device's wait thread looks at it.
     ///
     /// # Errors
-    /// [`MAX_WAITS_PER_DEVICE`] are in flight, or no wait thread could be started (the
-    /// caller answers the wait `EBUSY`).
+    /// The wait's tenant has its share ([`wait_share`]) in flight, [`MAX_WAITS_PER_DEVICE`]
+    /// are, or no wait thread could be started (the caller answers the wait `EBUSY`).
     pub(crate) fn queue(self: &Arc<Self>, w: Waiting) -> Result<(), QueueError> {
+        let slots = self.dev.config().tenant_slots;
+        let key = TenantKey(w.tenant);
         let mut q = self.locked();
+        let share = wait_share(slots);
+        if q.tenants.get(&key).is_some_and(|&n| n >= share) {
+            return Err(QueueError::TenantFull(share, slots));
+        }
         if q.in_flight >= MAX_WAITS_PER_DEVICE {
             return Err(QueueError::Full);
         }
@@ -177,6 +213,7 @@ impl Waits {
         }
         q.waiting.push(w);
         q.in_flight += 1;
+        *q.tenants.entry(key).or_insert(0) += 1;
         drop(q);
         // A thread asleep with older waits looks again now.
         self.dev.wake_waits();
@@ -196,7 +233,7 @@ impl Waits {
             .position(|w| Arc::ptr_eq(&w.owner, owner) && w.tag == tag)
         {
             let w = q.waiting.swap_remove(i);
-            q.in_flight -= 1;
+            q.done(w.tenant);
             drop(q);
             self.answer(w, Err(cancelled()));
         } else {
@@ -242,11 +279,15 @@ impl Waits {
                 }
                 fresh
             };
-            let answered = ended.len();
+            let tenants: Vec<_> = ended.iter().map(|(w, _)| w.tenant).collect();
             for (w, r) in ended {
                 self.answer(w, r);
             }
-            self.locked().in_flight -= answered;
+            let mut q = self.locked();
+            for t in tenants {
+                q.done(t);
+            }
+            drop(q);
             if fresh {
                 continue;
             }

@@ -68,6 +68,9 @@ fn start(tag: &str) -> Daemon {
         socket_dir: dir.into(),
         admin: AdminPolicy::default(),
         share_mode: ShareMode::Shared,
+        // One tenant (this process's user) may take the device's every wait: these tests
+        // are of the device's bounds; tenants' shares are `tenants.rs`'.
+        tenant_slots: 1,
         ..DaemonConfig::default()
     })
     .unwrap()

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
 		 v.memory_limit);
 	if (!strstr(davinci_last_error(), want))
 		FAIL("\"%s\" lacks \"%s\"", davinci_last_error(), want);
-	EXPECT(strstr(davinci_last_error(), "--client-memory-limit") != NULL);
+	EXPECT(strstr(davinci_last_error(), "--tenant-memory-limit") != NULL);
 	EXPECT(big == NULL);
 	davinci_buffer_free(buf);
 	davinci_context_destroy(ctx);
