@@ -122,6 +122,19 @@ impl Device {
         Ok(Self::from_backend(Box::new(b), info))
     }
 
+    /// Another client of the in-process device `mock`, as if opened by user `uid`: not an
+    /// admin and its own tenant, held to its own share of a shared device (docs/security.md,
+    /// "Tenants"). For tests of multi-tenant code on the embedded device; a real device
+    /// takes the user from the opener.
+    ///
+    /// # Errors
+    /// As [`attach`](Self::attach).
+    pub fn attach_as_user(mock: &crate::MockDevice, uid: u32) -> Result<Device> {
+        let b = backend::embedded::Embedded::open_as_user(mock.clone(), uid)?;
+        let info = backend::check_abi(&b)?;
+        Ok(Self::from_backend(Box::new(b), info))
+    }
+
     /// Opens the device at `path` as a client: `"/dev/davinciN"` (the kernel driver),
     /// `"mock:SOCKET"` (a `davinci-mockd` device) or `"embedded"` (a new in-process mock
     /// device). In exclusive mode a second client gets `EBUSY` naming the holder (pid,

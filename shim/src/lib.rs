@@ -168,4 +168,4 @@ pub use stats::DeviceStats;
 pub use stream::wait::{SpinWait, SPIN_LIMIT};
 pub use stream::{Stream, StreamOptions, TaskId};
 pub use task::{Element, Region, Task};
-pub use usage::{Held, Usage};
+pub use usage::{Held, Own, TenantKind, Usage};

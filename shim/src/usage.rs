@@ -1,21 +1,27 @@
-//! [`Device::usage`]: what this open holds against each of its limits (GET_USAGE, ABI 1.5):
-//! device memory, allocations, contexts, streams, events and exports, each held now and the
-//! most it may hold now. [`Device::memory_used`] counts every client's memory; this counts the
-//! caller's own, against the limit its next allocation meets.
+//! [`Device::usage`]: what this open's *tenant* (its container, else its user: the quotas of
+//! a shared device bind a tenant, docs/security.md) holds against each of its limits
+//! (GET_USAGE, ABI 1.5): device memory, allocations, contexts, streams, events and exports,
+//! each held now and the most it may hold now, and what this open holds of it.
+//! [`Device::memory_used`] counts every client's memory; this counts the caller's tenant's,
+//! against the limit its next allocation meets.
 #![forbid(unsafe_code)]
 
-use davinci_uapi::{Errno, Features, ShareMode, Usage as RawUsage, DRIVER_CMD_GET_USAGE};
+use davinci_uapi::{
+    Errno, Features, ShareMode, Usage as RawUsage, DRIVER_CMD_GET_USAGE, TENANT_CONTAINER,
+    TENANT_SLOTTED, TENANT_USER,
+};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 
-/// One limit: what the open holds now and the most it may hold now.
+/// One limit: what the open's tenant holds now and the most it may hold now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Held<T> {
     /// Held now.
     pub held: T,
-    /// The most it may hold now: the per-client quota while the device is shared, the whole
-    /// table (or the operator's memory limit) while it is exclusive.
+    /// The most it may hold now: the tenant's share while the device is shared (less for a
+    /// tenant without a slot: what the others' shares leave), the whole table (or the
+    /// operator's memory limit) while it is exclusive.
     pub limit: T,
 }
 
@@ -31,8 +37,9 @@ impl<T: Copy + core::ops::Sub<Output = T> + PartialOrd + Default> Held<T> {
     }
 }
 
-/// This open's usage against each of its limits ([`Device::usage`]). A snapshot: the share
-/// mode (and so the limits) may change, and the open's other threads create and destroy.
+/// This open's tenant's usage against each of its limits, and this open's own part of it
+/// ([`Device::usage`]). A snapshot: the share mode (and so the limits) may change, and the
+/// tenant's other opens and threads create and destroy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
     /// Device memory in bytes (imports are their exporter's, not counted here).
@@ -51,23 +58,82 @@ pub struct Usage {
     pub share_mode: Option<ShareMode>,
     /// This open's client id.
     pub client_id: u32,
+    /// What this open holds of the tenant's holdings above.
+    pub own: Own,
+    /// What the tenant is (`None`: a value this ABI does not know).
+    pub tenant: Option<TenantKind>,
+    /// Whether the tenant holds one of the device's tenant slots, so its share is kept for it
+    /// (a tenant without one gets only what the others' shares leave, and the next freed
+    /// slot).
+    pub slotted: bool,
+}
+
+/// What one open holds (part of its tenant's [`Usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Own {
+    /// Device memory in bytes.
+    pub memory: u64,
+    /// Allocations, imports included.
+    pub allocations: u32,
+    /// Contexts.
+    pub contexts: u32,
+    /// Streams.
+    pub streams: u32,
+    /// Events.
+    pub events: u32,
+    /// Exports.
+    pub exports: u32,
+}
+
+/// Who the quotas bind (docs/security.md, "Tenants").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantKind {
+    /// The client's user (outside containers).
+    User,
+    /// The client's container.
+    Container,
+}
+
+impl TenantKind {
+    /// `"user"` or `"container"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TenantKind::User => "user",
+            TenantKind::Container => "container",
+        }
+    }
 }
 
 impl From<RawUsage> for Usage {
     fn from(u: RawUsage) -> Usage {
         let held = |held, limit| Held { held, limit };
+        let f = u.tenant_flags;
         Usage {
             memory: Held {
-                held: u.memory_bytes,
+                held: u.tenant_memory_bytes,
                 limit: u.memory_limit,
             },
-            allocations: held(u.allocations, u.quota_allocations),
-            contexts: held(u.contexts, u.quota_contexts),
-            streams: held(u.streams, u.quota_streams),
-            events: held(u.events, u.quota_events),
-            exports: held(u.exports, u.quota_exports),
+            allocations: held(u.tenant_allocations, u.quota_allocations),
+            contexts: held(u.tenant_contexts, u.quota_contexts),
+            streams: held(u.tenant_streams, u.quota_streams),
+            events: held(u.tenant_events, u.quota_events),
+            exports: held(u.tenant_exports, u.quota_exports),
             share_mode: ShareMode::from_u32(u.share_mode),
             client_id: u.client_id,
+            own: Own {
+                memory: u.memory_bytes,
+                allocations: u.allocations,
+                contexts: u.contexts,
+                streams: u.streams,
+                events: u.events,
+                exports: u.exports,
+            },
+            tenant: match f & (TENANT_USER | TENANT_CONTAINER) {
+                TENANT_USER => Some(TenantKind::User),
+                TENANT_CONTAINER => Some(TenantKind::Container),
+                _ => None,
+            },
+            slotted: f & TENANT_SLOTTED != 0,
         }
     }
 }

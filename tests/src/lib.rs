@@ -53,6 +53,25 @@ pub fn control_of(dev: &Device) -> Result<davinci_shim::Control> {
     }
 }
 
+/// A client of the same device as `dev` that is another *tenant* (docs/security.md,
+/// "Tenants": the quotas bind a tenant, and this process's clients are all one): on the
+/// embedded backend a client of user `uid`; `None` elsewhere, where a tenant is another user
+/// or container, which takes another process (the noisy-neighbour suite runs those), with
+/// the reason said on stderr.
+pub fn other_tenant(dev: &Device, uid: u32) -> Option<Device> {
+    match dev.mock_device() {
+        Some(mock) => Some(Device::attach_as_user(mock, uid).expect("another user's client")),
+        None => {
+            eprintln!(
+                "{}: another tenant takes another user's process here; this test checks only \
+                 what one tenant sees",
+                backend_name()
+            );
+            None
+        }
+    }
+}
+
 /// A second client of the same device as `dev` (for isolation tests): on the embedded
 /// backend another open of the same in-process device; elsewhere another open of the path.
 pub fn second_client(dev: &Device) -> Result<Device> {

@@ -130,10 +130,31 @@ fn usage_layout_1_5() {
             ("quota_exports", 0x34),
             ("share_mode", 0x38),
             ("client_id", 0x3c),
-            ("reserved", 0x40),
+            ("tenant_memory_bytes", 0x40),
+            ("tenant_contexts", 0x48),
+            ("tenant_streams", 0x4c),
+            ("tenant_events", 0x50),
+            ("tenant_allocations", 0x54),
+            ("tenant_exports", 0x58),
+            ("tenant_flags", 0x5c),
         ]
     );
     assert_eq!(Features::USAGE.bits(), 1 << 15);
+    assert_eq!(
+        (TENANT_USER, TENANT_CONTAINER, TENANT_SLOTTED),
+        (1, 2, 4),
+        "the tenant values"
+    );
+    let c = STRUCTS
+        .iter()
+        .find(|s| s.c_name == "davinci_client_usage")
+        .expect("davinci_client_usage");
+    let kind = c.fields.iter().find(|f| f.name == "tenant_kind");
+    assert_eq!(
+        kind.map(|f| f.offset),
+        Some(0x0c),
+        "LIST_CLIENTS' tenant_kind"
+    );
 }
 
 #[test]

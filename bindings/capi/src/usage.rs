@@ -1,6 +1,8 @@
-//! `davinci_device_get_usage`: what this open holds against each of its limits (the shim's
+//! `davinci_device_get_usage`: what this open's tenant (its container, else its user: the
+//! quotas of a shared device bind a tenant) holds against each of its limits (the shim's
 //! `Device::usage`, GET_USAGE, ABI 1.5), in `<stdint.h>` types like `davinci_device_props`.
-//! `davinci_device_props.memory_used` counts every client's memory; this counts the caller's.
+//! `davinci_device_props.memory_used` counts every client's memory; this counts the caller's
+//! tenant's.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
@@ -10,13 +12,13 @@ use davinci_shim::Usage;
 use crate::device::davinci_device;
 use crate::ffi::{get, guard, put};
 
-/// This open's usage (`davinci_device_get_usage`): each limit as what it holds now and the
-/// most it may hold now (the per-client quota while the device is shared, the whole table,
-/// or the operator's memory limit, while it is exclusive).
+/// This open's tenant's usage (`davinci_device_get_usage`): each limit as what the tenant
+/// holds now and the most it may hold now (the tenant's share while the device is shared,
+/// the whole table, or the operator's memory limit, while it is exclusive).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct davinci_device_usage {
-    /// Device memory this open's allocations hold, in bytes (imports are their exporter's).
+    /// Device memory the tenant's allocations hold, in bytes (imports are their exporter's).
     pub memory_bytes: u64,
     /// Most device memory it may hold now, in bytes.
     pub memory_limit: u64,

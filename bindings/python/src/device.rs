@@ -130,11 +130,13 @@ impl Device {
         Ok(self.get("Device.client_id")?.client_id())
     }
 
-    /// This open's own usage against each of its limits (GET_USAGE, ABI 1.5), as a dict:
+    /// This open's tenant's usage against each of its limits (GET_USAGE, ABI 1.5; the quotas
+    /// of a shared device bind a tenant: the container, else the user), as a dict:
     /// `memory` (bytes), `allocations`, `contexts`, `streams`, `events` and `exports`, each
-    /// a `(held, limit)` pair (the limit: the per-client quota while the device is shared,
-    /// the whole table or the operator's memory limit while it is exclusive), with
-    /// `share_mode` and `client_id`. `memory_used()` is device-wide; this is the caller's.
+    /// a `(held, limit)` pair (what the tenant holds; the limit: the tenant's share while the
+    /// device is shared, the whole table or the operator's memory limit while it is
+    /// exclusive), with `share_mode`, `client_id`, `tenant` (`"user"` or `"container"`) and
+    /// `slotted` (whether the tenant holds a tenant slot). `memory_used()` is device-wide; this is the caller's.
     fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dev = self.get("Device.usage")?;
         let u = py.detach(|| dev.usage()).or_raise()?;
@@ -151,6 +153,8 @@ impl Device {
         }
         d.set_item("share_mode", u.share_mode.map(|m| m.name()))?;
         d.set_item("client_id", u.client_id)?;
+        d.set_item("tenant", u.tenant.map(|t| t.name()))?;
+        d.set_item("slotted", u.slotted)?;
         Ok(d)
     }
 

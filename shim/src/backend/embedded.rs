@@ -25,7 +25,23 @@ impl Embedded {
             Role::Client => davinci_mock_device::Role::Client,
             Role::Control => davinci_mock_device::Role::Control,
         };
-        match dev.open(local_open_params(r, true)) {
+        Self::open_with(dev, local_open_params(r, true))
+    }
+
+    /// Opens `dev` as a client of another user, `uid`: not an admin, its own tenant (a test
+    /// of multi-tenant code in one process).
+    pub(crate) fn open_as_user(dev: MockDevice, uid: u32) -> Result<Self> {
+        let params = davinci_mock_device::OpenParams {
+            uid,
+            admin: false,
+            tenant: davinci_mock_device::Tenant::User(uid),
+            ..local_open_params(davinci_mock_device::Role::Client, false)
+        };
+        Self::open_with(dev, params)
+    }
+
+    fn open_with(dev: MockDevice, params: davinci_mock_device::OpenParams) -> Result<Self> {
+        match dev.open(params) {
             Ok(client) => Ok(Self { dev, client }),
             Err(e) => {
                 let msg = match e.holder {

@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use davinci_shim::{Device, Errno, ExportTo, Features, Held};
-use davinci_tests::control_of;
+use davinci_tests::{control_of, other_tenant};
 
 use super::isolation::shared_pair;
 
@@ -27,7 +27,7 @@ fn assert_quota_refusal<T: std::fmt::Debug>(r: davinci_shim::Result<T>, kind: &s
         "quota".to_string(),
         "asked 1".to_string(),
         format!("holds {quota}, quota {quota}"),
-        format!("--client-quota {kind}=N"),
+        format!("--tenant-quota {kind}=N"),
         format!("quota_{kind}"),
     ] {
         assert!(
@@ -132,9 +132,14 @@ fn a_shared_device_holds_a_client_to_the_quota_get_info_reports() {
     }
     assert_eq!(held(&b, "contexts").held, q.0, "usage counts every context");
     assert_quota_refusal(b.create_context(), "contexts", q.0);
-    let a_ctx = a
-        .create_context()
-        .expect("another tenant is not held back by B's quota");
+    // A, of B's tenant (this process's user), is held by the same quota...
+    assert_quota_refusal(a.create_context(), "contexts", q.0);
+    // ... another tenant is not.
+    let other = other_tenant(&a, 9001);
+    let a_ctx = other.as_ref().map(|o| {
+        o.create_context()
+            .expect("another tenant is not held back by B's quota")
+    });
     // Streams and events on B's first context, up to their quotas.
     let mut streams = Vec::new();
     for i in 0..q.1 {
@@ -170,10 +175,12 @@ fn a_shared_device_holds_a_client_to_the_quota_get_info_reports() {
         "usage counts every allocation"
     );
     assert_quota_refusal(b.alloc(page), "allocations", q.3);
-    // A is not held back by any of it.
-    a_ctx.create_stream().expect("A's stream");
-    a_ctx.create_event().expect("A's event");
-    a.alloc(page).expect("A's allocation");
+    // Another tenant is not held back by any of it.
+    if let (Some(o), Some(ctx)) = (&other, &a_ctx) {
+        ctx.create_stream().expect("another tenant's stream");
+        ctx.create_event().expect("another tenant's event");
+        o.alloc(page).expect("another tenant's allocation");
+    }
 
     // Giving one back makes room for one more, and usage says so.
     drop(streams.pop());
@@ -221,7 +228,7 @@ fn the_memory_limit_refusal_carries_the_numbers_usage_reports() {
         format!("asked {over}"),
         format!("holds {}", u.held),
         format!("limit {}", u.limit),
-        "--client-memory-limit".to_string(),
+        "--tenant-memory-limit".to_string(),
         "memory_mb".to_string(),
     ] {
         assert!(text.contains(&part), "the refusal says '{part}': {e}");

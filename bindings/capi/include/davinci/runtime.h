@@ -430,13 +430,13 @@ typedef struct davinci_completion {
 typedef void (*davinci_host_fn)(void *user, int status);
 
 /**
- * This open's usage (`davinci_device_get_usage`): each limit as what it holds now and the
- * most it may hold now (the per-client quota while the device is shared, the whole table,
- * or the operator's memory limit, while it is exclusive).
+ * This open's tenant's usage (`davinci_device_get_usage`): each limit as what the tenant
+ * holds now and the most it may hold now (the tenant's share while the device is shared,
+ * the whole table, or the operator's memory limit, while it is exclusive).
  */
 typedef struct davinci_device_usage {
     /**
-     * Device memory this open's allocations hold, in bytes (imports are their exporter's).
+     * Device memory the tenant's allocations hold, in bytes (imports are their exporter's).
      */
     uint64_t memory_bytes;
     /**

@@ -10,7 +10,7 @@ use davinci_shim::{
     Completion, Control, Device, DeviceMem, Errno, MockConfig, StreamOptions, TaskDesc,
 };
 use davinci_tests::mockd::Mockd;
-use davinci_tests::{backend_name, control_of, open_backend, second_client};
+use davinci_tests::{backend_name, control_of, open_backend, other_tenant, second_client};
 use davinci_uapi::{WaitEventArgs, WaitKind, Wire, DRIVER_CMD_WAIT_EVENT};
 
 use super::{backend, shared_pair, usage_of, wait_arg, wait_until, Backend, SharedMode, FILL_MAX};
@@ -45,9 +45,12 @@ fn limited_pair() -> (Option<Mockd>, SharedMode, Device, Device) {
         None => control_of(&a).unwrap(),
     };
     let shared = SharedMode::enable(ctl);
-    let b = match &daemon {
-        Some(d) => Device::open(&d.path(0)).unwrap(),
-        None => second_client(&a).unwrap(),
+    // B: another tenant where one process can make one (embedded), else another open of
+    // A's tenant (the quotas bind a tenant: docs/security.md).
+    let b = match (&daemon, other_tenant(&a, 9001)) {
+        (_, Some(b)) => b,
+        (Some(d), None) => Device::open(&d.path(0)).unwrap(),
+        (None, None) => second_client(&a).unwrap(),
     };
     (daemon, shared, a, b)
 }
@@ -165,7 +168,14 @@ fn memory_exhaustion_is_per_client_and_recoverable() {
     s.synchronize(T).unwrap();
     assert_eq!(held[0].read_vec::<u32>(chunk - 4, 1).unwrap(), vec![0x600d]);
 
-    if per_client {
+    let same_tenant = b.usage().is_ok_and(|u| u.memory.held == used);
+    if per_client && same_tenant {
+        // B is A's tenant: A's holdings are its too, and it gets nothing more.
+        let e = b.alloc(page).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ENOMEM), "{e}");
+        drop(held.pop());
+        b.alloc(chunk).expect("B allocates what A freed");
+    } else if per_client {
         // B is not starved by A: it gets its own limit (or what the device has left).
         let b_room = limit.min(info.memory_size - info.memory_used - used);
         let (b_held, b_err) = alloc_until_refused(&b, chunk);

@@ -102,7 +102,17 @@ fn two_hundred_fifty_six_killed_clients_leave_the_device_at_its_baseline() {
             return;
         }
         Backend::Mockd => {
-            let d = Mockd::start(&["--memory", "64M"]).expect("start davinci-mockd");
+            // These clients are one tenant (this user): its share is every table and the
+            // whole memory, so all 256 fit.
+            let d = Mockd::start(&[
+                "--memory",
+                "64M",
+                "--tenant-quota",
+                "contexts=256,streams=256,allocations=1024",
+                "--tenant-memory-limit",
+                "64M",
+            ])
+            .expect("start davinci-mockd");
             let path = d.path(0);
             KillTarget {
                 daemon: Some(d),
@@ -160,15 +170,27 @@ fn two_hundred_fifty_six_killed_clients_leave_the_device_at_its_baseline() {
 
     // 256 processes started together.
     let t0 = Instant::now();
-    let (attached, refused) = start_parked(path, KILL_CLIENTS);
+    // The clients are processes of one user, one tenant: as many as its share of the
+    // device's tables and memory takes (each holds a context, a stream and 64 KiB), all 256
+    // on mockd (whose share here is the whole device), a quarter on the kernel module (its
+    // default 4 tenant slots).
+    let share = [
+        base.quota_contexts as usize,
+        base.quota_streams as usize,
+        base.quota_allocations as usize,
+        base.quota_events as usize,
+        (base.client_memory_limit / 65536) as usize,
+    ];
+    let n = share.into_iter().fold(KILL_CLIENTS, usize::min);
+    let (attached, refused) = start_parked(path, n);
     assert!(
         refused.is_empty(),
-        "{KILL_CLIENTS} at once: {} refused, e.g. {:?}",
+        "{n} at once: {} refused, e.g. {:?}",
         refused.len(),
         refused.iter().take(3).collect::<Vec<_>>()
     );
     let listed = ctl.clients().unwrap();
-    assert_eq!(listed.len(), KILL_CLIENTS, "clients listed");
+    assert_eq!(listed.len(), n, "clients listed");
     for c in &attached {
         let u = listed
             .iter()
@@ -181,21 +203,21 @@ fn two_hundred_fifty_six_killed_clients_leave_the_device_at_its_baseline() {
             c.pid
         );
     }
-    assert_eq!(ctl.info().unwrap().clients as usize, KILL_CLIENTS);
+    assert_eq!(ctl.info().unwrap().clients as usize, n);
     // Work in flight: each stream's EVENT_WAIT taken (it blocks), its 8 FILLs queued.
     wait_until(
         "every client's EVENT_WAIT is taken, 8 FILLs queued",
         T,
         || {
             let listed = ctl.clients().unwrap();
-            listed.len() == KILL_CLIENTS && listed.iter().all(|u| u.tasks_queued == 8)
+            listed.len() == n && listed.iter().all(|u| u.tasks_queued == 8)
         },
     );
     let attach_secs = t0.elapsed().as_secs_f64();
     kill_all(attached);
     back_to_baseline("256 clients were killed");
     eprintln!(
-        "isolation: {KILL_CLIENTS} clients attached at once in {attach_secs:.1} s and killed \
+        "isolation: {n} clients attached at once in {attach_secs:.1} s and killed \
          on {}, back to the baseline in {:.1} s in all",
         backend_name(),
         t0.elapsed().as_secs_f64()
