@@ -129,6 +129,7 @@ impl Device {
     ///
     /// # Errors
     /// As [`attach`](Self::attach).
+    #[cfg(feature = "embedded")]
     pub fn attach_as_user(mock: &crate::MockDevice, uid: u32) -> Result<Device> {
         let b = backend::embedded::Embedded::open_as_user(mock.clone(), uid)?;
         let info = backend::check_abi(&b)?;

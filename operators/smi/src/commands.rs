@@ -64,6 +64,7 @@ pub(crate) fn client_json(u: &ClientUsage) -> ClientJson {
         pid: u.pid,
         uid: u.uid,
         container_id: printable_field(&u.container),
+        tenant: tenant_of(u),
         contexts: u.contexts,
         streams: u.streams,
         events: u.events,
@@ -258,6 +259,24 @@ pub(crate) fn share(targets: &[Target]) -> Report {
     report(Body::Share { devices }, &errors, text)
 }
 
+/// Whose quotas bind client `u`: `user:UID`, `container:ID`, or empty (a driver before 1.5).
+pub(crate) fn tenant_of(u: &ClientUsage) -> String {
+    match u.tenant_kind {
+        davinci_uapi::TENANT_USER => format!("user:{}", u.uid),
+        davinci_uapi::TENANT_CONTAINER => format!("container:{}", printable_field(&u.container)),
+        _ => String::new(),
+    }
+}
+
+/// The tenant as the usage table shows it: `user 1000`, `ctr 3f1c2b8e9a7d`, `-`.
+fn short_tenant(t: &str) -> String {
+    match t.split_once(':') {
+        Some(("user", uid)) => format!("user {uid}"),
+        Some(("container", id)) => format!("ctr {}", id.chars().take(12).collect::<String>()),
+        _ => "-".into(),
+    }
+}
+
 pub(crate) fn short_container(c: &str) -> String {
     if c.is_empty() {
         "-".into()
@@ -297,6 +316,7 @@ pub(crate) fn usage(targets: &[Target]) -> Report {
                                 dash_if_empty(&c.process_name),
                                 c.uid.to_string(),
                                 short_container(&c.container_id),
+                                short_tenant(&c.tenant),
                                 c.contexts.to_string(),
                                 c.streams.to_string(),
                                 c.events.to_string(),
@@ -314,6 +334,7 @@ pub(crate) fn usage(targets: &[Target]) -> Report {
                             "Process",
                             "UID",
                             "Container",
+                            "Tenant",
                             "Contexts",
                             "Streams",
                             "Events",

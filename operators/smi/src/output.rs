@@ -98,6 +98,9 @@ pub struct ClientJson {
     pub uid: u32,
     /// Container id from the process's cgroup (empty string on the host).
     pub container_id: String,
+    /// Whose quotas bind the client (ABI 1.5, docs/security.md "Tenants"): `user:UID` or
+    /// `container:ID`; empty from an older driver.
+    pub tenant: String,
     /// Contexts held.
     pub contexts: u32,
     /// Streams held.

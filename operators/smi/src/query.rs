@@ -90,6 +90,7 @@ pub(crate) const USAGE_FIELDS: &[Field<UsageRow>] = &[
     Field { name: "uid", unit: None, help: "user id of the client", get: |r| Some(r.client.uid.to_string()) },
     Field { name: "process_name", unit: None, help: "process name (comm) of the client", get: |r| Some(r.client.process_name.clone()) },
     Field { name: "container_id", unit: None, help: "container id (empty on the host)", get: |r| Some(r.client.container_id.clone()) },
+    Field { name: "tenant", unit: None, help: "whose quotas bind the client: user:UID or container:ID", get: |r| Some(r.client.tenant.clone()) },
     Field { name: "contexts", unit: None, help: "contexts held", get: |r| Some(r.client.contexts.to_string()) },
     Field { name: "streams", unit: None, help: "streams held", get: |r| Some(r.client.streams.to_string()) },
     Field { name: "events", unit: None, help: "events held", get: |r| Some(r.client.events.to_string()) },

@@ -120,6 +120,11 @@ pub(crate) fn usage_of(pid: u32, container: &str, mem: u64) -> ClientUsage {
         tasks_completed: 9,
         tasks_queued: 1,
         comm: ClientUsage::comm_field(&format!("proc{pid}")),
+        tenant_kind: if container.is_empty() {
+            davinci_uapi::TENANT_USER
+        } else {
+            davinci_uapi::TENANT_CONTAINER
+        },
         ..ClientUsage::default()
     };
     u.container[..container.len()].copy_from_slice(container.as_bytes());
