@@ -104,7 +104,7 @@ scrape_configs:
       - targets: ["127.0.0.1:9464"]
 YML
 cp $P/prometheus.yml out/prom-config.txt
-davinci-exporter > out/exporter-log.txt 2>&1 &
+davinci-exporter --client-series > out/exporter-log.txt 2>&1 &
 EPID=$!
 prometheus --config.file=$P/prometheus.yml --storage.tsdb.path=$P/data \
     --web.listen-address=127.0.0.1:9090 > $P/log.txt 2>&1 &
