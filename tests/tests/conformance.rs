@@ -62,6 +62,10 @@ mod patterns;
 #[path = "conformance/neighbours.rs"]
 mod neighbours;
 
+/// New streams beside clients churning theirs (issue 41): every one is served.
+#[path = "conformance/churn.rs"]
+mod churn;
+
 fn dev() -> Device {
     open_default().expect("open the test device")
 }
