@@ -12,7 +12,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +42,9 @@ pub(crate) struct PollerSet {
     /// Set when the poller is retired (it served no stream and was one more than
     /// `config.pollers`): it returns at its next look.
     pub(crate) retired: AtomicBool,
+    /// While the poller sleeps: how many words it sleeps on (the kick word and its idle
+    /// streams' doorbells); 0 while it runs. For tests.
+    pub(crate) sleeping_on: AtomicUsize,
 }
 
 /// A poller thread and its streams.
