@@ -77,7 +77,9 @@ impl Opener for ShimOpener {
             Ok(c) => Ok(Box::new(c)),
             Err(e) => {
                 let mut e = SmiError::from(e);
-                if let (Some(Errno::EPERM | Errno::EACCES), Some(sock)) =
+                // EPERM: the socket's own permissions (explained below). EACCES is the
+                // client's trust rule refusing the socket, whose message says why already.
+                if let (Some(Errno::EPERM), Some(sock)) =
                     (e.errno, path.strip_prefix("mock:"))
                 {
                     let why = permission_reason(
