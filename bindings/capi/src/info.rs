@@ -57,8 +57,8 @@ pub struct davinci_device_props {
     /// another opcode fails with `EBADMSG`. Valid with `DAVINCI_FEAT_OPCODE_MASK`
     ///. ABI 1.1.
     pub opcodes: u32,
-    /// Most contexts the caller may hold at once now: the per-client quota while the
-    /// device is shared, `max_contexts` while it is exclusive. Valid with
+    /// Most contexts the caller's tenant (its container, else its user) may hold at once
+    /// now: the tenant's share while the device is shared, `max_contexts` while it is exclusive. Valid with
     /// `DAVINCI_FEAT_QUOTAS`. ABI 1.4.
     pub quota_contexts: u32,
     /// Most streams the caller may hold at once now (as `quota_contexts`).

@@ -19,7 +19,7 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
         "2",
         "--memory",
         "64M",
-        "--client-memory-limit",
+        "--tenant-memory-limit",
         "32M",
     ])
     .unwrap();

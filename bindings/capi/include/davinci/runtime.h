@@ -253,8 +253,8 @@ typedef struct davinci_device_props {
      */
     uint32_t opcodes;
     /**
-     * Most contexts the caller may hold at once now: the per-client quota while the
-     * device is shared, `max_contexts` while it is exclusive. Valid with
+     * Most contexts the caller's tenant (its container, else its user) may hold at once
+     * now: the tenant's share while the device is shared, `max_contexts` while it is exclusive. Valid with
      * `DAVINCI_FEAT_QUOTAS`. ABI 1.4.
      */
     uint32_t quota_contexts;

@@ -17,7 +17,7 @@ use super::{backend, shared_pair, usage_of, wait_arg, wait_until, Backend, Share
 use crate::{assert_works, dev, poll_all, T};
 
 /// A device whose clients have a memory limit below the device's, where the backend allows
-/// one: embedded (`MockConfig`), mockd (a daemon of its own with `--client-memory-limit`;
+/// one: embedded (`MockConfig`), mockd (a daemon of its own with `--tenant-memory-limit`;
 /// the shared test daemon has none). The kernel module has no per-client limit
 /// (`client_memory_limit` is the whole device): its device as it is.
 fn limited_pair() -> (Option<Mockd>, SharedMode, Device, Device) {
@@ -33,7 +33,7 @@ fn limited_pair() -> (Option<Mockd>, SharedMode, Device, Device) {
             (None, open_backend("embedded", cfg).unwrap())
         }
         Backend::Mockd => {
-            let d = Mockd::start(&["--memory", "64M", "--client-memory-limit", "16M"])
+            let d = Mockd::start(&["--memory", "64M", "--tenant-memory-limit", "16M"])
                 .expect("start davinci-mockd");
             let a = Device::open(&d.path(0)).unwrap();
             (Some(d), a)
