@@ -355,6 +355,7 @@ pub fn main() -> i32 {
         devices = cfg.devices,
         dir = %dir,
         share_mode = %cfg.share_mode,
+        tenant_slots = cfg.tenant_slots,
         admins = %cfg.admin.describe(),
         "davinci-mockd ready"
     );
