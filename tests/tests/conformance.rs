@@ -62,6 +62,10 @@ mod patterns;
 #[path = "conformance/neighbours.rs"]
 mod neighbours;
 
+/// Hoarders of many uids and opens leave another tenant its share (issue 41, item 6).
+#[path = "conformance/hoarders.rs"]
+mod hoarders;
+
 /// New streams beside clients churning theirs (issue 41): every one is served.
 #[path = "conformance/churn.rs"]
 mod churn;

@@ -17,14 +17,26 @@
 //!   reopened as the daemon closes them;
 //! * `tables`: one open that takes all it may of contexts, streams, events and allocations;
 //! * `memory`: allocations of 1 MiB until refused, then every byte of them written through the
-//!   client's own mappings, round after round.
+//!   client's own mappings, round after round;
+//! * `hoard` (issue 41): one process of a tenant spread over several processes and uids:
+//!   client opens until refused (at most `--opens N`, 40 by default, so that the tenant's
+//!   other processes get some), then over all of them memory (its tenant's share over its
+//!   allocation quota per allocation, so both run out together), exports, contexts, streams
+//!   and events, each until refused (`ENOSPC`/`ENOMEM`; any other error fails); reports what
+//!   it holds and its tenant's usage, and holds it all. With `--gate` it first waits for a
+//!   line on stdin (the test moves it into a cgroup meanwhile);
+//! * `victim`: not an attack: the quiet tenant beside hoarders (issue 41). It opens, creates
+//!   one of every object (context, stream, event, allocation, export), allocates the rest of
+//!   its tenant's memory share, then times 300 NOP round trips and 300 control calls
+//!   (CREATE + DESTROY_CONTEXT) and reports `{"event":"done",...}` with its usage and the
+//!   figures (milliseconds), and exits. Any step refused is `{"event":"error"}`.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
-    task, Control, Device, DeviceMem, Errno, Region, StreamOptions, Task, TaskDesc,
+    task, Control, Device, DeviceMem, Errno, ExportTo, Region, StreamOptions, Task, TaskDesc,
 };
 use serde_json::json;
 
@@ -253,14 +265,200 @@ fn memory(path: &str) -> ! {
     }
 }
 
+/// Whether `e` is a bound's refusal (the tenant's share, or the device's room).
+fn refused(e: &davinci_shim::Error) -> bool {
+    matches!(e.errno(), Some(Errno::ENOSPC | Errno::ENOMEM))
+}
+
+/// Takes objects (`take(i)`, `None`: nothing left to take one from) until a bound refuses
+/// one; any other error fails.
+fn until_refused<T>(
+    what: &str,
+    mut take: impl FnMut(usize) -> Option<davinci_shim::Result<T>>,
+) -> Vec<T> {
+    let mut got = Vec::new();
+    loop {
+        match take(got.len()) {
+            None => return got,
+            Some(Ok(t)) => got.push(t),
+            Some(Err(e)) if refused(&e) => return got,
+            Some(Err(e)) => fail(format!("{what} {}: {e}", got.len())),
+        }
+        if got.len() > 1 << 16 {
+            fail(format!("65536 {what} and none refused"));
+        }
+    }
+}
+
+fn hoard(path: &str, most_opens: usize) -> ! {
+    let mut devs = Vec::new();
+    let mut open_refused = None;
+    while devs.len() < most_opens {
+        match Device::open(path) {
+            Ok(d) => devs.push(d),
+            Err(e) if refused(&e) => {
+                open_refused = Some(e.to_string());
+                break;
+            }
+            Err(e) => fail(format!("client open {}: {e}", devs.len())),
+        }
+    }
+    let Some(first) = devs.first() else {
+        say(json!({"event": "ready", "opens": 0, "open_refused": open_refused}));
+        loop {
+            std::thread::park();
+        }
+    };
+    let u = first.usage().unwrap_or_else(|e| fail(e));
+    let align = u64::from(first.info().mem_align.max(4096));
+    // Its tenant's memory and allocations run out together.
+    let chunk = (u.memory.limit / u64::from(u.allocations.limit.max(1)) / align * align).max(align);
+    let n = devs.len();
+    let bufs = until_refused("allocations", |i| Some(devs[i % n].alloc(chunk as usize)));
+    let exports = until_refused("exports", |i| {
+        bufs.get(i).map(|b| b.export(ExportTo::SameUser))
+    });
+    let contexts = until_refused("contexts", |i| Some(devs[i % n].create_context()));
+    let c = contexts.len().max(1);
+    let streams = until_refused("streams", |i| {
+        contexts
+            .get(i % c)
+            .map(|x| x.create_stream_with(StreamOptions::depths(8, 8)))
+    });
+    let events = until_refused("events", |i| contexts.get(i % c).map(|x| x.create_event()));
+    let t = first.usage().unwrap_or_else(|e| fail(e));
+    say(json!({
+        "event": "ready",
+        "opens": n,
+        "open_refused": open_refused,
+        "allocations": bufs.len(),
+        "memory": bufs.len() as u64 * chunk,
+        "exports": exports.len(),
+        "contexts": contexts.len(),
+        "streams": streams.len(),
+        "events": events.len(),
+        "tenant": {
+            "kind": t.tenant.map(|k| k.name()),
+            "slotted": t.slotted,
+            "memory": [t.memory.held, t.memory.limit],
+            "allocations": [t.allocations.held, t.allocations.limit],
+            "exports": [t.exports.held, t.exports.limit],
+            "contexts": [t.contexts.held, t.contexts.limit],
+            "streams": [t.streams.held, t.streams.limit],
+            "events": [t.events.held, t.events.limit],
+        },
+    }));
+    loop {
+        std::thread::park();
+    }
+}
+
+/// `p` (0..=1) of `v`, in milliseconds.
+fn pct_ms(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i].as_secs_f64() * 1e3
+}
+
+fn victim(path: &str) -> ! {
+    const T: Duration = Duration::from_secs(60);
+    let step =
+        |what: &str, e: davinci_shim::Error| -> ! { fail(format!("the victim's {what}: {e}")) };
+    let dev = Device::open(path).unwrap_or_else(|e| step("open", e));
+    let ctx = dev.create_context().unwrap_or_else(|e| step("context", e));
+    let mut s = ctx.create_stream().unwrap_or_else(|e| step("stream", e));
+    let ev = ctx.create_event().unwrap_or_else(|e| step("event", e));
+    ev.record(&mut s)
+        .unwrap_or_else(|e| step("event record", e));
+    s.synchronize(T)
+        .unwrap_or_else(|e| step("event record's run", e));
+    let align = dev.info().mem_align.max(4096) as u64;
+    let one = dev
+        .alloc(align as usize)
+        .unwrap_or_else(|e| step("allocation", e));
+    let token = one
+        .export(ExportTo::SameUser)
+        .unwrap_or_else(|e| step("export", e));
+    // The rest of its tenant's memory share: in one allocation if it can, else in halves.
+    let u = dev.usage().unwrap_or_else(|e| step("GET_USAGE", e));
+    let mut room = u.memory.room() / align * align;
+    let (mut chunk, mut rest, mut halvings) = (room, Vec::new(), 0u32);
+    while room >= align && chunk >= align {
+        match dev.alloc(chunk as usize) {
+            Ok(b) => {
+                rest.push(b);
+                room -= chunk;
+                chunk = chunk.min(room);
+            }
+            Err(e) if refused(&e) => {
+                chunk = chunk / 2 / align * align;
+                halvings += 1;
+            }
+            Err(e) => step("memory share", e),
+        }
+    }
+    let after = dev.usage().unwrap_or_else(|e| step("GET_USAGE", e));
+    let mut nop: Vec<Duration> = (0..300u64)
+        .map(|i| {
+            let t0 = Instant::now();
+            s.submit(&task::nop().with_user_data(i))
+                .unwrap_or_else(|e| step("NOP", e));
+            s.synchronize(T).unwrap_or_else(|e| step("NOP's run", e));
+            t0.elapsed()
+        })
+        .collect();
+    let mut control: Vec<Duration> = (0..300)
+        .map(|_| {
+            let t0 = Instant::now();
+            drop(
+                dev.create_context()
+                    .unwrap_or_else(|e| step("control call", e)),
+            );
+            t0.elapsed()
+        })
+        .collect();
+    say(json!({
+        "event": "done",
+        "slotted": after.slotted,
+        "memory": [after.memory.held, after.memory.limit],
+        "allocations": after.allocations.held,
+        "own": [after.own.contexts, after.own.streams, after.own.events, after.own.allocations,
+                after.own.exports],
+        "halvings": halvings,
+        "export": token.to_string(),
+        "samples": nop.len(),
+        "nop_ms": [pct_ms(&mut nop, 0.5), pct_ms(&mut nop, 0.99), pct_ms(&mut nop, 1.0)],
+        "control_ms": [pct_ms(&mut control, 0.5), pct_ms(&mut control, 0.99),
+                       pct_ms(&mut control, 1.0)],
+    }));
+    drop((rest, one, ev, s, ctx, dev));
+    std::process::exit(0);
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: davinci-attacker fills|waits|opens|pre-hello|tables|memory --device PATH";
+    let usage = "usage: davinci-attacker fills|waits|opens|pre-hello|tables|memory|hoard|victim \
+                 --device PATH [--opens N] [--gate]";
     let mode = args.next().unwrap_or_else(|| fail(usage));
-    let path = match (args.next().as_deref(), args.next()) {
-        (Some("--device"), Some(p)) => p,
-        _ => fail(usage),
-    };
+    let (mut path, mut most_opens, mut gate) = (None, 40usize, false);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--device" => path = Some(args.next().unwrap_or_else(|| fail(usage))),
+            "--opens" => {
+                most_opens = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| fail(usage))
+            }
+            "--gate" => gate = true,
+            _ => fail(usage),
+        }
+    }
+    let path = path.unwrap_or_else(|| fail(usage));
+    if gate {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+    }
     match mode.as_str() {
         "fills" => fills(&path),
         "waits" => waits(&path),
@@ -268,6 +466,8 @@ fn main() {
         "pre-hello" => pre_hello(&path),
         "tables" => tables(&path),
         "memory" => memory(&path),
+        "hoard" => hoard(&path, most_opens),
+        "victim" => victim(&path),
         other => fail(format!("unknown pattern '{other}'; {usage}")),
     }
 }

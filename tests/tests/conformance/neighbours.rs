@@ -35,7 +35,7 @@ use super::isolation::SharedMode;
 const ATTACKER_ID: u32 = 65534;
 /// How long a report, a tool or the return to baseline may take before the test fails (a
 /// hang, not a speed claim).
-const LONG: Duration = Duration::from_secs(60);
+pub(super) const LONG: Duration = Duration::from_secs(60);
 
 /// A `davinci-attacker` process and its JSON-line reports.
 struct Attacker {
@@ -215,7 +215,7 @@ fn measure(path: &str, ctl: &Control) -> Figures {
 
 /// The device's state that must come back: clients and memory (GET_INFO), the objects
 /// (GET_COUNTERS), and no client listed.
-fn state(ctl: &Control) -> (u32, u64, [u32; 4], usize) {
+pub(super) fn state(ctl: &Control) -> (u32, u64, [u32; 4], usize) {
     let i = ctl.info().expect("GET_INFO");
     let c = ctl.counters().expect("GET_COUNTERS");
     (
