@@ -79,9 +79,7 @@ impl Opener for ShimOpener {
                 let mut e = SmiError::from(e);
                 // EPERM: the socket's own permissions (explained below). EACCES is the
                 // client's trust rule refusing the socket, whose message says why already.
-                if let (Some(Errno::EPERM), Some(sock)) =
-                    (e.errno, path.strip_prefix("mock:"))
-                {
+                if let (Some(Errno::EPERM), Some(sock)) = (e.errno, path.strip_prefix("mock:")) {
                     let why = permission_reason(
                         Path::new(sock),
                         FileFacts::of(Path::new(sock)),

@@ -88,13 +88,29 @@ fn usage_lists_clients() {
     assert_eq!(c["tasks_completed"], 9);
     let (_, text, _) = smi(&w, &a[..a.len() - 1]);
     assert!(text.contains("| 100 "), "{text}");
-    assert!(text.contains("Tenant") && text.contains("ctr abcdef012345"), "{text}");
+    assert!(
+        text.contains("Tenant") && text.contains("ctr abcdef012345"),
+        "{text}"
+    );
     // The query vocabulary has the tenant too.
     let mut q = BOTH.to_vec();
-    q.extend(["info", "-t", "usage", "-i", "0", "--query", "pid,tenant", "--format", "csv"]);
+    q.extend([
+        "info",
+        "-t",
+        "usage",
+        "-i",
+        "0",
+        "--query",
+        "pid,tenant",
+        "--format",
+        "csv",
+    ]);
     let (code, csv, err) = smi(&w, &q);
     assert_eq!(code, 0, "{err}");
-    assert!(csv.contains("100, container:abcdef0123456789abcdef"), "{csv}");
+    assert!(
+        csv.contains("100, container:abcdef0123456789abcdef"),
+        "{csv}"
+    );
 }
 
 #[test]
