@@ -94,11 +94,9 @@ impl Quota {
     pub const fn for_slots(slots: u32) -> Quota {
         let n = if slots == 0 { 1 } else { slots as usize };
         const fn part(size: usize, n: usize) -> u32 {
-            let p = size / n;
-            if p == 0 {
-                1
-            } else {
-                p as u32
+            match size.checked_div(n) {
+                Some(p) if p > 0 => p as u32,
+                _ => 1,
             }
         }
         Quota {

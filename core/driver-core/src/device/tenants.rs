@@ -167,7 +167,12 @@ impl<P: Platform> DeviceCore<P> {
             Kind::Held(Holding::Allocations) => q.allocations.into(),
             Kind::Held(Holding::Exports) => q.exports.into(),
             Kind::Memory => self.tenant_memory_share(),
-            Kind::Opens => (MAX_CLIENT_OPENS as u64 / u64::from(self.tenant_slots)).max(1),
+            // `checked_div`: no panic path (the kernel's objtool refuses one); the slots are
+            // never 0 (`set_tenant_slots`).
+            Kind::Opens => (MAX_CLIENT_OPENS as u64)
+                .checked_div(u64::from(self.tenant_slots))
+                .unwrap_or(MAX_CLIENT_OPENS as u64)
+                .max(1),
         }
     }
 
@@ -176,7 +181,9 @@ impl<P: Platform> DeviceCore<P> {
     pub(crate) fn tenant_memory_share(&self) -> u64 {
         let size = self.memory.size();
         match self.config.client_memory_limit {
-            0 => size / u64::from(self.tenant_slots),
+            0 => size
+                .checked_div(u64::from(self.tenant_slots))
+                .unwrap_or(size),
             l => l.min(size),
         }
     }
