@@ -14,14 +14,21 @@
 //! device: it runs against `davinci-mockd` (its own daemon, so the counts are this test's)
 //! and the kernel module in QEMU; elsewhere it prints why and passes.
 //!
-//! Latencies are printed (one `neighbours:` line per pattern, the figures docs/security.md
-//! quotes), never asserted: speed is the bench's to claim (`davinci-bench --filter noisy`).
+//! Beside every pattern another unprivileged tenant too (`davinci-attacker victim`, as uid
+//! 61010, conformance/hoarders.rs) must open, create one of every object and allocate its
+//! whole memory share, with its NOP round-trip p99 ≤ 5 ms and control-call p99 ≤ 50 ms: the
+//! bounds issue 41 states, where this machine shows them with no attacker (not beside the
+//! kernel's `fills`, over them under QEMU's emulation: printed). The quiet tenant's latencies are printed (one `neighbours:` line per
+//! pattern, the figures docs/security.md quotes), not asserted: speed is the bench's to
+//! claim (`davinci-bench --filter noisy`).
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use davinci_shim::{Control, Device};
@@ -29,6 +36,7 @@ use davinci_tests::backend_name;
 use davinci_tests::mockd::{bin, Mockd};
 use serde_json::Value;
 
+use super::hoarders::{bounds_hold_alone, victim_beside, TIMING, VICTIM_UID};
 use super::isolation::SharedMode;
 
 /// The attacker's user and group: `nobody`, another tenant than this test's root.
@@ -241,6 +249,7 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
         eprintln!("neighbours: skipped: not root, so the attacker cannot run as another user");
         return;
     }
+    let _timing = TIMING.lock().unwrap_or_else(PoisonError::into_inner);
     // The daemon: its own, shared, that uid 65534 may reach.
     let daemon = (backend == "mockd").then(|| {
         Mockd::start(&["--share-mode", "shared", "--socket-group", "65534"])
@@ -250,10 +259,14 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
         Some(d) => d.path(0),
         None => backend.clone(),
     };
+    // The group that may open the device: the node's (65534 in the kernel guest), the
+    // daemon's socket group.
+    let gid = std::fs::metadata(&path).map_or(ATTACKER_ID, |m| m.gid());
     let shared = SharedMode::enable(Control::open(&path).expect("control open"));
     let ctl = &shared.ctl;
     let base = state(ctl);
     let base_proc = daemon.as_ref().map(Mockd::stats);
+    let machine_shows_bounds = bounds_hold_alone(&path, gid);
     let mut patterns = vec!["fills", "waits", "opens", "tables", "memory"];
     if daemon.is_some() {
         patterns.push("pre-hello");
@@ -263,6 +276,14 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
         let ready = a.ready();
         let before = a.progress();
         let f = measure(&path, ctl);
+        // And another unprivileged tenant: it opens, takes one of every object and its
+        // whole memory share, within the round-trip bounds issue 41 states where this
+        // machine shows them with no attacker at all. Not asserted beside the kernel's
+        // `fills`, whose worker holds the device for a whole pass of 16 MiB FILLs, over the
+        // bound under QEMU's emulation (docs/security.md, "Measured: a noisy neighbour"):
+        // printed there.
+        let bounds = machine_shows_bounds && !(pattern == "fills" && path.starts_with("/dev/"));
+        let v = victim_beside(&format!("the {pattern} attacker"), &path, gid, bounds);
         if matches!(pattern, "fills" | "memory" | "pre-hello") {
             // Its own work went on meanwhile.
             let t0 = Instant::now();
@@ -309,7 +330,8 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
             "neighbours: {backend}: {pattern} ({ready}): quiet tenant NOP round trip p50 \
              {:.2} ms p99 {:.2} ms max {:.2} ms; control p99 {:.2} ms max {:.2} ms; open max \
              {:.2} ms; davinci-smi info {:.0} ms; device plugin --list {:.0} ms (Healthy); \
-             daemon threads {threads:?}; baseline {:.0} ms after SIGKILL",
+             daemon threads {threads:?}; baseline {:.0} ms after SIGKILL; victim (uid {}, \
+             its {} MiB share and one of every object) NOP p99 {:.2} ms, control p99 {:.2} ms",
             pct(&f.rtt, 0.5),
             pct(&f.rtt, 0.99),
             pct(&f.rtt, 1.0),
@@ -319,6 +341,10 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
             f.smi.as_secs_f64() * 1e3,
             f.plugin.as_secs_f64() * 1e3,
             back.as_secs_f64() * 1e3,
+            VICTIM_UID,
+            v["memory"][1].as_u64().unwrap_or(0) >> 20,
+            v["nop_ms"][1].as_f64().unwrap_or(f64::NAN),
+            v["control_ms"][1].as_f64().unwrap_or(f64::NAN),
         );
     }
     drop(shared);
