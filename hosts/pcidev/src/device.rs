@@ -200,7 +200,9 @@ pub struct Stats {
 pub struct PciDevice {
     // Field order is drop order: every ring view before the mapping's last owner.
     admin: Option<AdminRings>,
-    core: DeviceCore<Bar2Platform>,
+    /// Boxed: a device is some 220 KB of fixed-size tables, too big to move around on a
+    /// test thread's 2 MiB stack in a debug build.
+    core: Box<DeviceCore<Bar2Platform>>,
     bar2: Arc<Bar2>,
     layout: Bar2Layout,
     server: Server,
@@ -253,7 +255,7 @@ impl PciDevice {
         let doorbell =
             DoorbellRegister::new(DOORBELL as u32, doorbell_value(DEVICE_PEER, VECTOR_DATA))
                 .map_err(DeviceError::Core)?;
-        let mut core = DeviceCore::new(
+        let mut core = Box::new(DeviceCore::new(
             CoreConfig {
                 device_id: config.device_id,
                 memory_size: heap,
@@ -263,7 +265,7 @@ impl PciDevice {
                 quota: Quota::default(),
             },
             platform,
-        );
+        ));
         core.set_doorbell(doorbell).map_err(DeviceError::Core)?;
         if let Some(rule) = config.inject {
             core.apply_host_fault(&HostFault::Arm(Some(rule)));
