@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -35,7 +34,7 @@ use davinci_tests::mockd::{bin, Mockd};
 use serde_json::Value;
 
 use super::isolation::SharedMode;
-use super::neighbours::{state, LONG};
+use super::neighbours::{attack_target, state, LONG};
 
 /// The attacker's uids (a tenant each, or two per container on the daemon) and the victim's.
 const UIDS: [u32; 5] = [61_001, 61_002, 61_003, 61_004, 61_005];
@@ -297,30 +296,15 @@ fn pair(v: &Value, what: &str) -> (u64, u64) {
 
 #[test]
 fn hoarding_neighbours_of_many_uids_leave_another_tenant_its_whole_share() {
-    let backend = backend_name();
-    if backend == "embedded" {
-        eprintln!(
-            "hoarders: skipped on the embedded backend (the attackers are other processes); \
-             a_tenants_share_outlasts_hoarding_neighbours_in_process runs there"
-        );
+    let Some((daemon, path, gid)) = attack_target(
+        "hoarders",
+        "the attackers are other processes; \
+         a_tenants_share_outlasts_hoarding_neighbours_in_process runs there",
+    ) else {
         return;
-    }
-    if !nix::unistd::getuid().is_root() {
-        eprintln!("hoarders: skipped: not root, so the attackers cannot run as other users");
-        return;
-    }
-    let _timing = TIMING.lock().unwrap_or_else(PoisonError::into_inner);
-    let daemon = (backend == "mockd").then(|| {
-        Mockd::start(&["--share-mode", "shared", "--socket-group", "65534"])
-            .expect("start davinci-mockd")
-    });
-    let path = match &daemon {
-        Some(d) => d.path(0),
-        None => backend.clone(),
     };
-    // The group that may open the device: the node's (65534 in the kernel guest), the
-    // daemon's socket group.
-    let gid = std::fs::metadata(&path).map_or(65534, |m| m.gid());
+    let _timing = TIMING.lock().unwrap_or_else(PoisonError::into_inner);
+    let backend = backend_name();
     let shared = SharedMode::enable(Control::open(&path).expect("control open"));
     let ctl = &shared.ctl;
     let base = state(ctl);

@@ -234,34 +234,44 @@ pub(super) fn state(ctl: &Control) -> (u32, u64, [u32; 4], usize) {
     )
 }
 
-#[test]
-fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
+/// Where attacker processes of other users can reach a device: `None` (said, with `why` for
+/// the embedded backend, as `who`) on the embedded backend or when not root; else the
+/// daemon started for the test (mockd: shared, socket group 65534) or none (a device path),
+/// the device's path, and the group that may open it (the node's, 65534 in the kernel
+/// guest; the daemon's socket group).
+pub(super) fn attack_target(who: &str, why: &str) -> Option<(Option<Mockd>, String, u32)> {
     let backend = backend_name();
     if backend == "embedded" {
-        eprintln!(
-            "neighbours: skipped on the embedded backend (the device lives in this process; \
-             the attacker, another process, cannot reach it). It runs with \
-             DAVINCI_TEST_BACKEND=mockd and in the kernel guest."
-        );
-        return;
+        eprintln!("{who}: skipped on the embedded backend ({why})");
+        return None;
     }
     if !nix::unistd::getuid().is_root() {
-        eprintln!("neighbours: skipped: not root, so the attacker cannot run as another user");
-        return;
+        eprintln!("{who}: skipped: not root, so the attackers cannot run as other users");
+        return None;
     }
-    let _timing = TIMING.lock().unwrap_or_else(PoisonError::into_inner);
-    // The daemon: its own, shared, that uid 65534 may reach.
     let daemon = (backend == "mockd").then(|| {
         Mockd::start(&["--share-mode", "shared", "--socket-group", "65534"])
             .expect("start davinci-mockd")
     });
     let path = match &daemon {
         Some(d) => d.path(0),
-        None => backend.clone(),
+        None => backend,
     };
-    // The group that may open the device: the node's (65534 in the kernel guest), the
-    // daemon's socket group.
     let gid = std::fs::metadata(&path).map_or(ATTACKER_ID, |m| m.gid());
+    Some((daemon, path, gid))
+}
+
+#[test]
+fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
+    let Some((daemon, path, gid)) = attack_target(
+        "neighbours",
+        "the device lives in this process; the attacker, another process, cannot reach it. \
+         It runs with DAVINCI_TEST_BACKEND=mockd and in the kernel guest",
+    ) else {
+        return;
+    };
+    let _timing = TIMING.lock().unwrap_or_else(PoisonError::into_inner);
+    let backend = backend_name();
     let shared = SharedMode::enable(Control::open(&path).expect("control open"));
     let ctl = &shared.ctl;
     let base = state(ctl);
