@@ -14,8 +14,8 @@ use kernel::uaccess::UserSlice;
 use crate::davinci_driver_core::{Error as CoreError, Platform, Reply, UserMem, MAX_CLIENTS};
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
-    command_by_request, ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_LIST_CLIENTS,
-    DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_WAIT_EVENT,
+    command_by_request, Caller, ClientUsage, Errno, ListClientsArgs, Wire,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
 use crate::sys::File;
@@ -178,7 +178,7 @@ unsafe extern "C" fn davinci_ioctl(file: *mut bindings::file, cmd: c_uint, arg: 
 
 /// What every ioctl goes through before a device sees it, on either kind of node: an unknown
 /// command is `ENOTTY` before its argument is touched (the device checks it again, with the
-/// size, and says why); SET_DEVICE_SHARE is an admin action, checked (and audited) against
+/// size, and says why); an admin's command (SET_DEVICE_SHARE, TENANT_SHARE) is checked against
 /// the opener's credentials here (`EPERM`), besides the device's check of what open found;
 /// the argument is copied in (`EFAULT`) for a command that writes one. Returns its size.
 pub(crate) fn read_arg(
@@ -187,14 +187,14 @@ pub(crate) fn read_arg(
     arg: c_ulong,
     buf: &mut [u8; MAX_ARG],
 ) -> Result<usize, Errno> {
-    if command_by_request(cmd).is_none() {
+    let Some(command) = command_by_request(cmd) else {
         return Err(Errno::ENOTTY);
-    }
+    };
     let size = ioc_size(cmd);
     if size > MAX_ARG {
         return Err(Errno::ENOTTY);
     }
-    if cmd == DRIVER_CMD_SET_DEVICE_SHARE && !file.admin() {
+    if command.caller == Caller::Admin && !file.admin() {
         return Err(Errno::EPERM);
     }
     if ioc_dir(cmd) & IOC_WRITE != 0

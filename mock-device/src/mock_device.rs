@@ -393,6 +393,11 @@ impl MockDevice {
         self.core().shared().share_mode()
     }
 
+    /// How many tenant slots `tenant` counts for (TENANT_SHARE; 1 unless an admin set it).
+    pub fn tenant_shares(&self, tenant: davinci_driver_core::Tenant) -> u32 {
+        self.core().shared().tenant_shares(tenant)
+    }
+
     /// Streams being served by the device's pollers (every live stream, until reaped).
     pub fn workers(&self) -> usize {
         self.core().served().len()

@@ -11,8 +11,8 @@ use std::fmt;
 
 use davinci_uapi::{
     ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, DeviceShareArgs, Errno, ShareMode,
-    Wire, DRIVER_CMD_GET_COUNTERS, DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_GET_INFO,
-    DRIVER_CMD_QUERY_DEVICE_SHARE, DRIVER_CMD_SET_DEVICE_SHARE,
+    TenantShareArgs, Wire, DRIVER_CMD_GET_COUNTERS, DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_GET_INFO,
+    DRIVER_CMD_QUERY_DEVICE_SHARE, DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_TENANT_SHARE,
 };
 
 use crate::backend::{self, Backend, Role};
@@ -211,6 +211,27 @@ impl Control {
             },
         )
         .map(|_| ())
+    }
+
+    /// TENANT_SHARE (ABI 1.5, an admin's): how many of the device's tenant slots `tenant`
+    /// (`user:UID` or `container:ID`, as LIST_CLIENTS and davinci-smi show tenants) counts
+    /// for, and with `set` makes it count for that many (docs/abi.md, TENANT_SHARE). The
+    /// reply has the tenant's setting, the device's slots, the free ones, and the tenant's
+    /// `DAVINCI_TENANT_*` flags.
+    ///
+    /// # Errors
+    /// `EINVAL` for a tenant spelled otherwise (with what was wrong) or more shares than
+    /// the device has slots; `EPERM` unless the caller is an admin; `EBUSY` when the tenant
+    /// holds its slots and too few others are free to grow; `ENOSPC` past 64 settings;
+    /// `ENOTTY` from a driver before 1.5.
+    pub fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs> {
+        let a = TenantShareArgs::named(tenant)
+            .map_err(|why| Error::new(Errno::EINVAL, "TENANT_SHARE", format!("{tenant}: {why}")))?;
+        let a = match set {
+            Some(n) => a.set(n),
+            None => a,
+        };
+        self.call("TENANT_SHARE", DRIVER_CMD_TENANT_SHARE, a)
     }
 
     /// LIST_CLIENTS: every attached client's usage (pid, uid, container, contexts, streams,

@@ -153,7 +153,7 @@ pub use davinci_mock_device::{InjectRule, InjectTarget, MockConfig, MockDevice};
 pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{
     ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Fault, FaultKind, FaultOperand, Features,
-    Opcode, ShareMode, TaskDesc,
+    Opcode, ShareMode, TaskDesc, TenantShareArgs,
 };
 pub use device::Device;
 pub use error::{Error, Result};

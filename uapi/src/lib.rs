@@ -67,6 +67,7 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <ImportMemoryArgs as AbiStruct>::INFO,
     <DeviceIdentity as AbiStruct>::INFO,
     <Usage as AbiStruct>::INFO,
+    <TenantShareArgs as AbiStruct>::INFO,
 ];
 
 /// Every flag-set type.

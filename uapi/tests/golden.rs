@@ -26,9 +26,10 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_IMPORT_MEMORY, 0xC028_6413);
     assert_eq!(DRIVER_CMD_GET_IDENTITY, 0x8078_6414);
     assert_eq!(DRIVER_CMD_GET_USAGE, 0x8060_6415);
+    assert_eq!(DRIVER_CMD_TENANT_SHARE, 0xC060_6416);
     assert_eq!(
         COMMANDS.len(),
-        21,
+        22,
         "a new command needs a golden value here"
     );
 }
@@ -58,6 +59,7 @@ fn struct_sizes() {
         ("davinci_import_memory_args", 0x28),
         ("davinci_device_identity", 0x78),
         ("davinci_usage", 0x60),
+        ("davinci_tenant_share_args", 0x60),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {
@@ -140,6 +142,7 @@ fn usage_layout_1_5() {
         ]
     );
     assert_eq!(Features::USAGE.bits(), 1 << 15);
+    assert_eq!(Features::TENANT_SHARE.bits(), 1 << 16);
     assert_eq!(
         (TENANT_USER, TENANT_CONTAINER, TENANT_SLOTTED),
         (1, 2, 4),

@@ -68,6 +68,45 @@ pub enum WaitState {
     NotYet(u64),
 }
 
+/// The tenant TENANT_SHARE's argument names: a user (`uid`, no container) or a container
+/// (an id, `uid` 0).
+fn tenant_of_args(a: &TenantShareArgs) -> Result<crate::Tenant> {
+    let empty = a.container.iter().all(|&b| b == 0);
+    match a.tenant_kind {
+        TENANT_USER => {
+            ensure!(
+                empty,
+                EINVAL,
+                "a user tenant names no container (container must be all NULs)"
+            );
+            Ok(crate::Tenant::User(a.uid))
+        }
+        TENANT_CONTAINER => {
+            ensure!(
+                a.uid == 0,
+                EINVAL,
+                "a container tenant names no user (uid must be 0)"
+            );
+            ensure!(!empty, EINVAL, "a container tenant needs its container id");
+            let len = a
+                .container
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(a.container.len());
+            ensure!(
+                a.container.iter().skip(len).all(|&b| b == 0),
+                EINVAL,
+                "container must be NUL-padded (no bytes after the first NUL)"
+            );
+            Ok(crate::Tenant::Container(a.container))
+        }
+        _ => fail!(
+            EINVAL,
+            "tenant_kind must be DAVINCI_TENANT_USER (1) or DAVINCI_TENANT_CONTAINER (2)"
+        ),
+    }
+}
+
 fn decode<T: Wire>(arg: &[u8]) -> Result<T> {
     match T::from_bytes(arg) {
         Some(v) => Ok(v),
@@ -134,7 +173,7 @@ impl<P: Platform> DeviceCore<P> {
             Caller::Admin => ensure!(
                 c.params.admin,
                 EPERM,
-                "changing device sharing needs an admin (the kernel driver: CAP_SYS_ADMIN; davinci-mockd: root, the daemon's own user, --admin-uid or an --admin-group member)"
+                "changing device sharing or a tenant's share needs an admin (the kernel driver: CAP_SYS_ADMIN; davinci-mockd: root, the daemon's own user, --admin-uid or an --admin-group member)"
             ),
             Caller::Any => {}
         }
@@ -282,6 +321,26 @@ impl<P: Platform> DeviceCore<P> {
                     fail!(EINVAL, "share mode must be 0 (exclusive) or 1 (shared)");
                 };
                 self.set_share_mode(client, mode)?;
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_TENANT_SHARE => {
+                let mut a: TenantShareArgs = decode(arg)?;
+                let key = tenant_of_args(&a)?;
+                ensure!(a.reserved == 0, EINVAL, "reserved must be 0");
+                let set = match a.set {
+                    0 => {
+                        ensure!(a.shares == 0, EINVAL, "shares must be 0 unless set is 1");
+                        None
+                    }
+                    1 => Some(a.shares),
+                    _ => fail!(EINVAL, "set must be 0 (read) or 1 (set shares)"),
+                };
+                let now = self.tenant_share(client, key, set)?;
+                a.shares = now.shares;
+                a.slots = now.slots;
+                a.free_slots = now.free_slots;
+                a.tenant_flags = now.tenant_flags;
+                a.encode(arg);
                 Ok(Reply::Done)
             }
             DRIVER_CMD_LIST_CLIENTS => {

@@ -48,6 +48,7 @@ pub mod test_util;
 pub use device::clients::OpenError;
 pub use device::entries::{OpenParams, Role, StreamState};
 pub use device::streams::MmapTarget;
+pub use device::tenants::TenantShare;
 pub use device::{Config, DeviceCore};
 pub use dispatch::{NoUserMem, Reply, UserMem, WaitSpec, WaitState};
 pub use doorbell::DoorbellRegister;

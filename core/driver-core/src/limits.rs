@@ -18,6 +18,8 @@ pub const MAX_CONTROL_OPENS_PER_TENANT: usize = 8;
 pub const DEFAULT_TENANT_SLOTS: u32 = 4;
 /// Most tenant slots a host may set.
 pub const MAX_TENANT_SLOTS: u32 = 64;
+/// Most tenants an operator's share setting (TENANT_SHARE) is kept for at once.
+pub const MAX_TENANT_SETTINGS: usize = 64;
 /// Most contexts on a device.
 pub const MAX_CONTEXTS: usize = 256;
 /// Most streams on a device.

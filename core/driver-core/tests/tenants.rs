@@ -199,3 +199,228 @@ fn tenant_slots_are_a_setting_before_the_first_open() {
     dev.open(params(10, 6001, Role::Client)).unwrap();
     assert_eq!(dev.set_tenant_slots(4).unwrap_err().errno, Errno::EBUSY);
 }
+
+/// TENANT_SHARE through the ioctl, as an admin's tool calls it.
+fn tenant_share(
+    dev: &mut Dev,
+    admin: u32,
+    tenant: &str,
+    set: Option<u32>,
+) -> Result<TenantShareArgs, Errno> {
+    let mut a = TenantShareArgs::named(tenant).unwrap();
+    if let Some(n) = set {
+        a = a.set(n);
+    }
+    call(dev, admin, DRIVER_CMD_TENANT_SHARE, &mut a).map(|_| a)
+}
+
+#[test]
+fn a_tenant_set_to_two_shares_holds_two_slots_and_twice_the_share() {
+    let mut dev = device();
+    let root = shared(&mut dev);
+    assert!(dev.info().features.contains(Features::TENANT_SHARE));
+    // Set before the tenant opens: the setting waits for it.
+    let r = tenant_share(&mut dev, root, "user:7001", Some(2)).unwrap();
+    assert_eq!(
+        (r.shares, r.slots, r.free_slots, r.tenant_flags),
+        (2, 4, 4, 0)
+    );
+    let big = dev.open(params(10, 7001, Role::Client)).unwrap();
+    let u = usage(&mut dev, big);
+    assert_eq!(u.tenant_flags, TENANT_USER | TENANT_SLOTTED);
+    assert_eq!(u.quota_contexts, 2 * Quota::FAIR.contexts);
+    assert_eq!(
+        u.memory_limit,
+        2 * (8 << 20),
+        "two shares of the configured 8 MiB"
+    );
+    let r = tenant_share(&mut dev, root, "user:7001", None).unwrap();
+    assert_eq!((r.shares, r.free_slots), (2, 2));
+    // Two more tenants take the last two slots; a fourth has none and gets nothing, since
+    // every context not held is kept for the slotted ones.
+    let b = dev.open(params(20, 7002, Role::Client)).unwrap();
+    let c = dev.open(params(30, 7003, Role::Client)).unwrap();
+    let late = dev.open(params(40, 7004, Role::Client)).unwrap();
+    assert_eq!(usage(&mut dev, late).tenant_flags & TENANT_SLOTTED, 0);
+    assert_eq!(fill_contexts(&mut dev, &[late]), 0);
+    assert_eq!(fill_contexts(&mut dev, &[big]), 2 * Quota::FAIR.contexts);
+    assert_eq!(fill_contexts(&mut dev, &[b]), Quota::FAIR.contexts);
+    assert_eq!(fill_contexts(&mut dev, &[c]), Quota::FAIR.contexts);
+    // The big tenant leaves: both its slots are free, and the waiting tenant takes one.
+    dev.close(big);
+    assert_eq!(
+        usage(&mut dev, late).tenant_flags & TENANT_SLOTTED,
+        TENANT_SLOTTED
+    );
+    let r = tenant_share(&mut dev, root, "user:7001", None).unwrap();
+    assert_eq!((r.shares, r.free_slots, r.tenant_flags), (2, 1, 0));
+}
+
+#[test]
+fn growing_a_slotted_tenant_needs_free_slots_and_shrinking_keeps_what_it_holds() {
+    let mut dev = device();
+    let root = shared(&mut dev);
+    let a = dev.open(params(10, 7101, Role::Client)).unwrap();
+    let b = dev.open(params(20, 7102, Role::Client)).unwrap();
+    let c = dev.open(params(30, 7103, Role::Client)).unwrap();
+    assert_eq!(fill_contexts(&mut dev, &[a]), Quota::FAIR.contexts);
+    // One slot is free: A may grow to 2, not to 3 (EBUSY, nothing changes).
+    assert_eq!(
+        tenant_share(&mut dev, root, "user:7101", Some(3)).unwrap_err(),
+        Errno::EBUSY
+    );
+    assert_eq!(
+        tenant_share(&mut dev, root, "user:7101", None)
+            .unwrap()
+            .shares,
+        1
+    );
+    let r = tenant_share(&mut dev, root, "user:7101", Some(2)).unwrap();
+    assert_eq!((r.shares, r.free_slots), (2, 0));
+    assert_eq!(fill_contexts(&mut dev, &[a]), Quota::FAIR.contexts);
+    // A fourth tenant waits; A set back to 1 keeps its contexts but frees a slot for it.
+    let d = dev.open(params(40, 7104, Role::Client)).unwrap();
+    assert_eq!(usage(&mut dev, d).tenant_flags & TENANT_SLOTTED, 0);
+    tenant_share(&mut dev, root, "user:7101", Some(1)).unwrap();
+    assert_eq!(
+        usage(&mut dev, d).tenant_flags & TENANT_SLOTTED,
+        TENANT_SLOTTED
+    );
+    let u = usage(&mut dev, a);
+    assert_eq!(
+        (u.tenant_contexts, u.quota_contexts),
+        (2 * Quota::FAIR.contexts, Quota::FAIR.contexts)
+    );
+    assert_eq!(try_ctx(&mut dev, a), Err(Errno::ENOSPC));
+    // B and C still get their shares, D too (A's excess came out of the slot A held then).
+    assert_eq!(fill_contexts(&mut dev, &[b]), Quota::FAIR.contexts);
+    assert_eq!(fill_contexts(&mut dev, &[c]), Quota::FAIR.contexts);
+    assert_eq!(
+        fill_contexts(&mut dev, &[d]),
+        0,
+        "the table is full: A holds its old share"
+    );
+}
+
+#[test]
+fn a_tenant_set_to_zero_never_holds_a_slot_and_takes_only_the_spare() {
+    let mut dev = device();
+    let root = shared(&mut dev);
+    let batch = dev
+        .open(params_in(10, 7201, Role::Client, "batchjob"))
+        .unwrap();
+    assert_eq!(
+        usage(&mut dev, batch).tenant_flags,
+        TENANT_CONTAINER | TENANT_SLOTTED
+    );
+    // Set to 0 while it holds its slot: it gives the slot up at once.
+    let r = tenant_share(&mut dev, root, "container:batchjob", Some(0)).unwrap();
+    assert_eq!(
+        (r.shares, r.free_slots, r.tenant_flags),
+        (0, 4, TENANT_CONTAINER)
+    );
+    // With every slot free, every slot's share is kept: nothing is spare.
+    assert_eq!(fill_contexts(&mut dev, &[batch]), 0);
+    // Shares smaller than the table: the rest is spare and the batch tenant takes it.
+    let mut dev = device();
+    dev.set_quota(Quota {
+        contexts: 32,
+        ..Quota::FAIR
+    })
+    .unwrap();
+    let root = shared(&mut dev);
+    tenant_share(&mut dev, root, "container:batchjob", Some(0)).unwrap();
+    let batch = dev
+        .open(params_in(10, 7201, Role::Client, "batchjob"))
+        .unwrap();
+    assert_eq!(usage(&mut dev, batch).tenant_flags, TENANT_CONTAINER);
+    assert_eq!(
+        fill_contexts(&mut dev, &[batch]),
+        32,
+        "one slot's share at most"
+    );
+    let others: Vec<u32> = (0..4)
+        .map(|k| dev.open(params(20 + k, 7300 + k, Role::Client)).unwrap())
+        .collect();
+    for &o in &others {
+        assert_eq!(
+            usage(&mut dev, o).tenant_flags & TENANT_SLOTTED,
+            TENANT_SLOTTED
+        );
+        assert_eq!(fill_contexts(&mut dev, &[o]), 32);
+    }
+}
+
+#[test]
+fn tenant_share_is_an_admins_and_checks_every_field() {
+    let mut dev = device();
+    let root = shared(&mut dev);
+    let user = dev.open(params(10, 7401, Role::Client)).unwrap();
+    assert_eq!(
+        tenant_share(&mut dev, user, "user:7401", Some(4)).unwrap_err(),
+        Errno::EPERM
+    );
+    assert_eq!(
+        tenant_share(&mut dev, user, "user:7401", None).unwrap_err(),
+        Errno::EPERM
+    );
+    assert_eq!(
+        tenant_share(&mut dev, root, "user:7401", Some(5)).unwrap_err(),
+        Errno::EINVAL
+    );
+    let bad = [
+        TenantShareArgs {
+            tenant_kind: 3,
+            ..Default::default()
+        },
+        TenantShareArgs {
+            tenant_kind: TENANT_CONTAINER,
+            ..Default::default()
+        },
+        TenantShareArgs {
+            reserved: 1,
+            ..TenantShareArgs::named("user:1").unwrap()
+        },
+        TenantShareArgs {
+            set: 2,
+            ..TenantShareArgs::named("user:1").unwrap()
+        },
+        TenantShareArgs {
+            shares: 2,
+            ..TenantShareArgs::named("user:1").unwrap()
+        },
+        TenantShareArgs {
+            uid: 5,
+            ..TenantShareArgs::named("container:x").unwrap()
+        },
+    ];
+    for mut a in bad {
+        let before = a;
+        assert_eq!(
+            call(&mut dev, root, DRIVER_CMD_TENANT_SHARE, &mut a).unwrap_err(),
+            Errno::EINVAL,
+            "{before:?}"
+        );
+    }
+    let mut a = TenantShareArgs::named("user:1").unwrap();
+    a.container[3] = b'x';
+    assert_eq!(
+        call(&mut dev, root, DRIVER_CMD_TENANT_SHARE, &mut a).unwrap_err(),
+        Errno::EINVAL
+    );
+    // The settings are bounded: 64 tenants other than 1, then ENOSPC; setting one back to 1
+    // makes room.
+    for uid in 0..64 {
+        tenant_share(&mut dev, root, &format!("user:{}", 9000 + uid), Some(2)).unwrap();
+    }
+    assert_eq!(
+        tenant_share(&mut dev, root, "user:9999", Some(2)).unwrap_err(),
+        Errno::ENOSPC
+    );
+    tenant_share(&mut dev, root, "user:9000", Some(1)).unwrap();
+    tenant_share(&mut dev, root, "user:9999", Some(2)).unwrap();
+    assert_eq!(
+        TenantShareArgs::named("uid:5").unwrap_err(),
+        "a tenant is user:UID or container:ID"
+    );
+}

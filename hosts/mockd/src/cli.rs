@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use davinci_driver_core::{InjectRule, Quota, MAX_TENANT_SLOTS};
-use davinci_uapi::ShareMode;
+use davinci_uapi::{ShareMode, TenantShareArgs};
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
@@ -44,6 +44,12 @@ Options:
                                  --tenant-slots; with 4: 64 contexts, 64 streams, 256 events,
                                  256 allocations, 16 exports] (--client-quota: a deprecated
                                  alias)
+      --tenant-share <TENANT=N>  TENANT (user:UID or container:ID) counts for N of the tenant
+                                 slots, 0 to --tenant-slots [default: 1]: N shares of every
+                                 table, of memory and of the client opens, all kept for it
+                                 while it holds its slots; 0: it never holds a slot and takes
+                                 only what nobody's slot keeps. Repeatable; an admin changes it
+                                 later with TENANT_SHARE (davinci-smi set -t tenant-share)
   -d, --socket-dir <DIR>         Where davinci<N>.sock are created [default: $DAVINCI_SOCKET_DIR,
                                  else /run/davinci for root, else $XDG_RUNTIME_DIR/davinci,
                                  else /tmp/davinci-$UID] (see Socket directory below)
@@ -157,6 +163,21 @@ pub enum Command {
     Print(String),
 }
 
+/// `--tenant-share TENANT=N`: the tenant as the tools spell it (`user:UID`,
+/// `container:ID`) and the slots it counts for.
+fn parse_tenant_share(v: &str) -> Result<(String, u32), String> {
+    let (tenant, n) = v
+        .rsplit_once('=')
+        .ok_or_else(|| format!("--tenant-share '{v}': expected TENANT=N (e.g. user:1000=2)"))?;
+    TenantShareArgs::named(tenant).map_err(|e| format!("--tenant-share '{v}': {e}"))?;
+    let n = n
+        .parse()
+        .ok()
+        .filter(|n| *n <= MAX_TENANT_SLOTS)
+        .ok_or_else(|| format!("--tenant-share '{v}': N must be a count from 0 to 64"))?;
+    Ok((tenant.to_string(), n))
+}
+
 fn parse_share_mode(s: &str) -> Result<ShareMode, String> {
     s.parse().map_err(|e| format!("--share-mode '{s}': {e}"))
 }
@@ -264,6 +285,10 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
             "--no-root-admin" => cfg.admin.root = false,
             "--no-owner-admin" => cfg.admin.owner = None,
             "--share-mode" => cfg.share_mode = parse_share_mode(&value("exclusive or shared")?)?,
+            "--tenant-share" => {
+                let v = value("TENANT=N")?;
+                cfg.tenant_shares.push(parse_tenant_share(&v)?);
+            }
             "--exit-with-parent" => with_parent = true,
             "--inject" => {
                 if cfg.inject.is_some() {
@@ -280,6 +305,16 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
     cfg.quota = Quota::for_slots(cfg.tenant_slots);
     for q in &quotas {
         cfg.quota = parse_quota(q, cfg.quota)?;
+    }
+    if let Some((t, n)) = cfg
+        .tenant_shares
+        .iter()
+        .find(|(_, n)| *n > cfg.tenant_slots)
+    {
+        return Err(format!(
+            "--tenant-share {t}={n}: a tenant counts for at most --tenant-slots ({}) slots",
+            cfg.tenant_slots
+        ));
     }
     cfg.socket_dir = match dir {
         Some(d) => SocketDir::from(d),
@@ -639,6 +674,35 @@ mod tests {
             Ok(Command::Run(_, _, after)) => assert_eq!(after, Some(Duration::from_millis(250))),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn tenant_share_names_a_tenant_and_its_slots() {
+        let c = run(&[
+            "--tenant-share",
+            "user:1000=2",
+            "--tenant-share=container:abc123=0",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.tenant_shares,
+            vec![
+                ("user:1000".to_string(), 2),
+                ("container:abc123".to_string(), 0)
+            ]
+        );
+        for (bad, why) in [
+            ("user:1000", "expected TENANT=N"),
+            ("uid:5=2", "a tenant is user:UID or container:ID"),
+            ("user:x=2", "numeric uid"),
+            ("user:5=65", "from 0 to 64"),
+            ("user:5=-1", "from 0 to 64"),
+        ] {
+            let e = run(&["--tenant-share", bad]).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let e = run(&["--tenant-slots", "2", "--tenant-share", "user:5=3"]).unwrap_err();
+        assert!(e.contains("at most --tenant-slots (2)"), "{e}");
     }
 
     #[test]

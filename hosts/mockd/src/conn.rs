@@ -13,12 +13,13 @@ use davinci_mockd_proto::{
     MAX_PAYLOAD, MAX_REQUEST,
 };
 use davinci_uapi::{
-    ClientUsage, DeviceShareArgs, Errno, ListClientsArgs, ShareMode, WaitEventArgs, Wire,
-    ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE,
+    ClientUsage, Errno, ListClientsArgs, WaitEventArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_TENANT_SHARE,
     DRIVER_CMD_WAIT_EVENT,
 };
 use tracing::{debug, info, warn};
 
+use crate::admin;
 use crate::audit::Record;
 use crate::gate::Ticket;
 use crate::peer::Identity;
@@ -292,14 +293,14 @@ fn is_blocking_wait(req: &Request) -> bool {
 
 /// Who holds an open, for the audit log and messages.
 #[derive(Debug, Clone)]
-struct Peer {
-    cred: PeerCred,
+pub(crate) struct Peer {
+    pub(crate) cred: PeerCred,
     /// Container id ("" on the host).
-    container: String,
-    admin: bool,
+    pub(crate) container: String,
+    pub(crate) admin: bool,
     /// The id the device reports for the open (LIST_CLIENTS' `client_id`); 0 for a control
     /// open, which is not a client.
-    client_id: u32,
+    pub(crate) client_id: u32,
 }
 
 /// Handles HELLO: `Ok(Some((client, role, peer)))` when the open succeeded (reply sent),
@@ -465,54 +466,6 @@ impl UserMem for PayloadMem {
     }
 }
 
-/// SET_DEVICE_SHARE, audited: every accepted call (who, from what to what) is logged, and
-/// every refusal (rate-limited per uid: `crate::audit`); a refusal for want of admin rights
-/// says who the admins are and how to become one. Changes through this daemon are
-/// serialized so "from" and "to" are exact.
-fn set_share(shared: &Shared, client: u32, peer: &Peer, arg: &mut [u8]) -> Result<(), Error> {
-    let requested = DeviceShareArgs::from_bytes(arg).map(|a| a.mode);
-    let requested_name = match requested.and_then(ShareMode::from_u32) {
-        Some(m) => m.to_string(),
-        None => requested.map_or("(malformed argument)".into(), |m| format!("{m} (invalid)")),
-    };
-    let _serial = shared
-        .share_lock
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let from = shared.dev.share_mode();
-    let r = shared.dev.ioctl(
-        client,
-        DRIVER_CMD_SET_DEVICE_SHARE,
-        arg,
-        &mut davinci_driver_core::NoUserMem,
-    );
-    let to = shared.dev.share_mode();
-    let c = &peer.cred;
-    match r {
-        Ok(()) => {
-            info!(
-                device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
-                container = %peer.container, from = %from,
-                to = %to, changed = from != to,
-                "device sharing set"
-            );
-            Ok(())
-        }
-        Err(e) => {
-            shared.audit.record(Record::ShareRefused, c.uid, || {
-                warn!(
-                    device = %shared.name, pid = c.pid, uid = c.uid, gid = c.gid,
-                    container = %peer.container, admin = peer.admin,
-                    mode = %from, requested = %requested_name,
-                    errno = %e.errno.name(), error = %e.message(),
-                    "device sharing change refused"
-                );
-            });
-            Err(e)
-        }
-    }
-}
-
 fn ioctl(shared: &Shared, conn: &SeqPacket, peer: &Peer, client: u32, req: Request) {
     let Request {
         tag,
@@ -520,8 +473,12 @@ fn ioctl(shared: &Shared, conn: &SeqPacket, peer: &Peer, client: u32, req: Reque
         mut arg,
         ..
     } = req;
-    if request == DRIVER_CMD_SET_DEVICE_SHARE {
-        let r = set_share(shared, client, peer, &mut arg);
+    if request == DRIVER_CMD_SET_DEVICE_SHARE || request == DRIVER_CMD_TENANT_SHARE {
+        let r = if request == DRIVER_CMD_TENANT_SHARE {
+            admin::tenant_share(shared, client, peer, &mut arg)
+        } else {
+            admin::set_share(shared, client, peer, &mut arg)
+        };
         let mut reply = driver_reply(Kind::Ioctl, tag, arg, r);
         if reply.errno == Errno::EPERM.code() && !peer.admin {
             reply.msg = format!("{}; {}", reply.msg, shared.admin.eperm_hint(&peer.cred));

@@ -25,7 +25,10 @@ use std::thread::JoinHandle;
 use davinci_driver_core::{NoUserMem, Role};
 use davinci_mockd_proto::sockio::{SeqListener, SeqPacket};
 use davinci_mockd_proto::{default_socket_dir_choice, socket_name, SocketDir};
-use davinci_uapi::{DeviceShareArgs, ShareMode, Wire, DRIVER_CMD_SET_DEVICE_SHARE};
+use davinci_uapi::{
+    DeviceShareArgs, ShareMode, TenantShareArgs, Wire, DRIVER_CMD_SET_DEVICE_SHARE,
+    DRIVER_CMD_TENANT_SHARE,
+};
 use tracing::{debug, info, warn};
 
 use crate::conn::serve;
@@ -77,6 +80,9 @@ pub struct DaemonConfig {
     /// The sharing mode every device starts in (`--share-mode`); it lasts until an admin
     /// changes it, and only as long as the daemon runs.
     pub share_mode: ShareMode,
+    /// `--tenant-share`: tenants (`user:UID`, `container:ID`) and the slots each counts for,
+    /// set at start through TENANT_SHARE.
+    pub tenant_shares: Vec<(String, u32)>,
     /// How long a new connection may take to send HELLO before it is closed.
     pub hello_timeout: std::time::Duration,
     /// A fault the streams of every device are armed with (`--inject`, with its selectors; see
@@ -128,6 +134,7 @@ impl Default for DaemonConfig {
             socket_group: None,
             admin: AdminPolicy::owned_by(nix::unistd::getuid().as_raw()),
             share_mode: ShareMode::Exclusive,
+            tenant_shares: Vec::new(),
             hello_timeout: HELLO_TIMEOUT,
             inject: None,
             uuid_seed: None,
@@ -219,6 +226,7 @@ impl Daemon {
             dev.tidy_after_replies();
             let name = format!("davinci{n}");
             set_initial_share_mode(&dev, &name, cfg.share_mode)?;
+            set_initial_tenant_shares(&dev, &name, &cfg.tenant_shares)?;
             let shared = Arc::new(Shared::new(
                 dev,
                 name,
@@ -392,6 +400,46 @@ fn set_initial_share_mode(dev: &MockDevice, name: &str, mode: ShareMode) -> io::
     Ok(())
 }
 
+/// `--tenant-share`: each tenant's slots, through an internal admin control open (the
+/// TENANT_SHARE path an admin's tool takes), before any client can connect.
+fn set_initial_tenant_shares(
+    dev: &MockDevice,
+    name: &str,
+    shares: &[(String, u32)],
+) -> io::Result<()> {
+    if shares.is_empty() {
+        return Ok(());
+    }
+    let handle = dev
+        .open(local_open_params(Role::Control, true))
+        .map_err(|e| {
+            io::Error::other(format!(
+                "cannot set the tenant shares of {name}: {}",
+                e.error
+            ))
+        })?;
+    let mut result = Ok(());
+    for (tenant, n) in shares {
+        let r = TenantShareArgs::named(tenant)
+            .map_err(|e| e.to_string())
+            .and_then(|a| {
+                let mut arg = vec![0u8; TenantShareArgs::SIZE];
+                a.set(*n).encode(&mut arg);
+                dev.ioctl(handle, DRIVER_CMD_TENANT_SHARE, &mut arg, &mut NoUserMem)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = r {
+            result = Err(io::Error::other(format!(
+                "cannot make {tenant} count for {n} tenant slots of {name}: {e}"
+            )));
+            break;
+        }
+        info!(device = %name, tenant = %tenant, shares = n, "tenant share set at start-up (--tenant-share)");
+    }
+    dev.close(handle);
+    result
+}
+
 /// Admits a new connection ([`crate::gate`], by its peer's tenant) or refuses it. Who
 /// the peer is ([`identify`]) is taken here, once, right after `accept`.
 fn admit(shared: &Shared, conn: SeqPacket) -> Option<(SeqPacket, Identity, Ticket)> {
@@ -404,7 +452,8 @@ fn admit(shared: &Shared, conn: SeqPacket) -> Option<(SeqPacket, Identity, Ticke
     };
     let cred = who.cred;
     let slots = shared.dev.config().tenant_slots;
-    match shared.gate.admit(who.tenant, who.admin, slots) {
+    let shares = shared.dev.tenant_shares(who.tenant);
+    match shared.gate.admit(who.tenant, who.admin, slots, shares) {
         Ok(t) => Some((conn, who, t)),
         Err(why) => {
             debug!(device = %shared.name, pid = cred.pid, uid = cred.uid, why, "connection refused");

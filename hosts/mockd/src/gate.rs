@@ -120,7 +120,7 @@ impl Counts {
         &mut self,
         tenant: TenantKey,
         admin: bool,
-        slots: u32,
+        share: usize,
     ) -> Result<(Option<u64>, Option<Option<Arc<SeqPacket>>>), &'static str> {
         if admin {
             if self.total >= MAX_CONNECTIONS {
@@ -130,7 +130,7 @@ impl Counts {
             return Ok((None, None));
         }
         let held = self.tenants.get(&tenant).copied().unwrap_or_default();
-        if held.conns >= connection_share(slots) {
+        if held.conns >= share {
             return Err(
                 "this tenant (its container, else its user) holds its share of this device's \
                  connections (the non-admins' over the tenant slots)",
@@ -245,9 +245,13 @@ impl Gate {
         tenant: Tenant,
         admin: bool,
         slots: u32,
+        shares: u32,
     ) -> Result<Ticket, &'static str> {
+        let share = connection_share(slots)
+            .saturating_mul(shares.max(1) as usize)
+            .min(USER_CONNECTIONS);
         let tenant = TenantKey(tenant);
-        let (n, displaced) = self.counts().admit(tenant, admin, slots)?;
+        let (n, displaced) = self.counts().admit(tenant, admin, share)?;
         if let Some(Some(conn)) = displaced {
             conn.shutdown();
         }

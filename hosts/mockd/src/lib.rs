@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod admin;
 mod audit;
 pub mod cli;
 mod conn;

@@ -195,8 +195,11 @@ impl Waits {
     pub(crate) fn queue(self: &Arc<Self>, w: Waiting) -> Result<(), QueueError> {
         let slots = self.dev.config().tenant_slots;
         let key = TenantKey(w.tenant);
+        // Read before the queue's lock: the device's lock is never taken under it.
+        let share = wait_share(slots)
+            .saturating_mul(self.dev.tenant_shares(w.tenant).max(1) as usize)
+            .min(MAX_WAITS_PER_DEVICE);
         let mut q = self.locked();
-        let share = wait_share(slots);
         if q.tenants.get(&key).is_some_and(|&n| n >= share) {
             return Err(QueueError::TenantFull(share, slots));
         }

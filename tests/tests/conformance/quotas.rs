@@ -10,6 +10,7 @@
 
 use davinci_shim::{Device, Errno, ExportTo, Features, Held};
 use davinci_tests::{control_of, other_tenant};
+use davinci_uapi::Wire;
 
 use super::isolation::shared_pair;
 
@@ -265,4 +266,61 @@ fn the_export_quota_usage_reports_is_the_one_enforced() {
     one_more
         .export(ExportTo::SameUser)
         .expect("an export after giving one back");
+}
+
+/// TENANT_SHARE (ABI 1.5): an admin makes a tenant count for two of the device's tenant
+/// slots, and (where this process can be another tenant: the embedded device) that tenant
+/// then holds two shares, kept for it; anyone else is refused `EPERM`, and a tenant spelled
+/// wrong or more slots than the device has are `EINVAL`. The tenant named is not this
+/// process's, so the suite's other tests keep their quotas.
+#[test]
+fn an_admin_sets_how_many_slots_a_tenant_counts_for() {
+    let (_shared, a, _b) = shared_pair();
+    let ctl = control_of(&a).expect("control open");
+    let info = ctl.info().expect("GET_INFO");
+    assert!(info.features.contains(Features::TENANT_SHARE), "ABI 1.5");
+    let tenant = "user:9102";
+    let r = ctl.tenant_share(tenant, None).expect("TENANT_SHARE read");
+    assert_eq!((r.shares, r.tenant_flags), (1, 0), "no setting, no open");
+    let slots = r.slots;
+    assert!(slots >= 2, "a device with {slots} tenant slots");
+    let r = ctl.tenant_share(tenant, Some(2)).expect("TENANT_SHARE set");
+    assert_eq!(r.shares, 2);
+    assert_eq!(
+        ctl.tenant_share(tenant, None).unwrap().shares,
+        2,
+        "the setting stays"
+    );
+    for (name, set) in [
+        ("user:abc", None),
+        ("group:5", None),
+        (tenant, Some(slots + 1)),
+    ] {
+        let e = ctl.tenant_share(name, set).expect_err(name);
+        assert_eq!(e.errno(), Some(Errno::EINVAL), "{name}: {e}");
+    }
+    if let Some(o) = other_tenant(&a, 9102) {
+        let u = o.usage().expect("GET_USAGE");
+        assert!(u.slotted, "the tenant holds its two slots");
+        assert_eq!(u.contexts.limit, 2 * info.quota_contexts, "two shares");
+        let contexts: Vec<_> = (0..2 * info.quota_contexts)
+            .map(|i| {
+                o.create_context()
+                    .unwrap_or_else(|e| panic!("context {i}: {e}"))
+            })
+            .collect();
+        assert_eq!(o.create_context().unwrap_err().errno(), Some(Errno::ENOSPC));
+        // The tenant itself may not change its setting.
+        let mut arg = vec![0u8; davinci_uapi::TenantShareArgs::SIZE];
+        davinci_uapi::TenantShareArgs::named(tenant)
+            .unwrap()
+            .set(4)
+            .encode(&mut arg);
+        let e = o
+            .raw_ioctl(davinci_uapi::DRIVER_CMD_TENANT_SHARE, &mut arg)
+            .expect_err("a tenant's own TENANT_SHARE");
+        assert_eq!(e.errno(), Some(Errno::EPERM), "{e}");
+        drop(contexts);
+    }
+    assert_eq!(ctl.tenant_share(tenant, Some(1)).unwrap().shares, 1);
 }

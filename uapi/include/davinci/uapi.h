@@ -137,6 +137,11 @@
  * among them (ABI 1.5).
  */
 #define DAVINCI_FEAT_USAGE          (1U << 15)
+/*
+ * TENANT_SHARE reads and sets how many tenant slots a tenant counts for, and GET_USAGE's
+ * limits are its tenant's (ABI 1.5).
+ */
+#define DAVINCI_FEAT_TENANT_SHARE   (1U << 16)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -943,6 +948,47 @@ struct davinci_usage {
 	__u32 tenant_flags;
 };
 
+/*
+ * TENANT_SHARE (ABI 1.5; an admin's): reads, and with `set` changes, how many of the
+ * device's tenant slots one tenant counts for (docs/security.md, "Tenants"). A tenant
+ * of `shares` slots is held to `shares` times a slot's share of every table, of memory
+ * and of the client opens, and while it has client opens and holds its slots, all of
+ * that is kept for it; 0 makes it a tenant that never holds a slot (it takes only what
+ * nobody's slot keeps). Without a setting a tenant counts for 1. The setting outlives
+ * the tenant's opens (the device keeps at most 64), until set back to 1.
+ *
+ * 96 bytes.
+ */
+struct davinci_tenant_share_args {
+	/* `DAVINCI_TENANT_USER` or `DAVINCI_TENANT_CONTAINER`: which tenant (to driver). */
+	__u32 tenant_kind;
+	/* The user, for `DAVINCI_TENANT_USER`; 0 otherwise (to driver). */
+	__u32 uid;
+	/*
+	 * The container id, NUL-padded, for `DAVINCI_TENANT_CONTAINER` (as LIST_CLIENTS
+	 * reports it); all NULs otherwise (to driver).
+	 */
+	__u8 container[64];
+	/* 1: set `shares`; 0: only read (to driver). */
+	__u32 set;
+	/*
+	 * With `set`: the slots the tenant counts for, from 0 to the device's `slots`
+	 * (to driver); the tenant's setting now (from driver).
+	 */
+	__u32 shares;
+	/* How many tenant slots the device has (from driver). */
+	__u32 slots;
+	/* Slots no tenant holds now (from driver). */
+	__u32 free_slots;
+	/*
+	 * `DAVINCI_TENANT_*` of the tenant now: its kind, and `DAVINCI_TENANT_SLOTTED` if it
+	 * holds its slots; 0 if it has no open (from driver).
+	 */
+	__u32 tenant_flags;
+	/* Reserved, must be 0 (to driver; 0 from driver). */
+	__u32 reserved;
+};
+
 /* ---- ioctl commands ---------------------------------------------------------- */
 
 /* Caller: who may issue the command (docs/abi.md lists its errors). */
@@ -967,6 +1013,7 @@ struct davinci_usage {
 #define DAVINCI_IOCTL_IMPORT_MEMORY      _IOWR('d', 0x13, struct davinci_import_memory_args)  /* caller: client open */
 #define DAVINCI_IOCTL_GET_IDENTITY       _IOR('d', 0x14, struct davinci_device_identity)      /* caller: any open (client or control) */
 #define DAVINCI_IOCTL_GET_USAGE          _IOR('d', 0x15, struct davinci_usage)                /* caller: client open */
+#define DAVINCI_IOCTL_TENANT_SHARE       _IOWR('d', 0x16, struct davinci_tenant_share_args)   /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -1229,6 +1276,16 @@ _Static_assert(offsetof(struct davinci_usage, tenant_events) == 80, "davinci uap
 _Static_assert(offsetof(struct davinci_usage, tenant_allocations) == 84, "davinci uapi: offsetof(struct davinci_usage, tenant_allocations)");
 _Static_assert(offsetof(struct davinci_usage, tenant_exports) == 88, "davinci uapi: offsetof(struct davinci_usage, tenant_exports)");
 _Static_assert(offsetof(struct davinci_usage, tenant_flags) == 92, "davinci uapi: offsetof(struct davinci_usage, tenant_flags)");
+_Static_assert(sizeof(struct davinci_tenant_share_args) == 96, "davinci uapi: sizeof(struct davinci_tenant_share_args)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, tenant_kind) == 0, "davinci uapi: offsetof(struct davinci_tenant_share_args, tenant_kind)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, uid) == 4, "davinci uapi: offsetof(struct davinci_tenant_share_args, uid)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, container) == 8, "davinci uapi: offsetof(struct davinci_tenant_share_args, container)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, set) == 72, "davinci uapi: offsetof(struct davinci_tenant_share_args, set)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, shares) == 76, "davinci uapi: offsetof(struct davinci_tenant_share_args, shares)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, slots) == 80, "davinci uapi: offsetof(struct davinci_tenant_share_args, slots)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, free_slots) == 84, "davinci uapi: offsetof(struct davinci_tenant_share_args, free_slots)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, tenant_flags) == 88, "davinci uapi: offsetof(struct davinci_tenant_share_args, tenant_flags)");
+_Static_assert(offsetof(struct davinci_tenant_share_args, reserved) == 92, "davinci uapi: offsetof(struct davinci_tenant_share_args, reserved)");
 #endif /* C11 */
 
 #endif /* DAVINCI_UAPI_H */

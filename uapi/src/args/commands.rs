@@ -7,7 +7,9 @@ use super::resources::{
     AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportMemoryArgs,
     HandleArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
 };
-use super::usage::{DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, Usage};
+use super::usage::{
+    DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, TenantShareArgs, Usage,
+};
 use crate::ioctl::{ior, iow, iowr};
 
 /// The ioctl magic (`type`) byte of every command.
@@ -61,6 +63,9 @@ pub const DRIVER_CMD_GET_IDENTITY: u32 = ior::<DeviceIdentity>(DRIVER_MAGIC, 0x1
 /// `_IOR('d', 0x15, struct davinci_usage)`: the caller's own usage against each of its quotas
 /// (ABI 1.5).
 pub const DRIVER_CMD_GET_USAGE: u32 = ior::<Usage>(DRIVER_MAGIC, 0x15);
+/// `_IOWR('d', 0x16, struct davinci_tenant_share_args)`: how many tenant slots a tenant
+/// counts for, read or set by an admin (ABI 1.5).
+pub const DRIVER_CMD_TENANT_SHARE: u32 = iowr::<TenantShareArgs>(DRIVER_MAGIC, 0x16);
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +147,7 @@ commands! {
     IMPORT_MEMORY = 0x13, ReadWrite, ImportMemoryArgs, Client, DRIVER_CMD_IMPORT_MEMORY;
     GET_IDENTITY = 0x14, Read, DeviceIdentity, Any, DRIVER_CMD_GET_IDENTITY;
     GET_USAGE = 0x15, Read, Usage, Client, DRIVER_CMD_GET_USAGE;
+    TENANT_SHARE = 0x16, ReadWrite, TenantShareArgs, Admin, DRIVER_CMD_TENANT_SHARE;
 }
 
 /// The command with this request number, if any.

@@ -147,6 +147,9 @@ abi_flags! {
         /// GET_USAGE reports the caller's own usage against each of its quotas, the export
         /// quota among them (ABI 1.5).
         const USAGE = 1 << 15;
+        /// TENANT_SHARE reads and sets how many tenant slots a tenant counts for, and
+        /// GET_USAGE's limits are its tenant's (ABI 1.5).
+        const TENANT_SHARE = 1 << 16;
     }
 }
 

@@ -193,6 +193,78 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// TENANT_SHARE (ABI 1.5; an admin's): reads, and with `set` changes, how many of the
+    /// device's tenant slots one tenant counts for (docs/security.md, "Tenants"). A tenant
+    /// of `shares` slots is held to `shares` times a slot's share of every table, of memory
+    /// and of the client opens, and while it has client opens and holds its slots, all of
+    /// that is kept for it; 0 makes it a tenant that never holds a slot (it takes only what
+    /// nobody's slot keeps). Without a setting a tenant counts for 1. The setting outlives
+    /// the tenant's opens (the device keeps at most 64), until set back to 1.
+    #[c_name = "davinci_tenant_share_args"]
+    pub struct TenantShareArgs {
+        /// `DAVINCI_TENANT_USER` or `DAVINCI_TENANT_CONTAINER`: which tenant (to driver).
+        pub tenant_kind: u32,
+        /// The user, for `DAVINCI_TENANT_USER`; 0 otherwise (to driver).
+        pub uid: u32,
+        /// The container id, NUL-padded, for `DAVINCI_TENANT_CONTAINER` (as LIST_CLIENTS
+        /// reports it); all NULs otherwise (to driver).
+        pub container: [u8; 64],
+        /// 1: set `shares`; 0: only read (to driver).
+        pub set: u32,
+        /// With `set`: the slots the tenant counts for, from 0 to the device's `slots`
+        /// (to driver); the tenant's setting now (from driver).
+        pub shares: u32,
+        /// How many tenant slots the device has (from driver).
+        pub slots: u32,
+        /// Slots no tenant holds now (from driver).
+        pub free_slots: u32,
+        /// `DAVINCI_TENANT_*` of the tenant now: its kind, and `DAVINCI_TENANT_SLOTTED` if it
+        /// holds its slots; 0 if it has no open (from driver).
+        pub tenant_flags: u32,
+        /// Reserved, must be 0 (to driver; 0 from driver).
+        pub reserved: u32,
+    }
+}
+
+impl TenantShareArgs {
+    /// The argument naming the tenant `text` spells as the tools show it: `user:UID` or
+    /// `container:ID` (the id as LIST_CLIENTS reports it, 1 to 63 bytes); a read (`set` 0)
+    /// until [`set`](Self::set) asks for a change. `Err` says what is wrong.
+    pub fn named(text: &str) -> Result<TenantShareArgs, &'static str> {
+        let mut a = TenantShareArgs::default();
+        if let Some(uid) = text.strip_prefix("user:") {
+            a.tenant_kind = TENANT_USER;
+            a.uid = uid
+                .parse()
+                .map_err(|_| "user:UID needs a numeric uid (e.g. user:1000)")?;
+        } else if let Some(id) = text.strip_prefix("container:") {
+            if id.is_empty() || id.len() >= a.container.len() {
+                return Err("container:ID needs an id of 1 to 63 bytes");
+            }
+            if id.bytes().any(|b| !b.is_ascii_graphic()) {
+                return Err("container:ID takes printable ASCII without spaces");
+            }
+            a.tenant_kind = TENANT_CONTAINER;
+            for (d, s) in a.container.iter_mut().zip(id.bytes()) {
+                *d = s;
+            }
+        } else {
+            return Err("a tenant is user:UID or container:ID");
+        }
+        Ok(a)
+    }
+
+    /// This argument asking to make the tenant count for `shares` slots.
+    pub const fn set(self, shares: u32) -> TenantShareArgs {
+        TenantShareArgs {
+            set: 1,
+            shares,
+            ..self
+        }
+    }
+}
+
 /// Bytes of [`LastError::message`], the terminating NUL included.
 pub const LAST_ERROR_MESSAGE_LEN: usize = 112;
 

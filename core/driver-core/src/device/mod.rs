@@ -13,7 +13,7 @@ use crate::error::{ensure, fail, Result};
 use crate::identity::Identity;
 use crate::inject::InjectRule;
 use crate::limits::Quota;
-use crate::limits::{DEFAULT_TENANT_SLOTS, MAX_TENANT_SLOTS};
+use crate::limits::{DEFAULT_TENANT_SLOTS, MAX_TENANT_SETTINGS, MAX_TENANT_SLOTS};
 use crate::limits::{
     MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
     MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_STREAMS, SUPPORTED_OPCODES,
@@ -74,6 +74,8 @@ pub struct DeviceCore<P: Platform> {
     /// The tenants of the opens, and how many slots they may hold ([`tenants`]).
     pub(crate) tenants: Table<tenants::TenantEntry, MAX_CLIENTS>,
     pub(crate) tenant_slots: u32,
+    /// The operators' settings of how many slots a tenant counts for (TENANT_SHARE).
+    pub(crate) share_settings: Table<tenants::ShareSetting, MAX_TENANT_SETTINGS>,
     /// Exported allocations (EXPORT_MEMORY), and the serial of the next token.
     pub(crate) exports: Table<ExportEntry, MAX_EXPORTS>,
     pub(crate) export_serial: u32,
@@ -117,6 +119,7 @@ impl<P: Platform> DeviceCore<P> {
             clients: Table::new(),
             tenants: Table::new(),
             tenant_slots: DEFAULT_TENANT_SLOTS,
+            share_settings: Table::new(),
             contexts: Table::new(),
             streams: Table::new(),
             events: Table::new(),
@@ -188,7 +191,8 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::OWN_CLIENTS.bits()
                         | Features::SHARED_MEMORY.bits()
                         | Features::IDENTITY.bits()
-                        | Features::USAGE.bits()),
+                        | Features::USAGE.bits()
+                        | Features::TENANT_SHARE.bits()),
             ),
             device_id: c.device_id,
             page_size: c.page_size,

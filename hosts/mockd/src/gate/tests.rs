@@ -12,7 +12,9 @@ fn user(uid: u32) -> Tenant {
 /// A connection admitted for `tenant`, attached to one end of a socket pair: its ticket and
 /// the peer's end (which sees the end of the connection when the gate closes it).
 fn connect(gate: &Arc<Gate>, tenant: Tenant, slots: u32) -> Result<(Ticket, SeqPacket), String> {
-    let t = gate.admit(tenant, false, slots).map_err(str::to_string)?;
+    let t = gate
+        .admit(tenant, false, slots, 1)
+        .map_err(str::to_string)?;
     let (ours, peer) = SeqPacket::pair().unwrap();
     t.attach(&Arc::new(ours));
     Ok((t, peer))
@@ -30,20 +32,20 @@ fn a_tenants_share_is_the_non_admins_room_over_the_slots() {
         let gate = Arc::new(Gate::default());
         let mut held = Vec::new();
         while held.len() < connection_share(slots) {
-            let mut t = gate.admit(user(1000), false, slots).unwrap();
+            let mut t = gate.admit(user(1000), false, slots, 1).unwrap();
             assert!(t.hello_done());
             held.push(t);
         }
-        let e = gate.admit(user(1000), false, slots).unwrap_err();
+        let e = gate.admit(user(1000), false, slots, 1).unwrap_err();
         assert!(e.contains("holds its share"), "{slots} slots: {e}");
         // Another tenant is not held to the first one's count (with one slot, the first
         // holds the whole room).
         if slots > 1 {
-            gate.admit(user(1001), false, slots).unwrap();
+            gate.admit(user(1001), false, slots, 1).unwrap();
         }
         // A connection's end gives its place in the share back.
         held.pop();
-        gate.admit(user(1000), false, slots).unwrap();
+        gate.admit(user(1000), false, slots, 1).unwrap();
     }
 }
 
@@ -53,9 +55,9 @@ fn users_cannot_take_the_admins_room_nor_hold_it_silently() {
     let mut tickets = Vec::new();
     // One tenant's silent connections stop at the per-tenant bound.
     for _ in 0..MAX_PRE_HELLO_PER_TENANT {
-        tickets.push(gate.admit(user(1000), false, SLOTS).unwrap());
+        tickets.push(gate.admit(user(1000), false, SLOTS, 1).unwrap());
     }
-    let e = gate.admit(user(1000), false, SLOTS).unwrap_err();
+    let e = gate.admit(user(1000), false, SLOTS, 1).unwrap_err();
     assert!(e.contains("not said HELLO"), "{e}");
     // Once they said HELLO they are ordinary connections; the tenant may open more.
     for t in &mut tickets {
@@ -64,7 +66,7 @@ fn users_cannot_take_the_admins_room_nor_hold_it_silently() {
     // Many tenants together stop short of the admins' room.
     let mut uid = 2000;
     while gate.total() < USER_CONNECTIONS {
-        match gate.admit(user(uid), false, SLOTS) {
+        match gate.admit(user(uid), false, SLOTS, 1) {
             Ok(mut t) => {
                 assert!(t.hello_done());
                 tickets.push(t);
@@ -73,14 +75,14 @@ fn users_cannot_take_the_admins_room_nor_hold_it_silently() {
         }
         uid += 1;
     }
-    let e = gate.admit(user(uid), false, SLOTS).unwrap_err();
+    let e = gate.admit(user(uid), false, SLOTS, 1).unwrap_err();
     assert!(e.contains("kept for the operators"), "{e}");
     // Admins get the rest, and no more.
     for _ in 0..ADMIN_RESERVED {
-        tickets.push(gate.admit(user(0), true, SLOTS).unwrap());
+        tickets.push(gate.admit(user(0), true, SLOTS, 1).unwrap());
     }
     assert_eq!(
-        gate.admit(user(0), true, SLOTS).unwrap_err(),
+        gate.admit(user(0), true, SLOTS, 1).unwrap_err(),
         "too many connections to this device"
     );
     // Every connection's end gives its room back.
@@ -89,18 +91,18 @@ fn users_cannot_take_the_admins_room_nor_hold_it_silently() {
     let c = gate.counts();
     assert!(c.silent.is_empty() && c.tenants.is_empty() && c.users == 0);
     drop(c);
-    gate.admit(user(1000), false, SLOTS).unwrap();
+    gate.admit(user(1000), false, SLOTS, 1).unwrap();
 }
 
 #[test]
 fn a_connection_that_never_said_hello_gives_back_its_pre_hello_room() {
     let gate = Arc::new(Gate::default());
     let silent: Vec<Ticket> = (0..MAX_PRE_HELLO_PER_TENANT)
-        .map(|_| gate.admit(user(7), false, SLOTS).unwrap())
+        .map(|_| gate.admit(user(7), false, SLOTS, 1).unwrap())
         .collect();
-    assert!(gate.admit(user(7), false, SLOTS).is_err());
+    assert!(gate.admit(user(7), false, SLOTS, 1).is_err());
     drop(silent);
-    assert!(gate.admit(user(7), false, SLOTS).is_ok());
+    assert!(gate.admit(user(7), false, SLOTS, 1).is_ok());
 }
 
 #[test]
@@ -152,7 +154,7 @@ fn a_full_room_with_silent_connections_in_it_still_takes_a_newcomer() {
     let mut uid = 5000;
     while spoken.len() < USER_CONNECTIONS - MAX_PRE_HELLO_PER_TENANT {
         uid = 5000 + (spoken.len() / share) as u32;
-        let mut t = gate.admit(user(uid), false, slots).unwrap();
+        let mut t = gate.admit(user(uid), false, slots, 1).unwrap();
         assert!(t.hello_done());
         spoken.push(t);
     }
@@ -173,7 +175,7 @@ fn a_full_room_with_silent_connections_in_it_still_takes_a_newcomer() {
     let mut more = Vec::new();
     while gate.counts().users < USER_CONNECTIONS {
         uid += 1;
-        let mut t = gate.admit(user(uid), false, slots).unwrap();
+        let mut t = gate.admit(user(uid), false, slots, 1).unwrap();
         assert!(t.hello_done());
         more.push(t);
     }
@@ -183,7 +185,7 @@ fn a_full_room_with_silent_connections_in_it_still_takes_a_newcomer() {
     assert!(peer.peer_closed());
     // Once every connection in the room has said HELLO, it is full: the next is refused.
     assert!(second.hello_done());
-    let e = gate.admit(user(9000), false, slots).unwrap_err();
+    let e = gate.admit(user(9000), false, slots, 1).unwrap_err();
     assert!(e.contains("kept for the operators"), "{e}");
 }
 
@@ -194,10 +196,10 @@ fn a_container_is_one_tenant_whatever_its_uids() {
     // A rootless container's subordinate uids: one tenant, bound once.
     let mut held = Vec::new();
     for uid in 100_000..100_000 + MAX_PRE_HELLO_PER_TENANT as u32 {
-        held.push(gate.admit(Tenant::of(uid, &c), false, SLOTS).unwrap());
+        held.push(gate.admit(Tenant::of(uid, &c), false, SLOTS, 1).unwrap());
     }
     let e = gate
-        .admit(Tenant::of(165_535, &c), false, SLOTS)
+        .admit(Tenant::of(165_535, &c), false, SLOTS, 1)
         .unwrap_err();
     assert!(e.contains("not said HELLO"), "{e}");
     for t in &mut held {
@@ -205,20 +207,40 @@ fn a_container_is_one_tenant_whatever_its_uids() {
     }
     let mut uid = 200_000;
     while held.len() < connection_share(SLOTS) {
-        let mut t = gate.admit(Tenant::of(uid, &c), false, SLOTS).unwrap();
+        let mut t = gate.admit(Tenant::of(uid, &c), false, SLOTS, 1).unwrap();
         assert!(t.hello_done());
         held.push(t);
         uid += 1;
     }
-    let e = gate.admit(Tenant::of(uid, &c), false, SLOTS).unwrap_err();
+    let e = gate
+        .admit(Tenant::of(uid, &c), false, SLOTS, 1)
+        .unwrap_err();
     assert!(e.contains("holds its share"), "{e}");
     // The same uid outside the container, and another container, are other tenants.
-    gate.admit(Tenant::of(uid, &[0; CONTAINER_LEN]), false, SLOTS)
+    gate.admit(Tenant::of(uid, &[0; CONTAINER_LEN]), false, SLOTS, 1)
         .unwrap();
     gate.admit(
         Tenant::of(uid, &container_field("aaaabbbbcccc")),
         false,
         SLOTS,
+        1,
     )
     .unwrap();
+}
+
+#[test]
+fn a_tenant_counting_for_two_slots_gets_two_shares_of_connections() {
+    let gate = Arc::new(Gate::default());
+    let share = connection_share(SLOTS);
+    let mut held = Vec::new();
+    while held.len() < 2 * share {
+        let mut t = gate.admit(user(4242), false, SLOTS, 2).unwrap();
+        assert!(t.hello_done());
+        held.push(t);
+    }
+    let e = gate.admit(user(4242), false, SLOTS, 2).unwrap_err();
+    assert!(e.contains("holds its share"), "{e}");
+    // Another tenant still gets its own share.
+    gate.admit(user(4343), false, SLOTS, 1).unwrap();
+    drop(held);
 }
