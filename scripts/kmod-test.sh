@@ -27,11 +27,22 @@
 #      and the guest runs clients on; last, the
 #      restarted process is killed while nothing is in flight, which the module's watchdog
 #      must find (a polling client sees its stream stopped with ENODEV); same verdict.
+#   7. only when asked (DAVINCI_KMOD_BOOTS=chaos; not a default boot yet, issue 42): the
+#      chaos device, one boot per seed: davinci-pcidev --chaos SEED,RATE answers a fraction
+#      of admin requests wrongly on purpose (lengths, kinds, offsets, counts, tags, floods,
+#      notification words, heartbeat, BAR2 header garbage, bit flips), and
+#      davinci-chaos-hammer in the guest drives every ioctl, mmap and fault path for the
+#      rounds asked (re-probing the device when it is lost); the verdict: no WARNING, BUG,
+#      KASAN, lockdep, hung-task or RCU line, every hammer run ended, the module unloaded.
 #
 # Environment: DAVINCI_KMOD_WORK (build directory, default target/kmod), DAVINCI_KMOD_CACHE
 # (kernel cache, default /var/cache/davinci-kmod for root), DAVINCI_QEMU_TIMEOUT (seconds,
 # default 1200), DAVINCI_QEMU_MEM (default 1G), DAVINCI_JOBS (make -j), DAVINCI_KMOD_BOOTS
-# (which boots, default "software pci").
+# (which boots, default "software pci"; "chaos" too on request), DAVINCI_CHAOS_SEEDS (the
+# chaos boot's seeds, default "1 2 3 4 5"; seeds that found a bug stay in it),
+# DAVINCI_CHAOS_ROUNDS (hammer rounds per seed, default 10000), DAVINCI_CHAOS_RATE (fraction
+# of replies mutated, default 0.05), DAVINCI_CHAOS_LIVES (re-probes of a lost device per seed,
+# default 20).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KMOD_DIR=$ROOT/kmod-rust
@@ -86,6 +97,7 @@ declare -A guest_bins=(
     [kubelet_standin]=$(exe example kubelet_standin)
     [davinci-testclient]=$(exe bin davinci-testclient)
     [davinci-attacker]=$(exe bin davinci-attacker)
+    [davinci-chaos-hammer]=$(exe bin davinci-chaos-hammer)
 )
 # The C quick start over libdavinci (bindings/capi/examples/quickstart.c), linked fully static: the
 # library in a release build (scripts/capi-install.sh; cargo reuses the test command's build
@@ -239,6 +251,21 @@ common_verdict() {
     conformance_count=$n
 }
 
+# chaos_verdict LOG DEVLOG SEED DEVRC: the chaos boot's verdict for one seed.
+chaos_verdict() {
+    local log=$1 devlog=$2 seed=$3 devrc=$4
+    [ "$qemu_rc" -eq 0 ] || bad "chaos seed $seed: QEMU exited with $qemu_rc (124: the guest did not finish in ${QEMU_TIMEOUT}s; an oops panics the guest: oops=panic)"
+    grep -qx 'ktest: ALL PASSED' "$log" || bad "chaos seed $seed: the guest did not report ALL PASSED ($log)"
+    if grep -nE 'WARNING:|BUG:|Oops|Call Trace|Kernel panic|general protection|davinci: leak|blocked for more than|detected stall|possible circular|inconsistent lock' "$log"; then
+        bad "chaos seed $seed: the kernel logged the lines above ($log; the device's mutations: $devlog)"
+    fi
+    grep -q 'KernelAddressSanitizer initialized' "$log" || bad "chaos seed $seed: KASAN was not armed in the guest"
+    grep -q '^ktest: kernel .*, 2 cpu(s)$' "$log" || bad "chaos seed $seed: the guest did not run on 2 CPUs"
+    grep -q 'davinci: unloaded' "$log" || bad "chaos seed $seed: no module unload message ($log)"
+    grep -q 'chaos seed .* rate .* requests answered' "$devlog" || bad "chaos seed $seed: no chaos summary from the device ($devlog)"
+    [ "$devrc" = 0 ] || bad "chaos seed $seed: davinci-pcidev exited $devrc (it must survive a hostile guest; $devlog)"
+}
+
 BOOTS=${DAVINCI_KMOD_BOOTS:-software pci}
 t=$SECONDS
 for mode in $BOOTS; do
@@ -285,14 +312,46 @@ for mode in $BOOTS; do
             grep -q 'lost: its heartbeat stopped (watchdog)' "$WORK/serial-pci.log" ||
                 bad "the watchdog did not find the restarted device lost"
             ;;
+        chaos)
+            # The chaos device (issue 42, item 2), one boot per seed.
+            sock=$WORK/pcidev.sock
+            chaos_seeds=${DAVINCI_CHAOS_SEEDS:-1 2 3 4 5}
+            chaos_rounds=${DAVINCI_CHAOS_ROUNDS:-10000}
+            chaos_rate=${DAVINCI_CHAOS_RATE:-0.05}
+            chaos_lives=${DAVINCI_CHAOS_LIVES:-20}
+            for seed in $chaos_seeds; do
+                ts=$SECONDS
+                log=$WORK/serial-chaos-$seed.log devlog=$WORK/pcidev-chaos-$seed.log
+                rm -f "$sock"
+                "$pcidev_bin" --socket "$sock" --size 256M --device-id 0 \
+                    --chaos "$seed,$chaos_rate" >"$devlog" 2>&1 &
+                dev_pid=$!
+                for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+                [ -S "$sock" ] || { cat "$devlog"; echo "kmod: davinci-pcidev --chaos did not listen" >&2; exit 1; }
+                trap 'kill "$dev_pid" 2>/dev/null || true' EXIT
+                boot "chaos dvseed=$seed dvrounds=$chaos_rounds dvlives=$chaos_lives" "$log" \
+                    -chardev "socket,path=$sock,id=dv" \
+                    -device "ivshmem-doorbell,chardev=dv,vectors=2,id=ivs,addr=02.0"
+                kill -TERM "$dev_pid" 2>/dev/null || true
+                set +e; wait "$dev_pid"; dev_rc=$?; set -e
+                trap - EXIT
+                grep -E 'CHAOS|chaos seed .* rate|INJECT reset|stopped|panicked' "$devlog" | sed "s/^/host (chaos $seed): /" || true
+                chaos_verdict "$log" "$devlog" "$seed" "$dev_rc"
+                say "chaos seed $seed: $((SECONDS - ts)) s ($(grep -c 'chaos seed .* mutation' "$devlog") mutations logged; guest log $log, device log $devlog)"
+            done
+            ;;
         *)
-            echo "kmod: DAVINCI_KMOD_BOOTS: unknown boot '$mode' (software, pci)" >&2
+            echo "kmod: DAVINCI_KMOD_BOOTS: unknown boot '$mode' (software, pci, chaos)" >&2
             exit 2
             ;;
     esac
 done
 if [ "$fail" -ne 0 ]; then
-    echo "kmod: the guest logs are $WORK/serial.log (software) and $WORK/serial-pci.log (PCI)"
+    echo "kmod: the guest logs are $WORK/serial.log (software), $WORK/serial-pci.log (PCI) and $WORK/serial-chaos-SEED.log (chaos)"
     exit 1
+fi
+if [ "$BOOTS" = chaos ]; then
+    say "PASS: the chaos device (seeds ${DAVINCI_CHAOS_SEEDS:-1 2 3 4 5}, ${DAVINCI_CHAOS_ROUNDS:-10000} rounds each): no kernel warning, every client ended, the module unloaded ($((SECONDS - t0)) s in all)"
+    exit 0
 fi
 say "PASS: $conformance_count conformance tests, the kernel-only tests, the million-task run, davinci-smi (cdi generate too), davinci-exporter, davinci-device-plugin (with a kubelet stand-in), davinci-workload, davinci-bench's kernel rows and the C quick start (libdavinci) on /dev/davinci0; the conformance suite, the kernel-only tests, the million-task run, the C quick start, davinci-smi, davinci-exporter, the device plugin, davinci-workload and davinci-bench on the PCI device (ivshmem-doorbell, davinci-pcidev, MMIO doorbells, MSI-X), the device lost mid-stream, restarted (unbound, a new device plugged in) and lost again with nothing in flight (the watchdog); module unloaded cleanly ($((SECONDS - t0)) s in all)"

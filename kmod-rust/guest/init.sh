@@ -268,6 +268,80 @@ if [ "${dvtest:-software}" = pci ]; then
     reboot -f
 fi
 
+# chaos_device: the chaos boot (dvtest=chaos; issue 42, item 2): the host's davinci-pcidev
+# runs with --chaos SEED,RATE and answers that fraction of admin requests wrongly on purpose;
+# davinci-chaos-hammer drives every ioctl, mmap and fault path of /dev/davinci0 for dvrounds
+# rounds (4 workers, every call ending in success or an errno). When the device is lost (an
+# open refused), the guest re-probes it (unbind, bind) and writes `reset` to the inject
+# parameter, which the chaos device takes as "close every client the module forgot", and the
+# hammer runs on, at most dvlives re-probes. The verdict is mostly the host's: no kernel
+# warning, BUG, KASAN, lockdep, hung-task or RCU line; here: every hammer run ended (no hung
+# or unkillable client), and the module unloads.
+chaos_bus() {
+    for d in /sys/bus/pci/devices/*; do
+        [ "$(cat "$d/vendor")" = 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ] && basename "$d" && return
+    done
+}
+
+chaos_device() {
+    check insmod-chaos insmod /davinci.ko devices=0
+    bus=$(chaos_bus)
+    echo "ktest: chaos: seed ${dvseed:-1}, ${dvrounds:-10000} rounds, at most ${dvlives:-20} re-probes; device $bus"
+    left=${dvrounds:-10000}
+    lives=0
+    total=0
+    hung=0
+    while [ "$left" -gt 0 ]; do
+        n=0
+        rc=3
+        if [ -e /dev/davinci0 ]; then
+            start=$(cut -d' ' -f1 /proc/uptime)
+            davinci-chaos-hammer --device /dev/davinci0 --rounds "$left" --workers 4 \
+                --seed "$((${dvseed:-1} * 100 + lives))" --timeout 900 >/tmp/hammer.out 2>/tmp/hammer.err
+            rc=$?
+            end=$(cut -d' ' -f1 /proc/uptime)
+            grep -v '"event":"progress"' /tmp/hammer.out | sed 's/^/ktest: chaos: hammer: /'
+            tail -5 /tmp/hammer.err | sed 's/^/ktest: chaos: hammer stderr: /'
+            n=$(grep '"event":"done"' /tmp/hammer.out | sed -n 's/.*"rounds":\([0-9]*\).*/\1/p')
+            n=${n:-0}
+            echo "ktest: chaos: life $lives: $n rounds, exit $rc (${start}s -> ${end}s)"
+        fi
+        total=$((total + n))
+        left=$((left - n))
+        case $rc in
+            0) ;;
+            3)
+                lives=$((lives + 1))
+                [ "$lives" -le "${dvlives:-20}" ] || { echo "ktest: chaos: $((lives - 1)) re-probes used, $left rounds left undone"; break; }
+                # The device was lost: re-probe it, and tell the chaos device its clients are
+                # nobody's (INJECT reset).
+                [ -e "/sys/bus/pci/drivers/davinci/$bus" ] && echo "$bus" >/sys/bus/pci/drivers/davinci/unbind
+                echo "$bus" >/sys/bus/pci/drivers/davinci/bind 2>/dev/null
+                echo reset >/sys/module/davinci/parameters/inject 2>/dev/null
+                echo "ktest: chaos: re-probed $bus (life $lives): $(ls /dev/davinci0 2>&1)"
+                ;;
+            *)
+                hung=1
+                echo "ktest: chaos: the hammer failed (exit $rc): a client hung, was unkillable or crashed"
+                break
+                ;;
+        esac
+    done
+    echo "ktest: chaos: $total rounds in all, $lives re-probes"
+    check chaos-hammer-ended [ "$hung" -eq 0 ]
+    for _ in 1 2 3 4 5 6 7 8 9 10; do rmmod davinci 2>/dev/null && break; sleep 1; done
+    check rmmod-chaos sh -c '! grep -q "^davinci " /proc/modules'
+}
+
+if [ "${dvtest:-software}" = chaos ]; then
+    chaos_device
+    dmesg | while read -r line; do echo "kmsg: $line"; done
+    echo "ktest: summary: $pass passed, $fail failed"
+    [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ] && echo "ktest: ALL PASSED"
+    echo "ktest: done"
+    reboot -f
+fi
+
 check bad-params bad_params
 check init-failures init_failures
 

@@ -17,6 +17,7 @@ davinci-pcidev: the davinci PCI device outside the guest (QEMU's ivshmem-doorbel
 
 Usage: davinci-pcidev --socket PATH [--socket-mode OCTAL] [--socket-group GROUP]
                       [--size BYTES] [--vectors N] [--device-id N] [--inject FAULT[@SEL]]
+                      [--chaos SEED[,RATE]]
 
 Serves the ivshmem server protocol on the Unix socket PATH and is the device behind it:
 BAR2 (the shared memory) holds the admin queue, the stream rings and device memory;
@@ -41,6 +42,15 @@ Options:
                    inject parameter, which the guest's module can still change):
                    error-at=N[:ERRNO], hang-at=N or stop-at=N, counted per stream in tasks
                    taken (the first is 1), then optionally @pid=N,uid=N,comm=NAME,streams=N
+  --chaos SEED[,RATE]
+                   the chaos device, for testing the guest's module (issue 42): a fraction
+                   RATE (default 0.05) of admin replies are wrong on purpose (lengths, kinds,
+                   offsets, counts, tags, duplicates, interrupt floods, notification words,
+                   a stalled or rewound heartbeat, BAR2 header garbage, bit flips), drawn
+                   from a PRNG seeded with SEED; each mutation is logged on stderr (the
+                   first 300, then one in 50) with counts every 2000 requests and at exit.
+                   An INJECT `reset` from the guest then also closes every client (the
+                   guest re-probed a device it lost)
   -h, --help       this text
 
 One guest at a time: while a peer is connected, another is refused (closed before it is
@@ -141,6 +151,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String>
                     )
                 })?);
             }
+            "--chaos" => {
+                let v = value("SEED[,RATE], like 7,0.05")?;
+                config.chaos = Some(crate::chaos::ChaosConfig::parse(&v)?);
+            }
             "--device-id" => {
                 let v = value("a number")?;
                 config.device_id = v
@@ -221,5 +235,13 @@ mod tests {
             err(&["--socket", "s", "--inject=hang-at=1", "--inject=hang-at=2"])
                 .contains("given twice")
         );
+        match p(&["--socket", "s", "--chaos", "9,0.25"]).unwrap() {
+            Command::Run { config, .. } => {
+                let c = config.chaos.unwrap();
+                assert_eq!((c.seed, c.rate), (9, 0.25));
+            }
+            Command::Help => panic!("not help"),
+        }
+        assert!(err(&["--socket", "s", "--chaos", "x"]).contains("SEED"));
     }
 }

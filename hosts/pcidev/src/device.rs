@@ -33,8 +33,8 @@ use davinci_driver_core::{
 };
 use davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use davinci_hwif::layout::{
-    Bar2Header, Bar2Layout, DeviceState, LayoutError, FAILURE_OFFSET, HEARTBEAT_OFFSET, PAGE_SIZE,
-    STATE_OFFSET,
+    Bar2Header, Bar2Layout, DeviceState, LayoutError, FAILURE_OFFSET, HEADER_FIELDS,
+    HEARTBEAT_OFFSET, NOTIFY_OFFSET, NOTIFY_WORDS, PAGE_SIZE, STATE_OFFSET,
 };
 use davinci_hwif::regs::{DEVICE_PEER, DOORBELL};
 use davinci_hwif::{
@@ -46,6 +46,7 @@ use davinci_ring::{DeviceConsumer, DeviceProducer, RingError};
 use davinci_uapi::{Errno, Features};
 
 use crate::bar2::Bar2;
+use crate::chaos::{kind_of, Chaos, ChaosConfig, PassAct};
 use crate::exec::{execute, Effect};
 use crate::platform::Bar2Platform;
 
@@ -74,6 +75,9 @@ pub struct DeviceConfig {
     /// The socket's group (`--socket-group`), set before its mode; `None` leaves the
     /// process's.
     pub socket_group: Option<u32>,
+    /// The chaos device (`--chaos SEED[,RATE]`, [`crate::chaos`]): a fraction of replies
+    /// wrong on purpose. `None`: an honest device.
+    pub chaos: Option<ChaosConfig>,
 }
 
 impl Default for DeviceConfig {
@@ -86,6 +90,7 @@ impl Default for DeviceConfig {
             inject: None,
             socket_mode: 0o600,
             socket_group: None,
+            chaos: None,
         }
     }
 }
@@ -214,6 +219,10 @@ pub struct PciDevice {
     /// The next sleep may not be long (a stream has work, or could not be armed).
     busy: bool,
     stats: Stats,
+    /// The chaos layer (`--chaos`), and BAR2's header as the device wrote it (restored after
+    /// a chaos garbage spell).
+    chaos: Option<Chaos>,
+    header: [u8; HEADER_FIELDS],
 }
 
 impl PciDevice {
@@ -244,6 +253,8 @@ impl PciDevice {
         };
         let mut page = vec![0u8; PAGE_SIZE as usize];
         dev_header.encode(&mut page);
+        let mut header = [0u8; HEADER_FIELDS];
+        header.copy_from_slice(&page[..HEADER_FIELDS]);
         bar2.mapping()
             .write(0, &page)
             .map_err(|_| DeviceError::Layout(LayoutError::RegionSize(config.size)))?;
@@ -281,6 +292,7 @@ impl PciDevice {
             -1,
             1,
         ));
+        let chaos = config.chaos.map(|c| Chaos::new(c, layout));
         let dev = PciDevice {
             admin: Some(admin),
             core,
@@ -293,6 +305,8 @@ impl PciDevice {
             armed: Vec::new(),
             busy: false,
             stats: Stats::default(),
+            chaos,
+            header,
         };
         dev.set_state(DeviceState::Ready, 0);
         Ok(dev)
@@ -329,7 +343,12 @@ impl PciDevice {
         }
     }
 
-    fn heartbeat(&self) {
+    fn heartbeat(&mut self) {
+        if let Some(c) = self.chaos.as_mut() {
+            if c.heartbeat_stalled(std::time::Instant::now()) {
+                return;
+            }
+        }
         if let Ok(w) = self.bar2.mapping().word(HEARTBEAT_OFFSET) {
             w.fetch_add(1, Ordering::Relaxed);
         }
@@ -380,8 +399,91 @@ impl PciDevice {
         if self.core.platform().take_irq() {
             self.raise(VECTOR_DATA);
         }
+        self.chaos_pass();
         self.heartbeat();
         Ok(())
+    }
+
+    /// The chaos layer's summary line (`None` for an honest device).
+    pub fn chaos_summary(&self) -> Option<String> {
+        self.chaos.as_ref().map(Chaos::summary)
+    }
+
+    /// The chaos layer's end-of-pass mutations: floods, notification words, the heartbeat,
+    /// BAR2's header (and putting it back), unsolicited completions.
+    fn chaos_pass(&mut self) {
+        let Some(c) = self.chaos.as_mut() else {
+            return;
+        };
+        let acts = c.take_pass_acts();
+        let restore = c.header_restore_due(std::time::Instant::now());
+        let m = self.bar2.mapping();
+        if restore {
+            // The header as written at start, but the live heartbeat and state words.
+            let mut keep = [0u8; 8];
+            let _ = m.read(STATE_OFFSET, &mut keep);
+            let mut h = self.header;
+            if let Some(d) = h.get_mut(STATE_OFFSET as usize..STATE_OFFSET as usize + 8) {
+                d.copy_from_slice(&keep);
+            }
+            // The state: Ready, unless the device failed for real.
+            let state = if self.admin.is_some() {
+                DeviceState::Ready
+            } else {
+                DeviceState::Failed
+            };
+            if let Some(d) = h.get_mut(STATE_OFFSET as usize..STATE_OFFSET as usize + 4) {
+                d.copy_from_slice(&state.word().to_le_bytes());
+            }
+            let _ = m.write(0, &h);
+        }
+        for act in acts {
+            match act {
+                PassAct::Flood { vector, times } => {
+                    for _ in 0..times {
+                        self.raise(vector);
+                    }
+                }
+                PassAct::Notify(words) => {
+                    for (i, v) in words {
+                        let at = NOTIFY_OFFSET + u64::from(i % NOTIFY_WORDS) * 4;
+                        if let Ok(w) = self.bar2.mapping().word(at) {
+                            w.store(v, Ordering::Release);
+                        }
+                    }
+                    self.raise(VECTOR_DATA);
+                }
+                PassAct::NotifyBumpAll => {
+                    for i in 0..NOTIFY_WORDS {
+                        let at = NOTIFY_OFFSET + u64::from(i) * 4;
+                        if let Ok(w) = self.bar2.mapping().word(at) {
+                            w.fetch_add(1, Ordering::Release);
+                        }
+                    }
+                    self.raise(VECTOR_DATA);
+                }
+                PassAct::HeartbeatRewind(by) => {
+                    if let Ok(w) = self.bar2.mapping().word(HEARTBEAT_OFFSET) {
+                        w.fetch_sub(by, Ordering::Relaxed);
+                    }
+                }
+                PassAct::HeaderGarbage(bytes) => {
+                    for (at, b) in bytes {
+                        let _ = self.bar2.mapping().write(at, &[b]);
+                    }
+                }
+                PassAct::Unsolicited(slot) => {
+                    let Some(a) = self.admin.as_mut() else {
+                        continue;
+                    };
+                    if matches!(a.cq.free(), Ok(f) if f > 0) {
+                        let _ = a.cq.push(&bytes_to_words(&slot[..]));
+                        a.cq.publish();
+                        self.raise(VECTOR_ADMIN);
+                    }
+                }
+            }
+        }
     }
 
     fn accept(&mut self) {
@@ -450,12 +552,32 @@ impl PciDevice {
             }
         };
         let n = avail.min(free);
+        // Slots left for the chaos layer's extra completions once every request is answered.
+        let mut spare = free - n;
         for i in 0..n {
             let Some(slot) = a.sq.peek(i) else { break };
             let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&slot);
+            let mut kind = None;
             let c = match AdminRequest::decode(&bytes) {
                 Ok(req) => {
+                    kind = Some(kind_of(&req.op));
                     let (c, effect) = execute(&mut self.core, &req);
+                    // The chaos device's revival: a guest that lost it re-probes and writes
+                    // `reset` to the module's inject parameter; every client it had is
+                    // nobody's now (the module forgot them without a CLOSE).
+                    if self.chaos.is_some()
+                        && matches!(req.op, davinci_hwif::AdminOp::Inject { .. })
+                        && req.op.inject_text().trim() == "reset"
+                    {
+                        let n = self.clients.len();
+                        for client in std::mem::take(&mut self.clients) {
+                            self.core.close(client);
+                            self.core.platform_mut().forget_client(client);
+                        }
+                        eprintln!(
+                            "davinci-pcidev: chaos: INJECT reset (the guest re-probed): closed {n} clients"
+                        );
+                    }
                     match effect {
                         Effect::Opened(client) => {
                             self.clients.insert(client);
@@ -481,8 +603,27 @@ impl PciDevice {
             };
             let mut out = [0u8; ADMIN_ENTRY_SIZE];
             c.encode(&mut out);
+            let extra = match self.chaos.as_mut() {
+                Some(ch) => {
+                    let (k, request) = kind.map_or((None, 0), |(k, r)| (Some(k), r));
+                    ch.on_reply(k, request, &mut out)
+                }
+                None => crate::chaos::Extra::default(),
+            };
+            if let Some(b) = extra.before {
+                if spare > 0 {
+                    spare -= 1;
+                    let _ = a.cq.push(&bytes_to_words(&b[..]));
+                }
+            }
             // Room was checked (`free`), so this cannot be refused.
             let _ = a.cq.push(&bytes_to_words(&out));
+            if let Some(b) = extra.after {
+                if spare > 0 {
+                    spare -= 1;
+                    let _ = a.cq.push(&bytes_to_words(&b[..]));
+                }
+            }
             self.stats.admin_requests += 1;
         }
         a.sq.advance(n);

@@ -12,6 +12,7 @@
 //! * `platform`: [`Bar2Platform`], driver-core's `Platform` over BAR2's heap.
 //! * `exec`: one admin request run on the core.
 //! * `device`: [`PciDevice`], the device loop.
+//! * `chaos`: the chaos device (`--chaos SEED[,RATE]`): replies wrong on purpose.
 //! * `cli`: the command line of `davinci-pcidev`.
 //! * `guest`: the guest's side (BAR2's header, the admin queue's host ends, ring views), for
 //!   the tests' in-process guest and the driver-less guest program of
@@ -26,6 +27,7 @@
 
 pub mod alloc;
 pub mod bar2;
+pub mod chaos;
 pub mod cli;
 pub mod device;
 pub mod exec;

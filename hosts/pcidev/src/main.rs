@@ -93,12 +93,21 @@ fn main() -> ExitCode {
             .socket_group
             .map_or(String::new(), |g| format!(", group {g}"))
     );
+    if let Some(c) = config.chaos {
+        eprintln!(
+            "davinci-pcidev: CHAOS device: seed {} rate {}: replies are wrong on purpose",
+            c.seed, c.rate
+        );
+    }
     if config.inject.is_some() {
         eprintln!("davinci-pcidev: streams armed with the --inject fault from the start");
     }
     // Runs until SIGTERM or SIGINT; the socket file goes when `dev` does.
     match dev.serve(&STOP) {
         Ok(()) => {
+            if let Some(line) = dev.chaos_summary() {
+                eprintln!("{line}");
+            }
             let s = dev.stats();
             eprintln!(
                 "davinci-pcidev: guests gone {}; admin requests {} ({} malformed); data doorbells {}; interrupts raised: admin {}, data {}; peers refused {}",
