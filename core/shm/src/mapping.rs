@@ -185,6 +185,71 @@ impl SharedMapping {
         Ok(())
     }
 
+    /// Writes `len` bytes of the mapping at `offset` to the file `fd` at `file_offset`
+    /// (one `pwrite(2)`, the mapping its buffer), returning how many it wrote (fewer than
+    /// `len`: call again from there). The kernel reads the mapping, never this process: a
+    /// mapped page that cannot be read (its file was truncated under the mapping) ends the
+    /// write with `EFAULT` or a short count, never a `SIGBUS` here. For memory whose file a
+    /// peer may shrink, which this process must then never load from itself.
+    ///
+    /// # Errors
+    /// `InvalidInput` unless the range lies inside the mapping and `file_offset` fits an
+    /// `off_t`; the `pwrite(2)` error otherwise.
+    pub fn pwrite_into(
+        &self,
+        offset: u64,
+        len: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+    ) -> io::Result<usize> {
+        let (p, at) = self.kernel_range(offset, len, file_offset)?;
+        // SAFETY: `[p, p + len)` lies in the live mapping (`kernel_range`), which stays
+        // mapped while `&self` is borrowed. Only the kernel reads it, with its fault-checked
+        // user copy (a page past the end of a truncated file is `EFAULT`, no signal); no Rust
+        // reference to the bytes is made, so a peer's concurrent stores race with nothing
+        // this process does.
+        let n = unsafe { libc::pwrite(fd.as_raw_fd(), p.cast_const().cast(), len, at) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+
+    /// Reads up to `len` bytes of the file `fd` at `file_offset` into the mapping at
+    /// `offset` (one `pread(2)`, the mapping its buffer), returning how many it read (0 at
+    /// the end of the file). The kernel writes the mapping, never this process: a page that
+    /// cannot be written (its file was truncated under the mapping) ends the read with
+    /// `EFAULT` or a short count, never a `SIGBUS` here.
+    ///
+    /// # Errors
+    /// As [`pwrite_into`](Self::pwrite_into), with `pread(2)`'s.
+    pub fn pread_from(
+        &self,
+        offset: u64,
+        len: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+    ) -> io::Result<usize> {
+        let (p, at) = self.kernel_range(offset, len, file_offset)?;
+        // SAFETY: as in `pwrite_into`: `[p, p + len)` lies in the live, writable mapping and
+        // only the kernel writes it, with its fault-checked user copy; no Rust reference to
+        // the bytes is made.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), p.cast(), len, at) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+
+    /// `range`, and `file_offset` as an `off_t`, for the kernel copies.
+    fn kernel_range(
+        &self,
+        offset: u64,
+        len: usize,
+        file_offset: u64,
+    ) -> io::Result<(*mut u8, libc::off_t)> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_owned());
+        let p = self
+            .range(offset, len)
+            .map_err(|_| bad("range outside the shared mapping"))?;
+        let at = libc::off_t::try_from(file_offset).map_err(|_| bad("file offset too large"))?;
+        Ok((p, at))
+    }
+
     /// The 4-byte word at `offset` as an atomic (a doorbell, a ring index), for as long as the
     /// mapping is borrowed.
     ///
@@ -380,6 +445,33 @@ mod tests {
         let f = std::fs::File::from(fd);
         f.set_len(len).unwrap();
         f
+    }
+
+    /// The kernel copies move bytes between a mapping and a file, and a mapping whose file
+    /// was truncated under it is an error for them (`EFAULT`), not a signal in this process.
+    #[test]
+    fn kernel_copies_through_a_truncated_mapping_fail_without_a_signal() {
+        let (f, g) = (memfd(2 * 4096), memfd(2 * 4096));
+        let r = SharedMapping::map(f.as_fd(), 0, 2 * 4096).unwrap();
+        r.write(0, &[7; 4096]).unwrap();
+        assert_eq!(r.pwrite_into(0, 4096, g.as_fd(), 4096).unwrap(), 4096);
+        let mut back = [0u8; 4096];
+        nix::sys::uio::pread(&g, &mut back, 4096).unwrap();
+        assert_eq!(back, [7; 4096]);
+        assert_eq!(r.pread_from(4096, 4096, g.as_fd(), 0).unwrap(), 4096);
+        r.read(4096, &mut back).unwrap();
+        assert_eq!(back, [0; 4096]);
+        assert_eq!(
+            r.pwrite_into(4096, 4097, g.as_fd(), 0).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        f.set_len(0).unwrap();
+        // From here on, a load of `r` in this process would raise SIGBUS; the kernel's don't.
+        let efault = Some(libc::EFAULT);
+        let e = r.pwrite_into(0, 4096, g.as_fd(), 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), efault);
+        let e = r.pread_from(0, 4096, g.as_fd(), 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), efault);
     }
 
     #[test]
