@@ -4,12 +4,14 @@
 //! client is its own sealed memfd of exactly `len` bytes ([`Backing`]). A client is only ever
 //! given the descriptor of an allocation it holds, so what it can map, and so touch, is
 //! exactly what it was granted and what GET_INFO and LIST_CLIENTS count: never another
-//! client's memory, never device memory nobody allocated. A freed allocation's memfd is
-//! punched empty before FREE_MEMORY returns (so before the device lets go of it), so a
-//! mapping the client keeps reads zeros from then on and pins nothing the device wrote (what
-//! the client writes there afterwards is its own process's memory); a new allocation gets a
-//! fresh memfd, never a freed one (`crate::pool` may have made it ahead of time, and unmaps
-//! and closes freed ones after the reply).
+//! client's memory, never device memory nobody allocated. The memfd can shrink (never grow),
+//! so this process reaches it only through the kernel ([`AllocRegion`]): a file a holder
+//! shrank fails the task (`EFAULT`), never raises `SIGBUS` here. A freed allocation's memfd
+//! is truncated to 0 before FREE_MEMORY returns (so before the device lets go of it; the
+//! same on revocation and close), so every mapping of it, the owner's and each importer's,
+//! faults with `SIGBUS` from then on, as on the kernel, and pins nothing; a new allocation
+//! gets a fresh memfd, never a freed one (`crate::pool` may have made it ahead of time, and
+//! unmaps and closes freed ones after the reply).
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,20 +22,18 @@ use std::time::Instant;
 use davinci_driver_core::{Error, Platform, Result, StdLock, StreamRegions};
 use davinci_uapi::Errno;
 
-use davinci_shm::OutOfBounds;
-
-use crate::memfd::{MemFd, SharedRegion};
+use crate::memfd::{AllocRegion, MemFd, Sealing, Shrunk};
 use crate::pool::{RegionPool, Released};
 use crate::stream_mem::{StreamMem, StreamPart};
 
 /// The memfds backing device memory: one per allocation, by `(client, device offset)`.
 #[derive(Debug, Default)]
-struct Backing(BTreeMap<(u32, u64), SharedRegion>);
+struct Backing(BTreeMap<(u32, u64), AllocRegion>);
 
 impl Backing {
     /// The allocation of `client` that holds `[offset, offset + len)`, and where the range
     /// starts in it (the core validated the range against one allocation before asking).
-    fn find(&self, client: u32, offset: u64, len: u64) -> Result<(&SharedRegion, u64)> {
+    fn find(&self, client: u32, offset: u64, len: u64) -> Result<(&AllocRegion, u64)> {
         let outside = || {
             Error::new(
                 Errno::EFAULT,
@@ -47,16 +47,12 @@ impl Backing {
             .ok_or_else(outside)?;
         let at = offset - start;
         let end = at.checked_add(len).ok_or_else(outside)?;
-        if end > region.map().len() as u64 {
+        if end > region.len() {
             return Err(outside());
         }
         Ok((region, at))
     }
 }
-
-/// The bounce buffer of a COPY between two allocations (on the stack: a copy within one
-/// mapping bounces the same way, in `davinci_shm`).
-const COPY_CHUNK: usize = 32 << 10;
 
 /// The mock device's platform: device memory, stream memory, time, and the wake-ups.
 pub struct MockPlatform {
@@ -99,10 +95,11 @@ impl std::fmt::Debug for MockPlatform {
     }
 }
 
-fn oob(_: OutOfBounds) -> Error {
+/// A task's access to an allocation whose memfd a holder shrank (`ftruncate`).
+fn shrunk(_: Shrunk) -> Error {
     Error::new(
         Errno::EFAULT,
-        "device memory access outside the client's allocations",
+        "the allocation's memfd was truncated by a process that holds it",
     )
 }
 
@@ -181,7 +178,8 @@ impl MockPlatform {
             .collect();
         for k in gone {
             if let Some(r) = self.backing.0.remove(&k) {
-                let _ = r.discard(0, r.map().len() as u64);
+                r.revoke();
+                self.pool.release(Released::Region(r.into_inner()));
             }
         }
     }
@@ -294,59 +292,51 @@ impl Platform for MockPlatform {
         }
         let size = usize::try_from(len)
             .map_err(|_| Error::new(Errno::ENOMEM, "allocation larger than the address space"))?;
-        let region = self.pool.take("davinci-device-memory", size).map_err(|_| {
+        let nomem = || {
             Error::new(
                 Errno::ENOMEM,
                 "could not create the allocation's memory (memfd)",
             )
-        })?;
+        };
+        let region = self
+            .pool
+            .take("davinci-device-memory", size, Sealing::Revocable)
+            .ok()
+            .and_then(AllocRegion::new)
+            .ok_or_else(nomem)?;
         self.backing.0.insert((client, offset), region);
         Ok(())
     }
 
     fn free_backing(&mut self, client: u32, offset: u64, _len: u64) {
         if let Some(region) = self.backing.0.remove(&(client, offset)) {
-            // Released now, even while the client still maps it: its pages read as zero
-            // when FREE_MEMORY returns. Only unmapping and closing it may wait until after
-            // the reply.
-            let _ = region.discard(0, region.map().len() as u64);
-            self.pool.release(Released::Region(region));
+            // Truncated now, even while clients still map it (the owner, importers): every
+            // such mapping faults from FREE_MEMORY's return on, and its pages are gone. Only
+            // unmapping this process's mapping and closing the memfd may wait for the reply.
+            region.revoke();
+            self.pool.release(Released::Region(region.into_inner()));
         }
     }
 
     fn mem_read(&self, client: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
         let (r, at) = self.backing.find(client, offset, buf.len() as u64)?;
-        r.map().read(at, buf).map_err(oob)
+        r.read(at, buf).map_err(shrunk)
     }
 
     fn mem_write(&self, client: u32, offset: u64, data: &[u8]) -> Result<()> {
         let (r, at) = self.backing.find(client, offset, data.len() as u64)?;
-        r.map().write(at, data).map_err(oob)
+        r.write(at, data).map_err(shrunk)
     }
 
     fn mem_copy(&self, (cd, dst): (u32, u64), (cs, src): (u32, u64), len: u64) -> Result<()> {
         let (to, d) = self.backing.find(cd, dst, len)?;
         let (from, s) = self.backing.find(cs, src, len)?;
-        if std::ptr::eq(to, from) {
-            // One allocation: memmove within its mapping.
-            return to.map().copy_within(d, s, len).map_err(oob);
-        }
-        // Two allocations (two memfds, never overlapping): through a bounce buffer.
-        let mut buf = [0u8; COPY_CHUNK];
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(COPY_CHUNK as u64);
-            let chunk = buf.get_mut(..n as usize).ok_or_else(|| oob(OutOfBounds))?;
-            from.map().read(s + done, chunk).map_err(oob)?;
-            to.map().write(d + done, chunk).map_err(oob)?;
-            done += n;
-        }
-        Ok(())
+        to.copy_from(d, from, s, len).map_err(shrunk)
     }
 
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()> {
         let (r, at) = self.backing.find(client, dst, len)?;
-        r.map().fill(at, len, pattern).map_err(oob)
+        r.fill(at, len, pattern).map_err(shrunk)
     }
 
     fn now_ns(&self) -> u64 {

@@ -21,7 +21,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::memfd::SharedRegion;
+use crate::memfd::{Sealing, SharedRegion};
 
 /// Memfds kept ready per size.
 pub(crate) const PER_SIZE: usize = 2;
@@ -52,11 +52,16 @@ struct Inner {
     /// Whether the host calls `tidy` after each reply (else nothing is kept or deferred).
     tidied: bool,
     ready: Vec<SharedRegion>,
-    /// Sizes asked for, the most recent last.
-    wanted: Vec<usize>,
+    /// Sizes (and seals) asked for, the most recent last.
+    wanted: Vec<(usize, Sealing)>,
     released: Vec<Released>,
     /// A take found no memfd of its size ready since the last `tidy`.
     missed: bool,
+}
+
+/// What a ready memfd is for: its length and its seals.
+fn kind(s: &SharedRegion) -> (usize, Sealing) {
+    (s.len(), s.sealing())
 }
 
 /// Fresh memfds made ahead of time and released memory to let go of, behind their own lock
@@ -83,18 +88,24 @@ impl RegionPool {
         self.lock().tidied
     }
 
-    /// A fresh, sealed, mapped memfd of `len` bytes: one made (and mapped) ahead of time if
-    /// the pool has one of that size, else a new one named `name`.
-    pub(crate) fn take(&self, name: &str, len: usize) -> std::io::Result<SharedRegion> {
+    /// A fresh, sealed (`sealing`), mapped memfd of `len` bytes: one made (and mapped) ahead
+    /// of time if the pool has one of that size and sealing, else a new one named `name`.
+    pub(crate) fn take(
+        &self,
+        name: &str,
+        len: usize,
+        sealing: Sealing,
+    ) -> std::io::Result<SharedRegion> {
+        let key = (len, sealing);
         let ready = {
             let mut g = self.lock();
             if g.tidied && len <= MAX_POOLED_LEN {
-                g.wanted.retain(|&l| l != len);
-                g.wanted.push(len);
+                g.wanted.retain(|&k| k != key);
+                g.wanted.push(key);
                 let over = g.wanted.len().saturating_sub(MAX_SIZES);
                 g.wanted.drain(..over);
             }
-            let at = g.ready.iter().position(|s| s.len() == len);
+            let at = g.ready.iter().position(|s| kind(s) == key);
             if at.is_none() && g.tidied && len <= MAX_POOLED_LEN {
                 g.missed = true;
             }
@@ -102,7 +113,7 @@ impl RegionPool {
         };
         match ready {
             Some(r) => Ok(r),
-            None => SharedRegion::new(name, len),
+            None => SharedRegion::new(name, len, sealing),
         }
     }
 
@@ -137,7 +148,7 @@ impl RegionPool {
             // Sizes no longer asked for recently go (all of them when idle).
             let Inner { ready, wanted, .. } = &mut *g;
             let drained: Vec<SharedRegion> = ready
-                .extract_if(.., |s| !wanted.contains(&s.len()))
+                .extract_if(.., |s| !wanted.contains(&kind(s)))
                 .collect();
             g.missed = false;
             (std::mem::take(&mut g.released), drained)
@@ -154,11 +165,13 @@ impl RegionPool {
                         .iter()
                         .rev()
                         .copied()
-                        .find(|&l| g.ready.iter().filter(|s| s.len() == l).count() < PER_SIZE)
+                        .find(|&k| g.ready.iter().filter(|s| kind(s) == k).count() < PER_SIZE)
                 }
             };
-            let Some(len) = need else { return false };
-            let Ok(s) = SharedRegion::new_populated("davinci-memory", len) else {
+            let Some((len, sealing)) = need else {
+                return false;
+            };
+            let Ok(s) = SharedRegion::new_populated("davinci-memory", len, sealing) else {
                 return false;
             };
             let mut g = self.lock();
@@ -190,7 +203,7 @@ mod tests {
     #[test]
     fn nothing_is_kept_or_deferred_until_enabled() {
         let p = RegionPool::default();
-        let r = p.take("t", 4096).unwrap();
+        let r = p.take("t", 4096, Sealing::Fixed).unwrap();
         p.release(Released::Region(r));
         p.tidy(false);
         assert_eq!(p.released(), 0);
@@ -203,7 +216,7 @@ mod tests {
         p.enable();
         let sizes = [4096, 8192, 3 * 4096, 16384, 5 * 4096, 4096, 2 << 20];
         for (i, &len) in sizes.iter().enumerate() {
-            let r = p.take("t", len).unwrap();
+            let r = p.take("t", len, Sealing::Fixed).unwrap();
             assert_eq!(r.map().len(), len);
             p.release(Released::Region(r));
             p.tidy(false);
@@ -239,7 +252,7 @@ mod tests {
     fn pooled_memfds_are_fresh_zero_and_sealed() {
         let p = RegionPool::default();
         p.enable();
-        let first = p.take("t", 8192).unwrap();
+        let first = p.take("t", 8192, Sealing::Fixed).unwrap();
         first.map().fill(0, 8192, 0xdead_beef).unwrap();
         let ino = |r: &SharedRegion| nix::sys::stat::fstat(r.dup_fd().unwrap()).unwrap().st_ino;
         let old = ino(&first);
@@ -251,7 +264,7 @@ mod tests {
         p.tidy(false);
         assert_eq!(p.ready(), vec![8192, 8192]);
         for _ in 0..2 {
-            let r = p.take("t", 8192).unwrap();
+            let r = p.take("t", 8192, Sealing::Fixed).unwrap();
             assert_ne!(ino(&r), old);
             let mut back = vec![0xffu8; 8192];
             r.map().read(0, &mut back).unwrap();
@@ -272,14 +285,14 @@ mod tests {
         let ino = |r: &SharedRegion| nix::sys::stat::fstat(r.dup_fd().unwrap()).unwrap().st_ino;
         let mut seen = std::collections::HashSet::new();
         // Nothing made yet, then one of another size only, then the pool emptied by takes.
-        p.take("t", 4096)
+        p.take("t", 4096, Sealing::Fixed)
             .map(|r| p.release(Released::Region(r)))
             .unwrap();
         p.tidy(false);
         assert_eq!(p.ready(), vec![4096]);
         let mut held = Vec::new();
         for len in [8192, 4096, 4096, 4096] {
-            let r = p.take("t", len).unwrap();
+            let r = p.take("t", len, Sealing::Fixed).unwrap();
             assert_eq!((r.len(), r.map().len()), (len, len), "mapped whole");
             assert!(seen.insert(ino(&r)), "never handed out twice");
             let seals = crate::memfd::seals(r.dup_fd().unwrap()).unwrap();

@@ -13,7 +13,7 @@ use davinci_uapi::mmap::DOORBELL_REG_OFFSET;
 use davinci_uapi::task::{EVENT_RECORD_SIZE, TASK_DESC_SIZE};
 use davinci_uapi::DOORBELL_SIZE;
 
-use crate::memfd::{MemFd, SharedRegion};
+use crate::memfd::{MemFd, Sealing, SharedRegion};
 use crate::pool::RegionPool;
 
 /// Which part of a stream's memory.
@@ -102,7 +102,7 @@ impl StreamMem {
     ) -> io::Result<Self> {
         let layout = Layout::new(cmd_bytes, event_bytes)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "stream size overflows"))?;
-        let region = pool.take("davinci-stream", layout.len)?;
+        let region = pool.take("davinci-stream", layout.len, Sealing::Fixed)?;
         let bell = region
             .map()
             .word(layout.doorbell.0 as u64 + DOORBELL_REG_OFFSET)

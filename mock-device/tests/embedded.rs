@@ -269,25 +269,36 @@ fn a_clients_memory_descriptor_is_its_allocation_and_nothing_more() {
     nix::sys::uio::pread(&kept, &mut word, (big.alloc_size - 4) as i64).unwrap();
     assert_eq!(u32::from_ne_bytes(word), 0x0a0b_0c0d);
     assert!(stat(&kept).st_blocks > 0, "the FILL's pages are there");
-    // Freed while the client still holds the descriptor: emptied at once, and gone from the
+    // Freed while the client still holds the descriptor: truncated to nothing at once (every
+    // mapping of it faults from now on), it cannot be grown back, and it is gone from the
     // device.
     let mut h = HandleArgs {
         handle: big.handle,
         pad: 0,
     };
     call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
-    assert_eq!(stat(&kept).st_blocks, 0, "a freed allocation pins no pages");
-    nix::sys::uio::pread(&kept, &mut word, 0).unwrap();
-    assert_eq!(word, [0; 4]);
+    assert_eq!(
+        (stat(&kept).st_size, stat(&kept).st_blocks),
+        (0, 0),
+        "a freed allocation is empty and pins no pages"
+    );
+    assert_eq!(nix::sys::uio::pread(&kept, &mut word, 0), Ok(0));
+    assert_eq!(
+        nix::unistd::ftruncate(&kept, big.alloc_size as i64),
+        Err(nix::errno::Errno::EPERM),
+        "growing is sealed"
+    );
     assert_eq!(dev.backed_allocations(), 2);
     dev.close(c);
     assert_eq!(dev.backed_allocations(), 0);
 }
 
-/// The embedded device hands out the same sealed memory as the daemon: every descriptor
-/// `MockDevice::map` returns refuses to change size, however the client asks.
+/// The embedded device hands out the same sealed memory as the daemon: no descriptor
+/// `MockDevice::map` returns can grow or take a seal; stream memory cannot shrink either,
+/// while an allocation can (so that freeing it revokes every mapping), and an allocation a
+/// client shrank fails the device's tasks on it, never the device.
 #[test]
-fn every_descriptor_map_returns_is_sealed_against_resizing() {
+fn every_descriptor_map_returns_is_sealed_and_only_memory_may_shrink() {
     use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
     let dev = MockDevice::new(MockConfig::default());
     let c = client(&dev);
@@ -297,28 +308,33 @@ fn every_descriptor_map_returns_is_sealed_against_resizing() {
     };
     call(&dev, c, DRIVER_CMD_ALLOC_MEMORY, &mut a).unwrap();
     let s = stream(&dev, c);
-    for (what, cookie, len) in [
-        ("cmd ring", s.cmd_ring.mmap_offset, s.cmd_ring.mmap_size),
+    let grow_seal = SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    for (what, cookie, len, shrinks) in [
+        (
+            "cmd ring",
+            s.cmd_ring.mmap_offset,
+            s.cmd_ring.mmap_size,
+            false,
+        ),
         (
             "event ring",
             s.event_ring.mmap_offset,
             s.event_ring.mmap_size,
+            false,
         ),
-        ("doorbell", s.doorbell_offset, s.doorbell_size),
-        ("memory", a.mmap_offset, a.alloc_size),
+        ("doorbell", s.doorbell_offset, s.doorbell_size, false),
+        ("memory", a.mmap_offset, a.alloc_size, true),
     ] {
         let fd = dev.map(c, cookie, len).unwrap().fd;
         let seals = SealFlag::from_bits_retain(fcntl(&fd, FcntlArg::F_GET_SEALS).unwrap());
-        let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
-        assert!(seals.contains(want), "{what}: {seals:?}");
+        assert!(seals.contains(grow_seal), "{what}: {seals:?}");
+        assert_eq!(seals.contains(SealFlag::F_SEAL_SHRINK), !shrinks, "{what}");
         let size = nix::sys::stat::fstat(&fd).unwrap().st_size;
-        for to in [0, size - 1, size + 4096] {
-            assert_eq!(
-                nix::unistd::ftruncate(&fd, to),
-                Err(nix::errno::Errno::EPERM),
-                "{what}: ftruncate to {to}"
-            );
-        }
+        assert_eq!(
+            nix::unistd::ftruncate(&fd, size + 4096),
+            Err(nix::errno::Errno::EPERM),
+            "{what}: ftruncate past the end"
+        );
         assert_eq!(
             fallocate(&fd, FallocateFlags::empty(), size, 4096),
             Err(nix::errno::Errno::EPERM),
@@ -329,7 +345,16 @@ fn every_descriptor_map_returns_is_sealed_against_resizing() {
             Err(nix::errno::Errno::EPERM),
             "{what}: a client cannot add seals"
         );
-        assert_eq!(nix::sys::stat::fstat(&fd).unwrap().st_size, size);
+        if !shrinks {
+            for to in [0, size - 1] {
+                assert_eq!(
+                    nix::unistd::ftruncate(&fd, to),
+                    Err(nix::errno::Errno::EPERM),
+                    "{what}: ftruncate to {to}"
+                );
+            }
+            assert_eq!(nix::sys::stat::fstat(&fd).unwrap().st_size, size);
+        }
     }
     // The device works on.
     run_first_task(
@@ -338,6 +363,37 @@ fn every_descriptor_map_returns_is_sealed_against_resizing() {
         s.handle,
         TaskDesc::fill(1, DevAddr(a.dev_addr), 8192, 3),
     );
+    // The client shrinks its allocation: a task on it fails (EFAULT), the device lives on.
+    let fd = dev.map(c, a.mmap_offset, a.alloc_size).unwrap().fd;
+    nix::unistd::ftruncate(&fd, 4096).unwrap();
+    let mut sub = SubmitTaskArgs {
+        stream: s.handle,
+        desc: TaskDesc::fill(2, DevAddr(a.dev_addr), 8192, 4),
+        ..Default::default()
+    };
+    call(&dev, c, DRIVER_CMD_SUBMIT_TASK, &mut sub).unwrap();
+    let mut w = WaitEventArgs {
+        kind: WaitKind::Stream as u32,
+        handle: s.handle,
+        value: 2,
+        timeout_ns: 10_000_000_000,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&dev, c, DRIVER_CMD_WAIT_EVENT, &mut w),
+        Err(Errno::EIO)
+    );
+    assert_eq!(
+        w.status,
+        Errno::EFAULT as u32,
+        "the stream failed with EFAULT"
+    );
+    let mut h = HandleArgs {
+        handle: a.handle,
+        pad: 0,
+    };
+    call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
+    dev.close(c);
 }
 
 /// Threads of this process whose name starts with `prefix`.
@@ -395,11 +451,11 @@ fn extra_pollers_for_a_crowd_of_streams_go_when_it_goes() {
 }
 
 /// With `tidy_after_replies` (the daemon's mode), memory comes from memfds made ahead of
-/// time: a freed allocation still reads zeros through the descriptor its client kept as soon
-/// as FREE_MEMORY returns (before any `tidy`), and the next allocation of the same size, made
+/// time: a freed allocation is truncated to nothing (every mapping of it faults) as soon as
+/// FREE_MEMORY returns (before any `tidy`), and the next allocation of the same size, made
 /// from the pool, is another memfd that reads zeros, whoever wrote the freed one.
 #[test]
-fn with_tidy_a_freed_allocation_is_zero_at_once_and_its_successor_is_fresh() {
+fn with_tidy_a_freed_allocation_is_revoked_at_once_and_its_successor_is_fresh() {
     use std::os::fd::AsFd;
     let dev = MockDevice::new(MockConfig::default());
     dev.tidy_after_replies();
@@ -446,10 +502,10 @@ fn with_tidy_a_freed_allocation_is_zero_at_once_and_its_successor_is_fresh() {
             pad: 0,
         };
         call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
-        nix::sys::uio::pread(&kept, &mut all, 0).unwrap();
-        assert!(
-            all.iter().all(|&b| b == 0),
-            "round {round}: zeros once FREE returns"
+        assert_eq!(
+            nix::sys::uio::pread(&kept, &mut all, 0),
+            Ok(0),
+            "round {round}: truncated once FREE returns"
         );
         dev.tidy();
     }
@@ -612,10 +668,10 @@ fn tidied_in_background_the_device_needs_no_tidy_calls() {
             pad: 0,
         };
         call(&dev, c, DRIVER_CMD_FREE_MEMORY, &mut h).unwrap();
-        nix::sys::uio::pread(&kept, &mut all, 0).unwrap();
-        assert!(
-            all.iter().all(|&b| b == 0),
-            "round {round}: zeros once FREE returns"
+        assert_eq!(
+            nix::sys::uio::pread(&kept, &mut all, 0),
+            Ok(0),
+            "round {round}: truncated once FREE returns"
         );
         // Only the descriptor kept here maps nothing: the device let go of its mapping.
         until(

@@ -224,9 +224,8 @@ impl DeviceBuffer {
 
     /// Whether the exporter freed this imported buffer (or closed), revoking the import
     /// (docs/abi.md, EXPORT_MEMORY): its descriptors then fail with `EACCES`, and its host
-    /// view no longer reaches the memory (on the kernel driver an access raises `SIGBUS`; on
-    /// the mock device a load reads zeros and a store lands nowhere the device reads,
-    /// docs/abi.md section 4). Always `false` for this client's own allocations, which live
+    /// view no longer reaches the memory: an access raises `SIGBUS`, on the kernel driver and
+    /// on the mock device alike (docs/abi.md section 4). Always `false` for this client's own allocations, which live
     /// as long as this buffer does. One driver round trip (an IMPORT_MEMORY of the same
     /// token, which answers `EBUSY` while the import stands and `ENOENT` once the export is
     /// gone).

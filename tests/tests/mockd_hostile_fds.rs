@@ -256,10 +256,16 @@ fn seals(fd: &OwnedFd) -> SealFlag {
 }
 
 /// Every way to change the size of the file, on `fd` and on a reopen of it through
-/// `/proc/self/fd`: each fails with EPERM and the size stays. Returns the reopened fd.
-fn cannot_resize(fd: &OwnedFd, what: &str) -> OwnedFd {
+/// `/proc/self/fd`: each fails with EPERM and the size stays. Returns the reopened fd. An
+/// allocation's memfd (`memory`) may shrink (docs/abi.md section 4.1: freeing it truncates
+/// it): only growing it is tried.
+fn cannot_resize(fd: &OwnedFd, what: &str, memory: bool) -> OwnedFd {
     let size = size_of(fd);
-    let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    let want = if memory {
+        SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL
+    } else {
+        SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL
+    };
     assert!(
         seals(fd).contains(want),
         "{what}: seals {:?}, want {want:?}",
@@ -273,7 +279,8 @@ fn cannot_resize(fd: &OwnedFd, what: &str) -> OwnedFd {
     )
     .unwrap_or_else(|e| panic!("{what}: reopen {path}: {e}"));
     for f in [fd, &reopened] {
-        for len in [0, size / 2, size + 1, size * 2] {
+        let shrinks: &[i64] = if memory { &[] } else { &[0, size / 2] };
+        for &len in shrinks.iter().chain(&[size + 1, size * 2]) {
             assert_eq!(
                 nix::unistd::ftruncate(f, len),
                 Err(NixErrno::EPERM),
@@ -377,14 +384,14 @@ fn attack(part: Part) {
 
     // Resize: refused, on the fd and on a reopen of it.
     let (fd, off, len) = a.fd(part);
-    let reopened = cannot_resize(&fd, &what);
+    let reopened = cannot_resize(&fd, &what, part == Part::Memory);
     s.still_fine(&format!("{what}: resize attempts"));
 
     // Closing and reopening: drop both, MMAP again: a fresh descriptor, sealed the same.
     drop((fd, reopened));
     let (fd, off2, len2) = a.fd(part);
     assert_eq!((off2, len2), (off, len));
-    drop(cannot_resize(&fd, &what));
+    drop(cannot_resize(&fd, &what, part == Part::Memory));
 
     // Other mappings: every page of the object at its own offset, writable, scribbled on;
     // a mapping longer than the file and one entirely past its end (both untouched past the
@@ -429,6 +436,21 @@ fn attack(part: Part) {
         Part::Memory => {
             after.unwrap_or_else(|e| panic!("{what}: the stream should still work: {e}"));
             assert_eq!(pread_u32(&fd, off), 0x7777_7777);
+            s.still_fine(&format!("{what}: the attacker's stream after the attack"));
+            // Shrunk by its holder (allowed: it is not sealed against shrinking, so that
+            // FREE_MEMORY can revoke it): the daemon never touches it but through the
+            // kernel, so its tasks on it fail (EFAULT) and nothing else does.
+            nix::unistd::ftruncate(&fd, 0).unwrap();
+            s.still_fine(&format!("{what}: ftruncate to 0"));
+            let e = a
+                .fill(0x7777_7777)
+                .expect_err("a FILL of a shrunk allocation fails");
+            assert_eq!(e.errno, Errno::EIO.code(), "{what}: {e}");
+            let e =
+                a.c.wait_stream(a.stream.handle, a.submitted, 0)
+                    .expect_err("the stream is in the error state");
+            let status = WaitEventArgs::decode(&e.arg).status;
+            assert_eq!(status, Errno::EFAULT.code() as u32, "{what}: {e}");
         }
     }
     s.still_fine(&format!("{what}: the attacker's stream after the attack"));
@@ -479,7 +501,8 @@ fn every_descriptor_the_daemon_hands_out_is_sealed() {
         fds.push((what.to_string(), a.c.mmap(cookie, len).unwrap().1));
     }
     for (what, fd) in &fds {
-        drop(cannot_resize(fd, what));
+        let memory = what.contains("allocation") || what == "Memory";
+        drop(cannot_resize(fd, what, memory));
     }
     s.still_fine("sealed descriptors");
     drop(fds);

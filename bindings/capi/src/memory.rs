@@ -208,7 +208,7 @@ pub unsafe extern "C" fn davinci_buffer_pending_uses(
 
 /// Whether the exporter freed this imported buffer (or closed), revoking the import: its
 /// tasks then fail (`-EIO` naming `EACCES`) and its host view no longer reaches the memory (on
-/// the kernel driver an access raises `SIGBUS`; on the mock device a load reads zeros).
+/// the kernel driver and on the mock device alike an access raises `SIGBUS`).
 /// `*out` is 1 if so, else 0 (always 0 for this client's own memory and pool blocks). One
 /// driver round trip.
 ///

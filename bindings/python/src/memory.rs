@@ -134,7 +134,8 @@ impl Buffer {
     }
 
     /// Whether the exporter freed this imported buffer, revoking the import: its tasks then
-    /// fail and its view no longer reaches the memory (on the mock device it reads zeros).
+    /// fail and its view no longer reaches the memory (an access raises SIGBUS, on the mock
+    /// device too).
     /// Always False for this client's own memory. One driver round trip.
     fn is_revoked(&self, py: Python<'_>) -> PyResult<bool> {
         let mem = self.get("Buffer.is_revoked")?;

@@ -6,7 +6,8 @@
 //! (feature `test-util`; shared with the stable property test `mock-device/tests/fd_attack.rs`).
 //!
 //! Asserts (in the harness): no crash (a SIGBUS from a shared mapping is one); no descriptor
-//! changes size or loses a seal, resizing and adding seals fail with EPERM; the good client's
+//! grows or loses a seal, none but the allocation's shrinks (its tasks then fail, the device
+//! never), other resizing and adding seals fail with EPERM; the good client's
 //! tasks complete with status 0, its results and canary read back exactly; closing the
 //! attacker releases its memory and workers; closing both returns the device to zero.
 

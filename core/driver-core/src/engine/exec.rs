@@ -16,8 +16,13 @@ use crate::platform::{locked, Platform};
 use crate::softfloat;
 use crate::table::Table;
 
-/// Elements per chunk of ADD (stack buffers, no allocation).
+/// Elements per chunk of ADD (stack buffers, no allocation): 256 (1 KiB a buffer), for a
+/// kernel stack, unless in user space (feature `std`): 4096 (16 KiB), where each chunk may
+/// cost the platform system calls (the mock device reaches its memory through the kernel).
+#[cfg(not(feature = "std"))]
 const CHUNK: usize = 256;
+#[cfg(feature = "std")]
+const CHUNK: usize = 4096;
 
 /// What executing a descriptor of one stream reaches: the device's memory, allocations and
 /// events, seen as the stream's owner in the stream's context.

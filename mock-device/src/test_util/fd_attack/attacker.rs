@@ -1,6 +1,7 @@
 //! The attacker ([`Attacker`]): a client with one context, stream and allocation and the
 //! four descriptors it received for them, which applies each [`Op`] and then checks that no
-//! descriptor changed size or lost a seal.
+//! descriptor grew or lost a seal, and that only the allocation's shrank (it may: that is how
+//! the device revokes it).
 #![forbid(unsafe_code)]
 
 use std::os::fd::AsRawFd;
@@ -25,9 +26,14 @@ use crate::{local_open_params, MockDevice, Role};
 const CMD_ENTRIES: u32 = 16;
 const EVENT_ENTRIES: u32 = 32;
 
-/// The seals every descriptor of device memory carries.
-fn required_seals() -> SealFlag {
-    SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL
+/// The seals each descriptor of device memory carries: stream memory cannot change size, an
+/// allocation cannot grow (it can shrink: docs/abi.md §4.1).
+fn required_seals(part: Part) -> SealFlag {
+    let fixed = SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    match part {
+        Part::Memory => fixed,
+        _ => fixed | SealFlag::F_SEAL_SHRINK,
+    }
 }
 
 /// The attacker: a context, a stream, an allocation and the four descriptors.
@@ -78,15 +84,19 @@ impl Attacker {
         drop(old);
     }
 
-    /// Every descriptor still has its size and its seals.
+    /// Every descriptor still has its size (the allocation's at most its size) and its seals.
     fn check(&self, after: &Op) {
         for (p, h) in PARTS.iter().zip(&self.held) {
-            assert_eq!(size_of(&h.fd), h.size, "{p:?} changed size after {after:?}");
+            if *p == Part::Memory {
+                assert!(size_of(&h.fd) <= h.size, "{p:?} grew after {after:?}");
+            } else {
+                assert_eq!(size_of(&h.fd), h.size, "{p:?} changed size after {after:?}");
+            }
             let seals = fcntl(&h.fd, FcntlArg::F_GET_SEALS)
                 .map(SealFlag::from_bits_retain)
                 .unwrap_or_else(|e| panic!("{p:?}: F_GET_SEALS: {e}"));
             assert!(
-                seals.contains(required_seals()),
+                seals.contains(required_seals(*p)),
                 "{p:?} lost seals after {after:?}: {seals:?}"
             );
         }
@@ -98,9 +108,17 @@ impl Attacker {
         match *op {
             Op::Truncate { part, len } => {
                 let h = self.held(part);
+                let now = size_of(&h.fd);
                 let r = nix::unistd::ftruncate(&h.fd, i64::from(len));
-                if i64::from(len) == h.size {
+                if i64::from(len) == now {
                     assert_eq!(r, Ok(()), "ftruncate to the same size is no change");
+                } else if part == Part::Memory && i64::from(len) < now {
+                    // Its own allocation: its mappings and the device's tasks on it fail.
+                    assert_eq!(
+                        r,
+                        Ok(()),
+                        "{part:?}: ftruncate({len}) shrinks an allocation"
+                    );
                 } else {
                     assert_eq!(r, Err(NixErrno::EPERM), "{part:?}: ftruncate({len})");
                 }

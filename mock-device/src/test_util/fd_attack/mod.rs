@@ -10,9 +10,10 @@
 //! by random sequences in `mock-device/tests/fd_attack.rs` (stable, in the test command) and
 //! by libFuzzer through the fuzz target `mock_fd_ops` (`davinci-fuzz-harness`).
 //!
-//! Invariants, checked after every operation: no descriptor the device handed out changed
-//! size or lost a seal; a resize attempt failed with `EPERM`; adding a seal failed with
-//! `EPERM`. At every [`Op::Good`] and at the end: the good client's FILL completes with status
+//! Invariants, checked after every operation: no descriptor the device handed out grew or
+//! lost a seal, and none but the allocation's shrank (which the attacker may shrink: the
+//! device's tasks on it then fail, the device never); any other resize attempt failed with
+//! `EPERM`; adding a seal failed with `EPERM`. At every [`Op::Good`] and at the end: the good client's FILL completes with status
 //! 0 and reads back exactly, and its canary buffer (filled once) is unchanged. At the end,
 //! closing the attacker releases its memory and its worker threads; closing both returns the
 //! device to zero.
