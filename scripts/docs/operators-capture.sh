@@ -46,6 +46,22 @@ sleep 0.5
 cap own-set $U davinci-smi set -t device-share -i 0 -d 0
 cap own-refused setpriv --reuid 1001 --regid 1001 --clear-groups env DAVINCI_MOCKD_UID=1000 davinci-smi --socket-dir /tmp/davinci-1000 set -t device-share -i 0 -d 1
 kill -TERM $OPID; wait $OPID
+# A tenant's share of the slots (TENANT_SHARE): uid 1000's client holds its slot on davinci0.
+davinci-mockd --devices 2 --share-mode shared --socket-mode 0666 --tenant-share container:feedbeef0123=0 > /dev/null 2>&1 &
+TPID=$!
+sleep 0.5
+exec 6> >(setpriv --reuid 1000 --regid 1000 --clear-groups $B/davinci-testclient hold --device mock:$D/davinci0.sock > out/t1.txt)
+sleep 0.5
+cap tenantset davinci-smi set -t tenant-share -i 0 --tenant user:1000 -d 2
+cap tenantsetjson davinci-smi set -t tenant-share -i all --tenant user:1000 -d 2 --json
+cap tenantinfo davinci-smi info -t tenant-share
+cap tenantexact davinci-smi info -t tenant-share -i 0 --tenant container:feedbeef0123 --exact --json
+cap tenantnone davinci-smi set -t tenant-share -i 0 --tenant container:feed -d 1
+cap tenantbad davinci-smi set -t tenant-share -i 0 --tenant user:1000 -d 5
+cap tenantperm $U davinci-smi set -t tenant-share -i 0 --tenant user:1000 -d 4
+exec 6>&-
+sleep 0.3
+kill -TERM $TPID; wait $TPID
 davinci-mockd --devices 2 --memory 256M --socket-group 4243 --admin-group 4242 > out/mockd-stdout.txt 2> out/mockd-stderr.txt &
 MPID=$!
 sleep 0.5

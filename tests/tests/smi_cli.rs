@@ -1,6 +1,6 @@
 //! `davinci-smi` against a real `davinci-mockd` with client processes: npu-smi's `-c`, a
 //! device named twice, a refused `set` naming the clients it would strand, `--query` CSV and
-//! `--loop`. (The same behaviours against fake devices: the unit tests in operators/smi/src; the binary
+//! `--loop`, a tenant's share of the slots (`-t tenant-share`). (The same behaviours against fake devices: the unit tests in operators/smi/src; the binary
 //! without a device: operators/smi/tests/cli.rs.)
 #![forbid(unsafe_code)]
 
@@ -336,4 +336,119 @@ fn a_socket_another_user_planted_is_ignored_and_said() {
         )) && err.contains("DAVINCI_MOCKD_UID=1000"),
         "{err}"
     );
+}
+
+/// TENANT_SHARE (ABI 1.5) through `davinci-smi`: an admin makes the tenant of a client (its
+/// own: an admin's open, which holds no slot) count for two slots and reads it back (the tenant with a client, and a container by its whole id
+/// that has none); a container prefix nothing matches, more shares than slots, and an operator
+/// who is not the daemon's admin are refused with the daemon's words and their exit statuses.
+#[test]
+fn an_admin_sets_a_tenants_share_and_reads_it_back() {
+    let uid = nix::unistd::getuid().as_raw().to_string();
+    let d = Mockd::start(&[
+        "--devices",
+        "1",
+        "--share-mode",
+        "shared",
+        "--tenant-slots",
+        "4",
+        "--admin-uid",
+        &uid,
+        "--tenant-share",
+        "container:feedbeef=0",
+    ])
+    .unwrap();
+    let c = Client::start(&d.path(0), &["hold"]);
+    c.expect("ready");
+    // Client and daemon share a container (or the host): the client's tenant is its user.
+    let me = format!("user:{uid}");
+    let set = ["set", "-t", "tenant-share", "-i", "0", "--tenant"];
+    let (code, out, err) = smi(&d, &[&set[..], &[&me, "-d", "2", "--json"]].concat());
+    assert_eq!(code, 0, "{out}{err}");
+    let v = doc(&out);
+    assert_eq!(v["command"], "set-tenant-share");
+    let r = &v["results"][0];
+    assert_eq!(r["status"], "ok", "{v}");
+    assert_eq!(r["changed"], true);
+    assert_eq!(
+        (r["previous_shares"].as_u64(), r["shares"].as_u64()),
+        (Some(1), Some(2))
+    );
+    // The client is an admin's (this user's), which takes no slot: none is held.
+    assert_eq!(
+        (r["slots"].as_u64(), r["free_slots"].as_u64()),
+        (Some(4), Some(4))
+    );
+    assert_eq!(
+        (r["holds_slots"].as_bool(), r["has_opens"].as_bool()),
+        (Some(false), Some(true))
+    );
+    // Read back: the tenants with a client, and one named by its whole id.
+    let (code, out, err) = smi(&d, &["info", "-t", "tenant-share", "-i", "0", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = doc(&out);
+    assert_eq!(v["command"], "info-tenant-share");
+    let t = &v["devices"][0]["tenants"];
+    assert_eq!(t.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(t[0]["tenant"], me.as_str());
+    assert_eq!(
+        (t[0]["shares"].as_u64(), t[0]["has_opens"].as_bool()),
+        (Some(2), Some(true))
+    );
+    let (code, out, err) = smi(
+        &d,
+        &[
+            "info",
+            "-t",
+            "tenant-share",
+            "--tenant",
+            "container:feedbeef",
+            "--exact",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("| container:feedbeef | 0      | No (no open) "),
+        "{out}"
+    );
+    // A prefix no client's container has; more shares than the device has slots.
+    let (code, _, err) = smi(&d, &[&set[..], &["container:feed", "-d", "1"]].concat());
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("no container whose id starts with 'feed'"),
+        "{err}"
+    );
+    let (code, out, err) = smi(&d, &[&set[..], &[&me, "-d", "5"]].concat());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.starts_with("davinci-smi: device 0: TENANT_SHARE failed: EINVAL: "),
+        "{err}"
+    );
+    assert_eq!(c.release(), 0);
+    // Not the daemon's admin: EPERM, exit 4, with the daemon's hint on becoming one.
+    let strict =
+        Mockd::start(&["--no-root-admin", "--no-owner-admin", "--admin-uid", "4242"]).unwrap();
+    let (code, out, err) = smi(&strict, &[&set[..], &["user:1000", "-d", "2"]].concat());
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(
+        out.contains("Status                         : Fail"),
+        "{out}"
+    );
+    assert!(
+        err.contains("TENANT_SHARE failed: EPERM") && err.contains("--admin-uid"),
+        "{err}"
+    );
+    let (code, out, _) = smi(
+        &strict,
+        &[
+            "info",
+            "-t",
+            "tenant-share",
+            "--tenant",
+            "user:1000",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 4);
+    assert_eq!(doc(&out)["devices"][0]["error"]["errno"], "EPERM");
 }

@@ -9,7 +9,9 @@
 use std::path::Path;
 
 use davinci_ops::discover::Entry;
-use davinci_uapi::{ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno, ShareMode};
+use davinci_uapi::{
+    ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno, ShareMode, TenantShareArgs,
+};
 
 use crate::error::SmiError;
 
@@ -30,6 +32,16 @@ pub trait DeviceAccess {
     /// GET_COUNTERS; `None` where the device does not report them.
     fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
         Ok(None)
+    }
+    /// TENANT_SHARE (ABI 1.5, an admin's): `tenant` (`user:UID` or `container:ID`, the
+    /// whole id) read, or with `set` made to count for that many slots. `ENOTTY` where the
+    /// device does not have it.
+    fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs, SmiError> {
+        let _ = (tenant, set);
+        Err(SmiError::new(
+            Errno::ENOTTY,
+            "TENANT_SHARE failed: ENOTTY: unknown ioctl command",
+        ))
     }
 }
 
@@ -58,6 +70,9 @@ impl DeviceAccess for davinci_shim::Control {
     }
     fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
         Ok(Some(davinci_shim::Control::counters(self)?))
+    }
+    fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs, SmiError> {
+        Ok(davinci_shim::Control::tenant_share(self, tenant, set)?)
     }
 }
 

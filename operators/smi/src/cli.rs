@@ -113,7 +113,8 @@ pub(crate) enum Cmd {
         #[command(flatten)]
         repeat: LoopArgs,
     },
-    /// Show devices (default), device sharing (-t device-share) or usage per client (-t usage)
+    /// Show devices (default), device sharing (-t device-share), usage per client (-t usage)
+    /// or the tenants' shares of the slots (-t tenant-share)
     #[command(after_help = crate::query::info_after_help())]
     Info {
         /// What to show
@@ -129,11 +130,15 @@ pub(crate) enum Cmd {
         #[arg(short = 'l', long = "list")]
         list: bool,
         #[command(flatten)]
+        tenant: TenantArgs,
+        #[command(flatten)]
         query: QueryArgs,
         #[command(flatten)]
         repeat: LoopArgs,
     },
-    /// Set device sharing: -t device-share -i ID|all -d 0|1 (never prompts)
+    /// Set device sharing (-t device-share -d 0|1) or a tenant's slots (-t tenant-share
+    /// --tenant T -d N) on -i ID|all (never prompts)
+    #[command(after_help = SET_AFTER_HELP)]
     Set {
         /// What to set
         #[arg(short = 't', long = "type", value_enum, value_name = "TYPE")]
@@ -144,9 +149,12 @@ pub(crate) enum Cmd {
         /// Chip id: 0 (each davinci device has one chip; accepted for npu-smi scripts)
         #[arg(short = 'c', long = "chip", value_name = "CHIP", value_parser = parse_chip, allow_hyphen_values = true)]
         chip: Option<u32>,
-        /// 1 = shared (many isolated clients), 0 = exclusive (one client)
-        #[arg(short = 'd', long = "data", value_name = "0|1", value_parser = clap::value_parser!(u8).range(0..=1))]
-        data: u8,
+        /// device-share: 1 = shared (many isolated clients), 0 = exclusive (one client);
+        /// tenant-share: the slots the tenant counts for, 0 (best effort) to the device's slots
+        #[arg(short = 'd', long = "data", value_name = "0|1|N")]
+        data: String,
+        #[command(flatten)]
+        tenant: TenantArgs,
         /// Accepted for scripts written for tools that prompt; davinci-smi never prompts
         #[arg(short = 'y', long = "yes")]
         yes: bool,
@@ -239,12 +247,82 @@ pub(crate) enum InfoType {
     DeviceShare,
     /// Per-client usage: pid, container, contexts, streams, memory, tasks
     Usage,
+    /// How many tenant slots each tenant counts for (--tenant T, else every tenant with a
+    /// client open; an admin's)
+    TenantShare,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum SetType {
     /// Device sharing (0 exclusive, 1 shared)
     DeviceShare,
+    /// How many tenant slots --tenant counts for (0 best effort, 1 the default, up to the
+    /// device's slots; an admin's)
+    TenantShare,
+}
+
+/// The most tenant slots a device has (davinci-mockd's `--tenant-slots`, the module's
+/// `tenant_slots`: 1 to 64): the largest `-d` of `set -t tenant-share`.
+pub(crate) const MAX_SLOTS: u32 = 64;
+
+/// `--tenant`, `--exact`: the tenant of `-t tenant-share`.
+#[derive(Debug, Default, Clone, Args)]
+pub(crate) struct TenantArgs {
+    /// -t tenant-share: user:UID or container:ID (a unique prefix of the id of a container
+    /// with a client open on the device, as docker takes ids)
+    #[arg(long = "tenant", value_name = "TENANT", value_parser = parse_tenant)]
+    pub(crate) tenant: Option<String>,
+    /// With --tenant container:ID: ID is the whole id, not a prefix (a container with no
+    /// client open now)
+    #[arg(long = "exact", requires = "tenant")]
+    pub(crate) exact: bool,
+}
+
+pub(crate) const SET_AFTER_HELP: &str = "\
+-t device-share -d 0|1: exclusive (one client) or shared (isolated clients, each tenant held
+to its share). -t tenant-share --tenant user:UID|container:ID -d N: the tenant counts for N of
+the device's tenant slots (0 to the slots, 1 by default): N shares of every table, of memory
+and of the client opens, N slots held while it has a client open (when free; else it waits);
+0 makes a best-effort tenant that holds no slot. A container is named by its id or a unique
+prefix of it among the containers with a client open on the devices (--exact: the whole id,
+for one with none open). The setting lasts until the device goes (not across a daemon restart
+or module reload). Both need an admin (EPERM otherwise) and a 1.5 driver for tenant-share.
+Read the shares with `davinci-smi info -t tenant-share`.";
+
+/// `--tenant`: `user:UID` or `container:ID` (checked as the driver would; a container id may
+/// be a prefix, resolved later against the devices' clients).
+pub(crate) fn parse_tenant(s: &str) -> Result<String, String> {
+    davinci_uapi::TenantShareArgs::named(s)
+        .map(|_| s.to_string())
+        .map_err(str::to_string)
+}
+
+/// The command line checked beyond what clap's parsers see alone: `set`'s `-d` in the range
+/// of its `-t` (0|1 for device-share, with clap's own message; 0 to [`MAX_SLOTS`] for
+/// tenant-share).
+pub(crate) fn validated(cli: Cli) -> Result<Cli, clap::Error> {
+    use clap::CommandFactory;
+    if let Some(Cmd::Set { ty, data, .. }) = &cli.cmd {
+        let (hi, name) = match ty {
+            SetType::DeviceShare => (1, "0|1"),
+            SetType::TenantShare => (i64::from(MAX_SLOTS), "N"),
+        };
+        let mut top = Cli::command();
+        top.build();
+        if let Some(set) = top.find_subcommand("set") {
+            let arg = set
+                .get_arguments()
+                .find(|a| a.get_id() == "data")
+                .cloned()
+                .map(|a| a.value_name(name));
+            clap::value_parser!(u32).range(0..=hi).parse_ref(
+                set,
+                arg.as_ref(),
+                std::ffi::OsStr::new(data),
+            )?;
+        }
+    }
+    Ok(cli)
 }
 
 /// `-i`: one device or all.

@@ -35,7 +35,11 @@ pub(crate) fn error_line(id: Option<u32>, e: &SmiError) -> String {
     format!("davinci-smi: device {}: {}\n", id_text(id), e.message)
 }
 
-fn report(body: Body, errors: &[(Option<u32>, Option<SmiError>)], text: String) -> Report {
+pub(crate) fn report(
+    body: Body,
+    errors: &[(Option<u32>, Option<SmiError>)],
+    text: String,
+) -> Report {
     let outcomes: Vec<Option<&SmiError>> = errors.iter().map(|(_, e)| e.as_ref()).collect();
     let lines = errors
         .iter()
@@ -269,7 +273,7 @@ pub(crate) fn tenant_of(u: &ClientUsage) -> String {
 }
 
 /// The tenant as the usage table shows it: `user 1000`, `ctr 3f1c2b8e9a7d`, `-`.
-fn short_tenant(t: &str) -> String {
+pub(crate) fn short_tenant(t: &str) -> String {
     match t.split_once(':') {
         Some(("user", uid)) => format!("user {uid}"),
         Some(("container", id)) => format!("ctr {}", id.chars().take(12).collect::<String>()),

@@ -1,8 +1,9 @@
 //! `davinci-smi`: the operators' CLI. Lists devices, shows their health, memory, clients and
-//! sharing mode, who uses a device (per process and container), and turns device sharing on
-//! or off, non-interactively, idempotently, with a result per device; and writes a CDI spec
-//! of the devices for container runtimes (`cdi generate`). Discovery and the CDI model are
-//! `davinci-ops`', which the exporter and the device plugin share.
+//! sharing mode, who uses a device (per process and container), turns device sharing on or
+//! off and sets how many tenant slots a tenant counts for, non-interactively, idempotently,
+//! with a result per device; and writes a CDI spec of the devices for container runtimes
+//! (`cdi generate`). Discovery and the CDI model are `davinci-ops`', which the exporter and
+//! the device plugin share.
 //!
 //! Output: text for people (may change between releases) or `--json` (schema
 //! `davinci-smi/v1`, documented in docs/operators.md; only additions within v1). Exit status
@@ -12,9 +13,10 @@
 //! [`Opener`]) so the command logic is tested without devices or processes.
 //!
 //! The files, each importing only those below it: `cli` (clap's view of the arguments),
-//! `plan` (the command line checked, and one round of it), `commands` (the device commands)
-//! and `cdi_generate`, `query` (`--query` CSV), `access` (a device reached through a trait),
-//! `error` (failures and exit statuses), [`output`] (the JSON schema and the text rendering).
+//! `plan` (the command line checked, and one round of it), `commands` (the device commands),
+//! `tenants` (`-t tenant-share`) and `cdi_generate`, `query` (`--query` CSV), `access` (a
+//! device reached through a trait), `error` (failures and exit statuses), [`output`] (the
+//! JSON schema and the text rendering).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -28,6 +30,7 @@ mod npu;
 pub mod output;
 mod plan;
 mod query;
+mod tenants;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
@@ -89,7 +92,7 @@ pub fn run_with_input(
     }
     // Known before parsing, so that a command line clap rejects still gets a JSON answer.
     let json = args.iter().skip(1).any(|a| a == "--json");
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match Cli::try_parse_from(args).and_then(cli::validated) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -171,6 +171,80 @@ pub struct SetRequestJson {
     pub share_mode: &'static str,
 }
 
+/// A tenant's share of the slots, as TENANT_SHARE reports it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TenantJson {
+    /// `user:UID` or `container:ID` (the whole id).
+    pub tenant: String,
+    /// How many of the device's tenant slots it counts for (1 without a setting; 0: best
+    /// effort, it never holds a slot).
+    pub shares: u32,
+    /// Whether it holds its slots now: a tenant with a non-admin's client open holds them
+    /// when enough are free (else it waits); admins' opens and control opens hold none.
+    pub holds_slots: bool,
+    /// Whether it has an open of the device (a client or a control open).
+    pub has_opens: bool,
+}
+
+/// `info -t tenant-share`: one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantShareJson {
+    /// N of davinciN.
+    pub id: Option<u32>,
+    /// The device path.
+    pub path: String,
+    /// `"ok"` or `"unreachable"` (also for a refused read: see `error`).
+    pub health: &'static str,
+    /// Why it could not be read (null when ok).
+    pub error: Option<ErrorJson>,
+    /// The device's tenant slots (null when not read: no tenant to ask about).
+    pub slots: Option<u32>,
+    /// Slots no tenant holds now (null likewise).
+    pub free_slots: Option<u32>,
+    /// The tenant `--tenant` names, else every tenant with a client open, in LIST_CLIENTS'
+    /// order (empty when unreachable).
+    pub tenants: Vec<TenantJson>,
+}
+
+/// What `set -t tenant-share` asked for.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantRequestJson {
+    /// The tenant with its whole id (a container prefix resolved).
+    pub tenant: String,
+    /// `--tenant` as given.
+    pub given: String,
+    /// `-d N`.
+    pub shares: u32,
+}
+
+/// `set -t tenant-share`: one device's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantSetResultJson {
+    /// N of davinciN.
+    pub id: Option<u32>,
+    /// The device path.
+    pub path: String,
+    /// `"ok"` or `"error"`.
+    pub status: &'static str,
+    /// Whether the setting changed (false: it already was the requested one). Null on error.
+    pub changed: Option<bool>,
+    /// The shares before (null if they could not be read).
+    pub previous_shares: Option<u32>,
+    /// The shares in force afterwards: the requested ones when ok; after a refusal what the
+    /// device reports (null only when it cannot be read).
+    pub shares: Option<u32>,
+    /// The device's tenant slots (null when not read).
+    pub slots: Option<u32>,
+    /// Slots no tenant holds now, after the change (null when not read).
+    pub free_slots: Option<u32>,
+    /// Whether the tenant holds its slots now (null when not read).
+    pub holds_slots: Option<bool>,
+    /// Whether the tenant has an open of the device (null when not read).
+    pub has_opens: Option<bool>,
+    /// Why it failed (null when ok).
+    pub error: Option<ErrorJson>,
+}
+
 /// `cdi generate` in JSON: one device.
 #[derive(Debug, Clone, Serialize)]
 pub struct CdiDeviceJson {
@@ -217,6 +291,18 @@ pub enum Body {
         /// Per device.
         results: Vec<SetResultJson>,
     },
+    /// `info -t tenant-share`.
+    TenantShare {
+        /// Per device.
+        devices: Vec<TenantShareJson>,
+    },
+    /// `set -t tenant-share`.
+    TenantSet {
+        /// What was asked.
+        requested: TenantRequestJson,
+        /// Per device.
+        results: Vec<TenantSetResultJson>,
+    },
     /// `cdi generate`.
     Cdi {
         /// The file written, or null (the spec went to stdout: here, in `spec`).
@@ -246,9 +332,9 @@ pub enum Body {
 pub struct Doc {
     /// [`SCHEMA`].
     pub schema: &'static str,
-    /// `"list"`, `"info"`, `"info-device-share"`, `"info-usage"`, `"set-device-share"`,
-    /// `"cdi-generate"`, or `"usage-error"` (the command line could not be used; exit
-    /// status 2).
+    /// `"list"`, `"info"`, `"info-device-share"`, `"info-usage"`, `"info-tenant-share"`,
+    /// `"set-device-share"`, `"set-tenant-share"`, `"cdi-generate"`, or `"usage-error"` (the
+    /// command line could not be used; exit status 2).
     pub command: &'static str,
     /// The process exit status this run ends with (see `davinci-smi --help`).
     pub exit_code: i32,

@@ -10,7 +10,9 @@ use davinci_uapi::{Errno, ShareMode};
 
 use crate::access::{Opener, Target};
 use crate::cdi_generate::{generate, Generate, Generated};
-use crate::cli::{CdiCmd, Cli, Cmd, Global, IdSel, InfoType, LoopArgs, QueryArgs};
+use crate::cli::{
+    CdiCmd, Cli, Cmd, Global, IdSel, InfoType, LoopArgs, QueryArgs, SetType, TenantArgs,
+};
 use crate::commands::{board, id_text, set, share, usage};
 use crate::error::{exit, SmiError};
 use crate::output::{printable, table, Body, Doc, ListedDevice, SCHEMA};
@@ -18,6 +20,7 @@ use crate::query::{
     csv, parse_format, select, timestamp_now, Columns, CsvFormat, BOARD_DEFAULT, BOARD_FIELDS,
     USAGE_DEFAULT, USAGE_FIELDS,
 };
+use crate::tenants;
 
 /// What a command does.
 pub(crate) enum Action {
@@ -29,11 +32,18 @@ pub(crate) enum Action {
     Share,
     /// `info -t usage`.
     Usage,
+    /// `info -t tenant-share`: `--tenant` (and `--exact`), else every tenant with a client.
+    TenantShare(TenantArgs),
     /// `set -t device-share`.
     Set(ShareMode),
+    /// `set -t tenant-share --tenant T -d N`.
+    SetTenant(TenantArgs, u32),
     /// `cdi generate`.
     Cdi(Generate),
 }
+
+/// `--tenant` given to another `-t`.
+const TENANT_ONLY: &str = "--tenant and --exact apply to -t tenant-share only";
 
 /// What one round wrote, and its exit status.
 pub(crate) struct Round {
@@ -103,28 +113,65 @@ impl Plan {
             }) => ("list", None, Action::List, (pick_q(query), pick_l(repeat))),
             Some(Cmd::Info {
                 ty,
+                tenant,
                 id,
                 query,
                 repeat,
                 ..
             }) => {
                 let q = (pick_q(query), pick_l(repeat));
-                match ty.unwrap_or(InfoType::Board) {
+                let ty = ty.unwrap_or(InfoType::Board);
+                if tenant.tenant.is_some() && ty != InfoType::TenantShare {
+                    return Err(TENANT_ONLY.into());
+                }
+                match ty {
                     InfoType::Board => ("info", *id, Action::Board, q),
                     InfoType::DeviceShare => ("info-device-share", *id, Action::Share, q),
                     InfoType::Usage => ("info-usage", *id, Action::Usage, q),
+                    InfoType::TenantShare => (
+                        "info-tenant-share",
+                        *id,
+                        Action::TenantShare(tenant.clone()),
+                        q,
+                    ),
                 }
             }
-            Some(Cmd::Set { id, data, .. }) => (
-                "set-device-share",
-                Some(*id),
-                Action::Set(if *data == 1 {
-                    ShareMode::Shared
-                } else {
-                    ShareMode::Exclusive
-                }),
-                (pick_q(&none.0), pick_l(&none.1)),
-            ),
+            Some(Cmd::Set {
+                ty,
+                tenant,
+                id,
+                data,
+                ..
+            }) => {
+                // `-d` was checked against `-t` by `cli::validated`.
+                let n: u32 = data
+                    .parse()
+                    .map_err(|_| format!("-d '{data}' is not a number"))?;
+                let action = match ty {
+                    SetType::DeviceShare if tenant.tenant.is_some() => {
+                        return Err(TENANT_ONLY.into())
+                    }
+                    SetType::DeviceShare => Action::Set(if n == 1 {
+                        ShareMode::Shared
+                    } else {
+                        ShareMode::Exclusive
+                    }),
+                    SetType::TenantShare if tenant.tenant.is_none() => {
+                        return Err("set -t tenant-share needs --tenant user:UID|container:ID (the tenant to set)".into())
+                    }
+                    SetType::TenantShare => Action::SetTenant(tenant.clone(), n),
+                };
+                let command = match ty {
+                    SetType::DeviceShare => "set-device-share",
+                    SetType::TenantShare => "set-tenant-share",
+                };
+                (
+                    command,
+                    Some(*id),
+                    action,
+                    (pick_q(&none.0), pick_l(&none.1)),
+                )
+            }
             Some(Cmd::Cdi {
                 cmd: CdiCmd::Generate(g),
             }) => (
@@ -181,7 +228,7 @@ impl Plan {
         if repeat.count.is_some() && repeat.every.is_none() {
             return Err("--count N needs --loop SECONDS".into());
         }
-        if repeat.every.is_some() && matches!(action, Action::Set(_)) {
+        if repeat.every.is_some() && matches!(action, Action::Set(_) | Action::SetTenant(..)) {
             return Err("--loop and --count do not apply to `set`".into());
         }
         if repeat.every.is_some() && matches!(action, Action::Cdi(_)) {
@@ -370,6 +417,23 @@ impl Plan {
             Action::Share => share(&targets),
             Action::Usage => usage(&targets),
             Action::Set(mode) => set(&targets, mode),
+            Action::TenantShare(ref t) => {
+                let tenant = match &t.tenant {
+                    Some(given) => match tenants::resolve(&targets, given, t.exact) {
+                        Ok(whole) => Some(whole),
+                        Err(e) => return fail(e),
+                    },
+                    None => None,
+                };
+                tenants::show(&targets, tenant.as_deref())
+            }
+            Action::SetTenant(ref t, shares) => {
+                let given = t.tenant.as_deref().unwrap_or_default();
+                match tenants::resolve(&targets, given, t.exact) {
+                    Ok(whole) => tenants::set(&targets, &whole, given, shares),
+                    Err(e) => return fail(e),
+                }
+            }
             Action::Cdi(ref g) => {
                 return match generate(&targets, g) {
                     Err(e) => fail(e),

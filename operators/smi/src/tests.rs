@@ -9,7 +9,7 @@ use std::io::Write;
 use std::rc::Rc;
 
 use davinci_ops::discover::Discovery;
-use davinci_uapi::{ClientUsage, DeviceIdentity, DeviceInfo, Errno, ShareMode};
+use davinci_uapi::{ClientUsage, DeviceIdentity, DeviceInfo, Errno, ShareMode, TenantShareArgs};
 
 pub(crate) use crate::test_util::doc;
 use crate::{exit, run_with, DeviceAccess, Opener, SmiError};
@@ -70,6 +70,87 @@ impl DeviceAccess for FakeDev {
         }
         Ok(s.identity)
     }
+    /// TENANT_SHARE as driver-core rules it, simplified: a tenant with a client open and
+    /// shares above 0 holds them while they fit the free slots.
+    fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs, SmiError> {
+        let mut s = self.state.borrow_mut();
+        s.tenant_calls.push((tenant.to_string(), set));
+        let fail = |e: Errno, m: &str| {
+            Err(SmiError::new(
+                e,
+                format!("TENANT_SHARE failed: {}: {m}", e.name()),
+            ))
+        };
+        if s.down {
+            return Err(gone());
+        }
+        if s.tenant_slots == 0 {
+            return fail(Errno::ENOTTY, "unknown ioctl command");
+        }
+        if !s.admin {
+            return fail(
+                Errno::EPERM,
+                "changing device sharing or a tenant's share needs an admin",
+            );
+        }
+        let mut a = TenantShareArgs::named(tenant).expect("smi checks the spelling");
+        let shares_of = |s: &FakeState, t: &str| {
+            s.tenant_settings
+                .iter()
+                .find(|(n, _)| n == t)
+                .map_or(1, |x| x.1)
+        };
+        let open =
+            |s: &FakeState, t: &str| s.clients.iter().any(|c| crate::commands::tenant_of(c) == t);
+        let held = |s: &FakeState| -> u32 {
+            let mut seen: Vec<String> = Vec::new();
+            for c in &s.clients {
+                let t = crate::commands::tenant_of(c);
+                if !seen.contains(&t) {
+                    seen.push(t);
+                }
+            }
+            seen.iter()
+                .map(|t| shares_of(s, t))
+                .sum::<u32>()
+                .min(s.tenant_slots)
+        };
+        if let Some(n) = set {
+            if n > s.tenant_slots {
+                return fail(Errno::EINVAL, "shares above the device's tenant slots");
+            }
+            let now = shares_of(&s, tenant);
+            let free = s.tenant_slots - held(&s);
+            if open(&s, tenant) && now > 0 && n > now + free {
+                return fail(
+                    Errno::EBUSY,
+                    "the tenant holds its slots and too few others are free",
+                );
+            }
+            let known = s.tenant_settings.iter().any(|(t, _)| t == tenant);
+            if !known && n != 1 && s.tenant_settings.len() >= s.max_settings {
+                return fail(Errno::ENOSPC, "the device keeps at most 64 tenant settings");
+            }
+            s.tenant_settings.retain(|(t, _)| t != tenant);
+            if n != 1 {
+                s.tenant_settings.push((tenant.to_string(), n));
+            }
+        }
+        a.shares = shares_of(&s, tenant);
+        a.slots = s.tenant_slots;
+        a.free_slots = s.tenant_slots - held(&s);
+        a.tenant_flags = if open(&s, tenant) {
+            a.tenant_kind
+                | if a.shares > 0 {
+                    davinci_uapi::TENANT_SLOTTED
+                } else {
+                    0
+                }
+        } else {
+            0
+        };
+        Ok(a)
+    }
 }
 
 pub(crate) struct FakeState {
@@ -80,6 +161,14 @@ pub(crate) struct FakeState {
     pub(crate) admin: bool,
     /// Every request fails with ENODEV (the daemon went away).
     pub(crate) down: bool,
+    /// TENANT_SHARE's slots (0: a driver before 1.5, which answers ENOTTY).
+    pub(crate) tenant_slots: u32,
+    /// The tenants set to other than 1 share.
+    pub(crate) tenant_settings: Vec<(String, u32)>,
+    /// The most settings the device keeps.
+    pub(crate) max_settings: usize,
+    /// Every TENANT_SHARE asked: the tenant as it reached the device, and `set`.
+    pub(crate) tenant_calls: Vec<(String, Option<u32>)>,
 }
 
 pub(crate) fn gone() -> SmiError {
@@ -148,6 +237,10 @@ pub(crate) fn fake(id: u32, clients: Vec<ClientUsage>, shared: bool, admin: bool
             identity: None,
             admin,
             down: false,
+            tenant_slots: 4,
+            tenant_settings: Vec::new(),
+            max_settings: 64,
+            tenant_calls: Vec::new(),
         })),
     }
 }
