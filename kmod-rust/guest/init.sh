@@ -119,6 +119,11 @@ bad_params() {
 }
 
 mount -t debugfs none /sys/kernel/debug
+# cgroup2, before the suites: the conformance tests make containers' cgroups (named as docker
+# names them) to run clients of several uids in one container (conformance/containers.rs,
+# hoarders.rs; without it they would only say they skip); the module reads the opener's
+# cgroup v2 path.
+check cgroup2 mount -t cgroup2 none /sys/fs/cgroup
 
 # device_loss: the device process dies (the host kills it at the cue) while a client works,
 # another waits in WAIT_EVENT, a third polls its stream's ring without a system call and a
@@ -385,7 +390,7 @@ if check insmod insmod /davinci.ko quota_events=200; then
     # A client holding memory in a container's cgroup (as docker names it), seen by
     # `info -t usage` with its pid and container id.
     cid=3f1c2b8e9a7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3
-    mount -t cgroup2 none /sys/fs/cgroup && mkdir "/sys/fs/cgroup/docker-$cid.scope"
+    mkdir "/sys/fs/cgroup/docker-$cid.scope"
     mkfifo /tmp/hold
     sh -c "echo \$\$ > /sys/fs/cgroup/docker-$cid.scope/cgroup.procs &&
         exec davinci-testclient hold --device /dev/davinci0 --mem 1048576" \

@@ -66,6 +66,10 @@ mod neighbours;
 #[path = "conformance/hoarders.rs"]
 mod hoarders;
 
+/// Containers as tenants: one tenant of several uids, a late tenant and the slots (issue 41).
+#[path = "conformance/containers.rs"]
+mod containers;
+
 /// New streams beside clients churning theirs (issue 41): every one is served.
 #[path = "conformance/churn.rs"]
 mod churn;

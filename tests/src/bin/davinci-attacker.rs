@@ -29,14 +29,17 @@
 //!   one of every object (context, stream, event, allocation, export), allocates the rest of
 //!   its tenant's memory share, then (after 50 NOPs untimed) times 300 NOP round trips and
 //!   300 control calls (CREATE + DESTROY_CONTEXT) and reports `{"event":"done",...}` with its
-//!   usage and the figures (milliseconds), and exits. Any step refused is `{"event":"error"}`.
+//!   usage and the figures (milliseconds), and exits. Any step refused is `{"event":"error"}`;
+//! * `hold`: not an attack either: a tenant that takes a slot and nothing else (issue 41's
+//!   late attacker finds every slot taken by such tenants). One client open, its tenant's
+//!   usage reported (`ready`), held until killed.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use davinci_shim::{
-    task, Control, Device, DeviceMem, Errno, ExportTo, Region, StreamOptions, Task, TaskDesc,
+    task, Control, Device, DeviceMem, Errno, ExportTo, Region, StreamOptions, Task, TaskDesc, Usage,
 };
 use serde_json::json;
 
@@ -337,17 +340,32 @@ fn hoard(path: &str, most_opens: usize) -> ! {
         "contexts": contexts.len(),
         "streams": streams.len(),
         "events": events.len(),
-        "tenant": {
-            "kind": t.tenant.map(|k| k.name()),
-            "slotted": t.slotted,
-            "memory": [t.memory.held, t.memory.limit],
-            "allocations": [t.allocations.held, t.allocations.limit],
-            "exports": [t.exports.held, t.exports.limit],
-            "contexts": [t.contexts.held, t.contexts.limit],
-            "streams": [t.streams.held, t.streams.limit],
-            "events": [t.events.held, t.events.limit],
-        },
+        "tenant": tenant_json(&t),
     }));
+    loop {
+        std::thread::park();
+    }
+}
+
+/// A GET_USAGE's tenant part: its kind, whether it has a slot, and `[held, limit now]` of
+/// each resource.
+fn tenant_json(t: &Usage) -> serde_json::Value {
+    json!({
+        "kind": t.tenant.map(|k| k.name()),
+        "slotted": t.slotted,
+        "memory": [t.memory.held, t.memory.limit],
+        "allocations": [t.allocations.held, t.allocations.limit],
+        "exports": [t.exports.held, t.exports.limit],
+        "contexts": [t.contexts.held, t.contexts.limit],
+        "streams": [t.streams.held, t.streams.limit],
+        "events": [t.events.held, t.events.limit],
+    })
+}
+
+fn hold(path: &str) -> ! {
+    let dev = Device::open(path).unwrap_or_else(|e| fail(format!("the holder's open: {e}")));
+    let t = dev.usage().unwrap_or_else(|e| fail(e));
+    say(json!({"event": "ready", "opens": 1, "tenant": tenant_json(&t)}));
     loop {
         std::thread::park();
     }
@@ -427,6 +445,7 @@ fn victim(path: &str) -> ! {
     say(json!({
         "event": "done",
         "slotted": after.slotted,
+        "tenant": after.tenant.map(|k| k.name()),
         "memory": [after.memory.held, after.memory.limit],
         "allocations": after.allocations.held,
         "own": [after.own.contexts, after.own.streams, after.own.events, after.own.allocations,
@@ -445,8 +464,8 @@ fn victim(path: &str) -> ! {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: davinci-attacker fills|waits|opens|pre-hello|tables|memory|hoard|victim \
-                 --device PATH [--opens N] [--gate]";
+    let usage = "usage: davinci-attacker fills|waits|opens|pre-hello|tables|memory|hoard|victim|\
+                 hold --device PATH [--opens N] [--gate]";
     let mode = args.next().unwrap_or_else(|| fail(usage));
     let (mut path, mut most_opens, mut gate) = (None, 40usize, false);
     while let Some(a) = args.next() {
@@ -476,6 +495,7 @@ fn main() {
         "memory" => memory(&path),
         "hoard" => hoard(&path, most_opens),
         "victim" => victim(&path),
+        "hold" => hold(&path),
         other => fail(format!("unknown pattern '{other}'; {usage}")),
     }
 }

@@ -287,7 +287,7 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
         let f = measure(&path, ctl);
         // And another unprivileged tenant: it opens, takes one of every object and its
         // whole memory share; its round trips are printed against issue 41's targets.
-        let v = victim_beside(&format!("the {pattern} attacker"), &path, gid);
+        let v = victim_beside(&format!("the {pattern} attacker"), &path, gid, None);
         if matches!(pattern, "fills" | "memory" | "pre-hello") {
             // Its own work went on meanwhile.
             let t0 = Instant::now();
