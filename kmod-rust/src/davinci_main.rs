@@ -37,6 +37,7 @@ mod pci;
 mod platform;
 mod registration;
 mod sys;
+mod waits;
 mod wake;
 mod worker;
 

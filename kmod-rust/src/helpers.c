@@ -300,6 +300,7 @@ u32 davinci_file_uid(struct file *file);
 int davinci_file_admin(struct file *file);
 int davinci_opener_admin(void);
 u32 davinci_current_tgid(void);
+u32 davinci_current_pid(void);
 struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode);
 void davinci_misc_deregister(struct miscdevice *misc);
 struct task_struct *davinci_kthread_create(int (*fn)(void *), void *data, unsigned int index);
@@ -397,6 +398,12 @@ int davinci_opener_admin(void)
 u32 davinci_current_tgid(void)
 {
 	return task_tgid_nr(current);
+}
+
+/* The current thread's id in the initial pid namespace (a WAIT_EVENT's restart note). */
+u32 davinci_current_pid(void)
+{
+	return task_pid_nr(current);
 }
 
 /* Registers /dev/davinci<index> with the module's fops; the miscdevice or an ERR_PTR. */

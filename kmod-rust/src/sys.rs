@@ -69,6 +69,7 @@ extern "C" {
     fn davinci_file_admin(file: *mut c_void) -> c_int;
     fn davinci_opener_admin() -> c_int;
     fn davinci_current_tgid() -> u32;
+    fn davinci_current_pid() -> u32;
     fn davinci_misc_register(index: c_uint, mode: c_uint) -> *mut c_void;
     fn davinci_misc_deregister(misc: *mut c_void);
     fn davinci_kthread_create(
@@ -256,6 +257,12 @@ pub(crate) fn opener_admin() -> bool {
 pub(crate) fn current_tgid() -> u32 {
     // SAFETY: no preconditions (process context).
     unsafe { davinci_current_tgid() }
+}
+
+/// The current thread's id in the initial pid namespace.
+pub(crate) fn current_pid() -> u32 {
+    // SAFETY: no preconditions (process context).
+    unsafe { davinci_current_pid() }
 }
 
 /// `p` as an errno if it is an `ERR_PTR`.

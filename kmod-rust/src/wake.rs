@@ -11,21 +11,19 @@ use kernel::init::pin_init_array_from_fn;
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, CondVar};
 
-/// WAIT_EVENT sleepers' queues per device: an open sleeps on the queue of its `client`
-/// ([`queue_of`]) and is woken only by what its own streams and events do (and the few opens
-/// hashed with it), not by every completion of every tenant.
-pub(crate) const WAIT_QUEUES: usize = 16;
+use crate::davinci_driver_core::MAX_CLIENTS;
 
-/// The queue an open's WAIT_EVENT sleeps on (`client` handles are scrambled, so this spreads
-/// them).
-pub(crate) fn queue_of(client: u32) -> usize {
-    client as usize % WAIT_QUEUES
-}
+/// WAIT_EVENT sleepers' queues per device: one per open (the open's slot in the platform's
+/// table of opens, [`KernelPlatform::set_mapping`](crate::platform::KernelPlatform::set_mapping)),
+/// so a wake-up reaches only the sleepers of the open whose streams or events moved, at most
+/// [`MAX_BLOCKED_WAITS_PER_CLIENT`](crate::davinci_driver_core::MAX_BLOCKED_WAITS_PER_CLIENT)
+/// of them, never another open's.
+pub(crate) const WAIT_QUEUES: usize = MAX_CLIENTS;
 
 /// A device's wait queues, and the count of the worker's wake-ups.
 #[pin_data]
 pub(crate) struct Wakeups {
-    /// WAIT_EVENT sleepers, by [`queue_of`] their open.
+    /// WAIT_EVENT sleepers, by their open's slot.
     #[pin]
     pub(crate) waiters: [CondVar; WAIT_QUEUES],
     /// The worker's sleep.
@@ -60,15 +58,16 @@ impl Wakeups {
         self.worker_cv.notify_all();
     }
 
-    /// Something open `client`'s waiters may wait for happened (its completions published,
-    /// its event recorded, its stream stopped): wake the sleepers of its queue, and the
+    /// Something the waiters of the open in slot `queue` may wait for happened (its
+    /// completions published, its event recorded, its stream stopped): wake the sleepers of
+    /// its queue (`None`: an open without a slot, which has no sleepers), and the
     /// worker if it sleeps with a stream blocked on an event (which may go on now). A worker
     /// with no blocked stream has nothing to do for a completion (its other streams wait for
     /// their doorbells): the kick count still moves, so an awake worker looks again before
     /// it sleeps, but a sleeping one is not woken. (Waking it on every completion cost a
     /// round trip run in its caller, NOTIFY's, the wake-up it saves.)
-    pub(crate) fn notify(&self, client: u32) {
-        if let Some(q) = self.waiters.get(queue_of(client)) {
+    pub(crate) fn notify(&self, queue: Option<usize>) {
+        if let Some(q) = queue.and_then(|i| self.waiters.get(i)) {
             q.notify_all();
         }
         if self.blocked.load(Ordering::Relaxed) {
@@ -105,8 +104,8 @@ impl Wake {
     }
 
     /// [`Wakeups::notify`].
-    pub(crate) fn notify(&self, client: u32) {
+    pub(crate) fn notify(&self, queue: Option<usize>) {
         // SAFETY: as in `kick`.
-        unsafe { &*self.0 }.notify(client);
+        unsafe { &*self.0 }.notify(queue);
     }
 }
