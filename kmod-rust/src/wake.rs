@@ -5,7 +5,11 @@
 //! (driver-core calls the platform, with the device lock held, when the worker must look again
 //! or a waiter may go on). Below both the device and the platform, which each use it.
 
+use core::ffi::c_void;
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kernel::bindings;
+use kernel::ffi::c_uint;
 
 use kernel::init::pin_init_array_from_fn;
 use kernel::prelude::*;
@@ -107,5 +111,74 @@ impl Wake {
     pub(crate) fn notify(&self, queue: Option<usize>) {
         // SAFETY: as in `kick`.
         unsafe { &*self.0 }.notify(queue);
+    }
+}
+
+extern "C" {
+    fn davinci_fanout_new(n: c_uint) -> *mut c_void;
+    fn davinci_fanout_free(f: *mut c_void);
+    fn davinci_fanout_mark(f: *mut c_void, i: c_uint);
+    fn davinci_fanout_kick(f: *mut c_void);
+    fn davinci_fanout_queue(f: *mut c_void, i: c_uint) -> *mut bindings::wait_queue_head;
+    fn davinci_fanout_wake_all(f: *mut c_void);
+}
+
+/// A PCI device's data wake-ups (`helpers.c`): one wait queue per notification word, and a
+/// work item that wakes, in process context, the queues of the words the data vector's
+/// hard-irq handler marked as changed. So the hard-irq handler does a bounded amount of work
+/// whatever the sleepers, and a completion wakes only the sleepers of the words it changed.
+///
+/// # Invariants
+///
+/// A live `davinci_fanout` from `davinci_fanout_new`, freed once, on drop.
+pub(crate) struct Fanout(NonNull<c_void>);
+
+// SAFETY: the C side is safe to use from any context and thread (atomic bitops, wait queues,
+// a work item).
+unsafe impl Send for Fanout {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Fanout {}
+
+impl Fanout {
+    /// `n` queues.
+    pub(crate) fn new(n: u32) -> Result<Fanout> {
+        // SAFETY: no preconditions (process context).
+        NonNull::new(unsafe { davinci_fanout_new(n) })
+            .map(Fanout)
+            .ok_or(ENOMEM)
+    }
+
+    /// Word `i` changed (any context): its sleepers wake at the next [`kick`](Self::kick).
+    pub(crate) fn mark(&self, i: u32) {
+        // SAFETY: live (type invariant); bounds are checked in C.
+        unsafe { davinci_fanout_mark(self.0.as_ptr(), i) }
+    }
+
+    /// Wakes the marked words' sleepers from process context (any context).
+    pub(crate) fn kick(&self) {
+        // SAFETY: live (type invariant).
+        unsafe { davinci_fanout_kick(self.0.as_ptr()) }
+    }
+
+    /// Word `i`'s queue, to sleep on.
+    pub(crate) fn queue(&self, i: u32) -> Option<*mut bindings::wait_queue_head> {
+        // SAFETY: live (type invariant); bounds are checked in C.
+        let q = unsafe { davinci_fanout_queue(self.0.as_ptr(), i) };
+        (!q.is_null()).then_some(q)
+    }
+
+    /// Wakes every sleeper.
+    pub(crate) fn wake_all(&self) {
+        // SAFETY: live (type invariant).
+        unsafe { davinci_fanout_wake_all(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        // SAFETY: live and freed once, here (type invariant); the owner drops it after its
+        // interrupts were freed and with no sleeper left, and the C side waits for the work
+        // item.
+        unsafe { davinci_fanout_free(self.0.as_ptr()) }
     }
 }
