@@ -22,6 +22,7 @@
 #include <linux/moduleparam.h>
 #include <linux/nsproxy.h>
 #include <linux/random.h>
+#include <linux/ratelimit.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -176,6 +177,36 @@ static const struct kernel_param_ops inject_ops = {
 };
 module_param_cb(inject, &inject_ops, NULL, 0600);
 MODULE_PARM_DESC(inject, "fault to inject into every stream: error-at=N[:ERRNO], hang-at=N, stop-at=N, none; reset resets every device (tests only)");
+
+/*
+ * The parameter lock of this module: a write of a parameter (inject_set) runs under it, so
+ * module exit takes it to mark the module going (READY cleared), after which no write reaches
+ * a device: without it, a write racing rmmod could apply a fault to a device being freed.
+ */
+void davinci_param_lock(void);
+void davinci_param_unlock(void);
+
+void davinci_param_lock(void)
+{
+	kernel_param_lock(THIS_MODULE);
+}
+
+void davinci_param_unlock(void)
+{
+	kernel_param_unlock(THIS_MODULE);
+}
+
+/*
+ * Whether a message about something a device or a user can repeat at will may be logged now:
+ * 10 in 5 s, the rest counted ("callbacks suppressed"), so a flood of them cannot fill the log.
+ */
+int davinci_log_ratelimit(void);
+static DEFINE_RATELIMIT_STATE(davinci_log_rs, 5 * HZ, 10);
+
+int davinci_log_ratelimit(void)
+{
+	return __ratelimit(&davinci_log_rs);
+}
 
 /* The fault given at load, for module init to arm (NUL-terminated, empty if none). */
 void davinci_inject_text(char *out, size_t len)
