@@ -37,6 +37,7 @@ mod pci;
 mod platform;
 mod registration;
 mod sys;
+mod waits;
 mod wake;
 mod worker;
 
@@ -140,9 +141,13 @@ impl kernel::Module for DavinciModule {
 
 impl Drop for DavinciModule {
     fn drop(&mut self) {
+        // Not READY any more, under the parameter lock: a write of `inject` (which runs under
+        // it, and does nothing unless READY) either finished before or reaches no device.
+        sys::with_params_locked(|| {
+            device::READY.store(false, core::sync::atomic::Ordering::Release)
+        });
         // Every bound PCI device removed (its irqs freed, its state detached) first.
         drop(self.pci.take());
-        device::READY.store(false, core::sync::atomic::Ordering::Release);
         let n = self.devices.iter().flatten().count();
         // Last to first: each node deregistered, its worker stopped, its device freed.
         for d in self.devices.iter_mut().rev() {

@@ -10,6 +10,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
+use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use kernel::ffi::c_int;
 
@@ -111,10 +112,26 @@ unsafe impl Sync for DevState {}
 // SAFETY: as for `Sync`.
 unsafe impl Send for DevState {}
 
-/// The locked device: derefs to the driver-core device; waiting releases the lock.
+/// The locked device: derefs to the driver-core device; waiting releases the lock. Dropping
+/// it releases the lock, then frees the large buffers the call freed (`KernelPlatform`'s
+/// dying list): a vfree of gigabytes does not hold up the device's other callers (and an
+/// open waiting for the device holds the misc core's global mutex).
 pub(crate) struct Locked<'a> {
-    guard: Guard<'a, (), MutexBackend>,
+    guard: ManuallyDrop<Guard<'a, (), MutexBackend>>,
     core: &'a Storage,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard still holds the device's mutex (it is released just below), so
+        // this is the only reference to the device.
+        let dying = unsafe { &mut *self.core.0.get() }
+            .platform_mut()
+            .take_dying();
+        // SAFETY: the guard is dropped once, here, and not used again.
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
+        drop(dying);
+    }
 }
 
 impl core::ops::Deref for Locked<'_> {
@@ -144,11 +161,17 @@ impl Locked<'_> {
     /// Releases the lock and sleeps on `cv` for at most `ms`, interruptibly.
     pub(crate) fn wait(&mut self, cv: &CondVar, ms: u32) -> Woke {
         use kernel::sync::CondVarTimeoutResult as R;
-        match cv.wait_interruptible_timeout(&mut self.guard, msecs_to_jiffies(ms)) {
+        match cv.wait_interruptible_timeout(&mut *self.guard, msecs_to_jiffies(ms)) {
             R::Timeout => Woke::TimedOut,
             R::Woken { .. } => Woke::Notified,
             R::Signal { .. } => Woke::Signal,
         }
+    }
+
+    /// Releases the lock and sleeps on `cv` until it is notified (a kthread: no signal ends
+    /// it; `kthread_stop` wakes it).
+    pub(crate) fn wait_forever(&mut self, cv: &CondVar) {
+        let _ = cv.wait_interruptible(&mut *self.guard);
     }
 }
 
@@ -161,7 +184,7 @@ impl DevState {
     /// Takes the device's mutex: the driver-core device, until the guard goes.
     pub(crate) fn lock(&self) -> Locked<'_> {
         Locked {
-            guard: self.lock.lock(),
+            guard: ManuallyDrop::new(self.lock.lock()),
             core: &self.core,
         }
     }
@@ -189,4 +212,8 @@ pub(crate) struct Open {
     pub(crate) dev: &'static DevState,
     /// The open's handle in driver-core's client table.
     pub(crate) client: u32,
+    /// The wait queue its WAIT_EVENTs sleep on (its slot in the platform's table of opens).
+    pub(crate) queue: usize,
+    /// Its blocked WAIT_EVENTs (bounded) and the deadlines of interrupted ones.
+    pub(crate) waits: crate::waits::OpenWaits,
 }

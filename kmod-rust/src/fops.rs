@@ -86,7 +86,15 @@ unsafe extern "C" fn davinci_open(
         Err(e) => return errno(e),
     };
     // Allocated before the device is touched, so nothing needs undoing if it fails.
-    let Ok(open) = KBox::new(Open { dev, client: 0 }, GFP_KERNEL) else {
+    let Ok(open) = KBox::new(
+        Open {
+            dev,
+            client: 0,
+            queue: 0,
+            waits: crate::waits::OpenWaits::new(),
+        },
+        GFP_KERNEL,
+    ) else {
         return errno(Errno::ENOMEM);
     };
     let mut open = open;
@@ -94,8 +102,13 @@ unsafe extern "C" fn davinci_open(
         let mut d = dev.lock();
         match d.open(params) {
             Ok(client) => {
-                d.platform_mut().set_mapping(client, mapping);
+                let Some(queue) = d.platform_mut().set_mapping(client, mapping) else {
+                    // Cannot happen: the device has at most as many opens as slots.
+                    d.close(client);
+                    return errno(Errno::ENOSPC);
+                };
                 open.client = client;
+                open.queue = queue;
             }
             Err(e) => return errno(e.error.errno),
         }

@@ -22,11 +22,13 @@
 #include <linux/moduleparam.h>
 #include <linux/nsproxy.h>
 #include <linux/random.h>
+#include <linux/ratelimit.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include "mmap_common.h"
 
 /* ---- the module's parameters ------------------------------------------------------------ */
@@ -176,6 +178,36 @@ static const struct kernel_param_ops inject_ops = {
 module_param_cb(inject, &inject_ops, NULL, 0600);
 MODULE_PARM_DESC(inject, "fault to inject into every stream: error-at=N[:ERRNO], hang-at=N, stop-at=N, none; reset resets every device (tests only)");
 
+/*
+ * The parameter lock of this module: a write of a parameter (inject_set) runs under it, so
+ * module exit takes it to mark the module going (READY cleared), after which no write reaches
+ * a device: without it, a write racing rmmod could apply a fault to a device being freed.
+ */
+void davinci_param_lock(void);
+void davinci_param_unlock(void);
+
+void davinci_param_lock(void)
+{
+	kernel_param_lock(THIS_MODULE);
+}
+
+void davinci_param_unlock(void)
+{
+	kernel_param_unlock(THIS_MODULE);
+}
+
+/*
+ * Whether a message about something a device or a user can repeat at will may be logged now:
+ * 10 in 5 s, the rest counted ("callbacks suppressed"), so a flood of them cannot fill the log.
+ */
+int davinci_log_ratelimit(void);
+static DEFINE_RATELIMIT_STATE(davinci_log_rs, 5 * HZ, 10);
+
+int davinci_log_ratelimit(void)
+{
+	return __ratelimit(&davinci_log_rs);
+}
+
 /* The fault given at load, for module init to arm (NUL-terminated, empty if none). */
 void davinci_inject_text(char *out, size_t len)
 {
@@ -300,6 +332,7 @@ u32 davinci_file_uid(struct file *file);
 int davinci_file_admin(struct file *file);
 int davinci_opener_admin(void);
 u32 davinci_current_tgid(void);
+u32 davinci_current_pid(void);
 struct miscdevice *davinci_misc_register(unsigned int index, unsigned int mode);
 void davinci_misc_deregister(struct miscdevice *misc);
 struct task_struct *davinci_kthread_create(int (*fn)(void *), void *data, unsigned int index);
@@ -397,6 +430,12 @@ int davinci_opener_admin(void)
 u32 davinci_current_tgid(void)
 {
 	return task_tgid_nr(current);
+}
+
+/* The current thread's id in the initial pid namespace (a WAIT_EVENT's restart note). */
+u32 davinci_current_pid(void)
+{
+	return task_pid_nr(current);
 }
 
 /* Registers /dev/davinci<index> with the module's fops; the miscdevice or an ERR_PTR. */
@@ -501,4 +540,94 @@ int davinci_need_resched(void)
 void davinci_cpu_relax(void)
 {
 	cpu_relax();
+}
+
+/* ---- the fan-out of a PCI device's data interrupt ----------------------------------------- */
+
+/*
+ * One wait queue per notification word of a PCI device (pci/irq.rs): a WAIT_EVENT sleeper
+ * sleeps on its client's word's queue. The data vector's hard-irq handler only copies the
+ * words and marks those that changed (davinci_fanout_mark), then queues the work item, which
+ * wakes the marked words' queues in process context: nothing proportional to the sleepers
+ * runs in hard-irq context, and a completion wakes only the sleepers whose word changed.
+ */
+struct davinci_fanout {
+	struct work_struct work;
+	unsigned int n;
+	unsigned long *pending;
+	struct wait_queue_head wq[];
+};
+
+struct davinci_fanout *davinci_fanout_new(unsigned int n);
+void davinci_fanout_free(struct davinci_fanout *f);
+void davinci_fanout_mark(struct davinci_fanout *f, unsigned int i);
+void davinci_fanout_kick(struct davinci_fanout *f);
+struct wait_queue_head *davinci_fanout_queue(struct davinci_fanout *f, unsigned int i);
+void davinci_fanout_wake_all(struct davinci_fanout *f);
+
+static void davinci_fanout_work(struct work_struct *w)
+{
+	struct davinci_fanout *f = container_of(w, struct davinci_fanout, work);
+	unsigned int i;
+
+	for_each_set_bit(i, f->pending, f->n) {
+		if (test_and_clear_bit(i, f->pending))
+			wake_up_all(&f->wq[i]);
+	}
+}
+
+/* n queues and the work item, or NULL. */
+struct davinci_fanout *davinci_fanout_new(unsigned int n)
+{
+	struct davinci_fanout *f = kvzalloc(struct_size(f, wq, n), GFP_KERNEL);
+	unsigned int i;
+
+	if (!f)
+		return NULL;
+	f->pending = bitmap_zalloc(n, GFP_KERNEL);
+	if (!f->pending) {
+		kvfree(f);
+		return NULL;
+	}
+	f->n = n;
+	for (i = 0; i < n; i++)
+		init_waitqueue_head(&f->wq[i]);
+	INIT_WORK(&f->work, davinci_fanout_work);
+	return f;
+}
+
+/* After the interrupts are freed and no sleeper is left: the work item is not running after. */
+void davinci_fanout_free(struct davinci_fanout *f)
+{
+	cancel_work_sync(&f->work);
+	bitmap_free(f->pending);
+	kvfree(f);
+}
+
+/* Word i changed (any context, hard-irq included). */
+void davinci_fanout_mark(struct davinci_fanout *f, unsigned int i)
+{
+	if (i < f->n)
+		set_bit(i, f->pending);
+}
+
+/* Wake the marked words' sleepers, from process context soon (any context). */
+void davinci_fanout_kick(struct davinci_fanout *f)
+{
+	queue_work(system_highpri_wq, &f->work);
+}
+
+/* Word i's queue (NULL beyond the words). */
+struct wait_queue_head *davinci_fanout_queue(struct davinci_fanout *f, unsigned int i)
+{
+	return i < f->n ? &f->wq[i] : NULL;
+}
+
+/* Every sleeper (the device is gone: their wait condition checks that). */
+void davinci_fanout_wake_all(struct davinci_fanout *f)
+{
+	unsigned int i;
+
+	for (i = 0; i < f->n; i++)
+		wake_up_all(&f->wq[i]);
 }

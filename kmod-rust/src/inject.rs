@@ -17,12 +17,15 @@ use crate::device::{errno, READY, STATES};
 fn parse(text: &str) -> Option<HostFault> {
     HostFault::parse(text)
         .inspect_err(|why| {
-            pr_err!(
-                "inject '{}': {}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
-                 (then optionally @pid=N,uid=N,comm=NAME,streams=N), none or reset\n",
-                text.trim(),
-                why
-            )
+            // Escaped ({:?}) and rate-limited: the text is whatever was written.
+            if crate::sys::log_ratelimit() {
+                pr_err!(
+                    "inject {:?}: {}; expected error-at=N[:ERRNO], hang-at=N or stop-at=N \
+                     (then optionally @pid=N,uid=N,comm=NAME,streams=N), none or reset\n",
+                    text.trim(),
+                    why
+                )
+            }
         })
         .ok()
 }
@@ -33,9 +36,10 @@ fn parse(text: &str) -> Option<HostFault> {
 fn apply(text: &str, fault: &HostFault) -> Result {
     for s in STATES.iter() {
         let p = s.load(Ordering::Acquire);
-        // SAFETY: a non-null entry points at a pinned state that lives until module unload,
-        // which cannot run while a parameter is written (sysfs holds the module) or during
-        // init.
+        // SAFETY: a non-null entry points at a pinned state that lives until module unload.
+        // This runs only while READY is set, under the parameter lock (the caller's, sysfs'),
+        // and module exit clears READY under that lock before it frees any device: so it
+        // runs entirely before exit frees anything, or not at all.
         let Some(st) = (unsafe { p.as_ref() }) else {
             continue;
         };
@@ -79,7 +83,9 @@ unsafe extern "C" fn davinci_inject(text: *const u8, len: usize) -> c_int {
     let Some(fault) = parse(text) else {
         return errno(Errno::EINVAL);
     };
-    // At load the devices do not exist yet: init arms what was given (`arm_from_load`).
+    // At load the devices do not exist yet: init arms what was given (`arm_from_load`). At
+    // unload READY is cleared (under the parameter lock this runs under) before any device
+    // goes.
     if READY.load(Ordering::Acquire) {
         if let Err(e) = apply(text, &fault) {
             return e.to_errno();

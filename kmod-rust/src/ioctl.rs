@@ -14,12 +14,12 @@ use kernel::uaccess::UserSlice;
 use crate::davinci_driver_core::{Error as CoreError, Platform, Reply, UserMem, MAX_CLIENTS};
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
-    command_by_request, Caller, ClientUsage, Errno, ListClientsArgs, Wire,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    command_by_request, AllocMemoryArgs, Caller, ClientUsage, Errno, ListClientsArgs,
+    WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
+use crate::platform::VBuf;
 use crate::sys::File;
-use crate::wake::queue_of;
 use crate::worker::serve_kick;
 
 /// Longest single sleep of a WAIT_EVENT before it re-checks (the deadline is exact anyway).
@@ -159,6 +159,24 @@ pub(crate) fn copy_out(arg: c_ulong, buf: &[u8]) -> c_long {
     }
 }
 
+/// Device memory an ALLOC_MEMORY makes before it takes the device lock, when it is at least
+/// this large (smaller buffers are made under the lock, as before: cheap enough).
+const PREMADE_MIN: u64 = 1 << 20;
+
+/// ALLOC_MEMORY's buffer, made (allocated and zeroed, charged to the caller's memory cgroup)
+/// before the device is locked for the call, if the call may pass (driver-core's
+/// `alloc_backing_size`, under a brief lock) and the buffer is large: zeroing up to 4 GiB
+/// under the device lock held up every caller of the device, and an `open` waiting for it
+/// holds the misc core's global mutex (every misc open on the machine waited).
+fn premade(o: &Open, arg: &[u8]) -> Option<VBuf> {
+    let a = AllocMemoryArgs::from_bytes(arg)?;
+    let size = o.dev.lock().alloc_backing_size(o.client, a.size).ok()?;
+    if size < PREMADE_MIN {
+        return None;
+    }
+    VBuf::new(usize::try_from(size).ok()?).ok()
+}
+
 /// Whether request `cmd` creates an object (which must not outlive a lost reply): uapi's one
 /// table of creates and their undos.
 pub(crate) fn creates(cmd: u32) -> bool {
@@ -225,9 +243,26 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
             0
         }
     };
+    // WAIT_EVENT: its deadline (the first call's, for a call a signal interrupted), before
+    // the device is asked.
+    let wait = (cmd == DRIVER_CMD_WAIT_EVENT).then(|| {
+        let timeout = WaitEventArgs::from_bytes(a).map_or(0, |w| w.timeout_ns);
+        o.waits
+            .deadline(arg as u64, a, timeout, crate::sys::now_ns())
+    });
+    let premade = if cmd == DRIVER_CMD_ALLOC_MEMORY {
+        premade(o, a)
+    } else {
+        None
+    };
     let mut dev = o.dev.lock();
+    if premade.is_some() {
+        dev.platform_mut().set_premade(premade);
+    }
     let mut out = UserOut::new(cmd, a);
     let r = dev.ioctl(o.client, cmd, a, &mut out);
+    // A premade buffer the call did not take is freed after the lock is released.
+    dev.platform_mut().retire_premade();
     match r {
         Ok(Reply::Done) | Ok(Reply::StreamCreated(_)) | Ok(Reply::Kick(_)) => {
             let kick = match r {
@@ -254,8 +289,19 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
             c
         }
         Ok(Reply::Wait(spec)) => {
-            let now = dev.platform().now_ns();
-            let deadline = now.saturating_add(spec.timeout_ns);
+            let (key, deadline) = wait.unwrap_or((0, u64::MAX));
+            // The bound on blocked waits (driver-core's rule): one more than an open may
+            // have is EBUSY, `current` and `status` copied out as for any failure.
+            let _blocked = match o.waits.blocked.enter() {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = dev.finish_wait(o.client, &spec, a, false);
+                    dev.note_host_failure(o.client, cmd, &e);
+                    drop(dev);
+                    let c = copy_back(a);
+                    return if c != 0 { c } else { fail(e.errno) };
+                }
+            };
             let mut interrupted = false;
             loop {
                 let now = dev.platform().now_ns();
@@ -267,8 +313,10 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
                     }
                     Ok(None) if interrupted => {
                         // A signal: `current` and `status` as they are now, then the
-                        // kernel restarts the call (SA_RESTART) or returns EINTR.
+                        // kernel restarts the call (SA_RESTART), which keeps this deadline
+                        // (`OpenWaits`), or returns EINTR.
                         drop(dev);
+                        o.waits.interrupted(key, deadline);
                         let c = copy_back(a);
                         return if c != 0 {
                             c
@@ -284,7 +332,9 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
                     }
                 }
                 let left_ms = (deadline - now).div_ceil(1_000_000).clamp(1, WAIT_SLICE_MS) as u32;
-                let queue = &o.dev.wake.waiters[queue_of(o.client)];
+                let Some(queue) = o.dev.wake.waiters.get(o.queue) else {
+                    return fail(Errno::ENODEV);
+                };
                 if let Woke::Signal = dev.wait(queue, left_ms) {
                     // One more look (the wait may have been reached meanwhile), then out.
                     interrupted = true;

@@ -15,7 +15,10 @@
 //! [`Serialized`] cells.
 
 use core::ptr::NonNull;
+
 use core::sync::atomic::{AtomicUsize, Ordering};
+use kernel::alloc::KVVec;
+use kernel::prelude::*;
 
 use crate::davinci_driver_core::{
     Error, Platform, Result, Serialized, StreamRegions, MAX_ALLOCATIONS, MAX_CLIENTS,
@@ -108,12 +111,24 @@ struct Backing {
     buf: VBuf,
 }
 
+/// Freed device memory at least this large is dropped after the device lock is released
+/// ([`KernelPlatform::take_dying`]), not under it: freeing a large vmalloc buffer costs about
+/// what zeroing it did.
+const DEFER_FREE_BYTES: usize = 1 << 20;
+
 /// The kernel's platform: device-memory backings, each open's file mapping (where its
 /// objects' mappings are linked, for revoking them) and the device's wake-ups.
 pub(crate) struct KernelPlatform {
     backings: [Option<Backing>; MAX_ALLOCATIONS],
     mappings: [Option<(u32, FileMapping)>; MAX_CLIENTS],
     wake: Option<Wake>,
+    /// The buffer the ALLOC_MEMORY in progress made before it took the device lock
+    /// (`ioctl::premade`): [`alloc_backing`](Platform::alloc_backing) takes it when it is the
+    /// size driver-core backs, so no large buffer is allocated and zeroed under the lock.
+    premade: Option<VBuf>,
+    /// Large buffers freed under the device lock, dropped once it is released
+    /// ([`take_dying`](Self::take_dying), from the lock guard's drop).
+    dying: KVVec<VBuf>,
 }
 
 fn fault() -> Error {
@@ -128,15 +143,51 @@ impl KernelPlatform {
             backings: [const { None }; MAX_ALLOCATIONS],
             mappings: [const { None }; MAX_CLIENTS],
             wake: None,
+            premade: None,
+            dying: KVVec::new(),
         }
     }
 
-    /// Open `client`'s file mapping (set in `open`, right after the device's own open).
-    pub(crate) fn set_mapping(&mut self, client: u32, mapping: FileMapping) {
-        // The device has at most MAX_CLIENTS opens, each set once and cleared at release.
-        if let Some(slot) = self.mappings.iter_mut().find(|m| m.is_none()) {
-            *slot = Some((client, mapping));
+    /// Hands the buffer an ALLOC_MEMORY made before it took the lock to the call about to
+    /// run (`None` clears it).
+    pub(crate) fn set_premade(&mut self, buf: Option<VBuf>) {
+        self.premade = buf;
+    }
+
+    /// The premade buffer, if the call did not take it (it failed, or backed another size),
+    /// goes with the freed ones: dropped once the lock is released.
+    pub(crate) fn retire_premade(&mut self) {
+        if let Some(b) = self.premade.take() {
+            // If the list cannot grow, the buffer is freed here, under the lock.
+            let _ = self.dying.push(b, GFP_KERNEL | __GFP_NOWARN);
         }
+    }
+
+    /// The large buffers freed since the lock was taken, to drop once it is released.
+    pub(crate) fn take_dying(&mut self) -> KVVec<VBuf> {
+        core::mem::replace(&mut self.dying, KVVec::new())
+    }
+
+    /// Open `client`'s file mapping (set in `open`, right after the device's own open): its
+    /// slot, which is also the wait queue its WAIT_EVENTs sleep on (`wake::WAIT_QUEUES`).
+    /// `None` only if every slot is taken, which the device's own bound on opens
+    /// (`MAX_CLIENTS`) prevents.
+    pub(crate) fn set_mapping(&mut self, client: u32, mapping: FileMapping) -> Option<usize> {
+        // The device has at most MAX_CLIENTS opens, each set once and cleared at release.
+        let (i, slot) = self
+            .mappings
+            .iter_mut()
+            .enumerate()
+            .find(|(_, m)| m.is_none())?;
+        *slot = Some((client, mapping));
+        Some(i)
+    }
+
+    /// The slot (and wait queue) of open `client`.
+    fn slot_of(&self, client: u32) -> Option<usize> {
+        self.mappings
+            .iter()
+            .position(|m| matches!(m, Some((c, _)) if *c == client))
     }
 
     /// Forgets open `client`'s file mapping (at release, after its objects went).
@@ -235,10 +286,19 @@ impl Platform for KernelPlatform {
         let Some(slot) = self.backings.iter_mut().find(|b| b.is_none()) else {
             return Err(Error::new(Errno::ENOSPC, "backing table full"));
         };
+        // The buffer the caller made before it took the lock (`ioctl::premade`), if it is
+        // this size; else (another size, or no premade one) one made here, under the lock.
+        let buf = match self.premade.take() {
+            Some(b) if b.len() == len => b,
+            other => {
+                self.premade = other;
+                VBuf::new(len)?
+            }
+        };
         *slot = Some(Backing {
             client,
             offset,
-            buf: VBuf::new(len)?,
+            buf,
         });
         Ok(())
     }
@@ -249,9 +309,14 @@ impl Platform for KernelPlatform {
             .iter_mut()
             .find(|b| matches!(b, Some(b) if b.client == client && b.offset == offset))
         {
-            // Its mappings were revoked (`revoke_mappings`): the pages go now; the next
-            // allocation gets fresh zeroed ones.
-            *slot = None;
+            // Its mappings were revoked (`revoke_mappings`): the pages go now (a large
+            // buffer once the lock is released); the next allocation gets fresh zeroed ones.
+            if let Some(b) = slot.take() {
+                if b.buf.len() >= DEFER_FREE_BYTES {
+                    // If the list cannot grow, the buffer is freed here, under the lock.
+                    let _ = self.dying.push(b.buf, GFP_KERNEL | __GFP_NOWARN);
+                }
+            }
         }
     }
 
@@ -343,7 +408,7 @@ impl Platform for KernelPlatform {
 
     fn notify_waiters(&self, client: u32) {
         if let Some(w) = &self.wake {
-            w.notify(client);
+            w.notify(self.slot_of(client));
         }
     }
 }

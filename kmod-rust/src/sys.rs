@@ -69,6 +69,10 @@ extern "C" {
     fn davinci_file_admin(file: *mut c_void) -> c_int;
     fn davinci_opener_admin() -> c_int;
     fn davinci_current_tgid() -> u32;
+    fn davinci_current_pid() -> u32;
+    fn davinci_param_lock();
+    fn davinci_param_unlock();
+    fn davinci_log_ratelimit() -> c_int;
     fn davinci_misc_register(index: c_uint, mode: c_uint) -> *mut c_void;
     fn davinci_misc_deregister(misc: *mut c_void);
     fn davinci_kthread_create(
@@ -256,6 +260,31 @@ pub(crate) fn opener_admin() -> bool {
 pub(crate) fn current_tgid() -> u32 {
     // SAFETY: no preconditions (process context).
     unsafe { davinci_current_tgid() }
+}
+
+/// Runs `f` under the module's parameter lock, which a write of a parameter (`inject`) holds
+/// while it runs: module exit marks the module going under it, so no write that could reach a
+/// device being freed runs after.
+pub(crate) fn with_params_locked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: no preconditions (process context; a mutex).
+    unsafe { davinci_param_lock() };
+    let r = f();
+    // SAFETY: taken just above, by this thread.
+    unsafe { davinci_param_unlock() };
+    r
+}
+
+/// Whether a message that a device or a user can repeat at will may be logged now (10 in 5 s;
+/// the kernel counts the ones it drops).
+pub(crate) fn log_ratelimit() -> bool {
+    // SAFETY: no preconditions (a spinlock-protected counter, any context).
+    unsafe { davinci_log_ratelimit() != 0 }
+}
+
+/// The current thread's id in the initial pid namespace.
+pub(crate) fn current_pid() -> u32 {
+    // SAFETY: no preconditions (process context).
+    unsafe { davinci_current_pid() }
 }
 
 /// `p` as an errno if it is an `ERR_PTR`.

@@ -3,8 +3,8 @@
 //! A device's worker thread: runs every stream while any makes progress, spins briefly when
 //! none does, then arms NEED_WAKEUP on its idle and stalled streams and sleeps until it is
 //! kicked (a NOTIFY or SUBMIT_TASK that leaves it work, a new or destroyed stream, a
-//! completion or recorded event while a stream is blocked on an event) or its safety-net
-//! timeout. NOTIFY and SUBMIT_TASK run the stream's turn in their caller ([`serve_kick`]).
+//! completion or recorded event while a stream is blocked on an event), or its safety-net
+//! timeout while a stream is blocked on an event (never when the device is idle). NOTIFY and SUBMIT_TASK run the stream's turn in their caller ([`serve_kick`]).
 
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
@@ -17,7 +17,9 @@ use crate::sys;
 /// Descriptors the worker runs per stream per turn (driver-core bounds the work of one turn
 /// on long tasks too: `PASS_WORK` bytes).
 const BUDGET: u32 = 64;
-/// The worker's safety-net sleep: it looks at every stream at least this often.
+/// The worker's safety-net sleep while a stream is blocked on an event (EVENT_WAIT): it looks
+/// again at least this often. With no stream blocked it sleeps until it is kicked, however
+/// long: an idle device costs no wake-up at all.
 const WORKER_TIMEOUT_MS: u32 = 50;
 /// How long an idle worker keeps looking before it arms NEED_WAKEUP and sleeps, unless
 /// another task wants the CPU first (`need_resched()`): a client that submits again within it
@@ -28,7 +30,8 @@ const IDLE_SPIN_NS: u64 = 50_000;
 /// The worker: runs every stream of its device while any makes progress; when none does, keeps
 /// looking for up to `IDLE_SPIN_NS` unless another task wants the CPU (`need_resched()`), then
 /// sleeps with NEED_WAKEUP armed on the streams that are idle or stalled (docs/abi.md 5.3,
-/// 5.4) until it is kicked (module doc) or the safety-net timeout.
+/// 5.4) until it is kicked (module doc), or the safety-net timeout while a stream is blocked
+/// on an event; an idle device's worker sleeps until a kick, with no timer.
 ///
 /// The device lock is held for one stream's turn at a time (at most `BUDGET` descriptors and
 /// `PASS_WORK` bytes of long-task work), and the worker yields the CPU between turns when
@@ -108,7 +111,14 @@ pub(crate) unsafe extern "C" fn worker_main(data: *mut c_void) -> c_int {
             // A completion or a recorded event wakes it only for a blocked stream.
             let blocked = runs[..n].contains(&BLOCKED);
             st.wake.blocked.store(blocked, Ordering::Relaxed);
-            let _ = dev.wait(&st.wake.worker_cv, WORKER_TIMEOUT_MS);
+            if blocked {
+                let _ = dev.wait(&st.wake.worker_cv, WORKER_TIMEOUT_MS);
+            } else {
+                // Every stream is idle, stalled, stopped or gone: each of those is ended by
+                // a kick (a NOTIFY its NEED_WAKEUP asks for, a new or destroyed stream,
+                // teardown), so no timer is needed.
+                dev.wait_forever(&st.wake.worker_cv);
+            }
             st.wake.blocked.store(true, Ordering::Relaxed);
         }
         for &h in &handles[..n] {

@@ -51,6 +51,11 @@ mod shared_host;
 #[path = "kernel/engine.rs"]
 mod engine;
 
+/// Bounded wake-ups and the global locks (issue 42): blocked waits per open, restarted
+/// deadlines, parked sleepers, large allocations.
+#[path = "kernel/wakeups.rs"]
+mod wakeups;
+
 /// The device node under test: `DAVINCI_TEST_BACKEND`, which must be a `/dev/` path.
 fn node_path() -> String {
     let b = backend_name();

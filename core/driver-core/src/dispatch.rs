@@ -140,6 +140,13 @@ impl<P: Platform> DeviceCore<P> {
     /// `ETIMEDOUT` (a wait's timeout passed) say "not yet", not "wrong", and a client that
     /// polls would otherwise replace the record of its last real failure at every look
     /// (docs/abi.md, GET_LAST_ERROR). They are not counted either.
+    /// A failure the host decided for `client`'s call `request` (the bound on blocked waits,
+    /// [`BlockedWaits`](crate::BlockedWaits)), recorded as the device's own are: GET_LAST_ERROR
+    /// then says why.
+    pub fn note_host_failure(&mut self, client: u32, request: u32, e: &Error) {
+        self.note_failure(client, request, e);
+    }
+
     fn note_failure(&mut self, client: u32, request: u32, e: &Error) {
         if matches!(e.errno, Errno::EAGAIN | Errno::ETIMEDOUT) {
             return;

@@ -44,6 +44,7 @@ pub mod table;
 pub mod tenant;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+pub mod waits;
 
 pub use device::clients::OpenError;
 pub use device::entries::{OpenParams, Role, StreamState};
@@ -68,3 +69,4 @@ pub use platform::{Lock, Platform, Serialized, StreamRegions};
 #[cfg(feature = "std")]
 pub use std_lock::StdLock;
 pub use tenant::Tenant;
+pub use waits::{BlockedWait, BlockedWaits, MAX_BLOCKED_WAITS_PER_CLIENT};

@@ -18,8 +18,9 @@ use crate::peer::AdminPolicy;
 use crate::refuse::Refuser;
 use crate::waits::Waits;
 
-/// Blocking WAIT_EVENTs one connection may have in flight; more are refused with `EBUSY`.
-pub const MAX_WAITS_PER_CONN: usize = 32;
+/// Blocking WAIT_EVENTs one connection may have in flight; more are refused with `EBUSY`:
+/// driver-core's bound on an open's blocked waits, the same on every host.
+pub const MAX_WAITS_PER_CONN: usize = davinci_driver_core::MAX_BLOCKED_WAITS_PER_CLIENT as usize;
 
 /// What every thread serving one device shares.
 pub(crate) struct Shared {

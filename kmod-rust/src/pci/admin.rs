@@ -356,12 +356,15 @@ impl Locked<'_> {
         let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&g.words);
         let c = Completion::decode(&bytes).map_err(|_| "it wrote a malformed admin completion")?;
         if c.tag != tag {
-            pr_notice!(
-                "davinci{}: dropped an admin completion for tag {} (waiting for {})\n",
-                self.dev.index,
-                c.tag,
-                tag
-            );
+            // Rate-limited: a device can send these at will.
+            if crate::sys::log_ratelimit() {
+                pr_notice!(
+                    "davinci{}: dropped an admin completion for tag {} (waiting for {})\n",
+                    self.dev.index,
+                    c.tag,
+                    tag
+                );
+            }
             return Ok(None);
         }
         KBox::new(c, GFP_KERNEL)

@@ -40,6 +40,7 @@ use crate::davinci_uapi::task::TASK_DESC_SIZE;
 use crate::davinci_uapi::TaskDesc;
 
 use crate::sys::FileMapping;
+use crate::wake::Fanout;
 
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
@@ -158,6 +159,9 @@ pub(crate) struct PciShared {
     /// tenant's completions do not send it to the device. A copy in kernel memory, since a
     /// sleeper may still look after the BARs are unmapped.
     pub(crate) notified: [AtomicU64; NOTIFY_WORDS as usize],
+    /// WAIT_EVENT sleepers, one queue per notification word, woken out of hard-irq context
+    /// when their word changed (`pci/irq.rs`).
+    pub(crate) fanout: Fanout,
     /// Set once the device is stopped or lost.
     pub(crate) dead: AtomicBool,
     /// BAR0's bus address (a client's doorbell page) and whether it may be mapped (page
@@ -172,7 +176,7 @@ pub(crate) struct PciShared {
     /// `DDDD:BB:DD.F`, NUL-padded.
     pub(crate) bus_id: [u8; 16],
     pub(crate) pci_ids: (u16, u16),
-    /// Sleepers: admin requests awaiting vector 0, WAIT_EVENT awaiting vector 1.
+    /// Sleepers: the admin request awaiting vector 0 (WAIT_EVENT sleepers are on `fanout`).
     #[pin]
     pub(crate) wq: Opaque<bindings::wait_queue_head>,
     /// The device's lock (`lock`, `lock_idle`): 1 while held; its waiters sleep on `lock_wq`
@@ -344,6 +348,7 @@ impl PciShared {
             None => None,
         };
         let serving = admin.is_some();
+        let fanout = Fanout::new(NOTIFY_WORDS)?;
         let inner = Inner {
             admin,
             pci: Some(dev),
@@ -362,6 +367,7 @@ impl PciShared {
                 vectors: b.vectors,
                 irqs: [const { AtomicU64::new(0) }; VECTORS],
                 notified: [const { AtomicU64::new(0) }; NOTIFY_WORDS as usize],
+                fanout,
                 dead: AtomicBool::new(!serving),
                 regs_phys: b.regs_phys,
                 regs_alone: b.regs_alone,

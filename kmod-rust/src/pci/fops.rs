@@ -61,6 +61,8 @@ pub(crate) struct PciOpen {
     dev: Arc<PciShared>,
     /// The open's handle in the device's client table (what the admin queue names it by).
     client: u32,
+    /// Its blocked WAIT_EVENTs (bounded) and the deadlines of interrupted ones.
+    waits: crate::waits::OpenWaits,
 }
 
 /// One admin call of `o`, the device's lock taken killably (`EINTR` when killed first).
@@ -93,6 +95,7 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
         PciOpen {
             dev: dev.clone(),
             client: 0,
+            waits: crate::waits::OpenWaits::new(),
         },
         GFP_KERNEL,
     ) else {
@@ -191,7 +194,7 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         }
     };
     match cmd {
-        DRIVER_CMD_WAIT_EVENT => return wait_event(o, a, &copy_back),
+        DRIVER_CMD_WAIT_EVENT => return wait_event(o, arg, a, &copy_back),
         DRIVER_CMD_LIST_CLIENTS => return list_clients(o, a, &copy_back),
         _ => {}
     }
@@ -232,11 +235,21 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
 
 /// WAIT_EVENT: asked once; while the device says WAIT_NEEDED, sleeps until vector 1 (at most
 /// a slice, the deadline exact) and asks again (WAIT_AGAIN), with whether the deadline
-/// passed; a signal ends it after one more look (restarted by SA_RESTART, or EINTR).
-fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
+/// passed; a signal ends it after one more look (restarted by SA_RESTART, with its first
+/// deadline, or EINTR). At most driver-core's bound of blocked waits per open sleep (`EBUSY`
+/// beyond it).
+fn wait_event(
+    o: &PciOpen,
+    arg: c_ulong,
+    a: ArgBuf,
+    copy_back: &dyn Fn(&ArgBuf) -> c_long,
+) -> c_long {
     let timeout_ns = WaitEventArgs::decode(a.as_slice()).timeout_ns;
     let dev = &o.dev;
-    let deadline = crate::sys::now_ns().saturating_add(timeout_ns);
+    let (key, deadline) =
+        o.waits
+            .deadline(arg as u64, a.as_slice(), timeout_ns, crate::sys::now_ns());
+    let mut blocked = None;
     // This client's notification word, before the device looks: a change after this wakes.
     let mut before = dev.notified(o.client);
     let mut c = match call(
@@ -262,6 +275,17 @@ fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> 
             }
             ReplyKind::WaitNeeded => {}
         }
+        if blocked.is_none() {
+            match o.waits.blocked.enter() {
+                Ok(b) => blocked = Some(b),
+                Err(e) => {
+                    // The bound (driver-core's rule): `current` and `status` as the device
+                    // answered, then EBUSY.
+                    let r = copy_back(&c.arg);
+                    return if r != 0 { r } else { errno(e.errno) as c_long };
+                }
+            }
+        }
         // SAFETY: no preconditions (process context).
         let signalled = unsafe { davinci_signal_pending() } != 0;
         let now = crate::sys::now_ns();
@@ -284,8 +308,9 @@ fn wait_event(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> 
             Err(e) => return errno(e) as c_long,
         };
         if signalled && c.reply == ReplyKind::WaitNeeded {
-            // `current` and `status` as they are now; the kernel restarts the call or
-            // returns EINTR.
+            // `current` and `status` as they are now; the kernel restarts the call (which
+            // keeps this deadline) or returns EINTR.
+            o.waits.interrupted(key, deadline);
             let r = copy_back(&c.arg);
             return if r != 0 {
                 r

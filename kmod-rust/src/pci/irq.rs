@@ -2,7 +2,8 @@
 
 //! A PCI device's interrupt side: the handler's counts per vector, the notification words
 //! vector 1's handler copies out of BAR2 (hwif layout 3), and the sleeps on them (an admin
-//! request awaiting vector 0, a WAIT_EVENT awaiting its client's word).
+//! request awaiting vector 0 on the admin queue, a WAIT_EVENT awaiting its client's word on
+//! that word's queue, woken out of hard-irq context by the fan-out's work item).
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::bindings;
@@ -26,17 +27,26 @@ extern "C" {
 }
 
 impl PciShared {
-    /// An interrupt on `vector` (hard-irq context): counts it and wakes the sleepers.
+    /// An interrupt on `vector` (hard-irq context): counts it and wakes its sleepers. The
+    /// admin vector wakes the admin queue (one request in flight: one sleeper). The data
+    /// vector copies the notification words and marks those that changed; their sleepers
+    /// are woken by the fan-out's work item, in process context: the work done here is
+    /// bounded by the words, whatever the sleepers.
     pub(crate) fn interrupt(&self, vector: u32) {
-        if vector == u32::from(VECTOR_DATA) {
+        let data = vector == u32::from(VECTOR_DATA);
+        if data {
             self.copy_notified();
         }
         if let Some(c) = self.irqs.get(vector as usize) {
             c.fetch_add(1, Ordering::Release);
         }
-        // SAFETY: the wait queue was initialised in `new` and lives as long as `self`;
-        // wake_up_all may be called from any context.
-        unsafe { davinci_wq_wake(self.wq.get()) };
+        if data {
+            self.fanout.kick();
+        } else {
+            // SAFETY: the wait queue was initialised in `new` and lives as long as `self`;
+            // wake_up_all may be called from any context.
+            unsafe { davinci_wq_wake(self.wq.get()) };
+        }
     }
 
     /// Copies the device's notification words (vector 1's handler: the device bumped them
@@ -65,6 +75,7 @@ impl PciShared {
             let v = u64::from(word.load(Ordering::Acquire));
             if copy.load(Ordering::Relaxed) != v {
                 copy.store(v, Ordering::Release);
+                self.fanout.mark(i as u32);
             }
         }
     }
@@ -77,12 +88,11 @@ impl PciShared {
     /// Sleeps until `client`'s notification word differs from `before` (or the device is
     /// gone), at most `ms`. `Err(ERESTARTSYS)` on a signal.
     pub(crate) fn wait_notified(&self, client: u32, before: u64, ms: u32) -> Result {
-        self.sleep(
-            &self.notified[(client % NOTIFY_WORDS) as usize],
-            before,
-            ms,
-            true,
-        )
+        let word = client % NOTIFY_WORDS;
+        let Some(queue) = self.fanout.queue(word) else {
+            return Err(EINVAL);
+        };
+        self.sleep_on(queue, &self.notified[word as usize], before, ms, true)
     }
 
     /// Interrupts counted on `vector`.
@@ -107,14 +117,28 @@ impl PciShared {
         self.sleep(c, before, ms, interruptible)
     }
 
-    /// Sleeps until `counter` differs from `before` or the device is gone, at most `ms`.
+    /// Sleeps on the admin queue until `counter` differs from `before` or the device is
+    /// gone, at most `ms`.
     fn sleep(&self, counter: &AtomicU64, before: u64, ms: u32, interruptible: bool) -> Result {
-        // SAFETY: the wait queue lives as long as `self`; `counter` (one of `self`'s) and
-        // `dead` are live atomics (a u64, a bool's byte), which the helper only reads
-        // (READ_ONCE) while it sleeps.
+        self.sleep_on(self.wq.get(), counter, before, ms, interruptible)
+    }
+
+    /// Sleeps on `queue` (the admin queue or a word's, both `self`'s) until `counter`
+    /// differs from `before` or the device is gone, at most `ms`.
+    fn sleep_on(
+        &self,
+        queue: *mut bindings::wait_queue_head,
+        counter: &AtomicU64,
+        before: u64,
+        ms: u32,
+        interruptible: bool,
+    ) -> Result {
+        // SAFETY: the queue lives as long as `self` (its admin queue, or one of its fan-out's
+        // queues); `counter` (one of `self`'s) and `dead` are live atomics (a u64, a bool's
+        // byte), which the helper only reads (READ_ONCE) while it sleeps.
         let r = unsafe {
             davinci_wq_wait(
-                self.wq.get(),
+                queue,
                 counter.as_ptr().cast_const(),
                 before,
                 self.dead.as_ptr().cast_const().cast::<u8>(),
@@ -133,5 +157,6 @@ impl PciShared {
     pub(crate) fn wake_all(&self) {
         // SAFETY: as in `interrupt`.
         unsafe { davinci_wq_wake(self.wq.get()) };
+        self.fanout.wake_all();
     }
 }

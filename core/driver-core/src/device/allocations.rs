@@ -12,6 +12,22 @@ use crate::memory::dva;
 use crate::platform::Platform;
 
 impl<P: Platform> DeviceCore<P> {
+    /// What an ALLOC_MEMORY of `size` by `client` would back now: the rounded size, if the
+    /// call would pass the checks that do not move anything (the client, the size, its
+    /// allocation quota and its memory). A host whose backings are costly to make (the kernel
+    /// module zeroes them) makes one this size before it takes the device for the call, and
+    /// hands it to the platform; the call itself checks everything again.
+    pub fn alloc_backing_size(&self, client: u32, size: u64) -> Result<u64> {
+        self.require_client(client)?;
+        ensure!(size > 0, EINVAL, "allocation size is 0");
+        let Some(rounded) = self.memory.round(size) else {
+            fail!(EOVERFLOW, "allocation size overflows");
+        };
+        self.within_quota(client, Holding::Allocations)?;
+        self.within_memory(client, rounded)?;
+        Ok(rounded)
+    }
+
     /// ALLOC_MEMORY: `args.size` and `args.flags` in; the rest out.
     pub fn alloc_memory(&mut self, client: u32, args: &mut AllocMemoryArgs) -> Result<()> {
         self.require_client(client)?;
