@@ -32,6 +32,8 @@ pub(crate) struct Params {
     pub(crate) pci_devices: u32,
     /// Tenants a shared device keeps a share for (1 to 64).
     pub(crate) tenant_slots: u32,
+    /// Tests only: bind ivshmem devices that are not davinci devices, without a node.
+    pub(crate) pci_hooks: u32,
 }
 
 impl Params {
