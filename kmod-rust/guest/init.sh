@@ -136,7 +136,8 @@ device_loss() {
     park=$!
     davinci-testclient watch --device /dev/davinci0 >/tmp/watch.out 2>&1 &
     watch=$!
-    davinci-testclient hold --device /dev/davinci0 </tmp/holdin >/tmp/hold.out 2>&1 &
+    # (Through the other node: removal reaches its open and mappings too.)
+    davinci-testclient hold --device /tmp/davinci-alias </tmp/holdin >/tmp/hold.out 2>&1 &
     hold=$!
     # The write ends last: a client started after one was opened would hold it too, and its
     # reader would never see the end of its input.
@@ -237,6 +238,13 @@ pci_device() {
     check conformance /bin/conformance --test-threads=1
     # The device's lock is a struct mutex lockdep sees (its class is registered once taken).
     check lockdep-class grep -q 'davinci_pci_dev.lock' /proc/lockdep
+    # One address space per device: an open through another node of the same device (as a
+    # container's own /dev would have) maps its rings and memory, faults and is revoked
+    # through the device's address space.
+    check second-node sh -c 'dev=$(cat /sys/class/davinci/davinci0/dev) &&
+        mknod /tmp/davinci-alias c "${dev%%:*}" "${dev##*:}" &&
+        davinci-testclient work --device /tmp/davinci-alias --rounds 5 >/tmp/alias.out 2>&1;
+        rc=$?; cat /tmp/alias.out; [ "$rc" -eq 0 ] && grep -q "\"ok\":true" /tmp/alias.out'
     # The kernel-only tests but those about the software device's own parameters, engine
     # and memory (its quota parameters, memcg pinning, its worker thread, slab faults inside
     # its ioctls, its second node). The engine's fault injection runs: the module forwards

@@ -203,6 +203,11 @@ pub(crate) unsafe fn revoke(mapping: FileMapping, cookie: u64, len: u64) {
 pub(crate) struct File(*mut bindings::file);
 
 impl File {
+    /// The `struct file` (for a C helper, during the same file operation).
+    pub(crate) fn raw(self) -> *mut bindings::file {
+        self.0
+    }
+
     /// # Safety
     ///
     /// `f` is the file a file operation was called with; the value is used only during that

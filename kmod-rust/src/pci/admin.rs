@@ -21,7 +21,7 @@ use crate::davinci_hwif::{
     AdminOp, AdminRequest, Completion, ReplyKind, ADMIN_ENTRY_SIZE, VECTOR_ADMIN,
 };
 use crate::davinci_uapi::{Errno, DRIVER_CMD_WAIT_EVENT};
-use crate::sys::{self, FileMapping};
+use crate::sys;
 
 extern "C" {
     fn davinci_pci_mutex_lock_killable(m: *mut bindings::mutex) -> c_int;
@@ -233,11 +233,7 @@ impl Locked<'_> {
         self.pci = None;
         clear(&mut self.maps);
         clear(&mut self.rings);
-        for (_, m) in self.opens.iter() {
-            // SAFETY: each mapping is an open file's (removed at its release); process
-            // context with only the device lock held.
-            unsafe { sys::revoke(*m, 0, 0) };
-        }
+        self.dev.inode.revoke(0, 0);
     }
 
     /// The device stopped answering: it is lost for good (logged with `why`). Every call
@@ -321,17 +317,17 @@ impl Locked<'_> {
     }
 
     /// Adds an open's file mapping (after its OPEN succeeded).
-    pub(crate) fn add_open(&mut self, client: u32, mapping: FileMapping) -> Result {
+    pub(crate) fn add_open(&mut self, client: u32) -> Result {
         if self.opens.len() >= MAX_OPENS {
             return Err(ENOSPC);
         }
-        self.opens.push((client, mapping), GFP_KERNEL)?;
+        self.opens.push(client, GFP_KERNEL)?;
         Ok(())
     }
 
     /// Forgets an open (at its release).
     pub(crate) fn remove_open(&mut self, client: u32) {
-        remove_where(&mut self.opens, |(c, _)| *c == client);
+        remove_where(&mut self.opens, |c| *c == client);
         remove_where(&mut self.rings, |r| r.client == client);
         remove_where(&mut self.maps, |m| m.client == client);
     }
@@ -433,7 +429,7 @@ impl Locked<'_> {
         if e.open {
             // The new open's handle names it in revocations and mapping rights: two opens
             // with one handle would let one's revocation miss the other's mappings.
-            if c.reply == ReplyKind::Done && self.opens.iter().any(|(cl, _)| *cl == c.client) {
+            if c.reply == ReplyKind::Done && self.opens.iter().any(|cl| *cl == c.client) {
                 return Err("it gave a new open the handle of an open one");
             }
         } else if c.client != client {
@@ -519,19 +515,15 @@ impl Locked<'_> {
                 n.client == r.client && n.cookie >= r.cookie && n.cookie < end
             });
         }
-        let opens = &self.opens;
+        // Every open maps through the device's one address space: a revocation reaches every
+        // mapping of the range, whichever open or node made it (another client's mapping of
+        // the same cookie, if any, faults back in from its own right).
         if c.revokes_overflowed() {
-            for (_, m) in opens.iter() {
-                // SAFETY: an open file's mapping (removed at release); process context.
-                unsafe { sys::revoke(*m, 0, 0) };
-            }
+            self.dev.inode.revoke(0, 0);
             return;
         }
         for r in c.revokes() {
-            if let Some((_, m)) = opens.iter().find(|(cl, _)| *cl == r.client) {
-                // SAFETY: as above.
-                unsafe { sys::revoke(*m, r.cookie, r.len) };
-            }
+            self.dev.inode.revoke(r.cookie, r.len);
         }
     }
 

@@ -39,11 +39,13 @@ use crate::davinci_uapi::rings::RING_MIN_ENTRIES;
 use crate::davinci_uapi::task::TASK_DESC_SIZE;
 use crate::davinci_uapi::TaskDesc;
 
-use crate::sys::FileMapping;
-
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
     fn davinci_pci_mutex_init(m: *mut bindings::mutex);
+    fn davinci_pci_inode_new() -> *mut c_void;
+    fn davinci_pci_inode_put(inode: *mut c_void);
+    fn davinci_pci_revoke(inode: *mut c_void, cookie: u64, len: u64);
+    fn davinci_pci_file_set_mapping(file: *mut c_void, inode: *mut c_void);
     fn davinci_msleep(ms: c_uint);
     fn davinci_pci_mutex_destroy(m: *mut bindings::mutex);
     fn davinci_pci_doorbell(dp: *mut c_void, peer: u32, vector: u32);
@@ -103,8 +105,8 @@ pub(crate) struct Inner {
     pub(crate) pci: Option<PciDev>,
     /// The last tag used.
     pub(crate) tag: u64,
-    /// Every open file: its client and its mapping (to revoke what a request freed).
-    pub(crate) opens: KVec<(u32, FileMapping)>,
+    /// Every open file's client (the device's handle on it, unique among them: checked).
+    pub(crate) opens: KVec<u32>,
     /// The command rings clients map (MMAP_TARGET's replies), put in the error state with
     /// `ENODEV` if the device is lost; forgotten when revoked or at the client's release.
     pub(crate) rings: KVec<RingNote>,
@@ -140,10 +142,64 @@ pub(crate) struct RingNote {
 }
 
 // SAFETY: the ring ends point into BAR2's kernel mapping, which lives while the device is
-// bound (and they are dropped, under the mutex, before it goes: `stop`); `FileMapping`s are
-// used only while their files are open (each is removed at release). Everything is reached
-// under the mutex only.
+// bound (and they are dropped, under the mutex, before it goes: `stop`). Everything is
+// reached under the mutex only.
 unsafe impl Send for Inner {}
+
+/// The device's address space (`pci/helpers.c`): an anonymous inode whose mapping every open
+/// file of the device maps through, so that a revocation or the removal reaches every
+/// mapping of the device, whichever node it was opened through.
+///
+/// # Invariants
+///
+/// A live inode from `davinci_pci_inode_new`, put once, on drop.
+pub(crate) struct DevInode(NonNull<c_void>);
+
+// SAFETY: an inode may be used and put from any thread.
+unsafe impl Send for DevInode {}
+// SAFETY: its functions here (unmap, set a file's mapping) may run concurrently.
+unsafe impl Sync for DevInode {}
+
+impl DevInode {
+    fn new() -> Result<DevInode> {
+        // SAFETY: no preconditions (process context).
+        let p = unsafe { davinci_pci_inode_new() };
+        if p.is_null() {
+            return Err(ENOMEM);
+        }
+        let errno = p as isize;
+        if (-4095..0).contains(&errno) {
+            return Err(Error::from_errno(errno as i32));
+        }
+        // (Not null, checked above.)
+        NonNull::new(p).map(DevInode).ok_or(ENOMEM)
+    }
+
+    /// Unmaps `[cookie, cookie + len)` of every mapping of the device (`len` 0: everything).
+    pub(crate) fn revoke(&self, cookie: u64, len: u64) {
+        // SAFETY: the inode is live (type invariant); process context.
+        unsafe { davinci_pci_revoke(self.0.as_ptr(), cookie, len) }
+    }
+
+    /// Makes `file` (an open of the device, in its `open`) map through the device's space.
+    ///
+    /// # Safety
+    ///
+    /// `file` is the file being opened.
+    pub(crate) unsafe fn adopt(&self, file: *mut bindings::file) {
+        // SAFETY: the caller's contract; the inode is live (type invariant) and outlives the
+        // file (the file holds the device's state, which holds this).
+        unsafe { davinci_pci_file_set_mapping(file.cast(), self.0.as_ptr()) }
+    }
+}
+
+impl Drop for DevInode {
+    fn drop(&mut self) {
+        // SAFETY: the inode is live and put once, here (type invariant); no file of the
+        // device is left (each holds the state this is part of).
+        unsafe { davinci_pci_inode_put(self.0.as_ptr()) }
+    }
+}
 
 /// Where BAR2 is for this side.
 pub(crate) struct Shm {
@@ -202,6 +258,8 @@ pub(crate) struct PciShared {
     pub(crate) inner: UnsafeCell<Inner>,
     /// Whether the node is registered (`ready`, until `stop`).
     node: AtomicBool,
+    /// The device's address space.
+    pub(crate) inode: DevInode,
 }
 
 /// What attach knows of the device.
@@ -405,6 +463,7 @@ impl PciShared {
             None => None,
         };
         let serving = admin.is_some();
+        let inode = DevInode::new()?;
         let inner = Inner {
             admin,
             pci: Some(dev),
@@ -438,6 +497,7 @@ impl PciShared {
                 lock <- Opaque::ffi_init(|p| unsafe { davinci_pci_mutex_init(p) }),
                 inner: UnsafeCell::new(inner),
                 node: AtomicBool::new(false),
+                inode,
             }),
             GFP_KERNEL,
         )

@@ -86,7 +86,7 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
     if !READY.load(Ordering::Acquire) {
         return errno(Errno::ENODEV);
     }
-    let (p, mapping) = match opener(file) {
+    let (p, _) = match opener(file) {
         Ok(o) => o,
         Err(e) => return errno(e),
     };
@@ -121,12 +121,14 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
         if c.reply != ReplyKind::Done {
             return errno(failed(&c));
         }
-        if d.add_open(c.client, mapping).is_err() {
+        if d.add_open(c.client).is_err() {
             let _ = d.call(c.client, AdminOp::Close);
             return errno(Errno::ENOMEM);
         }
         open.client = c.client;
     }
+    // SAFETY: `file` is the file being opened.
+    unsafe { dev.inode.adopt(file.raw()) };
     file.set_private(KBox::into_raw(open).cast());
     0
 }

@@ -44,7 +44,9 @@
 #include <linux/io.h>
 #include <linux/jiffies.h>
 #include <linux/mm.h>
+#include <linux/mount.h>
 #include <linux/mutex.h>
+#include <linux/pseudo_fs.h>
 #include <linux/sched/signal.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
@@ -251,6 +253,67 @@ void davinci_wq_init(struct wait_queue_head *wq)
 void davinci_wq_wake(struct wait_queue_head *wq)
 {
 	wake_up_all(wq);
+}
+
+/*
+ * One address space per device (as drm_fs_inode_new): an anonymous inode of the module's
+ * pseudo filesystem, whose mapping every open file of the device uses (f_mapping, set at
+ * open), whatever node or container the open came through. Revocation and removal unmap
+ * there. The filesystem has no owner: a mount held by a bound device must not pin the module
+ * (rmmod unbinds the devices, and every open file already pins the module itself).
+ */
+#define DAVINCI_PCI_FS_MAGIC 0x64766e63
+static struct vfsmount *davinci_pci_mnt;
+static int davinci_pci_mnt_count;
+
+static int davinci_pci_fs_init_fs_context(struct fs_context *fc)
+{
+	return init_pseudo(fc, DAVINCI_PCI_FS_MAGIC) ? 0 : -ENOMEM;
+}
+
+static struct file_system_type davinci_pci_fs_type = {
+	.name = "davinci_pci",
+	.init_fs_context = davinci_pci_fs_init_fs_context,
+	.kill_sb = kill_anon_super,
+};
+
+struct inode *davinci_pci_inode_new(void);
+void davinci_pci_inode_put(struct inode *inode);
+void davinci_pci_revoke(struct inode *inode, u64 cookie, u64 len);
+void davinci_pci_file_set_mapping(struct file *file, struct inode *inode);
+
+/* A new device inode, or an ERR_PTR. */
+struct inode *davinci_pci_inode_new(void)
+{
+	struct inode *inode;
+	int err;
+
+	err = simple_pin_fs(&davinci_pci_fs_type, &davinci_pci_mnt, &davinci_pci_mnt_count);
+	if (err)
+		return ERR_PTR(err);
+	inode = alloc_anon_inode(davinci_pci_mnt->mnt_sb);
+	if (IS_ERR(inode))
+		simple_release_fs(&davinci_pci_mnt, &davinci_pci_mnt_count);
+	return inode;
+}
+
+/* Drops a device inode (no file of the device is left: each holds the device's state). */
+void davinci_pci_inode_put(struct inode *inode)
+{
+	iput(inode);
+	simple_release_fs(&davinci_pci_mnt, &davinci_pci_mnt_count);
+}
+
+/* Unmaps [cookie, cookie + len) of every mapping of the device (len 0: all of them). */
+void davinci_pci_revoke(struct inode *inode, u64 cookie, u64 len)
+{
+	unmap_mapping_range(inode->i_mapping, (loff_t)cookie, (loff_t)len, 1);
+}
+
+/* An open of the device maps through the device's address space, not its node's. */
+void davinci_pci_file_set_mapping(struct file *file, struct inode *inode)
+{
+	file->f_mapping = inode->i_mapping;
 }
 
 /*
