@@ -147,7 +147,7 @@ list=$WORK/initramfs.list
     echo "nod /dev/null 666 0 0 c 1 3"
     echo "file /bin/busybox $BB 755 0 0"
     for a in sh mount echo cat ls grep cut insmod rmmod lsmod reboot dmesg sleep uname \
-             mkfifo mkdir kill test true false seq chgrp; do
+             mkfifo mkdir kill test true false seq chgrp mknod; do
         echo "slink /bin/$a /bin/busybox 777 0 0"
     done
     echo "file /init $KMOD_DIR/guest/init.sh 755 0 0"

@@ -100,8 +100,9 @@ init_failures() {
         return 1
     fi
     echo "ktest: init failed at each of its $((step - 1)) steps, then loaded and unloaded"
-    # Two devices: storage, state, worker each, then two nodes.
-    [ "$step" -eq 9 ]
+    # Two devices: storage, state, worker each, then two nodes, then the PCI driver's
+    # registration (before READY: no open got through to a module whose init failed there).
+    [ "$step" -eq 10 ]
 }
 
 # bad_params: a parameter out of range fails the load with EINVAL and says which, in the log.
@@ -140,7 +141,8 @@ device_loss() {
     park=$!
     davinci-testclient watch --device /dev/davinci0 >/tmp/watch.out 2>&1 &
     watch=$!
-    davinci-testclient hold --device /dev/davinci0 </tmp/holdin >/tmp/hold.out 2>&1 &
+    # (Through the other node: removal reaches its open and mappings too.)
+    davinci-testclient hold --device /tmp/davinci-alias </tmp/holdin >/tmp/hold.out 2>&1 &
     hold=$!
     # The write ends last: a client started after one was opened would hold it too, and its
     # reader would never see the end of its input.
@@ -188,6 +190,15 @@ device_restart() {
     echo "$bus" >/sys/bus/pci/drivers/davinci/unbind || return 1
     [ ! -e "/sys/bus/pci/drivers/davinci/$bus" ] || { echo "ktest: $bus is still bound"; return 1; }
     [ ! -e /dev/davinci0 ] || { echo "ktest: /dev/davinci0 outlived its device"; return 1; }
+    # The dead device's BAR2 still says ready, but its heartbeat stands still: probe refuses
+    # it (ENODEV), and no node comes back.
+    if echo "$bus" >/sys/bus/pci/drivers/davinci/bind 2>/dev/null; then
+        echo "ktest: the lost device (heartbeat stopped) was bound again"; return 1
+    fi
+    [ ! -e "/sys/bus/pci/drivers/davinci/$bus" ] && [ ! -e /dev/davinci0 ] ||
+        { echo "ktest: a refused bind left the device bound or a node"; return 1; }
+    dmesg | grep -qE 'davinci[0-9]+: .*(stands still|not ready|not a davinci device).*not bound' ||
+        { echo "ktest: no log line says why the bind was refused"; return 1; }
     echo "ktest: plug a restarted device now"
     for _ in $(seq 120); do [ -e /dev/davinci0 ] && break; sleep 1; done
     [ -e /dev/davinci0 ] || { echo "ktest: the restarted device did not bind"; dmesg | tail -20; return 1; }
@@ -230,6 +241,15 @@ pci_device() {
     # No kernel worker thread: the engine is outside the guest.
     check no-worker sh -c '! grep -lx "davinci[0-9]*" /proc/[0-9]*/comm'
     check conformance /bin/conformance --test-threads=1
+    # The device's lock is a struct mutex lockdep sees (its class is registered once taken).
+    check lockdep-class grep -q 'davinci_pci_dev.lock' /proc/lockdep
+    # One address space per device: an open through another node of the same device (as a
+    # container's own /dev would have) maps its rings and memory, faults and is revoked
+    # through the device's address space.
+    check second-node sh -c 'dev=$(cat /sys/class/davinci/davinci0/dev) &&
+        mknod /tmp/davinci-alias c "${dev%%:*}" "${dev##*:}" &&
+        davinci-testclient work --device /tmp/davinci-alias --rounds 5 >/tmp/alias.out 2>&1;
+        rc=$?; cat /tmp/alias.out; [ "$rc" -eq 0 ] && grep -q "\"ok\":true" /tmp/alias.out'
     # The kernel-only tests but those about the software device's own parameters, engine
     # and memory (its quota parameters, memcg pinning, its worker thread, slab faults inside
     # its ioctls, its second node). The engine's fault injection runs: the module forwards

@@ -121,12 +121,15 @@ impl kernel::Module for DavinciModule {
         for d in module.devices.iter_mut().flatten() {
             d.as_mut().register_node(&p, &mut step)?;
         }
-        inject::arm_from_load();
-        device::READY.store(true, core::sync::atomic::Ordering::Release);
-        // The ivshmem devices (none in most guests): each bound one is logged.
+        // The ivshmem devices (none in most guests): each bound one is logged. Registered
+        // before READY, as the last step that can fail: a PCI device's node refuses opens
+        // (ENODEV) until then, so no file can outlive an init that failed here.
+        p.step(&mut step, "the PCI driver's registration")?;
         module.pci = Some(pci::PciDriver::register().inspect_err(|e| {
             pr_err!("cannot register the PCI driver ({:?})\n", e);
         })?);
+        inject::arm_from_load();
+        device::READY.store(true, core::sync::atomic::Ordering::Release);
         pr_info!(
             "ABI {}.{}, {} devices of {} MiB, nodes mode {:o}\n",
             davinci_uapi::ABI_VERSION_MAJOR,

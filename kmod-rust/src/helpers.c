@@ -95,6 +95,15 @@ static unsigned int pci_devices = 8;
 module_param(pci_devices, uint, 0444);
 MODULE_PARM_DESC(pci_devices, "ivshmem-doorbell PCI devices to bind at most (0-8, default 8)");
 
+/*
+ * Tests only (scripts/pci-smoke.sh): bind ivshmem-doorbell devices that are not davinci
+ * devices (no davinci header in BAR2, or one whose heartbeat stands still), without a node,
+ * for the debugfs test hooks. 0 (the default): such a device is refused (ENODEV).
+ */
+static unsigned int pci_hooks;
+module_param(pci_hooks, uint, 0444);
+MODULE_PARM_DESC(pci_hooks, "tests only: bind ivshmem devices that are not davinci devices, without a node, for the debugfs test hooks (0: refuse them)");
+
 /* The parameters, as the Rust side reads them (same order as its Params). */
 struct davinci_params {
 	u32 devices;
@@ -104,6 +113,7 @@ struct davinci_params {
 	u32 fail_init;
 	u32 pci_devices;
 	u32 tenant_slots;
+	u32 pci_hooks;
 };
 
 void davinci_params(struct davinci_params *out);
@@ -120,6 +130,7 @@ void davinci_params(struct davinci_params *out)
 	out->fail_init = fail_init;
 	out->pci_devices = pci_devices;
 	out->tenant_slots = tenant_slots;
+	out->pci_hooks = pci_hooks;
 }
 
 /*

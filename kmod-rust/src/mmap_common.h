@@ -31,6 +31,9 @@ static inline vm_fault_t davinci_fault_common(struct vm_fault *vmf, davinci_faul
 		return VM_FAULT_NOPAGE;
 	if (ret == -ENOMEM)
 		return VM_FAULT_OOM;
+	/* Killed while waiting for the device's lock: no page, the task dies on its way out. */
+	if (ret == -EINTR)
+		return VM_FAULT_NOPAGE;
 	return VM_FAULT_SIGBUS;
 }
 

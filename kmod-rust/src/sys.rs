@@ -32,6 +32,8 @@ pub(crate) struct Params {
     pub(crate) pci_devices: u32,
     /// Tenants a shared device keeps a share for (1 to 64).
     pub(crate) tenant_slots: u32,
+    /// Tests only: bind ivshmem devices that are not davinci devices, without a node.
+    pub(crate) pci_hooks: u32,
 }
 
 impl Params {
@@ -205,6 +207,11 @@ pub(crate) unsafe fn revoke(mapping: FileMapping, cookie: u64, len: u64) {
 pub(crate) struct File(*mut bindings::file);
 
 impl File {
+    /// The `struct file` (for a C helper, during the same file operation).
+    pub(crate) fn raw(self) -> *mut bindings::file {
+        self.0
+    }
+
     /// # Safety
     ///
     /// `f` is the file a file operation was called with; the value is used only during that

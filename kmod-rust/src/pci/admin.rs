@@ -1,74 +1,84 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The PCI device locked ([`Locked`], from [`PciShared::lock`]): one admin request at a time
-//! and its completion ([`Locked::call`]), what the completion revoked unmapped before the
-//! lock goes, the opens table, BAR2's list area, and losing the device (a completion that
-//! does not come while the heartbeat stands still, or that does not decode).
+//! and its completion ([`Locked::call`]), checked against its request before anything uses
+//! it (a completion that breaks the protocol loses the device), what the completion revoked
+//! unmapped before the lock goes, the opens table, the mapping rights the device granted
+//! (faults are served from them with no round trip), BAR2's list area, and losing the device
+//! (a completion that does not come while the heartbeat stands still, that does not decode,
+//! or that does not answer its request).
 
+use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 use kernel::bindings;
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
-use super::dev::{fail_ring, read_shm, Inner, PciShared, RingNote};
+use super::dev::{fail_ring, read_shm, Inner, MapRight, PciShared, RingNote};
 use crate::davinci_hwif::bytes::{bytes_to_words, words_to_bytes};
 use crate::davinci_hwif::layout::HEARTBEAT_OFFSET;
-use crate::davinci_hwif::{AdminOp, AdminRequest, Completion, ADMIN_ENTRY_SIZE, VECTOR_ADMIN};
-use crate::davinci_uapi::Errno;
-use crate::sys::{self, FileMapping};
+use crate::davinci_hwif::{
+    AdminOp, AdminRequest, Completion, ReplyKind, ADMIN_ENTRY_SIZE, VECTOR_ADMIN,
+};
+use crate::davinci_uapi::{Errno, DRIVER_CMD_WAIT_EVENT};
+use crate::sys;
 
 extern "C" {
-    fn davinci_wq_wake_one(wq: *mut bindings::wait_queue_head);
-    fn davinci_lock_wait(
-        wq: *mut bindings::wait_queue_head,
-        locked: *mut i32,
-        killable: c_int,
-    ) -> c_int;
+    fn davinci_pci_mutex_lock_killable(m: *mut bindings::mutex) -> c_int;
+    fn davinci_pci_mutex_lock(m: *mut bindings::mutex);
+    fn davinci_pci_mutex_trylock(m: *mut bindings::mutex) -> c_int;
+    fn davinci_pci_mutex_unlock(m: *mut bindings::mutex);
 }
 
 impl PciShared {
     /// The device's lock, for a call: `Err(EINTR)` if the caller is killed while it waits.
     pub(crate) fn lock(&self) -> Result<Locked<'_>> {
-        self.acquire(true)?;
-        Ok(Locked::new(self))
+        // SAFETY: the mutex was initialised in `new` and lives as long as `self`.
+        if unsafe { davinci_pci_mutex_lock_killable(self.lock.get()) } != 0 {
+            return Err(EINTR);
+        }
+        // SAFETY: this task has just taken the mutex.
+        Ok(unsafe { Locked::taken(self) })
     }
 
     /// The device's lock, whatever signal comes (release, remove: what they do must happen).
-    pub(crate) fn lock_idle(&self) -> Locked<'_> {
-        while self.acquire(false).is_err() {}
-        Locked::new(self)
+    pub(crate) fn lock_always(&self) -> Locked<'_> {
+        // SAFETY: as in `lock`.
+        unsafe { davinci_pci_mutex_lock(self.lock.get()) };
+        // SAFETY: as in `lock`.
+        unsafe { Locked::taken(self) }
     }
 
-    fn acquire(&self, killable: bool) -> Result {
-        if self
-            .locked
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return Ok(());
+    /// The device's lock if nobody holds it (the watchdog).
+    fn try_lock(&self) -> Option<Locked<'_>> {
+        // SAFETY: as in `lock`.
+        if unsafe { davinci_pci_mutex_trylock(self.lock.get()) } == 0 {
+            return None;
         }
-        // SAFETY: `lock_wq` lives as long as `self`; `locked` is a live atomic the helper only
-        // touches with `cmpxchg` (fully ordered: acquiring).
-        let r = unsafe {
-            davinci_lock_wait(
-                self.lock_wq.get(),
-                self.locked.as_ptr(),
-                c_int::from(killable),
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(EINTR)
-        }
+        // SAFETY: as in `lock`.
+        Some(unsafe { Locked::taken(self) })
+    }
+
+    /// A PCI error was reported on the device: it is lost (`why` logged), as when it stops
+    /// answering. Marked first, so that a call waiting for its completion gives up.
+    pub(crate) fn lose_now(&self, why: &str) {
+        self.dead.store(true, Ordering::Release);
+        self.wake_all();
+        self.lock_always().lose(why);
     }
 
     /// No new open; the device is gone for every open file (`ENODEV`), every sleeper wakes,
     /// every mapping of its BARs goes. Called by remove before the BARs are unmapped (and by
-    /// a probe failing after `ready`); a second call does nothing more.
+    /// a probe failing after `ready`, and by shutdown); a second call does nothing more.
+    ///
+    /// The device is marked gone (`dead`) before the lock is taken, as `drm_dev_unplug` does:
+    /// a call waiting for its completion gives up at once, every later one finds it gone, so
+    /// removal waits for no device round trip.
     pub(crate) fn stop(&self) {
         self.deregister_node();
-        let mut l = self.lock_idle();
+        self.dead.store(true, Ordering::Release);
+        self.wake_all();
+        let mut l = self.lock_always();
         l.kill();
         drop(l);
         self.wake_all();
@@ -83,9 +93,17 @@ const HEARTBEAT_STALL_NS: u64 = 3_000_000_000;
 const ADMIN_POLL_MS: u32 = 10;
 /// Most opens a PCI device tracks (its client table is driver-core's, 320).
 const MAX_OPENS: usize = 320;
+/// Most mapping rights it records (beyond them, a fault asks the device).
+const MAX_MAPS: usize = 1024;
 /// Most command rings it notes for a loss (driver-core's stream table holds 256; a ring not
 /// noted is only not marked: its client learns of the loss at its next call).
 const MAX_RINGS: usize = 256;
+
+/// Empties `v` (its capacity kept).
+fn clear<T: Copy>(v: &mut KVec<T>) {
+    // SAFETY: 0 is at most the length; the elements are plain data (`Copy`, no drop).
+    unsafe { v.set_len(0) };
+}
 
 /// Removes every element of `v` that `gone` picks (the order is not kept).
 fn remove_where<T: Copy>(v: &mut KVec<T>, mut gone: impl FnMut(&T) -> bool) {
@@ -103,6 +121,37 @@ fn remove_where<T: Copy>(v: &mut KVec<T>, mut gone: impl FnMut(&T) -> bool) {
     }
 }
 
+/// What a request allows its completion to say (`Locked::check`).
+struct Expect {
+    /// OPEN: the completion names the new open (its handle must be new).
+    open: bool,
+    /// WAIT_EVENT and WAIT_AGAIN: WAIT_NEEDED is an answer.
+    may_wait: bool,
+    /// IOCTL and WAIT_AGAIN: the reply's bytes go back to the caller's argument, which has
+    /// this size.
+    arg_len: Option<usize>,
+}
+
+impl Expect {
+    fn of(op: &AdminOp) -> Expect {
+        let (open, may_wait, arg_len) = match op {
+            AdminOp::Open(_) => (true, false, None),
+            AdminOp::Ioctl { request, arg } => (
+                false,
+                *request == DRIVER_CMD_WAIT_EVENT,
+                Some(arg.as_slice().len()),
+            ),
+            AdminOp::WaitAgain { arg, .. } => (false, true, Some(arg.as_slice().len())),
+            _ => (false, false, None),
+        };
+        Expect {
+            open,
+            may_wait,
+            arg_len,
+        }
+    }
+}
+
 impl PciShared {
     /// The watchdog's tick (`pci/helpers.c`, once a second): a heartbeat that stood still for
     /// [`HEARTBEAT_STALL_NS`] loses the device. `false` once it is lost or stopped (no more
@@ -111,14 +160,9 @@ impl PciShared {
         if self.dead.load(Ordering::Acquire) {
             return false;
         }
-        if self
-            .locked
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        let Some(mut l) = self.try_lock() else {
             return true;
-        }
-        let mut l = Locked::new(self);
+        };
         if l.dead() {
             return false;
         }
@@ -134,15 +178,34 @@ impl PciShared {
 }
 
 /// The locked device: admin calls and the opens table. Releases the lock on drop.
+///
+/// # Invariants
+///
+/// The task that made it holds `dev.lock`; only [`PciShared::lock`], `lock_always` and
+/// `try_lock` make one. Not `Send` (a mutex is released by the task that took it).
 pub(crate) struct Locked<'a> {
     dev: &'a PciShared,
+    _task: PhantomData<*mut ()>,
+}
+
+impl<'a> Locked<'a> {
+    /// The guard of `dev`'s lock.
+    ///
+    /// # Safety
+    ///
+    /// The calling task has just taken `dev.lock`, and hands it to this guard.
+    unsafe fn taken(dev: &'a PciShared) -> Self {
+        Locked {
+            dev,
+            _task: PhantomData,
+        }
+    }
 }
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        self.dev.locked.store(0, Ordering::Release);
-        // SAFETY: the wait queue lives as long as the device.
-        unsafe { davinci_wq_wake_one(self.dev.lock_wq.get()) };
+        // SAFETY: this task holds the mutex (type invariant), released once, here.
+        unsafe { davinci_pci_mutex_unlock(self.dev.lock.get()) };
     }
 }
 
@@ -168,11 +231,9 @@ impl Locked<'_> {
         self.dev.dead.store(true, Ordering::Release);
         self.admin = None;
         self.pci = None;
-        for (_, m) in self.opens.iter() {
-            // SAFETY: each mapping is an open file's (removed at its release); process
-            // context with only the device lock held.
-            unsafe { sys::revoke(*m, 0, 0) };
-        }
+        clear(&mut self.maps);
+        clear(&mut self.rings);
+        self.dev.inode.revoke(0, 0);
     }
 
     /// The device stopped answering: it is lost for good (logged with `why`). Every call
@@ -207,6 +268,7 @@ impl Locked<'_> {
         }
         self.dev.dead.store(true, Ordering::Release);
         self.admin = None;
+        clear(&mut self.maps);
         self.dev.wake_all();
     }
 
@@ -232,19 +294,42 @@ impl Locked<'_> {
         );
     }
 
+    /// Records what MMAP_TARGET granted `client` at `cookie` (checked by the caller): later
+    /// faults of that mapping are served from it, with no device round trip, until a
+    /// completion revokes it or the client closes. A full table records nothing more (those
+    /// faults ask the device).
+    pub(crate) fn note_map(&mut self, m: MapRight) {
+        if self.maps.len() >= MAX_MAPS {
+            return;
+        }
+        remove_where(&mut self.maps, |n| {
+            n.client == m.client && n.cookie == m.cookie
+        });
+        let _ = self.maps.push(m, GFP_KERNEL);
+    }
+
+    /// What the device granted `client` at `cookie`, if recorded and not revoked since.
+    pub(crate) fn mapped(&self, client: u32, cookie: u64) -> Option<MapRight> {
+        self.maps
+            .iter()
+            .find(|m| m.client == client && m.cookie == cookie)
+            .copied()
+    }
+
     /// Adds an open's file mapping (after its OPEN succeeded).
-    pub(crate) fn add_open(&mut self, client: u32, mapping: FileMapping) -> Result {
+    pub(crate) fn add_open(&mut self, client: u32) -> Result {
         if self.opens.len() >= MAX_OPENS {
             return Err(ENOSPC);
         }
-        self.opens.push((client, mapping), GFP_KERNEL)?;
+        self.opens.push(client, GFP_KERNEL)?;
         Ok(())
     }
 
     /// Forgets an open (at its release).
     pub(crate) fn remove_open(&mut self, client: u32) {
-        remove_where(&mut self.opens, |(c, _)| *c == client);
+        remove_where(&mut self.opens, |c| *c == client);
         remove_where(&mut self.rings, |r| r.client == client);
+        remove_where(&mut self.maps, |m| m.client == client);
     }
 
     /// Rings the device's `vector` (test hook).
@@ -259,10 +344,13 @@ impl Locked<'_> {
         self.admin.is_none()
     }
 
-    /// One admin request and its completion (tag checked); what it revoked is unmapped before
-    /// this returns. `ENODEV` once the device is gone (or goes while this waits).
+    /// One admin request and its completion (tag checked, then checked against the request:
+    /// [`Expect`]); what it revoked is unmapped before this returns. `ENODEV` once the device
+    /// is gone (or goes while this waits: lost, or stopped by removal), `EIO` if the
+    /// completion breaks the protocol (the device is lost with it).
     pub(crate) fn call(&mut self, client: u32, op: AdminOp) -> Result<KBox<Completion>, Errno> {
         let dev = self.dev;
+        let expect = Expect::of(&op);
         let mut before = 0;
         let tag = {
             let g = &mut **self;
@@ -296,7 +384,12 @@ impl Locked<'_> {
         loop {
             match self.take_completion(tag) {
                 Ok(Some(c)) => {
+                    // Unmapping is always safe: what a completion revokes is unmapped even
+                    // if the rest of it is refused below.
                     self.revoke(&c);
+                    if let Err(why) = self.check(client, &expect, &c) {
+                        return Err(self.violation(why));
+                    }
                     return Ok(c);
                 }
                 Ok(None) => {}
@@ -304,6 +397,10 @@ impl Locked<'_> {
                     self.lose(why);
                     return Err(Errno::ENODEV);
                 }
+            }
+            // Removal marked the device gone before it waits for this lock: give up.
+            if dev.dead.load(Ordering::Acquire) {
+                return Err(Errno::ENODEV);
             }
             let now = sys::now_ns();
             let hb = self.heartbeat();
@@ -321,6 +418,39 @@ impl Locked<'_> {
             let _ = dev.wait_irq(u32::from(VECTOR_ADMIN), before, ADMIN_POLL_MS, false);
             before = dev.count(u32::from(VECTOR_ADMIN));
         }
+    }
+
+    /// Whether `c` answers the request [`Expect`] describes, sent for `client`: `Err` says
+    /// which rule it broke.
+    fn check(&self, client: u32, e: &Expect, c: &Completion) -> Result<(), &'static str> {
+        if c.reply == ReplyKind::WaitNeeded && !e.may_wait {
+            return Err("it answered a request that cannot wait with WAIT_NEEDED");
+        }
+        if e.open {
+            // The new open's handle names it in revocations and mapping rights: two opens
+            // with one handle would let one's revocation miss the other's mappings.
+            if c.reply == ReplyKind::Done && self.opens.iter().any(|cl| *cl == c.client) {
+                return Err("it gave a new open the handle of an open one");
+            }
+        } else if c.client != client {
+            return Err("it answered for another client");
+        }
+        if let Some(n) = e.arg_len {
+            // An ioctl's reply is copied back to the caller's argument: exactly its size
+            // (`_IOC_SIZE`), or nothing for a failure that wrote nothing back.
+            let got = c.arg.as_slice().len();
+            if got != n && !(c.reply == ReplyKind::Failed && got == 0) {
+                return Err("its reply to an ioctl is not the size of the ioctl's argument");
+            }
+        }
+        Ok(())
+    }
+
+    /// The device broke the admin protocol (`why`, logged): it is lost, and the call that
+    /// saw it fails with `EIO` (every later one with `ENODEV`).
+    pub(crate) fn violation(&mut self, why: &str) -> Errno {
+        self.lose(why);
+        Errno::EIO
     }
 
     /// BAR2's heartbeat word now (0 if unreadable).
@@ -376,27 +506,27 @@ impl Locked<'_> {
     /// someone else.
     fn revoke(&mut self, c: &Completion) {
         if c.revokes_overflowed() {
-            remove_where(&mut self.rings, |_| true);
+            clear(&mut self.rings);
+            clear(&mut self.maps);
         }
         for r in c.revokes() {
             let end = r.cookie.saturating_add(r.len);
             remove_where(&mut self.rings, |n| {
                 n.client == r.client && n.cookie >= r.cookie && n.cookie < end
             });
+            remove_where(&mut self.maps, |n| {
+                n.client == r.client && n.cookie >= r.cookie && n.cookie < end
+            });
         }
-        let opens = &self.opens;
+        // Every open maps through the device's one address space: a revocation reaches every
+        // mapping of the range, whichever open or node made it (another client's mapping of
+        // the same cookie, if any, faults back in from its own right).
         if c.revokes_overflowed() {
-            for (_, m) in opens.iter() {
-                // SAFETY: an open file's mapping (removed at release); process context.
-                unsafe { sys::revoke(*m, 0, 0) };
-            }
+            self.dev.inode.revoke(0, 0);
             return;
         }
         for r in c.revokes() {
-            if let Some((_, m)) = opens.iter().find(|(cl, _)| *cl == r.client) {
-                // SAFETY: as above.
-                unsafe { sys::revoke(*m, r.cookie, r.len) };
-            }
+            self.dev.inode.revoke(r.cookie, r.len);
         }
     }
 
@@ -411,12 +541,5 @@ impl Locked<'_> {
         } else {
             Err(EFAULT)
         }
-    }
-}
-
-impl<'a> Locked<'a> {
-    /// The guard of `dev`, whose lock the caller has just taken.
-    pub(crate) fn new(dev: &'a PciShared) -> Self {
-        Locked { dev }
     }
 }

@@ -20,7 +20,7 @@
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_uint};
 
 use kernel::bindings;
@@ -30,20 +30,26 @@ use kernel::types::Opaque;
 
 use crate::davinci_driver_core::HostFault;
 use crate::davinci_hwif::layout::{
-    Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, NOTIFY_WORDS, PAGE_SIZE,
+    Bar2Header, Bar2Layout, DeviceState, HEADER_FIELDS, HEARTBEAT_OFFSET, NOTIFY_WORDS, PAGE_SIZE,
 };
-use crate::davinci_hwif::{AdminOp, AdminSlot, ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
+use crate::davinci_hwif::{AdminOp, AdminSlot, MapKind, ADMIN_DEPTH, ADMIN_ENTRY_SIZE};
 use crate::davinci_ring::{Consumer, DeviceConsumer, Producer, RingRegion};
 use crate::davinci_shm_copy::copy_from_shared;
 use crate::davinci_uapi::rings::RING_MIN_ENTRIES;
 use crate::davinci_uapi::task::TASK_DESC_SIZE;
 use crate::davinci_uapi::TaskDesc;
 
-use crate::sys::FileMapping;
 use crate::wake::Fanout;
 
 extern "C" {
     fn davinci_wq_init(wq: *mut bindings::wait_queue_head);
+    fn davinci_pci_mutex_init(m: *mut bindings::mutex);
+    fn davinci_pci_inode_new() -> *mut c_void;
+    fn davinci_pci_inode_put(inode: *mut c_void);
+    fn davinci_pci_revoke(inode: *mut c_void, cookie: u64, len: u64);
+    fn davinci_pci_file_set_mapping(file: *mut c_void, inode: *mut c_void);
+    fn davinci_msleep(ms: c_uint);
+    fn davinci_pci_mutex_destroy(m: *mut bindings::mutex);
     fn davinci_pci_doorbell(dp: *mut c_void, peer: u32, vector: u32);
     fn davinci_pci_node_add(state: *mut c_void, slot: c_uint, index: c_uint) -> c_int;
     fn davinci_pci_node_del(slot: c_uint);
@@ -101,16 +107,31 @@ pub(crate) struct Inner {
     pub(crate) pci: Option<PciDev>,
     /// The last tag used.
     pub(crate) tag: u64,
-    /// Every open file: its client and its mapping (to revoke what a request freed).
-    pub(crate) opens: KVec<(u32, FileMapping)>,
+    /// Every open file's client (the device's handle on it, unique among them: checked).
+    pub(crate) opens: KVec<u32>,
     /// The command rings clients map (MMAP_TARGET's replies), put in the error state with
     /// `ENODEV` if the device is lost; forgotten when revoked or at the client's release.
     pub(crate) rings: KVec<RingNote>,
+    /// What MMAP_TARGET granted each client (checked against BAR2's heap), which faults are
+    /// served from; forgotten when a completion revokes it, at the client's release, and
+    /// when the device goes.
+    pub(crate) maps: KVec<MapRight>,
     /// The heartbeat as the watchdog last saw it move: its value and when.
     pub(crate) beat: (u32, u64),
     /// The request being encoded (kept here, off the kernel stack).
     pub(crate) slot: [u8; ADMIN_ENTRY_SIZE],
     pub(crate) words: AdminSlot,
+}
+
+/// A mapping right: what the device said `client`'s `cookie` maps (the kind matches the
+/// cookie's; a memory or ring range lies in BAR2's heap, at least as long as asked).
+#[derive(Clone, Copy)]
+pub(crate) struct MapRight {
+    pub(crate) client: u32,
+    pub(crate) cookie: u64,
+    pub(crate) kind: MapKind,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
 }
 
 /// A command ring a client maps: where it lies in BAR2.
@@ -123,10 +144,64 @@ pub(crate) struct RingNote {
 }
 
 // SAFETY: the ring ends point into BAR2's kernel mapping, which lives while the device is
-// bound (and they are dropped, under the mutex, before it goes: `stop`); `FileMapping`s are
-// used only while their files are open (each is removed at release). Everything is reached
-// under the mutex only.
+// bound (and they are dropped, under the mutex, before it goes: `stop`). Everything is
+// reached under the mutex only.
 unsafe impl Send for Inner {}
+
+/// The device's address space (`pci/helpers.c`): an anonymous inode whose mapping every open
+/// file of the device maps through, so that a revocation or the removal reaches every
+/// mapping of the device, whichever node it was opened through.
+///
+/// # Invariants
+///
+/// A live inode from `davinci_pci_inode_new`, put once, on drop.
+pub(crate) struct DevInode(NonNull<c_void>);
+
+// SAFETY: an inode may be used and put from any thread.
+unsafe impl Send for DevInode {}
+// SAFETY: its functions here (unmap, set a file's mapping) may run concurrently.
+unsafe impl Sync for DevInode {}
+
+impl DevInode {
+    fn new() -> Result<DevInode> {
+        // SAFETY: no preconditions (process context).
+        let p = unsafe { davinci_pci_inode_new() };
+        if p.is_null() {
+            return Err(ENOMEM);
+        }
+        let errno = p as isize;
+        if (-4095..0).contains(&errno) {
+            return Err(Error::from_errno(errno as i32));
+        }
+        // (Not null, checked above.)
+        NonNull::new(p).map(DevInode).ok_or(ENOMEM)
+    }
+
+    /// Unmaps `[cookie, cookie + len)` of every mapping of the device (`len` 0: everything).
+    pub(crate) fn revoke(&self, cookie: u64, len: u64) {
+        // SAFETY: the inode is live (type invariant); process context.
+        unsafe { davinci_pci_revoke(self.0.as_ptr(), cookie, len) }
+    }
+
+    /// Makes `file` (an open of the device, in its `open`) map through the device's space.
+    ///
+    /// # Safety
+    ///
+    /// `file` is the file being opened.
+    pub(crate) unsafe fn adopt(&self, file: *mut bindings::file) {
+        // SAFETY: the caller's contract; the inode is live (type invariant) and outlives the
+        // file (the file holds the device's state, which holds this).
+        unsafe { davinci_pci_file_set_mapping(file.cast(), self.0.as_ptr()) }
+    }
+}
+
+impl Drop for DevInode {
+    fn drop(&mut self) {
+        // SAFETY: the inode is live and put once, here (type invariant); no file of the
+        // device is left (each holds the state this is part of).
+        unsafe { davinci_pci_inode_put(self.0.as_ptr()) }
+    }
+}
 
 /// Where BAR2 is for this side.
 pub(crate) struct Shm {
@@ -179,17 +254,17 @@ pub(crate) struct PciShared {
     /// Sleepers: the admin request awaiting vector 0 (WAIT_EVENT sleepers are on `fanout`).
     #[pin]
     pub(crate) wq: Opaque<bindings::wait_queue_head>,
-    /// The device's lock (`lock`, `lock_idle`): 1 while held; its waiters sleep on `lock_wq`
-    /// killably (a call) or as idle tasks (release, remove), never in the plain
-    /// uninterruptible state a hung-task report would name while a queue of tenants waits
-    /// for a slow device.
-    pub(crate) locked: AtomicI32,
+    /// The device's lock (`lock`, `lock_always`, `try_lock` in `pci/admin.rs`): a `struct
+    /// mutex` of its own lockdep class (`pci/helpers.c`), waited for killably by a call and
+    /// uninterruptibly by release and removal.
     #[pin]
-    pub(crate) lock_wq: Opaque<bindings::wait_queue_head>,
-    /// Reached only with `locked` held (through [`Locked`]).
+    pub(crate) lock: Opaque<bindings::mutex>,
+    /// Reached only with `lock` held (through `Locked`, which only the lock functions make).
     pub(crate) inner: UnsafeCell<Inner>,
     /// Whether the node is registered (`ready`, until `stop`).
     node: AtomicBool,
+    /// The device's address space.
+    pub(crate) inode: DevInode,
 }
 
 /// What attach knows of the device.
@@ -224,6 +299,27 @@ pub(crate) unsafe fn read_shm(shm: &Shm, off: u64, out: &mut [u8]) -> bool {
     // above); the device writes it concurrently, which the atomic copy allows.
     unsafe { copy_from_shared(shm.ptr.as_ptr().add(off as usize), out) };
     true
+}
+
+/// Whether BAR2's heartbeat (bumped by a serving device at least every 100 ms) moves within
+/// 2 s: a device whose process died leaves a header that still says ready.
+fn heartbeat_moves(shm: &Shm) -> bool {
+    let beat = || {
+        let mut w = [0u8; 4];
+        // SAFETY: the mapping is live during probe; `read_shm` checks the range.
+        unsafe { read_shm(shm, HEARTBEAT_OFFSET, &mut w) }.then(|| u32::from_le_bytes(w))
+    };
+    let Some(first) = beat() else {
+        return false;
+    };
+    for _ in 0..40 {
+        // SAFETY: probe runs in process context.
+        unsafe { davinci_msleep(50) };
+        if beat() != Some(first) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Puts the command ring at `[off, off + len)` of BAR2 in the error state with `errno`, at
@@ -279,27 +375,51 @@ impl PciShared {
         if !unsafe { read_shm(&shm, 0, &mut page) } {
             return Err(ENODEV);
         }
+        let hooks = crate::sys::params().pci_hooks != 0;
         let header = match Bar2Header::decode(&page, b.shm_len) {
-            Ok(h) if h.state == DeviceState::Ready => Some(h),
+            Ok(h) if h.state == DeviceState::Ready && heartbeat_moves(&shm) => Some(h),
+            Ok(h) if h.state == DeviceState::Ready => {
+                pr_err!(
+                    "davinci{}: the PCI device's heartbeat stands still (its process is gone?):                      {}\n",
+                    b.index,
+                    if hooks { "bound without a node" } else { "not bound" }
+                );
+                None
+            }
             Ok(h) => {
                 pr_err!(
-                    "davinci{}: the PCI device is not ready ({:?}, errno {}): bound without a \
-                     node (restart davinci-pcidev, then rebind)\n",
+                    "davinci{}: the PCI device is not ready ({:?}, errno {}): {} (restart \
+                     davinci-pcidev, then rebind)\n",
                     b.index,
                     h.state,
-                    h.failure
+                    h.failure,
+                    if hooks {
+                        "bound without a node"
+                    } else {
+                        "not bound"
+                    }
                 );
                 None
             }
             Err(e) => {
                 pr_notice!(
-                    "davinci{}: {}: not a davinci device, bound without a node\n",
+                    "davinci{}: {}: not a davinci device, {}\n",
                     b.index,
-                    e
+                    e,
+                    if hooks {
+                        "bound without a node (pci_hooks)"
+                    } else {
+                        "not bound"
+                    }
                 );
                 None
             }
         };
+        // Only a davinci device is driven; another ivshmem device (another program's, a dead
+        // one's) is left unbound, unless the test hooks ask for it.
+        if header.is_none() && !hooks {
+            return Err(ENODEV);
+        }
         let l = match header {
             Some(h) => h.layout,
             None => Bar2Layout::for_region(b.shm_len).unwrap_or(Bar2Layout {
@@ -349,12 +469,14 @@ impl PciShared {
         };
         let serving = admin.is_some();
         let fanout = Fanout::new(NOTIFY_WORDS)?;
+        let inode = DevInode::new()?;
         let inner = Inner {
             admin,
             pci: Some(dev),
             tag: 0,
             opens: KVec::new(),
             rings: KVec::new(),
+            maps: KVec::new(),
             beat: (0, 0),
             slot: [0; ADMIN_ENTRY_SIZE],
             words: [0; ADMIN_ENTRY_SIZE / 8],
@@ -378,11 +500,11 @@ impl PciShared {
                 pci_ids: b.pci_ids,
                 // SAFETY: `p` is the pinned, uninitialised wait queue head.
                 wq <- Opaque::ffi_init(|p| unsafe { davinci_wq_init(p) }),
-                locked: AtomicI32::new(0),
-                // SAFETY: as for `wq`.
-                lock_wq <- Opaque::ffi_init(|p| unsafe { davinci_wq_init(p) }),
+                // SAFETY: `p` is the pinned, uninitialised mutex; it is destroyed in drop.
+                lock <- Opaque::ffi_init(|p| unsafe { davinci_pci_mutex_init(p) }),
                 inner: UnsafeCell::new(inner),
                 node: AtomicBool::new(false),
+                inode,
             }),
             GFP_KERNEL,
         )
@@ -448,10 +570,13 @@ impl PinnedDrop for PciShared {
             self.count(0),
             self.count(1)
         );
+        // SAFETY: the mutex was initialised in `new`; nothing holds it (no reference to the
+        // state is left).
+        unsafe { davinci_pci_mutex_destroy(self.lock.get()) };
     }
 }
 
-// SAFETY: `inner` is only reached through `Locked`, which exists only while `locked` is held
+// SAFETY: `inner` is only reached through `Locked`, which exists only while `lock` is held
 // (one at a time); everything else is atomic, immutable after construction, or its own lock.
 unsafe impl Sync for PciShared {}
 // SAFETY: as above; `Inner` is `Send`.

@@ -21,14 +21,14 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::uaccess::UserSlice;
 
-use super::dev::PciShared;
+use super::dev::{MapRight, PciShared};
 use crate::davinci_driver_core::Role;
 use crate::davinci_hwif::layout::{LIST_BUF, LIST_ENTRIES, LIST_ENTRY_SIZE};
 use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, MmapReply, OpenArgs, ReplyKind};
 use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
 use crate::davinci_uapi::{
-    DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_GET_IDENTITY,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    decode_mmap_offset, DeviceIdentity, Errno, ListClientsArgs, MmapKind, WaitEventArgs, Wire,
+    DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
 use crate::fops::opener;
@@ -37,6 +37,7 @@ use crate::sys::File;
 
 extern "C" {
     fn davinci_signal_pending() -> c_int;
+    fn davinci_cond_resched();
     fn davinci_map_pfns(
         vma: *mut c_void,
         addr: c_ulong,
@@ -87,7 +88,7 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
     if !READY.load(Ordering::Acquire) {
         return errno(Errno::ENODEV);
     }
-    let (p, mapping) = match opener(file) {
+    let (p, _) = match opener(file) {
         Ok(o) => o,
         Err(e) => return errno(e),
     };
@@ -123,12 +124,14 @@ unsafe extern "C" fn davinci_pci_open(state: *mut c_void, file: *mut bindings::f
         if c.reply != ReplyKind::Done {
             return errno(failed(&c));
         }
-        if d.add_open(c.client, mapping).is_err() {
+        if d.add_open(c.client).is_err() {
             let _ = d.call(c.client, AdminOp::Close);
             return errno(Errno::ENOMEM);
         }
         open.client = c.client;
     }
+    // SAFETY: `file` is the file being opened.
+    unsafe { dev.inode.adopt(file.raw()) };
     file.set_private(KBox::into_raw(open).cast());
     0
 }
@@ -143,7 +146,7 @@ unsafe extern "C" fn davinci_pci_release(
     let file = unsafe { File::new(file) };
     // SAFETY: `open` stored a boxed `PciOpen` in `private_data`; release is called once.
     let o = unsafe { KBox::from_raw(file.private().cast::<PciOpen>()) };
-    let mut d = o.dev.lock_idle();
+    let mut d = o.dev.lock_always();
     // A lost device has nothing left to close.
     let _ = d.call(o.client, AdminOp::Close);
     d.remove_open(o.client);
@@ -222,7 +225,7 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
     let r = copy_back(&reply);
     if r != 0 && creates(cmd) {
         // The caller cannot learn the handle: what was created goes again (docs/abi.md 1.4).
-        let _ = o.dev.lock_idle().call(
+        let _ = o.dev.lock_always().call(
             o.client,
             AdminOp::Undo {
                 request: cmd,
@@ -328,9 +331,18 @@ fn entry_size_ok(n: u32) -> bool {
 
 /// LIST_CLIENTS: the device writes the entries into BAR2's list area (its own entry size, at
 /// most the caller's), this side copies them to the caller's buffer at the caller's stride,
-/// zero-padded, with the device's mutex released.
+/// zero-padded, with the device's mutex released. The arguments are checked here as
+/// driver-core checks them (the device is not trusted to refuse them), and the device's
+/// count bounds nothing: at most the caller's capacity and the list area's entries are read
+/// and copied.
 fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
     let asked = ListClientsArgs::decode(a.as_slice());
+    if asked.pad != 0 || !entry_size_ok(asked.entry_size) {
+        return errno(Errno::EINVAL) as c_long;
+    }
+    if asked.capacity != 0 && asked.buf == 0 {
+        return errno(Errno::EFAULT) as c_long;
+    }
     // The caller's whole buffer must be addressable (as the software device checks it).
     let span = u64::from(asked.capacity) * u64::from(asked.entry_size);
     if asked.buf != 0 && asked.buf.checked_add(span).is_none() {
@@ -340,14 +352,12 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
     if asked.buf != 0 {
         fwd.buf = LIST_BUF;
     }
-    if entry_size_ok(asked.entry_size) && asked.pad == 0 {
-        fwd.entry_size = asked.entry_size.min(LIST_ENTRY_SIZE as u32);
-        fwd.capacity = asked.capacity.min(LIST_ENTRIES as u32);
-    }
+    fwd.entry_size = asked.entry_size.min(LIST_ENTRY_SIZE as u32);
+    fwd.capacity = asked.capacity.min(LIST_ENTRIES as u32);
     let mut fa = a;
     fwd.encode(fa.as_mut_slice());
     let mut entries = KVVec::<u8>::new();
-    let (c, n) = {
+    let (count, n) = {
         let Ok(mut d) = o.dev.lock() else {
             return errno(Errno::EINTR) as c_long;
         };
@@ -365,6 +375,10 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
             return errno(failed(&c)) as c_long;
         }
         let got = ListClientsArgs::decode(c.arg.as_slice());
+        if u64::from(got.count) > LIST_ENTRIES {
+            return errno(d.violation("it listed more clients than a device can have")) as c_long;
+        }
+        // (`fwd.capacity` is at most LIST_ENTRIES, `fwd.entry_size` at most LIST_ENTRY_SIZE.)
         let n = got.count.min(fwd.capacity) as usize;
         let bytes = n * fwd.entry_size as usize;
         if bytes > 0 {
@@ -375,9 +389,8 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
                 return errno(Errno::ENODEV) as c_long;
             }
         }
-        (c, n)
+        (got.count, n)
     };
-    let got = ListClientsArgs::decode(c.arg.as_slice());
     let (have, stride) = (fwd.entry_size as usize, asked.entry_size as usize);
     static ZEROS: [u8; 256] = [0; 256];
     for i in 0..n {
@@ -397,9 +410,11 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
             }
             left -= k;
         }
+        // SAFETY: no preconditions (process context, no lock held).
+        unsafe { davinci_cond_resched() };
     }
     let mut reply = asked;
-    reply.count = got.count;
+    reply.count = count;
     let mut out = a;
     reply.encode(out.as_mut_slice());
     copy_back(&out)
@@ -420,32 +435,73 @@ unsafe extern "C" fn davinci_pci_mmap_check(open: *mut c_void, cookie: u64, len:
     }
 }
 
-/// Where `cookie` of `o` lies (MMAP_TARGET), at least `len` bytes.
+/// Where `cookie` of `o` lies, at least `len` bytes: the right recorded when the device
+/// granted it, else MMAP_TARGET, whose reply is checked (its kind is the cookie's, it covers
+/// `len`, a ring or memory lies in BAR2's heap; else the device is lost: `EIO`) and recorded.
 fn target(
     o: &PciOpen,
     d: &mut super::admin::Locked<'_>,
     cookie: u64,
     len: u64,
-) -> Result<MmapReply, Errno> {
+) -> Result<MapRight, Errno> {
+    if d.dead() {
+        return Err(Errno::ENODEV);
+    }
+    if let Some(m) = d.mapped(o.client, cookie) {
+        if len <= m.len {
+            return Ok(m);
+        }
+    }
     let c = d.call(o.client, AdminOp::MmapTarget { cookie, len })?;
     if c.reply != ReplyKind::Done {
         return Err(failed(&c));
     }
-    let m = MmapReply::from_arg(c.arg.as_slice()).map_err(|_| Errno::EIO)?;
+    let Ok(m) = MmapReply::from_arg(c.arg.as_slice()) else {
+        return Err(d.violation("its MMAP_TARGET reply does not decode"));
+    };
+    let kind = match decode_mmap_offset(cookie) {
+        Some((MmapKind::CmdRing, _)) => MapKind::CmdRing,
+        Some((MmapKind::EventRing, _)) => MapKind::EventRing,
+        Some((MmapKind::Doorbell, _)) => MapKind::Doorbell,
+        Some((MmapKind::Memory, _)) => MapKind::Memory,
+        None => return Err(d.violation("it granted a mapping of a cookie the ABI never hands out")),
+    };
+    if m.kind != kind {
+        return Err(d.violation("its MMAP_TARGET reply is of another kind than the cookie"));
+    }
+    if m.len < len {
+        return Err(d.violation("its MMAP_TARGET reply is shorter than the mapping it granted"));
+    }
     // Only heap pages of BAR2 go to a client (never its header, admin rings or list area).
     let l = o.dev.layout();
-    let end = m.offset.checked_add(m.len).ok_or(Errno::EIO)?;
-    if m.kind != MapKind::Doorbell && (m.offset < l.heap_offset || end > l.region_size) {
-        return Err(Errno::EIO);
+    let in_heap = m
+        .offset
+        .checked_add(m.len)
+        .is_some_and(|end| m.offset >= l.heap_offset && end <= l.region_size);
+    if m.kind != MapKind::Doorbell && !in_heap {
+        return Err(d.violation("its MMAP_TARGET reply lies outside BAR2's heap"));
     }
     if m.kind == MapKind::CmdRing {
         d.note_ring(o.client, cookie, m.offset, m.len);
     }
-    Ok(m)
+    let right = MapRight {
+        client: o.client,
+        cookie,
+        kind: m.kind,
+        offset: m.offset,
+        len: m.len,
+    };
+    d.note_map(right);
+    Ok(right)
 }
 
 /// The page-fault handler of a PCI mapping (from `davinci_pci_vm_fault`): maps page `page`
-/// of the object at `cookie` (and a few after it) at `addr`, if it still exists. 0 or -errno.
+/// of the object at `cookie` (and a few after it) at `addr`, if it still exists. 0 or -errno
+/// (`EINTR`: killed while waiting for the lock, the fault is retried or the task dies).
+///
+/// The pages come from the mapping right recorded at mmap (no device round trip under
+/// `mmap_lock`), checked there to lie in BAR2's heap and to cover the whole mapping; only a
+/// right no longer recorded (the table was full) asks the device again.
 #[no_mangle]
 unsafe extern "C" fn davinci_pci_fault(
     open: *mut c_void,
@@ -475,12 +531,21 @@ unsafe extern "C" fn davinci_pci_fault(
         }
         (o.dev.regs_phys / PAGE, 1, true)
     } else {
-        let pages = m.len / PAGE;
-        (
-            (o.dev.shm_phys + m.offset) / PAGE + page,
-            (pages - page).min(FAULT_AROUND),
-            false,
-        )
+        // `target` checked `need <= m.len` and the range against BAR2's heap: `page` is one
+        // of the object's, and so are the (at most FAULT_AROUND) after it.
+        let Some(left) = (m.len / PAGE).checked_sub(page).filter(|&n| n > 0) else {
+            return errno(Errno::EFAULT);
+        };
+        let Some(first) = o
+            .dev
+            .shm_phys
+            .checked_add(m.offset)
+            .map(|a| a / PAGE)
+            .and_then(|p| p.checked_add(page))
+        else {
+            return errno(Errno::EFAULT);
+        };
+        (first, left.min(FAULT_AROUND), false)
     };
     // SAFETY: in the fault handler with the vma locked; the pfns are the device's BARs (the
     // object's pages, which stay its own until a completion revokes them: that takes the

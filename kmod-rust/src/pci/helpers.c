@@ -36,6 +36,7 @@
  * ETIMEDOUT if it does not (COUNT at most 1000: remove waits for a writer still in the file).
  */
 #include <linux/cdev.h>
+#include <linux/delay.h>
 #include <linux/debugfs.h>
 #include <linux/device.h>
 #include <linux/err.h>
@@ -43,6 +44,9 @@
 #include <linux/io.h>
 #include <linux/jiffies.h>
 #include <linux/mm.h>
+#include <linux/mount.h>
+#include <linux/mutex.h>
+#include <linux/pseudo_fs.h>
 #include <linux/sched/signal.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
@@ -88,6 +92,12 @@ struct davinci_pci {
 	struct dentry *dbg;
 	/* The watchdog: once a second, a device whose heartbeat stood still is lost (Rust). */
 	struct delayed_work watchdog;
+	/*
+	 * The rest of BAR0's page, reserved (request_mem_region) so that no device plugged in
+	 * later is given registers there: a client maps the whole page as its doorbell page.
+	 * NULL when BAR0 fills its page, or when the page may not be mapped (regs_alone 0).
+	 */
+	struct resource *bar0_rest;
 };
 
 /* What probe tells Rust about a device (pci/mod.rs's PciInfo, same layout). */
@@ -114,6 +124,7 @@ struct davinci_pci_info {
 void *davinci_pci_attach(struct davinci_pci *dp, const struct davinci_pci_info *info);
 int davinci_pci_ready(void *state);
 void davinci_pci_stop(void *state);
+void davinci_pci_lose(void *state);
 void davinci_pci_interrupt(void *state, u32 vector);
 void davinci_pci_detach(void *state);
 u64 davinci_pci_count(void *state, u32 vector);
@@ -219,8 +230,6 @@ static const struct file_operations davinci_pci_ring_fops = {
 
 void davinci_wq_init(struct wait_queue_head *wq);
 void davinci_wq_wake(struct wait_queue_head *wq);
-void davinci_wq_wake_one(struct wait_queue_head *wq);
-int davinci_lock_wait(struct wait_queue_head *wq, int *locked, int killable);
 long davinci_wq_wait(struct wait_queue_head *wq, const u64 *counter, u64 before,
 		     const u8 *dead, unsigned int timeout_ms, int interruptible);
 int davinci_signal_pending(void);
@@ -246,24 +255,112 @@ void davinci_wq_wake(struct wait_queue_head *wq)
 	wake_up_all(wq);
 }
 
-/* Wakes one exclusive sleeper of wq (the next waiter of a device's lock). */
-void davinci_wq_wake_one(struct wait_queue_head *wq)
+/*
+ * One address space per device (as drm_fs_inode_new): an anonymous inode of the module's
+ * pseudo filesystem, whose mapping every open file of the device uses (f_mapping, set at
+ * open), whatever node or container the open came through. Revocation and removal unmap
+ * there. The filesystem has no owner: a mount held by a bound device must not pin the module
+ * (rmmod unbinds the devices, and every open file already pins the module itself).
+ */
+#define DAVINCI_PCI_FS_MAGIC 0x64766e63
+static struct vfsmount *davinci_pci_mnt;
+static int davinci_pci_mnt_count;
+
+static int davinci_pci_fs_init_fs_context(struct fs_context *fc)
 {
-	wake_up(wq);
+	return init_pseudo(fc, DAVINCI_PCI_FS_MAGIC) ? 0 : -ENOMEM;
+}
+
+static struct file_system_type davinci_pci_fs_type = {
+	.name = "davinci_pci",
+	.init_fs_context = davinci_pci_fs_init_fs_context,
+	.kill_sb = kill_anon_super,
+};
+
+struct inode *davinci_pci_inode_new(void);
+void davinci_pci_inode_put(struct inode *inode);
+void davinci_pci_revoke(struct inode *inode, u64 cookie, u64 len);
+void davinci_pci_file_set_mapping(struct file *file, struct inode *inode);
+
+/* A new device inode, or an ERR_PTR. */
+struct inode *davinci_pci_inode_new(void)
+{
+	struct inode *inode;
+	int err;
+
+	err = simple_pin_fs(&davinci_pci_fs_type, &davinci_pci_mnt, &davinci_pci_mnt_count);
+	if (err)
+		return ERR_PTR(err);
+	inode = alloc_anon_inode(davinci_pci_mnt->mnt_sb);
+	if (IS_ERR(inode))
+		simple_release_fs(&davinci_pci_mnt, &davinci_pci_mnt_count);
+	return inode;
+}
+
+/* Drops a device inode (no file of the device is left: each holds the device's state). */
+void davinci_pci_inode_put(struct inode *inode)
+{
+	iput(inode);
+	simple_release_fs(&davinci_pci_mnt, &davinci_pci_mnt_count);
+}
+
+/* Unmaps [cookie, cookie + len) of every mapping of the device (len 0: all of them). */
+void davinci_pci_revoke(struct inode *inode, u64 cookie, u64 len)
+{
+	unmap_mapping_range(inode->i_mapping, (loff_t)cookie, (loff_t)len, 1);
+}
+
+/* An open of the device maps through the device's address space, not its node's. */
+void davinci_pci_file_set_mapping(struct file *file, struct inode *inode)
+{
+	file->f_mapping = inode->i_mapping;
 }
 
 /*
- * Takes a device's lock (*locked from 0 to 1), sleeping on wq as an exclusive waiter until
- * it is free: killably (0, or -ERESTARTSYS when a fatal signal came first: the lock is not
- * taken), or as an idle task (always 0). Neither state is one the hung-task detector reports:
- * a queue of tenants behind a slow device is not a hung kernel.
+ * The device's lock: a struct mutex in Rust's pinned state, of one lockdep class
+ * ("davinci_pci_dev.lock", in /proc/lockdep once taken) for every PCI device. Rust's guard
+ * (pci/admin.rs's Locked) is made only by the lock functions below and unlocks on drop.
  */
-int davinci_lock_wait(struct wait_queue_head *wq, int *locked, int killable)
+void davinci_pci_mutex_init(struct mutex *m);
+int davinci_pci_mutex_lock_killable(struct mutex *m);
+void davinci_pci_mutex_lock(struct mutex *m);
+int davinci_pci_mutex_trylock(struct mutex *m);
+void davinci_pci_mutex_unlock(struct mutex *m);
+void davinci_pci_mutex_destroy(struct mutex *m);
+
+void davinci_pci_mutex_init(struct mutex *m)
 {
-	if (killable)
-		return wait_event_killable_exclusive(*wq, cmpxchg(locked, 0, 1) == 0);
-	wait_event_idle_exclusive(*wq, cmpxchg(locked, 0, 1) == 0);
-	return 0;
+	static struct lock_class_key key;
+
+	__mutex_init(m, "davinci_pci_dev.lock", &key);
+}
+
+/* A call: 0, or -EINTR when a fatal signal came first (the lock is not taken). */
+int davinci_pci_mutex_lock_killable(struct mutex *m)
+{
+	return mutex_lock_killable(m);
+}
+
+/* Release and removal: what they do must happen, whatever signal is pending. */
+void davinci_pci_mutex_lock(struct mutex *m)
+{
+	mutex_lock(m);
+}
+
+/* The watchdog: 1 if taken. */
+int davinci_pci_mutex_trylock(struct mutex *m)
+{
+	return mutex_trylock(m);
+}
+
+void davinci_pci_mutex_unlock(struct mutex *m)
+{
+	mutex_unlock(m);
+}
+
+void davinci_pci_mutex_destroy(struct mutex *m)
+{
+	mutex_destroy(m);
 }
 
 /*
@@ -279,8 +376,20 @@ long davinci_wq_wait(struct wait_queue_head *wq, const u64 *counter, u64 before,
 	if (interruptible)
 		return wait_event_interruptible_timeout(
 			*wq, READ_ONCE(*counter) != before || READ_ONCE(*dead), t);
-	/* An admin completion: idle (not counted as load, not a hung task), bounded by t. */
-	return wait_event_idle_timeout(*wq, READ_ONCE(*counter) != before || READ_ONCE(*dead), t);
+	/* An admin completion: I/O the caller waits for (D state), at most t at a time. */
+	return wait_event_timeout(*wq, READ_ONCE(*counter) != before || READ_ONCE(*dead), t);
+}
+
+void davinci_msleep(unsigned int ms);
+void davinci_msleep(unsigned int ms)
+{
+	msleep(ms);
+}
+
+void davinci_cond_resched(void);
+void davinci_cond_resched(void)
+{
+	cond_resched();
 }
 
 int davinci_signal_pending(void)
@@ -507,6 +616,35 @@ static bool davinci_bar0_alone(struct pci_dev *pdev)
 	return true;
 }
 
+/*
+ * Reserves the rest of BAR0's page (davinci_bar0_alone said it is free now), so that no
+ * device plugged in later is given a resource there. false if it cannot be reserved: then
+ * no client may map the page.
+ */
+static bool davinci_bar0_reserve(struct davinci_pci *dp)
+{
+	resource_size_t start = pci_resource_start(dp->pdev, IVSHMEM_BAR_REGS);
+
+	if (dp->regs_len >= PAGE_SIZE)
+		return true;
+	dp->bar0_rest = request_mem_region(start + dp->regs_len, PAGE_SIZE - dp->regs_len,
+					   "davinci bar0 page");
+	if (!dp->bar0_rest) {
+		dev_warn(&dp->pdev->dev, "cannot reserve the rest of BAR0's page\n");
+		return false;
+	}
+	return true;
+}
+
+static void davinci_bar0_unreserve(struct davinci_pci *dp)
+{
+	resource_size_t start = pci_resource_start(dp->pdev, IVSHMEM_BAR_REGS);
+
+	if (dp->bar0_rest)
+		release_mem_region(start + dp->regs_len, PAGE_SIZE - dp->regs_len);
+	dp->bar0_rest = NULL;
+}
+
 /* The watchdog's tick: Rust says whether to look again (not once the device is lost). */
 static void davinci_pci_watchdog(struct work_struct *work)
 {
@@ -570,10 +708,12 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 	dp->peer = ioread32(dp->regs + IVSHMEM_REG_IV_POSITION);
 	/* An MSI-X message is a write by the device: without bus mastering QEMU drops it. */
 	pci_set_master(pdev);
-	dp->nvec = pci_alloc_irq_vectors(pdev, 1, DAVINCI_PCI_VECTORS, PCI_IRQ_MSIX);
+	/* Both vectors or none: vector 0 completes admin requests, vector 1 wakes waiters. */
+	dp->nvec = pci_alloc_irq_vectors(pdev, 2, DAVINCI_PCI_VECTORS, PCI_IRQ_MSIX);
 	if (dp->nvec < 0) {
-		err = dp->nvec;
-		dev_err(&pdev->dev, "no MSI-X vectors (%d)\n", err);
+		err = dp->nvec == -ENOSPC ? -ENODEV : dp->nvec;
+		dev_err(&pdev->dev, "not the 2 MSI-X vectors a davinci device needs (%d), not bound\n",
+			dp->nvec);
 		goto clear_master;
 	}
 
@@ -589,7 +729,7 @@ static int davinci_pci_probe(struct pci_dev *pdev, const struct pci_device_id *i
 	info.domain = pci_domain_nr(pdev->bus);
 	info.vendor = pdev->vendor;
 	info.device = pdev->device;
-	info.regs_alone = davinci_bar0_alone(pdev);
+	info.regs_alone = davinci_bar0_alone(pdev) && davinci_bar0_reserve(dp);
 	state = davinci_pci_attach(dp, &info);
 	if (IS_ERR(state)) {
 		err = PTR_ERR(state);
@@ -632,6 +772,7 @@ free_irqs:
 		free_irq(pci_irq_vector(pdev, v), &dp->vec[v]);
 	davinci_pci_detach(dp->state);
 free_vectors:
+	davinci_bar0_unreserve(dp);
 	pci_free_irq_vectors(pdev);
 clear_master:
 	pci_clear_master(pdev);
@@ -666,6 +807,7 @@ static void davinci_pci_remove(struct pci_dev *pdev)
 	for (v = 0; v < dp->nvec; v++)
 		free_irq(pci_irq_vector(pdev, v), &dp->vec[v]);
 	davinci_pci_detach(dp->state);
+	davinci_bar0_unreserve(dp);
 	pci_free_irq_vectors(pdev);
 	pci_clear_master(pdev);
 	memunmap(dp->shm);
@@ -676,6 +818,41 @@ static void davinci_pci_remove(struct pci_dev *pdev)
 	dev_info(&pdev->dev, "unbound\n");
 	kfree(dp);
 }
+
+/*
+ * Shutdown (reboot, kexec): the device is marked gone and every mapping of its BARs goes,
+ * as at removal, and it may not raise another interrupt (bus mastering off: an MSI-X message
+ * is a write by the device). The resources stay: nothing runs after this.
+ */
+static void davinci_pci_shutdown(struct pci_dev *pdev)
+{
+	struct davinci_pci *dp = pci_get_drvdata(pdev);
+
+	if (!dp)
+		return;
+	cancel_delayed_work_sync(&dp->watchdog);
+	davinci_pci_stop(dp->state);
+	pci_clear_master(pdev);
+}
+
+/*
+ * A PCI error (AER, DPC) on the device: it is lost (its clients get ENODEV, its streams
+ * stop in the error state), and the driver asks for no recovery (a reset would be a new
+ * device here, as a restart is: unbind, plug a new one).
+ */
+static pci_ers_result_t davinci_pci_error_detected(struct pci_dev *pdev, pci_channel_state_t state)
+{
+	struct davinci_pci *dp = pci_get_drvdata(pdev);
+
+	dev_err(&pdev->dev, "PCI error reported (channel state %d)\n", state);
+	if (dp)
+		davinci_pci_lose(dp->state);
+	return PCI_ERS_RESULT_DISCONNECT;
+}
+
+static const struct pci_error_handlers davinci_pci_err_handlers = {
+	.error_detected = davinci_pci_error_detected,
+};
 
 static const struct pci_device_id davinci_pci_ids[] = {
 	{ PCI_DEVICE(PCI_VENDOR_ID_REDHAT_QUMRANET, 0x1110) }, /* ivshmem (doorbell or plain) */
@@ -688,6 +865,8 @@ static struct pci_driver davinci_pci_driver = {
 	.id_table = davinci_pci_ids,
 	.probe = davinci_pci_probe,
 	.remove = davinci_pci_remove,
+	.shutdown = davinci_pci_shutdown,
+	.err_handler = &davinci_pci_err_handlers,
 };
 
 /* Registers the driver (probing every matching device now); 0 or an errno. */

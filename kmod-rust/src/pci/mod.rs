@@ -49,7 +49,7 @@ pub(crate) const MAX_PCI: usize = 8;
 pub(crate) struct PciInfo {
     /// IVPosition: this guest's peer id.
     peer: u32,
-    /// MSI-X vectors granted (1 to [`VECTORS`]).
+    /// MSI-X vectors granted (2 to [`VECTORS`]).
     vectors: u32,
     /// BAR0's length (registers).
     regs_len: u64,
@@ -259,6 +259,16 @@ unsafe extern "C" fn davinci_pci_ready(state: *mut c_void) -> c_int {
 unsafe extern "C" fn davinci_pci_stop(state: *mut c_void) {
     // SAFETY: as in `davinci_pci_ready`.
     dev::from_raw(state).stop();
+}
+
+/// A PCI error was reported on the device (`pci/helpers.c`'s error handler): it is lost.
+///
+/// # Safety
+///
+/// As for [`davinci_pci_ready`].
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_lose(state: *mut c_void) {
+    dev::from_raw(state).lose_now("a PCI error was reported");
 }
 
 /// A vector's interrupt handler (hard-irq context).
