@@ -17,7 +17,7 @@ davinci-pcidev: the davinci PCI device outside the guest (QEMU's ivshmem-doorbel
 
 Usage: davinci-pcidev --socket PATH [--socket-mode OCTAL] [--socket-group GROUP]
                       [--size BYTES] [--vectors N] [--device-id N] [--inject FAULT[@SEL]]
-                      [--chaos SEED[,RATE]]
+                      [--chaos SEED[,RATE[,CLASS+CLASS...]]]
 
 Serves the ivshmem server protocol on the Unix socket PATH and is the device behind it:
 BAR2 (the shared memory) holds the admin queue, the stream rings and device memory;
@@ -42,15 +42,16 @@ Options:
                    inject parameter, which the guest's module can still change):
                    error-at=N[:ERRNO], hang-at=N or stop-at=N, counted per stream in tasks
                    taken (the first is 1), then optionally @pid=N,uid=N,comm=NAME,streams=N
-  --chaos SEED[,RATE]
+  --chaos SEED[,RATE[,CLASS+CLASS...]]
                    the chaos device, for testing the guest's module (issue 42): a fraction
                    RATE (default 0.05) of admin replies are wrong on purpose (lengths, kinds,
                    offsets, counts, tags, duplicates, interrupt floods, notification words,
                    a stalled or rewound heartbeat, BAR2 header garbage, bit flips), drawn
                    from a PRNG seeded with SEED; each mutation is logged on stderr (the
                    first 300, then one in 50) with counts every 2000 requests and at exit.
-                   An INJECT `reset` from the guest then also closes every client (the
-                   guest re-probed a device it lost)
+                   CLASSES limits the draw to those classes (their log names, like
+                   map-len-short+wrong-tag). An INJECT `reset` from the guest then also
+                   closes every client (the guest re-probed a device it lost)
   -h, --help       this text
 
 One guest at a time: while a peer is connected, another is refused (closed before it is

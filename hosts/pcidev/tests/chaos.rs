@@ -19,7 +19,11 @@ use support::{Guest, Running};
 fn the_chaos_device_serves_a_guest_while_lying_to_it() {
     let dev = Running::start_with(DeviceConfig {
         size: 4 << 20,
-        chaos: Some(ChaosConfig { seed: 3, rate: 1.0 }),
+        chaos: Some(ChaosConfig {
+            seed: 3,
+            rate: 1.0,
+            classes: davinci_pcidev::chaos::ALL_CLASSES,
+        }),
         ..DeviceConfig::default()
     });
     let mut g = Guest::connect(&dev);

@@ -1,5 +1,7 @@
 use super::*;
 
+use davinci_hwif::layout::PAGE_SIZE;
+
 use davinci_hwif::{ArgBuf, Completion, MapKind, MmapReply, ReplyKind};
 
 fn layout() -> Bar2Layout {
@@ -110,7 +112,14 @@ fn replies() -> Vec<(Option<AdminKind>, u32, [u8; ADMIN_ENTRY_SIZE])> {
 /// What a run of `n` requests (cycling through [`replies`]) produced: every slot, every extra,
 /// every pass action, in order.
 fn run(seed: u64, rate: f64, n: usize) -> (Vec<u8>, Chaos) {
-    let mut c = Chaos::new(ChaosConfig { seed, rate }, layout());
+    let mut c = Chaos::new(
+        ChaosConfig {
+            seed,
+            rate,
+            classes: ALL_CLASSES,
+        },
+        layout(),
+    );
     let mut out = Vec::new();
     let rs = replies();
     for i in 0..n {
@@ -155,7 +164,14 @@ fn every_class_is_drawn_and_applies_to_every_kind_without_panicking() {
     // Each class forced on each kind of reply, with several seeds: no panic, and the slot
     // or the extras or the pass actions change.
     for seed in 0..20 {
-        let mut c = Chaos::new(ChaosConfig { seed, rate: 1.0 }, layout());
+        let mut c = Chaos::new(
+            ChaosConfig {
+                seed,
+                rate: 1.0,
+                classes: ALL_CLASSES,
+            },
+            layout(),
+        );
         for (kind, _, slot) in replies() {
             for class in Class::ALL {
                 let mut s = slot;
@@ -170,7 +186,14 @@ fn every_class_is_drawn_and_applies_to_every_kind_without_panicking() {
 
 #[test]
 fn malformed_classes_make_completions_the_guest_refuses() {
-    let mut c = Chaos::new(ChaosConfig { seed: 1, rate: 1.0 }, layout());
+    let mut c = Chaos::new(
+        ChaosConfig {
+            seed: 1,
+            rate: 1.0,
+            classes: ALL_CLASSES,
+        },
+        layout(),
+    );
     for (kind, _, slot) in replies() {
         for class in [Class::ArgLenHuge, Class::BadKindWord] {
             let mut s = slot;
@@ -218,18 +241,36 @@ fn the_command_line_form_is_parsed() {
         ChaosConfig::parse("17").unwrap(),
         ChaosConfig {
             seed: 17,
-            rate: DEFAULT_RATE
+            rate: DEFAULT_RATE,
+            classes: ALL_CLASSES,
         }
     );
     assert_eq!(
         ChaosConfig::parse("0x10,0.5").unwrap(),
         ChaosConfig {
             seed: 16,
-            rate: 0.5
+            rate: 0.5,
+            classes: ALL_CLASSES,
         }
     );
     assert!(ChaosConfig::parse("x").is_err());
     assert!(ChaosConfig::parse("1,2").is_err());
     assert!(ChaosConfig::parse("1,-0.1").is_err());
     assert!(ChaosConfig::parse("1,nan").is_err());
+    let c = ChaosConfig::parse("1,1,map-len-short+wrong-tag").unwrap();
+    assert_eq!(c.classes.count_ones(), 2);
+    assert!(ChaosConfig::parse("1,1,no-such").is_err());
+    // Only the named classes are drawn.
+    let mut ch = Chaos::new(c, layout());
+    for (kind, req, slot) in replies() {
+        for _ in 0..50 {
+            let mut s = slot;
+            let _ = ch.on_reply(kind, req, &mut s);
+        }
+    }
+    assert!(ch
+        .counts()
+        .keys()
+        .all(|k| matches!(k, Class::MapLenShort | Class::WrongTag)));
+    assert!(ch.counts().contains_key(&Class::MapLenShort));
 }
