@@ -35,6 +35,7 @@ use kernel::sync::{Arc, ArcBorrow};
 mod admin;
 mod dev;
 mod fops;
+mod inode;
 mod irq;
 
 use dev::{Bound, PciDev, PciShared, VECTORS};
