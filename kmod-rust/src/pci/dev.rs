@@ -323,9 +323,13 @@ impl PciShared {
             Ok(h) if h.state == DeviceState::Ready && heartbeat_moves(&shm) => Some(h),
             Ok(h) if h.state == DeviceState::Ready => {
                 pr_err!(
-                    "davinci{}: the PCI device's heartbeat stands still (its process is gone?):                      {}\n",
+                    "davinci{}: the PCI device's heartbeat stands still (process gone?): {}\n",
                     b.index,
-                    if hooks { "bound without a node" } else { "not bound" }
+                    if hooks {
+                        "bound without a node"
+                    } else {
+                        "not bound"
+                    }
                 );
                 None
             }
