@@ -12,7 +12,7 @@ use davinci_shm::SharedMapping;
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 
-use super::clients::{call, create_stream, header_offset, Client, Stream, GUARD};
+use super::clients::{call, create_stream, header_offset, Client, Stream};
 use super::input::Op;
 use super::state::State;
 
@@ -34,11 +34,10 @@ impl State {
                         0,
                         "a closed client's streams are still served"
                     );
-                    // Its mappings stay valid after the close (no SIGBUS).
-                    let mut b = vec![0u8; GUARD as usize];
-                    c.guard_map
-                        .read(0, &mut b)
-                        .expect("a mapping after its client closed");
+                    // Its mappings of its memory outlive it, but the close truncated that
+                    // memory to nothing (a stale mapping dies of SIGBUS, as on the kernel:
+                    // issue 41), so they are not read here.
+                    drop(c.guard_map);
                 }
             }
             Op::CreateStream { who, ce, ee } => {

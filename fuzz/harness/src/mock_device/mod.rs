@@ -44,7 +44,7 @@ pub use clients::MAX_CLIENTS;
 pub use input::{Desc, Op, Target};
 
 use checks::DEADLINE;
-use clients::{call, User, GUARD};
+use clients::{call, User};
 use state::State;
 
 const MAX_OPS: usize = 64;
@@ -106,12 +106,8 @@ pub fn run(data: &[u8]) {
         );
         std::thread::yield_now();
     }
-    // Mappings that outlive their clients still read (no SIGBUS; the released memory may
-    // read as zeros: the mock punches freed ranges out).
-    for c in &st.clients {
-        let mut b = vec![0u8; GUARD as usize];
-        c.guard_map
-            .read(0, &mut b)
-            .expect("a mapping after its client closed");
-    }
+    // The clients' mappings of their memory outlive them, but a closed client's allocations
+    // are truncated to nothing (issue 41: a stale mapping dies of SIGBUS, as on the kernel;
+    // conformance `a_revoked_exports_stale_mappings_die_of_sigbus_on_both_sides`), so the
+    // harness no longer reads them here.
 }
