@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod descs;
+pub mod hoard;
 pub mod ipc;
 pub mod mockd;
 pub mod raw;

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use davinci_shim::{
     task, Control, Device, DeviceMem, Errno, ExportTo, Region, StreamOptions, Task, TaskDesc, Usage,
 };
+use davinci_tests::hoard::{refused, take_everything};
 use serde_json::json;
 
 /// Longer than any test: a wait that only the process's end ends.
@@ -268,31 +269,6 @@ fn memory(path: &str) -> ! {
     }
 }
 
-/// Whether `e` is a bound's refusal (the tenant's share, or the device's room).
-fn refused(e: &davinci_shim::Error) -> bool {
-    matches!(e.errno(), Some(Errno::ENOSPC | Errno::ENOMEM))
-}
-
-/// Takes objects (`take(i)`, `None`: nothing left to take one from) until a bound refuses
-/// one; any other error fails.
-fn until_refused<T>(
-    what: &str,
-    mut take: impl FnMut(usize) -> Option<davinci_shim::Result<T>>,
-) -> Vec<T> {
-    let mut got = Vec::new();
-    loop {
-        match take(got.len()) {
-            None => return got,
-            Some(Ok(t)) => got.push(t),
-            Some(Err(e)) if refused(&e) => return got,
-            Some(Err(e)) => fail(format!("{what} {}: {e}", got.len())),
-        }
-        if got.len() > 1 << 16 {
-            fail(format!("65536 {what} and none refused"));
-        }
-    }
-}
-
 fn hoard(path: &str, most_opens: usize) -> ! {
     let mut devs = Vec::new();
     let mut open_refused = None;
@@ -306,30 +282,18 @@ fn hoard(path: &str, most_opens: usize) -> ! {
             Err(e) => fail(format!("client open {}: {e}", devs.len())),
         }
     }
-    let Some(first) = devs.first() else {
+    if devs.is_empty() {
         say(json!({"event": "ready", "opens": 0, "open_refused": open_refused}));
         loop {
             std::thread::park();
         }
-    };
-    let u = first.usage().unwrap_or_else(|e| fail(e));
-    let align = u64::from(first.info().mem_align.max(4096));
-    // Its tenant's memory and allocations run out together.
-    let chunk = (u.memory.limit / u64::from(u.allocations.limit.max(1)) / align * align).max(align);
-    let n = devs.len();
-    let bufs = until_refused("allocations", |i| Some(devs[i % n].alloc(chunk as usize)));
-    let exports = until_refused("exports", |i| {
-        bufs.get(i).map(|b| b.export(ExportTo::SameUser))
-    });
-    let contexts = until_refused("contexts", |i| Some(devs[i % n].create_context()));
-    let c = contexts.len().max(1);
-    let streams = until_refused("streams", |i| {
-        contexts
-            .get(i % c)
-            .map(|x| x.create_stream_with(StreamOptions::depths(8, 8)))
-    });
-    let events = until_refused("events", |i| contexts.get(i % c).map(|x| x.create_event()));
-    let t = first.usage().unwrap_or_else(|e| fail(e));
+    }
+    let h = take_everything(devs).unwrap_or_else(|e| fail(e));
+    let t = h.devs[0].usage().unwrap_or_else(|e| fail(e));
+    let n = h.devs.len();
+    let (bufs, exports, contexts, streams, events) =
+        (&h.bufs, &h.exports, &h.contexts, &h.streams, &h.events);
+    let chunk = h.chunk;
     say(json!({
         "event": "ready",
         "opens": n,

@@ -29,10 +29,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use davinci_mock_device::MAX_CLIENT_OPENS;
-use davinci_shim::{
-    ClientUsage, Control, Device, Errno, ExportTo, MockConfig, MockDevice, StreamOptions,
-};
+use davinci_shim::{ClientUsage, Control, Device, ExportTo, MockConfig, MockDevice};
 use davinci_tests::backend_name;
+use davinci_tests::hoard::{take_everything, until_refused, Hoard};
 use davinci_tests::mockd::{bin, Mockd};
 use serde_json::Value;
 
@@ -558,59 +557,17 @@ fn hoarding_neighbours_of_many_uids_leave_another_tenant_its_whole_share() {
     drop(cgroups);
 }
 
-/// Takes objects (`take(i)`; `None`: nothing to take one from) until a bound refuses one
-/// (`ENOSPC`, `ENOMEM`); any other error fails.
-fn until_refused<T>(
-    what: &str,
-    mut take: impl FnMut(usize) -> Option<davinci_shim::Result<T>>,
-) -> Vec<T> {
-    let mut got = Vec::new();
-    loop {
-        match take(got.len()) {
-            None => return got,
-            Some(Ok(t)) => got.push(t),
-            Some(Err(e)) if matches!(e.errno(), Some(Errno::ENOSPC | Errno::ENOMEM)) => return got,
-            Some(Err(e)) => panic!("{what} {}: {e}", got.len()),
-        }
-        assert!(got.len() <= 1 << 16, "65536 {what} and none refused");
-    }
-}
-
-/// What one in-process hoarder holds (kept until the test ends).
-type Hoard = (
-    Vec<Device>,
-    Vec<davinci_shim::DeviceBuffer>,
-    Vec<davinci_shim::ExportToken>,
-    Vec<davinci_shim::Context>,
-    Vec<davinci_shim::Stream>,
-    Vec<davinci_shim::Event>,
-);
-
-/// `davinci-attacker hoard`'s work, as clients of user `uid` of the in-process device.
-fn hoard(mock: &MockDevice, uid: u32) -> Hoard {
+/// `davinci-attacker hoard`'s work, as up to 40 clients of user `uid` of the in-process
+/// device.
+fn hoard(mock: &MockDevice, uid: u32) -> Option<Hoard> {
     let devs = until_refused("opens", |i| {
         (i < 40).then(|| Device::attach_as_user(mock, uid))
-    });
-    let Some(first) = devs.first() else {
-        return (devs, vec![], vec![], vec![], vec![], vec![]);
-    };
-    let u = first.usage().expect("GET_USAGE");
-    let page = u64::from(first.info().mem_align.max(4096));
-    let chunk = (u.memory.limit / u64::from(u.allocations.limit.max(1)) / page * page).max(page);
-    let n = devs.len();
-    let bufs = until_refused("allocations", |i| Some(devs[i % n].alloc(chunk as usize)));
-    let exports = until_refused("exports", |i| {
-        bufs.get(i).map(|b| b.export(ExportTo::SameUser))
-    });
-    let contexts = until_refused("contexts", |i| Some(devs[i % n].create_context()));
-    let c = contexts.len().max(1);
-    let streams = until_refused("streams", |i| {
-        contexts
-            .get(i % c)
-            .map(|x| x.create_stream_with(StreamOptions::depths(8, 8)))
-    });
-    let events = until_refused("events", |i| contexts.get(i % c).map(|x| x.create_event()));
-    (devs, bufs, exports, contexts, streams, events)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    if devs.is_empty() {
+        return None;
+    }
+    Some(take_everything(devs).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The embedded device's hoarders: three users (tenants) with two sets of opens each, in
@@ -634,7 +591,7 @@ fn a_tenants_share_outlasts_hoarding_neighbours_in_process() {
             hoards.push(hoard(&mock, uid));
         }
     }
-    let first = &hoards[0].0[0];
+    let first = &hoards[0].as_ref().expect("the first hoarder opened").devs[0];
     let u = first.usage().expect("GET_USAGE");
     assert!(u.slotted, "an attacker tenant has a slot: {u:?}");
     let info = ctl.info().expect("GET_INFO");
@@ -656,7 +613,7 @@ fn a_tenants_share_outlasts_hoarding_neighbours_in_process() {
     for (k, key) in attackers.iter().enumerate() {
         let exports: usize = hoards[k * PROCS_PER_UID..(k + 1) * PROCS_PER_UID]
             .iter()
-            .map(|h| h.2.len())
+            .map(|h| h.as_ref().map_or(0, |h| h.exports.len()))
             .sum();
         assert_eq!(
             exports, share.exports as usize,
@@ -699,7 +656,10 @@ fn a_tenants_share_outlasts_hoarding_neighbours_in_process() {
     eprintln!(
         "hoarders: embedded: 3 users with {} opens in all, each at its share ({:?}); the \
          victim: one of every object and its {} MiB; NOP round trip p99 {:.3} ms",
-        hoards.iter().map(|h| h.0.len()).sum::<usize>(),
+        hoards
+            .iter()
+            .map(|h| h.as_ref().map_or(0, |h| h.devs.len()))
+            .sum::<usize>(),
         share.tables,
         share.tables.memory >> 20,
         rtt[296].as_secs_f64() * 1e3
