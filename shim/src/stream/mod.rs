@@ -273,6 +273,12 @@ impl Stream {
         self.rings.tail().wrapping_sub(self.rings.head())
     }
 
+    /// Completions the device has published on the event ring that were not yet taken off
+    /// it (by `poll`, `submit` or `synchronize`). A snapshot, for diagnostics and tests.
+    pub fn completions_ready(&mut self) -> u32 {
+        self.rings.available()
+    }
+
     /// Completions taken off the ring but not yet returned by `poll`.
     pub fn backlog(&self) -> usize {
         self.backlog.len()

@@ -396,13 +396,19 @@ fn a_stall_on_a_full_event_ring_is_woken_by_the_reap() {
             );
             std::thread::yield_now();
         }
-        while !s.device_asleep() {
+        // Stalled: all 8 completions published, then NEED_WAKEUP armed. Seen in this order,
+        // the flag is the stall's (the device disarms it on waking, before it completes
+        // anything), never a stale one from an earlier sleep on the empty command ring.
+        while s.completions_ready() < 8 || !s.device_asleep() {
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
                 "the device never slept"
             );
             std::thread::yield_now();
         }
+        // Armed is not yet asleep: the device re-reads the head after arming, and a reap in
+        // between would rightly ring nothing. Let it get to sleep.
+        std::thread::sleep(Duration::from_millis(20));
         let before = dev.stats();
         // Reaping frees event slots; the device asked to be woken then, and must be.
         let mut got = Vec::new();
