@@ -17,6 +17,8 @@ pub enum Errno {
     EINTR = 4,
     /// I/O error: the stream is in the error state (the ring's `error` field says why).
     EIO = 5,
+    /// Bad file descriptor: IMPORT_MEMORY through an fd (ABI 1.5) named no open descriptor.
+    EBADF = 9,
     /// Argument list too long: a size or count above a hard ABI bound.
     E2BIG = 7,
     /// Try again: a non-blocking operation would block (ring full, wait with zero timeout).
@@ -35,6 +37,8 @@ pub enum Errno {
     /// Inappropriate ioctl: unknown command, or an argument size that does not match the
     /// command's struct.
     ENOTTY = 25,
+    /// Too many open files: EXPORT_MEMORY as an fd (ABI 1.5) found no free descriptor.
+    EMFILE = 24,
     /// No space: a fixed-capacity table (contexts, streams, events, allocations, clients) is full.
     ENOSPC = 28,
     /// Result out of range: an address or length overflows.
@@ -55,11 +59,12 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the ABI uses.
-    pub const ALL: [Errno; 20] = [
+    pub const ALL: [Errno; 22] = [
         Errno::EPERM,
         Errno::ENOENT,
         Errno::EINTR,
         Errno::EIO,
+        Errno::EBADF,
         Errno::E2BIG,
         Errno::EAGAIN,
         Errno::ENOMEM,
@@ -68,6 +73,7 @@ impl Errno {
         Errno::EBUSY,
         Errno::ENODEV,
         Errno::EINVAL,
+        Errno::EMFILE,
         Errno::ENOTTY,
         Errno::ENOSPC,
         Errno::ERANGE,
@@ -102,6 +108,7 @@ impl Errno {
             Errno::ENOENT => "ENOENT",
             Errno::EINTR => "EINTR",
             Errno::EIO => "EIO",
+            Errno::EBADF => "EBADF",
             Errno::E2BIG => "E2BIG",
             Errno::EAGAIN => "EAGAIN",
             Errno::ENOMEM => "ENOMEM",
@@ -110,6 +117,7 @@ impl Errno {
             Errno::EBUSY => "EBUSY",
             Errno::ENODEV => "ENODEV",
             Errno::EINVAL => "EINVAL",
+            Errno::EMFILE => "EMFILE",
             Errno::ENOTTY => "ENOTTY",
             Errno::ENOSPC => "ENOSPC",
             Errno::ERANGE => "ERANGE",
@@ -128,6 +136,7 @@ impl Errno {
             Errno::ENOENT => "no such handle for this client",
             Errno::EINTR => "wait interrupted",
             Errno::EIO => "stream is in the error state",
+            Errno::EBADF => "no such open file descriptor",
             Errno::E2BIG => "size or count above the ABI bound",
             Errno::EAGAIN => "would block",
             Errno::ENOMEM => "out of device memory",
@@ -136,6 +145,7 @@ impl Errno {
             Errno::EBUSY => "device or object busy",
             Errno::ENODEV => "no such device",
             Errno::EINVAL => "invalid argument",
+            Errno::EMFILE => "no file descriptor free in this process",
             Errno::ENOTTY => "unknown command or wrong argument size",
             Errno::ENOSPC => "a fixed-capacity table is full",
             Errno::ERANGE => "address or length out of range",

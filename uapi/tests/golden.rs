@@ -143,6 +143,12 @@ fn usage_layout_1_5() {
     );
     assert_eq!(Features::USAGE.bits(), 1 << 15);
     assert_eq!(Features::TENANT_SHARE.bits(), 1 << 16);
+    assert_eq!(Features::EXPORT_FD.bits(), 1 << 17);
+    assert_eq!(
+        (EXPORT_FLAG_FD, IMPORT_FLAG_FD),
+        (1, 1),
+        "the export and import fd flags"
+    );
     assert_eq!(
         (TENANT_USER, TENANT_CONTAINER, TENANT_SLOTTED),
         (1, 2, 4),

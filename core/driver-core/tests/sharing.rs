@@ -265,3 +265,94 @@ fn export_tokens_carry_no_count_of_other_tenants_exports() {
     sorted.dedup();
     assert_eq!(sorted.len(), serials.len(), "serials are unique");
 }
+
+/// A device whose host makes export fds (the kernel module's: `Features::EXPORT_FD`).
+fn fd_device() -> Dev {
+    let mut config = *device().config();
+    config.platform_features |= Features::EXPORT_FD;
+    davinci_driver_core::DeviceCore::new(
+        config,
+        davinci_driver_core::test_util::HeapPlatform::default(),
+    )
+}
+
+fn export_flags(dev: &mut Dev, c: u32, handle: u32, flags: u32) -> Result<u64, Errno> {
+    let mut a = ExportMemoryArgs {
+        handle,
+        flags,
+        uid: EXPORT_OWN_UID,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_EXPORT_MEMORY, &mut a).map(|_| a.token)
+}
+
+fn import_flags(dev: &mut Dev, c: u32, token: u64, flags: u32) -> Result<ImportMemoryArgs, Errno> {
+    let mut a = ImportMemoryArgs {
+        token,
+        flags,
+        ..Default::default()
+    };
+    call(dev, c, DRIVER_CMD_IMPORT_MEMORY, &mut a).map(|_| a)
+}
+
+#[test]
+fn an_export_that_is_an_fd_is_reached_through_the_fd_alone() {
+    // A host without export fds refuses the flag as a 1.4 driver does (EINVAL), both ways,
+    // and reports no DAVINCI_FEAT_EXPORT_FD.
+    let mut dev = device();
+    let (_root, a, _b) = shared_pair(&mut dev);
+    assert!(!dev.info().features.contains(Features::EXPORT_FD));
+    let m = alloc(&mut dev, a, 4096);
+    assert_eq!(
+        export_flags(&mut dev, a, m.handle, EXPORT_FLAG_FD).err(),
+        Some(Errno::EINVAL)
+    );
+    assert_eq!(
+        import_flags(&mut dev, a, 1, IMPORT_FLAG_FD).err(),
+        Some(Errno::EINVAL)
+    );
+
+    let mut dev = fd_device();
+    assert!(dev.info().features.contains(Features::EXPORT_FD));
+    let (_root, a, b) = shared_pair(&mut dev);
+    let a2 = dev.open(params(11, 1000, Role::Client)).unwrap();
+    let m = alloc(&mut dev, a, 4096);
+    // Unknown flags are refused.
+    assert_eq!(
+        export_flags(&mut dev, a, m.handle, 2).err(),
+        Some(Errno::EINVAL)
+    );
+    // The host gets the token (it keeps it in the fd it makes); by token alone the export
+    // is what a token that never existed is, to everyone it was granted to.
+    let t = export_flags(&mut dev, a, m.handle, EXPORT_FLAG_FD).unwrap();
+    assert_eq!(import(&mut dev, a2, t).err(), Some(Errno::ENOENT));
+    // One export per allocation: the same kind again is the same token; the other is EBUSY.
+    assert_eq!(export_flags(&mut dev, a, m.handle, EXPORT_FLAG_FD), Ok(t));
+    assert_eq!(
+        export(&mut dev, a, m.handle, EXPORT_OWN_UID, 0).err(),
+        Some(Errno::EBUSY)
+    );
+    // Through the fd (the host resolved it to the token): the grant still applies.
+    assert_eq!(
+        import_flags(&mut dev, b, t, IMPORT_FLAG_FD).err(),
+        Some(Errno::ENOENT),
+        "another user"
+    );
+    let i = import_flags(&mut dev, a2, t, IMPORT_FLAG_FD).unwrap();
+    assert_eq!((i.dev_addr, i.size), (m.dev_addr, m.alloc_size));
+    // A token export is reached by token, and through an fd flag too (the host made no fd
+    // for it, so nobody can name it that way from user space).
+    let n = alloc(&mut dev, a, 4096);
+    let tn = export(&mut dev, a, n.handle, EXPORT_OWN_UID, 0).unwrap();
+    assert_eq!(
+        export_flags(&mut dev, a, n.handle, EXPORT_FLAG_FD).err(),
+        Some(Errno::EBUSY)
+    );
+    assert!(import(&mut dev, a2, tn).is_ok());
+    // The exporter's free revokes the fd's export like any other.
+    free(&mut dev, a, m.handle).unwrap();
+    assert_eq!(
+        import_flags(&mut dev, a2, t, IMPORT_FLAG_FD).err(),
+        Some(Errno::ENOENT)
+    );
+}

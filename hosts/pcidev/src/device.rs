@@ -274,7 +274,9 @@ impl PciDevice {
                 memory_size: heap,
                 client_memory_limit: 0,
                 page_size: PAGE_SIZE as u32,
-                platform_features: Features::DOORBELL_MMIO,
+                // Export fds are its driver's (the kernel module makes and resolves them;
+                // this device keeps such an export reachable through an fd import alone).
+                platform_features: Features::DOORBELL_MMIO.union(Features::EXPORT_FD),
                 quota: Quota::default(),
             },
             platform,

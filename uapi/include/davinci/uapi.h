@@ -142,6 +142,12 @@
  * limits are its tenant's (ABI 1.5).
  */
 #define DAVINCI_FEAT_TENANT_SHARE   (1U << 16)
+/*
+ * EXPORT_MEMORY can make an export that is a file descriptor, which IMPORT_MEMORY takes
+ * (`DAVINCI_EXPORT_FLAG_FD`, `DAVINCI_IMPORT_FLAG_FD`; ABI 1.5): the host's (the kernel
+ * module's), not every device's.
+ */
+#define DAVINCI_FEAT_EXPORT_FD      (1U << 17)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -192,6 +198,12 @@
 
 /* Who may import an export (davinci_export_memory_args.uid) */
 #define DAVINCI_EXPORT_OWN_UID 4294967295U /* the clients of the exporter's own user */
+
+/* EXPORT_MEMORY flags (davinci_export_memory_args.flags; ABI 1.5) */
+#define DAVINCI_EXPORT_FLAG_FD 1U /* the export is an fd, returned in token; only an import of that fd reaches it */
+
+/* IMPORT_MEMORY flags (davinci_import_memory_args.flags; ABI 1.5) */
+#define DAVINCI_IMPORT_FLAG_FD 1U /* token holds an export fd (EXPORT_MEMORY with DAVINCI_EXPORT_FLAG_FD), not a token */
 
 /* Device health (davinci_device_counters.health) */
 #define DAVINCI_HEALTH_OK       0U /* the device works */
@@ -802,7 +814,10 @@ struct davinci_device_counters {
 struct davinci_export_memory_args {
 	/* The allocation, one of the caller's own (not an imported one) (to driver). */
 	__u32 handle;
-	/* Reserved export flags, must be 0 (to driver). */
+	/*
+	 * Export flags: 0, or `DAVINCI_EXPORT_FLAG_FD` (ABI 1.5) for an export that is an fd
+	 * (to driver).
+	 */
 	__u32 flags;
 	/*
 	 * The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` for the
@@ -815,7 +830,10 @@ struct davinci_export_memory_args {
 	 * open's handle in the driver's client table).
 	 */
 	__u32 client;
-	/* The token that names the export (an opaque, unguessable value) (from driver). */
+	/*
+	 * The token that names the export (an opaque, unguessable value); with
+	 * `DAVINCI_EXPORT_FLAG_FD`, the new fd in the low 32 bits (from driver).
+	 */
 	__u64 token;
 };
 
@@ -828,11 +846,17 @@ struct davinci_export_memory_args {
  * 40 bytes.
  */
 struct davinci_import_memory_args {
-	/* The export's token (to driver). */
+	/*
+	 * The export's token; with `DAVINCI_IMPORT_FLAG_FD`, an export fd in the low 32 bits
+	 * (to driver).
+	 */
 	__u64 token;
 	/* The import's handle: FREE_MEMORY it when done (from driver). */
 	__u32 handle;
-	/* Reserved import flags, must be 0 (to driver). */
+	/*
+	 * Import flags: 0, or `DAVINCI_IMPORT_FLAG_FD` (ABI 1.5) when `token` is an fd (to
+	 * driver).
+	 */
 	__u32 flags;
 	/* Device address of the first byte: the exporter's (from driver). */
 	__u64 dev_addr;

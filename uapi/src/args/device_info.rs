@@ -150,6 +150,10 @@ abi_flags! {
         /// TENANT_SHARE reads and sets how many tenant slots a tenant counts for, and
         /// GET_USAGE's limits are its tenant's (ABI 1.5).
         const TENANT_SHARE = 1 << 16;
+        /// EXPORT_MEMORY can make an export that is a file descriptor, which IMPORT_MEMORY
+        /// takes (`DAVINCI_EXPORT_FLAG_FD`, `DAVINCI_IMPORT_FLAG_FD`; ABI 1.5): the host's
+        /// (the kernel module's), not every device's.
+        const EXPORT_FD = 1 << 17;
     }
 }
 

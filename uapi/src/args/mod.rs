@@ -28,6 +28,8 @@ pub const CONSTS: &[ConstGroup] = &[
     device_info::SHARE_MODES,
     resources::WAIT_KINDS,
     resources::EXPORT_UIDS,
+    resources::EXPORT_FLAGS,
+    resources::IMPORT_FLAGS,
     usage::HEALTHS,
     usage::TENANTS,
 ];

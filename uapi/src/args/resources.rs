@@ -150,7 +150,8 @@ abi_struct! {
     pub struct ExportMemoryArgs {
         /// The allocation, one of the caller's own (not an imported one) (to driver).
         pub handle: u32,
-        /// Reserved export flags, must be 0 (to driver).
+        /// Export flags: 0, or `DAVINCI_EXPORT_FLAG_FD` (ABI 1.5) for an export that is an fd
+        /// (to driver).
         pub flags: u32,
         /// The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` for the
         /// caller's own user (to driver).
@@ -159,7 +160,8 @@ abi_struct! {
         /// (to driver). The code calls it the importer's `client_id` (its `client` is an
         /// open's handle in the driver's client table).
         pub client: u32,
-        /// The token that names the export (an opaque, unguessable value) (from driver).
+        /// The token that names the export (an opaque, unguessable value); with
+        /// `DAVINCI_EXPORT_FLAG_FD`, the new fd in the low 32 bits (from driver).
         pub token: u64,
     }
 }
@@ -171,11 +173,13 @@ abi_struct! {
     /// exporter's FREE_MEMORY (or close) revokes every import (docs/abi.md, IMPORT_MEMORY).
     #[c_name = "davinci_import_memory_args"]
     pub struct ImportMemoryArgs {
-        /// The export's token (to driver).
+        /// The export's token; with `DAVINCI_IMPORT_FLAG_FD`, an export fd in the low 32 bits
+        /// (to driver).
         pub token: u64,
         /// The import's handle: FREE_MEMORY it when done (from driver).
         pub handle: u32,
-        /// Reserved import flags, must be 0 (to driver).
+        /// Import flags: 0, or `DAVINCI_IMPORT_FLAG_FD` (ABI 1.5) when `token` is an fd (to
+        /// driver).
         pub flags: u32,
         /// Device address of the first byte: the exporter's (from driver).
         pub dev_addr: u64,
@@ -197,6 +201,39 @@ pub(crate) const EXPORT_UIDS: ConstGroup = ConstGroup {
         "OWN_UID",
         EXPORT_OWN_UID as u64,
         "the clients of the exporter's own user",
+    )],
+};
+
+/// `ExportMemoryArgs::flags` (ABI 1.5, `DAVINCI_FEAT_EXPORT_FD`): the export is a capability,
+/// an fd: the call returns a new file descriptor (close-on-exec) in `token`'s low 32 bits,
+/// and only IMPORT_MEMORY with [`IMPORT_FLAG_FD`] and that fd imports it (by token it is
+/// `ENOENT`). The grant (`uid`, `client`) still applies to whoever imports.
+pub const EXPORT_FLAG_FD: u32 = 1;
+
+/// `ImportMemoryArgs::flags` (ABI 1.5, `DAVINCI_FEAT_EXPORT_FD`): `token`'s low 32 bits are
+/// a file descriptor EXPORT_MEMORY returned with [`EXPORT_FLAG_FD`] (received over
+/// `SCM_RIGHTS`, inherited, or the exporter's own), not a token.
+pub const IMPORT_FLAG_FD: u32 = 1;
+
+/// EXPORT_MEMORY's flags, for the C header.
+pub(crate) const EXPORT_FLAGS: ConstGroup = ConstGroup {
+    title: "EXPORT_MEMORY flags (davinci_export_memory_args.flags; ABI 1.5)",
+    c_prefix: "DAVINCI_EXPORT_FLAG_",
+    items: &[(
+        "FD",
+        EXPORT_FLAG_FD as u64,
+        "the export is an fd, returned in token; only an import of that fd reaches it",
+    )],
+};
+
+/// IMPORT_MEMORY's flags, for the C header.
+pub(crate) const IMPORT_FLAGS: ConstGroup = ConstGroup {
+    title: "IMPORT_MEMORY flags (davinci_import_memory_args.flags; ABI 1.5)",
+    c_prefix: "DAVINCI_IMPORT_FLAG_",
+    items: &[(
+        "FD",
+        IMPORT_FLAG_FD as u64,
+        "token holds an export fd (EXPORT_MEMORY with DAVINCI_EXPORT_FLAG_FD), not a token",
     )],
 };
 

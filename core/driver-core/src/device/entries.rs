@@ -179,6 +179,9 @@ pub(crate) struct ExportEntry {
     pub(crate) client_id: u32,
     /// The token's high half (the low half is the export's handle).
     pub(crate) serial: u32,
+    /// An export that is an fd (`DAVINCI_EXPORT_FLAG_FD`): only an import through the fd
+    /// (`DAVINCI_IMPORT_FLAG_FD`, which the host resolves to the token) reaches it.
+    pub(crate) fd_only: bool,
     /// The imports (their allocation handles; 0: a free slot).
     pub(crate) imports: [u32; MAX_IMPORTERS],
 }

@@ -5,7 +5,10 @@
 //! mappings stop reaching the memory and their descriptors fault (`EACCES`), so the memory
 //! never outlives its owner's accounting and nothing reaches the next allocation there.
 
-use davinci_uapi::{mmap_offset, ExportMemoryArgs, ImportMemoryArgs, MmapKind, EXPORT_OWN_UID};
+use davinci_uapi::{
+    mmap_offset, ExportMemoryArgs, Features, ImportMemoryArgs, MmapKind, EXPORT_FLAG_FD,
+    EXPORT_OWN_UID, IMPORT_FLAG_FD,
+};
 
 use super::clients::Holding;
 use super::entries::{Allocation, ExportEntry};
@@ -20,7 +23,7 @@ impl<P: Platform> DeviceCore<P> {
     /// in, `token` out.
     pub fn export_memory(&mut self, client: u32, args: &mut ExportMemoryArgs) -> Result<()> {
         self.require_client(client)?;
-        ensure!(args.flags == 0, EINVAL, "export flags must be 0");
+        let fd_only = self.share_flag(args.flags, EXPORT_FLAG_FD)?;
         let (origin, export) = match self.allocations.get(args.handle) {
             Some(a) if a.owner == client => (a.origin, a.export),
             _ => fail!(ENOENT, "no such allocation for this client"),
@@ -47,6 +50,12 @@ impl<P: Platform> DeviceCore<P> {
                 "the allocation is exported already, to another user or client (one export \
                  per allocation: free it, or export a new allocation)"
             );
+            ensure!(
+                e.fd_only == fd_only,
+                EBUSY,
+                "the allocation is exported already, the other way (as an fd or as a token: \
+                 one export per allocation)"
+            );
             args.token = token(export, e.serial);
             return Ok(());
         }
@@ -64,6 +73,7 @@ impl<P: Platform> DeviceCore<P> {
                 uid,
                 client_id: args.client,
                 serial,
+                fd_only,
                 imports: [0; MAX_IMPORTERS],
             },
             "export table is full (at most 64 exports on a device: free or stop exporting \
@@ -79,17 +89,18 @@ impl<P: Platform> DeviceCore<P> {
     /// IMPORT_MEMORY: `args.token` and `flags` in; the rest out.
     pub fn import_memory(&mut self, client: u32, args: &mut ImportMemoryArgs) -> Result<()> {
         self.require_client(client)?;
-        ensure!(args.flags == 0, EINVAL, "import flags must be 0");
+        let by_fd = self.share_flag(args.flags, IMPORT_FLAG_FD)?;
         let (uid, client_id) = {
             let c = self.client_mut(client)?;
             (c.params.uid, c.client_id)
         };
         let export = args.token as u32;
         // One answer for "no such token" and "not yours": a token says nothing to whom it
-        // was not granted.
+        // was not granted. An fd's export is reached through the fd alone.
         let (alloc, owner) = match self.exports.get(export) {
             Some(e)
                 if e.serial == (args.token >> 32) as u32
+                    && (by_fd || !e.fd_only)
                     && e.uid == uid
                     && (e.client_id == 0 || e.client_id == client_id) =>
             {
@@ -154,6 +165,28 @@ impl<P: Platform> DeviceCore<P> {
         args.size = size;
         args.mmap_offset = mmap_offset(MmapKind::Memory, handle);
         Ok(())
+    }
+
+    /// Whether `flags` (an export's or import's) asks for an fd (`fd`, the one flag there
+    /// is). `EINVAL` for any other bit, and for the flag on a host that makes no export fds
+    /// (as a 1.4 driver answers it; the kernel module's host does, `Features::EXPORT_FD`,
+    /// and resolves an import's fd to its token before this runs).
+    fn share_flag(&self, flags: u32, fd: u32) -> Result<bool> {
+        ensure!(
+            flags & !fd == 0,
+            EINVAL,
+            "unknown flags: export and import know only the fd flag (1)"
+        );
+        if flags == 0 {
+            return Ok(false);
+        }
+        ensure!(
+            self.config.platform_features.contains(Features::EXPORT_FD),
+            EINVAL,
+            "this device's host makes no export fds (GET_INFO has no DAVINCI_FEAT_EXPORT_FD; \
+             the kernel module's does): export and import by token"
+        );
+        Ok(true)
     }
 
     /// An import goes (its FREE_MEMORY, its client's close, or its exporter's free): its
