@@ -10,6 +10,7 @@
 //! * `fops`: open, release, mmap and the page-fault handler; `ioctl`: the ioctl path;
 //! * `worker`: the thread that runs a device's streams; `wake`: the wait queues it and
 //!   WAIT_EVENT sleep on, and the platform's handle on them;
+//! * `export_fd`: exports as file descriptors (`export.c` makes the files);
 //! * `inject`: the `inject` parameter, driver-core's fault injection for tests;
 //! * `platform`: driver-core's `Platform` over memcg-charged vmalloc buffers;
 //! * `pci`: the PCI driver of QEMU's ivshmem-doorbell device (issue 27; `pci/helpers.c`
@@ -30,6 +31,7 @@ use kernel::prelude::*;
 include!("davinci_core.rs");
 
 mod device;
+mod export_fd;
 mod fops;
 mod inject;
 mod ioctl;

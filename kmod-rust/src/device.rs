@@ -40,7 +40,8 @@ const fn config() -> Config {
         page_size: 1 << bindings::PAGE_SHIFT,
         // No doorbell a client can ring without a system call: clients wake the worker with
         // NOTIFY (docs/abi.md 5.3), and only while it sleeps (NEED_WAKEUP).
-        platform_features: Features::empty(),
+        // Export fds are the module's (`export_fd`), whatever the device.
+        platform_features: Features::EXPORT_FD,
         quota: Quota::FAIR,
     }
 }

@@ -18,6 +18,7 @@ use crate::davinci_uapi::{
     WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
+use crate::export_fd;
 use crate::platform::VBuf;
 use crate::sys::File;
 use crate::worker::serve_kick;
@@ -243,6 +244,17 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
             0
         }
     };
+    // Export fds (`export_fd`): an import's fd resolved to its token before the device is
+    // asked; whether an export is asked as an fd, from the request.
+    let instance = export_fd::software_instance(o.dev.index);
+    let import_fd = match export_fd::resolve_import(cmd, a, instance) {
+        Ok(fd) => fd,
+        Err(e) => {
+            o.dev.lock().note_host_failure(o.client, cmd, &e);
+            return fail(e.errno);
+        }
+    };
+    let wants_fd = export_fd::wants_fd(cmd, a);
     // WAIT_EVENT: its deadline (the first call's, for a call a signal interrupted), before
     // the device is asked.
     let wait = (cmd == DRIVER_CMD_WAIT_EVENT).then(|| {
@@ -279,7 +291,25 @@ fn ioctl(file: File, o: &Open, cmd: u32, arg: c_ulong) -> c_long {
             if out.copy_out().is_err() {
                 return fail(Errno::EFAULT);
             }
+            if let Some(fd) = import_fd {
+                export_fd::restore_import(a, fd);
+            }
+            let pending = if wants_fd {
+                match export_fd::export_fd(a, instance) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        o.dev.lock().note_host_failure(o.client, cmd, &e);
+                        return fail(e.errno);
+                    }
+                }
+            } else {
+                None
+            };
             let c = copy_back(a);
+            // The fd appears only once the caller has its number (else it is dropped).
+            if let (0, Some(p)) = (c, pending) {
+                p.commit();
+            }
             if c != 0 && creates(cmd) {
                 // The caller cannot learn the handle: what was created goes again, so a
                 // failed call creates nothing (docs/abi.md 1.4).

@@ -186,6 +186,11 @@ impl Device {
         }
     }
 
+    /// Ownership of the export fd `fd` this open's EXPORT_MEMORY just returned.
+    pub(crate) fn adopt_export_fd(&self, fd: u64) -> Result<std::os::fd::OwnedFd> {
+        self.inner.backend.adopt_export_fd(fd)
+    }
+
     fn from_backend(backend: Box<dyn Backend>, info: DeviceInfo) -> Device {
         Device {
             inner: Arc::new(DeviceInner {

@@ -106,6 +106,7 @@ mod device;
 mod error;
 mod event;
 mod event_handle;
+mod export_fd;
 mod hostmap;
 mod memory;
 mod path;

@@ -153,9 +153,18 @@ pub struct BufferInner {
     dev_addr: DevAddr,
     len: usize,
     alloc_size: u64,
-    /// Imported from another client (IMPORT_MEMORY), with the export's token: freeing it
+    /// Imported from another client (IMPORT_MEMORY), with what named the export: freeing it
     /// drops the import only.
-    imported: Option<u64>,
+    imported: Option<Imported>,
+}
+
+/// What an import named its export by (asked again by [`DeviceBuffer::is_revoked`]).
+#[derive(Debug)]
+pub(crate) enum Imported {
+    /// A token.
+    Token(u64),
+    /// An export fd (the import keeps its own duplicate).
+    Fd(std::os::fd::OwnedFd),
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -234,12 +243,18 @@ impl DeviceBuffer {
     /// The driver's, for any other answer (`ENODEV` for a lost device).
     pub fn is_revoked(&self) -> Result<bool> {
         const OP: &str = "DeviceBuffer::is_revoked";
-        let Some(token) = self.inner.imported else {
-            return Ok(false);
+        let (token, flags) = match &self.inner.imported {
+            None => return Ok(false),
+            Some(Imported::Token(t)) => (*t, 0),
+            Some(Imported::Fd(fd)) => {
+                use std::os::fd::AsRawFd;
+                (fd.as_raw_fd() as u64, IMPORT_FLAG_FD)
+            }
         };
         let dev = &self.inner.dev;
         let mut a = ImportMemoryArgs {
             token,
+            flags,
             ..Default::default()
         };
         match dev.call(OP, DRIVER_CMD_IMPORT_MEMORY, &mut a) {
@@ -288,6 +303,12 @@ impl DeviceBuffer {
     /// # Ok(()) }
     /// ```
     pub fn export(&self, to: ExportTo) -> Result<ExportToken> {
+        self.export_with(to, 0).map(ExportToken)
+    }
+
+    /// EXPORT_MEMORY with `flags`: the reply's `token` (an fd's number with
+    /// `EXPORT_FLAG_FD`).
+    pub(crate) fn export_with(&self, to: ExportTo, flags: u32) -> Result<u64> {
         let (uid, client_id) = match to {
             ExportTo::SameUser => (EXPORT_OWN_UID, 0),
             ExportTo::User(uid) => (uid, 0),
@@ -295,6 +316,7 @@ impl DeviceBuffer {
         };
         let mut a = ExportMemoryArgs {
             handle: self.inner.handle,
+            flags,
             uid,
             client: client_id,
             ..Default::default()
@@ -302,7 +324,7 @@ impl DeviceBuffer {
         self.inner
             .dev
             .call("EXPORT_MEMORY", DRIVER_CMD_EXPORT_MEMORY, &mut a)?;
-        Ok(ExportToken(a.token))
+        Ok(a.token)
     }
 }
 
@@ -374,9 +396,22 @@ impl Device {
     /// answer for all three); `EBUSY` if this client imported it already; `ENOSPC` when the
     /// export has 8 imports; `EINVAL` for a token of this client's own memory.
     pub fn import(&self, token: ExportToken) -> Result<DeviceBuffer> {
+        self.import_by(Imported::Token(token.0))
+    }
+
+    /// IMPORT_MEMORY of what `by` names, mapped.
+    pub(crate) fn import_by(&self, by: Imported) -> Result<DeviceBuffer> {
         const OP: &str = "IMPORT_MEMORY";
+        let (token, flags) = match &by {
+            Imported::Token(t) => (*t, 0),
+            Imported::Fd(fd) => {
+                use std::os::fd::AsRawFd;
+                (fd.as_raw_fd() as u64, IMPORT_FLAG_FD)
+            }
+        };
         let mut a = ImportMemoryArgs {
-            token: token.0,
+            token,
+            flags,
             ..Default::default()
         };
         self.call(OP, DRIVER_CMD_IMPORT_MEMORY, &mut a)?;
@@ -400,7 +435,7 @@ impl Device {
                 dev_addr: DevAddr(a.dev_addr),
                 len,
                 alloc_size: a.size,
-                imported: Some(token.0),
+                imported: Some(by),
             }),
         })
     }

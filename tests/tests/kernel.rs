@@ -51,6 +51,10 @@ mod shared_host;
 #[path = "kernel/engine.rs"]
 mod engine;
 
+/// Exports as file descriptors (issue 42): SCM_RIGHTS, refusals, EMFILE.
+#[path = "kernel/export_fds.rs"]
+mod export_fds;
+
 /// Bounded wake-ups and the global locks (issue 42): blocked waits per open, restarted
 /// deadlines, parked sleepers, large allocations.
 #[path = "kernel/wakeups.rs"]

@@ -258,17 +258,98 @@ pub unsafe extern "C" fn davinci_buffer_export(
                  allocate the buffer with davinci_buffer_alloc",
             ));
         };
-        let to = match (uid, client_id) {
-            (u32::MAX, 0) => ExportTo::SameUser,
-            (uid, 0) => ExportTo::User(uid),
-            (uid, client_id) => ExportTo::Client {
-                uid: (uid != u32::MAX).then_some(uid),
-                client_id,
-            },
-        };
-        let t = m.export(to)?;
+        let t = m.export(export_to(uid, client_id))?;
         // SAFETY: the caller's contract.
         unsafe { put(token, "token", t.0) }
+    })
+}
+
+/// Whom `uid` and `client_id` name, as `davinci_buffer_export` reads them.
+fn export_to(uid: u32, client_id: u32) -> ExportTo {
+    match (uid, client_id) {
+        (u32::MAX, 0) => ExportTo::SameUser,
+        (uid, 0) => ExportTo::User(uid),
+        (uid, client_id) => ExportTo::Client {
+            uid: (uid != u32::MAX).then_some(uid),
+            client_id,
+        },
+    }
+}
+
+/// Shares an allocation as a file descriptor (ABI 1.5, the kernel module's devices:
+/// `DAVINCI_FEAT_EXPORT_FD`), written to `*fd`: the right to import it, for the clients `uid`
+/// and `client_id` name (as `davinci_buffer_export`), with `davinci_device_import_fd`. Send it
+/// over a Unix socket (`SCM_RIGHTS`) or let a child inherit it (it is close-on-exec); no other
+/// process can guess it, as it could a token. The caller owns the descriptor (`close` it when
+/// sent); closing it ends nothing: the buffer's free revokes the imports, as for a token.
+///
+/// Returns 0; -EINVAL (a device without export fds: davinci-mockd and the embedded mock
+/// export by token; a pool block or an imported buffer), -EBUSY (exported already by token or
+/// to someone else), -EMFILE (no descriptor free: the same call later makes it), -ENOSPC.
+///
+/// # Safety
+/// Threads: any. `buf` a live handle; `fd` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_buffer_export_fd(
+    buf: *const davinci_buffer,
+    uid: u32,
+    client_id: u32,
+    fd: *mut c_int,
+) -> c_int {
+    guard("davinci_buffer_export_fd", || {
+        // SAFETY: the caller's contract.
+        let b = unsafe { get(buf, "buf") }?;
+        let Mem::Alloc(m) = &b.mem else {
+            return Err(Fail::inval(
+                "a pool block cannot be exported (it shares its chunk with other blocks): \
+                 allocate the buffer with davinci_buffer_alloc",
+            ));
+        };
+        if fd.is_null() {
+            // Checked first: a descriptor made for nobody would be lost.
+            return Err(Fail::inval("fd (out-parameter) is NULL"));
+        }
+        let owned = m.export_fd(export_to(uid, client_id))?;
+        // SAFETY: not NULL (above); writable by the caller's contract. The descriptor is the
+        // caller's from here.
+        unsafe { put(fd, "fd", std::os::fd::IntoRawFd::into_raw_fd(owned)) }
+    })
+}
+
+/// Imports the memory an export fd names (`davinci_buffer_export_fd`, received from the
+/// exporter) into `*out`, as `davinci_device_import` does for a token. `fd` stays the
+/// caller's (the buffer keeps a duplicate of its own).
+///
+/// Returns 0; -EBADF (`fd` is not an open descriptor), -EINVAL (a descriptor that is not an
+/// export fd, or a device without export fds), -ENOENT (an export of another device, freed,
+/// or not granted to this client), -EBUSY (imported already), -ENOSPC.
+///
+/// # Safety
+/// Threads: any. `dev` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_import_fd(
+    dev: *const davinci_device,
+    fd: c_int,
+    out: *mut *mut davinci_buffer,
+) -> c_int {
+    guard("davinci_device_import_fd", || {
+        let out = Out::new(out, "out")?;
+        // SAFETY: the caller's contract.
+        let d = unsafe { get(dev, "dev") }?;
+        // SAFETY: F_GETFD only reads the descriptor's flags (any number is safe to ask).
+        if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(Fail::new(
+                libc::EBADF,
+                format!("fd {fd} is not an open descriptor of this process"),
+            ));
+        }
+        // SAFETY: `fd` is open (checked just above) and borrowed only for this call, in
+        // which the caller's contract keeps it open.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let b = d.dev.import_fd(borrowed)?;
+        // SAFETY: checked by Out::new; writable by the caller's contract.
+        unsafe { out.set(davinci_buffer { mem: Mem::Alloc(b) }) };
+        Ok(())
     })
 }
 

@@ -164,6 +164,9 @@ unsafe impl Sync for Shm {}
 pub(crate) struct PciShared {
     /// N of `/dev/davinciN`.
     pub(crate) index: u32,
+    /// Which device an export fd names (`export_fd`): never reused while the module is
+    /// loaded, so an fd of a removed device names nothing on the next one.
+    pub(crate) instance: u64,
     /// The PCI slot among [`MAX_PCI`].
     pub(crate) slot: usize,
     /// This guest's peer id (IVPosition).
@@ -431,6 +434,7 @@ impl PciShared {
         Arc::pin_init(
             pin_init!(PciShared {
                 index: b.index,
+                instance: crate::export_fd::next_instance(),
                 slot: b.slot,
                 peer: b.peer,
                 vectors: b.vectors,

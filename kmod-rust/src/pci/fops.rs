@@ -31,6 +31,7 @@ use crate::davinci_uapi::{
     DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
+use crate::export_fd;
 use crate::fops::opener;
 use crate::ioctl::{copy_out, creates, read_arg, MAX_ARG};
 use crate::sys::File;
@@ -185,6 +186,13 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         Ok(n) => n,
         Err(e) => return fail(e),
     };
+    // Export fds (`export_fd`): an import's fd resolved to its token before the device is
+    // asked; whether an export is asked as an fd, from the request (not the device's reply).
+    let import_fd = match export_fd::resolve_import(cmd, &mut buf[..size], o.dev.instance) {
+        Ok(fd) => fd,
+        Err(e) => return fail(e.errno),
+    };
+    let wants_fd = export_fd::wants_fd(cmd, &buf[..size]);
     let Some(a) = ArgBuf::from_slice(&buf[..size]) else {
         return fail(Errno::ENOTTY);
     };
@@ -222,7 +230,22 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         (id.pci_vendor, id.pci_device) = o.dev.pci_ids;
         id.encode(reply.as_mut_slice());
     }
+    if let Some(fd) = import_fd {
+        export_fd::restore_import(reply.as_mut_slice(), fd);
+    }
+    let pending = if wants_fd {
+        match export_fd::export_fd(reply.as_mut_slice(), o.dev.instance) {
+            Ok(p) => Some(p),
+            Err(e) => return fail(e.errno),
+        }
+    } else {
+        None
+    };
     let r = copy_back(&reply);
+    // The fd appears only once the caller has its number (else it is dropped).
+    if let (0, Some(p)) = (r, pending) {
+        p.commit();
+    }
     if r != 0 && creates(cmd) {
         // The caller cannot learn the handle: what was created goes again (docs/abi.md 1.4).
         let _ = o.dev.lock_always().call(

@@ -198,6 +198,24 @@ impl fmt::Display for KernelBackend {
 }
 
 impl Backend for KernelBackend {
+    fn adopt_export_fd(&self, fd: u64) -> Result<OwnedFd> {
+        let fd = i32::try_from(fd)
+            .ok()
+            .filter(|&fd| fd >= 0)
+            .ok_or_else(|| {
+                Error::new(
+                    Errno::EPROTO,
+                    "EXPORT_MEMORY",
+                    format!("the driver returned {fd} for an fd"),
+                )
+            })?;
+        // SAFETY: the kernel driver's EXPORT_MEMORY with DAVINCI_EXPORT_FLAG_FD, which the
+        // caller just made through this backend, installed this descriptor in this process
+        // and returned its number; nothing else in the process knows it yet, so it is ours
+        // to own and close.
+        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
         if request == DRIVER_CMD_LIST_CLIENTS {
             // The driver would write through the buffer pointer in `arg`; only

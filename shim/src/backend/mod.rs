@@ -85,6 +85,18 @@ pub(crate) trait Backend: Send + Sync + fmt::Display {
     /// LIST_CLIENTS: every attached client's usage.
     fn list_clients(&self) -> Result<Vec<ClientUsage>>;
 
+    /// Takes ownership of the descriptor `fd` that this backend's EXPORT_MEMORY with
+    /// `DAVINCI_EXPORT_FLAG_FD` just installed in this process (the kernel driver's; no
+    /// other backend makes one: `EINVAL`).
+    fn adopt_export_fd(&self, fd: u64) -> Result<OwnedFd> {
+        let _ = fd;
+        Err(Error::new(
+            davinci_uapi::Errno::EINVAL,
+            "EXPORT_MEMORY",
+            "this backend makes no export fds",
+        ))
+    }
+
     /// The in-process mock device behind an embedded open.
     #[cfg(feature = "embedded")]
     fn mock_device(&self) -> Option<&davinci_mock_device::MockDevice> {

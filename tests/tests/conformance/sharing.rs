@@ -211,3 +211,56 @@ fn stale_load(side: &str) -> ! {
     let got = stale.read_vec::<u32>(0, 8);
     panic!("{side}: a load through a revoked export's stale mapping returned {got:?}");
 }
+
+/// Exports as fds (ABI 1.5, `DAVINCI_FEAT_EXPORT_FD`): where the device makes them (the
+/// kernel module's devices, which must), another client imports through the fd, and the
+/// export is reached no other way; where it does not (davinci-mockd, the embedded mock), the
+/// request is refused as a 1.4 driver refuses the flag (`EINVAL`), saying why, and the token
+/// path is untouched. Passing the fd to another process: `kernel/export_fds.rs`.
+#[test]
+fn an_export_is_an_fd_where_the_device_makes_them_and_refused_with_why_elsewhere() {
+    use std::os::fd::AsFd;
+    let (_shared, a, b) = shared_pair();
+    let buf = a.alloc(4096).unwrap();
+    buf.write_slice(0, &[11u32; 4]).unwrap();
+    let kernel = davinci_tests::backend_name().starts_with("/dev/");
+    if !a.features().contains(Features::EXPORT_FD) {
+        assert!(!kernel, "the kernel module's devices make export fds");
+        let e = buf.export_fd(ExportTo::SameUser).unwrap_err();
+        assert!(e.is(Errno::EINVAL), "{e}");
+        assert!(e.to_string().contains("no export fds"), "{e}");
+        // Asked raw, past the library's check: the device says the same.
+        let mut raw = davinci_uapi::ExportMemoryArgs {
+            handle: buf.handle(),
+            flags: davinci_uapi::EXPORT_FLAG_FD,
+            uid: davinci_uapi::EXPORT_OWN_UID,
+            ..Default::default()
+        };
+        let mut bytes = [0u8; davinci_uapi::ExportMemoryArgs::SIZE];
+        raw.encode(&mut bytes);
+        let e = a
+            .raw_ioctl(davinci_uapi::DRIVER_CMD_EXPORT_MEMORY, &mut bytes)
+            .unwrap_err();
+        assert!(e.is(Errno::EINVAL), "{e}");
+        raw = davinci_uapi::ExportMemoryArgs::decode(&bytes);
+        assert_eq!(raw.token, 0, "nothing exported");
+        // The token path as before.
+        let t = buf.export(ExportTo::SameUser).unwrap();
+        assert_eq!(b.import(t).unwrap().read_vec::<u32>(0, 1).unwrap(), [11]);
+        return;
+    }
+    let fd = buf.export_fd(ExportTo::SameUser).unwrap();
+    // Exported as an fd, never also by token.
+    assert!(buf.export(ExportTo::SameUser).unwrap_err().is(Errno::EBUSY));
+    let mine = b.import_fd(fd.as_fd()).unwrap();
+    assert_eq!(mine.read_vec::<u32>(0, 4).unwrap(), [11; 4]);
+    assert_eq!(mine.dev_addr(), buf.dev_addr());
+    assert!(
+        b.import_fd(fd.as_fd()).unwrap_err().is(Errno::EBUSY),
+        "twice"
+    );
+    assert!(
+        a.import_fd(fd.as_fd()).unwrap_err().is(Errno::EINVAL),
+        "its own"
+    );
+}

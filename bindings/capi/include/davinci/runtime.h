@@ -755,6 +755,40 @@ int davinci_buffer_export(const struct davinci_buffer *buf,
                           uint64_t *token);
 
 /**
+ * Shares an allocation as a file descriptor (ABI 1.5, the kernel module's devices:
+ * `DAVINCI_FEAT_EXPORT_FD`), written to `*fd`: the right to import it, for the clients `uid`
+ * and `client_id` name (as `davinci_buffer_export`), with `davinci_device_import_fd`. Send it
+ * over a Unix socket (`SCM_RIGHTS`) or let a child inherit it (it is close-on-exec); no other
+ * process can guess it, as it could a token. The caller owns the descriptor (`close` it when
+ * sent); closing it ends nothing: the buffer's free revokes the imports, as for a token.
+ *
+ * Returns 0; -EINVAL (a device without export fds: davinci-mockd and the embedded mock
+ * export by token; a pool block or an imported buffer), -EBUSY (exported already by token or
+ * to someone else), -EMFILE (no descriptor free: the same call later makes it), -ENOSPC.
+ *
+ * # Safety
+ * Threads: any. `buf` a live handle; `fd` writable.
+ */
+int davinci_buffer_export_fd(const struct davinci_buffer *buf,
+                             uint32_t uid,
+                             uint32_t client_id,
+                             int *fd);
+
+/**
+ * Imports the memory an export fd names (`davinci_buffer_export_fd`, received from the
+ * exporter) into `*out`, as `davinci_device_import` does for a token. `fd` stays the
+ * caller's (the buffer keeps a duplicate of its own).
+ *
+ * Returns 0; -EBADF (`fd` is not an open descriptor), -EINVAL (a descriptor that is not an
+ * export fd, or a device without export fds), -ENOENT (an export of another device, freed,
+ * or not granted to this client), -EBUSY (imported already), -ENOSPC.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` writable.
+ */
+int davinci_device_import_fd(const struct davinci_device *dev, int fd, struct davinci_buffer **out);
+
+/**
  * Imports memory another client exported (`cudaIpcOpenMemHandle`) into `*out`: a buffer of
  * this client at the same device address, whose host view sees the same bytes. Freeing it
  * drops the import only.

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check.h"
 
+#include <unistd.h>
+
 int main(int argc, char **argv)
 {
 	const char *path = device_arg(argc, argv);
@@ -132,6 +134,21 @@ int main(int argc, char **argv)
 	EXPECT(token != 0);
 	davinci_buffer *imported = NULL;
 	EXPECT_ERR(davinci_device_import(dev, token, &imported), -EINVAL, "IMPORT_MEMORY");
+	/* Export fds are the kernel module's; this device exports by token (and says so). */
+	int efd = -1;
+	EXPECT_ERR(davinci_buffer_export_fd(buf, DAVINCI_EXPORT_OWN_UID, 0, NULL), -EINVAL,
+		   "fd (out-parameter) is NULL");
+	if (davinci_buffer_export_fd(buf, DAVINCI_EXPORT_OWN_UID, 0, &efd) == 0) {
+		/* A device with export fds: the fd is a descriptor of this process. */
+		EXPECT(efd >= 0);
+		close(efd);
+	} else {
+		EXPECT(strstr(davinci_last_error(), "no export fds") != NULL ||
+		       strstr(davinci_last_error(), "exported already") != NULL);
+	}
+	EXPECT_ERR(davinci_device_import_fd(dev, -1, &imported), -EBADF, "not an open descriptor");
+	EXPECT_ERR(davinci_device_import_fd(dev, 0x7ffffff, &imported), -EBADF,
+		   "not an open descriptor");
 	EXPECT_ERR(davinci_pool_alloc(pool, 0, &imported), -EINVAL, "0 bytes");
 
 	/* The message is per thread and stays until the next failure. */
