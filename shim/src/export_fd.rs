@@ -59,13 +59,35 @@ impl Device {
     /// granted to this client; `EBUSY`, `ENOSPC` as for [`import`](Self::import).
     pub fn import_fd(&self, fd: BorrowedFd<'_>) -> Result<DeviceBuffer> {
         no_fds(self, "IMPORT_MEMORY")?;
-        let own = fd.as_fd().try_clone_to_owned().map_err(|e| {
-            Error::new(
-                Errno::from_code(e.raw_os_error().unwrap_or(0)).unwrap_or(Errno::EINVAL),
-                "IMPORT_MEMORY",
-                format!("duplicating the export fd: {e}"),
-            )
-        })?;
+        let own = fd.as_fd().try_clone_to_owned().map_err(dup_failed)?;
         self.import_by(Imported::Fd(own))
     }
+
+    /// [`import_fd`](Self::import_fd) by descriptor number, for bindings whose callers hold
+    /// plain integers (Python's `socket.recv_fds`, C): `EBADF` for a number that is not an
+    /// open descriptor of this process.
+    pub fn import_fd_number(&self, fd: i32) -> Result<DeviceBuffer> {
+        let own = crate::backend::kernel::dup_fd_number(fd).map_err(|e| {
+            if e.raw_os_error() == Some(Errno::EBADF.code()) {
+                Error::new(
+                    Errno::EBADF,
+                    "IMPORT_MEMORY",
+                    format!("fd {fd} is not an open descriptor of this process"),
+                )
+            } else {
+                dup_failed(e)
+            }
+        })?;
+        no_fds(self, "IMPORT_MEMORY")?;
+        self.import_by(Imported::Fd(own))
+    }
+}
+
+/// A failed duplicate of the caller's descriptor, with its errno (`EBADF`: not open).
+fn dup_failed(e: std::io::Error) -> Error {
+    Error::new(
+        Errno::from_code(e.raw_os_error().unwrap_or(0)).unwrap_or(Errno::EINVAL),
+        "IMPORT_MEMORY",
+        format!("the export fd cannot be duplicated: {e}"),
+    )
 }

@@ -336,17 +336,7 @@ pub unsafe extern "C" fn davinci_device_import_fd(
         let out = Out::new(out, "out")?;
         // SAFETY: the caller's contract.
         let d = unsafe { get(dev, "dev") }?;
-        // SAFETY: F_GETFD only reads the descriptor's flags (any number is safe to ask).
-        if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            return Err(Fail::new(
-                libc::EBADF,
-                format!("fd {fd} is not an open descriptor of this process"),
-            ));
-        }
-        // SAFETY: `fd` is open (checked just above) and borrowed only for this call, in
-        // which the caller's contract keeps it open.
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let b = d.dev.import_fd(borrowed)?;
+        let b = d.dev.import_fd_number(fd)?;
         // SAFETY: checked by Out::new; writable by the caller's contract.
         unsafe { out.set(davinci_buffer { mem: Mem::Alloc(b) }) };
         Ok(())

@@ -65,7 +65,8 @@ class TaskError(DavinciError):
 
 
 class ClosedError(DavinciError, ValueError):
-    """EBADF: the object was closed (``close()`` or the end of its ``with`` block)."""
+    """EBADF: the object was closed (``close()`` or the end of its ``with`` block), or a file
+    descriptor given (``Device.import_fd``) is not open."""
 
 
 _BY_ERRNO: Dict[int, Type[DavinciError]] = {

@@ -215,6 +215,15 @@ impl Device {
         Ok(Buffer::new(Mem::Dev(b)))
     }
 
+    /// Imports a buffer another client exported as a file descriptor (`Buffer.export_fd()`,
+    /// received with `socket.recv_fds`): `fd` stays the caller's (the buffer keeps its own
+    /// duplicate).
+    fn import_fd(&self, py: Python<'_>, fd: i32) -> PyResult<Buffer> {
+        let dev = self.get("Device.import_fd")?;
+        let b = py.detach(|| dev.import_fd_number(fd)).or_raise()?;
+        Ok(Buffer::new(Mem::Dev(b)))
+    }
+
     /// Sets the sharing mode: "shared" (many isolated clients) or "exclusive".
     fn set_share_mode(&self, py: Python<'_>, mode: &str) -> PyResult<()> {
         let m = match mode {

@@ -447,6 +447,29 @@ impl Buffer {
         Ok(t.to_string())
     }
 
+    /// Shares it as a file descriptor (the kernel module's devices: `Device.features` has
+    /// `EXPORT_FD`): an int the caller owns (`os.close` it once sent), the right to import it
+    /// with `Device.import_fd` for the clients `uid` / `client_id` name (as `export`). Send it
+    /// with `socket.send_fds`; unlike a token no other process can guess it.
+    #[pyo3(signature = (*, uid = None, client_id = None))]
+    fn export_fd(&self, py: Python<'_>, uid: Option<u32>, client_id: Option<u32>) -> PyResult<i32> {
+        const OP: &str = "Buffer.export_fd";
+        let m = self.get(OP)?;
+        let Mem::Dev(b) = &*m else {
+            return Err(invalid(
+                OP,
+                "a pool block cannot be exported: export a Device.alloc buffer",
+            ));
+        };
+        let to = match (uid, client_id) {
+            (None, None) => shim::ExportTo::SameUser,
+            (Some(u), None) => shim::ExportTo::User(u),
+            (uid, Some(c)) => shim::ExportTo::Client { uid, client_id: c },
+        };
+        let fd = py.detach(|| b.export_fd(to)).or_raise()?;
+        Ok(std::os::fd::IntoRawFd::into_raw_fd(fd))
+    }
+
     /// Lets go of the buffer: freed once no queued task and no host view holds it.
     fn close(&self) {
         self.inner.close();

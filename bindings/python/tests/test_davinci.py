@@ -302,6 +302,22 @@ def test_export_and_import_between_clients(mockd) -> None:  # type: ignore[no-un
         b.import_buffer("not a token")
 
 
+def test_export_fds_are_the_kernels_and_refused_here_with_why(mockd) -> None:  # type: ignore[no-untyped-def]
+    # davinci-mockd exports by token only: an fd export says so; a number that is not an
+    # open descriptor is EBADF; a descriptor that is not an export fd is refused.
+    a = davinci.Device(mockd.path(0))
+    mine = a.alloc(4096)
+    with pytest.raises(davinci.InvalidArgumentError) as e:
+        mine.export_fd()
+    assert e.value.errno == errno.EINVAL and "no export fds" in str(e.value)
+    with pytest.raises(davinci.ClosedError) as bad:
+        a.import_fd(1 << 20)
+    assert bad.value.errno == errno.EBADF and "not an open descriptor" in str(bad.value)
+    with open("/dev/null", "rb") as f, pytest.raises(davinci.InvalidArgumentError):
+        a.import_fd(f.fileno())
+    assert len(mine.export()) == 16  # the token path as before
+
+
 def test_device_synchronize_waits_for_every_stream() -> None:
     dev = davinci.Device("embedded")
     ctx = dev.create_context()

@@ -197,6 +197,19 @@ impl fmt::Display for KernelBackend {
     }
 }
 
+/// A new descriptor (close-on-exec) for what the caller's descriptor number `fd` refers to:
+/// `fcntl(F_DUPFD_CLOEXEC)`, which only reads the number (`EBADF` for one not open), so any
+/// number is safe to pass.
+pub(crate) fn dup_fd_number(fd: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor or fails; it touches no memory.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just made by this call and nothing else knows it: ours to own.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new) })
+}
+
 impl Backend for KernelBackend {
     fn adopt_export_fd(&self, fd: u64) -> Result<OwnedFd> {
         let fd = i32::try_from(fd)
