@@ -94,7 +94,7 @@ const ADMIN_POLL_MS: u32 = 10;
 /// Most opens a PCI device tracks (its client table is driver-core's, 320).
 const MAX_OPENS: usize = 320;
 /// Most mapping rights it records (beyond them, a fault asks the device).
-const MAX_MAPS: usize = 1024;
+const MAX_MAPS: usize = 2048;
 /// Most command rings it notes for a loss (driver-core's stream table holds 256; a ring not
 /// noted is only not marked: its client learns of the loss at its next call).
 const MAX_RINGS: usize = 256;

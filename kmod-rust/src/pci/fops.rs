@@ -21,14 +21,14 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::uaccess::UserSlice;
 
-use super::dev::{MapRight, PciShared};
+use super::dev::PciShared;
 use crate::davinci_driver_core::Role;
 use crate::davinci_hwif::layout::{LIST_BUF, LIST_ENTRIES, LIST_ENTRY_SIZE};
-use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, MmapReply, OpenArgs, ReplyKind};
+use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, OpenArgs, ReplyKind};
 use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
 use crate::davinci_uapi::{
-    decode_mmap_offset, DeviceIdentity, Errno, ListClientsArgs, MmapKind, WaitEventArgs, Wire,
-    DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_GET_IDENTITY,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
 use crate::export_fd;
@@ -60,9 +60,9 @@ const FAULT_AROUND: u64 = 16;
 
 /// One open file of a PCI device.
 pub(crate) struct PciOpen {
-    dev: Arc<PciShared>,
+    pub(super) dev: Arc<PciShared>,
     /// The open's handle in the device's client table (what the admin queue names it by).
-    client: u32,
+    pub(super) client: u32,
     /// Its blocked WAIT_EVENTs (bounded) and the deadlines of interrupted ones.
     waits: crate::waits::OpenWaits,
 }
@@ -74,7 +74,7 @@ fn call(o: &PciOpen, op: AdminOp) -> Result<KBox<Completion>, Errno> {
 }
 
 /// A failed completion's errno.
-fn failed(c: &Completion) -> Errno {
+pub(super) fn failed(c: &Completion) -> Errno {
     Errno::from_code(c.errno as i32).unwrap_or(Errno::EIO)
 }
 
@@ -160,7 +160,7 @@ unsafe extern "C" fn davinci_pci_release(
 ///
 /// `open` is the `private_data` of a PCI device's file (a `PciOpen`), during a file or vm
 /// operation on it (so release has not run).
-unsafe fn open_of<'a>(open: *mut c_void) -> &'a PciOpen {
+pub(super) unsafe fn open_of<'a>(open: *mut c_void) -> &'a PciOpen {
     // SAFETY: the caller's contract.
     unsafe { &*open.cast::<PciOpen>() }
 }
@@ -230,6 +230,7 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         (id.pci_vendor, id.pci_device) = o.dev.pci_ids;
         id.encode(reply.as_mut_slice());
     }
+    super::rights::note_rights(o, cmd, reply.as_slice());
     if let Some(fd) = import_fd {
         export_fd::restore_import(reply.as_mut_slice(), fd);
     }
@@ -443,81 +444,6 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
     copy_back(&out)
 }
 
-/// `mmap`'s check (from `pci/helpers.c`'s `davinci_pci_mmap`): MMAP_TARGET says the object
-/// exists, is the caller's and is at least `len` bytes. 0 or -errno.
-#[no_mangle]
-unsafe extern "C" fn davinci_pci_mmap_check(open: *mut c_void, cookie: u64, len: u64) -> c_int {
-    // SAFETY: `open` is this PCI file's `private_data` (mmap cannot run during release).
-    let o = unsafe { open_of(open) };
-    let Ok(mut d) = o.dev.lock() else {
-        return errno(Errno::EINTR);
-    };
-    match target(o, &mut d, cookie, len) {
-        Ok(_) => 0,
-        Err(e) => errno(e),
-    }
-}
-
-/// Where `cookie` of `o` lies, at least `len` bytes: the right recorded when the device
-/// granted it, else MMAP_TARGET, whose reply is checked (its kind is the cookie's, it covers
-/// `len`, a ring or memory lies in BAR2's heap; else the device is lost: `EIO`) and recorded.
-fn target(
-    o: &PciOpen,
-    d: &mut super::admin::Locked<'_>,
-    cookie: u64,
-    len: u64,
-) -> Result<MapRight, Errno> {
-    if d.dead() {
-        return Err(Errno::ENODEV);
-    }
-    if let Some(m) = d.mapped(o.client, cookie) {
-        if len <= m.len {
-            return Ok(m);
-        }
-    }
-    let c = d.call(o.client, AdminOp::MmapTarget { cookie, len })?;
-    if c.reply != ReplyKind::Done {
-        return Err(failed(&c));
-    }
-    let Ok(m) = MmapReply::from_arg(c.arg.as_slice()) else {
-        return Err(d.violation("its MMAP_TARGET reply does not decode"));
-    };
-    let kind = match decode_mmap_offset(cookie) {
-        Some((MmapKind::CmdRing, _)) => MapKind::CmdRing,
-        Some((MmapKind::EventRing, _)) => MapKind::EventRing,
-        Some((MmapKind::Doorbell, _)) => MapKind::Doorbell,
-        Some((MmapKind::Memory, _)) => MapKind::Memory,
-        None => return Err(d.violation("it granted a mapping of a cookie the ABI never hands out")),
-    };
-    if m.kind != kind {
-        return Err(d.violation("its MMAP_TARGET reply is of another kind than the cookie"));
-    }
-    if m.len < len {
-        return Err(d.violation("its MMAP_TARGET reply is shorter than the mapping it granted"));
-    }
-    // Only heap pages of BAR2 go to a client (never its header, admin rings or list area).
-    let l = o.dev.layout();
-    let in_heap = m
-        .offset
-        .checked_add(m.len)
-        .is_some_and(|end| m.offset >= l.heap_offset && end <= l.region_size);
-    if m.kind != MapKind::Doorbell && !in_heap {
-        return Err(d.violation("its MMAP_TARGET reply lies outside BAR2's heap"));
-    }
-    if m.kind == MapKind::CmdRing {
-        d.note_ring(o.client, cookie, m.offset, m.len);
-    }
-    let right = MapRight {
-        client: o.client,
-        cookie,
-        kind: m.kind,
-        offset: m.offset,
-        len: m.len,
-    };
-    d.note_map(right);
-    Ok(right)
-}
-
 /// The page-fault handler of a PCI mapping (from `davinci_pci_vm_fault`): maps page `page`
 /// of the object at `cookie` (and a few after it) at `addr`, if it still exists. 0 or -errno
 /// (`EINTR`: killed while waiting for the lock, the fault is retried or the task dies).
@@ -542,7 +468,7 @@ unsafe extern "C" fn davinci_pci_fault(
     let Ok(mut d) = o.dev.lock() else {
         return errno(Errno::EINTR);
     };
-    let m = match target(o, &mut d, cookie, need) {
+    let m = match super::rights::target(o, &mut d, cookie, need) {
         Ok(m) => m,
         Err(e) => return errno(e),
     };

@@ -307,3 +307,72 @@ fn the_module_stays_while_a_file_or_a_mapping_of_it_is_alive() {
     drop(map);
     assert!(std::fs::metadata(&path).is_ok(), "the node is still there");
 }
+
+/// Admin completions a PCI node's device has sent (its vector 0's interrupts, from the
+/// module's debugfs test hook): one per round trip to the device.
+fn admin_interrupts(bus: &str) -> u64 {
+    let info = std::fs::read_to_string(format!("/sys/kernel/debug/davinci/{bus}/info"))
+        .unwrap_or_else(|e| panic!("the PCI device's debugfs info: {e}"));
+    info.lines()
+        .find_map(|l| l.strip_prefix("irqs "))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no irqs line in {info:?}"))
+}
+
+/// A PCI node: the mappings of objects an ioctl created (memory, a stream's rings and
+/// doorbell page), and their first faults, ask the device nothing: their rights were recorded
+/// when the objects were made, so no round trip runs under `mmap_lock` (issue 42, Why 7).
+/// The software device has no device to ask.
+#[test]
+#[ignore = "needs the kernel module: runs in the QEMU guest (scripts/kmod-test.sh)"]
+fn mmap_of_a_created_object_asks_the_pci_device_nothing() {
+    let path = node_path();
+    let id = davinci_shim::Control::open(&path)
+        .expect("control open")
+        .identity()
+        .expect("GET_IDENTITY");
+    let bus = id.bus_id().to_string();
+    if bus.is_empty() {
+        println!("{path} is a software device: no device round trips to count");
+        return;
+    }
+    let pg = page();
+    let n = Node::open(&path, true);
+    let ctx = n.create_context();
+    let s = n.create_stream(ctx);
+    let m = n.alloc(64 << 10);
+    let before = admin_interrupts(&bus);
+    let mut maps = Vec::new();
+    for (what, cookie, len) in [
+        ("memory", m.mmap_offset, m.alloc_size as usize),
+        (
+            "command ring",
+            s.cmd_ring.mmap_offset,
+            s.cmd_ring.mmap_size as usize,
+        ),
+        (
+            "event ring",
+            s.event_ring.mmap_offset,
+            s.event_ring.mmap_size as usize,
+        ),
+        ("doorbell", s.doorbell_offset, s.doorbell_size as usize),
+    ] {
+        let map = n
+            .mmap(len, cookie, libc::MAP_SHARED)
+            .unwrap_or_else(|e| panic!("mmap of the {what}: errno {e}"));
+        // The first fault of each page: from the recorded right too (not the doorbell's:
+        // a load from the device's registers is no business of a client).
+        let touched = if what == "doorbell" { 0 } else { len };
+        for off in (0..touched).step_by(pg) {
+            // SAFETY: `off` is inside the live mapping `map` of `len` bytes.
+            unsafe { std::ptr::read_volatile(map.ptr.cast::<u8>().add(off)) };
+        }
+        maps.push(map);
+    }
+    assert_eq!(
+        admin_interrupts(&bus),
+        before,
+        "an mmap or a fault made a round trip to the device"
+    );
+}
