@@ -258,6 +258,7 @@ pci_device() {
         --skip the_quota_parameters --skip memory_freed_while_mapped_pins_nothing \
         --skip long_fills_under_the_device_lock \
         --skip an_allocation_failing_inside_an_ioctl --skip a_round_trip_to_a_sleeping_device \
+        --skip the_engines_cpu_split \
         --skip mmap_takes_only_the_callers_own_cookies \
         --skip an_open_of_another_misc_device_waits_for_no_large_allocation
     check million-tasks /bin/million --test-threads=1
