@@ -1009,7 +1009,7 @@ struct davinci_tenant_share_args {
 	 * holds its slots; 0 if it has no open (from driver).
 	 */
 	__u32 tenant_flags;
-	/* Reserved, must be 0 (to driver; 0 from driver). */
+	/* Reserved, must be 0 (to driver); ignore it (from driver). */
 	__u32 reserved;
 };
 

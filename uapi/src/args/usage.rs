@@ -222,7 +222,7 @@ abi_struct! {
         /// `DAVINCI_TENANT_*` of the tenant now: its kind, and `DAVINCI_TENANT_SLOTTED` if it
         /// holds its slots; 0 if it has no open (from driver).
         pub tenant_flags: u32,
-        /// Reserved, must be 0 (to driver; 0 from driver).
+        /// Reserved, must be 0 (to driver); ignore it (from driver).
         pub reserved: u32,
     }
 }
