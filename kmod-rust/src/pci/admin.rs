@@ -106,7 +106,7 @@ fn clear<T: Copy>(v: &mut KVec<T>) {
 }
 
 /// Removes every element of `v` that `gone` picks (the order is not kept).
-fn remove_where<T: Copy>(v: &mut KVec<T>, mut gone: impl FnMut(&T) -> bool) {
+pub(super) fn remove_where<T: Copy>(v: &mut KVec<T>, mut gone: impl FnMut(&T) -> bool) {
     let mut i = 0;
     while i < v.len() {
         if gone(&v[i]) {
@@ -330,6 +330,7 @@ impl Locked<'_> {
         remove_where(&mut self.opens, |c| *c == client);
         remove_where(&mut self.rings, |r| r.client == client);
         remove_where(&mut self.maps, |m| m.client == client);
+        self.forget_refusals(client);
     }
 
     /// Rings the device's `vector` (test hook).
@@ -389,6 +390,9 @@ impl Locked<'_> {
                     self.revoke(&c);
                     if let Err(why) = self.check(client, &expect, &c) {
                         return Err(self.violation(why));
+                    }
+                    if c.reply == ReplyKind::Failed {
+                        self.device_failed(client, c.errno);
                     }
                     return Ok(c);
                 }

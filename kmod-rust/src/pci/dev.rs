@@ -114,6 +114,8 @@ pub(crate) struct Inner {
     /// served from; forgotten when a completion revokes it, at the client's release, and
     /// when the device goes.
     pub(crate) maps: KVec<MapRight>,
+    /// The module's own refusals of each open, for GET_LAST_ERROR (`pci/lasterr.rs`).
+    pub(crate) refusals: KVec<super::lasterr::Refusal>,
     /// The heartbeat as the watchdog last saw it move: its value and when.
     pub(crate) beat: (u32, u64),
     /// The request being encoded (kept here, off the kernel stack).
@@ -427,6 +429,7 @@ impl PciShared {
             opens: KVec::new(),
             rings: KVec::new(),
             maps: KVec::new(),
+            refusals: KVec::new(),
             beat: (0, 0),
             slot: [0; ADMIN_ENTRY_SIZE],
             words: [0; ADMIN_ENTRY_SIZE / 8],

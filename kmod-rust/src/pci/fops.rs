@@ -28,7 +28,7 @@ use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, OpenArgs, ReplyK
 use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
 use crate::davinci_uapi::{
     DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_GET_IDENTITY,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
 use crate::export_fd;
@@ -76,6 +76,15 @@ fn call(o: &PciOpen, op: AdminOp) -> Result<KBox<Completion>, Errno> {
 /// A failed completion's errno.
 pub(super) fn failed(c: &Completion) -> Errno {
     Errno::from_code(c.errno as i32).unwrap_or(Errno::EIO)
+}
+
+/// A call the module refuses itself, before the device sees it: recorded for GET_LAST_ERROR
+/// (`pci/lasterr.rs`), its errno returned.
+fn refuse(o: &PciOpen, cmd: u32, e: &crate::davinci_driver_core::Error) -> c_long {
+    if let Ok(mut d) = o.dev.lock() {
+        d.note_refusal(o.client, cmd, e);
+    }
+    errno(e.errno) as c_long
 }
 
 /// `open` (from `pci/helpers.c`'s `davinci_pci_cdev_open`), with a reference on the node's
@@ -190,7 +199,7 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
     // asked; whether an export is asked as an fd, from the request (not the device's reply).
     let import_fd = match export_fd::resolve_import(cmd, &mut buf[..size], o.dev.instance) {
         Ok(fd) => fd,
-        Err(e) => return fail(e.errno),
+        Err(e) => return refuse(o, cmd, &e),
     };
     let wants_fd = export_fd::wants_fd(cmd, &buf[..size]);
     let Some(a) = ArgBuf::from_slice(&buf[..size]) else {
@@ -223,6 +232,12 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         return fail(failed(&c));
     }
     let mut reply = c.arg;
+    if cmd == DRIVER_CMD_GET_LAST_ERROR {
+        // The module's own refusals, which the device never saw (`pci/lasterr.rs`).
+        if let Ok(d) = o.dev.lock() {
+            d.overlay_last_error(o.client, reply.as_mut_slice());
+        }
+    }
     if cmd == DRIVER_CMD_GET_IDENTITY {
         // The device process cannot know where the guest put it: this side says.
         let mut id = DeviceIdentity::decode(reply.as_slice());
@@ -237,7 +252,7 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
     let pending = if wants_fd {
         match export_fd::export_fd(reply.as_mut_slice(), o.dev.instance) {
             Ok(p) => Some(p),
-            Err(e) => return fail(e.errno),
+            Err(e) => return refuse(o, cmd, &e),
         }
     } else {
         None
@@ -309,7 +324,11 @@ fn wait_event(
                     // The bound (driver-core's rule): `current` and `status` as the device
                     // answered, then EBUSY.
                     let r = copy_back(&c.arg);
-                    return if r != 0 { r } else { errno(e.errno) as c_long };
+                    return if r != 0 {
+                        r
+                    } else {
+                        refuse(o, DRIVER_CMD_WAIT_EVENT, &e)
+                    };
                 }
             }
         }

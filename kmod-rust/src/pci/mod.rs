@@ -37,6 +37,7 @@ mod dev;
 mod fops;
 mod inode;
 mod irq;
+mod lasterr;
 mod rights;
 
 use dev::{Bound, PciDev, PciShared, VECTORS};
