@@ -172,6 +172,9 @@ pub(crate) struct PciShared {
     pub(crate) vectors: u32,
     /// Interrupts counted per vector (hard-irq context).
     pub(crate) irqs: [AtomicU64; VECTORS],
+    /// Admin requests the device answered (a completion with the request's tag came), for
+    /// debugfs `info`.
+    pub(crate) answered: AtomicU64,
     /// The device's notification words (BAR2 page 0, hwif layout 3) as vector 1's handler
     /// last copied them: a WAIT_EVENT sleeper waits for its client's to change, so another
     /// tenant's completions do not send it to the device. A copy in kernel memory, since a
@@ -435,6 +438,7 @@ impl PciShared {
                 peer: b.peer,
                 vectors: b.vectors,
                 irqs: [const { AtomicU64::new(0) }; VECTORS],
+                answered: AtomicU64::new(0),
                 notified: [const { AtomicU64::new(0) }; NOTIFY_WORDS as usize],
                 fanout,
                 dead: AtomicBool::new(!serving),
