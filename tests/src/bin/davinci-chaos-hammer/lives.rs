@@ -84,12 +84,13 @@ impl Orders {
 /// `info`'s `admin N`; 0 if unreadable: no device bound).
 pub(crate) fn answered(bus: &str) -> u64 {
     std::fs::read_to_string(format!("/sys/kernel/debug/davinci/{bus}/info"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("admin ").map(|n| n.trim().parse().ok()))
-                .flatten()
-        })
+        .map_or(0, |s| admin_count(&s))
+}
+
+/// `admin N` of an `info` file's text (0 without one).
+fn admin_count(info: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix("admin ").and_then(|n| n.trim().parse().ok()))
         .unwrap_or(0)
 }
 
@@ -210,5 +211,19 @@ pub(crate) fn send(w: &mut Option<ChildStdin>, line: &str) {
         if writeln!(s, "{line}").and_then(|()| s.flush()).is_err() {
             *w = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admin_count;
+
+    #[test]
+    fn the_admin_count_is_read_from_the_info_file() {
+        let info = "pci 0000:00:02.0\npeer 1\nvectors 2\nirqs 53949 27171\nadmin 1734\n";
+        assert_eq!(admin_count(info), 1734);
+        // A module without the line, or a garbled one: nothing counted.
+        assert_eq!(admin_count("pci 0000:00:02.0\nirqs 1 2\n"), 0);
+        assert_eq!(admin_count("admin x\n"), 0);
     }
 }
