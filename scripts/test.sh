@@ -7,8 +7,9 @@
 #   MSRV); the workspace's tests (unit, crate integration, the conformance suite on the
 #   embedded device, system tests, fuzz replays, the C header checks: they need a C compiler);
 #   then, in the background, the kernel module in QEMU (scripts/kmod-test.sh, the same test
-#   binaries, on its software device and on the PCI device that davinci-pcidev serves), as a
-#   PCI driver (scripts/pci-smoke.sh) and the PCI device process behind QEMU
+#   binaries, on its software device, on the PCI device that davinci-pcidev serves and on the
+#   chaos device, davinci-pcidev lying on purpose, 5 seeds), as a PCI driver
+#   (scripts/pci-smoke.sh) and the PCI device process behind QEMU
 #   (scripts/pcidev-smoke.sh); beside it, at lower priority: clippy (warnings are errors);
 #   the conformance suite and the million-task run again against a real davinci-mockd; the
 #   quick start; the Python package (scripts/python-test.sh: installed with pip, its tests

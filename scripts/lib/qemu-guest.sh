@@ -24,7 +24,8 @@
 #                              added to the kernel's command line; serial console on stdout,
 #                              teed to LOG) within $QEMU_TIMEOUT seconds; while it runs, calls
 #                              $QG_ON_CUE LOG (if set) five times a second, for the guest's
-#                              cues; sets qemu_rc
+#                              cues; sets qemu_rc ($QG_INITRD: another initramfs than
+#                              $WORK/initramfs.cpio.gz)
 #   qg_verdict LOG PASSLINE    the guest's verdict in LOG: PASSLINE printed, no "FAIL: "
 #                              line, no kernel warning, BUG, oops, leak, hung task or RCU
 #                              stall, QEMU exited 0; calls
@@ -148,7 +149,7 @@ qg_boot() {
     # the fallback clocksource slows the guest down).
     local qemu=(qemu-system-x86_64 -accel tcg -cpu max -m "${QG_MEM:-512M}" -smp "${QG_SMP:-1}"
                 -nodefaults -display none -serial stdio -no-reboot
-                -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "$WORK/initramfs.cpio.gz"
+                -kernel "$KBUILD/arch/x86/boot/bzImage" -initrd "${QG_INITRD:-$WORK/initramfs.cpio.gz}"
                 -append "console=ttyS0 panic=-1 oops=panic loglevel=5 tsc=reliable${QG_APPEND:+ $QG_APPEND}"
                 "$@")
     say "$(qemu-system-x86_64 --version | head -n1)"

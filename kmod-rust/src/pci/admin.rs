@@ -383,8 +383,24 @@ impl Locked<'_> {
         let start = sys::now_ns();
         let mut beat = (self.heartbeat(), start);
         loop {
-            match self.take_completion(tag) {
+            match self.take_completion() {
+                Ok(Some(c)) if c.tag != tag => {
+                    // (What it revokes is unmapped all the same: always safe.)
+                    self.revoke(&c);
+                    // One request is in flight at a time, so the device's next completion
+                    // answers it: another tag (an old one, a duplicate, one never sent, one
+                    // with no request) breaks the protocol, and the request's own would
+                    // never come: the device is lost now, not after the admin timeout.
+                    pr_notice!(
+                        "davinci{}: an admin completion for tag {} while tag {} was in flight\n",
+                        dev.index,
+                        c.tag,
+                        tag
+                    );
+                    return Err(self.violation("it answered with a tag not in flight"));
+                }
                 Ok(Some(c)) => {
+                    dev.answered.fetch_add(1, Ordering::Relaxed);
                     // Unmapping is always safe: what a completion revokes is unmapped even
                     // if the rest of it is refused below.
                     self.revoke(&c);
@@ -468,12 +484,9 @@ impl Locked<'_> {
         }
     }
 
-    /// The completion for `tag`, if it came; one for another tag (stale) is dropped.
-    /// `Err` (why) when what the device wrote cannot be a completion.
-    fn take_completion(
-        &mut self,
-        tag: u64,
-    ) -> core::result::Result<Option<KBox<Completion>>, &'static str> {
+    /// The next completion, if one came (its tag is the caller's to check). `Err` (why) when
+    /// what the device wrote cannot be a completion.
+    fn take_completion(&mut self) -> core::result::Result<Option<KBox<Completion>>, &'static str> {
         let g = &mut **self;
         let Some(admin) = g.admin.as_mut() else {
             return Err("stopped");
@@ -489,18 +502,6 @@ impl Locked<'_> {
         }
         let bytes: [u8; ADMIN_ENTRY_SIZE] = words_to_bytes(&g.words);
         let c = Completion::decode(&bytes).map_err(|_| "it wrote a malformed admin completion")?;
-        if c.tag != tag {
-            // Rate-limited: a device can send these at will.
-            if crate::sys::log_ratelimit() {
-                pr_notice!(
-                    "davinci{}: dropped an admin completion for tag {} (waiting for {})\n",
-                    self.dev.index,
-                    c.tag,
-                    tag
-                );
-            }
-            return Ok(None);
-        }
         KBox::new(c, GFP_KERNEL)
             .map(Some)
             .map_err(|_| "out of memory for a completion")

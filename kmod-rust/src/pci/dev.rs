@@ -177,6 +177,9 @@ pub(crate) struct PciShared {
     pub(crate) vectors: u32,
     /// Interrupts counted per vector (hard-irq context).
     pub(crate) irqs: [AtomicU64; VECTORS],
+    /// Admin requests the device answered (a completion with the request's tag came), for
+    /// debugfs `info`.
+    pub(crate) answered: AtomicU64,
     /// The device's notification words (BAR2 page 0, hwif layout 3) as vector 1's handler
     /// last copied them: a WAIT_EVENT sleeper waits for its client's to change, so another
     /// tenant's completions do not send it to the device. A copy in kernel memory, since a
@@ -249,9 +252,14 @@ pub(crate) unsafe fn read_shm(shm: &Shm, off: u64, out: &mut [u8]) -> bool {
     true
 }
 
-/// Whether BAR2's heartbeat (bumped by a serving device at least every 100 ms) moves within
-/// 2 s: a device whose process died leaves a header that still says ready.
-fn heartbeat_moves(shm: &Shm) -> bool {
+/// Whether BAR2's heartbeat (bumped by a serving device at the end of every pass, at least
+/// every 100 ms) moves within 2 s: a device whose process died leaves a header that still
+/// says ready. The device is rung first (its admin doorbell, with nothing new to take), so a
+/// live one makes a pass at once and the move is seen in milliseconds, not in its idle
+/// period; and any request a previous load left in the submission ring is answered within
+/// that pass, before the heartbeat moves, so the probe's drain of stale completions (after
+/// this) finds it.
+fn heartbeat_moves(shm: &Shm, dev: &PciDev) -> bool {
     let beat = || {
         let mut w = [0u8; 4];
         // SAFETY: the mapping is live during probe; `read_shm` checks the range.
@@ -260,9 +268,14 @@ fn heartbeat_moves(shm: &Shm) -> bool {
     let Some(first) = beat() else {
         return false;
     };
-    for _ in 0..40 {
+    dev.doorbell(
+        crate::davinci_hwif::regs::DEVICE_PEER,
+        crate::davinci_hwif::VECTOR_ADMIN,
+    );
+    let start = crate::sys::now_ns();
+    while crate::sys::now_ns().wrapping_sub(start) < 2_000_000_000 {
         // SAFETY: probe runs in process context.
-        unsafe { davinci_msleep(50) };
+        unsafe { davinci_msleep(2) };
         if beat() != Some(first) {
             return true;
         }
@@ -325,7 +338,7 @@ impl PciShared {
         }
         let hooks = crate::sys::params().pci_hooks != 0;
         let header = match Bar2Header::decode(&page, b.shm_len) {
-            Ok(h) if h.state == DeviceState::Ready && heartbeat_moves(&shm) => Some(h),
+            Ok(h) if h.state == DeviceState::Ready && heartbeat_moves(&shm, &dev) => Some(h),
             Ok(h) if h.state == DeviceState::Ready => {
                 pr_err!(
                     "davinci{}: the PCI device's heartbeat stands still (process gone?): {}\n",
@@ -442,6 +455,7 @@ impl PciShared {
                 peer: b.peer,
                 vectors: b.vectors,
                 irqs: [const { AtomicU64::new(0) }; VECTORS],
+                answered: AtomicU64::new(0),
                 notified: [const { AtomicU64::new(0) }; NOTIFY_WORDS as usize],
                 fanout,
                 dead: AtomicBool::new(!serving),

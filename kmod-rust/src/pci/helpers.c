@@ -29,7 +29,8 @@
  * ioremap_wc (or ioremap) and explicit ordering, a different mapping per platform.
  *
  * Test-only hooks (debugfs, root only): /sys/kernel/debug/davinci/<pci name>/info shows the
- * BAR sizes, peer id, vectors and the interrupts counted per vector; writing
+ * BAR sizes, peer id, vectors, the interrupts counted per vector and the admin requests the
+ * device answered; writing
  * "VECTOR COUNT [TIMEOUT_MS]" to .../ring rings peer 0's doorbell VECTOR COUNT times, each
  * time waiting (up to TIMEOUT_MS, default 2000, at most 60000) for the interrupt count of that
  * vector to move (the host answers each doorbell with one interrupt), and fails with
@@ -128,6 +129,7 @@ void davinci_pci_lose(void *state);
 void davinci_pci_interrupt(void *state, u32 vector);
 void davinci_pci_detach(void *state);
 u64 davinci_pci_count(void *state, u32 vector);
+u64 davinci_pci_answered(void *state);
 int davinci_pci_watch(void *state);
 int davinci_pci_ring(void *state, u32 vector);
 
@@ -176,6 +178,8 @@ static int davinci_pci_info_show(struct seq_file *m, void *unused)
 	for (v = 0; v < dp->nvec; v++)
 		seq_printf(m, " %llu", davinci_pci_count(dp->state, v));
 	seq_putc(m, '\n');
+	/* Admin requests answered (the chaos boot counts them across re-probes). */
+	seq_printf(m, "admin %llu\n", davinci_pci_answered(dp->state));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(davinci_pci_info);

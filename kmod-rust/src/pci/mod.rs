@@ -297,6 +297,16 @@ unsafe extern "C" fn davinci_pci_count(state: *mut c_void, vector: u32) -> u64 {
     dev::from_raw(state).count(vector)
 }
 
+/// Test hook (debugfs `info`): admin requests the device answered.
+///
+/// # Safety
+///
+/// As for [`davinci_pci_count`].
+#[no_mangle]
+unsafe extern "C" fn davinci_pci_answered(state: *mut c_void) -> u64 {
+    dev::from_raw(state).answered.load(Ordering::Relaxed)
+}
+
 /// The watchdog's tick (`pci/helpers.c`): whether to tick again.
 ///
 /// # Safety

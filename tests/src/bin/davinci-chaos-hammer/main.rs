@@ -5,7 +5,10 @@
 //! each outcome per operation.
 //!
 //! `davinci-chaos-hammer --device PATH --rounds N [--workers W] [--seed S] [--timeout SECS]`
-//! runs W worker processes (4 by default) of N/W rounds each and waits for them at most SECS
+//! runs W worker processes (4 by default) of N/W rounds each, ending at the first loss of the
+//! device; `--requests N --bus BUS [--lives L]` instead runs them until the kernel counts N
+//! admin requests answered by the device at BUS, which this process re-probes (at most L
+//! times, default 1000) each time it is lost ([`lives`]); either way it waits at most SECS
 //! (default 900); a worker still there is reported with its kernel wait channel and state, then
 //! SIGKILLed (one that does not die in 10 s is reported unkillable). Each worker, every round,
 //! picks with its own seeded PRNG one of: an ioctl of the ABI's table with a plausible argument
@@ -21,15 +24,19 @@
 //! Output: JSON lines; the last is `{"event":"done",...}` with rounds, the outcome counts per
 //! operation (`ok`, or an errno name), guard overruns, signals, and whether the device was
 //! lost (an open refused with `ENODEV`/`ENOENT`/`ENXIO`). Exit status: 0 every worker ended;
-//! 3 the same, but the device was lost (the guest may re-probe it and run again); 1 a worker
+//! 3 the same, but the device was lost (the guest may re-probe it and run again); 4 (requests
+//! mode) the requests were not all answered (re-probes used up, or the deadline); 1 a worker
 //! hung, was unkillable, or died of a signal other than SIGBUS (a panic is SIGABRT); 2 usage.
+//! Every worker ends either way: the deadline stops them.
 #![deny(unsafe_code)]
 
+mod lives;
 mod sys;
 mod worker;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use davinci_uapi::{
@@ -39,10 +46,11 @@ use davinci_uapi::{
 };
 use serde_json::{json, Value};
 
+use lives::{Lives, Orders};
 use sys::{arm_alarm_handler, open_node, PAGE};
 use worker::{Tally, Worker};
 
-fn say(v: Value) {
+pub(crate) fn say(v: Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
@@ -61,6 +69,15 @@ struct Args {
     workers: u32,
     seed: u64,
     timeout: u64,
+    /// Requests mode: stop when the kernel counts this many admin requests answered (0:
+    /// rounds mode, which ends at the first loss).
+    requests: u64,
+    /// The device's PCI name (requests mode: its debugfs count, unbind and bind).
+    bus: String,
+    /// Re-probes allowed (requests mode).
+    lives: u64,
+    /// A worker of requests mode: no round limit, orders on stdin.
+    stay: bool,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -70,6 +87,10 @@ fn parse(args: &[String]) -> Result<Args, String> {
         workers: 4,
         seed: 1,
         timeout: 900,
+        requests: 0,
+        bus: String::new(),
+        lives: 1000,
+        stay: false,
     };
     let mut it = args.iter();
     while let Some(k) = it.next() {
@@ -81,8 +102,15 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--workers" => a.workers = num(v()?)?.clamp(1, 64) as u32,
             "--seed" => a.seed = num(v()?)?,
             "--timeout" => a.timeout = num(v()?)?,
+            "--requests" => a.requests = num(v()?)?,
+            "--bus" => a.bus = v()?,
+            "--lives" => a.lives = num(v()?)?,
+            "--stay" => a.stay = true,
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if a.requests > 0 && a.bus.is_empty() {
+        return Err("--requests needs --bus (the device's PCI name)".into());
     }
     Ok(a)
 }
@@ -142,19 +170,33 @@ fn touch_mode(path: &str, seed: u64) -> i32 {
     0
 }
 
-fn worker_mode(path: &str, rounds: u64, seed: u64, me: &str) -> i32 {
+/// A worker: `rounds` rounds, ending at the first loss; or, with `orders` (requests mode),
+/// until told to stop, waiting for the device to come back after each loss.
+fn worker_mode(path: &str, rounds: u64, seed: u64, me: &str, orders: Option<Orders>) -> i32 {
     arm_alarm_handler();
     let mut w = Worker::new(path, seed);
     let mut done = 0;
     let mut last = Instant::now();
     let mut touches = 0u64;
+    let mut gen = 0;
     while done < rounds {
+        if orders.as_ref().is_some_and(|o| o.poll(&mut gen)) {
+            break;
+        }
         w.round();
         done += 1;
         if w.lost {
-            // The device is gone (an open refused): nothing more to hammer until the guest
-            // brings it back.
-            break;
+            // The device is gone (an open refused): nothing more to hammer until it is
+            // brought back (by the parent in requests mode, else by the guest).
+            let Some(o) = orders.as_ref() else { break };
+            say(json!({"event": "lost", "gen": gen}));
+            match o.wait() {
+                Some(g) => {
+                    gen = gen.max(g);
+                    w.lost = false;
+                }
+                None => break,
+            }
         }
         if done % 97 == 0 {
             touches += 1;
@@ -281,7 +323,12 @@ fn main() {
                 eprintln!("davinci-chaos-hammer worker: {e}");
                 std::process::exit(2)
             });
-            std::process::exit(worker_mode(&a.device, a.rounds, a.seed, &me));
+            let (rounds, orders) = if a.stay {
+                (u64::MAX, Some(Orders::start()))
+            } else {
+                (a.rounds, None)
+            };
+            std::process::exit(worker_mode(&a.device, rounds, a.seed, &me, orders));
         }
         Some("-h" | "--help") => {
             println!(
@@ -317,19 +364,14 @@ fn main() {
     let mut kids = Vec::new();
     for i in 0..a.workers {
         let seed = a.seed.wrapping_mul(1000).wrapping_add(u64::from(i));
-        match Command::new(&me)
-            .args([
-                "worker",
-                "--device",
-                &a.device,
-                "--rounds",
-                &per.to_string(),
-                "--seed",
-                &seed.to_string(),
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-        {
+        let mut cmd = Command::new(&me);
+        cmd.args(["worker", "--device", &a.device, "--seed", &seed.to_string()]);
+        if a.requests > 0 {
+            cmd.arg("--stay").stdin(Stdio::piped());
+        } else {
+            cmd.args(["--rounds", &per.to_string()]);
+        }
+        match cmd.stdout(Stdio::piped()).spawn() {
             Ok(c) => kids.push(c),
             Err(e) => {
                 say(json!({"event": "error", "message": format!("spawn worker: {e}")}));
@@ -337,27 +379,64 @@ fn main() {
             }
         }
     }
-    // Each worker's lines on a thread of its own (progress echoed, the last kept).
-    let mut readers = Vec::new();
+    // Each worker's lines, on a thread of its own, to this thread (`None`: its end).
+    let (tx, rx) = mpsc::channel::<(usize, Option<Value>)>();
+    let mut stdins: Vec<_> = kids.iter_mut().map(|c| c.stdin.take()).collect();
     for (i, c) in kids.iter_mut().enumerate() {
         let Some(out) = c.stdout.take() else { continue };
-        readers.push(std::thread::spawn(move || {
-            let mut last = Value::Null;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v["event"] == "progress" || v["event"] == "hung" {
-                        say(json!({"event": v["event"], "worker": i, "detail": v}));
-                    }
-                    last = v;
+                    let _ = tx.send((i, Some(v)));
                 }
             }
-            last
-        }));
+            let _ = tx.send((i, None));
+        });
     }
+    drop(tx);
     let deadline = Duration::from_secs(a.timeout);
+    let mut lives = (a.requests > 0).then(|| Lives::new(&a.bus, &a.device, a.requests, a.lives));
+    let (mut ended, mut last) = (vec![false; kids.len()], vec![Value::Null; kids.len()]);
+    let (mut stopping, mut exhausted) = (false, false);
+    while ended.iter().any(|e| !e) && t0.elapsed() < deadline {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok((i, None)) => ended[i] = true,
+            Ok((i, Some(v))) => {
+                if v["event"] == "progress" || v["event"] == "hung" {
+                    say(json!({"event": v["event"], "worker": i, "detail": v}));
+                }
+                if let (Some(l), "lost", false) =
+                    (lives.as_mut(), v["event"].as_str().unwrap_or(""), stopping)
+                {
+                    if !l.on_lost(v["gen"].as_u64().unwrap_or(0), &mut stdins, i) {
+                        exhausted = true;
+                    }
+                }
+                if v["event"] == "worker-done" {
+                    last[i] = v;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if !stopping && (exhausted || lives.as_ref().is_some_and(Lives::reached)) {
+            stopping = true;
+            for w in stdins.iter_mut() {
+                lives::send(w, "stop");
+            }
+        }
+    }
+    // (Requests mode: the deadline passed with workers still hammering.)
+    for w in stdins.iter_mut() {
+        lives::send(w, "stop");
+    }
     let (mut rounds, mut lost, mut bad) = (0u64, false, Vec::new());
     for (i, c) in kids.iter_mut().enumerate() {
-        let left = deadline.saturating_sub(t0.elapsed());
+        // (At least past the 30 s alarm bounding a call a worker told to stop may be in.)
+        let left = deadline
+            .saturating_sub(t0.elapsed())
+            .max(Duration::from_secs(40));
         match wait_bounded(c, left) {
             Ended::Code(0) => {}
             Ended::Code(code) => bad.push(format!("worker {i} exited {code}")),
@@ -368,13 +447,17 @@ fn main() {
             Ended::Hung(state) => bad.push(format!("worker {i} HUNG: {state}")),
         }
     }
-    for r in readers {
-        if let Ok(v) = r.join() {
-            if v["event"] == "worker-done" {
-                rounds += v["rounds"].as_u64().unwrap_or(0);
-                lost |= v["lost"].as_bool().unwrap_or(false);
-                tally.merge(&v);
-            }
+    // A worker's last line may still be on its way.
+    while let Ok((i, v)) = rx.recv_timeout(Duration::from_millis(500)) {
+        if let Some(v) = v.filter(|v| v["event"] == "worker-done") {
+            last[i] = v;
+        }
+    }
+    for v in &last {
+        if v["event"] == "worker-done" {
+            rounds += v["rounds"].as_u64().unwrap_or(0);
+            lost |= v["lost"].as_bool().unwrap_or(false);
+            tally.merge(v);
         }
     }
     let mut v = tally.json();
@@ -383,10 +466,20 @@ fn main() {
     v["lost"] = json!(lost);
     v["failures"] = json!(bad);
     v["seconds"] = json!(t0.elapsed().as_secs_f64());
+    let short = lives.as_ref().is_some_and(|l| !l.reached());
+    if let Some(l) = &lives {
+        if let (Value::Object(o), Value::Object(extra)) = (&mut v, l.json()) {
+            o.extend(extra);
+        }
+    }
     say(v);
+    // Requests mode: a loss is expected (the device is brought back); the requests not all
+    // answered (re-probes used up, or the deadline) is its failure.
     std::process::exit(if !bad.is_empty() {
         1
-    } else if lost {
+    } else if short {
+        4
+    } else if lost && lives.is_none() {
         3
     } else {
         0

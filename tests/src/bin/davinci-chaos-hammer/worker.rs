@@ -140,6 +140,18 @@ impl Worker {
         }
     }
 
+    /// After a call failed with `e`: `ENODEV` or `EIO` may be the device lost (a protocol
+    /// violation is `EIO` for the call that saw it, `ENODEV` for every later one), so the
+    /// file is reopened at once, and an open refused says the device is lost (a device that
+    /// only answered with one of those errnos gets a fresh open, harmless). Without this a
+    /// worker went on with calls failing on the lost device until its next reopen.
+    fn after(&mut self, e: i32) {
+        if matches!(e, libc::ENODEV | libc::EIO) {
+            self.tally.count("reopen-after-error", 0);
+            self.reopen();
+        }
+    }
+
     pub(crate) fn call<T: Wire>(&mut self, name: &str, request: u32, arg: &T) -> Option<T> {
         let node = self.node.as_ref()?;
         let mut b = vec![0u8; T::SIZE];
@@ -150,6 +162,7 @@ impl Worker {
             self.tally.overruns += 1;
             self.tally.count(&format!("{name}:guard-overrun"), 0);
         }
+        self.after(e);
         (e == 0).then(|| T::decode(&b))
     }
 
@@ -388,6 +401,7 @@ impl Worker {
             self.tally.overruns += 1;
             self.tally.count(&format!("{}:guard-overrun", cmd.name), 0);
         }
+        self.after(e);
     }
 
     fn list_clients(&mut self) {
@@ -449,7 +463,10 @@ impl Worker {
                 self.tally.count("mmap", 0);
                 self.maps.push(m);
             }
-            Err(e) => self.tally.count("mmap", e),
+            Err(e) => {
+                self.tally.count("mmap", e);
+                self.after(e);
+            }
         }
     }
 
