@@ -423,6 +423,14 @@ if check insmod insmod /davinci.ko quota_events=200; then
         cat /tmp/workload.err; exit $rc'
     check rmmod rmmod davinci
     check nodes-gone sh -c '! ls /dev/davinci0 2>/dev/null'
+    # Item 10 of issue 42 at the size the review named: one device of 4 GiB (the most a
+    # device may have), all of it allocated and freed four times while another thread opens
+    # /dev/cpu_dma_latency (the misc core's global mutex) and the device: no open waits for
+    # the allocation.
+    check insmod-4gib insmod /davinci.ko devices=1 memory_mb=4096
+    check misc-open-4gib /bin/kernel --include-ignored --exact --nocapture \
+        wakeups::an_open_of_another_misc_device_waits_for_no_large_allocation
+    check rmmod-4gib rmmod davinci
 fi
 
 # The kernel's log, whole (the console shows only warnings and worse, so that test output
