@@ -438,11 +438,7 @@ impl Buffer {
                 "a pool block cannot be exported: export a Device.alloc buffer",
             ));
         };
-        let to = match (uid, client_id) {
-            (None, None) => shim::ExportTo::SameUser,
-            (Some(u), None) => shim::ExportTo::User(u),
-            (uid, Some(c)) => shim::ExportTo::Client { uid, client_id: c },
-        };
+        let to = export_to(uid, client_id);
         let t = py.detach(|| b.export(to)).or_raise()?;
         Ok(t.to_string())
     }
@@ -461,11 +457,7 @@ impl Buffer {
                 "a pool block cannot be exported: export a Device.alloc buffer",
             ));
         };
-        let to = match (uid, client_id) {
-            (None, None) => shim::ExportTo::SameUser,
-            (Some(u), None) => shim::ExportTo::User(u),
-            (uid, Some(c)) => shim::ExportTo::Client { uid, client_id: c },
-        };
+        let to = export_to(uid, client_id);
         let fd = py.detach(|| b.export_fd(to)).or_raise()?;
         Ok(std::os::fd::IntoRawFd::into_raw_fd(fd))
     }
@@ -565,5 +557,15 @@ impl HostHold {
     #[getter]
     fn nbytes(&self) -> usize {
         self.map.len()
+    }
+}
+
+/// Whom `Buffer.export` and `Buffer.export_fd` grant: this user by default, `uid`, or the one
+/// client `client_id` (of `uid`, else of this user).
+fn export_to(uid: Option<u32>, client_id: Option<u32>) -> shim::ExportTo {
+    match (uid, client_id) {
+        (None, None) => shim::ExportTo::SameUser,
+        (Some(u), None) => shim::ExportTo::User(u),
+        (uid, Some(c)) => shim::ExportTo::Client { uid, client_id: c },
     }
 }
