@@ -1,0 +1,59 @@
+//! The device's built-in kernels as pure computation on host slices (issue 43,
+//! `docs/compute.md`): GEMM ([`gemm::gemm`]), elementwise ops ([`elementwise::elementwise`]),
+//! reductions ([`reduce::reduce`]), softmax ([`rows::softmax`]), layer and RMS norm
+//! ([`rows::norm`]), over f32, f16, bf16 (the `half` crate), i8 and i32. No ABI and no device
+//! memory: a host copies operands out of device memory into slices, runs a kernel, and copies
+//! the output back. A [`reference`] implementation (naive loops, f64) sits beside them.
+//!
+//! # Units
+//!
+//! Every kernel takes a **unit**: a range of its launch's units of work (GEMM: output rows of
+//! the flattened `batch × m`; elementwise: rows of the first three dimensions; reductions:
+//! output elements; softmax and norms: rows). Each kernel's `units`/`validate` says how many a
+//! launch has; [`layout::units`] cuts them into bounded pieces. Running consecutive units that
+//! cover `0..units`, in any cut, writes exactly what one whole call writes (bit for bit: a unit
+//! computes each output element the same way whatever the cut). An empty unit does nothing;
+//! a launch with a zero dimension has nothing to do.
+//!
+//! # Validation
+//!
+//! Every call validates everything before it writes: dtypes, every operand's footprint
+//! (`1 + sum((dim_i − 1)·stride_i)` elements, in checked `usize` arithmetic) against its slice,
+//! an output's elements pairwise distinct, the unit inside the launch. A refusal is an
+//! [`Error`] naming the [`Operand`] and the [`Problem`]; nothing here panics on any argument.
+//!
+//! # Accuracy (what the tests check against [`reference`])
+//!
+//! `u` is the unit roundoff of the output dtype: 2⁻²⁴ (f32), 2⁻¹¹ (f16), 2⁻⁸ (bf16); `r` the
+//! reference's value.
+//!
+//! * Integers (every kernel that takes them): **exact**. Wrapping is part of the result:
+//!   int8 GEMM accumulates in i32 wrapping (exact modulo 2³²), elementwise and sums wrap to
+//!   the output's dtype.
+//! * Elementwise add, sub, mul, div, max, min, relu and cast: **exact** (correctly rounded,
+//!   the same bits as the reference) for every dtype.
+//! * Elementwise exp, silu and gelu (computed in f32): `|y − r| ≤ 2⁻¹⁶·|r|` (f32; inputs of
+//!   magnitude at most 20), and `|y − r| ≤ 2u·|r|` plus the smallest subnormal for f16 and bf16
+//!   (one rounding away from the reference's).
+//! * GEMM (f32 accumulation): `|c − r| ≤ (k + 2)·2⁻²⁴·(|alpha|·Σ_p |a_ip·b_pj| + |beta·c_ij|)
+//!   + u·|r|`, the last term for an f16 or bf16 C's final rounding.
+//! * Sum (f64 accumulation): `|y − r| ≤ u·|r| + n·2⁻⁵²·Σ|x|`; max: exact.
+//! * Softmax (exp in f32, the sum in f64): `|y − r| ≤ (2⁻¹⁸ + u)·|r|` for inputs of magnitude
+//!   at most 20.
+//! * Norms (f64 throughout): `|y − r| ≤ u·|r| + 2⁻⁴⁰·(|gamma|·|x − mean|·rstd + |beta|)`.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod dtype;
+pub mod elementwise;
+pub mod error;
+pub mod gemm;
+pub mod layout;
+pub mod reduce;
+pub mod reference;
+pub mod rows;
+mod sgemm;
+
+pub use dtype::{DType, Slice, SliceMut};
+pub use error::{Error, Operand, Problem, Result};
+pub use half::{bf16, f16};
