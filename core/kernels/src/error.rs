@@ -68,6 +68,9 @@ pub enum Problem {
     Invalid,
     /// An input the op does not take (a unary op given B, a binary op without B).
     Arity,
+    /// The f32 copy of a broadcast operand (GEMM's A or B in f16, bf16 with a 0 stride and a
+    /// huge `k`) could not be allocated.
+    TooLarge,
 }
 
 /// A kernel's refusal: `operand` is wrong as `problem` says. Nothing was written.
@@ -105,6 +108,7 @@ impl fmt::Display for Error {
             Problem::NotZero => write!(f, "{op:?}: must be zero"),
             Problem::Invalid => write!(f, "{op:?}: not a valid value"),
             Problem::Arity => write!(f, "{op:?}: the op does not take this input"),
+            Problem::TooLarge => write!(f, "{op:?}: its f32 copy cannot be allocated"),
         }
     }
 }

@@ -137,14 +137,30 @@ pub fn gemm(
         let (bi, i0) = (r / p.m, r % p.m);
         let rows = (p.m - i0).min(unit.end - r);
         if let (Slice::I8(a), Slice::I8(b), SliceMut::I32(c)) = (a, b, &mut c) {
-            int8_block(p, a, b, c, bi, i0, rows);
+            int8_rows(p, a, b, c, bi, i0..i0 + rows);
         } else {
-            float_block(p, a, b, &mut c, bi, i0, rows, &mut scratch)?;
+            // Whole blocks of ROW_BLOCK rows, each its own `sgemm` call, whatever the unit.
+            let mut i = i0;
+            while i < i0 + rows {
+                let start = i / ROW_BLOCK * ROW_BLOCK;
+                let end = (start + ROW_BLOCK).min(p.m);
+                let take = end.min(i0 + rows);
+                float_block(p, a, b, &mut c, bi, start..end, i..take, &mut scratch)?;
+                i = take;
+            }
         }
         r += rows;
     }
     Ok(())
 }
+
+/// The rows of one `sgemm` call: a unit that starts or ends inside a block computes the whole
+/// block and keeps its rows. `matrixmultiply` rounds an element differently by its row's
+/// place in the call's register tiles (a full tile fuses `alpha·AB + beta·C` into one FMA, the
+/// last partial one does not; likewise across `k` blocks), so a row's result depends on the
+/// call's first row and row count: fixed blocks make it depend on the row alone, and a cut
+/// launch then equals one call bit for bit. Units that are multiples of it waste nothing.
+pub const ROW_BLOCK: usize = 64;
 
 #[derive(Default)]
 struct Scratch {
@@ -154,22 +170,30 @@ struct Scratch {
     row: Vec<f32>,
 }
 
-/// op(X)'s `rows × cols` block at `base` into `out`, contiguous row-major, as f32.
+/// op(X)'s `rows × cols` block at `base` into `out`, contiguous row-major, as f32. The copy
+/// of an input can be far larger than its slice (a 0 stride along `k`), so its allocation is
+/// tried, and a failure is an error naming the operand, not an abort.
 fn gather(
-    x: Slice<'_>,
+    (x, operand): (Slice<'_>, Operand),
     base: usize,
     (rows, cols): (usize, usize),
     (rs, cs): (usize, usize),
     out: &mut Vec<f32>,
     row: &mut Vec<f32>,
-) {
+) -> Result {
     out.clear();
+    let too_large = || Error::new(operand, Problem::TooLarge);
+    let len = rows.checked_mul(cols).ok_or_else(too_large)?;
+    out.try_reserve(len).map_err(|_| too_large())?;
+    row.try_reserve(cols).map_err(|_| too_large())?;
     for i in 0..rows {
         x.load_f32(base + i * rs, cs, cols, row);
         out.extend_from_slice(row);
     }
+    Ok(())
 }
 
+/// Computes rows `block` of batch `bi` in f32 scratch and stores rows `keep` (inside it).
 #[allow(clippy::too_many_arguments)]
 fn float_block(
     p: &GemmParams,
@@ -177,24 +201,36 @@ fn float_block(
     b: Slice<'_>,
     c: &mut SliceMut<'_>,
     bi: usize,
-    i0: usize,
-    rows: usize,
+    block: Range<usize>,
+    keep: Range<usize>,
     s: &mut Scratch,
 ) -> Result {
     let (ars, acs) = p.a.strides();
     let (brs, bcs) = p.b.strides();
-    // Inside the validated footprints: every offset below is at most an element's offset.
-    let a_base = bi * p.a.batch_stride + i0 * ars;
+    let rows = block.len();
+    if rows == 0 || p.n == 0 {
+        return Ok(());
+    }
+    // Inside the validated footprints: each base is the offset of an element that exists
+    // (when its operand has any element to read at all).
+    let a_base = bi * p.a.batch_stride + block.start * ars;
     let b_base = bi * p.b.batch_stride;
-    let c_base = bi * p.c.batch_stride + i0 * p.c.ld;
+    let c_base = bi * p.c.batch_stride + block.start * p.c.ld;
     let am = match a {
-        Slice::F32(x) if rows > 0 && p.k > 0 => Mat {
+        Slice::F32(x) if p.k > 0 => Mat {
             data: &x[a_base..],
             rs: ars,
             cs: acs,
         },
         _ => {
-            gather(a, a_base, (rows, p.k), (ars, acs), &mut s.a, &mut s.row);
+            gather(
+                (a, Operand::A),
+                a_base,
+                (rows, p.k),
+                (ars, acs),
+                &mut s.a,
+                &mut s.row,
+            )?;
             Mat {
                 data: &s.a,
                 rs: p.k,
@@ -203,13 +239,20 @@ fn float_block(
         }
     };
     let bm = match b {
-        Slice::F32(x) if p.k > 0 && p.n > 0 => Mat {
+        Slice::F32(x) if p.k > 0 => Mat {
             data: &x[b_base..],
             rs: brs,
             cs: bcs,
         },
         _ => {
-            gather(b, b_base, (p.k, p.n), (brs, bcs), &mut s.b, &mut s.row);
+            gather(
+                (b, Operand::B),
+                b_base,
+                (p.k, p.n),
+                (brs, bcs),
+                &mut s.b,
+                &mut s.row,
+            )?;
             Mat {
                 data: &s.b,
                 rs: p.n,
@@ -217,49 +260,35 @@ fn float_block(
             }
         }
     };
-    let dims = (rows, p.k, p.n);
-    match c {
-        SliceMut::F32(x) if rows > 0 && p.n > 0 => {
-            sgemm(dims, p.alpha, am, bm, p.beta, &mut x[c_base..], (p.c.ld, 1))
-        }
-        _ if rows == 0 || p.n == 0 => Ok(()),
-        c => {
-            s.c.clear();
-            if p.beta == 0.0 {
-                s.c.resize(rows * p.n, 0.0);
-            } else {
-                gather(
-                    c.as_slice(),
-                    c_base,
-                    (rows, p.n),
-                    (p.c.ld, 1),
-                    &mut s.c,
-                    &mut s.row,
-                );
-            }
-            sgemm(dims, p.alpha, am, bm, p.beta, &mut s.c, (p.n, 1))?;
-            for (i, row) in s.c.chunks(p.n).enumerate() {
-                c.store_f32(c_base + i * p.c.ld, 1, row);
-            }
-            Ok(())
-        }
+    s.c.clear();
+    if p.beta == 0.0 {
+        s.c.resize(rows * p.n, 0.0);
+    } else {
+        let cs = (c.as_slice(), Operand::C);
+        gather(cs, c_base, (rows, p.n), (p.c.ld, 1), &mut s.c, &mut s.row)?;
     }
+    sgemm(
+        (rows, p.k, p.n),
+        p.alpha,
+        am,
+        bm,
+        p.beta,
+        &mut s.c,
+        (p.n, 1),
+    )?;
+    for i in keep {
+        let off = (i - block.start) * p.n;
+        c.store_f32(c_base + (i - block.start) * p.c.ld, 1, &s.c[off..off + p.n]);
+    }
+    Ok(())
 }
 
-fn int8_block(
-    p: &GemmParams,
-    a: &[i8],
-    b: &[i8],
-    c: &mut [i32],
-    bi: usize,
-    i0: usize,
-    rows: usize,
-) {
+fn int8_rows(p: &GemmParams, a: &[i8], b: &[i8], c: &mut [i32], bi: usize, rows: Range<usize>) {
     let (ars, acs) = p.a.strides();
     let (brs, bcs) = p.b.strides();
     let b_base = bi * p.b.batch_stride;
     let mut acc = vec![0i32; p.n];
-    for i in i0..i0 + rows {
+    for i in rows {
         acc.iter_mut().for_each(|v| *v = 0);
         let a_row = bi * p.a.batch_stride + i * ars;
         for q in 0..p.k {

@@ -24,23 +24,28 @@
 //!
 //! # Accuracy (what the tests check against [`reference`])
 //!
-//! `u` is the unit roundoff of the output dtype: 2⁻²⁴ (f32), 2⁻¹¹ (f16), 2⁻⁸ (bf16); `r` the
-//! reference's value.
+//! `u` is the unit roundoff of the output dtype: 2⁻²⁴ (f32), 2⁻¹¹ (f16), 2⁻⁸ (bf16); `s` its
+//! smallest positive subnormal: 2⁻¹⁴⁹, 2⁻²⁴, 2⁻¹³³; `r` the reference's value. A bound of
+//! `2u·|r|` is "one rounding away": both sides round once to the dtype from values that differ
+//! by less than that rounding.
 //!
 //! * Integers (every kernel that takes them): **exact**. Wrapping is part of the result:
-//!   int8 GEMM accumulates in i32 wrapping (exact modulo 2³²), elementwise and sums wrap to
-//!   the output's dtype.
+//!   int8 GEMM accumulates in i32 wrapping (exact modulo 2³²), elementwise ops and sums wrap
+//!   to the output's dtype.
 //! * Elementwise add, sub, mul, div, max, min, relu and cast: **exact** (correctly rounded,
-//!   the same bits as the reference) for every dtype.
-//! * Elementwise exp, silu and gelu (computed in f32): `|y − r| ≤ 2⁻¹⁶·|r|` (f32; inputs of
-//!   magnitude at most 20), and `|y − r| ≤ 2u·|r|` plus the smallest subnormal for f16 and bf16
-//!   (one rounding away from the reference's).
+//!   equal to the reference) for every dtype, NaN for NaN.
+//! * Elementwise exp, silu and gelu, computed in f32, for inputs of magnitude at most 20:
+//!   `|y − r| ≤ 2⁻¹⁴·|r| + s` for f32 (gelu's `exp(−2z)` amplifies the rounding of `z`, up to
+//!   `|2z| ≈ 88` times, where the result is still a normal f32), and
+//!   `|y − r| ≤ (2⁻¹⁴ + 2u)·|r| + s` for f16 and bf16.
 //! * GEMM (f32 accumulation): `|c − r| ≤ (k + 2)·2⁻²⁴·(|alpha|·Σ_p |a_ip·b_pj| + |beta·c_ij|)
-//!   + u·|r|`, the last term for an f16 or bf16 C's final rounding.
-//! * Sum (f64 accumulation): `|y − r| ≤ u·|r| + n·2⁻⁵²·Σ|x|`; max: exact.
-//! * Softmax (exp in f32, the sum in f64): `|y − r| ≤ (2⁻¹⁸ + u)·|r|` for inputs of magnitude
-//!   at most 20.
-//! * Norms (f64 throughout): `|y − r| ≤ u·|r| + 2⁻⁴⁰·(|gamma|·|x − mean|·rstd + |beta|)`.
+//!   + 2u·|r| + s` (the `2u` term for an f16 or bf16 C's final rounding).
+//! * Sum (f64 accumulation): `|y − r| ≤ 2u·|r| + n·2⁻⁵²·Σ|x| + s`; max: exact.
+//! * Softmax (exp in f32, the sum in f64), inputs of magnitude at most 20:
+//!   `|y − r| ≤ (2⁻¹⁶ + 2u)·|r| + s` (`x − max` rounds in f32, and `exp` turns that absolute
+//!   error, at most 40·2⁻²⁴, into a relative one).
+//! * Layer and RMS norm (f64 throughout): `|y − r| ≤ 2u·|r| + 2⁻⁴⁰·(|gamma_j|·|x_j − mean|·rstd
+//!   + |beta_j|) + s`.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

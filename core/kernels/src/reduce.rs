@@ -73,32 +73,43 @@ pub fn reduce(
     for e in unit {
         let idx = unflatten(e, &out);
         let (os, od) = (offset(&idx, &src.strides), offset(&idx, &dst.strides));
+        // In chunks: the axis may be far longer than the slice (a 0 stride).
         if float {
-            src.data.load_f64(os, step, len, &mut xf);
-            let v = match op {
-                ReduceOp::Sum => xf.iter().sum(),
-                ReduceOp::Max => xf.iter().fold(f64::NEG_INFINITY, |m, x| {
-                    if m.is_nan() || x.is_nan() {
-                        f64::NAN
-                    } else if *x > m {
-                        *x
-                    } else {
-                        m
-                    }
-                }),
+            let mut v = match op {
+                ReduceOp::Sum => 0.0,
+                ReduceOp::Max => f64::NEG_INFINITY,
             };
+            for (start, n) in chunks(len) {
+                src.data.load_f64(os + start * step, step, n, &mut xf);
+                v = xf.iter().fold(v, |acc, x| match op {
+                    ReduceOp::Sum => acc + x,
+                    ReduceOp::Max if acc.is_nan() || x.is_nan() => f64::NAN,
+                    ReduceOp::Max if *x > acc => *x,
+                    ReduceOp::Max => acc,
+                });
+            }
             dst.data.store_f64(od, 0, &[v]);
         } else {
-            src.data.load_i64(os, step, len, &mut xi);
-            let v = match op {
-                ReduceOp::Sum => xi.iter().fold(0i64, |s, x| s.wrapping_add(*x)),
-                ReduceOp::Max => xi.iter().copied().max().unwrap_or(match src.data.dtype() {
-                    DType::I8 => i64::from(i8::MIN),
-                    _ => i64::from(i32::MIN),
-                }),
+            let mut v = match (op, src.data.dtype()) {
+                (ReduceOp::Sum, _) => 0,
+                (ReduceOp::Max, DType::I8) => i64::from(i8::MIN),
+                (ReduceOp::Max, _) => i64::from(i32::MIN),
             };
+            for (start, n) in chunks(len) {
+                src.data.load_i64(os + start * step, step, n, &mut xi);
+                v = xi.iter().fold(v, |acc, x| match op {
+                    ReduceOp::Sum => acc.wrapping_add(*x),
+                    ReduceOp::Max => acc.max(*x),
+                });
+            }
             dst.data.store_i64(od, 0, &[v]);
         }
     }
     Ok(())
+}
+
+/// `0..len` in pieces of at most 4096: (start, length).
+fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    const CHUNK: usize = 4096;
+    (0..len.div_ceil(CHUNK)).map(move |i| (i * CHUNK, CHUNK.min(len - i * CHUNK)))
 }

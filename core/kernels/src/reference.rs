@@ -3,8 +3,9 @@
 //! property tests here and the conformance tests of the hosts. The same validation as the
 //! kernels (the `validate` functions), so both refuse alike; no units.
 //!
-//! GELU here is written as `0.5·x·(1 + tanh(z))` (the kernels compute `x·σ(2z)`), so the
-//! two forms check each other.
+//! GELU here is written as `0.5·x·(1 + tanh(z))` where `z ≥ 0` (the kernels compute `x·σ(2z)`
+//! everywhere), so the two forms check each other; where `z < 0`, `1 + tanh(z)` cancels, and
+//! the reference uses the identity `x / (1 + e^(−2z))` in f64 too.
 
 use crate::dtype::{DType, Slice, SliceMut};
 use crate::elementwise::{self, ElementwiseOp, Input, Output};
@@ -55,7 +56,11 @@ pub fn gemm(p: &GemmParams, a: Slice<'_>, b: Slice<'_>, mut c: SliceMut<'_>) -> 
 /// GELU, tanh approximation, in f64: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
 pub fn gelu_f64(x: f64) -> f64 {
     let z = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
-    0.5 * x * (1.0 + z.tanh())
+    if z >= 0.0 {
+        0.5 * x * (1.0 + z.tanh())
+    } else {
+        x / (1.0 + (-2.0 * z).exp())
+    }
 }
 
 fn float_op(op: ElementwiseOp, a: f64, b: f64) -> f64 {
