@@ -123,8 +123,15 @@ pub fn validate(
     Ok(total)
 }
 
+/// `1 / (1 + e^(−x))`, through `e^x / (1 + e^x)` below 0, so that a very negative `x` fades
+/// through the subnormals instead of `e^(−x)` overflowing to a hard 0.
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
 }
 
 /// GELU, tanh approximation: `0.5·x·(1 + tanh(z)) = x·σ(2z)`, `z = √(2/π)·(x + 0.044715·x³)`.

@@ -35,9 +35,9 @@
 //! * Elementwise add, sub, mul, div, max, min, relu and cast: **exact** (correctly rounded,
 //!   equal to the reference) for every dtype, NaN for NaN.
 //! * Elementwise exp, silu and gelu, computed in f32, for inputs of magnitude at most 20:
-//!   `|y − r| ≤ 2⁻¹⁴·|r| + s` for f32 (gelu's `exp(−2z)` amplifies the rounding of `z`, up to
-//!   `|2z| ≈ 88` times, where the result is still a normal f32), and
-//!   `|y − r| ≤ (2⁻¹⁴ + 2u)·|r| + s` for f16 and bf16.
+//!   `|y − r| ≤ 2⁻¹⁴·|r| + 32s` for f32 (gelu's `exp(2z)` amplifies the rounding of `z`, up to
+//!   `|2z| ≈ 88` times, where the result is still a normal f32; the `32s` is a subnormal
+//!   `e^x` times `|x| ≤ 20`), and `|y − r| ≤ (2⁻¹⁴ + 2u)·|r| + 32s` for f16 and bf16.
 //! * GEMM (f32 accumulation): `|c − r| ≤ (k + 2)·2⁻²⁴·(|alpha|·Σ_p |a_ip·b_pj| + |beta·c_ij|)
 //!   + 2u·|r| + s` (the `2u` term for an f16 or bf16 C's final rounding).
 //! * Sum (f64 accumulation): `|y − r| ≤ 2u·|r| + n·2⁻⁵²·Σ|x| + s`; max: exact.

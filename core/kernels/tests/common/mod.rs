@@ -142,12 +142,12 @@ pub fn close(y: f64, r: f64, tol: f64) -> bool {
 /// Every element of `got` within `tol[i]` of `want`; the first that is not, as a message.
 pub fn check_close(got: &Buf, want: &Buf, tol: &[f64]) -> Result<(), String> {
     assert_eq!(got.len(), want.len());
-    for i in 0..got.len() {
+    assert_eq!(got.len(), tol.len());
+    for (i, t) in tol.iter().enumerate() {
         let (y, r) = (got.get(i), want.get(i));
-        if !close(y, r, tol[i]) {
+        if !close(y, r, *t) {
             return Err(format!(
-                "element {i}: got {y:e}, reference {r:e}, tolerance {:e}",
-                tol[i]
+                "element {i}: got {y:e}, reference {r:e}, tolerance {t:e}"
             ));
         }
     }
