@@ -2,13 +2,15 @@
 //! batched with batch strides (elements). `op(A)` is `m×k`, `op(B)` `k×n`, C `m×n`.
 //!
 //! Floats (A and B each f32, f16 or bf16; C f32, f16 or bf16): f32 accumulation by
-//! `matrixmultiply`; f16 and bf16 operands are converted to f32 (exactly) per unit, and a
-//! half-precision C is rounded once at the end. With `beta == 0` C is not read (as BLAS: a NaN
+//! `matrixmultiply`, one call per block of [`ROW_BLOCK`] rows; f16 and bf16 operands are converted
+//! to f32 (exactly) per block (B whole: `k·n` elements of scratch), and C is computed in f32
+//! scratch and rounded once to its dtype. With `beta == 0` C is not read (as BLAS: a NaN
 //! there does not survive). Integers: A and B i8, C i32, `C = op(A)·op(B)` with wrapping i32
 //! accumulation (exact modulo 2³²); alpha and beta must be 0.
 //!
 //! A unit is a range of output rows of the flattened `batch × m` rows: row `r` is row `r % m`
-//! of batch `r / m`. Each row costs `n·k` multiply-adds.
+//! of batch `r / m`. Each row costs `n·k` multiply-adds; a unit that starts or ends inside a
+//! block computes that whole block (see [`ROW_BLOCK`]).
 
 use std::ops::Range;
 

@@ -3,7 +3,7 @@
 //! reductions ([`reduce::reduce`]), softmax ([`rows::softmax`]), layer and RMS norm
 //! ([`rows::norm`]), over f32, f16, bf16 (the `half` crate), i8 and i32. No ABI and no device
 //! memory: a host copies operands out of device memory into slices, runs a kernel, and copies
-//! the output back. A [`reference`] implementation (naive loops, f64) sits beside them.
+//! the output back. A [`reference`](mod@reference) implementation (naive loops, f64) sits beside them.
 //!
 //! # Units
 //!
@@ -15,6 +15,28 @@
 //! computes each output element the same way whatever the cut). An empty unit does nothing;
 //! a launch with a zero dimension has nothing to do.
 //!
+//! ```
+//! use davinci_kernels::gemm::{gemm, GemmInput, GemmOutput, GemmParams};
+//! use davinci_kernels::{layout, Slice, SliceMut};
+//!
+//! // C (2×2) = A (2×3) · B (3×2), f32, in units of one row.
+//! let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+//! let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+//! let mut c = [0.0f32; 4];
+//! let p = GemmParams {
+//!     m: 2, n: 2, k: 3, batch: 1,
+//!     a: GemmInput { ld: 3, batch_stride: 0, trans: false },
+//!     b: GemmInput { ld: 2, batch_stride: 0, trans: false },
+//!     c: GemmOutput { ld: 2, batch_stride: 0 },
+//!     alpha: 1.0, beta: 0.0,
+//! };
+//! for unit in layout::units(p.units()?, 1) {
+//!     gemm(&p, Slice::F32(&a), Slice::F32(&b), SliceMut::F32(&mut c), unit)?;
+//! }
+//! assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
+//! # Ok::<(), davinci_kernels::Error>(())
+//! ```
+//!
 //! # Validation
 //!
 //! Every call validates everything before it writes: dtypes, every operand's footprint
@@ -22,7 +44,7 @@
 //! an output's elements pairwise distinct, the unit inside the launch. A refusal is an
 //! [`Error`] naming the [`Operand`] and the [`Problem`]; nothing here panics on any argument.
 //!
-//! # Accuracy (what the tests check against [`reference`])
+//! # Accuracy (what the tests check against [`reference`](mod@reference))
 //!
 //! `u` is the unit roundoff of the output dtype: 2⁻²⁴ (f32), 2⁻¹¹ (f16), 2⁻⁸ (bf16); `s` its
 //! smallest positive subnormal: 2⁻¹⁴⁹, 2⁻²⁴, 2⁻¹³³; `r` the reference's value. A bound of
