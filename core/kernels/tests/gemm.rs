@@ -367,6 +367,37 @@ fn huge_sizes_are_errors_not_panics() {
 }
 
 #[test]
+fn int8_with_no_columns_writes_nothing() {
+    // Rows of C past its (empty) slice: nothing to write, nothing indexed.
+    let p = GemmParams {
+        m: 2,
+        n: 0,
+        k: 1,
+        batch: 1,
+        a: GemmInput {
+            ld: 1,
+            batch_stride: 0,
+            trans: false,
+        },
+        b: GemmInput {
+            ld: 0,
+            batch_stride: 0,
+            trans: false,
+        },
+        c: GemmOutput {
+            ld: 5,
+            batch_stride: 0,
+        },
+        alpha: 0.0,
+        beta: 0.0,
+    };
+    let (a, b) = (Buf::I8(vec![1, 2]), Buf::I8(vec![]));
+    let mut c = Buf::I32(vec![]);
+    gemm(&p, a.s(), b.s(), c.m(), 0..2).unwrap();
+    reference::gemm(&p, a.s(), b.s(), c.m()).unwrap();
+}
+
+#[test]
 fn beta_zero_does_not_read_c() {
     let cs = small();
     let p = GemmParams { beta: 0.0, ..cs.p };

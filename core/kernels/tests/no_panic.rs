@@ -42,7 +42,7 @@ proptest! {
             a: GemmInput { ld: lds[0], batch_stride: bss[0], trans: t.0 },
             b: GemmInput { ld: lds[1], batch_stride: bss[1], trans: t.1 },
             c: GemmOutput { ld: lds[2], batch_stride: bss[2] },
-            alpha: 1.0, beta: 0.0,
+            alpha: if t.0 { 0.0 } else { 1.0 }, beta: 0.0,
         };
         let (a, b, mut c) = (buf(d[0], lens[0], seed), buf(d[1], lens[1], seed ^ 1), buf(d[2], lens[2], seed ^ 2));
         let valid = gemm::validate(&p, &a.s(), &b.s(), &c.m()).is_ok();
