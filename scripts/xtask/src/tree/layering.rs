@@ -23,7 +23,7 @@ use super::Finding;
 
 /// The layers, lowest first. A crate may depend only on crates of lower layers.
 pub const LAYERS: &[&[&str]] = &[
-    &["davinci-uapi", "davinci-units"],
+    &["davinci-uapi", "davinci-units", "davinci-kernels"],
     &[
         "davinci-ring",
         "davinci-shm",
