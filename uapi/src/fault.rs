@@ -35,6 +35,22 @@ pub enum FaultOperand {
     Opcode = 8,
     /// `flags` or a reserved field.
     Reserved = 9,
+    /// A kernel's parameter block as a whole, or a scalar in it (an op, a kind, `alpha`,
+    /// `eps`, a reserved field of the block) (ABI 1.5).
+    Params = 10,
+    /// A kernel's operand A (GEMM's A; an elementwise op's `a`; the `src` of a reduction,
+    /// softmax or norm) (ABI 1.5).
+    A = 11,
+    /// A kernel's operand B (GEMM's B; an elementwise op's `b`) (ABI 1.5).
+    B = 12,
+    /// A kernel's output C (GEMM's C; every other kernel's `dst`) (ABI 1.5).
+    C = 13,
+    /// A norm's `gamma` (ABI 1.5).
+    Gamma = 14,
+    /// A norm's `beta` (ABI 1.5).
+    Beta = 15,
+    /// A kernel's shape: a dimension, `k`, an axis, a row's length (ABI 1.5).
+    Shape = 16,
 }
 
 impl FaultOperand {
@@ -51,11 +67,18 @@ impl FaultOperand {
             7 => FaultOperand::Dtype,
             8 => FaultOperand::Opcode,
             9 => FaultOperand::Reserved,
+            10 => FaultOperand::Params,
+            11 => FaultOperand::A,
+            12 => FaultOperand::B,
+            13 => FaultOperand::C,
+            14 => FaultOperand::Gamma,
+            15 => FaultOperand::Beta,
+            16 => FaultOperand::Shape,
             _ => return None,
         })
     }
 
-    /// The field's name in `struct davinci_task_desc`.
+    /// The field's name in `struct davinci_task_desc`, or the kernel operand's.
     pub const fn name(self) -> &'static str {
         match self {
             FaultOperand::None => "descriptor",
@@ -68,6 +91,13 @@ impl FaultOperand {
             FaultOperand::Dtype => "dtype",
             FaultOperand::Opcode => "opcode",
             FaultOperand::Reserved => "flags/reserved",
+            FaultOperand::Params => "kernel parameters",
+            FaultOperand::A => "kernel operand A",
+            FaultOperand::B => "kernel operand B",
+            FaultOperand::C => "kernel output C",
+            FaultOperand::Gamma => "kernel operand gamma",
+            FaultOperand::Beta => "kernel operand beta",
+            FaultOperand::Shape => "kernel shape",
         }
     }
 }
@@ -97,6 +127,15 @@ pub enum FaultKind {
     /// The event value waited for will never be reached: the stream that was to record it
     /// stopped (`EIO`).
     Unreachable = 8,
+    /// A value outside its range: a leading dimension shorter than its row, an axis past
+    /// the shape, a negative or NaN `eps`, dtypes a kernel does not combine (`EINVAL`;
+    /// ABI 1.5).
+    Invalid = 9,
+    /// An output whose elements share memory with each other or with an input it may not
+    /// overlap (`EINVAL`; ABI 1.5).
+    Overlap = 10,
+    /// Past a bound of the device (`E2BIG`); value: the bound, saturated (ABI 1.5).
+    TooLarge = 11,
 }
 
 impl FaultKind {
@@ -112,6 +151,9 @@ impl FaultKind {
             6 => FaultKind::Unknown,
             7 => FaultKind::NoSuchEvent,
             8 => FaultKind::Unreachable,
+            9 => FaultKind::Invalid,
+            10 => FaultKind::Overlap,
+            11 => FaultKind::TooLarge,
             _ => return None,
         })
     }
@@ -125,7 +167,7 @@ pub struct Fault {
     /// What was wrong with it.
     pub kind: FaultKind,
     /// Kind-specific: the alignment needed (`Misaligned`), the bytes past the end
-    /// (`PastEnd`, saturated at `u32::MAX`); otherwise 0.
+    /// (`PastEnd`, saturated at `u32::MAX`), the bound (`TooLarge`); otherwise 0.
     pub value: u32,
 }
 
@@ -203,6 +245,12 @@ impl core::fmt::Display for Fault {
                 f,
                 "{op}: the event will not reach this value (the stream that was to record it stopped)"
             ),
+            FaultKind::Invalid => write!(f, "{op}: a value outside its range"),
+            FaultKind::Overlap => write!(
+                f,
+                "{op}: elements share memory with each other or with an input"
+            ),
+            FaultKind::TooLarge => write!(f, "{op}: past the device's bound of {}", self.value),
         }
     }
 }
@@ -230,6 +278,21 @@ pub const CONSTS: &[ConstGroup] = &[
                 "RESERVED",
                 FaultOperand::Reserved as u64,
                 "flags or a reserved field",
+            ),
+            (
+                "PARAMS",
+                FaultOperand::Params as u64,
+                "a kernel's parameter block or a scalar in it (1.5)",
+            ),
+            ("A", FaultOperand::A as u64, "a kernel's operand A (1.5)"),
+            ("B", FaultOperand::B as u64, "a kernel's operand B (1.5)"),
+            ("C", FaultOperand::C as u64, "a kernel's output C (1.5)"),
+            ("GAMMA", FaultOperand::Gamma as u64, "a norm's gamma (1.5)"),
+            ("BETA", FaultOperand::Beta as u64, "a norm's beta (1.5)"),
+            (
+                "SHAPE",
+                FaultOperand::Shape as u64,
+                "a kernel's dimension, k, axis or row (1.5)",
             ),
         ],
     },
@@ -278,6 +341,21 @@ pub const CONSTS: &[ConstGroup] = &[
                 FaultKind::Unreachable as u64,
                 "event value never reached: its recorder stopped (EIO)",
             ),
+            (
+                "INVALID",
+                FaultKind::Invalid as u64,
+                "value outside its range (EINVAL, 1.5)",
+            ),
+            (
+                "OVERLAP",
+                FaultKind::Overlap as u64,
+                "output elements share memory (EINVAL, 1.5)",
+            ),
+            (
+                "TOO_LARGE",
+                FaultKind::TooLarge as u64,
+                "past a device bound (E2BIG, 1.5); value: the bound",
+            ),
         ],
     },
 ];
@@ -291,8 +369,8 @@ mod tests {
         let f = Fault::with_value(FaultOperand::Src1, FaultKind::PastEnd, 64);
         assert_eq!(f.encode(), 3 | (2 << 8) | (64 << 32));
         assert_eq!(Fault::decode(f.encode()), Some(f));
-        for op in 0..=9u8 {
-            for kind in 0..=8u8 {
+        for op in 0..=16u8 {
+            for kind in 0..=11u8 {
                 let r = u64::from(op) | (u64::from(kind) << 8) | (7 << 32);
                 if r & 0xffff != 0 {
                     let d = Fault::decode(r).unwrap();
@@ -301,8 +379,8 @@ mod tests {
             }
         }
         assert_eq!(Fault::decode(0), None, "1.1 devices write 0");
-        assert_eq!(Fault::decode(10), None, "unknown operand");
-        assert_eq!(Fault::decode(9 << 8), None, "unknown kind");
+        assert_eq!(Fault::decode(17), None, "unknown operand");
+        assert_eq!(Fault::decode(12 << 8), None, "unknown kind");
         assert_eq!(Fault::decode(1 | (1 << 16)), None, "bits 16..32 must be 0");
     }
 

@@ -20,6 +20,7 @@ pub mod args;
 pub mod errno;
 pub mod fault;
 pub mod ioctl;
+pub mod kernels;
 pub mod layout;
 pub mod mmap;
 pub mod rings;
@@ -28,6 +29,10 @@ pub mod task;
 pub use args::*;
 pub use errno::Errno;
 pub use fault::{Fault, FaultKind, FaultOperand};
+pub use kernels::{
+    ElementwiseParams, EwOp, GemmParams, KernelId, KernelInfo, ListKernelsArgs, NormKind,
+    NormParams, ReduceOp, ReduceParams, SoftmaxParams,
+};
 pub use layout::{AbiStruct, Wire, ZeroInit};
 pub use mmap::{decode_mmap_offset, mmap_offset, MmapKind, DOORBELL_SIZE};
 pub use rings::{RingFlags, RingHeader, RingMapping, RingOffsets};
@@ -68,13 +73,21 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <DeviceIdentity as AbiStruct>::INFO,
     <Usage as AbiStruct>::INFO,
     <TenantShareArgs as AbiStruct>::INFO,
+    <ListKernelsArgs as AbiStruct>::INFO,
+    <KernelInfo as AbiStruct>::INFO,
+    <GemmParams as AbiStruct>::INFO,
+    <ElementwiseParams as AbiStruct>::INFO,
+    <ReduceParams as AbiStruct>::INFO,
+    <SoftmaxParams as AbiStruct>::INFO,
+    <NormParams as AbiStruct>::INFO,
 ];
 
 /// Every flag-set type.
 pub const FLAGS: &[layout::FlagsInfo] = &[RingFlags::INFO, Features::INFO];
 
 /// Every group of wire constants.
-pub const CONST_GROUPS: &[&[layout::ConstGroup]] = &[task::CONSTS, fault::CONSTS, args::CONSTS];
+pub const CONST_GROUPS: &[&[layout::ConstGroup]] =
+    &[task::CONSTS, fault::CONSTS, args::CONSTS, kernels::CONSTS];
 
 /// Scalar constants for the C header: `(name without DAVINCI_, value, doc)`.
 pub const SCALARS: &[(&str, u64, &str)] = &[
@@ -98,6 +111,27 @@ pub const SCALARS: &[(&str, u64, &str)] = &[
         "LAST_ERROR_MESSAGE_LEN",
         args::LAST_ERROR_MESSAGE_LEN as u64,
         "bytes of davinci_last_error.message, the NUL included",
+    ),
+    (
+        "KERNEL_NAME_LEN",
+        kernels::KERNEL_NAME_LEN as u64,
+        "bytes of davinci_kernel_info.name, the NUL included",
+    ),
+    (
+        "KERNEL_PARAMS_VERSION",
+        kernels::PARAMS_VERSION as u64,
+        "layout version of the built-in kernels' parameter blocks",
+    ),
+    (
+        "KERNEL_LOADED_BASE",
+        kernels::KERNEL_LOADED_BASE as u64,
+        "kernel handles from here up: loaded kernels (reserved)",
+    ),
+    ("KERNEL_MAX_K", kernels::KERNEL_MAX_K, "most k of a GEMM"),
+    (
+        "KERNEL_MAX_ROW",
+        kernels::KERNEL_MAX_ROW,
+        "most elements along a reduced axis or a softmax/norm row",
     ),
     (
         "RING_HEADER_SIZE",

@@ -54,14 +54,17 @@ pub const EVENT_RECORD_SIZE: usize = 32;
 pub enum Opcode {
     /// Does nothing; completes with result 0.
     Nop = 0,
-    /// Writes the low 32 bits of `imm` repeatedly over `len` bytes at `dst` (`len` a multiple
-    /// of 4, `dst` 4-byte aligned). Result: bytes written.
+    /// Writes a pattern repeatedly over `len` bytes at `dst`: with `dtype` 0 the low 32 bits
+    /// of `imm` (`len` a multiple of 4, `dst` 4-byte aligned); with `DAVINCI_DTYPE_U8` its low
+    /// 8 bits (any `dst` and `len`); with `DAVINCI_DTYPE_U16` its low 16 bits (`dst` and `len`
+    /// 2-byte aligned) (ABI 1.5). Result: bytes written.
     Fill = 1,
     /// Copies `len` bytes from `src0` to `dst` (ranges may overlap; memmove semantics).
     /// Result: bytes copied.
     Copy = 2,
     /// Elementwise `dst[i] = src0[i] + src1[i]` for `len` elements of type `dtype`
-    /// (u32/i32 wrap; f32 IEEE). Addresses 4-byte aligned. Result: elements added.
+    /// (integers wrap; f32 IEEE; f16 and bf16 rounded to nearest even, ABI 1.5). Addresses
+    /// aligned to the element's size. Result: elements added.
     Add = 3,
     /// Sets event `handle` (of the stream's context) to at least `imm` and wakes its waiters.
     /// Result: the event's value afterwards.
@@ -69,9 +72,11 @@ pub enum Opcode {
     /// The stream executes nothing further until event `handle` (same context) reaches `imm`.
     /// Result: the event's value when the wait ended.
     EventWait = 5,
-    /// Reserved for hardware: launch kernel `handle` over `imm` blocks with a parameter block
-    /// of `len` bytes at device address `src0`. The mock device completes it with `EOPNOTSUPP`
-    /// semantics reported as `EBADMSG`.
+    /// Launches kernel `handle` (`DAVINCI_KERNEL_*`, ABI 1.5) over `imm` blocks (0 or 1 for a
+    /// built-in kernel) with its parameter block of `len` bytes (exactly the kernel's
+    /// `params_size`) at device address `src0`, copied once when the device takes the
+    /// descriptor. A device without `DAVINCI_FEAT_KERNELS` fails it with `EBADMSG`
+    /// (`HANDLE`, `UNKNOWN`). Result: the launch's units of work run.
     KernelLaunch = 6,
 }
 
@@ -97,7 +102,7 @@ impl Opcode {
     }
 }
 
-/// Element type of `ADD` (`TaskDesc::dtype`).
+/// An element type: of `ADD` and `FILL` (`TaskDesc::dtype`) and of a kernel's operands.
 #[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dtype {
@@ -107,22 +112,57 @@ pub enum Dtype {
     I32 = 1,
     /// IEEE-754 single precision.
     F32 = 2,
+    /// IEEE-754 half precision (ABI 1.5).
+    F16 = 3,
+    /// bfloat16: single precision's exponent, 8 bits of significand (ABI 1.5).
+    Bf16 = 4,
+    /// Signed 8-bit, wrapping (ABI 1.5).
+    I8 = 5,
+    /// Unsigned 8-bit, wrapping (ABI 1.5).
+    U8 = 6,
+    /// Unsigned 16-bit, wrapping (ABI 1.5).
+    U16 = 7,
 }
 
 impl Dtype {
+    /// Every dtype, in wire order.
+    pub const ALL: [Dtype; 8] = [
+        Dtype::U32,
+        Dtype::I32,
+        Dtype::F32,
+        Dtype::F16,
+        Dtype::Bf16,
+        Dtype::I8,
+        Dtype::U8,
+        Dtype::U16,
+    ];
+
     /// Decodes a wire value.
     pub const fn from_u8(v: u8) -> Option<Dtype> {
-        match v {
-            0 => Some(Dtype::U32),
-            1 => Some(Dtype::I32),
-            2 => Some(Dtype::F32),
-            _ => None,
+        if (v as usize) < Self::ALL.len() {
+            Some(Self::ALL[v as usize])
+        } else {
+            None
         }
     }
 
     /// Element size in bytes.
     pub const fn size(self) -> u64 {
-        4
+        match self {
+            Dtype::U32 | Dtype::I32 | Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 | Dtype::U16 => 2,
+            Dtype::I8 | Dtype::U8 => 1,
+        }
+    }
+
+    /// A floating-point type.
+    pub const fn is_float(self) -> bool {
+        matches!(self, Dtype::F32 | Dtype::F16 | Dtype::Bf16)
+    }
+
+    /// The bit of this dtype in a mask of dtypes (`davinci_kernel_info.dtypes`).
+    pub const fn bit(self) -> u64 {
+        1 << self as u8
     }
 }
 
@@ -135,7 +175,7 @@ abi_struct! {
     pub struct TaskDesc {
         /// `DAVINCI_OP_*` (to device).
         pub opcode: u8,
-        /// `DAVINCI_DTYPE_*` for `ADD`, else 0 (to device).
+        /// `DAVINCI_DTYPE_*` for `ADD` and `FILL` (0: 32-bit words), else 0 (to device).
         pub dtype: u8,
         /// Reserved task flags, must be 0 (to device).
         pub flags: u16,
@@ -151,7 +191,7 @@ abi_struct! {
         pub src1: u64,
         /// Length: bytes for FILL/COPY, elements for ADD, parameter bytes for KERNEL_LAUNCH (to device).
         pub len: u64,
-        /// Immediate: FILL pattern (low 32 bits), EVENT_* value, KERNEL_LAUNCH block count (to device).
+        /// Immediate: FILL pattern (low 32, 16 or 8 bits), EVENT_* value, KERNEL_LAUNCH block count (to device).
         pub imm: u64,
         /// Event handle for EVENT_RECORD / EVENT_WAIT; kernel handle for KERNEL_LAUNCH (to device).
         pub handle: u32,
@@ -249,7 +289,21 @@ impl TaskDesc {
         d
     }
 
-    /// `KERNEL_LAUNCH` (hardware only).
+    /// `FILL` `len` bytes at `dst` with a pattern of `dtype`'s width (`U8`, `U16`; `U32` is
+    /// [`fill`](Self::fill)): the low bits of `pattern` (ABI 1.5).
+    pub const fn fill_as(
+        user_data: u64,
+        dtype: Dtype,
+        dst: DevAddr,
+        len: u64,
+        pattern: u32,
+    ) -> Self {
+        let mut d = Self::fill(user_data, dst, len, pattern);
+        d.dtype = dtype as u8;
+        d
+    }
+
+    /// `KERNEL_LAUNCH` of `kernel` with its parameter block at `params` (`params_len` bytes).
     pub const fn kernel_launch(
         user_data: u64,
         kernel: u32,
@@ -325,17 +379,26 @@ pub const CONSTS: &[ConstGroup] = &[
             (
                 "KERNEL_LAUNCH",
                 Opcode::KernelLaunch as u64,
-                "reserved for hardware",
+                "launch kernel handle with the parameter block at src0",
             ),
         ],
     },
     ConstGroup {
-        title: "Element types of ADD (davinci_task_desc.dtype)",
+        title: "Element types (davinci_task_desc.dtype of ADD and FILL, kernel operands)",
         c_prefix: "DAVINCI_DTYPE_",
         items: &[
             ("U32", Dtype::U32 as u64, "unsigned 32-bit, wrapping"),
             ("I32", Dtype::I32 as u64, "signed 32-bit, wrapping"),
             ("F32", Dtype::F32 as u64, "IEEE-754 single"),
+            ("F16", Dtype::F16 as u64, "IEEE-754 half (ABI 1.5)"),
+            ("BF16", Dtype::Bf16 as u64, "bfloat16 (ABI 1.5)"),
+            ("I8", Dtype::I8 as u64, "signed 8-bit, wrapping (ABI 1.5)"),
+            ("U8", Dtype::U8 as u64, "unsigned 8-bit, wrapping (ABI 1.5)"),
+            (
+                "U16",
+                Dtype::U16 as u64,
+                "unsigned 16-bit, wrapping (ABI 1.5)",
+            ),
         ],
     },
 ];
@@ -351,7 +414,10 @@ mod tests {
         }
         assert_eq!(Opcode::from_u8(7), None);
         assert_eq!(Opcode::from_u8(255), None);
-        assert_eq!(Dtype::from_u8(3), None);
+        assert_eq!(Dtype::from_u8(8), None);
+        for d in Dtype::ALL {
+            assert_eq!(Dtype::from_u8(d as u8), Some(d));
+        }
     }
 
     #[test]

@@ -27,9 +27,10 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_GET_IDENTITY, 0x8078_6414);
     assert_eq!(DRIVER_CMD_GET_USAGE, 0x8060_6415);
     assert_eq!(DRIVER_CMD_TENANT_SHARE, 0xC060_6416);
+    assert_eq!(DRIVER_CMD_LIST_KERNELS, 0xC018_6417);
     assert_eq!(
         COMMANDS.len(),
-        22,
+        23,
         "a new command needs a golden value here"
     );
 }
@@ -60,6 +61,13 @@ fn struct_sizes() {
         ("davinci_device_identity", 0x78),
         ("davinci_usage", 0x60),
         ("davinci_tenant_share_args", 0x60),
+        ("davinci_list_kernels_args", 0x18),
+        ("davinci_kernel_info", 0x48),
+        ("davinci_gemm_params", 0x80),
+        ("davinci_elementwise_params", 0xB0),
+        ("davinci_reduce_params", 0x90),
+        ("davinci_softmax_params", 0x40),
+        ("davinci_norm_params", 0x60),
     ];
     assert_eq!(STRUCTS.len(), expect.len());
     for (info, (name, size)) in STRUCTS.iter().zip(expect) {
@@ -356,4 +364,82 @@ fn every_create_but_export_has_its_undo() {
     };
     assert_eq!(undo_of(DRIVER_CMD_EXPORT_MEMORY, &reply(&export)), None);
     assert_eq!(undo_of(DRIVER_CMD_WAIT_EVENT, &[0u8; 40]), None);
+}
+
+/// The kernels' ABI (1.5): ids, dtypes, fault values and the parameter blocks' fields, pinned.
+#[test]
+fn kernels_1_5() {
+    let ids: Vec<u32> = davinci_uapi::KernelId::ALL
+        .iter()
+        .map(|k| *k as u32)
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    let dtypes: Vec<u8> = Dtype::ALL.iter().map(|d| *d as u8).collect();
+    assert_eq!(dtypes, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(Features::KERNELS.bits(), 1 << 18);
+    assert_eq!(Features::DTYPES.bits(), 1 << 19);
+    assert_eq!(
+        (FaultOperand::Params as u8, FaultOperand::Shape as u8),
+        (10, 16)
+    );
+    assert_eq!(
+        (FaultKind::Invalid as u8, FaultKind::TooLarge as u8),
+        (9, 11)
+    );
+    let offsets = |c_name: &str| -> Vec<(&'static str, usize)> {
+        STRUCTS
+            .iter()
+            .find(|s| s.c_name == c_name)
+            .map(|s| s.fields.iter().map(|f| (f.name, f.offset)).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        offsets("davinci_gemm_params"),
+        [
+            ("m", 0x00),
+            ("n", 0x08),
+            ("k", 0x10),
+            ("batch", 0x18),
+            ("a", 0x20),
+            ("b", 0x28),
+            ("c", 0x30),
+            ("lda", 0x38),
+            ("ldb", 0x40),
+            ("ldc", 0x48),
+            ("stride_a", 0x50),
+            ("stride_b", 0x58),
+            ("stride_c", 0x60),
+            ("dtype_a", 0x68),
+            ("dtype_b", 0x69),
+            ("dtype_c", 0x6a),
+            ("flags", 0x6b),
+            ("alpha", 0x6c),
+            ("beta", 0x70),
+            ("reserved0", 0x74),
+            ("reserved1", 0x78),
+        ]
+    );
+    assert_eq!(
+        offsets("davinci_elementwise_params")[..6],
+        [
+            ("op", 0x00),
+            ("dtype_dst", 0x04),
+            ("dtype_a", 0x05),
+            ("dtype_b", 0x06),
+            ("reserved0", 0x07),
+            ("shape", 0x08),
+        ]
+    );
+    assert_eq!(
+        offsets("davinci_kernel_info"),
+        [
+            ("id", 0x00),
+            ("version", 0x04),
+            ("params_version", 0x08),
+            ("params_size", 0x0c),
+            ("dtypes", 0x10),
+            ("name", 0x18),
+            ("reserved", 0x38),
+        ]
+    );
 }

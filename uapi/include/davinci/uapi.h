@@ -41,6 +41,11 @@
 #define DAVINCI_IOCTL_MAGIC            100U                    /* ioctl type byte ('d') */
 #define DAVINCI_WAIT_FOREVER           18446744073709551615ULL /* WAIT_EVENT timeout_ns without limit */
 #define DAVINCI_LAST_ERROR_MESSAGE_LEN 112U                    /* bytes of davinci_last_error.message, the NUL included */
+#define DAVINCI_KERNEL_NAME_LEN        32U                     /* bytes of davinci_kernel_info.name, the NUL included */
+#define DAVINCI_KERNEL_PARAMS_VERSION  1U                      /* layout version of the built-in kernels' parameter blocks */
+#define DAVINCI_KERNEL_LOADED_BASE     4096U                   /* kernel handles from here up: loaded kernels (reserved) */
+#define DAVINCI_KERNEL_MAX_K           1048576U                /* most k of a GEMM */
+#define DAVINCI_KERNEL_MAX_ROW         1048576U                /* most elements along a reduced axis or a softmax/norm row */
 #define DAVINCI_RING_HEADER_SIZE       192U                    /* bytes before slot 0 */
 #define DAVINCI_RING_MIN_ENTRIES       2U                      /* smallest ring depth */
 #define DAVINCI_RING_MAX_ENTRIES       32768U                  /* hard bound on ring depth */
@@ -148,6 +153,17 @@
  * module's), not every device's.
  */
 #define DAVINCI_FEAT_EXPORT_FD      (1U << 17)
+/*
+ * The device runs the built-in kernels LIST_KERNELS lists (KERNEL_LAUNCH,
+ * `DAVINCI_KERNEL_*`; ABI 1.5). Without it LIST_KERNELS answers 0 kernels and a launch
+ * fails with `EBADMSG` (`HANDLE`, `UNKNOWN`).
+ */
+#define DAVINCI_FEAT_KERNELS        (1U << 18)
+/*
+ * FILL takes `DAVINCI_DTYPE_U8` and `U16` patterns, and ADD the dtypes F16, BF16, I8, U8
+ * and U16 (ABI 1.5).
+ */
+#define DAVINCI_FEAT_DTYPES         (1U << 19)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -158,35 +174,50 @@
 #define DAVINCI_OP_ADD           3U /* dst[i] = src0[i] + src1[i], len elements of dtype */
 #define DAVINCI_OP_EVENT_RECORD  4U /* set event handle to at least imm */
 #define DAVINCI_OP_EVENT_WAIT    5U /* wait until event handle reaches imm */
-#define DAVINCI_OP_KERNEL_LAUNCH 6U /* reserved for hardware */
+#define DAVINCI_OP_KERNEL_LAUNCH 6U /* launch kernel handle with the parameter block at src0 */
 
-/* Element types of ADD (davinci_task_desc.dtype) */
-#define DAVINCI_DTYPE_U32 0U /* unsigned 32-bit, wrapping */
-#define DAVINCI_DTYPE_I32 1U /* signed 32-bit, wrapping */
-#define DAVINCI_DTYPE_F32 2U /* IEEE-754 single */
+/* Element types (davinci_task_desc.dtype of ADD and FILL, kernel operands) */
+#define DAVINCI_DTYPE_U32  0U /* unsigned 32-bit, wrapping */
+#define DAVINCI_DTYPE_I32  1U /* signed 32-bit, wrapping */
+#define DAVINCI_DTYPE_F32  2U /* IEEE-754 single */
+#define DAVINCI_DTYPE_F16  3U /* IEEE-754 half (ABI 1.5) */
+#define DAVINCI_DTYPE_BF16 4U /* bfloat16 (ABI 1.5) */
+#define DAVINCI_DTYPE_I8   5U /* signed 8-bit, wrapping (ABI 1.5) */
+#define DAVINCI_DTYPE_U8   6U /* unsigned 8-bit, wrapping (ABI 1.5) */
+#define DAVINCI_DTYPE_U16  7U /* unsigned 16-bit, wrapping (ABI 1.5) */
 
 /* Fault operands (bits 0..8 of a failed event record's result, ABI 1.2) */
-#define DAVINCI_FAULT_OPERAND_NONE     0U /* the descriptor as a whole */
-#define DAVINCI_FAULT_OPERAND_DST      1U /* dst */
-#define DAVINCI_FAULT_OPERAND_SRC0     2U /* src0 */
-#define DAVINCI_FAULT_OPERAND_SRC1     3U /* src1 */
-#define DAVINCI_FAULT_OPERAND_LEN      4U /* len */
-#define DAVINCI_FAULT_OPERAND_HANDLE   5U /* handle */
-#define DAVINCI_FAULT_OPERAND_IMM      6U /* imm */
-#define DAVINCI_FAULT_OPERAND_DTYPE    7U /* dtype */
-#define DAVINCI_FAULT_OPERAND_OPCODE   8U /* opcode */
-#define DAVINCI_FAULT_OPERAND_RESERVED 9U /* flags or a reserved field */
+#define DAVINCI_FAULT_OPERAND_NONE     0U  /* the descriptor as a whole */
+#define DAVINCI_FAULT_OPERAND_DST      1U  /* dst */
+#define DAVINCI_FAULT_OPERAND_SRC0     2U  /* src0 */
+#define DAVINCI_FAULT_OPERAND_SRC1     3U  /* src1 */
+#define DAVINCI_FAULT_OPERAND_LEN      4U  /* len */
+#define DAVINCI_FAULT_OPERAND_HANDLE   5U  /* handle */
+#define DAVINCI_FAULT_OPERAND_IMM      6U  /* imm */
+#define DAVINCI_FAULT_OPERAND_DTYPE    7U  /* dtype */
+#define DAVINCI_FAULT_OPERAND_OPCODE   8U  /* opcode */
+#define DAVINCI_FAULT_OPERAND_RESERVED 9U  /* flags or a reserved field */
+#define DAVINCI_FAULT_OPERAND_PARAMS   10U /* a kernel's parameter block or a scalar in it (1.5) */
+#define DAVINCI_FAULT_OPERAND_A        11U /* a kernel's operand A (1.5) */
+#define DAVINCI_FAULT_OPERAND_B        12U /* a kernel's operand B (1.5) */
+#define DAVINCI_FAULT_OPERAND_C        13U /* a kernel's output C (1.5) */
+#define DAVINCI_FAULT_OPERAND_GAMMA    14U /* a norm's gamma (1.5) */
+#define DAVINCI_FAULT_OPERAND_BETA     15U /* a norm's beta (1.5) */
+#define DAVINCI_FAULT_OPERAND_SHAPE    16U /* a kernel's dimension, k, axis or row (1.5) */
 
 /* Fault kinds (bits 8..16 of a failed event record's result, ABI 1.2) */
-#define DAVINCI_FAULT_UNSPECIFIED   0U /* not said */
-#define DAVINCI_FAULT_NOT_OWNED     1U /* address not in one of the client's allocations (EACCES) */
-#define DAVINCI_FAULT_PAST_END      2U /* range runs past its allocation's end (ERANGE); value: bytes past */
-#define DAVINCI_FAULT_MISALIGNED    3U /* not aligned (EINVAL); value: alignment needed */
-#define DAVINCI_FAULT_OVERFLOW      4U /* address or size computation overflows (ERANGE) */
-#define DAVINCI_FAULT_NOT_ZERO      5U /* unused or reserved field not zero (EBADMSG) */
-#define DAVINCI_FAULT_UNKNOWN       6U /* opcode or dtype not run here (EBADMSG) */
-#define DAVINCI_FAULT_NO_SUCH_EVENT 7U /* no such event in the context (ENOENT) */
-#define DAVINCI_FAULT_UNREACHABLE   8U /* event value never reached: its recorder stopped (EIO) */
+#define DAVINCI_FAULT_UNSPECIFIED   0U  /* not said */
+#define DAVINCI_FAULT_NOT_OWNED     1U  /* address not in one of the client's allocations (EACCES) */
+#define DAVINCI_FAULT_PAST_END      2U  /* range runs past its allocation's end (ERANGE); value: bytes past */
+#define DAVINCI_FAULT_MISALIGNED    3U  /* not aligned (EINVAL); value: alignment needed */
+#define DAVINCI_FAULT_OVERFLOW      4U  /* address or size computation overflows (ERANGE) */
+#define DAVINCI_FAULT_NOT_ZERO      5U  /* unused or reserved field not zero (EBADMSG) */
+#define DAVINCI_FAULT_UNKNOWN       6U  /* opcode or dtype not run here (EBADMSG) */
+#define DAVINCI_FAULT_NO_SUCH_EVENT 7U  /* no such event in the context (ENOENT) */
+#define DAVINCI_FAULT_UNREACHABLE   8U  /* event value never reached: its recorder stopped (EIO) */
+#define DAVINCI_FAULT_INVALID       9U  /* value outside its range (EINVAL, 1.5) */
+#define DAVINCI_FAULT_OVERLAP       10U /* output elements share memory (EINVAL, 1.5) */
+#define DAVINCI_FAULT_TOO_LARGE     11U /* past a device bound (E2BIG, 1.5); value: the bound */
 
 /* Device sharing modes (davinci_device_share_args.mode) */
 #define DAVINCI_SHARE_EXCLUSIVE 0U /* one client at a time (default) */
@@ -215,6 +246,38 @@
 #define DAVINCI_TENANT_USER      1U /* the tenant is the client's user */
 #define DAVINCI_TENANT_CONTAINER 2U /* the tenant is the client's container */
 #define DAVINCI_TENANT_SLOTTED   4U /* the tenant holds a tenant slot: its share is kept for it */
+
+/* Built-in kernels (KERNEL_LAUNCH handle, davinci_kernel_info.id; ABI 1.5) */
+#define DAVINCI_KERNEL_GEMM        1U /* davinci_gemm_params */
+#define DAVINCI_KERNEL_ELEMENTWISE 2U /* davinci_elementwise_params */
+#define DAVINCI_KERNEL_REDUCE      3U /* davinci_reduce_params */
+#define DAVINCI_KERNEL_SOFTMAX     4U /* davinci_softmax_params */
+#define DAVINCI_KERNEL_NORM        5U /* davinci_norm_params */
+
+/* GEMM flags (davinci_gemm_params.flags) */
+#define DAVINCI_GEMM_TRANS_A 1U /* A stored transposed (k x m) */
+#define DAVINCI_GEMM_TRANS_B 2U /* B stored transposed (n x k) */
+
+/* Elementwise ops (davinci_elementwise_params.op) */
+#define DAVINCI_EW_ADD  1U  /* a + b */
+#define DAVINCI_EW_SUB  2U  /* a - b */
+#define DAVINCI_EW_MUL  3U  /* a * b */
+#define DAVINCI_EW_DIV  4U  /* a / b */
+#define DAVINCI_EW_MAX  5U  /* larger of a and b */
+#define DAVINCI_EW_MIN  6U  /* smaller of a and b */
+#define DAVINCI_EW_RELU 7U  /* max(a, 0) */
+#define DAVINCI_EW_GELU 8U  /* GELU, tanh approximation */
+#define DAVINCI_EW_SILU 9U  /* a * sigmoid(a) */
+#define DAVINCI_EW_EXP  10U /* e to the a */
+#define DAVINCI_EW_CAST 11U /* a converted to dtype_dst */
+
+/* Reductions (davinci_reduce_params.op) */
+#define DAVINCI_REDUCE_SUM 1U /* the sum */
+#define DAVINCI_REDUCE_MAX 2U /* the largest element */
+
+/* Norms (davinci_norm_params.kind) */
+#define DAVINCI_NORM_LAYERNORM 1U /* layer norm */
+#define DAVINCI_NORM_RMSNORM   2U /* RMS norm */
 
 /* ---- Structures -------------------------------------------------------------- */
 
@@ -317,7 +380,7 @@ struct davinci_ring_mapping {
 struct davinci_task_desc {
 	/* `DAVINCI_OP_*` (to device). */
 	__u8 opcode;
-	/* `DAVINCI_DTYPE_*` for `ADD`, else 0 (to device). */
+	/* `DAVINCI_DTYPE_*` for `ADD` and `FILL` (0: 32-bit words), else 0 (to device). */
 	__u8 dtype;
 	/* Reserved task flags, must be 0 (to device). */
 	__u16 flags;
@@ -333,7 +396,7 @@ struct davinci_task_desc {
 	__u64 src1;
 	/* Length: bytes for FILL/COPY, elements for ADD, parameter bytes for KERNEL_LAUNCH (to device). */
 	__u64 len;
-	/* Immediate: FILL pattern (low 32 bits), EVENT_* value, KERNEL_LAUNCH block count (to device). */
+	/* Immediate: FILL pattern (low 32, 16 or 8 bits), EVENT_* value, KERNEL_LAUNCH block count (to device). */
 	__u64 imm;
 	/* Event handle for EVENT_RECORD / EVENT_WAIT; kernel handle for KERNEL_LAUNCH (to device). */
 	__u32 handle;
@@ -1013,6 +1076,260 @@ struct davinci_tenant_share_args {
 	__u32 reserved;
 };
 
+/*
+ * LIST_KERNELS argument (ABI 1.5): the device's kernels into a user buffer, as
+ * LIST_CLIENTS lists clients.
+ *
+ * 24 bytes.
+ */
+struct davinci_list_kernels_args {
+	/* User pointer to an array of `capacity` `davinci_kernel_info` (to driver). */
+	__u64 buf;
+	/* Entries the buffer holds (to driver). */
+	__u32 capacity;
+	/* Kernels the device has; entries written = min(count, capacity) (from driver). */
+	__u32 count;
+	/*
+	 * Stride of the caller's entries, normally `sizeof(struct davinci_kernel_info)`: a
+	 * multiple of 8 from 8 to 4096. The driver writes the first `min(entry_size, its own
+	 * size)` bytes of each entry and zeroes the rest (to driver).
+	 */
+	__u32 entry_size;
+	/* Reserved, must be 0 (to driver). */
+	__u32 pad;
+};
+
+/*
+ * One kernel, as LIST_KERNELS reports it (all fields from driver).
+ *
+ * 72 bytes.
+ */
+struct davinci_kernel_info {
+	/* The kernel's handle, what KERNEL_LAUNCH names (`DAVINCI_KERNEL_*`) (from driver). */
+	__u32 id;
+	/* Version of the kernel's semantics; 1 in ABI 1.5 (from driver). */
+	__u32 version;
+	/*
+	 * Layout version of its parameter block (`DAVINCI_KERNEL_PARAMS_VERSION`): a runtime
+	 * refuses a kernel whose block it was not built for (from driver).
+	 */
+	__u32 params_version;
+	/* Bytes of its parameter block: a launch's `len` (from driver). */
+	__u32 params_size;
+	/* The dtypes it takes, a mask of `1 << DAVINCI_DTYPE_*` (from driver). */
+	__u64 dtypes;
+	/* Its name, NUL-terminated (`"gemm"`) (from driver). */
+	__u8 name[32];
+	/* Reserved: ignore it, a later minor may use it (from driver). */
+	__u64 reserved[2];
+};
+
+/*
+ * DAVINCI_KERNEL_GEMM's parameter block: `C = alpha·op(A)·op(B) + beta·C` for `batch`
+ * matrices, row-major with leading dimensions (a column-major operand is a transposed
+ * row-major one). `op(A)` is `m × k`, `op(B)` `k × n`, C `m × n`. Floats: A and B each
+ * F32, F16 or BF16, C F32, F16 or BF16, f32 accumulation, C rounded once to its dtype;
+ * with `beta` 0, C is not read. Integers: A and B I8, C I32, `C = op(A)·op(B)` wrapping,
+ * `alpha` and `beta` then 0. C may not overlap A or B, nor two of its elements each other.
+ *
+ * 128 bytes.
+ */
+struct davinci_gemm_params {
+	/* Rows of op(A) and C (to device). */
+	__u64 m;
+	/* Columns of op(B) and C (to device). */
+	__u64 n;
+	/* Columns of op(A), rows of op(B); at most `DAVINCI_KERNEL_MAX_K` (to device). */
+	__u64 k;
+	/* Matrices in the batch (to device). */
+	__u64 batch;
+	/* A's device address (to device). */
+	__u64 a;
+	/* B's device address (to device). */
+	__u64 b;
+	/* C's device address (to device). */
+	__u64 c;
+	/* Elements between rows of A as stored (to device). */
+	__u64 lda;
+	/* Elements between rows of B as stored (to device). */
+	__u64 ldb;
+	/* Elements between rows of C; at least `n` when `m` > 1 (to device). */
+	__u64 ldc;
+	/* Elements between A's batches (0: one A for every batch) (to device). */
+	__u64 stride_a;
+	/* Elements between B's batches (0: one B for every batch) (to device). */
+	__u64 stride_b;
+	/* Elements between C's batches (to device). */
+	__u64 stride_c;
+	/* A's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_a;
+	/* B's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_b;
+	/* C's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_c;
+	/* `DAVINCI_GEMM_TRANS_A`, `DAVINCI_GEMM_TRANS_B`; other bits 0 (to device). */
+	__u8 flags;
+	/* The product's scale, f32 bits; 0 for I8 (to device). */
+	__u32 alpha;
+	/* C's scale, f32 bits; 0 for I8 (to device). */
+	__u32 beta;
+	/* Reserved, must be 0 (to device). */
+	__u32 reserved0;
+	/* Reserved, must be 0 (to device). */
+	__u64 reserved1;
+};
+
+/*
+ * DAVINCI_KERNEL_ELEMENTWISE's parameter block: `dst[i] = op(a[i], b[i])` for every index
+ * `i` of a 4-d `shape` (outermost first; a lower rank pads with leading 1s). Each operand
+ * has its own element strides per dimension; an input's stride of 0 broadcasts it along
+ * that dimension; no two elements of `dst` may share memory. `dst` may be `a` or `b`
+ * (in place) with the same strides. One dtype for all three, except CAST. A unary op's
+ * `b`, `dtype_b` and `stride_b` are 0.
+ *
+ * 176 bytes.
+ */
+struct davinci_elementwise_params {
+	/* `DAVINCI_EW_*` (to device). */
+	__u32 op;
+	/* dst's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_dst;
+	/* a's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_a;
+	/* b's `DAVINCI_DTYPE_*`, 0 for a unary op (to device). */
+	__u8 dtype_b;
+	/* Reserved, must be 0 (to device). */
+	__u8 reserved0;
+	/* Dimensions, outermost first (to device). */
+	__u64 shape[4];
+	/* dst's device address (to device). */
+	__u64 dst;
+	/* a's device address (to device). */
+	__u64 a;
+	/* b's device address, 0 for a unary op (to device). */
+	__u64 b;
+	/* dst's element strides per dimension (to device). */
+	__u64 stride_dst[4];
+	/* a's element strides per dimension (0 broadcasts) (to device). */
+	__u64 stride_a[4];
+	/* b's element strides per dimension (0 broadcasts) (to device). */
+	__u64 stride_b[4];
+	/* Reserved, must be 0 (to device). */
+	__u64 reserved[2];
+};
+
+/*
+ * DAVINCI_KERNEL_REDUCE's parameter block: `dst` has `src`'s shape with dimension `axis`
+ * 1 (its stride there unused), each element the sum or max of `src` along `axis`, which
+ * holds at most `DAVINCI_KERNEL_MAX_ROW` elements. One dtype, except an I8 sum into I32.
+ *
+ * 144 bytes.
+ */
+struct davinci_reduce_params {
+	/* `DAVINCI_REDUCE_*` (to device). */
+	__u32 op;
+	/* The axis reduced, 0..=3 (to device). */
+	__u32 axis;
+	/* src's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_src;
+	/* dst's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_dst;
+	/* Reserved, must be 0 (to device). */
+	__u16 reserved0;
+	/* Reserved, must be 0 (to device). */
+	__u32 reserved1;
+	/* src's dimensions, outermost first (to device). */
+	__u64 shape[4];
+	/* src's device address (to device). */
+	__u64 src;
+	/* dst's device address (to device). */
+	__u64 dst;
+	/* src's element strides (to device). */
+	__u64 stride_src[4];
+	/* dst's element strides (the axis's unused) (to device). */
+	__u64 stride_dst[4];
+	/* Reserved, must be 0 (to device). */
+	__u64 reserved[2];
+};
+
+/*
+ * DAVINCI_KERNEL_SOFTMAX's parameter block: softmax along each row of a `rows × cols`
+ * view (row `i`, column `j` at element `i·ld + j`), numerically stable; floats only;
+ * `cols` at most `DAVINCI_KERNEL_MAX_ROW`. `dst` may be `src` (in place, one `ld`).
+ *
+ * 64 bytes.
+ */
+struct davinci_softmax_params {
+	/* Rows (to device). */
+	__u64 rows;
+	/* Columns: the softmax's length (to device). */
+	__u64 cols;
+	/* src's device address (to device). */
+	__u64 src;
+	/* dst's device address (to device). */
+	__u64 dst;
+	/* Elements between src's rows (to device). */
+	__u64 ld_src;
+	/* Elements between dst's rows, at least `cols` when `rows` > 1 (to device). */
+	__u64 ld_dst;
+	/* src's `DAVINCI_DTYPE_*` (F32, F16, BF16) (to device). */
+	__u8 dtype_src;
+	/* dst's `DAVINCI_DTYPE_*` (F32, F16, BF16) (to device). */
+	__u8 dtype_dst;
+	/* Reserved, must be 0 (to device). */
+	__u16 reserved0;
+	/* Reserved, must be 0 (to device). */
+	__u32 reserved1;
+	/* Reserved, must be 0 (to device). */
+	__u64 reserved;
+};
+
+/*
+ * DAVINCI_KERNEL_NORM's parameter block: a layer or RMS norm of each row of a
+ * `rows × cols` view, computed in f64; floats only; `cols` at most
+ * `DAVINCI_KERNEL_MAX_ROW`. `gamma` and `beta` are `cols` contiguous elements each, or
+ * address 0 for none (1 and 0), their dtype then 0.
+ *
+ * 96 bytes.
+ */
+struct davinci_norm_params {
+	/* `DAVINCI_NORM_*` (to device). */
+	__u32 kind;
+	/*
+	 * Added to the variance (mean square) before the square root: f32 bits, finite and
+	 * not negative (to device).
+	 */
+	__u32 eps;
+	/* Rows (to device). */
+	__u64 rows;
+	/* Columns (to device). */
+	__u64 cols;
+	/* src's device address (to device). */
+	__u64 src;
+	/* dst's device address (to device). */
+	__u64 dst;
+	/* Elements between src's rows (to device). */
+	__u64 ld_src;
+	/* Elements between dst's rows, at least `cols` when `rows` > 1 (to device). */
+	__u64 ld_dst;
+	/* gamma's device address, or 0 (to device). */
+	__u64 gamma;
+	/* beta's device address, or 0 (to device). */
+	__u64 beta;
+	/* src's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_src;
+	/* dst's `DAVINCI_DTYPE_*` (to device). */
+	__u8 dtype_dst;
+	/* gamma's `DAVINCI_DTYPE_*`, 0 without gamma (to device). */
+	__u8 dtype_gamma;
+	/* beta's `DAVINCI_DTYPE_*`, 0 without beta (to device). */
+	__u8 dtype_beta;
+	/* Reserved, must be 0 (to device). */
+	__u32 reserved0;
+	/* Reserved, must be 0 (to device). */
+	__u64 reserved[2];
+};
+
 /* ---- ioctl commands ---------------------------------------------------------- */
 
 /* Caller: who may issue the command (docs/abi.md lists its errors). */
@@ -1038,6 +1355,7 @@ struct davinci_tenant_share_args {
 #define DAVINCI_IOCTL_GET_IDENTITY       _IOR('d', 0x14, struct davinci_device_identity)      /* caller: any open (client or control) */
 #define DAVINCI_IOCTL_GET_USAGE          _IOR('d', 0x15, struct davinci_usage)                /* caller: client open */
 #define DAVINCI_IOCTL_TENANT_SHARE       _IOWR('d', 0x16, struct davinci_tenant_share_args)   /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
+#define DAVINCI_IOCTL_LIST_KERNELS       _IOWR('d', 0x17, struct davinci_list_kernels_args)   /* caller: any open (client or control) */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -1310,6 +1628,98 @@ _Static_assert(offsetof(struct davinci_tenant_share_args, slots) == 80, "davinci
 _Static_assert(offsetof(struct davinci_tenant_share_args, free_slots) == 84, "davinci uapi: offsetof(struct davinci_tenant_share_args, free_slots)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, tenant_flags) == 88, "davinci uapi: offsetof(struct davinci_tenant_share_args, tenant_flags)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, reserved) == 92, "davinci uapi: offsetof(struct davinci_tenant_share_args, reserved)");
+_Static_assert(sizeof(struct davinci_list_kernels_args) == 24, "davinci uapi: sizeof(struct davinci_list_kernels_args)");
+_Static_assert(offsetof(struct davinci_list_kernels_args, buf) == 0, "davinci uapi: offsetof(struct davinci_list_kernels_args, buf)");
+_Static_assert(offsetof(struct davinci_list_kernels_args, capacity) == 8, "davinci uapi: offsetof(struct davinci_list_kernels_args, capacity)");
+_Static_assert(offsetof(struct davinci_list_kernels_args, count) == 12, "davinci uapi: offsetof(struct davinci_list_kernels_args, count)");
+_Static_assert(offsetof(struct davinci_list_kernels_args, entry_size) == 16, "davinci uapi: offsetof(struct davinci_list_kernels_args, entry_size)");
+_Static_assert(offsetof(struct davinci_list_kernels_args, pad) == 20, "davinci uapi: offsetof(struct davinci_list_kernels_args, pad)");
+_Static_assert(sizeof(struct davinci_kernel_info) == 72, "davinci uapi: sizeof(struct davinci_kernel_info)");
+_Static_assert(offsetof(struct davinci_kernel_info, id) == 0, "davinci uapi: offsetof(struct davinci_kernel_info, id)");
+_Static_assert(offsetof(struct davinci_kernel_info, version) == 4, "davinci uapi: offsetof(struct davinci_kernel_info, version)");
+_Static_assert(offsetof(struct davinci_kernel_info, params_version) == 8, "davinci uapi: offsetof(struct davinci_kernel_info, params_version)");
+_Static_assert(offsetof(struct davinci_kernel_info, params_size) == 12, "davinci uapi: offsetof(struct davinci_kernel_info, params_size)");
+_Static_assert(offsetof(struct davinci_kernel_info, dtypes) == 16, "davinci uapi: offsetof(struct davinci_kernel_info, dtypes)");
+_Static_assert(offsetof(struct davinci_kernel_info, name) == 24, "davinci uapi: offsetof(struct davinci_kernel_info, name)");
+_Static_assert(offsetof(struct davinci_kernel_info, reserved) == 56, "davinci uapi: offsetof(struct davinci_kernel_info, reserved)");
+_Static_assert(sizeof(struct davinci_gemm_params) == 128, "davinci uapi: sizeof(struct davinci_gemm_params)");
+_Static_assert(offsetof(struct davinci_gemm_params, m) == 0, "davinci uapi: offsetof(struct davinci_gemm_params, m)");
+_Static_assert(offsetof(struct davinci_gemm_params, n) == 8, "davinci uapi: offsetof(struct davinci_gemm_params, n)");
+_Static_assert(offsetof(struct davinci_gemm_params, k) == 16, "davinci uapi: offsetof(struct davinci_gemm_params, k)");
+_Static_assert(offsetof(struct davinci_gemm_params, batch) == 24, "davinci uapi: offsetof(struct davinci_gemm_params, batch)");
+_Static_assert(offsetof(struct davinci_gemm_params, a) == 32, "davinci uapi: offsetof(struct davinci_gemm_params, a)");
+_Static_assert(offsetof(struct davinci_gemm_params, b) == 40, "davinci uapi: offsetof(struct davinci_gemm_params, b)");
+_Static_assert(offsetof(struct davinci_gemm_params, c) == 48, "davinci uapi: offsetof(struct davinci_gemm_params, c)");
+_Static_assert(offsetof(struct davinci_gemm_params, lda) == 56, "davinci uapi: offsetof(struct davinci_gemm_params, lda)");
+_Static_assert(offsetof(struct davinci_gemm_params, ldb) == 64, "davinci uapi: offsetof(struct davinci_gemm_params, ldb)");
+_Static_assert(offsetof(struct davinci_gemm_params, ldc) == 72, "davinci uapi: offsetof(struct davinci_gemm_params, ldc)");
+_Static_assert(offsetof(struct davinci_gemm_params, stride_a) == 80, "davinci uapi: offsetof(struct davinci_gemm_params, stride_a)");
+_Static_assert(offsetof(struct davinci_gemm_params, stride_b) == 88, "davinci uapi: offsetof(struct davinci_gemm_params, stride_b)");
+_Static_assert(offsetof(struct davinci_gemm_params, stride_c) == 96, "davinci uapi: offsetof(struct davinci_gemm_params, stride_c)");
+_Static_assert(offsetof(struct davinci_gemm_params, dtype_a) == 104, "davinci uapi: offsetof(struct davinci_gemm_params, dtype_a)");
+_Static_assert(offsetof(struct davinci_gemm_params, dtype_b) == 105, "davinci uapi: offsetof(struct davinci_gemm_params, dtype_b)");
+_Static_assert(offsetof(struct davinci_gemm_params, dtype_c) == 106, "davinci uapi: offsetof(struct davinci_gemm_params, dtype_c)");
+_Static_assert(offsetof(struct davinci_gemm_params, flags) == 107, "davinci uapi: offsetof(struct davinci_gemm_params, flags)");
+_Static_assert(offsetof(struct davinci_gemm_params, alpha) == 108, "davinci uapi: offsetof(struct davinci_gemm_params, alpha)");
+_Static_assert(offsetof(struct davinci_gemm_params, beta) == 112, "davinci uapi: offsetof(struct davinci_gemm_params, beta)");
+_Static_assert(offsetof(struct davinci_gemm_params, reserved0) == 116, "davinci uapi: offsetof(struct davinci_gemm_params, reserved0)");
+_Static_assert(offsetof(struct davinci_gemm_params, reserved1) == 120, "davinci uapi: offsetof(struct davinci_gemm_params, reserved1)");
+_Static_assert(sizeof(struct davinci_elementwise_params) == 176, "davinci uapi: sizeof(struct davinci_elementwise_params)");
+_Static_assert(offsetof(struct davinci_elementwise_params, op) == 0, "davinci uapi: offsetof(struct davinci_elementwise_params, op)");
+_Static_assert(offsetof(struct davinci_elementwise_params, dtype_dst) == 4, "davinci uapi: offsetof(struct davinci_elementwise_params, dtype_dst)");
+_Static_assert(offsetof(struct davinci_elementwise_params, dtype_a) == 5, "davinci uapi: offsetof(struct davinci_elementwise_params, dtype_a)");
+_Static_assert(offsetof(struct davinci_elementwise_params, dtype_b) == 6, "davinci uapi: offsetof(struct davinci_elementwise_params, dtype_b)");
+_Static_assert(offsetof(struct davinci_elementwise_params, reserved0) == 7, "davinci uapi: offsetof(struct davinci_elementwise_params, reserved0)");
+_Static_assert(offsetof(struct davinci_elementwise_params, shape) == 8, "davinci uapi: offsetof(struct davinci_elementwise_params, shape)");
+_Static_assert(offsetof(struct davinci_elementwise_params, dst) == 40, "davinci uapi: offsetof(struct davinci_elementwise_params, dst)");
+_Static_assert(offsetof(struct davinci_elementwise_params, a) == 48, "davinci uapi: offsetof(struct davinci_elementwise_params, a)");
+_Static_assert(offsetof(struct davinci_elementwise_params, b) == 56, "davinci uapi: offsetof(struct davinci_elementwise_params, b)");
+_Static_assert(offsetof(struct davinci_elementwise_params, stride_dst) == 64, "davinci uapi: offsetof(struct davinci_elementwise_params, stride_dst)");
+_Static_assert(offsetof(struct davinci_elementwise_params, stride_a) == 96, "davinci uapi: offsetof(struct davinci_elementwise_params, stride_a)");
+_Static_assert(offsetof(struct davinci_elementwise_params, stride_b) == 128, "davinci uapi: offsetof(struct davinci_elementwise_params, stride_b)");
+_Static_assert(offsetof(struct davinci_elementwise_params, reserved) == 160, "davinci uapi: offsetof(struct davinci_elementwise_params, reserved)");
+_Static_assert(sizeof(struct davinci_reduce_params) == 144, "davinci uapi: sizeof(struct davinci_reduce_params)");
+_Static_assert(offsetof(struct davinci_reduce_params, op) == 0, "davinci uapi: offsetof(struct davinci_reduce_params, op)");
+_Static_assert(offsetof(struct davinci_reduce_params, axis) == 4, "davinci uapi: offsetof(struct davinci_reduce_params, axis)");
+_Static_assert(offsetof(struct davinci_reduce_params, dtype_src) == 8, "davinci uapi: offsetof(struct davinci_reduce_params, dtype_src)");
+_Static_assert(offsetof(struct davinci_reduce_params, dtype_dst) == 9, "davinci uapi: offsetof(struct davinci_reduce_params, dtype_dst)");
+_Static_assert(offsetof(struct davinci_reduce_params, reserved0) == 10, "davinci uapi: offsetof(struct davinci_reduce_params, reserved0)");
+_Static_assert(offsetof(struct davinci_reduce_params, reserved1) == 12, "davinci uapi: offsetof(struct davinci_reduce_params, reserved1)");
+_Static_assert(offsetof(struct davinci_reduce_params, shape) == 16, "davinci uapi: offsetof(struct davinci_reduce_params, shape)");
+_Static_assert(offsetof(struct davinci_reduce_params, src) == 48, "davinci uapi: offsetof(struct davinci_reduce_params, src)");
+_Static_assert(offsetof(struct davinci_reduce_params, dst) == 56, "davinci uapi: offsetof(struct davinci_reduce_params, dst)");
+_Static_assert(offsetof(struct davinci_reduce_params, stride_src) == 64, "davinci uapi: offsetof(struct davinci_reduce_params, stride_src)");
+_Static_assert(offsetof(struct davinci_reduce_params, stride_dst) == 96, "davinci uapi: offsetof(struct davinci_reduce_params, stride_dst)");
+_Static_assert(offsetof(struct davinci_reduce_params, reserved) == 128, "davinci uapi: offsetof(struct davinci_reduce_params, reserved)");
+_Static_assert(sizeof(struct davinci_softmax_params) == 64, "davinci uapi: sizeof(struct davinci_softmax_params)");
+_Static_assert(offsetof(struct davinci_softmax_params, rows) == 0, "davinci uapi: offsetof(struct davinci_softmax_params, rows)");
+_Static_assert(offsetof(struct davinci_softmax_params, cols) == 8, "davinci uapi: offsetof(struct davinci_softmax_params, cols)");
+_Static_assert(offsetof(struct davinci_softmax_params, src) == 16, "davinci uapi: offsetof(struct davinci_softmax_params, src)");
+_Static_assert(offsetof(struct davinci_softmax_params, dst) == 24, "davinci uapi: offsetof(struct davinci_softmax_params, dst)");
+_Static_assert(offsetof(struct davinci_softmax_params, ld_src) == 32, "davinci uapi: offsetof(struct davinci_softmax_params, ld_src)");
+_Static_assert(offsetof(struct davinci_softmax_params, ld_dst) == 40, "davinci uapi: offsetof(struct davinci_softmax_params, ld_dst)");
+_Static_assert(offsetof(struct davinci_softmax_params, dtype_src) == 48, "davinci uapi: offsetof(struct davinci_softmax_params, dtype_src)");
+_Static_assert(offsetof(struct davinci_softmax_params, dtype_dst) == 49, "davinci uapi: offsetof(struct davinci_softmax_params, dtype_dst)");
+_Static_assert(offsetof(struct davinci_softmax_params, reserved0) == 50, "davinci uapi: offsetof(struct davinci_softmax_params, reserved0)");
+_Static_assert(offsetof(struct davinci_softmax_params, reserved1) == 52, "davinci uapi: offsetof(struct davinci_softmax_params, reserved1)");
+_Static_assert(offsetof(struct davinci_softmax_params, reserved) == 56, "davinci uapi: offsetof(struct davinci_softmax_params, reserved)");
+_Static_assert(sizeof(struct davinci_norm_params) == 96, "davinci uapi: sizeof(struct davinci_norm_params)");
+_Static_assert(offsetof(struct davinci_norm_params, kind) == 0, "davinci uapi: offsetof(struct davinci_norm_params, kind)");
+_Static_assert(offsetof(struct davinci_norm_params, eps) == 4, "davinci uapi: offsetof(struct davinci_norm_params, eps)");
+_Static_assert(offsetof(struct davinci_norm_params, rows) == 8, "davinci uapi: offsetof(struct davinci_norm_params, rows)");
+_Static_assert(offsetof(struct davinci_norm_params, cols) == 16, "davinci uapi: offsetof(struct davinci_norm_params, cols)");
+_Static_assert(offsetof(struct davinci_norm_params, src) == 24, "davinci uapi: offsetof(struct davinci_norm_params, src)");
+_Static_assert(offsetof(struct davinci_norm_params, dst) == 32, "davinci uapi: offsetof(struct davinci_norm_params, dst)");
+_Static_assert(offsetof(struct davinci_norm_params, ld_src) == 40, "davinci uapi: offsetof(struct davinci_norm_params, ld_src)");
+_Static_assert(offsetof(struct davinci_norm_params, ld_dst) == 48, "davinci uapi: offsetof(struct davinci_norm_params, ld_dst)");
+_Static_assert(offsetof(struct davinci_norm_params, gamma) == 56, "davinci uapi: offsetof(struct davinci_norm_params, gamma)");
+_Static_assert(offsetof(struct davinci_norm_params, beta) == 64, "davinci uapi: offsetof(struct davinci_norm_params, beta)");
+_Static_assert(offsetof(struct davinci_norm_params, dtype_src) == 72, "davinci uapi: offsetof(struct davinci_norm_params, dtype_src)");
+_Static_assert(offsetof(struct davinci_norm_params, dtype_dst) == 73, "davinci uapi: offsetof(struct davinci_norm_params, dtype_dst)");
+_Static_assert(offsetof(struct davinci_norm_params, dtype_gamma) == 74, "davinci uapi: offsetof(struct davinci_norm_params, dtype_gamma)");
+_Static_assert(offsetof(struct davinci_norm_params, dtype_beta) == 75, "davinci uapi: offsetof(struct davinci_norm_params, dtype_beta)");
+_Static_assert(offsetof(struct davinci_norm_params, reserved0) == 76, "davinci uapi: offsetof(struct davinci_norm_params, reserved0)");
+_Static_assert(offsetof(struct davinci_norm_params, reserved) == 80, "davinci uapi: offsetof(struct davinci_norm_params, reserved)");
 #endif /* C11 */
 
 #endif /* DAVINCI_UAPI_H */

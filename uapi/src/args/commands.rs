@@ -11,6 +11,7 @@ use super::usage::{
     DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, TenantShareArgs, Usage,
 };
 use crate::ioctl::{ior, iow, iowr};
+use crate::kernels::ListKernelsArgs;
 
 /// The ioctl magic (`type`) byte of every command.
 pub const DRIVER_MAGIC: u8 = b'd';
@@ -66,6 +67,9 @@ pub const DRIVER_CMD_GET_USAGE: u32 = ior::<Usage>(DRIVER_MAGIC, 0x15);
 /// `_IOWR('d', 0x16, struct davinci_tenant_share_args)`: how many tenant slots a tenant
 /// counts for, read or set by an admin (ABI 1.5).
 pub const DRIVER_CMD_TENANT_SHARE: u32 = iowr::<TenantShareArgs>(DRIVER_MAGIC, 0x16);
+/// `_IOWR('d', 0x17, struct davinci_list_kernels_args)`: the kernels the device runs (ABI
+/// 1.5, `DAVINCI_FEAT_KERNELS`; 0 of them on a device without it).
+pub const DRIVER_CMD_LIST_KERNELS: u32 = iowr::<ListKernelsArgs>(DRIVER_MAGIC, 0x17);
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +152,7 @@ commands! {
     GET_IDENTITY = 0x14, Read, DeviceIdentity, Any, DRIVER_CMD_GET_IDENTITY;
     GET_USAGE = 0x15, Read, Usage, Client, DRIVER_CMD_GET_USAGE;
     TENANT_SHARE = 0x16, ReadWrite, TenantShareArgs, Admin, DRIVER_CMD_TENANT_SHARE;
+    LIST_KERNELS = 0x17, ReadWrite, ListKernelsArgs, Any, DRIVER_CMD_LIST_KERNELS;
 }
 
 /// The command with this request number, if any.

@@ -154,6 +154,13 @@ abi_flags! {
         /// takes (`DAVINCI_EXPORT_FLAG_FD`, `DAVINCI_IMPORT_FLAG_FD`; ABI 1.5): the host's
         /// (the kernel module's), not every device's.
         const EXPORT_FD = 1 << 17;
+        /// The device runs the built-in kernels LIST_KERNELS lists (KERNEL_LAUNCH,
+        /// `DAVINCI_KERNEL_*`; ABI 1.5). Without it LIST_KERNELS answers 0 kernels and a
+        /// launch fails with `EBADMSG` (`HANDLE`, `UNKNOWN`).
+        const KERNELS = 1 << 18;
+        /// FILL takes `DAVINCI_DTYPE_U8` and `U16` patterns, and ADD the dtypes F16, BF16,
+        /// I8, U8 and U16 (ABI 1.5).
+        const DTYPES = 1 << 19;
     }
 }
 
