@@ -46,14 +46,15 @@ pub fn mix(a: u64, b: u64) -> u64 {
     r.next_u64()
 }
 
-/// `a + b` elementwise as `dtype` (u32/i32 wrapping, f32 IEEE), on raw 32-bit words.
+/// `a + b` elementwise as `dtype` (u32/i32 wrapping, f32 IEEE), on raw 32-bit words: the
+/// workload adds the 32-bit dtypes only ([`DTYPES`]); a narrower one is added as u32 words.
 pub fn add(dtype: Dtype, a: &[u32], b: &[u32]) -> Vec<u32> {
     a.iter()
         .zip(b)
         .map(|(&x, &y)| match dtype {
-            Dtype::U32 => x.wrapping_add(y),
             Dtype::I32 => (x as i32).wrapping_add(y as i32) as u32,
             Dtype::F32 => (f32::from_bits(x) + f32::from_bits(y)).to_bits(),
+            _ => x.wrapping_add(y),
         })
         .collect()
 }

@@ -117,9 +117,9 @@ pub unsafe extern "C" fn davinci_task_add(
             Some(Dtype::U32) => task::add::<u32>(d, x, y),
             Some(Dtype::I32) => task::add::<i32>(d, x, y),
             Some(Dtype::F32) => task::add::<f32>(d, x, y),
-            None => {
+            _ => {
                 return Err(Fail::inval(format!(
-                    "dtype {dtype} is none of DAVINCI_DTYPE_U32, _I32, _F32"
+                    "dtype {dtype} is none of DAVINCI_DTYPE_U32, _I32, _F32 (the dtypes this builder takes)"
                 )))
             }
         };

@@ -68,6 +68,69 @@ pub enum WaitState {
     NotYet(u64),
 }
 
+/// A LIST_* command's user buffer: `capacity` entries `stride` bytes apart from `buf`.
+struct List {
+    buf: u64,
+    capacity: u32,
+    stride: u64,
+}
+
+impl List {
+    fn new(buf: u64, capacity: u32, entry_size: u32) -> Result<List> {
+        let stride = entry_size as u64;
+        ensure!(
+            (8..=LIST_ENTRY_MAX).contains(&stride) && stride.is_multiple_of(8),
+            EINVAL,
+            "entry_size must be a multiple of 8 between 8 and 4096"
+        );
+        ensure!(
+            capacity == 0 || buf != 0,
+            EFAULT,
+            "buf is NULL with a non-zero capacity"
+        );
+        Ok(List {
+            buf,
+            capacity,
+            stride,
+        })
+    }
+
+    /// Writes the first `capacity` of `items`, each as the first `min(stride, its size)`
+    /// bytes of its entry and zeros for the rest (an older caller gets the prefix it knows, a
+    /// newer one zeros in the fields this driver does not have); returns how many there are.
+    fn write<T: Wire>(
+        &self,
+        user: &mut dyn UserMem,
+        items: impl Iterator<Item = T>,
+    ) -> Result<u32> {
+        const { assert!(T::SIZE <= 256, "a LIST entry larger than its buffer") };
+        let mut count = 0u32;
+        let mut bytes = [0u8; 256];
+        let known = (self.stride as usize).min(T::SIZE).min(bytes.len());
+        for item in items {
+            if count < self.capacity {
+                item.encode(&mut bytes[..T::SIZE]);
+                let Some(addr) = (count as u64)
+                    .checked_mul(self.stride)
+                    .and_then(|o| self.buf.checked_add(o))
+                    .filter(|at| at.checked_add(self.stride).is_some())
+                else {
+                    fail!(EFAULT, "buf + capacity * entry_size overflows");
+                };
+                user.write(addr, &bytes[..known])?;
+                let mut at = known as u64;
+                while at < self.stride {
+                    let n = (self.stride - at).min(ZEROS.len() as u64);
+                    user.write(addr + at, &ZEROS[..n as usize])?;
+                    at += n;
+                }
+            }
+            count += 1;
+        }
+        Ok(count)
+    }
+}
+
 /// The tenant TENANT_SHARE's argument names: a user (`uid`, no container) or a container
 /// (an id, `uid` 0).
 fn tenant_of_args(a: &TenantShareArgs) -> Result<crate::Tenant> {
@@ -353,43 +416,16 @@ impl<P: Platform> DeviceCore<P> {
             DRIVER_CMD_LIST_CLIENTS => {
                 let mut a: ListClientsArgs = decode(arg)?;
                 ensure!(a.pad == 0, EINVAL, "pad must be 0");
-                let stride = a.entry_size as u64;
-                ensure!(
-                    (8..=LIST_ENTRY_MAX).contains(&stride) && stride.is_multiple_of(8),
-                    EINVAL,
-                    "entry_size must be a multiple of 8 between 8 and 4096"
-                );
-                ensure!(
-                    a.capacity == 0 || a.buf != 0,
-                    EFAULT,
-                    "buf is NULL with a non-zero capacity"
-                );
-                // An older caller (smaller entry) gets the prefix it knows; a newer one
-                // (larger entry) gets zeros in the fields this driver does not have.
-                let mut count = 0u32;
-                let mut bytes = [0u8; core::mem::size_of::<ClientUsage>()];
-                let known = (stride as usize).min(bytes.len());
-                for u in self.clients_seen_by(client) {
-                    if count < a.capacity {
-                        u.encode(&mut bytes);
-                        let Some(addr) = (count as u64)
-                            .checked_mul(stride)
-                            .and_then(|o| a.buf.checked_add(o))
-                            .filter(|at| at.checked_add(stride).is_some())
-                        else {
-                            fail!(EFAULT, "buf + capacity * entry_size overflows");
-                        };
-                        user.write(addr, &bytes[..known])?;
-                        let mut at = known as u64;
-                        while at < stride {
-                            let n = (stride - at).min(ZEROS.len() as u64);
-                            user.write(addr + at, &ZEROS[..n as usize])?;
-                            at += n;
-                        }
-                    }
-                    count += 1;
-                }
-                a.count = count;
+                let list = List::new(a.buf, a.capacity, a.entry_size)?;
+                a.count = list.write(user, self.clients_seen_by(client))?;
+                a.encode(arg);
+                Ok(Reply::Done)
+            }
+            DRIVER_CMD_LIST_KERNELS => {
+                let mut a: ListKernelsArgs = decode(arg)?;
+                ensure!(a.pad == 0, EINVAL, "pad must be 0");
+                let list = List::new(a.buf, a.capacity, a.entry_size)?;
+                a.count = list.write(user, crate::engine::launch::kernel_table())?;
                 a.encode(arg);
                 Ok(Reply::Done)
             }

@@ -10,7 +10,9 @@
 //!
 //! Features (the kernel build uses none): `std` adds `StdLock`, the [`Lock`] over
 //! `std::sync::Mutex` that user-space hosts use; `test-util` (implies `std`) adds the checking
-//! heap platform of `test_util` for tests and fuzz targets.
+//! heap platform of `test_util` for tests and fuzz targets; `kernels` (implies `std`) runs the
+//! built-in kernels' arithmetic (`davinci-kernels`, floating point) for user-space hosts,
+//! which then report `DAVINCI_FEAT_KERNELS`.
 //!
 //! Locking: the control path (every ioctl, open, close) takes `&mut DeviceCore`, so the host
 //! holds the device exclusively for it. The data path ([`DeviceCore::run_stream`] and the sleep

@@ -45,7 +45,8 @@ pub const MAX_EVENT_ENTRIES: u32 = 8192;
 pub const CONTAINER_LEN: usize = 64;
 
 /// Opcodes the software engine runs (bit `n` = `DAVINCI_OP_*` value `n`): NOP, FILL, COPY, ADD,
-/// EVENT_RECORD, EVENT_WAIT; not KERNEL_LAUNCH (hardware only).
+/// EVENT_RECORD, EVENT_WAIT; GET_INFO adds KERNEL_LAUNCH where the build runs kernels
+/// (feature `kernels`).
 pub const SUPPORTED_OPCODES: u32 = (1 << 6) - 1;
 
 /// Work one stream's pass may do on long tasks before the engine returns and the host lets

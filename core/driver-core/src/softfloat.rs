@@ -1,4 +1,5 @@
-//! IEEE 754 binary32 addition in integer arithmetic.
+//! IEEE 754 binary32 addition in integer arithmetic, and binary16 (f16) and bfloat16 to and
+//! from it (ABI 1.5's ADD of F16 and BF16).
 //!
 //! The software engine's `ADD` with `DTYPE_F32` must give the same bits in every host. The
 //! Linux kernel builds Rust soft-float and has no `__addsf3`, so the engine cannot use `f32 +`
@@ -126,6 +127,92 @@ pub fn f32_add(a: u32, b: u32) -> u32 {
     result
 }
 
+/// The `f32` an IEEE binary16 stands for, exactly (a NaN keeps its payload and quiet bit).
+pub fn f16_to_f32(h: u16) -> u32 {
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let exp = (h >> 10) & 0x1f;
+    let man = h & 0x3ff;
+    match exp {
+        0x1f => sign | INF | (man << 13),
+        0 if man == 0 => sign,
+        0 => {
+            // Subnormal: man · 2⁻²⁴, with its top bit at position `top` (0..=9).
+            let top = 31 - man.leading_zeros();
+            let e = top + 127 - 24;
+            sign | (e << SIG_BITS) | ((man << (SIG_BITS - top)) & SIG_MASK)
+        }
+        _ => sign | ((exp + 112) << SIG_BITS) | (man << 13),
+    }
+}
+
+/// `f` (`f32` bits) rounded to the nearest binary16, ties to even; past the largest finite
+/// value an infinity; a NaN stays a NaN, quieted, with the top of its payload.
+pub fn f32_to_f16(f: u32) -> u16 {
+    let sign = ((f >> 16) & 0x8000) as u16;
+    let abs = f & ABS_MASK;
+    if abs > INF {
+        return sign | 0x7e00 | ((abs >> 13) & 0x3ff) as u16;
+    }
+    if abs >= 0x477f_f000 {
+        // 65520 and up (65504 is the largest finite f16; 65520 ties to the even infinity).
+        return sign | 0x7c00;
+    }
+    let exp = (abs >> SIG_BITS) as i32 - 127 + 15;
+    if exp >= 1 {
+        let man = abs & SIG_MASK;
+        let mut h = ((exp as u32) << 10) | (man >> 13);
+        let rest = man & 0x1fff;
+        if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
+            h += 1;
+        }
+        return sign | h as u16;
+    }
+    // Subnormal or zero: the significand (implicit bit included) in units of 2⁻²⁴.
+    let sig = if abs >> SIG_BITS == 0 {
+        return sign; // an f32 subnormal is far below half the smallest f16 subnormal
+    } else {
+        (abs & SIG_MASK) | IMPLICIT
+    };
+    let shift = (14 - exp) as u32;
+    if shift >= 32 {
+        return sign;
+    }
+    let mut k = sig >> shift;
+    let rest = sig & ((1u32 << shift) - 1);
+    let half = 1u32 << (shift - 1);
+    if rest > half || (rest == half && k & 1 == 1) {
+        k += 1;
+    }
+    sign | k as u16
+}
+
+/// The `f32` a bfloat16 stands for, exactly.
+pub fn bf16_to_f32(h: u16) -> u32 {
+    u32::from(h) << 16
+}
+
+/// `f` (`f32` bits) rounded to the nearest bfloat16, ties to even; a NaN stays a NaN, quieted.
+pub fn f32_to_bf16(f: u32) -> u16 {
+    if f & ABS_MASK > INF {
+        return ((f >> 16) | 0x40) as u16;
+    }
+    let round = 0x7fff + ((f >> 16) & 1);
+    (f.wrapping_add(round) >> 16) as u16
+}
+
+/// `a + b` of two binary16s, rounded once to nearest even: the exact sum rounded to `f32`
+/// first, which is harmless (24 ≥ 2·11 + 2 bits: double rounding through f32 gives the
+/// correctly rounded f16 sum).
+pub fn f16_add(a: u16, b: u16) -> u16 {
+    f32_to_f16(f32_add(f16_to_f32(a), f16_to_f32(b)))
+}
+
+/// `a + b` of two bfloat16s, rounded once to nearest even (as [`f16_add`]: 24 ≥ 2·8 + 2).
+pub fn bf16_add(a: u16, b: u16) -> u16 {
+    f32_to_bf16(f32_add(bf16_to_f32(a), bf16_to_f32(b)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +330,84 @@ mod tests {
         assert_eq!(f32_add(0x7f7f_ffff, 0x7f7f_ffff), INF); // overflow
         assert_eq!(f32_add(0x3f80_0000, 0x3380_0000), 0x3f80_0000); // tie to even (down)
         assert_eq!(f32_add(0x3f80_0001, 0x3380_0000), 0x3f80_0002); // tie to even (up)
+    }
+
+    #[test]
+    fn f16_and_bf16_conversions_match_the_half_crate() {
+        use half::{bf16, f16};
+        for h in 0..=u16::MAX {
+            let want = f16::from_bits(h).to_f32().to_bits();
+            let got = f16_to_f32(h);
+            if f32::from_bits(want).is_nan() {
+                assert!(f32::from_bits(got).is_nan(), "{h:#06x}");
+                assert_eq!(f32_to_f16(got), h | 0x0200, "a NaN round-trips quieted");
+            } else {
+                assert_eq!(got, want, "f16 {h:#06x} to f32");
+                assert_eq!(f32_to_f16(got), h, "f16 {h:#06x} round-trips");
+            }
+            let want = bf16::from_bits(h).to_f32();
+            if want.is_nan() {
+                // half quiets a NaN on the way; the conversion here keeps its bits.
+                assert!(f32::from_bits(bf16_to_f32(h)).is_nan());
+            } else {
+                assert_eq!(bf16_to_f32(h), want.to_bits(), "bf16 {h:#06x} to f32");
+            }
+        }
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..2_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = (x >> 16) as u32;
+            let v = f32::from_bits(f);
+            if v.is_nan() {
+                continue;
+            }
+            assert_eq!(
+                f32_to_f16(f),
+                f16::from_f32(v).to_bits(),
+                "f32 {f:#010x} to f16"
+            );
+            assert_eq!(
+                f32_to_bf16(f),
+                bf16::from_f32(v).to_bits(),
+                "f32 {f:#010x} to bf16"
+            );
+        }
+    }
+
+    #[test]
+    fn f16_and_bf16_sums_are_correctly_rounded() {
+        use half::{bf16, f16};
+        let mut x = 0x0bad_cafe_dead_beefu64;
+        for i in 0..1_000_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (a, b) = ((x >> 8) as u16, (x >> 40) as u16);
+            // Half the pairs of nearby magnitudes, where cancellation and ties happen.
+            let b = if i % 2 == 0 {
+                b
+            } else {
+                (a & 0xfc00) | (b & 0x83ff)
+            };
+            // The sum of two f16s (or bf16s) is exact in f64; half rounds it once.
+            let want = f16::from_f64(f16::from_bits(a).to_f64() + f16::from_bits(b).to_f64());
+            let got = f16::from_bits(f16_add(a, b));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "f16 {a:#06x} + {b:#06x}: got {:#06x}, want {:#06x}",
+                got.to_bits(),
+                want.to_bits()
+            );
+            let want = bf16::from_f64(bf16::from_bits(a).to_f64() + bf16::from_bits(b).to_f64());
+            let got = bf16::from_bits(bf16_add(a, b));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "bf16 {a:#06x} + {b:#06x}: got {:#06x}, want {:#06x}",
+                got.to_bits(),
+                want.to_bits()
+            );
+        }
     }
 }

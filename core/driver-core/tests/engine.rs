@@ -449,13 +449,61 @@ fn checks_run_in_the_documented_order() {
             f(O::Dtype, K::NotZero),
         ),
         (
-            "KERNEL_LAUNCH is refused before its operands are looked at",
+            "KERNEL_LAUNCH: its unused fields before the handle",
             TaskDesc {
                 dst: 8,
-                ..TaskDesc::kernel_launch(1, 1, 1, foreign, 8)
+                ..TaskDesc::kernel_launch(1, 99, 1, foreign, 8)
             },
             Errno::EBADMSG,
-            f(O::Opcode, K::Unknown),
+            f(O::Dst, K::NotZero),
+        ),
+        (
+            "KERNEL_LAUNCH: the handle before the block count and len",
+            TaskDesc::kernel_launch(1, 99, 5, foreign, 3),
+            Errno::EBADMSG,
+            f(O::Handle, K::Unknown),
+        ),
+        (
+            "KERNEL_LAUNCH: the block count before len",
+            TaskDesc::kernel_launch(1, KernelId::Gemm as u32, 2, foreign, 3),
+            Errno::EINVAL,
+            f(O::Imm, K::Invalid),
+        ),
+        (
+            "KERNEL_LAUNCH: len before the block's address",
+            TaskDesc::kernel_launch(1, KernelId::Gemm as u32, 1, foreign, 8),
+            Errno::EINVAL,
+            f(O::Len, K::Invalid),
+        ),
+        (
+            "KERNEL_LAUNCH: the block's alignment before its range",
+            TaskDesc::kernel_launch(1, KernelId::Gemm as u32, 1, foreign + 2, 128),
+            Errno::EINVAL,
+            Fault::with_value(O::Src0, K::Misaligned, 8),
+        ),
+        (
+            "KERNEL_LAUNCH: the block inside the caller's memory",
+            TaskDesc::kernel_launch(1, KernelId::Gemm as u32, 0, DevAddr(0x1238), 128),
+            Errno::EACCES,
+            f(O::Src0, K::NotOwned),
+        ),
+        (
+            "FILL: a dtype other than 0, U8 and U16",
+            TaskDesc::fill_as(1, Dtype::F16, at, 64, 0),
+            Errno::EBADMSG,
+            f(O::Dtype, K::Unknown),
+        ),
+        (
+            "FILL U16: the pattern's unused bits before the alignment",
+            TaskDesc::fill_as(1, Dtype::U16, at + 1, 64, 0x1_0000),
+            Errno::EBADMSG,
+            f(O::Imm, K::NotZero),
+        ),
+        (
+            "FILL U16: dst 2-byte aligned",
+            TaskDesc::fill_as(1, Dtype::U16, at + 1, 64, 0xffff),
+            Errno::EINVAL,
+            Fault::with_value(O::Dst, K::Misaligned, 2),
         ),
         (
             "FILL: imm's high half before handle",

@@ -175,14 +175,23 @@ pub fn run(data: &[u8]) {
                     assert_eq!(e.result, d.len);
                 }
                 Opcode::Add => {
-                    let bytes = d.len.checked_mul(4).expect("ADD bytes overflow succeeded");
+                    let size = Dtype::from_u8(d.dtype).expect("ADD of an unknown dtype succeeded");
+                    let bytes = d
+                        .len
+                        .checked_mul(size.size())
+                        .expect("ADD bytes overflow succeeded");
                     assert!(
                         ok(d.dst, bytes) && ok(d.src0, bytes) && ok(d.src1, bytes),
                         "ADD outside succeeded: {d:?}"
                     );
                     assert_eq!(e.result, d.len);
                 }
-                Opcode::KernelLaunch => panic!("KERNEL_LAUNCH succeeded"),
+                // A launch's operands are checked against the allocations by the engine
+                // (the kernel-block target fuzzes them); its block must have been inside.
+                Opcode::KernelLaunch => assert!(
+                    ok(d.src0, d.len),
+                    "a launch whose parameter block is outside succeeded: {d:?}"
+                ),
                 Opcode::Nop | Opcode::EventRecord | Opcode::EventWait => {}
             }
         }

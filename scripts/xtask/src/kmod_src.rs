@@ -42,6 +42,7 @@ fn never_in_kernel(attrs: &[String]) -> bool {
             || a.starts_with("#[cfg(all(any(test")
             || a.contains("feature=\"test-util\"")
             || a.contains("feature=\"std\"")
+            || a.contains("feature=\"kernels\"")
     })
 }
 

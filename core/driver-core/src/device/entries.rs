@@ -226,6 +226,8 @@ pub(crate) struct Partial {
     pub(crate) d: TaskDesc,
     pub(crate) done: u64,
     pub(crate) index: u32,
+    /// A KERNEL_LAUNCH: its parameter block as copied when it was taken, and its units.
+    pub(crate) launch: Option<crate::engine::Launch>,
 }
 
 impl Partial {
@@ -235,6 +237,7 @@ impl Partial {
             d: *d,
             done: 0,
             index: 0,
+            launch: None,
         }
     }
 }

@@ -173,6 +173,11 @@ impl<P: Platform> DeviceCore<P> {
             }
             _ => (c.platform_features.bits() & !mmio, (0, 0)),
         };
+        let kernels = if crate::engine::KERNELS {
+            Features::KERNELS.bits()
+        } else {
+            0
+        };
         DeviceInfo {
             abi_major: davinci_uapi::ABI_VERSION_MAJOR,
             abi_minor: davinci_uapi::ABI_VERSION_MINOR,
@@ -192,7 +197,9 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::SHARED_MEMORY.bits()
                         | Features::IDENTITY.bits()
                         | Features::USAGE.bits()
-                        | Features::TENANT_SHARE.bits()),
+                        | Features::TENANT_SHARE.bits()
+                        | Features::DTYPES.bits()
+                        | kernels),
             ),
             device_id: c.device_id,
             page_size: c.page_size,
@@ -210,7 +217,7 @@ impl<P: Platform> DeviceCore<P> {
             share_mode: self.share as u32,
             clients: self.client_count(),
             caller_id: 0,
-            opcodes: SUPPORTED_OPCODES,
+            opcodes: SUPPORTED_OPCODES | if crate::engine::KERNELS { 1 << 6 } else { 0 },
             quota_contexts: quota.contexts,
             quota_streams: quota.streams,
             quota_events: quota.events,

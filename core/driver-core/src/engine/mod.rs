@@ -18,9 +18,17 @@ use crate::inject::Inject;
 use crate::limits::{MIN_PASS_WORK, PASS_WORK};
 use crate::platform::{Lock, Platform};
 
+#[cfg(feature = "kernels")]
+mod compute;
 mod exec;
+pub mod launch;
 
 use exec::{plain_nop, Done, Exec};
+pub use launch::Launch;
+
+/// This build runs the built-in kernels (feature `kernels`: user-space hosts; the kernel
+/// module builds without it, so its devices list none and refuse launches).
+pub const KERNELS: bool = cfg!(feature = "kernels");
 
 /// What one `run_stream` call achieved, and what the worker should wait for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

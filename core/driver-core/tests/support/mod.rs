@@ -199,3 +199,100 @@ pub fn wait_stream_timed_out(
     let r = dev.finish_wait(c, &spec, &mut raw, true);
     (r.map_err(|e| e.errno), WaitEventArgs::decode(&raw).status)
 }
+
+/// Kernel launches (tests/kernels.rs, tests/kernel_refusals.rs).
+pub mod kernels {
+    use super::*;
+    use davinci_driver_core::{dva_offset as dva, Platform, Run};
+    use davinci_uapi::kernels::KernelId;
+
+    pub type Dev = DeviceCore<HeapPlatform>;
+
+    pub fn put(dev: &mut Dev, c: u32, addr: u64, bytes: &[u8]) {
+        dev.platform_mut()
+            .mem_write(c, dva(addr).unwrap(), bytes)
+            .unwrap();
+    }
+
+    pub fn get(dev: &mut Dev, c: u32, addr: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0; len];
+        dev.platform_mut()
+            .mem_read(c, dva(addr).unwrap(), &mut b)
+            .unwrap();
+        b
+    }
+
+    pub fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    pub fn as_f32(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// A client with a context, one stream and `size` bytes of memory: (client, stream, base).
+    pub fn setup(dev: &mut Dev, size: u64) -> (u32, Host, u64) {
+        let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+        let k = ctx(dev, c);
+        let a = alloc(dev, c, size);
+        let s = stream(dev, c, k, 16, 16);
+        (c, s, a.dev_addr)
+    }
+
+    /// Writes `block` at `at` and launches it: the record, and the passes it took.
+    pub fn launch<T: Wire>(
+        dev: &mut Dev,
+        c: u32,
+        s: &mut Host,
+        k: KernelId,
+        block: &T,
+        at: u64,
+    ) -> (EventRecord, u32) {
+        let mut b = vec![0u8; T::SIZE];
+        block.encode(&mut b);
+        put(dev, c, at, &b);
+        s.prod
+            .push(&TaskDesc::kernel_launch(
+                7,
+                k as u32,
+                1,
+                DevAddr(at),
+                T::SIZE as u64,
+            ))
+            .unwrap();
+        s.prod.publish();
+        let mut passes = 0;
+        loop {
+            passes += 1;
+            match dev.run_stream(s.handle, 64) {
+                Run::Continuing => continue,
+                _ => break,
+            }
+        }
+        let recs = drain(s);
+        assert_eq!(recs.len(), 1);
+        (recs[0], passes)
+    }
+
+    pub fn gemm_block(m: u64, n: u64, k: u64, addrs: (u64, u64, u64)) -> GemmParams {
+        GemmParams {
+            m,
+            n,
+            k,
+            batch: 1,
+            a: addrs.0,
+            b: addrs.1,
+            c: addrs.2,
+            lda: k,
+            ldb: n,
+            ldc: n,
+            dtype_a: Dtype::F32 as u8,
+            dtype_b: Dtype::F32 as u8,
+            dtype_c: Dtype::F32 as u8,
+            alpha: 1f32.to_bits(),
+            ..Default::default()
+        }
+    }
+}

@@ -6,6 +6,8 @@
 
 use davinci_uapi::{Dtype, Errno, FaultKind, FaultOperand, Opcode, TaskDesc};
 
+mod launch;
+
 use crate::device::entries::{Allocation, EventEntry, ExportEntry, Partial, Pending};
 use crate::error::{fail_at, Error, Result};
 use crate::limits::{
@@ -39,6 +41,9 @@ pub(super) struct Exec<'a, P: Platform> {
 }
 
 /// Outcome of executing one descriptor.
+// A launch's block makes `Long` large; `Done` lives only on the stack between `execute` and
+// the pass (no heap in the kernel build to box it into).
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Done {
     /// Completed with this result.
     Complete(u64),
@@ -56,6 +61,18 @@ fn chunk(left: u64, work: u64, cost: u64) -> u64 {
     // 1) is a call Linux 6.12's objtool believes returns ("falls through" warning).
     let affordable = work.checked_div(cost).unwrap_or(0).max(4) & !3;
     left.min(affordable)
+}
+
+/// FILL's pattern width in bytes (its dtype: 0 words, U8 bytes, U16 halfwords) and the
+/// pattern as the four bytes of an aligned word.
+fn fill_pattern(d: &TaskDesc) -> Result<(u64, [u8; 4])> {
+    let p = (d.imm as u32).to_le_bytes();
+    match Dtype::from_u8(d.dtype) {
+        Some(Dtype::U32) => Ok((4, (d.imm as u32).to_ne_bytes())),
+        Some(Dtype::U16) => Ok((2, [p[0], p[1], p[0], p[1]])),
+        Some(Dtype::U8) => Ok((1, [p[0]; 4])),
+        _ => fail_at!(EBADMSG, "FILL's dtype is 0, U8 or U16", Dtype, Unknown),
+    }
 }
 
 /// ADD's dtype and its length in bytes.
@@ -109,12 +126,12 @@ fn unused_zero(fields: &[(FaultOperand, u64)], msg: &'static str) -> Result<()> 
     ))
 }
 
-/// `EINVAL` unless `value` is a multiple of 4 (the alignment every element and pattern has).
-fn aligned4(value: u64, op: FaultOperand, msg: &'static str) -> Result<()> {
-    if value.is_multiple_of(4) {
+/// `EINVAL` unless `value` is a multiple of `align` (an element's or a pattern's size).
+fn aligned(value: u64, align: u64, op: FaultOperand, msg: &'static str) -> Result<()> {
+    if value.is_multiple_of(align) {
         Ok(())
     } else {
-        Err(Error::at(Errno::EINVAL, msg, op, FaultKind::Misaligned).value(4))
+        Err(Error::at(Errno::EINVAL, msg, op, FaultKind::Misaligned).value(align as u32))
     }
 }
 
@@ -198,10 +215,10 @@ impl<P: Platform> Exec<'_, P> {
         let Some(op) = Opcode::from_u8(d.opcode) else {
             fail_at!(EBADMSG, "unknown opcode", Opcode, Unknown);
         };
-        if op != Opcode::Add {
+        if op != Opcode::Add && op != Opcode::Fill {
             unused_zero(
                 &[(F::Dtype, u64::from(d.dtype))],
-                "dtype must be 0 except for ADD",
+                "dtype must be 0 except for ADD and FILL",
             )?;
         }
         match op {
@@ -220,17 +237,28 @@ impl<P: Platform> Exec<'_, P> {
                 Ok(Done::Complete(0))
             }
             Opcode::Fill => {
+                let (width, _) = fill_pattern(d)?;
                 unused_zero(
                     &[
                         (F::Src0, d.src0),
                         (F::Src1, d.src1),
-                        (F::Imm, d.imm >> 32),
+                        (F::Imm, d.imm >> (width * 8)),
                         (F::Handle, u64::from(d.handle)),
                     ],
-                    "FILL uses only dst, len and a 32-bit imm",
+                    "FILL uses only dst, len and a pattern of its dtype's width in imm",
                 )?;
-                aligned4(d.dst, F::Dst, "FILL needs dst 4-byte aligned")?;
-                aligned4(d.len, F::Len, "FILL needs len a multiple of 4 bytes")?;
+                aligned(
+                    d.dst,
+                    width,
+                    F::Dst,
+                    "FILL needs dst aligned to its pattern",
+                )?;
+                aligned(
+                    d.len,
+                    width,
+                    F::Len,
+                    "FILL needs len a multiple of its pattern",
+                )?;
                 self.range(d.dst, d.len, F::Dst)?;
                 Ok(Done::Long(Partial::new(d)))
             }
@@ -252,10 +280,21 @@ impl<P: Platform> Exec<'_, P> {
                     &[(F::Imm, d.imm), (F::Handle, u64::from(d.handle))],
                     "ADD uses only dtype, dst, src0, src1 and len",
                 )?;
-                let (_, bytes) = add_operands(d)?;
-                aligned4(d.dst, F::Dst, "ADD needs dst 4-byte aligned")?;
-                aligned4(d.src0, F::Src0, "ADD needs src0 4-byte aligned")?;
-                aligned4(d.src1, F::Src1, "ADD needs src1 4-byte aligned")?;
+                let (dtype, bytes) = add_operands(d)?;
+                let size = dtype.size();
+                aligned(d.dst, size, F::Dst, "ADD needs dst aligned to its element")?;
+                aligned(
+                    d.src0,
+                    size,
+                    F::Src0,
+                    "ADD needs src0 aligned to its element",
+                )?;
+                aligned(
+                    d.src1,
+                    size,
+                    F::Src1,
+                    "ADD needs src1 aligned to its element",
+                )?;
                 self.range(d.dst, bytes, F::Dst)?;
                 self.range(d.src0, bytes, F::Src0)?;
                 self.range(d.src1, bytes, F::Src1)?;
@@ -308,14 +347,7 @@ impl<P: Platform> Exec<'_, P> {
                     }))
                 }
             }
-            Opcode::KernelLaunch => {
-                fail_at!(
-                    EBADMSG,
-                    "KERNEL_LAUNCH needs hardware; the software engine has no kernels",
-                    Opcode,
-                    Unknown
-                )
-            }
+            Opcode::KernelLaunch => self.take_launch(d),
         }
     }
 
@@ -325,13 +357,23 @@ impl<P: Platform> Exec<'_, P> {
     /// nothing written). `Some(result)` once the task is done.
     pub(super) fn advance(&mut self, p: &mut Partial, work: &mut u64) -> Result<Option<u64>> {
         use FaultOperand as F;
+        if let Some(l) = p.launch.as_mut() {
+            // One unit a pass, its operands checked again first (FREE_MEMORY may have come
+            // between two units).
+            self.check_operands(&l.params)?;
+            let unit = l.params.unit(l.next);
+            self.run_unit(&unit)?;
+            l.next += 1;
+            *work = 0;
+            return Ok((l.next >= l.units).then_some(l.elements));
+        }
         let d = p.d;
         let (total, cost) = match Opcode::from_u8(d.opcode) {
             Some(Opcode::Fill) => (d.len, 1),
             Some(Opcode::Copy) => (d.len, COPY_COST),
             Some(Opcode::Add) => {
                 let (dtype, bytes) = add_operands(&d)?;
-                let cost = if dtype == Dtype::F32 {
+                let cost = if dtype.is_float() {
                     ADD_F32_COST
                 } else {
                     ADD_COST
@@ -345,7 +387,7 @@ impl<P: Platform> Exec<'_, P> {
         match Opcode::from_u8(d.opcode) {
             Some(Opcode::Fill) => {
                 let (od, dst) = self.range(d.dst, total, F::Dst)?;
-                self.platform.mem_fill(od, dst + p.done, n, d.imm as u32)?;
+                self.fill(od, dst + p.done, n, fill_pattern(&d)?.1)?;
             }
             Some(Opcode::Copy) => {
                 let (od, dst) = self.range(d.dst, total, F::Dst)?;
@@ -374,6 +416,29 @@ impl<P: Platform> Exec<'_, P> {
         Ok((p.done >= total).then_some(d.len))
     }
 
+    /// FILL of `n` bytes at `dst` with the repeating `word` (a pattern 1, 2 or 4 bytes wide,
+    /// as the four bytes of an aligned word): the bytes before the first aligned word and
+    /// after the last are written as they are, the words between by the platform's fill.
+    fn fill(&self, owner: u32, dst: u64, n: u64, word: [u8; 4]) -> Result<()> {
+        let head = ((4 - (dst & 3)) & 3).min(n);
+        if head > 0 {
+            let phase = (dst & 3) as usize;
+            self.platform
+                .mem_write(owner, dst, &word[phase..phase + head as usize])?;
+        }
+        let body = (n - head) & !3;
+        if body > 0 {
+            let pattern = u32::from_ne_bytes(word);
+            self.platform.mem_fill(owner, dst + head, body, pattern)?;
+        }
+        let tail = n - head - body;
+        if tail > 0 {
+            self.platform
+                .mem_write(owner, dst + head + body, &word[..tail as usize])?;
+        }
+        Ok(())
+    }
+
     /// ADD of `bytes` at device-memory places `(owner, offset)`.
     fn add(
         &mut self,
@@ -395,17 +460,42 @@ impl<P: Platform> Exec<'_, P> {
             // divides by the chunk size, and Linux 6.12's objtool does not know that
             // `panic_const_div_by_zero` never returns (a "falls through" warning per copy).
             let mut i = 0;
-            while i + 4 <= n {
-                let p = u32::from_ne_bytes([xa[i], xa[i + 1], xa[i + 2], xa[i + 3]]);
-                let q = u32::from_ne_bytes([xb[i], xb[i + 1], xb[i + 2], xb[i + 3]]);
-                // Two's complement: U32 and I32 wrap to the same bits. F32 in integer
-                // arithmetic, so every host (the kernel is soft-float) gives the same bits.
-                let r = match dtype {
-                    Dtype::U32 | Dtype::I32 => p.wrapping_add(q),
-                    Dtype::F32 => softfloat::f32_add(p, q),
-                };
-                xa[i..i + 4].copy_from_slice(&r.to_ne_bytes());
-                i += 4;
+            match dtype.size() {
+                4 => {
+                    while i + 4 <= n {
+                        let p = u32::from_ne_bytes([xa[i], xa[i + 1], xa[i + 2], xa[i + 3]]);
+                        let q = u32::from_ne_bytes([xb[i], xb[i + 1], xb[i + 2], xb[i + 3]]);
+                        // Two's complement: U32 and I32 wrap to the same bits. F32 in
+                        // integer arithmetic, so every host (the kernel is soft-float) gives
+                        // the same bits.
+                        let r = if dtype == Dtype::F32 {
+                            softfloat::f32_add(p, q)
+                        } else {
+                            p.wrapping_add(q)
+                        };
+                        xa[i..i + 4].copy_from_slice(&r.to_ne_bytes());
+                        i += 4;
+                    }
+                }
+                2 => {
+                    while i + 2 <= n {
+                        let p = u16::from_ne_bytes([xa[i], xa[i + 1]]);
+                        let q = u16::from_ne_bytes([xb[i], xb[i + 1]]);
+                        let r = match dtype {
+                            Dtype::F16 => softfloat::f16_add(p, q),
+                            Dtype::Bf16 => softfloat::bf16_add(p, q),
+                            _ => p.wrapping_add(q),
+                        };
+                        xa[i..i + 2].copy_from_slice(&r.to_ne_bytes());
+                        i += 2;
+                    }
+                }
+                _ => {
+                    while i < n {
+                        xa[i] = xa[i].wrapping_add(xb[i]);
+                        i += 1;
+                    }
+                }
             }
             self.platform.mem_write(od, dst + done, xa)?;
             done += n as u64;
