@@ -46,8 +46,8 @@ mod waits;
 
 pub use config::{derived_uuid, local_open_params, uuid_from_seed, MockConfig};
 pub use davinci_driver_core::{
-    Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota, Role, Tenant,
-    UserMem, MAX_CLIENT_OPENS,
+    Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota,
+    Result as CoreResult, Role, Tenant, UserMem, MAX_CLIENT_OPENS,
 };
 pub use memfd::MemFd;
 pub use mock_device::{MapSource, MockDevice, SharedMapSource};

@@ -186,6 +186,11 @@ impl Device {
         }
     }
 
+    /// LIST_KERNELS through this open's backend.
+    pub(crate) fn list_kernels(&self) -> Result<Vec<davinci_uapi::KernelInfo>> {
+        self.inner.backend.list_kernels()
+    }
+
     /// Ownership of the export fd `fd` this open's EXPORT_MEMORY just returned.
     pub(crate) fn adopt_export_fd(&self, fd: u64) -> Result<std::os::fd::OwnedFd> {
         self.inner.backend.adopt_export_fd(fd)

@@ -108,6 +108,7 @@ mod event;
 mod event_handle;
 mod export_fd;
 mod hostmap;
+mod kernels;
 mod memory;
 mod path;
 mod pool;
@@ -154,7 +155,7 @@ pub use davinci_mock_device::{InjectRule, InjectTarget, MockConfig, MockDevice};
 pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::{
     ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Fault, FaultKind, FaultOperand, Features,
-    Opcode, ShareMode, TaskDesc, TenantShareArgs,
+    KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs,
 };
 pub use device::Device;
 pub use error::{Error, Result};

@@ -70,6 +70,10 @@ mod hoarders;
 #[path = "conformance/containers.rs"]
 mod containers;
 
+/// Device compute (issue 43, ABI 1.5): kernels, dtypes, byte fills.
+#[path = "conformance/kernels.rs"]
+mod kernels;
+
 /// New streams beside clients churning theirs (issue 41): every one is served.
 #[path = "conformance/churn.rs"]
 mod churn;

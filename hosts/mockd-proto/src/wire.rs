@@ -28,8 +28,9 @@
 //!   payload is the holder's `davinci_client_usage` and the message names its pid and container.
 //! * `IOCTL`: arg = the ioctl's argument bytes (`_IOC_SIZE(request)` of them); the reply arg is
 //!   the argument after the call (also on failure: WAIT_EVENT reports `current`/`status`).
-//!   LIST_CLIENTS writes through the user pointer `buf`: the daemon returns what it would have
-//!   written at `buf + k` as payload byte `k`, and the client copies it to its buffer.
+//!   LIST_CLIENTS and LIST_KERNELS (1.5) write through the user pointer `buf`: the daemon
+//!   returns what it would have written at `buf + k` as payload byte `k`, and the client
+//!   copies it to its buffer.
 //! * `MMAP`: arg [`MmapArgs`] (cookie, length); reply arg [`MmapReply`] (offset into the fd)
 //!   and one memfd. The client maps `[offset, offset + len)` of that fd, shared.
 //! * `CLOSE`: no arg; reply errno 0, then the daemon closes the connection.

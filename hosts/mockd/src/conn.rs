@@ -13,9 +13,9 @@ use davinci_mockd_proto::{
     MAX_PAYLOAD, MAX_REQUEST,
 };
 use davinci_uapi::{
-    ClientUsage, Errno, ListClientsArgs, WaitEventArgs, Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR,
-    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_TENANT_SHARE,
-    DRIVER_CMD_WAIT_EVENT,
+    ClientUsage, Errno, ListClientsArgs, ListKernelsArgs, WaitEventArgs, Wire, ABI_VERSION_MAJOR,
+    ABI_VERSION_MINOR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
+    DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_TENANT_SHARE, DRIVER_CMD_WAIT_EVENT,
 };
 use tracing::{debug, info, warn};
 
@@ -442,7 +442,8 @@ fn mmap(shared: &Shared, conn: &SeqPacket, client: u32, req: &Request) {
     }
 }
 
-/// LIST_CLIENTS output: what the driver writes at `buf + k` becomes payload byte `k`.
+/// LIST_CLIENTS' and LIST_KERNELS' output: what the driver writes at `buf + k` becomes payload
+/// byte `k`.
 struct PayloadMem {
     base: u64,
     limit: usize,
@@ -491,13 +492,21 @@ fn ioctl(shared: &Shared, conn: &SeqPacket, peer: &Peer, client: u32, req: Reque
         limit: 0,
         out: Vec::new(),
     };
-    if request == DRIVER_CMD_LIST_CLIENTS {
-        if let Some(a) = ListClientsArgs::from_bytes(&arg) {
-            mem.base = a.buf;
-            mem.limit = (a.capacity as usize)
-                .saturating_mul(a.entry_size as usize)
-                .min(MAX_PAYLOAD);
+    // The LIST commands' entries come back as the payload (their `buf` is the caller's).
+    let list = match request {
+        DRIVER_CMD_LIST_CLIENTS => {
+            ListClientsArgs::from_bytes(&arg).map(|a| (a.buf, a.capacity, a.entry_size))
         }
+        DRIVER_CMD_LIST_KERNELS => {
+            ListKernelsArgs::from_bytes(&arg).map(|a| (a.buf, a.capacity, a.entry_size))
+        }
+        _ => None,
+    };
+    if let Some((buf, capacity, entry_size)) = list {
+        mem.base = buf;
+        mem.limit = (capacity as usize)
+            .saturating_mul(entry_size as usize)
+            .min(MAX_PAYLOAD);
     }
     let r = shared.dev.ioctl(client, request, &mut arg, &mut mem);
     let mut reply = driver_reply(Kind::Ioctl, tag, arg, r);

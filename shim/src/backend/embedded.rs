@@ -5,7 +5,7 @@
 use std::fmt;
 
 use davinci_mock_device::{local_open_params, MockDevice, NoUserMem};
-use davinci_uapi::ClientUsage;
+use davinci_uapi::{ClientUsage, KernelInfo, ListKernelsArgs, Wire, DRIVER_CMD_LIST_KERNELS};
 
 use super::{Backend, MapFd, MapFile, Role};
 use crate::error::{Error, Result};
@@ -92,6 +92,39 @@ impl Backend for Embedded {
 
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {
         Ok(self.dev.clients())
+    }
+
+    fn list_kernels(&self) -> Result<Vec<KernelInfo>> {
+        // The device writes "user memory" that is a Vec here, at offsets from a base of 0.
+        struct Entries(Vec<u8>);
+        impl davinci_mock_device::UserMem for Entries {
+            fn write(&mut self, addr: u64, data: &[u8]) -> davinci_mock_device::CoreResult<()> {
+                let at = addr as usize;
+                let end = at.saturating_add(data.len());
+                if self.0.len() < end {
+                    self.0.resize(end, 0);
+                }
+                self.0[at..end].copy_from_slice(data);
+                Ok(())
+            }
+        }
+        const OP: &str = "LIST_KERNELS";
+        let capacity = 64u32;
+        let mut arg = super::list_kernels_arg(1 << 20, capacity);
+        let mut out = Entries(Vec::new());
+        let r = self
+            .dev
+            .ioctl(self.client, DRIVER_CMD_LIST_KERNELS, &mut arg, &mut out);
+        r.map_err(|e| Error::new(e.errno, OP, e.message().as_str()))?;
+        let n = ListKernelsArgs::decode(&arg).count.min(capacity) as usize;
+        let base = 1usize << 20;
+        Ok((0..n)
+            .filter_map(|i| {
+                out.0
+                    .get(base + i * KernelInfo::SIZE..base + (i + 1) * KernelInfo::SIZE)
+            })
+            .map(KernelInfo::decode)
+            .collect())
     }
 
     fn mock_device(&self) -> Option<&MockDevice> {

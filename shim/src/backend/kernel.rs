@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::{
-    ClientUsage, Errno, LastError, ListClientsArgs, Wire, DRIVER_CMD_GET_LAST_ERROR,
-    DRIVER_CMD_LIST_CLIENTS,
+    ClientUsage, Errno, KernelInfo, LastError, ListClientsArgs, ListKernelsArgs, Wire,
+    DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
 };
 
 use super::{list_clients_arg, Backend, MapFd, MapFile, Role};
@@ -259,6 +259,19 @@ impl Backend for KernelBackend {
 
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {
         self.list_clients_into_own_buffer()
+    }
+
+    fn list_kernels(&self) -> Result<Vec<KernelInfo>> {
+        let capacity = 64u32;
+        let mut buf = vec![0u8; capacity as usize * KernelInfo::SIZE];
+        let mut arg = super::list_kernels_arg(buf.as_mut_ptr() as u64, capacity);
+        self.raw_ioctl("LIST_KERNELS", DRIVER_CMD_LIST_KERNELS, &mut arg)?;
+        let n = ListKernelsArgs::decode(&arg).count.min(capacity) as usize;
+        Ok(buf
+            .chunks_exact(KernelInfo::SIZE)
+            .take(n)
+            .map(KernelInfo::decode)
+            .collect())
     }
 }
 

@@ -17,8 +17,8 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 use davinci_uapi::{
-    abi_compatible, ClientUsage, DeviceInfo, Errno, ListClientsArgs, Wire, ABI_VERSION_MAJOR,
-    ABI_VERSION_MINOR, DRIVER_CMD_GET_INFO,
+    abi_compatible, ClientUsage, DeviceInfo, Errno, KernelInfo, ListClientsArgs, ListKernelsArgs,
+    Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_GET_INFO,
 };
 
 use crate::error::{Error, Result};
@@ -84,6 +84,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Display {
 
     /// LIST_CLIENTS: every attached client's usage.
     fn list_clients(&self) -> Result<Vec<ClientUsage>>;
+
+    /// LIST_KERNELS (ABI 1.5): the kernels the device runs, whose user pointer each backend
+    /// serves as LIST_CLIENTS'.
+    fn list_kernels(&self) -> Result<Vec<KernelInfo>>;
 
     /// Takes ownership of the descriptor `fd` that this backend's EXPORT_MEMORY with
     /// `DAVINCI_EXPORT_FLAG_FD` just installed in this process (the kernel driver's; no
@@ -179,6 +183,20 @@ pub(crate) fn check_abi(backend: &dyn Backend) -> Result<DeviceInfo> {
     Ok(info)
 }
 
+/// LIST_KERNELS' argument bytes: room for `capacity` entries at `buf`.
+pub(crate) fn list_kernels_arg(buf: u64, capacity: u32) -> Vec<u8> {
+    let a = ListKernelsArgs {
+        buf,
+        capacity,
+        count: 0,
+        entry_size: KernelInfo::SIZE as u32,
+        pad: 0,
+    };
+    let mut arg = vec![0u8; ListKernelsArgs::SIZE];
+    a.encode(&mut arg);
+    arg
+}
+
 /// LIST_CLIENTS' argument bytes: room for `capacity` [`ClientUsage`] entries at `buf` (the
 /// user pointer, which each backend serves its own way), none reported yet.
 pub(crate) fn list_clients_arg(buf: u64, capacity: u32) -> Vec<u8> {
@@ -230,6 +248,10 @@ mod tests {
         }
 
         fn list_clients(&self) -> Result<Vec<ClientUsage>> {
+            Ok(Vec::new())
+        }
+
+        fn list_kernels(&self) -> Result<Vec<KernelInfo>> {
             Ok(Vec::new())
         }
     }

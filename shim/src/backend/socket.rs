@@ -30,8 +30,9 @@ use davinci_mockd_proto::{
     HelloReply, Kind, MmapArgs, MmapReply, Premapped, WireRole, MAX_PAYLOAD,
 };
 use davinci_uapi::{
-    ClientUsage, Errno, ListClientsArgs, Wire, DRIVER_CMD_DESTROY_CONTEXT,
-    DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_FREE_MEMORY, DRIVER_CMD_LIST_CLIENTS,
+    ClientUsage, Errno, KernelInfo, ListClientsArgs, ListKernelsArgs, Wire,
+    DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_STREAM, DRIVER_CMD_FREE_MEMORY,
+    DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
 };
 
 use super::{list_clients_arg, Backend, MapFd, MapFile, Role};
@@ -285,6 +286,34 @@ impl Backend for SocketBackend {
 
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {
         self.list_clients_from_payload()
+    }
+
+    fn list_kernels(&self) -> Result<Vec<KernelInfo>> {
+        const OP: &str = "LIST_KERNELS";
+        let capacity = 64u32;
+        let arg = super::list_kernels_arg(1 << 12, capacity);
+        let got = self.call(OP, Kind::Ioctl, DRIVER_CMD_LIST_KERNELS, arg)?;
+        if got.reply.errno != 0 {
+            return Err(Error::new(errno_of(got.reply.errno), OP, got.reply.msg));
+        }
+        let out = ListKernelsArgs::from_bytes(&got.reply.arg)
+            .ok_or_else(|| Error::new(Errno::EPROTO, OP, "malformed reply argument"))?;
+        let n = out.count.min(capacity) as usize;
+        let entries: Vec<KernelInfo> = got
+            .reply
+            .payload
+            .chunks_exact(KernelInfo::SIZE)
+            .take(n)
+            .map(KernelInfo::decode)
+            .collect();
+        if entries.len() != n {
+            return Err(Error::new(
+                Errno::EPROTO,
+                OP,
+                format!("daemon reported {n} kernels but sent {}", entries.len()),
+            ));
+        }
+        Ok(entries)
     }
 }
 

@@ -96,8 +96,8 @@ fn garbage_descriptors_fail_clearly_and_stop_their_stream() {
         ("unknown ADD dtype", bad_dtype, Errno::EBADMSG),
         ("operand a NOP does not use", nop_operand, Errno::EBADMSG),
         (
-            "kernel launch without hardware",
-            TaskDesc::kernel_launch(0, 1, 1, base, 64),
+            "a launch of a kernel no device runs",
+            TaskDesc::kernel_launch(0, 99, 1, base, 64),
             Errno::EBADMSG,
         ),
         // Owned at the start, but running past the allocation's end: ERANGE (ABI 1.2; the
