@@ -15,7 +15,8 @@ use crate::davinci_driver_core::{Error as CoreError, Platform, Reply, UserMem, M
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
     command_by_request, AllocMemoryArgs, Caller, ClientUsage, Errno, ListClientsArgs,
-    WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
+    DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, Open, Woke};
 use crate::export_fd;
@@ -62,7 +63,8 @@ struct UserOut {
 impl UserOut {
     /// For command `cmd` with argument `arg` (already copied in).
     fn new(cmd: u32, arg: &[u8]) -> UserOut {
-        let base = if cmd == DRIVER_CMD_LIST_CLIENTS {
+        // LIST_KERNELS' argument has LIST_CLIENTS' layout (the PCI transport asserts it).
+        let base = if cmd == DRIVER_CMD_LIST_CLIENTS || cmd == DRIVER_CMD_LIST_KERNELS {
             ListClientsArgs::from_bytes(arg).map_or(0, |a| a.buf)
         } else {
             0

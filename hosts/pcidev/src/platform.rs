@@ -249,7 +249,7 @@ impl UserMem for ListArea {
         let fault = || {
             Error::new(
                 Errno::EFAULT,
-                "LIST_CLIENTS entries beyond BAR2's list area (buf must be LIST_BUF)",
+                "LIST entries beyond BAR2's list area (buf must be LIST_BUF)",
             )
         };
         let addr = addr.checked_sub(LIST_BUF).ok_or_else(fault)?;

@@ -27,8 +27,9 @@ use crate::davinci_hwif::layout::{LIST_BUF, LIST_ENTRIES, LIST_ENTRY_SIZE};
 use crate::davinci_hwif::{AdminOp, ArgBuf, Completion, MapKind, OpenArgs, ReplyKind};
 use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
 use crate::davinci_uapi::{
-    DeviceIdentity, Errno, ListClientsArgs, WaitEventArgs, Wire, DRIVER_CMD_GET_IDENTITY,
-    DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_WAIT_EVENT,
+    DeviceIdentity, Errno, KernelInfo, ListClientsArgs, ListKernelsArgs, WaitEventArgs, Wire,
+    DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_LIST_CLIENTS,
+    DRIVER_CMD_LIST_KERNELS, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
 use crate::export_fd;
@@ -215,7 +216,9 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
     };
     match cmd {
         DRIVER_CMD_WAIT_EVENT => return wait_event(o, arg, a, &copy_back),
-        DRIVER_CMD_LIST_CLIENTS => return list_clients(o, a, &copy_back),
+        DRIVER_CMD_LIST_CLIENTS | DRIVER_CMD_LIST_KERNELS => {
+            return list_entries(o, cmd, a, &copy_back)
+        }
         _ => {}
     }
     let c = match call(
@@ -372,13 +375,22 @@ fn entry_size_ok(n: u32) -> bool {
     n % 8 == 0 && (8..=4096).contains(&n)
 }
 
-/// LIST_CLIENTS: the device writes the entries into BAR2's list area (its own entry size, at
-/// most the caller's), this side copies them to the caller's buffer at the caller's stride,
-/// zero-padded, with the device's mutex released. The arguments are checked here as
-/// driver-core checks them (the device is not trusted to refuse them), and the device's
-/// count bounds nothing: at most the caller's capacity and the list area's entries are read
-/// and copied.
-fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
+// LIST_KERNELS' argument is LIST_CLIENTS' layout (buf, capacity, count, entry_size, pad): one
+// decoding serves both, and its entries fit the list area's.
+const _: () = {
+    assert!(ListKernelsArgs::SIZE == ListClientsArgs::SIZE);
+    assert!(core::mem::offset_of!(ListKernelsArgs, entry_size) == 16);
+    assert!(core::mem::offset_of!(ListClientsArgs, entry_size) == 16);
+    assert!(KernelInfo::SIZE as u64 <= LIST_ENTRY_SIZE);
+};
+
+/// LIST_CLIENTS and LIST_KERNELS (`cmd`): the device writes the entries into BAR2's list area
+/// (its own entry size, at most the caller's), this side copies them to the caller's buffer
+/// at the caller's stride, zero-padded, with the device's mutex released. The arguments are
+/// checked here as driver-core checks them (the device is not trusted to refuse them), and
+/// the device's count bounds nothing: at most the caller's capacity and the list area's
+/// entries are read and copied.
+fn list_entries(o: &PciOpen, cmd: u32, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -> c_long {
     let asked = ListClientsArgs::decode(a.as_slice());
     if asked.pad != 0 || !entry_size_ok(asked.entry_size) {
         return errno(Errno::EINVAL) as c_long;
@@ -407,7 +419,7 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
         let c = match d.call(
             o.client,
             AdminOp::Ioctl {
-                request: DRIVER_CMD_LIST_CLIENTS,
+                request: cmd,
                 arg: fa,
             },
         ) {
@@ -419,7 +431,7 @@ fn list_clients(o: &PciOpen, a: ArgBuf, copy_back: &dyn Fn(&ArgBuf) -> c_long) -
         }
         let got = ListClientsArgs::decode(c.arg.as_slice());
         if u64::from(got.count) > LIST_ENTRIES {
-            return errno(d.violation("it listed more clients than a device can have")) as c_long;
+            return errno(d.violation("it listed more entries than its list area holds")) as c_long;
         }
         // (`fwd.capacity` is at most LIST_ENTRIES, `fwd.entry_size` at most LIST_ENTRY_SIZE.)
         let n = got.count.min(fwd.capacity) as usize;
