@@ -12,6 +12,7 @@
 
 pub mod descriptor_engine;
 pub mod ioctl_dispatch;
+pub mod kernel_launch;
 pub mod mock_device;
 pub mod mock_fd_ops;
 pub mod mockd_conn;
@@ -30,4 +31,5 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("mock_fd_ops", mock_fd_ops::run),
     ("mock_device", mock_device::run),
     ("mockd_conn", mockd_conn::run),
+    ("kernel_launch", kernel_launch::run),
 ];
