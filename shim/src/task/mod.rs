@@ -51,6 +51,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod kernels;
+mod operands;
+
+pub use kernels::{elementwise, fill_bytes, fill_u16, gemm, layer_norm, reduce, rms_norm, softmax};
+pub use operands::{Matrix, Tensor};
+
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::{Bound, RangeBounds};
@@ -172,7 +178,7 @@ pub struct Task {
     leases: ManuallyDrop<Option<Leases>>,
 }
 
-/// The leases of a task, one per buffer operand (up to three: ADD). A task that names no
+/// The leases of a task, one per buffer operand (up to three: ADD; a launch more). A task that names no
 /// memory has `None` of these: one tag to test, nothing to drop (the drop of the leases
 /// themselves stays out of line).
 #[derive(Clone)]
@@ -180,6 +186,8 @@ pub(crate) enum Leases {
     One([Lease; 1]),
     Two([Lease; 2]),
     Three([Lease; 3]),
+    /// A kernel launch's: its operands' and its parameter block's.
+    Many(Box<[Lease]>),
 }
 
 impl Leases {
@@ -189,6 +197,7 @@ impl Leases {
             Leases::One(l) => l,
             Leases::Two(l) => l,
             Leases::Three(l) => l,
+            Leases::Many(l) => l,
         }
     }
 }
@@ -311,12 +320,39 @@ mod sealed {
     impl Sealed for u32 {}
     impl Sealed for i32 {}
     impl Sealed for f32 {}
+    impl Sealed for u16 {}
+    impl Sealed for u8 {}
+    impl Sealed for i8 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
 }
 
-/// An element type of ADD: `u32`, `i32` (wrapping) or `f32` (IEEE 754, round to nearest).
+/// An element type of ADD: `u32`, `i32`, `u16`, `u8`, `i8` (wrapping), `f32` (IEEE 754, round
+/// to nearest), and since ABI 1.5 `half::f16` and `half::bf16` (rounded once to nearest
+/// even). The narrower ones need a device with `Features::DTYPES`.
 pub trait Element: sealed::Sealed {
     /// The descriptor's `dtype`.
     const DTYPE: Dtype;
+}
+
+impl Element for u16 {
+    const DTYPE: Dtype = Dtype::U16;
+}
+
+impl Element for u8 {
+    const DTYPE: Dtype = Dtype::U8;
+}
+
+impl Element for i8 {
+    const DTYPE: Dtype = Dtype::I8;
+}
+
+impl Element for half::f16 {
+    const DTYPE: Dtype = Dtype::F16;
+}
+
+impl Element for half::bf16 {
+    const DTYPE: Dtype = Dtype::Bf16;
 }
 
 impl Element for u32 {
@@ -337,23 +373,28 @@ fn invalid(op: &'static str, msg: String) -> Error {
 
 /// Every device operand must be 4-byte aligned (start and length), as the device requires.
 fn aligned(op: &'static str, name: &str, r: &Region) -> Result<()> {
+    aligned_to(op, name, r, 4)
+}
+
+/// A non-empty operand aligned to `align` bytes in start and length.
+fn aligned_to(op: &'static str, name: &str, r: &Region, align: u64) -> Result<()> {
     if r.is_empty() {
         return Err(invalid(op, format!("{name} is empty")));
     }
-    if !r.addr.get().is_multiple_of(4) {
+    if !r.addr.get().is_multiple_of(align) {
         return Err(invalid(
             op,
             format!(
-                "{name} starts at {:#x}: must be a multiple of 4 bytes",
+                "{name} starts at {:#x}: must be a multiple of {align} bytes",
                 r.addr.get()
             ),
         ));
     }
-    if !r.len.is_multiple_of(4) {
+    if !(r.len as u64).is_multiple_of(align) {
         return Err(invalid(
             op,
             format!(
-                "{name} is {} bytes long: must be a multiple of 4 bytes",
+                "{name} is {} bytes long: must be a multiple of {align} bytes",
                 r.len
             ),
         ));
@@ -402,7 +443,8 @@ pub fn copy<'a>(dst: impl Into<Region<'a>>, src: impl Into<Region<'a>>) -> Resul
 }
 
 /// ADD of `E` elements: `dst[i] = a[i] + b[i]` over the whole regions, which must be the same
-/// length, a whole number of elements, and 4-byte aligned. The element count is derived.
+/// length, a whole number of elements, and aligned to the element. The element count is
+/// derived.
 pub fn add<'a, E: Element>(
     dst: impl Into<Region<'a>>,
     a: impl Into<Region<'a>>,
@@ -410,9 +452,10 @@ pub fn add<'a, E: Element>(
 ) -> Result<Task> {
     const OP: &str = "task::add";
     let (dst, a, b) = (dst.into(), a.into(), b.into());
-    aligned(OP, "dst", &dst)?;
-    aligned(OP, "a (src0)", &a)?;
-    aligned(OP, "b (src1)", &b)?;
+    let size = E::DTYPE.size();
+    aligned_to(OP, "dst", &dst, size)?;
+    aligned_to(OP, "a (src0)", &a, size)?;
+    aligned_to(OP, "b (src1)", &b, size)?;
     same_len(OP, &dst, "a (src0)", &a)?;
     same_len(OP, &dst, "b (src1)", &b)?;
     let elements = dst.len as u64 / E::DTYPE.size();
