@@ -40,6 +40,8 @@ mod hostview;
 
 mod task;
 
+mod kernels;
+
 mod stream;
 
 mod event;

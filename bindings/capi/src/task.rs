@@ -38,7 +38,7 @@ pub struct davinci_task {
 ///
 /// # Safety
 /// `r.buffer` is NULL or a live buffer handle during `'a`.
-unsafe fn region<'a>(r: &davinci_region, what: &str) -> Res<davinci_shim::Region<'a>> {
+pub(crate) unsafe fn region<'a>(r: &davinci_region, what: &str) -> Res<davinci_shim::Region<'a>> {
     // SAFETY: the caller's contract.
     let b: &'a davinci_buffer = unsafe { get(r.buffer, &format!("{what}.buffer")) }?;
     b.region(r.offset, r.length).map_err(|f| f.context(what))
@@ -48,7 +48,7 @@ unsafe fn region<'a>(r: &davinci_region, what: &str) -> Res<davinci_shim::Region
 ///
 /// # Safety
 /// `out` is writable (checked not NULL by `Out::new`).
-unsafe fn store(out: Out<davinci_task>, built: davinci_shim::Result<Task>) -> Res {
+pub(crate) unsafe fn store(out: Out<davinci_task>, built: davinci_shim::Result<Task>) -> Res {
     let task = built?;
     // SAFETY: the caller's contract.
     unsafe { out.set(davinci_task { task }) };

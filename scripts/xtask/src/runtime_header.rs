@@ -95,6 +95,7 @@ pub fn render_runtime_header(root: &Path) -> Result<String, GenError> {
     for (rust, c) in [
         ("DeviceInfo", "struct davinci_device_info"),
         ("TaskDesc", "struct davinci_task_desc"),
+        ("KernelInfo", "struct davinci_kernel_info"),
     ] {
         config.export.rename.insert(rust.into(), c.into());
     }

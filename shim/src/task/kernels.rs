@@ -45,26 +45,15 @@ use crate::memory::DeviceMem;
 /// The task of a launch of `kernel` with `block` over `operands` (leased with the block,
 /// which is written into a new device buffer of the first operand's device).
 fn launch<B: Wire>(
-    op: &'static str,
-    kernel: KernelId,
+    _op: &'static str,
+    k: KernelId,
     block: &B,
     operands: &[&Region],
 ) -> Result<Task> {
-    let Some(first) = operands.first() else {
-        return Err(invalid(op, "a launch names its operands".into()));
-    };
-    let lease = first.lease();
-    let params = lease.device().alloc(B::SIZE)?;
     let mut raw = vec![0u8; B::SIZE];
     block.encode(&mut raw);
-    params.write(0, &raw)?;
-    let mut leases: Vec<_> = operands.iter().map(|r| r.lease()).collect();
-    leases.push(Region::from(&params).lease());
-    let desc = TaskDesc::kernel_launch(0, kernel as u32, 1, params.dev_addr(), B::SIZE as u64);
-    Ok(Task::new(
-        desc,
-        Some(Leases::Many(leases.into_boxed_slice())),
-    ))
+    let regions: Vec<Region> = operands.iter().map(|r| **r).collect();
+    kernel(k, &raw, &regions)
 }
 
 fn addr(r: &Region) -> u64 {
@@ -410,6 +399,82 @@ pub fn rms_norm<'a>(
         dtype,
         eps,
     )
+}
+
+/// A launch of `kernel` with a parameter block the caller filled (the ABI's struct as bytes:
+/// `davinci_gemm_params`, ...; libdavinci's `davinci_task_kernel`), for runtimes that fill
+/// the ABI's blocks themselves. Every operand address the block names must lie in one of
+/// `operands`, which the task leases (so nothing it names is freed before it ran); the
+/// device checks the rest. `EINVAL` for a block of the wrong size, an unknown kernel, or an
+/// operand address outside every region given (naming the field).
+pub fn kernel<'a>(kernel: KernelId, block: &[u8], operands: &[Region<'a>]) -> Result<Task> {
+    const OP: &str = "task::kernel";
+    if block.len() != kernel.params_size() {
+        return Err(invalid(
+            OP,
+            format!(
+                "a {} block is {} bytes, not {}",
+                kernel.name(),
+                kernel.params_size(),
+                block.len()
+            ),
+        ));
+    }
+    let named: Vec<(&str, u64)> = match kernel {
+        KernelId::Gemm => {
+            let p = GemmParams::decode(block);
+            vec![("a", p.a), ("b", p.b), ("c", p.c)]
+        }
+        KernelId::Elementwise => {
+            let p = ElementwiseParams::decode(block);
+            vec![("dst", p.dst), ("a", p.a), ("b", p.b)]
+        }
+        KernelId::Reduce => {
+            let p = ReduceParams::decode(block);
+            vec![("src", p.src), ("dst", p.dst)]
+        }
+        KernelId::Softmax => {
+            let p = SoftmaxParams::decode(block);
+            vec![("src", p.src), ("dst", p.dst)]
+        }
+        KernelId::Norm => {
+            let p = NormParams::decode(block);
+            vec![
+                ("src", p.src),
+                ("dst", p.dst),
+                ("gamma", p.gamma),
+                ("beta", p.beta),
+            ]
+        }
+    };
+    for (field, at) in named.into_iter().filter(|(_, a)| *a != 0) {
+        let held = operands.iter().any(|r| {
+            let start = r.addr().get();
+            at >= start && at - start < r.len().max(1) as u64
+        });
+        if !held {
+            return Err(invalid(
+                OP,
+                format!("the block's {field} ({at:#x}) lies in none of the operand regions given"),
+            ));
+        }
+    }
+    let Some(first) = operands.first() else {
+        return Err(invalid(
+            OP,
+            "a launch names at least one operand region".into(),
+        ));
+    };
+    let lease = first.lease();
+    let params = lease.device().alloc(block.len())?;
+    params.write(0, block)?;
+    let mut leases: Vec<_> = operands.iter().map(|r| r.lease()).collect();
+    leases.push(Region::from(&params).lease());
+    let desc = TaskDesc::kernel_launch(0, kernel as u32, 1, params.dev_addr(), block.len() as u64);
+    Ok(Task::new(
+        desc,
+        Some(Leases::Many(leases.into_boxed_slice())),
+    ))
 }
 
 /// FILL of every byte of `dst` (any offset and length) with `value`: `memset` (ABI 1.5,

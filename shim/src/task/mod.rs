@@ -54,7 +54,9 @@
 mod kernels;
 mod operands;
 
-pub use kernels::{elementwise, fill_bytes, fill_u16, gemm, layer_norm, reduce, rms_norm, softmax};
+pub use kernels::{
+    elementwise, fill_bytes, fill_u16, gemm, kernel, layer_norm, reduce, rms_norm, softmax,
+};
 pub use operands::{Matrix, Tensor};
 
 use std::fmt;

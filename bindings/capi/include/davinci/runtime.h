@@ -988,6 +988,48 @@ int davinci_task_get_desc(const struct davinci_task *task, struct davinci_task_d
 void davinci_task_destroy(struct davinci_task *task);
 
 /**
+ * The kernels the device runs (LIST_KERNELS), in id order, into `out[0..capacity]`
+ * (`struct davinci_kernel_info`: id, version, params_version, params_size, dtypes, name).
+ * Returns how many the device runs (more than `capacity`: only `capacity` written; 0 on a
+ * device without `DAVINCI_FEAT_KERNELS`), or a negative errno.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `out` NULL with `capacity` 0, or writable for
+ * `capacity` entries.
+ */
+int davinci_device_kernels(const struct davinci_device *dev,
+                           struct davinci_kernel_info *out,
+                           size_t capacity);
+
+/**
+ * A launch of built-in kernel `kernel` (`DAVINCI_KERNEL_*`) with the parameter block
+ * `params` (`params_len` bytes: exactly the kernel's `struct davinci_*_params`, filled with
+ * the device addresses of `davinci_buffer_dev_addr` plus offsets). Every operand
+ * address the block names must lie in one of `operands[0..n_operands]`, which the task holds
+ * until it has run (-EINVAL naming the field otherwise); the block is copied into device
+ * memory now. The device checks the rest and names the operand in a failed task's fault.
+ *
+ * # Safety
+ * Threads: any. `params` readable for `params_len` bytes; `operands` readable for
+ * `n_operands` regions of live buffers; `out` writable.
+ */
+int davinci_task_kernel(uint32_t kernel,
+                        const void *params,
+                        size_t params_len,
+                        const struct davinci_region *operands,
+                        size_t n_operands,
+                        struct davinci_task **out);
+
+/**
+ * FILL of every byte of `dst` (any offset and length) with `value`: a memset (ABI 1.5,
+ * `DAVINCI_FEAT_DTYPES`).
+ *
+ * # Safety
+ * Threads: any. `dst.buffer` a live buffer; `out` writable.
+ */
+int davinci_task_fill_bytes(struct davinci_region dst, uint8_t value, struct davinci_task **out);
+
+/**
  * The default stream options into `*out`.
  *
  * # Safety
