@@ -153,6 +153,8 @@ pub use davinci_mock_device::Inject;
 pub use davinci_mock_device::{InjectRule, InjectTarget, MockConfig, MockDevice};
 /// Where `davinci-mockd` puts its sockets when not told otherwise.
 pub use davinci_mockd_proto::default_socket_dir;
+/// The kernels' parameter values (ABI 1.5): elementwise ops, reductions, norms.
+pub use davinci_uapi::kernels::{EwOp, NormKind, ReduceOp};
 pub use davinci_uapi::{
     ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Fault, FaultKind, FaultOperand, Features,
     KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs,

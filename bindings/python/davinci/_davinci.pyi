@@ -32,6 +32,8 @@ class Device:
     def client_id(self) -> Optional[int]: ...
     def usage(self) -> Dict[str, Any]:
         """This open's own usage against each of its limits: (held, limit) per kind."""
+    def kernels(self) -> List[Dict[str, Any]]:
+        """The built-in kernels the device runs (LIST_KERNELS): id, name, versions, params_size, dtypes."""
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Every task submitted on every stream of this device completed (cudaDeviceSynchronize)."""
     def memory_used(self) -> int:
@@ -256,4 +258,84 @@ def task_add(
     dst: _Operand, a: _Operand, b: _Operand, dtype: Optional[_Dtype] = "f32", user_data: int = 0
 ) -> Task: ...
 def task_nop(user_data: int = 0) -> Task: ...
+def task_gemm(
+    a: _Operand,
+    b: _Operand,
+    c: _Operand,
+    m: int,
+    n: int,
+    k: int,
+    *,
+    dtype: Any = None,
+    dtype_a: Any = None,
+    dtype_b: Any = None,
+    dtype_c: Any = None,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    lda: Optional[int] = None,
+    ldb: Optional[int] = None,
+    ldc: Optional[int] = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    batch: int = 1,
+    stride_a: Optional[int] = None,
+    stride_b: Optional[int] = None,
+    stride_c: Optional[int] = None,
+    user_data: int = 0,
+) -> Task: ...
+def task_elementwise(
+    op: str,
+    dst: _Operand,
+    a: _Operand,
+    b: Optional[_Operand] = None,
+    *,
+    shape: Sequence[int],
+    a_shape: Optional[Sequence[int]] = None,
+    b_shape: Optional[Sequence[int]] = None,
+    dtype: Any = None,
+    dtype_dst: Any = None,
+    dst_strides: Optional[Sequence[int]] = None,
+    a_strides: Optional[Sequence[int]] = None,
+    b_strides: Optional[Sequence[int]] = None,
+    user_data: int = 0,
+) -> Task: ...
+def task_reduce(
+    op: str,
+    dst: _Operand,
+    src: _Operand,
+    *,
+    shape: Sequence[int],
+    axis: int,
+    dtype: Any = None,
+    dtype_dst: Any = None,
+    user_data: int = 0,
+) -> Task: ...
+def task_softmax(
+    dst: _Operand,
+    src: _Operand,
+    rows: int,
+    cols: int,
+    *,
+    dtype: Any = None,
+    dtype_dst: Any = None,
+    ld_src: Optional[int] = None,
+    ld_dst: Optional[int] = None,
+    user_data: int = 0,
+) -> Task: ...
+def task_norm(
+    dst: _Operand,
+    src: _Operand,
+    rows: int,
+    cols: int,
+    *,
+    kind: str = "layer",
+    gamma: Optional[_Operand] = None,
+    beta: Optional[_Operand] = None,
+    eps: float = 1e-5,
+    dtype: Any = None,
+    dtype_dst: Any = None,
+    dtype_gamma: Any = None,
+    user_data: int = 0,
+) -> Task: ...
+def task_fill_bytes(dst: _Operand, value: int, user_data: int = 0) -> Task: ...
 def errno_name(code: int) -> Optional[str]: ...

@@ -130,6 +130,42 @@ impl Device {
         Ok(self.get("Device.client_id")?.client_id())
     }
 
+    /// The kernels the device runs (LIST_KERNELS, ABI 1.5), as dicts: `id`, `name`
+    /// (`"gemm"`...), `version`, `params_version`, `params_size` and `dtypes` (their names);
+    /// empty on a device without kernels (the kernel module's software device).
+    fn kernels<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let dev = self.get("Device.kernels")?;
+        let list = py.detach(|| dev.kernels()).or_raise()?;
+        let names = [
+            (shim::Dtype::F32, "f32"),
+            (shim::Dtype::F16, "f16"),
+            (shim::Dtype::Bf16, "bf16"),
+            (shim::Dtype::I8, "i8"),
+            (shim::Dtype::I32, "i32"),
+            (shim::Dtype::U8, "u8"),
+            (shim::Dtype::U16, "u16"),
+            (shim::Dtype::U32, "u32"),
+        ];
+        list.iter()
+            .map(|k| {
+                let d = PyDict::new(py);
+                d.set_item("id", k.id)?;
+                d.set_item("name", k.name_str().unwrap_or(""))?;
+                d.set_item("version", k.version)?;
+                d.set_item("params_version", k.params_version)?;
+                d.set_item("params_size", k.params_size)?;
+                let dtypes: Vec<&str> = names
+                    .iter()
+                    .filter(|(t, _)| k.dtypes & t.bit() != 0)
+                    .map(|(_, n)| *n)
+                    .collect();
+                d.set_item("dtypes", dtypes)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+
     /// This open's tenant's usage against each of its limits (GET_USAGE, ABI 1.5; the quotas
     /// of a shared device bind a tenant: the container, else the user), as a dict:
     /// `memory` (bytes), `allocations`, `contexts`, `streams`, `events` and `exports`, each

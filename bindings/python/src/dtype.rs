@@ -178,7 +178,7 @@ impl Dtype {
 }
 
 /// numpy's name for `v` as a dtype (`np.dtype(v).name`), if numpy is installed and takes it.
-fn numpy_name(v: &Bound<'_, PyAny>) -> Option<String> {
+pub(crate) fn numpy_name(v: &Bound<'_, PyAny>) -> Option<String> {
     let np = v.py().import("numpy").ok()?;
     let dt = np.getattr("dtype").ok()?.call1((v,)).ok()?;
     dt.getattr("name").ok()?.extract().ok()

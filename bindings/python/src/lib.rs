@@ -17,6 +17,7 @@ mod base;
 mod callback;
 mod device;
 mod dtype;
+mod kernels;
 mod memory;
 mod pool;
 mod stream;
@@ -42,6 +43,12 @@ fn _davinci(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(task::task_copy, m)?)?;
     m.add_function(wrap_pyfunction!(task::task_add, m)?)?;
     m.add_function(wrap_pyfunction!(task::task_nop, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels::task_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels::task_elementwise, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels::task_reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels::task_softmax, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels::task_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels::task_fill_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(device::errno_name, m)?)?;
     Ok(())
 }

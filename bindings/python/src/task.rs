@@ -61,13 +61,13 @@ pub(crate) fn opcode_name(code: u8) -> String {
 }
 
 /// A task operand: a `Buffer` or a `Region`.
-struct Operand {
+pub(crate) struct Operand {
     mem: Arc<Mem>,
     range: Option<(usize, usize)>,
 }
 
 impl Operand {
-    fn from_py(op: &'static str, name: &str, v: &Bound<'_, PyAny>) -> PyResult<Operand> {
+    pub(crate) fn from_py(op: &'static str, name: &str, v: &Bound<'_, PyAny>) -> PyResult<Operand> {
         if let Ok(b) = v.cast::<Buffer>() {
             return Ok(Operand {
                 mem: b.get().get(op)?,
@@ -91,7 +91,7 @@ impl Operand {
         ))
     }
 
-    fn region(&self) -> shim::Result<shim::Region<'_>> {
+    pub(crate) fn region(&self) -> shim::Result<shim::Region<'_>> {
         self.mem.region(self.range)
     }
 }
