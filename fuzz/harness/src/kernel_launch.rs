@@ -10,7 +10,8 @@
 //! Asserts: no panic (the platform panics if the engine touches memory outside the submitting
 //! client's backed ranges; the kernels panic on nothing); exactly one completion, with the
 //! launch's `user_data`; a success only when every operand's footprint lies inside one of the
-//! client's allocations, with the result the output's element count; a failure carries a
+//! client's allocations, with the result the output's element count (or a launch with nothing
+//! to compute, result 0, whose operands the device does not look at); a failure carries a
 //! fault naming a descriptor field or a kernel operand; the other client's memory never
 //! changes.
 
@@ -165,7 +166,11 @@ pub fn run(data: &[u8]) {
     let e = got[0];
     assert_eq!(e.user_data, 77);
     let p = Params::decode(k, &block);
-    if e.status == 0 {
+    if e.status == 0 && e.result == 0 {
+        // Nothing to compute (a dimension 0): the block was checked, its operands are not
+        // (abi.md 6.1 step 4), and nothing was written.
+        assert_eq!(p.check(), Ok(0), "a launch with no output elements");
+    } else if e.status == 0 {
         let (ops, n) = p.operands();
         for o in &ops[..n] {
             let bytes = o.bytes().expect("a success has computable footprints");
