@@ -8,6 +8,9 @@
 //! Patterns (issue 21's list):
 //! * `fills`: four streams of FILLs, each over a quarter of the memory it may hold (at most
 //!   128 MiB), four queued per stream, each completion checked, for ever;
+//! * `gemms` (issue 43): two streams of f32 GEMMs (512 × 512 × 512, 2 queued per stream,
+//!   the kernels cut into units of bounded work), each completion checked, for ever; on a
+//!   device without kernels it says so (`error`);
 //! * `waits`: 8 client opens, each with 32 threads blocked in a WAIT_EVENT on an event that
 //!   is never recorded (a waiting EVENT_WAIT holds its record back); waits a device refuses
 //!   (`EBUSY`) are counted, not fatal;
@@ -106,6 +109,70 @@ fn fills(path: &str) -> ! {
             }
         }
         progress(n, &mut last);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn gemms(path: &str) -> ! {
+    use davinci_shim::task::Matrix;
+    use davinci_shim::{Dtype, Features};
+    let dev = Device::open(path).unwrap_or_else(|e| fail(e));
+    if !dev.features().contains(Features::KERNELS) {
+        fail("the device runs no kernels");
+    }
+    let n = 512u64;
+    let bytes = (n * n * 4) as usize;
+    let a = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
+    let b = dev.alloc(bytes).unwrap_or_else(|e| fail(e));
+    let cs: Vec<_> = (0..2)
+        .map(|_| dev.alloc(bytes).unwrap_or_else(|e| fail(e)))
+        .collect();
+    a.write_slice(0, &vec![0.5f32; (n * n) as usize])
+        .unwrap_or_else(|e| fail(e));
+    b.write_slice(0, &vec![2.0f32; (n * n) as usize])
+        .unwrap_or_else(|e| fail(e));
+    let ctx = dev.create_context().unwrap_or_else(|e| fail(e));
+    let mut streams: Vec<_> = (0..2)
+        .map(|_| {
+            ctx.create_stream_with(StreamOptions::depths(8, 8))
+                .unwrap_or_else(|e| fail(e))
+        })
+        .collect();
+    let gemm = |k: usize, i: u64| {
+        let m = |x| Matrix::new(x, Dtype::F32, n, n);
+        task::gemm(m(&a), m(&b), m(&cs[k]), 1.0, 0.0)
+            .unwrap_or_else(|e| fail(e))
+            .with_user_data(i)
+    };
+    for (k, s) in streams.iter_mut().enumerate() {
+        let batch: Vec<_> = (0..2).map(|i| gemm(k, i)).collect();
+        s.submit_batch(&batch).unwrap_or_else(|e| fail(e));
+    }
+    say(json!({"event": "ready", "streams": 2, "gemm": "512x512x512 f32"}));
+    let (mut done_n, mut next, mut last) = (0u64, 2u64, Instant::now());
+    let mut done = Vec::new();
+    loop {
+        for (k, s) in streams.iter_mut().enumerate() {
+            done.clear();
+            s.poll(&mut done);
+            if let Some(c) = done.iter().find(|c| !c.is_ok()) {
+                fail(format!("a GEMM failed: {c:?}"));
+            }
+            let batch: Vec<_> = (0..done.len() as u64).map(|j| gemm(k, next + j)).collect();
+            next += batch.len() as u64;
+            done_n += batch.len() as u64;
+            if !batch.is_empty() {
+                s.submit_batch(&batch).unwrap_or_else(|e| fail(e));
+            }
+        }
+        if done_n > 0 && done_n.is_multiple_of(16) {
+            // 512 products of 0.5 · 2: every element 512.
+            let v = cs[0].read_vec::<f32>(0, 4).unwrap_or_else(|e| fail(e));
+            if v != [512.0; 4] {
+                fail(format!("a GEMM computed {v:?}, not 512"));
+            }
+        }
+        progress(done_n, &mut last);
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -428,8 +495,8 @@ fn victim(path: &str) -> ! {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: davinci-attacker fills|waits|opens|pre-hello|tables|memory|hoard|victim|\
-                 hold --device PATH [--opens N] [--gate]";
+    let usage = "usage: davinci-attacker fills|gemms|waits|opens|pre-hello|tables|memory|hoard|\
+                 victim|hold --device PATH [--opens N] [--gate]";
     let mode = args.next().unwrap_or_else(|| fail(usage));
     let (mut path, mut most_opens, mut gate) = (None, 40usize, false);
     while let Some(a) = args.next() {
@@ -452,6 +519,7 @@ fn main() {
     }
     match mode.as_str() {
         "fills" => fills(&path),
+        "gemms" => gemms(&path),
         "waits" => waits(&path),
         "opens" => opens(&path),
         "pre-hello" => pre_hello(&path),

@@ -280,6 +280,13 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
     if daemon.is_some() {
         patterns.push("pre-hello");
     }
+    // A GEMM neighbour (issue 43) where the device runs kernels (not the kernel module's
+    // software device).
+    let kernels = davinci_shim::Device::open(&path)
+        .is_ok_and(|d| d.features().contains(davinci_shim::Features::KERNELS));
+    if kernels {
+        patterns.push("gemms");
+    }
     for pattern in patterns {
         let mut a = Attacker::start(pattern, &path);
         let ready = a.ready();
@@ -288,7 +295,7 @@ fn hostile_neighbours_hold_up_no_other_tenant_and_leave_nothing_behind() {
         // And another unprivileged tenant: it opens, takes one of every object and its
         // whole memory share; its round trips are printed against issue 41's targets.
         let v = victim_beside(&format!("the {pattern} attacker"), &path, gid, None);
-        if matches!(pattern, "fills" | "memory" | "pre-hello") {
+        if matches!(pattern, "fills" | "memory" | "pre-hello" | "gemms") {
             // Its own work went on meanwhile.
             let t0 = Instant::now();
             while a.progress() <= before {
