@@ -15,7 +15,9 @@
 #   quick start; the Python package (scripts/python-test.sh: installed with pip, its tests
 #   and examples); the runtime library without its embedded device; libdavinci, the library
 #   for C (scripts/capi-test.sh: the C quick start and tests on the embedded device and
-#   davinci-mockd, with ASan/UBSan); every fuzz target on nightly (scripts/fuzz.sh); the loom
+#   davinci-mockd, with ASan/UBSan); the two backend ports of issue 43 (scripts/ports-test.sh:
+#   C over libdavinci called from Python, checked against numpy); every fuzz target on
+#   nightly (scripts/fuzz.sh); the loom
 #   models of the ring protocol and the mutation check of its orderings
 #   (scripts/ring-mutation-check.sh); the workspace checked with the toolchain of its
 #   declared rust-version (cargo xtask msrv --build).
@@ -277,6 +279,10 @@ step "shim without the embedded device" cargo test -p davinci-shim --no-default-
 # embedded device and a real davinci-mockd, then under ASan/UBSan. (The kernel step runs the
 # quick start in the guest.)
 step "libdavinci (C): quick start and C tests, embedded and davinci-mockd, ASan/UBSan" scripts/capi-test.sh
+# The backend ports of issue 43 (bindings/capi/examples/ports/): a C library over libdavinci
+# (torch_catlass's GEMM + epilogue, an mLLM-style transformer block with f16 weights) called
+# from Python with numpy arrays, checked against numpy, embedded and davinci-mockd.
+step "backend ports (C over libdavinci, from Python, against numpy)" scripts/ports-test.sh
 
 if [ "${DAVINCI_SKIP_FUZZ:-0}" = 1 ]; then
     # No nightly: the targets (a crate outside the workspace) at least type-check on stable.
