@@ -6,6 +6,7 @@
 //! `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 
+pub mod compute_rows;
 pub mod device_rows;
 pub mod hog;
 pub mod measure;

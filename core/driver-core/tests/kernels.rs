@@ -164,10 +164,17 @@ fn a_batched_transposed_gemm_with_padded_c_matches_the_reference_and_leaves_the_
 
 #[test]
 fn a_launch_of_several_units_lets_the_control_path_in_and_uses_the_block_it_took() {
-    let mut dev = device();
-    let (c, mut s, base) = setup(&mut dev, 4 << 20);
-    let (m, n, k) = (300u64, 256u64, 128u64);
-    let (pa, pb, pc, blk) = (base, base + (1 << 20), base + (2 << 20), base + (3 << 20));
+    use davinci_driver_core::engine::launch::GEMM_UNIT_WORK;
+    // n·k multiply-adds a row: GEMM_UNIT_WORK / (n·k) rows a unit (a multiple of 64), and
+    // m two units and a bit: 3 units.
+    let (n, k) = (64u64, 64u64);
+    let rows = GEMM_UNIT_WORK / (n * k);
+    let m = 2 * rows + 5;
+    let (sa, sc) = (m * k * 4, m * n * 4);
+    let mut dev = davinci_driver_core::test_util::device_with(4 * (sa + sc), 4 * (sa + sc));
+    let (c, mut s, base) = setup(&mut dev, sa + sc + (1 << 20));
+    let (pa, pb, pc) = (base, base + sa, base + sa + (1 << 19));
+    let blk = pb + (1 << 18);
     let p = gemm_block(m, n, k, (pa, pb, pc));
     let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 * 0.25).collect();
     let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
@@ -201,14 +208,13 @@ fn a_launch_of_several_units_lets_the_control_path_in_and_uses_the_block_it_took
             break;
         }
     }
-    // n·k = 2^15 multiply-adds a row: 128 rows a unit (a multiple of 64), 3 units for 300.
-    assert_eq!(passes, 3, "cut into units");
+    assert_eq!(passes, 3, "cut into units of {rows} rows");
     let rec = drain(&mut s)[0];
     assert_eq!((rec.status, rec.result), (0, m * n));
     let mut want = vec![0f32; (m * n) as usize];
     gemm_ref(&p, &a, &b, &mut want);
     let got = as_f32(&get(&mut dev, c, pc, (m * n * 4) as usize));
-    // Sums of at most 128 products of multiples of 0.25 below 2^11: exact in f32.
+    // Sums of at most 64 products of multiples of 0.25 below 2^11: exact in f32.
     assert_eq!(got, want);
 }
 

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use davinci_shim::Device;
 
 use super::options::{Options, Windows};
+use crate::compute_rows::{self, Move};
 use crate::measure::{Fail, LatencyRun, ThroughputRun};
 use crate::mockd::{self, Mockd};
 use crate::neighbour::Neighbour;
@@ -74,6 +75,10 @@ pub enum Key {
     RttAsleep,
     /// Ours: a CUDA/ACL usage pattern timed whole ([`crate::patterns`]).
     Pattern(Pattern),
+    /// Bytes moved by this means over buffers of this size ([`crate::compute_rows`]).
+    Data(Move, usize),
+    /// An n×n×n f32 GEMM: on the device (`true`) or on host slices (`false`).
+    Gemm(bool, usize),
 }
 
 /// What a measurement gave.
@@ -191,6 +196,21 @@ impl Measurements {
             Key::Pattern(p) => {
                 let dev = self.embedded()?;
                 Ok(Measured::Rate(patterns::run(&dev, p)?))
+            }
+            Key::Data(how, bytes) => {
+                let dev = self.embedded()?;
+                let min = w.throughput.measure / 4;
+                Ok(Measured::Rate(compute_rows::data(&dev, how, bytes, min)?))
+            }
+            Key::Gemm(ours, n) => {
+                let min = w.throughput.measure / 4;
+                let run = if ours {
+                    let dev = self.embedded()?;
+                    compute_rows::gemm_rate(Some(&dev), n, min)?
+                } else {
+                    compute_rows::gemm_rate(None, n, min)?
+                };
+                Ok(Measured::Rate(run))
             }
             Key::Rtt | Key::RttQuiet => {
                 let dev = self.embedded()?;

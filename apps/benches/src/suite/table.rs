@@ -4,7 +4,10 @@
 #![forbid(unsafe_code)]
 
 use super::measurements::{Backend, Key, STREAMS_BATCH};
-use super::values::{doorbells, min_share, ns_per_call, p50, p99, rate, seconds, Extract};
+use super::values::{
+    bytes, doorbells, flops, min_share, ns_per_call, p50, p99, rate, seconds, Extract,
+};
+use crate::compute_rows::Move;
 use crate::patterns::Pattern as P;
 use crate::report::Target;
 use crate::shim_rows::ControlOp;
@@ -224,6 +227,89 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             seconds,
             None,
             Some(Target::value_at_most(5.0)),
+        ),
+        // Data movement and GEMM against this host's own limits (issue 43's targets: COPY and
+        // FILL at least 0.7 of memcpy and memset from 1 MiB, an f32 GEMM at least 0.5 of the
+        // single-threaded reference at 1024^3).
+        row(
+            "baseline/memcpy/4K",
+            "B/s",
+            Data(Move::Memcpy, 4 << 10),
+            bytes,
+            None,
+            None,
+        ),
+        row(
+            "ours/copy/4K",
+            "B/s",
+            Data(Move::Copy, 4 << 10),
+            bytes,
+            Some("baseline/memcpy/4K"),
+            None,
+        ),
+        row(
+            "baseline/memcpy/1M",
+            "B/s",
+            Data(Move::Memcpy, 1 << 20),
+            bytes,
+            None,
+            None,
+        ),
+        row(
+            "ours/copy/1M",
+            "B/s",
+            Data(Move::Copy, 1 << 20),
+            bytes,
+            Some("baseline/memcpy/1M"),
+            Some(Target::ratio_at_least(0.7)),
+        ),
+        row(
+            "baseline/memcpy/64M",
+            "B/s",
+            Data(Move::Memcpy, 64 << 20),
+            bytes,
+            None,
+            None,
+        ),
+        row(
+            "ours/copy/64M",
+            "B/s",
+            Data(Move::Copy, 64 << 20),
+            bytes,
+            Some("baseline/memcpy/64M"),
+            Some(Target::ratio_at_least(0.7)),
+        ),
+        row(
+            "baseline/memset/64M",
+            "B/s",
+            Data(Move::Memset, 64 << 20),
+            bytes,
+            None,
+            None,
+        ),
+        row(
+            "ours/fill/64M",
+            "B/s",
+            Data(Move::Fill, 64 << 20),
+            bytes,
+            Some("baseline/memset/64M"),
+            Some(Target::ratio_at_least(0.7)),
+        ),
+        row(
+            "baseline/sgemm/1024",
+            "FLOP/s",
+            Gemm(false, 1024),
+            flops,
+            None,
+            None,
+        ),
+        row(
+            "ours/gemm/1024",
+            "FLOP/s",
+            Gemm(true, 1024),
+            flops,
+            Some("baseline/sgemm/1024"),
+            Some(Target::ratio_at_least(0.5)),
         ),
         row(
             "ours/rtt/p50",

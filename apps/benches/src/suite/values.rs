@@ -37,6 +37,36 @@ pub(super) fn rate(m: &Measured) -> Option<(f64, String)> {
     Some((r.rate(), note))
 }
 
+/// Bytes per second of the best call ([`crate::compute_rows`]: `tasks` are its bytes).
+pub(super) fn bytes(m: &Measured) -> Option<(f64, String)> {
+    match m {
+        Measured::Rate(r) => Some((
+            r.rate(),
+            format!(
+                "{} bytes in {} ns (the best of repeated calls)",
+                r.tasks,
+                r.elapsed.as_nanos()
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// FLOP per second of the best call (`tasks` are its 2·n³ FLOPs).
+pub(super) fn flops(m: &Measured) -> Option<(f64, String)> {
+    match m {
+        Measured::Rate(r) => Some((
+            r.rate(),
+            format!(
+                "{} FLOPs in {:.2} ms (the best of repeated calls), result checked",
+                r.tasks,
+                r.elapsed.as_secs_f64() * 1e3
+            ),
+        )),
+        _ => None,
+    }
+}
+
 /// The seconds a whole run took (a pattern: [`crate::patterns`]), with its steps per second.
 pub(super) fn seconds(m: &Measured) -> Option<(f64, String)> {
     match m {

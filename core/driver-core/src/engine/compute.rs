@@ -5,6 +5,7 @@
 
 extern crate std;
 
+use std::rc::Rc;
 use std::vec::Vec;
 
 use davinci_kernels::{
@@ -123,10 +124,37 @@ struct Held {
     o: Operand,
     owner: u32,
     at: u64,
-    buf: Buf,
+    /// Shared with the cache for a cached input; the output's is its own.
+    buf: Rc<Buf>,
 }
 
-fn hold<P: Platform>(exec: &Exec<'_, P>, o: &Operand, read: bool) -> Result<Held> {
+/// The last large input a unit read on this thread, kept for the next unit of the same
+/// launch: a GEMM cut into row blocks reads the whole of B in every unit, the same bytes each
+/// time (a launch reads its operands at some time while it runs, as a real device does: a
+/// host that writes them meanwhile races the launch). Keyed by the launch's serial, so no
+/// other launch ever sees it; bounded by [`CACHE_MAX`].
+struct Cached {
+    serial: u64,
+    owner: u32,
+    at: u64,
+    bytes: u64,
+    buf: Rc<Buf>,
+}
+
+std::thread_local! {
+    static CACHE: core::cell::RefCell<Option<Cached>> = const { core::cell::RefCell::new(None) };
+}
+
+/// Inputs kept between units: from 64 KiB (below, reading again costs little) to 256 MiB.
+const CACHE_MIN: u64 = 64 << 10;
+const CACHE_MAX: u64 = 256 << 20;
+
+fn hold<P: Platform>(
+    exec: &Exec<'_, P>,
+    o: &Operand,
+    read: bool,
+    cache: Option<u64>,
+) -> Result<Held> {
     let elements = footprint(&o.dims, &o.strides).ok_or(Error::at(
         Errno::ERANGE,
         "the operand's footprint overflows",
@@ -139,11 +167,41 @@ fn hold<P: Platform>(exec: &Exec<'_, P>, o: &Operand, read: bool) -> Result<Held
     } else {
         exec.place(o.addr, bytes, o.op)?
     };
+    let cacheable = cache.filter(|_| read && (CACHE_MIN..=CACHE_MAX).contains(&bytes));
+    let key = |k: &Cached| (k.serial, k.owner, k.at, k.bytes);
+    if let Some(serial) = cacheable {
+        let hit = CACHE.with(|c| {
+            c.borrow()
+                .as_ref()
+                .filter(|k| key(k) == (serial, owner, at, bytes))
+                .map(|k| k.buf.clone())
+        });
+        if let Some(buf) = hit {
+            return Ok(Held {
+                o: *o,
+                owner,
+                at,
+                buf,
+            });
+        }
+    }
     let mut buf = Buf::zeros(o.dtype, usize_of(elements)?)?;
     if read && bytes > 0 {
         let mut raw = vec_of(usize_of(bytes)?, 0u8)?;
         exec.platform.mem_read(owner, at, &mut raw)?;
         buf.load(&raw);
+    }
+    let buf = Rc::new(buf);
+    if let Some(serial) = cacheable {
+        CACHE.with(|c| {
+            *c.borrow_mut() = Some(Cached {
+                serial,
+                owner,
+                at,
+                bytes,
+                buf: buf.clone(),
+            })
+        });
     }
     Ok(Held {
         o: *o,
@@ -229,8 +287,9 @@ fn shape4(d: &[u64; 4]) -> Result<[usize; 4]> {
     ])
 }
 
-/// Runs `unit` (a launch of its own, checked) against the device memory `exec` reaches.
-pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> {
+/// Runs `unit` (a launch of its own, checked) of launch `serial` against the device memory
+/// `exec` reaches.
+pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params, serial: u64) -> Result<()> {
     let (ops, n) = unit.operands();
     let ops = &ops[..n];
     // An output is read only where the kernel reads it (GEMM with beta), so its other
@@ -238,13 +297,22 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> 
     let reads_c = matches!(unit, Params::Gemm(p) if p.beta != 0);
     let mut held = Vec::new();
     held.try_reserve_exact(n).map_err(|_| no_memory())?;
+    // GEMM's B: the same bytes in every unit of a launch cut into row blocks.
+    let gemm = matches!(unit, Params::Gemm(_));
     for o in ops {
-        held.push(hold(exec, o, !o.output || reads_c)?);
+        let cache = (gemm && o.op == O::B).then_some(serial);
+        held.push(hold(exec, o, !o.output || reads_c, cache)?);
     }
     let Some(oi) = held.iter().position(|h| h.o.output) else {
         return Ok(());
     };
     let mut out = held.remove(oi);
+    let Some(out_buf) = Rc::get_mut(&mut out.buf) else {
+        return Err(Error::new(
+            Errno::EIO,
+            "a kernel's output is shared (a host bug)",
+        ));
+    };
     let inputs = &held;
     let r = match unit {
         Params::Gemm(p) => {
@@ -272,7 +340,7 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> 
             };
             let total = gp.units().map_err(refused)?;
             let (a, b) = (inputs[0].buf.slice(), inputs[1].buf.slice());
-            gemm::gemm(&gp, a, b, out.buf.slice_mut(), 0..total)
+            gemm::gemm(&gp, a, b, out_buf.slice_mut(), 0..total)
         }
         Params::Elementwise(p) => {
             let op = match EwOp::from_u32(p.op) {
@@ -302,7 +370,7 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> 
             };
             let total = ew::units(&shape).map_err(refused)?;
             let dst = ew::Output {
-                data: out.buf.slice_mut(),
+                data: out_buf.slice_mut(),
                 strides: shape4(&p.stride_dst)?,
             };
             ew::elementwise(op, &shape, dst, a, b, 0..total)
@@ -319,7 +387,7 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> 
                 strides: shape4(&p.stride_src)?,
             };
             let dst = ew::Output {
-                data: out.buf.slice_mut(),
+                data: out_buf.slice_mut(),
                 strides: shape4(&p.stride_dst)?,
             };
             let total = red::validate(op, &shape, axis, &src, &dst).map_err(refused)?;
@@ -332,7 +400,7 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> 
                 ld: usize_of(p.ld_src)?,
             };
             let dst = rows::RowsOut {
-                data: out.buf.slice_mut(),
+                data: out_buf.slice_mut(),
                 ld: usize_of(p.ld_dst)?,
             };
             rows::softmax(shape, src, dst, 0..shape.0)
@@ -355,7 +423,7 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params) -> Result<()> 
                 ld: usize_of(p.ld_src)?,
             };
             let dst = rows::RowsOut {
-                data: out.buf.slice_mut(),
+                data: out_buf.slice_mut(),
                 ld: usize_of(p.ld_dst)?,
             };
             rows::norm(shape, &np, src, dst, 0..shape.0)

@@ -63,6 +63,7 @@ impl<P: Platform> Exec<'_, P> {
             units: params.units(),
             next: 0,
             elements,
+            serial: crate::engine::launch::next_serial(),
         });
         Ok(Done::Long(p))
     }
@@ -96,12 +97,12 @@ impl<P: Platform> Exec<'_, P> {
 
     /// Runs one unit of a launch (a launch of its own over a part of the output).
     #[cfg(feature = "kernels")]
-    pub(super) fn run_unit(&self, unit: &Params) -> Result<()> {
-        crate::engine::compute::run(self, unit)
+    pub(super) fn run_unit(&self, unit: &Params, serial: u64) -> Result<()> {
+        crate::engine::compute::run(self, unit, serial)
     }
 
     #[cfg(not(feature = "kernels"))]
-    pub(super) fn run_unit(&self, _unit: &Params) -> Result<()> {
+    pub(super) fn run_unit(&self, _unit: &Params, _serial: u64) -> Result<()> {
         fail_at!(EBADMSG, "this device runs no kernels", Handle, Unknown)
     }
 

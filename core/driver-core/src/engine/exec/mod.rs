@@ -362,7 +362,7 @@ impl<P: Platform> Exec<'_, P> {
             // between two units).
             self.check_operands(&l.params)?;
             let unit = l.params.unit(l.next);
-            self.run_unit(&unit)?;
+            self.run_unit(&unit, l.serial)?;
             l.next += 1;
             *work = 0;
             return Ok((l.next >= l.units).then_some(l.elements));

@@ -24,6 +24,16 @@ pub use check::distinct;
 /// engine may spend on a launch before the other streams and the control path go on.
 pub const UNIT_WORK: u64 = 1 << 22;
 
+/// A GEMM unit's multiply-adds in user space (feature `std`): more than [`UNIT_WORK`], and
+/// at least 64 rows of C whatever that costs (each unit is a call of the GEMM core that packs
+/// its whole B again: fewer rows than that would pack B more often than it computes with it;
+/// 64 rows of a 1024³ GEMM are 64 Mi multiply-adds, about a millisecond here).
+#[cfg(feature = "std")]
+pub const GEMM_UNIT_WORK: u64 = 1 << 22;
+/// A GEMM unit's multiply-adds (a build without `std` runs none).
+#[cfg(not(feature = "std"))]
+pub const GEMM_UNIT_WORK: u64 = UNIT_WORK;
+
 /// Largest parameter block (`davinci_elementwise_params`).
 pub const MAX_PARAMS: usize = 176;
 
@@ -127,6 +137,17 @@ pub struct Launch {
     pub next: u64,
     /// Output elements it writes (the descriptor's result).
     pub elements: u64,
+    /// This launch among all the device's (from 1; what a host's cache of its operands is
+    /// keyed by: two launches never share one).
+    pub serial: u64,
+}
+
+/// The next launch's serial (one counter for every device of the process: serials only need
+/// to differ).
+pub fn next_serial() -> u64 {
+    use core::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn gemm_strides(ld: u64, trans: bool) -> (u64, u64) {

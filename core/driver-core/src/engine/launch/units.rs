@@ -5,7 +5,7 @@
 use davinci_uapi::kernels::{ReduceParams, GEMM_TRANS_A, GEMM_TRANS_B};
 use davinci_uapi::Dtype;
 
-use super::{gemm_strides, Params, UNIT_WORK};
+use super::{gemm_strides, Params, GEMM_UNIT_WORK, UNIT_WORK};
 
 /// `a / b` rounded up, 0 for `b` 0.
 fn div_ceil(a: u64, b: u64) -> u64 {
@@ -82,19 +82,24 @@ fn row_unit(dims: &[u64; 4], (_, rows, piece): (u64, u64, u64), u: u64) -> ([u64
 }
 
 /// GEMM's cut: whole rows of C when `n·k` fits a unit (a multiple of 64 rows where there are
-/// that many), else up to 64 rows by a range of columns. Returns (rows, columns) per unit.
+/// that many, and in user space at least 64), else up to 64 rows by a range of columns.
+/// Returns (rows, columns) per unit.
 fn cut_gemm(m: u64, n: u64, k: u64) -> (u64, u64) {
     let k = k.max(1);
     let row = n.saturating_mul(k);
-    if row <= UNIT_WORK {
-        let mut r = div(UNIT_WORK, row.max(1)).clamp(1, m.max(1));
+    if row <= GEMM_UNIT_WORK {
+        // At least 64 rows (or all of them) where the build packs B per unit (`std`).
+        let least = if cfg!(feature = "std") { 16 } else { 1 };
+        let mut r = div(GEMM_UNIT_WORK, row.max(1))
+            .max(least)
+            .clamp(1, m.max(1));
         if r >= 64 {
             r -= r % 64;
         }
         (r, n)
     } else {
-        let r = div(UNIT_WORK, k).clamp(1, 64).min(m.max(1));
-        let c = div(UNIT_WORK, r.saturating_mul(k)).clamp(1, n.max(1));
+        let r = div(GEMM_UNIT_WORK, k).clamp(1, 64).min(m.max(1));
+        let c = div(GEMM_UNIT_WORK, r.saturating_mul(k)).clamp(1, n.max(1));
         (r, c)
     }
 }
