@@ -17,6 +17,13 @@ use davinci_uapi::Wire;
 
 use super::{dev, poll_all, T};
 
+/// One device for every test of this file (each on its own context and streams): the mockd
+/// backend hands each test process at most 64 fresh devices, and the suite uses nearly all.
+fn kdev() -> Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(dev).clone()
+}
+
 fn runs_kernels(dev: &Device) -> bool {
     dev.features().contains(Features::KERNELS)
 }
@@ -120,7 +127,7 @@ fn buffer(dev: &Device, bytes: &[u8]) -> DeviceBuffer {
 
 #[test]
 fn list_kernels_agrees_with_the_feature_bit() {
-    let dev = dev();
+    let dev = kdev();
     let list = dev.kernels().unwrap();
     if !runs_kernels(&dev) {
         assert!(list.is_empty());
@@ -151,7 +158,7 @@ fn list_kernels_agrees_with_the_feature_bit() {
 
 #[test]
 fn gemm_of_every_dtype_combination_matches_the_reference() {
-    let dev = dev();
+    let dev = kdev();
     if !runs_kernels(&dev) {
         return;
     }
@@ -262,7 +269,7 @@ fn gemm_of_every_dtype_combination_matches_the_reference() {
 
 #[test]
 fn elementwise_reduce_softmax_and_norm_match_the_reference() {
-    let dev = dev();
+    let dev = kdev();
     if !runs_kernels(&dev) {
         return;
     }
@@ -428,7 +435,7 @@ fn elementwise_reduce_softmax_and_norm_match_the_reference() {
 
 #[test]
 fn a_bad_block_is_refused_naming_its_operand_and_a_big_launch_runs_in_units() {
-    let dev = dev();
+    let dev = kdev();
     if !runs_kernels(&dev) {
         return;
     }
@@ -489,7 +496,7 @@ fn a_bad_block_is_refused_naming_its_operand_and_a_big_launch_runs_in_units() {
 
 #[test]
 fn byte_fills_and_adds_of_the_new_dtypes_run_on_every_device() {
-    let dev = dev();
+    let dev = kdev();
     if !dev.features().contains(Features::DTYPES) {
         return;
     }
