@@ -165,7 +165,6 @@ impl Device {
             .collect()
     }
 
-
     /// This open's tenant's usage against each of its limits (GET_USAGE, ABI 1.5; the quotas
     /// of a shared device bind a tenant: the container, else the user), as a dict:
     /// `memory` (bytes), `allocations`, `contexts`, `streams`, `events` and `exports`, each
