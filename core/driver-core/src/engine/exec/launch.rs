@@ -101,6 +101,15 @@ impl<P: Platform> Exec<'_, P> {
         crate::engine::compute::run(self, unit, serial)
     }
 
+    /// Launch `serial` ended: the host forgets what it kept of its operands.
+    #[cfg(feature = "kernels")]
+    pub(super) fn end_launch(&self, serial: u64) {
+        crate::engine::compute::forget(serial);
+    }
+
+    #[cfg(not(feature = "kernels"))]
+    pub(super) fn end_launch(&self, _serial: u64) {}
+
     #[cfg(not(feature = "kernels"))]
     pub(super) fn run_unit(&self, _unit: &Params, _serial: u64) -> Result<()> {
         fail_at!(EBADMSG, "this device runs no kernels", Handle, Unknown)

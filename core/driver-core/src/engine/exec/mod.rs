@@ -360,10 +360,15 @@ impl<P: Platform> Exec<'_, P> {
         if let Some(l) = p.launch.as_mut() {
             // One unit a pass, its operands checked again first (FREE_MEMORY may have come
             // between two units).
-            self.check_operands(&l.params)?;
-            let unit = l.params.unit(l.next);
-            self.run_unit(&unit, l.serial)?;
+            let step = self
+                .check_operands(&l.params)
+                .and_then(|()| self.run_unit(&l.params.unit(l.next), l.serial));
             l.next += 1;
+            // Its last unit, or one that failed (the launch ends): nothing it read is kept.
+            if step.is_err() || l.next >= l.units {
+                self.end_launch(l.serial);
+            }
+            step?;
             *work = 0;
             return Ok((l.next >= l.units).then_some(l.elements));
         }
