@@ -56,6 +56,26 @@ impl Buf {
         })
     }
 
+    /// Whether it holds `n` elements of `dt`.
+    fn same_shape(&self, dt: Dtype, n: usize) -> bool {
+        let (kind, len) = match self {
+            Buf::F32(v) => (Dtype::F32, v.len()),
+            Buf::F16(v) => (Dtype::F16, v.len()),
+            Buf::Bf16(v) => (Dtype::Bf16, v.len()),
+            Buf::I8(v) => (Dtype::I8, v.len()),
+            Buf::I32(v) => (Dtype::I32, v.len()),
+        };
+        len == n && (kind == dt || (kind == Dtype::F32 && !Buf::typed(dt)))
+    }
+
+    /// Whether `dt` has its own kind of buffer (the others are held as f32).
+    fn typed(dt: Dtype) -> bool {
+        matches!(
+            dt,
+            Dtype::F32 | Dtype::F16 | Dtype::Bf16 | Dtype::I8 | Dtype::I32
+        )
+    }
+
     /// Every element 0.
     fn zero(&mut self) {
         match self {
@@ -139,48 +159,133 @@ struct Held {
     buf: Rc<Buf>,
 }
 
-/// The last large input a unit read on this thread, kept for the next unit of the same
-/// launch: a GEMM cut into row blocks reads the whole of B in every unit, the same bytes each
-/// time (a launch reads its operands at some time while it runs, as a real device does: a
-/// host that writes them meanwhile races the launch). Keyed by the launch's serial, so no
-/// other launch ever sees it, and dropped when the launch ends ([`forget`]); bounded by
-/// [`CACHE_MAX`] per thread.
+/// The large inputs units read on this thread, kept for the next units of the same launches:
+/// a GEMM cut into row blocks reads the whole of B in every unit, the same bytes each time (a
+/// launch reads its operands at some time while it runs, as a real device does: a host that
+/// writes them meanwhile races the launch). A poller serves several streams in turn, a unit
+/// each, so it keeps one entry for each of up to [`CACHE_ENTRIES`] launches (with one, two
+/// streams of GEMMs read and converted B again in every unit, and a tenant beside them waited
+/// for that twice a pass). Keyed by the launch's serial, so no other launch ever sees an
+/// entry, and zeroed when the launch ends ([`forget`]); at most [`CACHE_MAX`] bytes of
+/// elements a thread in all.
 struct Cached {
+    /// 0 once the launch ended: the buffer is zeros, kept for a next input of its size.
     serial: u64,
     owner: u32,
     at: u64,
     bytes: u64,
+    /// When it was last used (the thread's count of lookups): the least recent goes first.
+    used: u64,
     buf: Rc<Buf>,
 }
 
-std::thread_local! {
-    static CACHE: core::cell::RefCell<Option<Cached>> = const { core::cell::RefCell::new(None) };
+/// A thread's entries and its count of lookups.
+struct Cache {
+    entries: Vec<Cached>,
+    clock: u64,
 }
 
-/// Inputs kept between units: from 64 KiB (below, reading again costs little) to 64 MiB.
+std::thread_local! {
+    static CACHE: core::cell::RefCell<Cache> =
+        const { core::cell::RefCell::new(Cache { entries: Vec::new(), clock: 0 }) };
+}
+
+/// Inputs kept between units: from 64 KiB (below, reading again costs little) to 64 MiB, in
+/// all, a thread.
 const CACHE_MIN: u64 = 64 << 10;
 const CACHE_MAX: u64 = 64 << 20;
+/// Launches a thread keeps an input of at once.
+const CACHE_ENTRIES: usize = 4;
 
-/// Launch `serial` ended (done or failed): drops what this thread kept of its operands, so no
-/// client's bytes outlive its launch here. (A launch whose stream is destroyed mid-way leaves
-/// its entry until this thread's next launch replaces it: bounded by [`CACHE_MAX`].)
+/// Launch `serial` ended (done or failed): zeroes what this thread kept of its operands, so
+/// no client's bytes outlive its launch here. (A launch whose stream is destroyed mid-way
+/// leaves its entry until this thread's later launches push it out: bounded by
+/// [`CACHE_MAX`].)
 pub(super) fn forget(serial: u64) {
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let Some(k) = c.as_mut().filter(|k| k.serial == serial) else {
+        let Some(i) = c.entries.iter().position(|k| k.serial == serial) else {
             return;
         };
         // Zeroed and kept, not freed: freed, the allocator hands a buffer this large back to
         // the system, and the next launch's first unit pays its page faults again (a 1024³
         // GEMM ran at 0.56x the reference instead of 0.71x). Serials start at 1: no launch
         // matches 0.
+        let k = &mut c.entries[i];
         match Rc::get_mut(&mut k.buf) {
             Some(b) => {
                 b.zero();
                 (k.serial, k.owner, k.at) = (0, 0, 0);
             }
-            None => *c = None,
+            None => {
+                c.entries.swap_remove(i);
+            }
         }
+    });
+}
+
+/// The cached elements of launch `serial`'s input at (`owner`, `at`), `bytes` long.
+fn cached(serial: u64, owner: u32, at: u64, bytes: u64) -> Option<Rc<Buf>> {
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.clock += 1;
+        let now = c.clock;
+        let k = c
+            .entries
+            .iter_mut()
+            .find(|k| (k.serial, k.owner, k.at, k.bytes) == (serial, owner, at, bytes))?;
+        k.used = now;
+        Some(k.buf.clone())
+    })
+}
+
+/// A zeroed buffer of `n` elements of `dt` for a new entry: a kept one of that shape (its
+/// pages already faulted in) if the thread has one, else a new one.
+fn fresh(dt: Dtype, n: usize, bytes: u64) -> Result<Buf> {
+    let kept = CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        let i = c.entries.iter().position(|k| {
+            k.serial == 0
+                && k.bytes == bytes
+                && Rc::strong_count(&k.buf) == 1
+                && k.buf.same_shape(dt, n)
+        })?;
+        Rc::try_unwrap(c.entries.swap_remove(i).buf).ok()
+    });
+    match kept {
+        Some(b) => Ok(b),
+        None => Buf::zeros(dt, n),
+    }
+}
+
+/// Keeps `buf` (`bytes` of elements) for launch `serial`: the least recently used entries
+/// (those of ended launches first) make room, in number and in bytes.
+fn keep(serial: u64, owner: u32, at: u64, bytes: u64, buf: Rc<Buf>) {
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.clock += 1;
+        let used = c.clock;
+        loop {
+            let total: u64 = c.entries.iter().map(|k| k.bytes).sum();
+            if c.entries.len() < CACHE_ENTRIES && total.saturating_add(bytes) <= CACHE_MAX {
+                break;
+            }
+            let Some(i) = (0..c.entries.len()).min_by_key(|&i| {
+                let k = &c.entries[i];
+                (k.serial != 0, k.used)
+            }) else {
+                break;
+            };
+            c.entries.swap_remove(i);
+        }
+        c.entries.push(Cached {
+            serial,
+            owner,
+            at,
+            bytes,
+            used,
+            buf,
+        });
     });
 }
 
@@ -203,24 +308,19 @@ fn hold<P: Platform>(
         exec.place(o.addr, bytes, o.op)?
     };
     let cacheable = cache.filter(|_| read && (CACHE_MIN..=CACHE_MAX).contains(&bytes));
-    let key = |k: &Cached| (k.serial, k.owner, k.at, k.bytes);
-    if let Some(serial) = cacheable {
-        let hit = CACHE.with(|c| {
-            c.borrow()
-                .as_ref()
-                .filter(|k| key(k) == (serial, owner, at, bytes))
-                .map(|k| k.buf.clone())
+    if let Some(buf) = cacheable.and_then(|serial| cached(serial, owner, at, bytes)) {
+        return Ok(Held {
+            o: *o,
+            owner,
+            at,
+            buf,
         });
-        if let Some(buf) = hit {
-            return Ok(Held {
-                o: *o,
-                owner,
-                at,
-                buf,
-            });
-        }
     }
-    let mut buf = Buf::zeros(o.dtype, usize_of(elements)?)?;
+    let n = usize_of(elements)?;
+    let mut buf = match cacheable {
+        Some(_) => fresh(o.dtype, n, bytes)?,
+        None => Buf::zeros(o.dtype, n)?,
+    };
     if read && bytes > 0 {
         let mut raw = vec_of(usize_of(bytes)?, 0u8)?;
         exec.platform.mem_read(owner, at, &mut raw)?;
@@ -228,15 +328,7 @@ fn hold<P: Platform>(
     }
     let buf = Rc::new(buf);
     if let Some(serial) = cacheable {
-        CACHE.with(|c| {
-            *c.borrow_mut() = Some(Cached {
-                serial,
-                owner,
-                at,
-                bytes,
-                buf: buf.clone(),
-            })
-        });
+        keep(serial, owner, at, bytes, buf.clone());
     }
     Ok(Held {
         o: *o,
@@ -467,3 +559,6 @@ pub(super) fn run<P: Platform>(exec: &Exec<'_, P>, unit: &Params, serial: u64) -
     r.map_err(refused)?;
     write_back(exec, &out)
 }
+
+#[cfg(test)]
+mod tests;
