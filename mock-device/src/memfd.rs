@@ -1,6 +1,7 @@
 //! [`SharedRegion`]: device memory and stream memory of the mock device, a memfd sealed
-//! and mapped shared, and [`AllocRegion`], an allocation's, which this process only ever
-//! reaches through the kernel. It is the only place the mock device makes memfds, and every
+//! and mapped shared, and [`AllocRegion`], an allocation's, whose file any holder may shrink:
+//! this process reaches it with guarded loads and stores (`davinci_shm::Direct`) or through
+//! the kernel. It is the only place the mock device makes memfds, and every
 //! one is sealed before a descriptor of it can leave (docs/abi.md §4.1).
 #![forbid(unsafe_code)]
 
@@ -8,9 +9,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use davinci_shm::{OutOfBounds, SharedMapping};
+use davinci_shm::{Direct, OutOfBounds, SharedMapping};
 use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 
@@ -143,8 +145,8 @@ impl SharedRegion {
     /// shrinking, no growing, no further seals, so a client can neither undo them nor add a
     /// write seal that would fail the device's stores); [`ALLOC_SEALS`] for an allocation,
     /// which may shrink (that is how freeing it revokes every mapping of it) and so is
-    /// wrapped in an [`AllocRegion`] before anything uses it, which never loads or stores its
-    /// mapping itself. What a client can still do to a stream's memory, punch holes or write
+    /// wrapped in an [`AllocRegion`] before anything uses it, whose loads and stores of its
+    /// mapping are guarded against a shrunk file. What a client can still do to a stream's memory, punch holes or write
     /// anywhere in the file, changes only bytes, which the device reads as untrusted anyway
     /// (docs/abi.md §9).
     ///
@@ -226,13 +228,20 @@ impl SharedRegion {
 }
 
 /// Device memory of one allocation: a memfd sealed [`ALLOC_SEALS`] (any holder may shrink
-/// it, none grow it), mapped in this process only as the kernel's buffer: every access goes
-/// through `pread(2)`/`pwrite(2)`, on the file or with the mapping as the buffer, so a file a
-/// holder shrank is an error here ([`Shrunk`]), never a `SIGBUS`. [`revoke`](Self::revoke)
-/// truncates it to 0 and, growing being sealed, it stays empty: every mapping of it, the
-/// owner's and each importer's, faults from then on, as on the kernel.
+/// it, none grow it), mapped in this process. Bytes move by this process's own loads and
+/// stores, guarded (`davinci_shm::Direct`): a fault past the end of a file a holder shrank is
+/// [`Shrunk`] here, never a `SIGBUS` that would end the daemon; the first such fault sets
+/// `shrunk`, and from then on (the mapping's pages there are not the file's any more) every
+/// access goes through `pread(2)`/`pwrite(2)` on the file, as they all do where the guard is
+/// not in place. [`revoke`](Self::revoke) truncates it to 0 and, growing being sealed, it
+/// stays empty: every mapping of it, the owner's and each importer's, faults from then on,
+/// as on the kernel.
 #[derive(Debug)]
-pub(crate) struct AllocRegion(SharedRegion);
+pub(crate) struct AllocRegion {
+    region: SharedRegion,
+    /// A direct access faulted: the file was shrunk, and the mapping is not used again.
+    shrunk: AtomicBool,
+}
 
 /// The allocation's memfd is shorter than the range asked for: a holder shrank it (or it
 /// was revoked).
@@ -248,6 +257,18 @@ const PATTERN_LEN: usize = 1 << 20;
 /// Fills this long or longer copy their pattern on rather than write it all.
 const PATTERN_FILL_MIN: u64 = 2 * PATTERN_LEN as u64;
 
+/// A direct access's outcome: `Some` if it ran (done, or the file was shrunk), `None` to go
+/// through the kernel instead.
+fn direct(r: Result<Direct, OutOfBounds>) -> Option<Result<(), Shrunk>> {
+    match r {
+        Ok(Direct::Done) => Some(Ok(())),
+        Ok(Direct::Shrunk) => Some(Err(Shrunk)),
+        // Out of the mapping's bounds: the caller checked the range against the allocation,
+        // which is the mapping's length; the kernel's path says what is wrong.
+        Ok(Direct::Unavailable) | Err(OutOfBounds) => None,
+    }
+}
+
 /// A system call's count of bytes moved: at least 1, or the file ended ([`Shrunk`]).
 fn moved(r: io::Result<usize>) -> Result<usize, Shrunk> {
     match r {
@@ -259,30 +280,45 @@ fn moved(r: io::Result<usize>) -> Result<usize, Shrunk> {
 impl AllocRegion {
     /// An allocation's region (its memfd sealed [`ALLOC_SEALS`]); `None` for stream memory.
     pub(crate) fn new(region: SharedRegion) -> Option<Self> {
-        (region.sealing == Sealing::Revocable).then_some(Self(region))
+        (region.sealing == Sealing::Revocable).then_some(Self {
+            region,
+            shrunk: AtomicBool::new(false),
+        })
     }
 
     /// The region, to be dropped (unmapped and closed) after the reply.
     pub(crate) fn into_inner(self) -> SharedRegion {
-        self.0
+        self.region
     }
 
     /// Its length when made (the file may be shorter since).
     pub(crate) fn len(&self) -> u64 {
-        self.0.map.len() as u64
+        self.region.map.len() as u64
     }
 
     /// The memfd's descriptor, shared (for the host's mmap, with no `dup`).
     pub(crate) fn fd(&self) -> MemFd {
-        self.0.fd()
+        self.region.fd()
     }
 
     fn file(&self) -> &File {
-        &self.0.file.0
+        &self.region.file.0
+    }
+
+    fn map(&self) -> &SharedMapping {
+        &self.region.map
+    }
+
+    /// Whether a direct access found the file shrunk (the mapping is not used since).
+    fn is_shrunk(&self) -> bool {
+        self.shrunk.load(Ordering::SeqCst)
     }
 
     /// Reads `buf.len()` bytes at `at` (inside the allocation: the caller checked).
     pub(crate) fn read(&self, at: u64, buf: &mut [u8]) -> Result<(), Shrunk> {
+        if let Some(r) = direct(self.map().direct_read(at, buf, &self.shrunk)) {
+            return r;
+        }
         let mut done = 0;
         while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
             done += moved(self.file().read_at(rest, at + done as u64))?;
@@ -292,6 +328,9 @@ impl AllocRegion {
 
     /// Writes `data` at `at` (inside the allocation: the caller checked).
     pub(crate) fn write(&self, at: u64, data: &[u8]) -> Result<(), Shrunk> {
+        if let Some(r) = direct(self.map().direct_write(at, data, &self.shrunk)) {
+            return r;
+        }
         let mut done = 0;
         while let Some(rest) = data.get(done..).filter(|r| !r.is_empty()) {
             done += moved(self.file().write_at(rest, at + done as u64))?;
@@ -309,33 +348,37 @@ impl AllocRegion {
         s: u64,
         len: u64,
     ) -> Result<(), Shrunk> {
+        let flags = [&self.shrunk, &from.shrunk];
+        if let Some(r) = direct(self.map().direct_copy(d, from.map(), s, len, flags)) {
+            return r;
+        }
         let same = std::ptr::eq(self, from);
-        if same && d.abs_diff(s) < len {
-            return self.move_within(d, s, len);
+        if (same && d.abs_diff(s) < len) || from.is_shrunk() {
+            return self.bounce_from(d, from, s, len);
         }
         // One system call a step, the source's mapping its buffer: the kernel copies once.
         let mut done = 0u64;
         while done < len {
             let n = usize::try_from(len - done).unwrap_or(usize::MAX);
             let r = from
-                .0
-                .map
+                .map()
                 .pwrite_into(s + done, n, self.file().as_fd(), d + done);
             done += moved(r)? as u64;
         }
         Ok(())
     }
 
-    /// `memmove` of overlapping ranges within this allocation, through a bounce buffer:
-    /// forwards, or backwards when the destination is above the source.
-    fn move_within(&self, d: u64, s: u64, len: u64) -> Result<(), Shrunk> {
+    /// `memmove` from `from` (this allocation's overlapping ranges, or a source whose mapping
+    /// is not used any more) through a bounce buffer and the files: forwards, or backwards
+    /// when the destination is above the source.
+    fn bounce_from(&self, d: u64, from: &AllocRegion, s: u64, len: u64) -> Result<(), Shrunk> {
         let mut buf = vec![0u8; usize::try_from(len).map_or(STEP, |l| l.min(STEP))];
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(buf.len() as u64);
             let off = if d > s { len - done - n } else { done };
             let chunk = buf.get_mut(..n as usize).ok_or(Shrunk)?;
-            self.read(s + off, chunk)?;
+            from.read(s + off, chunk)?;
             self.write(d + off, chunk)?;
             done += n;
         }
@@ -348,11 +391,15 @@ impl AllocRegion {
     /// kernel copies from cached pages into mapped ones, several times faster than writing
     /// the memfd; a holder's racing writes can only change bytes of its own fill).
     pub(crate) fn fill(&self, at: u64, len: u64, pattern: u32) -> Result<(), Shrunk> {
+        if let Some(r) = direct(self.map().direct_fill(at, len, pattern, &self.shrunk)) {
+            return r;
+        }
         let bytes = pattern.to_ne_bytes();
         let block: Vec<u8> = (0..usize::try_from(len).map_or(STEP, |l| l.min(STEP)))
             .map(|i| bytes[i % 4])
             .collect();
-        let head = if len >= PATTERN_FILL_MIN {
+        // (A mapping no longer the file's cannot be the kernel's buffer: all written then.)
+        let head = if len >= PATTERN_FILL_MIN && !self.is_shrunk() {
             PATTERN_LEN as u64
         } else {
             len
@@ -366,7 +413,7 @@ impl AllocRegion {
         while done < len {
             // `[at, at + n)` holds the pattern from phase 0, and `done` is a multiple of 4.
             let n = usize::try_from(len - done).map_or(PATTERN_LEN, |l| l.min(PATTERN_LEN));
-            let r = self.0.map.pread_from(at + done, n, self.file().as_fd(), at);
+            let r = self.map().pread_from(at + done, n, self.file().as_fd(), at);
             done += moved(r)? as u64;
         }
         Ok(())

@@ -13,15 +13,24 @@
 //! * A 4-byte word of the mapping can be had as an `&AtomicU32` ([`SharedMapping::word`]),
 //!   which is also what the futex calls ([`futex_wait`], [`futex_wake`]) take: a doorbell.
 //!
+//! * Bulk moves of memory a peer may shrink under the mapping (a memfd it may `ftruncate`)
+//!   go through the `direct_*` methods ([`Direct`]): string instructions at memory speed,
+//!   each access's ranges announced to a process-wide `SIGBUS` handler that turns a fault in
+//!   them into [`Direct::Shrunk`] (`guard.rs`), never a signal that kills the process.
+//!
 //! The ring views over a mapping (`davinci_ring::RingRegion`) are built by the two hosts
 //! themselves, which own the lifetimes that make them sound.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod bulk;
 mod copy;
+mod direct;
+mod guard;
 mod mapping;
 
 pub use copy::{copy_from_shared, copy_to_shared, fill_shared};
+pub use direct::Direct;
 pub use mapping::{
     futex_wait, futex_waitv, futex_wake, involuntary_switches, same_file, FutexWaiter, OutOfBounds,
     SharedMapping, FUTEX_WAITV_MAX,

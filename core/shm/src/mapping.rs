@@ -97,7 +97,7 @@ impl SharedMapping {
     }
 
     /// `[offset, offset + len)` as a pointer into the mapping, if it lies inside it.
-    fn range(&self, offset: u64, len: usize) -> Result<*mut u8, OutOfBounds> {
+    pub(crate) fn range(&self, offset: u64, len: usize) -> Result<*mut u8, OutOfBounds> {
         let start = usize::try_from(offset).map_err(|_| OutOfBounds)?;
         let end = start.checked_add(len).ok_or(OutOfBounds)?;
         if end > self.len {
