@@ -287,6 +287,7 @@ impl Core {
             seen.clear();
             let mut progress = false;
             let mut ran = 0usize;
+            let mut long = false;
             let mut give_way = false;
             for (i, (h, _)) in streams.iter().enumerate() {
                 let r = self.shared_for_run().run_stream(*h, budget);
@@ -300,6 +301,7 @@ impl Core {
                     // A long task ran a chunk: the lock is released, others go next.
                     Run::Continuing => {
                         progress = true;
+                        long = true;
                         Seen::Busy
                     }
                     Run::Idle => Seen::Idle,
@@ -328,7 +330,8 @@ impl Core {
                 // back and forth between the two cores for each. A short pause lets a few
                 // accumulate. (A lone small pass, like a round trip's, is not paused: the
                 // host waits for it, and the next pass finds the ring empty.)
-                small_streak = if ran < SMALL_PASS {
+                // (A pass that ran part of a long task is not small: its task goes on at once.)
+                small_streak = if ran < SMALL_PASS && !long {
                     small_streak + 1
                 } else {
                     0

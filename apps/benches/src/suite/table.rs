@@ -280,6 +280,22 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             Some(Target::ratio_at_least(0.7)),
         ),
         row(
+            "baseline/memset/1M",
+            "B/s",
+            Data(Move::Memset, 1 << 20),
+            bytes,
+            None,
+            None,
+        ),
+        row(
+            "ours/fill/1M",
+            "B/s",
+            Data(Move::Fill, 1 << 20),
+            bytes,
+            Some("baseline/memset/1M"),
+            Some(Target::ratio_at_least(0.7)),
+        ),
+        row(
             "baseline/memset/64M",
             "B/s",
             Data(Move::Memset, 64 << 20),
