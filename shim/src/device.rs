@@ -25,6 +25,8 @@ pub(crate) struct DeviceInner {
     info: DeviceInfo,
     /// Its streams' data-path counters ([`Device::stats`]).
     pub(crate) stats: StatsRegistry,
+    /// Slots for kernel launches' parameter blocks (`task/params.rs`).
+    params: crate::task::params::ParamArena,
 }
 
 /// One open of a davinci device, as a client: the handle everything else hangs from.
@@ -202,6 +204,7 @@ impl Device {
                 backend,
                 info,
                 stats: StatsRegistry::default(),
+                params: Default::default(),
             }),
         }
     }
@@ -253,6 +256,11 @@ impl Device {
     }
 
     /// Maps `len` bytes of the object behind `cookie`.
+    /// The open's slots for kernel launches' parameter blocks.
+    pub(crate) fn params(&self) -> &crate::task::params::ParamArena {
+        &self.inner.params
+    }
+
     pub(crate) fn map(&self, op: &'static str, cookie: u64, len: u64) -> Result<SharedMapping> {
         let src = self
             .inner

@@ -218,3 +218,92 @@ fn a_launch_keeps_its_operands_and_block_after_the_caller_dropped_them() {
     s.synchronize(T).unwrap();
     assert_eq!(out.read_vec::<f32>(0, 64).unwrap(), [0f32; 64]);
 }
+
+/// Launches take their parameter blocks from slabs the open keeps: a thousand launches held at
+/// once cost a handful of allocations, not one each (a tenant's quota is 256), and once their
+/// tasks are gone the same slots serve the next thousand, each computing its own block.
+#[test]
+fn parameter_blocks_come_from_the_opens_slabs_not_an_allocation_each() {
+    let dev = Device::embedded().unwrap();
+    let mut s = dev.create_context().unwrap().create_stream().unwrap();
+    let (x, y) = (dev.alloc(16).unwrap(), dev.alloc(16 * 1000).unwrap());
+    x.write_slice(0, &[1f32, 2., 3., 4.]).unwrap();
+    let before = dev.usage().unwrap().own.allocations;
+    let scale = |i: usize| {
+        // y[i] = x + x: a block of its own per launch (its output differs).
+        task::elementwise(
+            EwOp::Add,
+            Tensor::new(
+                davinci_shim::Region::range(&y, i * 16..i * 16 + 16).unwrap(),
+                Dtype::F32,
+                &[4],
+            )
+            .unwrap(),
+            Tensor::new(&x, Dtype::F32, &[4]).unwrap(),
+            Some(Tensor::new(&x, Dtype::F32, &[4]).unwrap()),
+        )
+        .unwrap()
+    };
+    for round in 0..2 {
+        let tasks: Vec<_> = (0..1000).map(scale).collect();
+        let held = dev.usage().unwrap().own.allocations - before;
+        assert!(
+            held <= 4,
+            "round {round}: 1000 launches held {held} allocations (slabs of 256 blocks: 4)"
+        );
+        for chunk in tasks.chunks(50) {
+            s.submit_batch(chunk).unwrap();
+            s.synchronize(T).unwrap();
+        }
+        drop(tasks);
+        let got = y.read_vec::<f32>(0, 4000).unwrap();
+        for i in 0..1000 {
+            assert_eq!(
+                got[i * 4..i * 4 + 4],
+                [2., 4., 6., 8.],
+                "launch {i}, round {round}"
+            );
+        }
+        y.write_slice(0, &vec![0f32; 4000]).unwrap();
+    }
+    // The slabs stay with the open: the second thousand took no more.
+    assert!(dev.usage().unwrap().own.allocations - before <= 4);
+}
+
+/// Past its 16 slabs (4096 blocks held at once) a launch allocates its block alone, and
+/// still runs.
+#[test]
+fn past_the_slabs_a_launch_allocates_its_block_alone() {
+    let dev = Device::embedded().unwrap();
+    let mut s = dev.create_context().unwrap().create_stream().unwrap();
+    let x = dev.alloc(16).unwrap();
+    x.write_slice(0, &[1f32, 2., 3., 4.]).unwrap();
+    let t = |x: &davinci_shim::DeviceBuffer| {
+        let v = Tensor::new(x, Dtype::F32, &[4]).unwrap();
+        task::elementwise(EwOp::Add, v, v, Some(v)).unwrap()
+    };
+    let before = dev.usage().unwrap().own.allocations;
+    let held: Vec<_> = (0..4096).map(|_| t(&x)).collect();
+    assert_eq!(
+        dev.usage().unwrap().own.allocations - before,
+        16,
+        "16 slabs"
+    );
+    let more: Vec<_> = (0..3).map(|_| t(&x)).collect();
+    assert_eq!(
+        dev.usage().unwrap().own.allocations - before,
+        19,
+        "3 blocks alone"
+    );
+    s.submit(&more[2]).unwrap();
+    s.synchronize(T).unwrap();
+    assert_eq!(x.read_vec::<f32>(0, 4).unwrap(), [2., 4., 6., 8.]);
+    drop(more);
+    s.poll(&mut Vec::new());
+    assert_eq!(
+        dev.usage().unwrap().own.allocations - before,
+        16,
+        "the lone blocks freed"
+    );
+    drop(held);
+}

@@ -1,8 +1,8 @@
 //! Tasks that launch the device's built-in kernels (ABI 1.5, docs/abi.md 6.1), and byte
 //! fills: typed operands ([`Matrix`], [`Tensor`]) over [`Region`]s, checked on the host (shapes
 //! that agree, footprints inside their regions, alignment), a parameter block written into a
-//! small device buffer of the output's device, and a [`Task`] that leases every operand and
-//! the block until it has run. The device checks everything again (and what the host cannot
+//! slot of the device's parameter slabs (`params.rs`: no allocation per launch), and a
+//! [`Task`] that leases every operand and the block's slot until it has run. The device checks everything again (and what the host cannot
 //! see: overlaps between buffers, other clients' memory) and names the operand in its fault.
 //!
 //! ```
@@ -466,11 +466,19 @@ pub fn kernel<'a>(kernel: KernelId, block: &[u8], operands: &[Region<'a>]) -> Re
         ));
     };
     let lease = first.lease();
-    let params = lease.device().alloc(block.len())?;
-    params.write(0, block)?;
+    let dev = lease.device();
+    // A slot of the open's parameter slabs; past them, a buffer of its own.
+    let (at, held) = match dev.params().place(dev, block)? {
+        Some(placed) => placed,
+        None => {
+            let params = dev.alloc(block.len())?;
+            params.write(0, block)?;
+            (params.dev_addr(), Region::from(&params).lease())
+        }
+    };
     let mut leases: Vec<_> = operands.iter().map(|r| r.lease()).collect();
-    leases.push(Region::from(&params).lease());
-    let desc = TaskDesc::kernel_launch(0, kernel as u32, 1, params.dev_addr(), block.len() as u64);
+    leases.push(held);
+    let desc = TaskDesc::kernel_launch(0, kernel as u32, 1, at, block.len() as u64);
     Ok(Task::new(
         desc,
         Some(Leases::Many(leases.into_boxed_slice())),

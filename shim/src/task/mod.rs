@@ -53,6 +53,7 @@
 
 mod kernels;
 mod operands;
+pub(crate) mod params;
 
 pub use kernels::{
     elementwise, fill_bytes, fill_u16, gemm, kernel, layer_norm, reduce, rms_norm, softmax,
