@@ -470,6 +470,61 @@ mod tests {
         );
     }
 
+    /// A holder shrinks an allocation while the device's threads fill and copy it at full
+    /// speed: every move either completes or is `Shrunk`, none raises a signal here, the
+    /// region stays flagged, and what the kernel path then says agrees (the file is gone).
+    #[test]
+    fn a_shrink_racing_direct_moves_is_an_error_never_a_signal() {
+        let len = 8 << 20;
+        for round in 0..4 {
+            let r =
+                AllocRegion::new(SharedRegion::new("t", len, Sealing::Revocable).unwrap()).unwrap();
+            let src =
+                AllocRegion::new(SharedRegion::new("s", len, Sealing::Revocable).unwrap()).unwrap();
+            let outcomes = std::thread::scope(|sc| {
+                let movers: Vec<_> = (0..2)
+                    .map(|k| {
+                        let (r, src) = (&r, &src);
+                        sc.spawn(move || {
+                            // Until a few moves after the first that saw the shrink.
+                            let mut seen = (0u32, 0u32);
+                            while seen.1 < 4 && seen.0 < 1_000_000 {
+                                let res = if k == 0 {
+                                    r.fill(0, len as u64, 0x1234_5678)
+                                } else {
+                                    r.copy_from(0, src, 0, len as u64)
+                                };
+                                match res {
+                                    Ok(()) => seen.0 += 1,
+                                    Err(Shrunk) => seen.1 += 1,
+                                }
+                            }
+                            seen
+                        })
+                    })
+                    .collect();
+                std::thread::sleep(std::time::Duration::from_millis(2 + round));
+                // A holder's shrink (not the device's revoke): to a page, then to nothing.
+                r.file().set_len(4096).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                r.file().set_len(0).unwrap();
+                movers
+                    .into_iter()
+                    .map(|m| m.join().unwrap())
+                    .collect::<Vec<_>>()
+            });
+            for (k, (_, shrunk)) in outcomes.iter().enumerate() {
+                assert_eq!(*shrunk, 4, "round {round}, mover {k}: never saw the shrink");
+            }
+            assert!(r.is_shrunk(), "round {round}: the region is flagged");
+            assert_eq!(
+                r.fill(0, 4096, 1),
+                Err(Shrunk),
+                "round {round}: through the kernel"
+            );
+        }
+    }
+
     #[test]
     fn discard_releases_the_pages_within_bounds() {
         let r = SharedRegion::new("test", 3 * 4096, Sealing::Fixed).unwrap();
