@@ -188,6 +188,33 @@ impl Device {
         }
     }
 
+    /// Opens device `index` of this process's numbering: the `index`th entry of the
+    /// visible-device list (`DAVINCI_VISIBLE_DEVICES`, else `ASCEND_VISIBLE_DEVICES`), or,
+    /// with none, of the node's devices by index ([`crate::visible`]); `cudaSetDevice(index)`.
+    ///
+    /// # Errors
+    /// `ENODEV` past the last visible device; `EINVAL` for a malformed list; as
+    /// [`open`](Self::open), the message naming the device and its index.
+    pub fn open_index(index: usize) -> Result<Device> {
+        let path = crate::visible::visible_device(index)?;
+        Self::open_path(&path).map_err(|e| {
+            Error::with_errno(
+                e.errno(),
+                e.op(),
+                format!("{} (device {index}: {path})", e.message()),
+            )
+        })
+    }
+
+    /// How many devices this process sees ([`open_index`](Self::open_index)'s range;
+    /// `cudaGetDeviceCount`). Counts names, without opening them.
+    ///
+    /// # Errors
+    /// `EINVAL` for a malformed visible-device list or `DAVINCI_DEVICE`.
+    pub fn count() -> Result<usize> {
+        crate::visible::visible_devices().map(|v| v.len())
+    }
+
     /// LIST_KERNELS through this open's backend.
     pub(crate) fn list_kernels(&self) -> Result<Vec<davinci_uapi::KernelInfo>> {
         self.inner.backend.list_kernels()

@@ -117,6 +117,7 @@ mod stats;
 mod stream;
 pub mod task;
 mod usage;
+pub mod visible;
 
 pub use completion::{Completion, StreamError};
 pub use context::Context;
@@ -173,3 +174,4 @@ pub use stream::wait::{SpinWait, SPIN_LIMIT};
 pub use stream::{Stream, StreamOptions, TaskId};
 pub use task::{Element, Region, Task};
 pub use usage::{Held, Own, TenantKind, Usage};
+pub use visible::{visible_devices, ASCEND_VISIBLE_ENV, VISIBLE_ENV};

@@ -29,6 +29,9 @@ pub enum DeviceSource {
     Node,
     /// Nothing named one and the node has none: a new in-process mock device.
     Embedded,
+    /// The first entry of the visible-device list (`DAVINCI_VISIBLE_DEVICES`, else
+    /// `ASCEND_VISIBLE_DEVICES`: [`crate::visible`]).
+    Visible,
 }
 
 impl fmt::Display for DeviceSource {
@@ -37,6 +40,7 @@ impl fmt::Display for DeviceSource {
             DeviceSource::Env => DEVICE_ENV,
             DeviceSource::Node => "this node's device",
             DeviceSource::Embedded => "no device named and none on this node: the embedded mock",
+            DeviceSource::Visible => "the first visible device",
         })
     }
 }
@@ -121,7 +125,10 @@ impl DevicePath {
     }
 
     /// The one rule for a program that names no device, the same in Rust, C and Python and in
-    /// `davinci-workload`: [`DEVICE_ENV`] if it is set; else this node's device if it has one
+    /// `davinci-workload`: the first visible device if a visible-device list is set
+    /// (`DAVINCI_VISIBLE_DEVICES`, else `ASCEND_VISIBLE_DEVICES`, resolved beside
+    /// [`DEVICE_ENV`]'s device: [`crate::visible`]; an empty list is `ENODEV`); else
+    /// [`DEVICE_ENV`] if it is set; else this node's device if it has one
     /// ([`node_device`]); else the embedded mock device (built with the `embedded` feature;
     /// without it, [`DEFAULT_DEVICE`], whose open then fails with `ENODEV`). Returns the path
     /// and where it came from, so a program can say which device it opened and why.
@@ -129,6 +136,18 @@ impl DevicePath {
     /// # Errors
     /// As [`parse`](Self::parse), for a malformed `DAVINCI_DEVICE`.
     pub fn default_device() -> Result<(DevicePath, DeviceSource)> {
+        if let Some((var, list)) = crate::visible::visible_list_from_env() {
+            let place = crate::visible::DevicePlace::from_env()?;
+            let all = crate::visible::parse_visible(var, &list, &place)?;
+            return match all.into_iter().next() {
+                Some(first) => Ok((first, DeviceSource::Visible)),
+                None => Err(Error::new(
+                    Errno::ENODEV,
+                    "open",
+                    format!("{var} is empty: no device is visible to this process"),
+                )),
+            };
+        }
         if let Some(named) = device_path_from_env() {
             return Self::parse(&named)
                 .map(|p| (p, DeviceSource::Env))

@@ -80,6 +80,47 @@ pub unsafe extern "C" fn davinci_device_open(
     })
 }
 
+/// Opens device `index` of this process's numbering (`cudaSetDevice(index)`,
+/// `aclrtSetDevice(index)`): the `index`th entry of the visible-device list
+/// (`DAVINCI_VISIBLE_DEVICES`, else `ASCEND_VISIBLE_DEVICES`: indices of the node's
+/// `davinciN` or device paths, comma-separated), or, with no list, of the node's devices in
+/// index order. Into `*out`.
+///
+/// Returns 0, -ENODEV past the last visible device, -EINVAL for a malformed list (the
+/// message names the entry), or the open's errors.
+///
+/// # Safety
+/// Threads: any (not while another thread changes the environment). `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_open_index(
+    index: u32,
+    out: *mut *mut davinci_device,
+) -> c_int {
+    guard("davinci_device_open_index", || {
+        let out = Out::new(out, "out")?;
+        let dev = Device::open_index(index as usize)?;
+        // SAFETY: `out` was checked by Out::new; the caller's contract makes it writable.
+        unsafe { out.set(davinci_device { dev }) };
+        Ok(())
+    })
+}
+
+/// How many devices this process sees (`cudaGetDeviceCount`, `aclrtGetDeviceCount`): the
+/// visible-device list's entries, or the node's devices; into `*count`. Opens none.
+///
+/// Returns 0 or -EINVAL for a malformed list or `DAVINCI_DEVICE`.
+///
+/// # Safety
+/// Threads: any (not while another thread changes the environment). `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_device_count(count: *mut u32) -> c_int {
+    guard("davinci_device_count", || {
+        let n = Device::count()?;
+        // SAFETY: the caller's contract: writable (NULL is refused).
+        unsafe { ffi::put(count, "count", u32::try_from(n).unwrap_or(u32::MAX)) }
+    })
+}
+
 /// `davinci_default_device`'s `*source`: `DAVINCI_DEVICE` named the device.
 pub const DAVINCI_DEVICE_FROM_ENV: u32 = 1;
 /// `davinci_default_device`'s `*source`: this node's device (`/dev/davinci0`, else
@@ -88,6 +129,9 @@ pub const DAVINCI_DEVICE_FROM_NODE: u32 = 2;
 /// `davinci_default_device`'s `*source`: nothing named a device and the node has none: a new
 /// embedded mock device.
 pub const DAVINCI_DEVICE_FROM_NOTHING: u32 = 3;
+/// `davinci_default_device`'s `*source`: the first entry of the visible-device list
+/// (`DAVINCI_VISIBLE_DEVICES`, else `ASCEND_VISIBLE_DEVICES`).
+pub const DAVINCI_DEVICE_FROM_VISIBLE: u32 = 4;
 
 /// The device `davinci_device_open(NULL, ...)` opens now, without opening it: its path
 /// (`"embedded"`, `"/dev/davinci0"`, `"mock:SOCKET"`) into `buf` as `snprintf` does
@@ -112,6 +156,7 @@ pub unsafe extern "C" fn davinci_default_device(
             DeviceSource::Env => DAVINCI_DEVICE_FROM_ENV,
             DeviceSource::Node => DAVINCI_DEVICE_FROM_NODE,
             DeviceSource::Embedded => DAVINCI_DEVICE_FROM_NOTHING,
+            DeviceSource::Visible => DAVINCI_DEVICE_FROM_VISIBLE,
         };
         // SAFETY: the caller's contract: writable for len bytes.
         let n = unsafe { ffi::write_text(buf, len, &path.to_string()) }?;

@@ -1,7 +1,8 @@
 """davinci: the davinci-shim runtime for Python.
 
 Open a device (``Device()``: ``$DAVINCI_DEVICE``, else an embedded mock device;
-``Device("mock:/run/davinci/davinci0.sock")``; ``Device("/dev/davinci0")``), make a context,
+``Device("mock:/run/davinci/davinci0.sock")``; ``Device("/dev/davinci0")``; ``Device(1)``: device 1 of
+``visible_devices()``, as ``DAVINCI_VISIBLE_DEVICES``/``ASCEND_VISIBLE_DEVICES`` say), make a context,
 streams and events, allocate device memory (``Device.alloc``, ``MemPool``), build tasks with
 ``davinci.task`` and submit them. Host views of device memory are zero-copy ``memoryview``
 objects (``Buffer.view()``; ``numpy.frombuffer(buf.view(), dtype=numpy.float32)``) that keep
@@ -24,7 +25,9 @@ from ._davinci import (
     Stream,
     Task,
     __version__,
+    device_count,
     errno_name,
+    visible_devices,
 )
 from ._errors import (
     ClosedError,
@@ -62,6 +65,8 @@ __all__ = [
     "Task",
     "TaskError",
     "__version__",
+    "device_count",
     "errno_name",
     "task",
+    "visible_devices",
 ]

@@ -15,16 +15,19 @@ class Device:
     """An open of a davinci device: ``"/dev/davinciN"``, ``"mock:SOCKET"`` (a
     davinci-mockd device) or ``"embedded"``; None: the rule Rust and C share:
     ``$DAVINCI_DEVICE``, else this node's device (``/dev/davinci0``, else ``davinci0.sock``
-    in davinci-mockd's default socket directory), else the embedded mock device."""
+    in davinci-mockd's default socket directory), else the embedded mock device. An int:
+    device ``spec`` of this process's numbering (``visible_devices()``:
+    ``DAVINCI_VISIBLE_DEVICES``, else ``ASCEND_VISIBLE_DEVICES``, else the node's devices);
+    with a visible-device list set, None opens its first device."""
 
-    def __init__(self, spec: Optional[str] = None) -> None: ...
+    def __init__(self, spec: Union[str, int, None] = None) -> None: ...
     @property
     def path(self) -> str: ...
     @property
     def spec(self) -> str: ...
     @property
     def source(self) -> str:
-        """"argument", "DAVINCI_DEVICE", "node" or "embedded": where ``path`` came from."""
+        """"argument", "DAVINCI_DEVICE", "node", "embedded" or "visible": where ``path`` came from."""
     @property
     def info(self) -> Dict[str, object]: ...
     def query_info(self) -> Dict[str, object]: ...
@@ -339,3 +342,7 @@ def task_norm(
 ) -> Task: ...
 def task_fill_bytes(dst: _Operand, value: int, user_data: int = 0) -> Task: ...
 def errno_name(code: int) -> Optional[str]: ...
+def device_count() -> int:
+    """How many devices this process sees (the visible-device list's, else the node's)."""
+def visible_devices() -> List[str]:
+    """The paths of the devices this process sees, in its numbering (``Device(i)``)."""

@@ -29,7 +29,9 @@ impl Device {
 
 #[pymethods]
 impl Device {
-    /// Opens `spec` (`"embedded"`, `"mock:SOCKET"`, `"/dev/davinciN"`); None: the device a
+    /// Opens `spec` (`"embedded"`, `"mock:SOCKET"`, `"/dev/davinciN"`, or an int: device
+    /// `spec` of this process's numbering, `DAVINCI_VISIBLE_DEVICES` / `ASCEND_VISIBLE_DEVICES`
+    /// as `davinci_shim::visible` reads them); None: the device a
     /// program that names none gets, by the rule Rust and C share
     /// (`davinci_shim::DevicePath::default_device`): `$DAVINCI_DEVICE` if set, else this
     /// node's device (`/dev/davinci0`, else `davinci0.sock` in davinci-mockd's default
@@ -38,14 +40,27 @@ impl Device {
     #[pyo3(signature = (spec = None))]
     fn new(py: Python<'_>, spec: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
         let (dev, path, source) = match spec.filter(|s| !s.is_none()) {
+            // An index of this process's numbering (the visible-device list's).
+            Some(s) if s.is_instance_of::<pyo3::types::PyInt>() => {
+                let Ok(index) = s.extract::<usize>() else {
+                    return Err(type_error(
+                        "Device",
+                        "spec",
+                        format!("a device index is 0 or more, not {s}"),
+                    ));
+                };
+                let path = shim::visible::visible_device(index).or_raise()?;
+                let dev = py.detach(|| shim::Device::open_index(index)).or_raise()?;
+                (dev, path, Some(DeviceSource::Visible))
+            }
             Some(s) => {
                 let Ok(s) = s.extract::<String>() else {
                     return Err(type_error(
                         "Device",
                         "spec",
                         format!(
-                            "must be a str (\"embedded\", \"mock:SOCKET\", \"/dev/davinciN\") \
-                             or None, not {}",
+                            "must be a str (\"embedded\", \"mock:SOCKET\", \"/dev/davinciN\"), \
+                             a device index (int) or None, not {}",
                             type_name(s)
                         ),
                     ));
@@ -80,7 +95,8 @@ impl Device {
     }
 
     /// Where `path` came from: `"argument"` (named by the caller), `"DAVINCI_DEVICE"`,
-    /// `"node"` (this node's device) or `"embedded"` (none named, none on the node).
+    /// `"node"` (this node's device), `"embedded"` (none named, none on the node) or
+    /// `"visible"` (an index of the visible-device list, or its first device).
     #[getter]
     fn source(&self) -> &'static str {
         match self.source {
@@ -88,6 +104,7 @@ impl Device {
             Some(DeviceSource::Env) => "DAVINCI_DEVICE",
             Some(DeviceSource::Node) => "node",
             Some(DeviceSource::Embedded) => "embedded",
+            Some(DeviceSource::Visible) => "visible",
         }
     }
 
@@ -412,6 +429,24 @@ impl Context {
     ) {
         self.close();
     }
+}
+
+/// How many devices this process sees (`torch.cuda.device_count()`): the visible-device
+/// list's entries, or the node's devices. Opens none.
+#[pyfunction]
+pub fn device_count() -> PyResult<usize> {
+    shim::Device::count().or_raise()
+}
+
+/// The devices this process sees, in its numbering: their paths (`Device(i)` opens the
+/// `i`th).
+#[pyfunction]
+pub fn visible_devices() -> PyResult<Vec<String>> {
+    Ok(shim::visible_devices()
+        .or_raise()?
+        .iter()
+        .map(ToString::to_string)
+        .collect())
 }
 
 /// The symbolic name of an errno this ABI knows (`"ETIMEDOUT"`), or None.

@@ -50,5 +50,7 @@ fn _davinci(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernels::task_norm, m)?)?;
     m.add_function(wrap_pyfunction!(kernels::task_fill_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(device::errno_name, m)?)?;
+    m.add_function(wrap_pyfunction!(device::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(device::visible_devices, m)?)?;
     Ok(())
 }

@@ -190,7 +190,7 @@ def test_wrong_types_and_values_name_the_argument() -> None:
     with pytest.raises(TypeError, match=r"values\[1\]"):
         buf.write_values([1.0, "2"])
     with pytest.raises(TypeError, match="spec: must be a str"):
-        davinci.Device(0)  # type: ignore[arg-type]
+        davinci.Device(b"embedded")  # type: ignore[arg-type]
 
 
 def test_texts_are_in_pythons_words(spec: str) -> None:

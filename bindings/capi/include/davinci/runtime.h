@@ -72,6 +72,12 @@
  */
 #define DAVINCI_DEVICE_FROM_NOTHING 3
 
+/**
+ * `davinci_default_device`'s `*source`: the first entry of the visible-device list
+ * (`DAVINCI_VISIBLE_DEVICES`, else `ASCEND_VISIBLE_DEVICES`).
+ */
+#define DAVINCI_DEVICE_FROM_VISIBLE 4
+
 
 
 /**
@@ -534,6 +540,32 @@ uint32_t davinci_runtime_version(void);
  * Threads: any. `path` is NULL or a NUL-terminated string; `out` is writable.
  */
 int davinci_device_open(const char *path, struct davinci_device **out);
+
+/**
+ * Opens device `index` of this process's numbering (`cudaSetDevice(index)`,
+ * `aclrtSetDevice(index)`): the `index`th entry of the visible-device list
+ * (`DAVINCI_VISIBLE_DEVICES`, else `ASCEND_VISIBLE_DEVICES`: indices of the node's
+ * `davinciN` or device paths, comma-separated), or, with no list, of the node's devices in
+ * index order. Into `*out`.
+ *
+ * Returns 0, -ENODEV past the last visible device, -EINVAL for a malformed list (the
+ * message names the entry), or the open's errors.
+ *
+ * # Safety
+ * Threads: any (not while another thread changes the environment). `out` is writable.
+ */
+int davinci_device_open_index(uint32_t index, struct davinci_device **out);
+
+/**
+ * How many devices this process sees (`cudaGetDeviceCount`, `aclrtGetDeviceCount`): the
+ * visible-device list's entries, or the node's devices; into `*count`. Opens none.
+ *
+ * Returns 0 or -EINVAL for a malformed list or `DAVINCI_DEVICE`.
+ *
+ * # Safety
+ * Threads: any (not while another thread changes the environment). `count` is writable.
+ */
+int davinci_device_count(uint32_t *count);
 
 /**
  * The device `davinci_device_open(NULL, ...)` opens now, without opening it: its path
