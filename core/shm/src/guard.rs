@@ -69,6 +69,10 @@ thread_local! {
 static PREVIOUS: OnceLock<Previous> = OnceLock::new();
 static INSTALL: Once = Once::new();
 static PAGE: AtomicUsize = AtomicUsize::new(0);
+/// Guarded accesses in progress, in every thread: while there are none, the handler passes a
+/// fault on without looking at the faulting thread's slot (whose first touch, in a thread
+/// that never announced anything, could allocate inside a library loaded at run time).
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// `libc::sigaction` is plain data; kept to chain to it.
 struct Previous(libc::sigaction);
@@ -156,10 +160,12 @@ pub fn guarded<R>(spans: &[Span<'_>], f: impl FnOnce() -> R) -> Option<(R, bool)
         }
         a.faulted.set(false);
         a.active.set(true);
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
         // The handler, on this thread, must see the ranges before the first access.
         compiler_fence(Ordering::SeqCst);
         let r = f();
         compiler_fence(Ordering::SeqCst);
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
         a.active.set(false);
         let faulted = a.faulted.get();
         Some((r, faulted))
@@ -181,7 +187,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 /// its page to the range's end, the range's flag set. `false` if it is not ours.
 fn absorb(addr: usize) -> bool {
     let page = PAGE.load(Ordering::Relaxed);
-    if page == 0 {
+    if page == 0 || ACTIVE.load(Ordering::SeqCst) == 0 {
         return false;
     }
     ANNOUNCED.with(|a| {
