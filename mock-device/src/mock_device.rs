@@ -92,7 +92,7 @@ impl MockDevice {
             pool.clone(),
             kick_pending.clone(),
         );
-        let mut dev = DeviceCore::new(
+        let mut dev = Box::new(DeviceCore::new(
             Config {
                 device_id: config.device_id,
                 memory_size: config.memory_size,
@@ -102,7 +102,7 @@ impl MockDevice {
                 quota: config.quota,
             },
             platform,
-        );
+        ));
         dev.set_device_identity(Identity::new(
             config
                 .uuid

@@ -56,7 +56,9 @@ pub(crate) struct Poller {
 /// The device and everything that serves it, shared by the handles and the pollers.
 pub(crate) struct Core {
     /// Exclusive for the control path, shared for the pollers (see the module docs).
-    pub(crate) dev: RwLock<DeviceCore<MockPlatform>>,
+    /// Boxed: a device is about 470 KB, built once on the heap rather than moved through
+    /// stack frames (a debug build's copies of it overflowed a 2 MiB thread stack).
+    pub(crate) dev: RwLock<Box<DeviceCore<MockPlatform>>>,
     /// Host threads in WAIT_EVENT sleep on this word (see `MockPlatform::add_waiter`).
     pub(crate) notified: Arc<AtomicU32>,
     /// The pollers' wake word (see `MockPlatform::kick_pollers`).
@@ -88,7 +90,7 @@ pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
 }
 
 /// The device held exclusively (the control path).
-pub(crate) type Exclusive<'a> = RwLockWriteGuard<'a, DeviceCore<MockPlatform>>;
+pub(crate) type Exclusive<'a> = RwLockWriteGuard<'a, Box<DeviceCore<MockPlatform>>>;
 
 impl Core {
     /// The device held exclusively: the control path. Counted in `writers` while it waits,
@@ -107,7 +109,7 @@ impl Core {
     /// wait for it (a command waits for at most one run of one stream per poller), though
     /// never more than [`WRITERS_FIRST`] (callers arriving without pause do not stop the
     /// data path).
-    pub(crate) fn shared_for_run(&self) -> RwLockReadGuard<'_, DeviceCore<MockPlatform>> {
+    pub(crate) fn shared_for_run(&self) -> RwLockReadGuard<'_, Box<DeviceCore<MockPlatform>>> {
         if self.writers.load(Ordering::SeqCst) > 0 {
             let start = Instant::now();
             while self.writers.load(Ordering::SeqCst) > 0 && start.elapsed() < WRITERS_FIRST {
@@ -118,7 +120,7 @@ impl Core {
     }
 
     /// The device held shared: the data path (and reports that change nothing).
-    pub(crate) fn shared(&self) -> RwLockReadGuard<'_, DeviceCore<MockPlatform>> {
+    pub(crate) fn shared(&self) -> RwLockReadGuard<'_, Box<DeviceCore<MockPlatform>>> {
         relock(self.dev.read())
     }
 

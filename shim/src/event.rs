@@ -170,7 +170,7 @@ impl Event {
 
 /// WAIT_EVENT on event `handle` for `value`. Says which event, which value and what it
 /// reached when the wait times out; why, when the recording stream stopped.
-fn wait_value(
+pub(crate) fn wait_value(
     ctx: &ContextInner,
     handle: u32,
     op: &'static str,
@@ -219,7 +219,7 @@ fn wait_value(
 }
 
 /// A blocking wait for `value` (timeout 0: one look).
-fn sync_value(
+pub(crate) fn sync_value(
     ctx: &ContextInner,
     handle: u32,
     op: &'static str,

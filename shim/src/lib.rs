@@ -113,6 +113,7 @@ mod memory;
 mod path;
 mod pool;
 mod rings;
+mod shared_event;
 mod stats;
 mod stream;
 pub mod task;
@@ -169,6 +170,7 @@ pub use path::{
     device_path_from_env, node_device, DevicePath, DeviceSource, DEFAULT_DEVICE, DEVICE_ENV,
 };
 pub use pool::{MemPool, PoolBuffer, PoolOptions, PoolStats};
+pub use shared_event::ImportedEvent;
 pub use stats::DeviceStats;
 pub use stream::wait::{SpinWait, SPIN_LIMIT};
 pub use stream::{Stream, StreamOptions, TaskId};

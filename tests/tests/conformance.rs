@@ -50,6 +50,10 @@ mod lifetimes;
 #[path = "conformance/sharing.rs"]
 mod sharing;
 
+/// Events shared between clients (issue 44, ABI 1.5 EXPORT/IMPORT_EVENT).
+#[path = "conformance/shared_events.rs"]
+mod shared_events;
+
 /// Device identity and busy time (issue 24, ABI 1.4 GET_IDENTITY).
 #[path = "conformance/identity.rs"]
 mod identity;

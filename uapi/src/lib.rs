@@ -70,6 +70,8 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <DeviceCounters as AbiStruct>::INFO,
     <ExportMemoryArgs as AbiStruct>::INFO,
     <ImportMemoryArgs as AbiStruct>::INFO,
+    <ExportEventArgs as AbiStruct>::INFO,
+    <ImportEventArgs as AbiStruct>::INFO,
     <DeviceIdentity as AbiStruct>::INFO,
     <Usage as AbiStruct>::INFO,
     <TenantShareArgs as AbiStruct>::INFO,

@@ -28,9 +28,12 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_GET_USAGE, 0x8060_6415);
     assert_eq!(DRIVER_CMD_TENANT_SHARE, 0xC060_6416);
     assert_eq!(DRIVER_CMD_LIST_KERNELS, 0xC018_6417);
+    assert_eq!(DRIVER_CMD_EXPORT_EVENT, 0xC018_6419);
+    assert_eq!(DRIVER_CMD_IMPORT_EVENT, 0xC018_641A);
+    assert_eq!(RESERVED_NRS, [0x18]);
     assert_eq!(
         COMMANDS.len(),
-        23,
+        25,
         "a new command needs a golden value here"
     );
 }
@@ -58,6 +61,8 @@ fn struct_sizes() {
         ("davinci_device_counters", 0x58),
         ("davinci_export_memory_args", 0x18),
         ("davinci_import_memory_args", 0x28),
+        ("davinci_export_event_args", 0x18),
+        ("davinci_import_event_args", 0x18),
         ("davinci_device_identity", 0x78),
         ("davinci_usage", 0x60),
         ("davinci_tenant_share_args", 0x60),
@@ -350,6 +355,14 @@ fn every_create_but_export_has_its_undo() {
             }),
             DRIVER_CMD_FREE_MEMORY,
         ),
+        (
+            DRIVER_CMD_IMPORT_EVENT,
+            reply(&ImportEventArgs {
+                handle: 16,
+                ..Default::default()
+            }),
+            DRIVER_CMD_DESTROY_EVENT,
+        ),
     ];
     for (i, (create, bytes, undo)) in cases.iter().enumerate() {
         assert_eq!(undo_of(*create, bytes), Some((*undo, 11 + i as u32)));
@@ -378,6 +391,7 @@ fn kernels_1_5() {
     assert_eq!(dtypes, [0, 1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(Features::KERNELS.bits(), 1 << 18);
     assert_eq!(Features::DTYPES.bits(), 1 << 19);
+    assert_eq!(Features::SHARED_EVENTS.bits(), 1 << 20);
     assert_eq!(
         (FaultOperand::Params as u8, FaultOperand::Shape as u8),
         (10, 16)

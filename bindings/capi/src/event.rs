@@ -283,3 +283,135 @@ pub unsafe extern "C" fn davinci_record_elapsed_ns(
         unsafe { put(ns, "ns", v) }
     })
 }
+
+/// Another client's event, imported into a context of this one (`davinci_event_import`,
+/// ABI 1.5): its waits are for the exporter's values (`davinci_stream_wait_imported`,
+/// `davinci_imported_event_synchronize`); only the exporter records it. When the exporter
+/// destroys the event (or its process ends), every wait on it fails with -ECANCELED. Freed by
+/// `davinci_imported_event_destroy` (the import goes once no queued wait names it).
+pub struct davinci_imported_event {
+    imp: davinci_shim::ImportedEvent,
+}
+
+/// Shares an event with other clients of the same device, across processes
+/// (`cudaIpcGetEventHandle`, HCCL's notify; ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`): the token
+/// written to `*token` lets them `davinci_event_import` it. `uid` and `client_id` as
+/// `davinci_buffer_export`'s. Exporting again with the same grant gives the same token.
+///
+/// Returns 0; -EBUSY (exported already to someone else); -ENOTTY (a driver before 1.5).
+///
+/// # Safety
+/// Threads: any. `event` a live handle; `token` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_export(
+    event: *const davinci_event,
+    uid: u32,
+    client_id: u32,
+    token: *mut u64,
+) -> c_int {
+    guard("davinci_event_export", || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { get(event, "event") }?;
+        let t = e.ev.export(crate::memory::export_to(uid, client_id))?;
+        // SAFETY: the caller's contract.
+        unsafe { put(token, "token", t.0) }
+    })
+}
+
+/// Imports the event `token` names (`davinci_event_export` in another process) into `ctx`,
+/// into `*out` (`cudaIpcOpenEventHandle`).
+///
+/// Returns 0; -ENOENT (no event export this client may import: unknown, destroyed, granted
+/// to another user or client); -EBUSY (imported already by this client); -ENOSPC.
+///
+/// # Safety
+/// Threads: any. `ctx` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_event_import(
+    ctx: *const davinci_context,
+    token: u64,
+    out: *mut *mut davinci_imported_event,
+) -> c_int {
+    guard("davinci_event_import", || {
+        let out = Out::new(out, "out")?;
+        // SAFETY: the caller's contract.
+        let c = unsafe { get(ctx, "ctx") }?;
+        let imp = c.ctx.import_event(davinci_shim::ExportToken(token))?;
+        // SAFETY: checked by Out::new; writable by the caller's contract.
+        unsafe { out.set(davinci_imported_event { imp }) };
+        Ok(())
+    })
+}
+
+/// Releases the import handle (the import goes once no queued wait names it). NULL does
+/// nothing.
+///
+/// # Safety
+/// Threads: not while another thread uses `imp`. `imp` NULL or a handle not yet destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_imported_event_destroy(imp: *mut davinci_imported_event) {
+    // SAFETY: the caller's contract: NULL or a live handle, no longer used.
+    ffi::guard_void("davinci_imported_event_destroy", || unsafe {
+        ffi::free(imp)
+    });
+}
+
+/// Makes `stream` wait on the device until the imported event reaches `value` (the
+/// consumer's side of a hand-off between processes). If the exporter destroys the event
+/// first, the wait completes with -ECANCELED and the stream goes on. -EINVAL if the import
+/// is of another context.
+///
+/// # Safety
+/// Threads: any (the stream's lock). `stream`, `imp` live handles.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_stream_wait_imported(
+    stream: *const davinci_stream,
+    imp: *const davinci_imported_event,
+    value: u64,
+) -> c_int {
+    guard("davinci_stream_wait_imported", || {
+        // SAFETY: the caller's contract.
+        let (s, i) = unsafe { (stream_ref(stream)?, get(imp, "imp")?) };
+        s.lock()?.stream.wait_imported(&i.imp, value)?;
+        Ok(())
+    })
+}
+
+/// Blocks until the imported event reaches `value`, at most `timeout_ns`
+/// (`DAVINCI_WAIT_FOREVER`: no limit). -ETIMEDOUT; -ECANCELED once the exporter destroyed the
+/// event; -EIO if its stream that was to record the value was stopped.
+///
+/// # Safety
+/// Threads: any. `imp` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_imported_event_synchronize(
+    imp: *const davinci_imported_event,
+    value: u64,
+    timeout_ns: u64,
+) -> c_int {
+    guard("davinci_imported_event_synchronize", || {
+        // SAFETY: the caller's contract.
+        let i = unsafe { get(imp, "imp") }?;
+        i.imp
+            .synchronize_value(value, Duration::from_nanos(timeout_ns))?;
+        Ok(())
+    })
+}
+
+/// The exporter's value now, into `*out`. -ECANCELED once the exporter destroyed the event.
+///
+/// # Safety
+/// Threads: any. `imp` a live handle; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_imported_event_value(
+    imp: *const davinci_imported_event,
+    out: *mut u64,
+) -> c_int {
+    guard("davinci_imported_event_value", || {
+        // SAFETY: the caller's contract.
+        let i = unsafe { get(imp, "imp") }?;
+        let v = i.imp.value()?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", v) }
+    })
+}

@@ -265,7 +265,7 @@ pub unsafe extern "C" fn davinci_buffer_export(
 }
 
 /// Whom `uid` and `client_id` name, as `davinci_buffer_export` reads them.
-fn export_to(uid: u32, client_id: u32) -> ExportTo {
+pub(crate) fn export_to(uid: u32, client_id: u32) -> ExportTo {
     match (uid, client_id) {
         (u32::MAX, 0) => ExportTo::SameUser,
         (uid, 0) => ExportTo::User(uid),

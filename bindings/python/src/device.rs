@@ -400,6 +400,19 @@ impl Context {
         Ok(Event::new(Arc::new(e)))
     }
 
+    /// Imports another process's event (`Event.export()`'s token) into this context.
+    fn import_event(
+        &self,
+        py: Python<'_>,
+        token: &Bound<'_, PyAny>,
+    ) -> PyResult<crate::shared_event::ImportedEvent> {
+        const OP: &str = "Context.import_event";
+        let token = crate::shared_event::token_arg(OP, token)?;
+        let ctx = self.inner.get(OP, "context")?;
+        let e = py.detach(|| ctx.import_event(token)).or_raise()?;
+        Ok(crate::shared_event::ImportedEvent::new(e))
+    }
+
     /// Allocates device memory (as `Device.alloc`).
     fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let nbytes = size("Context.alloc", "nbytes", nbytes)?;

@@ -20,6 +20,7 @@ mod dtype;
 mod kernels;
 mod memory;
 mod pool;
+mod shared_event;
 mod stream;
 mod task;
 
@@ -31,6 +32,7 @@ fn _davinci(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
     m.add_class::<stream::Event>()?;
+    m.add_class::<shared_event::ImportedEvent>()?;
     m.add_class::<stream::Recorded>()?;
     m.add_class::<stream::Stream>()?;
     m.add_class::<stream::Completion>()?;

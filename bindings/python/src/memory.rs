@@ -562,7 +562,7 @@ impl HostHold {
 
 /// Whom `Buffer.export` and `Buffer.export_fd` grant: this user by default, `uid`, or the one
 /// client `client_id` (of `uid`, else of this user).
-fn export_to(uid: Option<u32>, client_id: Option<u32>) -> shim::ExportTo {
+pub(crate) fn export_to(uid: Option<u32>, client_id: Option<u32>) -> shim::ExportTo {
     match (uid, client_id) {
         (None, None) => shim::ExportTo::SameUser,
         (Some(u), None) => shim::ExportTo::User(u),

@@ -201,6 +201,18 @@ impl Stream {
         self.with(py, "Stream.wait_event", |s| s.wait_event(&ev))
     }
 
+    /// Makes the stream wait (on the device) until another process's event, imported here
+    /// (`Context.import_event`), reaches `value`: the consumer's side of a hand-off.
+    fn wait_imported(
+        &self,
+        py: Python<'_>,
+        event: &crate::shared_event::ImportedEvent,
+        value: u64,
+    ) -> PyResult<()> {
+        let ev = event.get("Stream.wait_imported")?;
+        self.with(py, "Stream.wait_imported", |s| s.wait_imported(&ev, value))
+    }
+
     /// Makes the stream wait (on the device) for exactly this record.
     fn wait_recorded(&self, py: Python<'_>, recorded: &Recorded) -> PyResult<()> {
         let r = recorded.inner.clone();
@@ -422,6 +434,17 @@ impl Event {
     fn value(&self, py: Python<'_>) -> PyResult<u64> {
         let ev = self.get("Event.value")?;
         py.detach(|| ev.value()).or_raise()
+    }
+
+    /// Shares it with other processes' clients of the device (of this user by default;
+    /// `uid`, or the one client `client_id`): the token (16 hex digits) for
+    /// `Context.import_event`, whose streams then wait for this event's records.
+    #[pyo3(signature = (*, uid = None, client_id = None))]
+    fn export(&self, py: Python<'_>, uid: Option<u32>, client_id: Option<u32>) -> PyResult<String> {
+        let ev = self.get("Event.export")?;
+        let to = crate::memory::export_to(uid, client_id);
+        let t = py.detach(|| ev.export(to)).or_raise()?;
+        Ok(t.to_string())
     }
 
     fn close(&self) {

@@ -2,6 +2,7 @@
 //! validated: unknown command or wrong size -> `ENOTTY`, reserved fields/bits -> `EINVAL`,
 //! a foreign or stale handle -> `ENOENT`, a control open using resources -> `EPERM`.
 
+use crate::device::entries::wait_state;
 use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::*;
 
@@ -170,6 +171,14 @@ fn tenant_of_args(a: &TenantShareArgs) -> Result<crate::Tenant> {
     }
 }
 
+/// A command whose argument goes in and comes back out: decoded, handled by `f`, encoded.
+fn in_out<T: Wire>(arg: &mut [u8], f: impl FnOnce(&mut T) -> Result<()>) -> Result<Reply> {
+    let mut a: T = decode(arg)?;
+    f(&mut a)?;
+    a.encode(arg);
+    Ok(Reply::Done)
+}
+
 fn decode<T: Wire>(arg: &[u8]) -> Result<T> {
     match T::from_bytes(arg) {
         Some(v) => Ok(v),
@@ -276,24 +285,11 @@ impl<P: Platform> DeviceCore<P> {
                 a.encode(arg);
                 Ok(Reply::Kick(a.stream))
             }
-            DRIVER_CMD_ALLOC_MEMORY => {
-                let mut a: AllocMemoryArgs = decode(arg)?;
-                self.alloc_memory(client, &mut a)?;
-                a.encode(arg);
-                Ok(Reply::Done)
-            }
-            DRIVER_CMD_EXPORT_MEMORY => {
-                let mut a: ExportMemoryArgs = decode(arg)?;
-                self.export_memory(client, &mut a)?;
-                a.encode(arg);
-                Ok(Reply::Done)
-            }
-            DRIVER_CMD_IMPORT_MEMORY => {
-                let mut a: ImportMemoryArgs = decode(arg)?;
-                self.import_memory(client, &mut a)?;
-                a.encode(arg);
-                Ok(Reply::Done)
-            }
+            DRIVER_CMD_ALLOC_MEMORY => in_out(arg, |a| self.alloc_memory(client, a)),
+            DRIVER_CMD_EXPORT_MEMORY => in_out(arg, |a| self.export_memory(client, a)),
+            DRIVER_CMD_IMPORT_MEMORY => in_out(arg, |a| self.import_memory(client, a)),
+            DRIVER_CMD_EXPORT_EVENT => in_out(arg, |a| self.export_event(client, a)),
+            DRIVER_CMD_IMPORT_EVENT => in_out(arg, |a| self.import_event(client, a)),
             DRIVER_CMD_FREE_MEMORY => {
                 let a: HandleArgs = decode(arg)?;
                 ensure!(a.pad == 0, EINVAL, "pad must be 0");
@@ -498,8 +494,13 @@ impl<P: Platform> DeviceCore<P> {
                     Some(e) if e.owner == client => e,
                     _ => fail!(ENOENT, "no such event for this client"),
                 };
-                let (value, unreachable) =
-                    locked(&e.state, |v| (v.value, v.unreachable(spec.value)))?;
+                let Some(state) = wait_state(&self.events, e) else {
+                    fail!(
+                        ECANCELED,
+                        "the imported event's exporter destroyed it (destroy the import)"
+                    );
+                };
+                let (value, unreachable) = locked(state, |v| (v.value, v.unreachable(spec.value)))?;
                 out.current = value;
                 out.status = 0;
                 if let Some(errno) = unreachable {

@@ -35,6 +35,8 @@ pub const MAX_EXPORTS: usize = 64;
 pub const MAX_CLIENT_EXPORTS: usize = MAX_EXPORTS / 4;
 /// Most imports of one export at once.
 pub const MAX_IMPORTERS: usize = 8;
+/// Most exported events (EXPORT_EVENT, ABI 1.5) on a device at once.
+pub const MAX_EVENT_EXPORTS: usize = 64;
 /// Blocks of the device-memory allocator: every allocation and the free gaps between them.
 pub(crate) const MAX_BLOCKS: usize = 2 * MAX_ALLOCATIONS + 1;
 /// Deepest command ring.

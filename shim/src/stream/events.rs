@@ -78,6 +78,28 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Makes this stream wait (on the device) until the imported event reaches `value`
+    /// (`cudaStreamWaitEvent` on an IPC event; [`crate::ImportedEvent`]): the consumer's side
+    /// of a hand-off between processes. If the exporter destroys the event first, the wait
+    /// completes with `ECANCELED` and the stream goes on (its later tasks run: check the
+    /// completion).
+    ///
+    /// # Errors
+    /// `EINVAL` the import belongs to another context; the submit's errors.
+    pub fn wait_imported(&mut self, event: &crate::ImportedEvent, value: u64) -> Result<()> {
+        check_context(
+            event.context(),
+            event.handle(),
+            self,
+            "Stream::wait_imported",
+        )?;
+        self.submit(&Task::bare(TaskDesc::event_wait(0, event.handle(), value)))?;
+        self.pending.hold_last(event.hold());
+        Ok(())
+    }
+}
+
 impl Event {
     /// Records the event on `stream` (`aclrtRecordEvent` / `cudaEventRecord`): once the
     /// stream reaches this point, the event's value becomes the returned one. The token

@@ -164,6 +164,11 @@
  * and U16 (ABI 1.5).
  */
 #define DAVINCI_FEAT_DTYPES         (1U << 19)
+/*
+ * EXPORT_EVENT and IMPORT_EVENT share events between clients: an importer's streams and
+ * host wait for the exporter's values (ABI 1.5).
+ */
+#define DAVINCI_FEAT_SHARED_EVENTS  (1U << 20)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -930,6 +935,61 @@ struct davinci_import_memory_args {
 };
 
 /*
+ * EXPORT_EVENT (ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`): makes one of the caller's events
+ * importable by another client of the same device (`cudaIpcGetEventHandle`, HCCL's
+ * notify), named by a token as EXPORT_MEMORY's, with the same grant: the clients of one
+ * user, or one client of that user. An importer waits for the event's values, on the
+ * device (EVENT_WAIT descriptors) and on the host (WAIT_EVENT); only the exporter records
+ * it. Exporting an exported event again returns its token again (the grant unchanged).
+ *
+ * 24 bytes.
+ */
+struct davinci_export_event_args {
+	/* The event, one of the caller's own (not an imported one) (to driver). */
+	__u32 handle;
+	/* Reserved export flags, must be 0 (to driver). */
+	__u32 flags;
+	/*
+	 * The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` (to
+	 * driver).
+	 */
+	__u32 uid;
+	/*
+	 * Only this client (its `client_id`) may import it; 0: any client of that user (to
+	 * driver).
+	 */
+	__u32 client;
+	/* The token that names the export (from driver). */
+	__u64 token;
+};
+
+/*
+ * IMPORT_EVENT (ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`): the event an export's token names,
+ * as a new event handle of the caller's in one of its contexts: its streams' EVENT_WAIT
+ * descriptors and its WAIT_EVENT calls wait for the exporter's values; an EVENT_RECORD
+ * of it fails (`EPERM`). DESTROY_EVENT ends the import. When the exporter destroys the
+ * event (or closes), every wait on an import of it ends with `ECANCELED`, now and
+ * later; the import stays the importer's until it destroys it.
+ *
+ * 24 bytes.
+ */
+struct davinci_import_event_args {
+	/* The export's token (to driver). */
+	__u64 token;
+	/*
+	 * The caller's context the import belongs to (its streams may wait for it) (to
+	 * driver).
+	 */
+	__u32 ctx;
+	/* Reserved import flags, must be 0 (to driver). */
+	__u32 flags;
+	/* The import's event handle: DESTROY_EVENT it when done (from driver). */
+	__u32 handle;
+	/* Reserved, must be 0 (to driver). */
+	__u32 pad;
+};
+
+/*
  * GET_IDENTITY (ABI 1.4): what the device is, for inventories and schedulers: a UUID
  * that stays the same across share-mode changes, daemon restarts, module reloads and
  * reboots of the same host, its model and driver, and where it sits. Any open may call
@@ -1356,6 +1416,8 @@ struct davinci_norm_params {
 #define DAVINCI_IOCTL_GET_USAGE          _IOR('d', 0x15, struct davinci_usage)                /* caller: client open */
 #define DAVINCI_IOCTL_TENANT_SHARE       _IOWR('d', 0x16, struct davinci_tenant_share_args)   /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
 #define DAVINCI_IOCTL_LIST_KERNELS       _IOWR('d', 0x17, struct davinci_list_kernels_args)   /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_EXPORT_EVENT       _IOWR('d', 0x19, struct davinci_export_event_args)   /* caller: client open */
+#define DAVINCI_IOCTL_IMPORT_EVENT       _IOWR('d', 0x1a, struct davinci_import_event_args)   /* caller: client open */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -1586,6 +1648,18 @@ _Static_assert(offsetof(struct davinci_import_memory_args, flags) == 12, "davinc
 _Static_assert(offsetof(struct davinci_import_memory_args, dev_addr) == 16, "davinci uapi: offsetof(struct davinci_import_memory_args, dev_addr)");
 _Static_assert(offsetof(struct davinci_import_memory_args, size) == 24, "davinci uapi: offsetof(struct davinci_import_memory_args, size)");
 _Static_assert(offsetof(struct davinci_import_memory_args, mmap_offset) == 32, "davinci uapi: offsetof(struct davinci_import_memory_args, mmap_offset)");
+_Static_assert(sizeof(struct davinci_export_event_args) == 24, "davinci uapi: sizeof(struct davinci_export_event_args)");
+_Static_assert(offsetof(struct davinci_export_event_args, handle) == 0, "davinci uapi: offsetof(struct davinci_export_event_args, handle)");
+_Static_assert(offsetof(struct davinci_export_event_args, flags) == 4, "davinci uapi: offsetof(struct davinci_export_event_args, flags)");
+_Static_assert(offsetof(struct davinci_export_event_args, uid) == 8, "davinci uapi: offsetof(struct davinci_export_event_args, uid)");
+_Static_assert(offsetof(struct davinci_export_event_args, client) == 12, "davinci uapi: offsetof(struct davinci_export_event_args, client)");
+_Static_assert(offsetof(struct davinci_export_event_args, token) == 16, "davinci uapi: offsetof(struct davinci_export_event_args, token)");
+_Static_assert(sizeof(struct davinci_import_event_args) == 24, "davinci uapi: sizeof(struct davinci_import_event_args)");
+_Static_assert(offsetof(struct davinci_import_event_args, token) == 0, "davinci uapi: offsetof(struct davinci_import_event_args, token)");
+_Static_assert(offsetof(struct davinci_import_event_args, ctx) == 8, "davinci uapi: offsetof(struct davinci_import_event_args, ctx)");
+_Static_assert(offsetof(struct davinci_import_event_args, flags) == 12, "davinci uapi: offsetof(struct davinci_import_event_args, flags)");
+_Static_assert(offsetof(struct davinci_import_event_args, handle) == 16, "davinci uapi: offsetof(struct davinci_import_event_args, handle)");
+_Static_assert(offsetof(struct davinci_import_event_args, pad) == 20, "davinci uapi: offsetof(struct davinci_import_event_args, pad)");
 _Static_assert(sizeof(struct davinci_device_identity) == 120, "davinci uapi: sizeof(struct davinci_device_identity)");
 _Static_assert(offsetof(struct davinci_device_identity, uuid) == 0, "davinci uapi: offsetof(struct davinci_device_identity, uuid)");
 _Static_assert(offsetof(struct davinci_device_identity, model) == 16, "davinci uapi: offsetof(struct davinci_device_identity, model)");

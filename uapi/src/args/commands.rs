@@ -4,8 +4,8 @@
 
 use super::device_info::{DeviceInfo, DeviceShareArgs};
 use super::resources::{
-    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportMemoryArgs,
-    HandleArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
+    AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportEventArgs,
+    ExportMemoryArgs, HandleArgs, ImportEventArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
 };
 use super::usage::{
     DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, TenantShareArgs, Usage,
@@ -70,6 +70,16 @@ pub const DRIVER_CMD_TENANT_SHARE: u32 = iowr::<TenantShareArgs>(DRIVER_MAGIC, 0
 /// `_IOWR('d', 0x17, struct davinci_list_kernels_args)`: the kernels the device runs (ABI
 /// 1.5, `DAVINCI_FEAT_KERNELS`; 0 of them on a device without it).
 pub const DRIVER_CMD_LIST_KERNELS: u32 = iowr::<ListKernelsArgs>(DRIVER_MAGIC, 0x17);
+/// `_IOWR('d', 0x19, struct davinci_export_event_args)`: an event as a token another client
+/// may import (ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`). (0x18 is LOAD_KERNEL's, reserved.)
+pub const DRIVER_CMD_EXPORT_EVENT: u32 = iowr::<ExportEventArgs>(DRIVER_MAGIC, 0x19);
+/// `_IOWR('d', 0x1a, struct davinci_import_event_args)`: the event a token names, to wait for
+/// (ABI 1.5).
+pub const DRIVER_CMD_IMPORT_EVENT: u32 = iowr::<ImportEventArgs>(DRIVER_MAGIC, 0x1a);
+
+/// Command numbers kept for commands no host implements yet: `0x18`, LOAD_KERNEL (loadable
+/// kernels on hardware, docs/abi.md 6.1). The table skips them.
+pub const RESERVED_NRS: &[u8] = &[0x18];
 
 /// Direction of an ioctl's argument, as the C macro names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +163,8 @@ commands! {
     GET_USAGE = 0x15, Read, Usage, Client, DRIVER_CMD_GET_USAGE;
     TENANT_SHARE = 0x16, ReadWrite, TenantShareArgs, Admin, DRIVER_CMD_TENANT_SHARE;
     LIST_KERNELS = 0x17, ReadWrite, ListKernelsArgs, Any, DRIVER_CMD_LIST_KERNELS;
+    EXPORT_EVENT = 0x19, ReadWrite, ExportEventArgs, Client, DRIVER_CMD_EXPORT_EVENT;
+    IMPORT_EVENT = 0x1a, ReadWrite, ImportEventArgs, Client, DRIVER_CMD_IMPORT_EVENT;
 }
 
 /// The command with this request number, if any.
@@ -163,13 +175,14 @@ pub fn command_by_request(request: u32) -> Option<&'static Command> {
 /// What undoes a create whose reply never reached the caller (docs/abi.md 1.4: a failed call
 /// creates nothing): the request that destroys the handle `request` created, for the requests
 /// that create a handle of the caller's (CREATE_CONTEXT, CREATE_STREAM, CREATE_EVENT,
-/// ALLOC_MEMORY, IMPORT_MEMORY). `None` for any other (EXPORT_MEMORY's export is no handle of
-/// the caller's: it goes with the allocation). The one list every host's undo follows.
+/// ALLOC_MEMORY, IMPORT_MEMORY, IMPORT_EVENT). `None` for any other (an export is no handle
+/// of the caller's: it goes with its allocation or event). The one list every host's undo
+/// follows.
 pub const fn undo_request(request: u32) -> Option<u32> {
     match request {
         DRIVER_CMD_CREATE_CONTEXT => Some(DRIVER_CMD_DESTROY_CONTEXT),
         DRIVER_CMD_CREATE_STREAM => Some(DRIVER_CMD_DESTROY_STREAM),
-        DRIVER_CMD_CREATE_EVENT => Some(DRIVER_CMD_DESTROY_EVENT),
+        DRIVER_CMD_CREATE_EVENT | DRIVER_CMD_IMPORT_EVENT => Some(DRIVER_CMD_DESTROY_EVENT),
         DRIVER_CMD_ALLOC_MEMORY | DRIVER_CMD_IMPORT_MEMORY => Some(DRIVER_CMD_FREE_MEMORY),
         _ => None,
     }
@@ -186,6 +199,7 @@ pub fn undo_of(request: u32, reply: &[u8]) -> Option<(u32, u32)> {
         DRIVER_CMD_CREATE_EVENT => CreateEventArgs::from_bytes(reply)?.handle,
         DRIVER_CMD_ALLOC_MEMORY => AllocMemoryArgs::from_bytes(reply)?.handle,
         DRIVER_CMD_IMPORT_MEMORY => ImportMemoryArgs::from_bytes(reply)?.handle,
+        DRIVER_CMD_IMPORT_EVENT => ImportEventArgs::from_bytes(reply)?.handle,
         _ => return None,
     };
     (handle != 0).then_some((undo, handle))
@@ -197,8 +211,14 @@ mod tests {
 
     #[test]
     fn commands_are_unique_and_ordered() {
-        for (i, c) in COMMANDS.iter().enumerate() {
-            assert_eq!(c.nr as usize, i + 1, "{} out of order", c.name);
+        // Numbers from 1 up, skipping only the reserved ones.
+        let mut want = 1u8;
+        for c in COMMANDS {
+            while RESERVED_NRS.contains(&want) {
+                want += 1;
+            }
+            assert_eq!(c.nr, want, "{} out of order", c.name);
+            want += 1;
             assert_eq!(crate::ioctl::ioc_nr(c.request), c.nr);
             assert_eq!(crate::ioctl::ioc_type(c.request), DRIVER_MAGIC);
             assert_eq!(crate::ioctl::ioc_size(c.request), c.size);

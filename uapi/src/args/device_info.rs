@@ -161,6 +161,9 @@ abi_flags! {
         /// FILL takes `DAVINCI_DTYPE_U8` and `U16` patterns, and ADD the dtypes F16, BF16,
         /// I8, U8 and U16 (ABI 1.5).
         const DTYPES = 1 << 19;
+        /// EXPORT_EVENT and IMPORT_EVENT share events between clients: an importer's streams
+        /// and host wait for the exporter's values (ABI 1.5).
+        const SHARED_EVENTS = 1 << 20;
     }
 }
 

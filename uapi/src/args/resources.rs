@@ -190,6 +190,53 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// EXPORT_EVENT (ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`): makes one of the caller's events
+    /// importable by another client of the same device (`cudaIpcGetEventHandle`, HCCL's
+    /// notify), named by a token as EXPORT_MEMORY's, with the same grant: the clients of one
+    /// user, or one client of that user. An importer waits for the event's values, on the
+    /// device (EVENT_WAIT descriptors) and on the host (WAIT_EVENT); only the exporter records
+    /// it. Exporting an exported event again returns its token again (the grant unchanged).
+    #[c_name = "davinci_export_event_args"]
+    pub struct ExportEventArgs {
+        /// The event, one of the caller's own (not an imported one) (to driver).
+        pub handle: u32,
+        /// Reserved export flags, must be 0 (to driver).
+        pub flags: u32,
+        /// The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` (to
+        /// driver).
+        pub uid: u32,
+        /// Only this client (its `client_id`) may import it; 0: any client of that user (to
+        /// driver).
+        pub client: u32,
+        /// The token that names the export (from driver).
+        pub token: u64,
+    }
+}
+
+abi_struct! {
+    /// IMPORT_EVENT (ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`): the event an export's token names,
+    /// as a new event handle of the caller's in one of its contexts: its streams' EVENT_WAIT
+    /// descriptors and its WAIT_EVENT calls wait for the exporter's values; an EVENT_RECORD
+    /// of it fails (`EPERM`). DESTROY_EVENT ends the import. When the exporter destroys the
+    /// event (or closes), every wait on an import of it ends with `ECANCELED`, now and
+    /// later; the import stays the importer's until it destroys it.
+    #[c_name = "davinci_import_event_args"]
+    pub struct ImportEventArgs {
+        /// The export's token (to driver).
+        pub token: u64,
+        /// The caller's context the import belongs to (its streams may wait for it) (to
+        /// driver).
+        pub ctx: u32,
+        /// Reserved import flags, must be 0 (to driver).
+        pub flags: u32,
+        /// The import's event handle: DESTROY_EVENT it when done (from driver).
+        pub handle: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+    }
+}
+
 /// `ExportMemoryArgs::uid` for the exporter's own user.
 pub const EXPORT_OWN_UID: u32 = u32::MAX;
 

@@ -134,6 +134,15 @@ typedef struct davinci_event davinci_event;
 typedef struct davinci_host_view davinci_host_view;
 
 /**
+ * Another client's event, imported into a context of this one (`davinci_event_import`,
+ * ABI 1.5): its waits are for the exporter's values (`davinci_stream_wait_imported`,
+ * `davinci_imported_event_synchronize`); only the exporter records it. When the exporter
+ * destroys the event (or its process ends), every wait on it fails with -ECANCELED. Freed by
+ * `davinci_imported_event_destroy` (the import goes once no queued wait names it).
+ */
+typedef struct davinci_imported_event davinci_imported_event;
+
+/**
  * A caching allocator of device memory (the shim's `MemPool`): blocks carved from big
  * driver allocations, reused once freed. Made by `davinci_pool_create`, freed by
  * `davinci_pool_destroy` (its blocks keep what they need).
@@ -1347,6 +1356,78 @@ int davinci_record_query(const struct davinci_record *record, bool *done);
 int davinci_record_elapsed_ns(const struct davinci_record *start,
                               const struct davinci_record *end,
                               uint64_t *ns);
+
+/**
+ * Shares an event with other clients of the same device, across processes
+ * (`cudaIpcGetEventHandle`, HCCL's notify; ABI 1.5, `DAVINCI_FEAT_SHARED_EVENTS`): the token
+ * written to `*token` lets them `davinci_event_import` it. `uid` and `client_id` as
+ * `davinci_buffer_export`'s. Exporting again with the same grant gives the same token.
+ *
+ * Returns 0; -EBUSY (exported already to someone else); -ENOTTY (a driver before 1.5).
+ *
+ * # Safety
+ * Threads: any. `event` a live handle; `token` writable.
+ */
+int davinci_event_export(const struct davinci_event *event,
+                         uint32_t uid,
+                         uint32_t client_id,
+                         uint64_t *token);
+
+/**
+ * Imports the event `token` names (`davinci_event_export` in another process) into `ctx`,
+ * into `*out` (`cudaIpcOpenEventHandle`).
+ *
+ * Returns 0; -ENOENT (no event export this client may import: unknown, destroyed, granted
+ * to another user or client); -EBUSY (imported already by this client); -ENOSPC.
+ *
+ * # Safety
+ * Threads: any. `ctx` a live handle; `out` writable.
+ */
+int davinci_event_import(const struct davinci_context *ctx,
+                         uint64_t token,
+                         struct davinci_imported_event **out);
+
+/**
+ * Releases the import handle (the import goes once no queued wait names it). NULL does
+ * nothing.
+ *
+ * # Safety
+ * Threads: not while another thread uses `imp`. `imp` NULL or a handle not yet destroyed.
+ */
+void davinci_imported_event_destroy(struct davinci_imported_event *imp);
+
+/**
+ * Makes `stream` wait on the device until the imported event reaches `value` (the
+ * consumer's side of a hand-off between processes). If the exporter destroys the event
+ * first, the wait completes with -ECANCELED and the stream goes on. -EINVAL if the import
+ * is of another context.
+ *
+ * # Safety
+ * Threads: any (the stream's lock). `stream`, `imp` live handles.
+ */
+int davinci_stream_wait_imported(const struct davinci_stream *stream,
+                                 const struct davinci_imported_event *imp,
+                                 uint64_t value);
+
+/**
+ * Blocks until the imported event reaches `value`, at most `timeout_ns`
+ * (`DAVINCI_WAIT_FOREVER`: no limit). -ETIMEDOUT; -ECANCELED once the exporter destroyed the
+ * event; -EIO if its stream that was to record the value was stopped.
+ *
+ * # Safety
+ * Threads: any. `imp` a live handle.
+ */
+int davinci_imported_event_synchronize(const struct davinci_imported_event *imp,
+                                       uint64_t value,
+                                       uint64_t timeout_ns);
+
+/**
+ * The exporter's value now, into `*out`. -ECANCELED once the exporter destroyed the event.
+ *
+ * # Safety
+ * Threads: any. `imp` a live handle; `out` writable.
+ */
+int davinci_imported_event_value(const struct davinci_imported_event *imp, uint64_t *out);
 
 /**
  * What this open holds against each of its limits now, into `*out`: memory, allocations,

@@ -79,8 +79,47 @@ pub(crate) struct ContextEntry {
 pub(crate) struct EventEntry<P: Platform> {
     pub(crate) owner: u32,
     pub(crate) ctx: u32,
-    /// What EVENT_RECORD changes and EVENT_WAIT reads (the data path), locked per event.
+    /// What EVENT_RECORD changes and EVENT_WAIT reads (the data path), locked per event. An
+    /// import's own is unused: its waits read its exporter's ([`wait_state`]).
     pub(crate) state: P::Lock<EventValue>,
+    /// This handle imports another client's event (IMPORT_EVENT, ABI 1.5).
+    pub(crate) import: Option<EventImport>,
+    /// Exported (EXPORT_EVENT): its entry in the device's event exports, and the export's
+    /// serial (0: not exported). The grant and the imports are in that entry (a table of its
+    /// own, so that the event table, a thousand entries, stays small).
+    pub(crate) export: u32,
+    pub(crate) export_serial: u32,
+}
+
+/// What an import of an event reaches: the exporter's event handle and the serial of its
+/// export then (a handle used again later is another event, with another serial).
+#[derive(Clone, Copy)]
+pub(crate) struct EventImport {
+    pub(crate) origin: u32,
+    pub(crate) serial: u32,
+}
+
+/// An exported event's grant (as an allocation's, `ExportEntry`) and the handles of its
+/// imports (each importer's client is woken when the event is recorded or destroyed).
+pub(crate) struct EventExportEntry {
+    pub(crate) uid: u32,
+    pub(crate) client_id: u32,
+    pub(crate) imports: [u32; MAX_IMPORTERS],
+}
+
+/// The value a wait on `e` reads: its own, or, for an import, its exporter's event's; `None`
+/// once the exporter destroyed that event (the import is revoked).
+pub(crate) fn wait_state<'a, P: Platform>(
+    events: &'a Table<EventEntry<P>, MAX_EVENTS>,
+    e: &'a EventEntry<P>,
+) -> Option<&'a P::Lock<EventValue>> {
+    match e.import {
+        None => Some(&e.state),
+        Some(i) => events
+            .get(i.origin)
+            .filter(|o| o.export_serial == i.serial)
+            .map(|o| &o.state),
+    }
 }
 
 /// An event's value, and what a stopped stream made unreachable.

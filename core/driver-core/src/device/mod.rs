@@ -16,7 +16,7 @@ use crate::limits::Quota;
 use crate::limits::{DEFAULT_TENANT_SLOTS, MAX_TENANT_SETTINGS, MAX_TENANT_SLOTS};
 use crate::limits::{
     MAX_ALLOCATIONS, MAX_BLOCKS, MAX_CLIENTS, MAX_CMD_ENTRIES, MAX_CONTEXTS, MAX_EVENTS,
-    MAX_EVENT_ENTRIES, MAX_EXPORTS, MAX_STREAMS, SUPPORTED_OPCODES,
+    MAX_EVENT_ENTRIES, MAX_EVENT_EXPORTS, MAX_EXPORTS, MAX_STREAMS, SUPPORTED_OPCODES,
 };
 use crate::memory::Allocator;
 use crate::platform::{Lock, Platform};
@@ -78,6 +78,8 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) share_settings: Table<tenants::ShareSetting, MAX_TENANT_SETTINGS>,
     /// Exported allocations (EXPORT_MEMORY), and the serial of the next token.
     pub(crate) exports: Table<ExportEntry, MAX_EXPORTS>,
+    /// Exported events (EXPORT_EVENT); their tokens' serials come from `export_serial` too.
+    pub(crate) event_exports: Table<entries::EventExportEntry, MAX_EVENT_EXPORTS>,
     pub(crate) export_serial: u32,
     /// The serials go out through it ([`Scramble`]: no visible export count).
     pub(crate) export_serials: Scramble,
@@ -125,6 +127,7 @@ impl<P: Platform> DeviceCore<P> {
             events: Table::new(),
             allocations: Table::new(),
             exports: Table::new(),
+            event_exports: Table::new(),
             export_serial: 0,
             export_serials: Scramble::DEFAULT,
             inject: None,
@@ -199,6 +202,7 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::USAGE.bits()
                         | Features::TENANT_SHARE.bits()
                         | Features::DTYPES.bits()
+                        | Features::SHARED_EVENTS.bits()
                         | kernels),
             ),
             device_id: c.device_id,

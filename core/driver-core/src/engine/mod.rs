@@ -8,6 +8,7 @@
 //! puts the stream in the error state; a corrupt ring (indices the protocol cannot produce)
 //! puts it in the error state with `EPROTO`. Other streams and clients are unaffected.
 
+use crate::device::entries::wait_state;
 use davinci_ring::RingError;
 use davinci_uapi::{Errno, EventRecord, FaultKind, FaultOperand, Opcode, TaskDesc};
 
@@ -179,6 +180,7 @@ impl<P: Platform> DeviceCore<P> {
             events,
             allocations,
             exports,
+            event_exports,
             memory,
             ..
         } = self;
@@ -203,6 +205,7 @@ impl<P: Platform> DeviceCore<P> {
             platform,
             allocations,
             exports,
+            event_exports,
             memory,
             events,
             owner,
@@ -223,7 +226,8 @@ impl<P: Platform> DeviceCore<P> {
         if let Some(p) = s.pending {
             let event = events
                 .get(p.event)
-                .and_then(|e| e.state.with(|v| (v.value, v.unreachable(p.value))));
+                .and_then(|e| wait_state(events, e))
+                .and_then(|st| st.with(|v| (v.value, v.unreachable(p.value))));
             let value = event.map(|(v, _)| v);
             let unreachable = event.and_then(|(_, u)| u);
             match value {
@@ -249,7 +253,8 @@ impl<P: Platform> DeviceCore<P> {
                     FaultKind::Unreachable,
                 )),
                 (Some(v), None) => Ok(v),
-                // The event was destroyed: the wait is cancelled, the stream goes on.
+                // The event was destroyed (or, imported, its exporter's): the wait is
+                // cancelled, the stream goes on.
                 (None, None) => Err(Error::new(Errno::ECANCELED, "the event was destroyed")),
             };
             let rec = record(p.user_data, Opcode::EventWait as u8, status, now);

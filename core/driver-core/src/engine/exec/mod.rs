@@ -4,6 +4,8 @@
 //! client's device memory through the platform. The pass loop around it (flow control,
 //! records, faults) is the parent module's.
 
+use crate::device::entries::{wait_state, EventExportEntry};
+use crate::limits::MAX_EVENT_EXPORTS;
 use davinci_uapi::{Dtype, Errno, FaultKind, FaultOperand, Opcode, TaskDesc};
 
 mod launch;
@@ -32,6 +34,8 @@ pub(super) struct Exec<'a, P: Platform> {
     pub(super) platform: &'a P,
     pub(super) allocations: &'a Table<Allocation, MAX_ALLOCATIONS>,
     pub(super) exports: &'a Table<ExportEntry, MAX_EXPORTS>,
+    /// Exported events: whose importers a record wakes.
+    pub(super) event_exports: &'a Table<EventExportEntry, MAX_EVENT_EXPORTS>,
     pub(super) memory: &'a Allocator<MAX_BLOCKS>,
     pub(super) events: &'a Table<EventEntry<P>, MAX_EVENTS>,
     pub(super) owner: u32,
@@ -310,10 +314,28 @@ impl<P: Platform> Exec<'_, P> {
                     ],
                     "EVENT_RECORD uses only handle and imm",
                 )?;
-                let v = locked(&self.event(d.handle)?.state, |e| {
+                let e = self.event(d.handle)?;
+                if e.import.is_some() {
+                    fail_at!(
+                        EPERM,
+                        "an imported event is only waited for: its exporter records it",
+                        Handle,
+                        NoSuchEvent
+                    );
+                }
+                let v = locked(&e.state, |e| {
                     e.value = e.value.max(d.imm);
                     e.value
                 })?;
+                // Clients that imported it wait for it too (their hosts' waits are woken
+                // per client on some hosts).
+                if let Some(x) = self.event_exports.get(e.export) {
+                    for h in x.imports.iter().filter(|&&h| h != 0) {
+                        if let Some(i) = self.events.get(*h) {
+                            self.platform.notify_waiters(i.owner);
+                        }
+                    }
+                }
                 self.recorded = true;
                 Ok(Done::Complete(v))
             }
@@ -327,9 +349,16 @@ impl<P: Platform> Exec<'_, P> {
                     ],
                     "EVENT_WAIT uses only handle and imm",
                 )?;
-                let (value, unreachable) = locked(&self.event(d.handle)?.state, |e| {
-                    (e.value, e.unreachable(d.imm))
-                })?;
+                let e = self.event(d.handle)?;
+                let Some(state) = wait_state(self.events, e) else {
+                    fail_at!(
+                        ECANCELED,
+                        "the imported event's exporter destroyed it",
+                        Handle,
+                        NoSuchEvent
+                    );
+                };
+                let (value, unreachable) = locked(state, |e| (e.value, e.unreachable(d.imm)))?;
                 if value >= d.imm {
                     Ok(Done::Complete(value))
                 } else if unreachable.is_some() {
