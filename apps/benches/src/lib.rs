@@ -8,6 +8,7 @@
 
 pub mod compute_rows;
 pub mod device_rows;
+pub mod handoff;
 pub mod hog;
 pub mod measure;
 pub mod mockd;

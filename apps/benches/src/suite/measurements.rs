@@ -18,7 +18,7 @@ use crate::procs::{self, ProcsRun};
 use crate::shim_rows::{self, ControlOp, Pace, StreamRun};
 use crate::spsc_rows::Rings;
 use crate::stats::Summary;
-use crate::{device_rows, spsc_rows, sys};
+use crate::{device_rows, handoff, spsc_rows, sys};
 
 /// Batch of the multi-stream and multi-process rows.
 pub const STREAMS_BATCH: usize = 64;
@@ -79,6 +79,9 @@ pub enum Key {
     Data(Move, usize),
     /// An n×n×n f32 GEMM: on the device (`true`) or on host slices (`false`).
     Gemm(bool, usize),
+    /// Two clients of a `davinci-mockd` device handing off by device-side waits on each
+    /// other's exported events ([`crate::handoff`]).
+    Handoff,
 }
 
 /// What a measurement gave.
@@ -233,6 +236,10 @@ impl Measurements {
                 };
                 noisy.stop()?;
                 lat(run?)
+            }
+            Key::Handoff => {
+                let (a, b) = (self.mockd_device()?, self.mockd_device()?);
+                lat(handoff::ping_pong(&a, &b, w.latency)?)
             }
             Key::SubmitTask => {
                 let dev = self.mockd_device()?;

@@ -5,7 +5,7 @@
 
 use super::measurements::{Backend, Key, STREAMS_BATCH};
 use super::values::{
-    bytes, doorbells, flops, min_share, ns_per_call, p50, p99, rate, seconds, Extract,
+    bytes, doorbells, flops, handoff_p50, min_share, ns_per_call, p50, p99, rate, seconds, Extract,
 };
 use crate::compute_rows::Move;
 use crate::patterns::Pattern as P;
@@ -464,6 +464,14 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             p99,
             None,
             Some(Target::value_at_most(5e6)),
+        ),
+        row(
+            "ours/handoff/event-p50",
+            "ns",
+            Handoff,
+            handoff_p50,
+            None,
+            Some(Target::value_at_most(20e3)),
         ),
         row(
             "ours/noisy/alloc4k-p99",

@@ -134,6 +134,17 @@ pub(super) fn p50(m: &Measured) -> Option<(f64, String)> {
     }
 }
 
+/// One hand-off's share of a round trip of two (`Key::Handoff`): half the p50.
+pub(super) fn handoff_p50(m: &Measured) -> Option<(f64, String)> {
+    match m {
+        Measured::Latency(s) => Some((
+            s.p50 as f64 / 2.0,
+            format!("half a round trip A -> B -> A; {}", latency_note(s)),
+        )),
+        _ => None,
+    }
+}
+
 pub(super) fn p99(m: &Measured) -> Option<(f64, String)> {
     match m {
         Measured::Latency(s) => Some((s.p99 as f64, latency_note(s))),
