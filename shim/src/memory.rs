@@ -309,11 +309,7 @@ impl DeviceBuffer {
     /// EXPORT_MEMORY with `flags`: the reply's `token` (an fd's number with
     /// `EXPORT_FLAG_FD`).
     pub(crate) fn export_with(&self, to: ExportTo, flags: u32) -> Result<u64> {
-        let (uid, client_id) = match to {
-            ExportTo::SameUser => (EXPORT_OWN_UID, 0),
-            ExportTo::User(uid) => (uid, 0),
-            ExportTo::Client { uid, client_id } => (uid.unwrap_or(EXPORT_OWN_UID), client_id),
-        };
+        let (uid, client_id) = to.grant();
         let mut a = ExportMemoryArgs {
             handle: self.inner.handle,
             flags,
@@ -343,6 +339,17 @@ pub enum ExportTo {
         /// The importer's client id.
         client_id: u32,
     },
+}
+
+impl ExportTo {
+    /// The grant as EXPORT_MEMORY and EXPORT_EVENT take it: `(uid, client_id)`.
+    pub(crate) fn grant(self) -> (u32, u32) {
+        match self {
+            ExportTo::SameUser => (EXPORT_OWN_UID, 0),
+            ExportTo::User(uid) => (uid, 0),
+            ExportTo::Client { uid, client_id } => (uid.unwrap_or(EXPORT_OWN_UID), client_id),
+        }
+    }
 }
 
 /// The token of an export: a plain value to hand to another process, as 16 hex digits

@@ -35,11 +35,7 @@ impl Event {
     /// `EBUSY` exported already with another grant; `ENOTTY` a driver before ABI 1.5 (no
     /// `Features::SHARED_EVENTS`).
     pub fn export(&self, to: ExportTo) -> Result<ExportToken> {
-        let (uid, client) = match to {
-            ExportTo::SameUser => (EXPORT_OWN_UID, 0),
-            ExportTo::User(uid) => (uid, 0),
-            ExportTo::Client { uid, client_id } => (uid.unwrap_or(EXPORT_OWN_UID), client_id),
-        };
+        let (uid, client) = to.grant();
         let mut a = ExportEventArgs {
             handle: self.handle(),
             uid,
@@ -119,10 +115,7 @@ impl ImportedEvent {
     /// # Errors
     /// `ECANCELED` once the exporter destroyed the event.
     pub fn value(&self) -> Result<u64> {
-        match wait_value(&self.inner.ctx, self.handle(), "ImportedEvent::value", 0, 0) {
-            Ok(a) => Ok(a.current),
-            Err(e) => Err(e),
-        }
+        wait_value(&self.inner.ctx, self.handle(), "ImportedEvent::value", 0, 0).map(|a| a.current)
     }
 
     /// Blocks until the exporter's event reaches `value` on the device, at most `timeout`.

@@ -50,7 +50,7 @@ impl Device {
                     ));
                 };
                 let path = shim::visible::visible_device(index).or_raise()?;
-                let dev = py.detach(|| shim::Device::open_index(index)).or_raise()?;
+                let dev = py.detach(|| shim::Device::open_path(&path)).or_raise()?;
                 (dev, path, Some(DeviceSource::Visible))
             }
             Some(s) => {

@@ -230,3 +230,44 @@ fn an_import_whose_reply_is_lost_is_undone() {
     );
     assert_eq!(undo_of(DRIVER_CMD_EXPORT_EVENT, &[0u8; 24]), None);
 }
+
+/// An event export is an export: a tenant of a shared device holds at most its share of
+/// exports, event and memory exports together, so it cannot take every export slot.
+#[test]
+fn event_exports_count_against_the_tenants_export_quota() {
+    let mut dev = device();
+    let (_root, a, b) = shared_pair(&mut dev);
+    let usage = |dev: &mut Dev, c: u32| {
+        let mut u = Usage::default();
+        call(dev, c, DRIVER_CMD_GET_USAGE, &mut u).unwrap();
+        u
+    };
+    let quota = usage(&mut dev, a).quota_exports;
+    assert!(quota > 0 && (quota as usize) < davinci_driver_core::MAX_EXPORTS);
+    let ka = ctx(&mut dev, a);
+    for _ in 0..quota {
+        let ev = event(&mut dev, a, ka);
+        export(&mut dev, a, ev, EXPORT_OWN_UID, 0).unwrap();
+    }
+    let more = event(&mut dev, a, ka);
+    assert_eq!(
+        export(&mut dev, a, more, EXPORT_OWN_UID, 0),
+        Err(Errno::ENOSPC)
+    );
+    let m = alloc(&mut dev, a, 4096);
+    let mut e = ExportMemoryArgs {
+        handle: m.handle,
+        uid: EXPORT_OWN_UID,
+        ..Default::default()
+    };
+    assert_eq!(
+        call(&mut dev, a, DRIVER_CMD_EXPORT_MEMORY, &mut e).map(|_| ()),
+        Err(Errno::ENOSPC),
+        "memory exports share the quota"
+    );
+    assert_eq!(usage(&mut dev, a).exports, quota, "GET_USAGE counts them");
+    // Another tenant still exports.
+    let kb = ctx(&mut dev, b);
+    let eb = event(&mut dev, b, kb);
+    export(&mut dev, b, eb, EXPORT_OWN_UID, 0).unwrap();
+}

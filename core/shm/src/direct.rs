@@ -32,6 +32,26 @@ fn outcome(faulted: bool, flags: &[&AtomicBool]) -> Direct {
 }
 
 impl SharedMapping {
+    /// Runs `f` on `[start, start + len)` of this mapping (checked by `range`) under the
+    /// guard, with the mapping's flag `shrunk`.
+    fn one_span(
+        &self,
+        offset: u64,
+        len: usize,
+        shrunk: &AtomicBool,
+        f: impl FnOnce(*mut u8),
+    ) -> Result<Direct, OutOfBounds> {
+        let start = self.range(offset, len)?;
+        if shrunk.load(Ordering::SeqCst) {
+            return Ok(Direct::Unavailable);
+        }
+        let span = Span { start, len, shrunk };
+        let r = guarded(&[span], || f(start));
+        Ok(r.map_or(Direct::Unavailable, |((), faulted)| {
+            outcome(faulted, &[shrunk])
+        }))
+    }
+
     /// Copies `buf.len()` bytes at `offset` into `buf` with this process's loads (`shrunk`:
     /// the mapping's flag, see [`Direct`]).
     ///
@@ -43,20 +63,12 @@ impl SharedMapping {
         buf: &mut [u8],
         shrunk: &AtomicBool,
     ) -> Result<Direct, OutOfBounds> {
-        let src = self.range(offset, buf.len())?;
-        if shrunk.load(Ordering::SeqCst) {
-            return Ok(Direct::Unavailable);
-        }
-        let span = Span {
-            start: src,
-            len: buf.len(),
-            shrunk,
-        };
-        // SAFETY: `range` checked `[src, src + len)` lies in the live mapping (kept by
-        // `&self`), readable; a fault there is absorbed by the guard; `buf` is ordinary memory
-        // outside it.
-        let r = guarded(&[span], || unsafe { bulk::read(src, buf) });
-        Ok(r.map_or(Direct::Unavailable, |((), f)| outcome(f, &[shrunk])))
+        // SAFETY: `one_span` checked that `[src, src + len)` lies in the live mapping (kept
+        // by `&self`), readable; a fault there is absorbed by the guard; `buf` is ordinary
+        // memory outside it.
+        self.one_span(offset, buf.len(), shrunk, |src| unsafe {
+            bulk::read(src, buf)
+        })
     }
 
     /// Copies `data` to `offset` with this process's stores.
@@ -69,18 +81,10 @@ impl SharedMapping {
         data: &[u8],
         shrunk: &AtomicBool,
     ) -> Result<Direct, OutOfBounds> {
-        let dst = self.range(offset, data.len())?;
-        if shrunk.load(Ordering::SeqCst) {
-            return Ok(Direct::Unavailable);
-        }
-        let span = Span {
-            start: dst,
-            len: data.len(),
-            shrunk,
-        };
         // SAFETY: as in `direct_read`, the range writable; `data` is ordinary memory.
-        let r = guarded(&[span], || unsafe { bulk::write(dst, data) });
-        Ok(r.map_or(Direct::Unavailable, |((), f)| outcome(f, &[shrunk])))
+        self.one_span(offset, data.len(), shrunk, |dst| unsafe {
+            bulk::write(dst, data)
+        })
     }
 
     /// Fills `len` bytes at `offset` with the native-endian bytes of `pattern`, repeated
@@ -96,18 +100,10 @@ impl SharedMapping {
         shrunk: &AtomicBool,
     ) -> Result<Direct, OutOfBounds> {
         let len = usize::try_from(len).map_err(|_| OutOfBounds)?;
-        let dst = self.range(offset, len)?;
-        if shrunk.load(Ordering::SeqCst) {
-            return Ok(Direct::Unavailable);
-        }
-        let span = Span {
-            start: dst,
-            len,
-            shrunk,
-        };
         // SAFETY: as in `direct_write`.
-        let r = guarded(&[span], || unsafe { bulk::fill(dst, len, pattern) });
-        Ok(r.map_or(Direct::Unavailable, |((), f)| outcome(f, &[shrunk])))
+        self.one_span(offset, len, shrunk, |dst| unsafe {
+            bulk::fill(dst, len, pattern)
+        })
     }
 
     /// Copies `len` bytes of `src` at `src_offset` to this mapping at `offset` (`src` may be

@@ -216,12 +216,19 @@ impl<P: Platform> DeviceCore<P> {
         self.tenant_within(c.tenant, Kind::Memory, bytes, c.params.admin)
     }
 
-    /// Exports `client` holds.
+    /// Exports `client` holds, of memory and of events.
     pub(crate) fn exports_of(&self, client: u32) -> u32 {
-        self.exports
+        let memory = self
+            .exports
             .iter()
             .filter(|(_, e)| e.owner == client)
-            .count() as u32
+            .count();
+        let events = self
+            .event_exports
+            .iter()
+            .filter(|(_, e)| e.owner == client)
+            .count();
+        (memory + events) as u32
     }
 
     /// GET_USAGE (ABI 1.5): what `client` and its tenant hold against the tenant's limits

@@ -102,6 +102,8 @@ pub(crate) struct EventImport {
 /// An exported event's grant (as an allocation's, `ExportEntry`) and the handles of its
 /// imports (each importer's client is woken when the event is recorded or destroyed).
 pub(crate) struct EventExportEntry {
+    /// The exporting client (its tenant's export quota counts the export).
+    pub(crate) owner: u32,
     pub(crate) uid: u32,
     pub(crate) client_id: u32,
     pub(crate) imports: [u32; MAX_IMPORTERS],

@@ -22,20 +22,9 @@ impl<P: Platform> DeviceCore<P> {
         ensure!(flags == 0, EINVAL, "event flags must be 0");
         self.own_context(client, ctx)?;
         self.within_quota(client, Holding::Events)?;
-        let h = self.events.insert(
-            EventEntry {
-                owner: client,
-                ctx,
-                state: P::Lock::new(EventValue {
-                    value: 0,
-                    poisoned: None,
-                }),
-                import: None,
-                export: 0,
-                export_serial: 0,
-            },
-            "event table is full",
-        )?;
+        let h = self
+            .events
+            .insert(new_event(client, ctx, None), "event table is full")?;
         self.client_mut(client)?.events += 1;
         Ok(h)
     }
@@ -102,8 +91,12 @@ impl<P: Platform> DeviceCore<P> {
             args.token = token(args.handle, export.1);
             return Ok(());
         }
+        // An event export is an export: the tenant's export quota and the device's count
+        // take it with the memory exports.
+        self.within_quota(client, Holding::Exports)?;
         let x = self.event_exports.insert(
             EventExportEntry {
+                owner: client,
                 uid,
                 client_id: args.client,
                 imports: [0; MAX_IMPORTERS],
@@ -175,17 +168,7 @@ impl<P: Platform> DeviceCore<P> {
         );
         self.within_quota(client, Holding::Events)?;
         let h = self.events.insert(
-            EventEntry {
-                owner: client,
-                ctx: args.ctx,
-                state: P::Lock::new(EventValue {
-                    value: 0,
-                    poisoned: None,
-                }),
-                import: Some(EventImport { origin, serial }),
-                export: 0,
-                export_serial: 0,
-            },
+            new_event(client, args.ctx, Some(EventImport { origin, serial })),
             "event table is full",
         )?;
         if let Some(slot) = self
@@ -198,6 +181,21 @@ impl<P: Platform> DeviceCore<P> {
         self.client_mut(client)?.events += 1;
         args.handle = h;
         Ok(())
+    }
+}
+
+/// A new event of `owner` in `ctx` at value 0: its own, or an import of another's.
+fn new_event<P: Platform>(owner: u32, ctx: u32, import: Option<EventImport>) -> EventEntry<P> {
+    EventEntry {
+        owner,
+        ctx,
+        state: P::Lock::new(EventValue {
+            value: 0,
+            poisoned: None,
+        }),
+        import,
+        export: 0,
+        export_serial: 0,
     }
 }
 

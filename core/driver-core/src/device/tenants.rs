@@ -305,11 +305,15 @@ impl<P: Platform> DeviceCore<P> {
             }
         };
         if kind == Kind::Held(Holding::Exports) {
-            return self
-                .exports
+            // Memory and event exports alike.
+            let ours = |owner: u32| self.clients.get(owner).is_some_and(|c| c.tenant == t);
+            let memory = self.exports.iter().filter(|(_, e)| ours(e.owner)).count();
+            let events = self
+                .event_exports
                 .iter()
-                .filter(|(_, e)| self.clients.get(e.owner).is_some_and(|c| c.tenant == t))
-                .count() as u64;
+                .filter(|(_, e)| ours(e.owner))
+                .count();
+            return (memory + events) as u64;
         }
         self.clients
             .iter()
@@ -371,7 +375,9 @@ impl<P: Platform> DeviceCore<P> {
             Kind::Held(Holding::Streams) => (MAX_STREAMS, self.streams.len()),
             Kind::Held(Holding::Events) => (MAX_EVENTS, self.events.len()),
             Kind::Held(Holding::Allocations) => (MAX_ALLOCATIONS, self.allocations.len()),
-            Kind::Held(Holding::Exports) => (MAX_EXPORTS, self.exports.len()),
+            Kind::Held(Holding::Exports) => {
+                (MAX_EXPORTS, self.exports.len() + self.event_exports.len())
+            }
             Kind::Opens => (MAX_CLIENT_OPENS, self.client_count() as usize),
             Kind::Memory => return self.memory.size().saturating_sub(self.memory.used()),
         };
