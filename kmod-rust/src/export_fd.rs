@@ -17,7 +17,8 @@ use kernel::ffi::{c_int, c_uint};
 
 use crate::davinci_driver_core::Error as CoreError;
 use crate::davinci_uapi::{
-    Errno, ExportMemoryArgs, ImportMemoryArgs, Wire, DRIVER_CMD_EXPORT_MEMORY,
+    Errno, ExportMemoryArgs, ExportRangeArgs, ImportMemoryArgs, Wire, DRIVER_CMD_EXPORT_MEMORY,
+    DRIVER_CMD_EXPORT_RANGE,
     DRIVER_CMD_IMPORT_MEMORY, EXPORT_FLAG_FD, IMPORT_FLAG_FD,
 };
 
@@ -140,23 +141,51 @@ impl Drop for PendingFd {
 /// Whether `cmd` with argument `arg` (the caller's request, before the device answered it:
 /// what a PCI device writes back is not trusted for this) asks for an export fd.
 pub(crate) fn wants_fd(cmd: u32, arg: &[u8]) -> bool {
-    cmd == DRIVER_CMD_EXPORT_MEMORY
-        && ExportMemoryArgs::from_bytes(arg).is_some_and(|a| a.flags & EXPORT_FLAG_FD != 0)
+    match cmd {
+        DRIVER_CMD_EXPORT_MEMORY => {
+            ExportMemoryArgs::from_bytes(arg).is_some_and(|a| a.flags & EXPORT_FLAG_FD != 0)
+        }
+        DRIVER_CMD_EXPORT_RANGE => {
+            ExportRangeArgs::from_bytes(arg).is_some_and(|a| a.flags & EXPORT_FLAG_FD != 0)
+        }
+        _ => false,
+    }
+}
+
+/// An export's reply (EXPORT_MEMORY's or EXPORT_RANGE's, told by size): its token, and a
+/// way to write another in its place.
+fn reply_token(reply: &mut [u8]) -> Option<(u64, fn(&mut [u8], u64))> {
+    fn set_memory(r: &mut [u8], t: u64) {
+        if let Some(mut a) = ExportMemoryArgs::from_bytes(r) {
+            a.token = t;
+            a.encode(r);
+        }
+    }
+    fn set_range(r: &mut [u8], t: u64) {
+        if let Some(mut a) = ExportRangeArgs::from_bytes(r) {
+            a.token = t;
+            a.encode(r);
+        }
+    }
+    if let Some(a) = ExportMemoryArgs::from_bytes(reply) {
+        return Some((a.token, set_memory));
+    }
+    ExportRangeArgs::from_bytes(reply).map(|a| (a.token, set_range as fn(&mut [u8], u64)))
 }
 
 /// After the device made an export asked as an fd ([`wants_fd`]; its reply in `reply`): the
 /// fd made, the reply's `token` replaced by it. `EMFILE` (no descriptor free) or `ENOMEM`:
 /// the export stays, as after a lost reply.
 pub(crate) fn export_fd(reply: &mut [u8], instance: u64) -> Result<PendingFd, CoreError> {
-    let Some(mut a) = ExportMemoryArgs::from_bytes(reply) else {
+    let Some((token, set_token)) = reply_token(reply) else {
         return Err(CoreError::new(
             Errno::EIO,
-            "EXPORT_MEMORY's reply has another size",
+            "the export's reply has another size",
         ));
     };
     let mut file: *mut c_void = core::ptr::null_mut();
     // SAFETY: `file` is a local the helper writes on success only.
-    let fd = unsafe { davinci_export_fd_prepare(instance, a.token, &mut file) };
+    let fd = unsafe { davinci_export_fd_prepare(instance, token, &mut file) };
     if fd < 0 {
         return Err(c_error(
             fd,
@@ -164,7 +193,6 @@ pub(crate) fn export_fd(reply: &mut [u8], instance: u64) -> Result<PendingFd, Co
              makes its fd)",
         ));
     }
-    a.token = fd as u64;
-    a.encode(reply);
+    set_token(reply, fd as u64);
     Ok(PendingFd { fd, file })
 }

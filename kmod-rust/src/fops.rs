@@ -190,9 +190,19 @@ unsafe extern "C" fn davinci_fault(
     let Some(buf) = buffer_of(&dev, o.client, target) else {
         return errno(Errno::ENOENT);
     };
+    // The view: the whole buffer, or the range an import of part of it reaches (whole pages
+    // from `skip`, `len` bytes: the core's, checked against the buffer here all the same).
+    let (skip, len) = match target {
+        MmapTarget::Memory { skip, len, .. } => (skip, len),
+        _ => (0, buf.len() as u64),
+    };
+    if skip % page_size != 0 || skip.checked_add(len).is_none_or(|e| e > buf.len() as u64) {
+        return errno(Errno::EFAULT);
+    }
     let f = Faulting { vma, addr };
     // SAFETY: in the fault handler with the vma locked; `buf` is a live buffer of
-    // `buf.len()` bytes (a page multiple), and the device lock is held until the pages are
-    // in, so the object cannot be freed (nor its mappings revoked) meanwhile.
-    unsafe { f.map(buf.as_ptr(), page, buf.len() as u64 / page_size) }
+    // `buf.len()` bytes (a page multiple) and `[skip, skip + len)` lies in it (checked just
+    // above, `skip` a page multiple), and the device lock is held until the pages are in, so
+    // the object cannot be freed (nor its mappings revoked) meanwhile.
+    unsafe { f.map(buf.as_ptr().add(skip as usize), page, len / page_size) }
 }

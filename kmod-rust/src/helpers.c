@@ -74,7 +74,7 @@ module_param(quota_allocations, uint, 0444);
 MODULE_PARM_DESC(quota_allocations, "allocations one tenant may hold on a shared device (0: the 1024 over tenant_slots)");
 static unsigned int quota_exports;
 module_param(quota_exports, uint, 0444);
-MODULE_PARM_DESC(quota_exports, "exports (EXPORT_MEMORY) one tenant may hold on a shared device (0: the 64 over tenant_slots)");
+MODULE_PARM_DESC(quota_exports, "exports (EXPORT_MEMORY) one tenant may hold on a shared device (0: the 256 over tenant_slots)");
 
 /*
  * Tests only: module init fails at its Nth step (1: the first device's storage, then its

@@ -342,9 +342,15 @@ impl MockDevice {
     pub fn map_shared(&self, client: u32, cookie: u64, len: u64) -> Result<SharedMapSource, Error> {
         let g = self.core().shared();
         match g.mmap_target(client, cookie, len)? {
-            MmapTarget::Memory { owner, offset, .. } => Ok(SharedMapSource {
+            MmapTarget::Memory {
+                owner,
+                offset,
+                skip,
+                ..
+            } => Ok(SharedMapSource {
                 fd: g.platform().allocation_fd(owner, offset)?,
-                offset: 0,
+                // An import of a range maps it alone (whole pages into the memfd).
+                offset: skip,
             }),
             MmapTarget::CmdRing { stream } => self.stream_part(&g, client, stream, StreamPart::Cmd),
             MmapTarget::EventRing { stream } => {

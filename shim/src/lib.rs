@@ -107,6 +107,7 @@ mod error;
 mod event;
 mod event_handle;
 mod export_fd;
+mod export_lease;
 mod hostmap;
 mod kernels;
 mod memory;
@@ -164,6 +165,7 @@ pub use davinci_uapi::{
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, Recorded};
+pub use export_lease::Lifetime;
 pub use hostmap::HostMapping;
 pub use memory::{DeviceBuffer, DeviceMem, ExportTo, ExportToken};
 pub use path::{

@@ -273,15 +273,16 @@ impl DeviceBuffer {
     /// Shares this allocation with another client of the same device (`cudaIpcGetMemHandle`,
     /// `aclrtIpcMemGetExportKey`): the returned token, handed over through a channel of your
     /// own (a Unix socket, a pipe, a Ray object), lets the clients `to` names import it with
-    /// [`Device::import`]. Exporting again returns the same token (`EBUSY` for another
-    /// grant).
+    /// [`Device::import`]. Exporting again to the same grantee returns the same token;
+    /// another grant is another export (ABI 1.5; a 1.4 driver answers `EBUSY`).
     ///
     /// The memory stays this buffer's: when it is freed (dropped, once no queued task of this
     /// client names it), every import is revoked: the importers' host views stop reaching it
-    /// (a `SIGBUS` on the kernel driver) and their tasks that name it fail with `EACCES`. So
-    /// the exporter keeps the buffer until the importers are done (say so over the same
-    /// channel). `ENOSPC` when the device has 64 exports (or, shared, this client 16);
-    /// `EINVAL` for an imported buffer.
+    /// (a `SIGBUS`) and their tasks that name it fail with `EACCES`. So the exporter keeps
+    /// the buffer until the importers are done (say so over the same channel), or exports
+    /// it under a lease ([`export_lease`](Self::export_lease)), which keeps the memory for
+    /// them. `ENOSPC` when the device has 256 exports (or, shared, when this client's tenant
+    /// holds its share: 64 with 4 slots); `EINVAL` for an imported buffer.
     ///
     /// ```
     /// # fn main() -> davinci_shim::Result<()> {
@@ -518,6 +519,11 @@ impl BufferInner {
     /// Bytes the driver reserved.
     pub(crate) fn capacity(&self) -> u64 {
         self.alloc_size
+    }
+
+    /// The allocation's handle.
+    pub(crate) fn handle(&self) -> u32 {
+        self.handle
     }
 
     /// The device.

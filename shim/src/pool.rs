@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use davinci_uapi::{DevAddr, Errno};
@@ -11,6 +12,9 @@ use davinci_uapi::{DevAddr, Errno};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{range_error, sealed, BufferInner, DeviceMem, Held, Lease};
+
+mod leased;
+use leased::Parked;
 
 /// Sizes and bounds of a [`MemPool`].
 ///
@@ -140,6 +144,10 @@ pub struct PoolStats {
     pub driver_allocs: u64,
     /// Chunks given back to the driver so far (`trim`).
     pub driver_frees: u64,
+    /// Blocks dropped while another client still imports them under a lease
+    /// ([`PoolBuffer::export`] with [`Lifetime::Lease`]): held out of reuse until the last
+    /// import goes (looked at again when the pool needs room, and by `trim`).
+    pub leased_blocks: usize,
 }
 
 struct Chunk {
@@ -202,6 +210,7 @@ impl Chunk {
 
 struct State {
     chunks: Vec<Chunk>,
+    parked: Vec<Parked>,
     next_id: u64,
     stats: PoolStats,
 }
@@ -304,6 +313,7 @@ impl MemPool {
                 never,
                 state: Mutex::new(State {
                     chunks: Vec::new(),
+                    parked: Vec::new(),
                     next_id: 1,
                     stats: PoolStats::default(),
                 }),
@@ -358,6 +368,10 @@ impl MemPool {
                         .checked_add(chunk_len as u64)
                         .is_none_or(|total| total > opts.max_bytes)
                 };
+                if leased::reclaim(&mut s) > 0 {
+                    drop(s);
+                    return self.alloc(len);
+                }
                 if too_much(&s) {
                     Self::release_empty(&mut s);
                 }
@@ -413,6 +427,7 @@ impl MemPool {
                 offset,
                 len,
                 size,
+                exported: AtomicBool::new(false),
             }),
         })
     }
@@ -433,9 +448,12 @@ impl MemPool {
         n
     }
 
-    /// Gives chunks with no live block back to the driver; returns how many.
+    /// Gives chunks with no live block back to the driver (blocks held for leases first
+    /// looked at again); returns how many.
     pub fn trim(&self) -> usize {
-        Self::release_empty(&mut self.inner.lock())
+        let mut s = self.inner.lock();
+        leased::reclaim(&mut s);
+        Self::release_empty(&mut s)
     }
 }
 
@@ -455,6 +473,8 @@ pub struct BlockInner {
     offset: usize,
     len: usize,
     size: usize,
+    /// Exported ([`PoolBuffer::export`]): its return to the pool ends the exports first.
+    exported: AtomicBool,
 }
 
 impl fmt::Debug for PoolBuffer {
@@ -524,8 +544,11 @@ impl DeviceMem for PoolBuffer {
 
 impl Drop for BlockInner {
     fn drop(&mut self) {
+        let leased = self.end_exports();
         let mut s = self.pool.lock();
-        if let Some(c) = s.chunks.iter_mut().find(|c| c.id == self.chunk_id) {
+        if leased {
+            self.hold_for_lease(&mut s);
+        } else if let Some(c) = s.chunks.iter_mut().find(|c| c.id == self.chunk_id) {
             c.give(self.offset, self.size);
         }
         s.stats.blocks = s.stats.blocks.saturating_sub(1);

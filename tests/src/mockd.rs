@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// Devices of the shared daemon behind the `mockd` backend (one per `open_backend` call).
+/// Devices of each shared daemon behind the `mockd` backend (one per `open_backend` call;
+/// a second daemon serves the next ones).
 pub const SHARED_DEVICES: u32 = 64;
 
 /// Where a test program is: `$DAVINCI_TEST_BIN_DIR/NAME`, else next to `deps/`.
@@ -165,72 +166,81 @@ impl Drop for Mockd {
 
 struct Shared {
     dir: PathBuf,
-    next: AtomicU32,
 }
 
-/// The daemon behind the `mockd` backend: started on first use, by a thread that lives as
-/// long as the test process (the daemon's `--exit-with-parent` signal fires when the thread
-/// that started it ends), with [`SHARED_DEVICES`] devices so every open gets a fresh device.
-fn shared() -> Result<&'static Shared, String> {
-    static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
-    SHARED
-        .get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let n = SHARED_DEVICES.to_string();
-            let spawned = std::thread::Builder::new()
-                .name("mockd-keeper".into())
-                .spawn(move || {
-                    match Mockd::start(&["--devices", &n]) {
-                        Ok(d) => {
-                            let _ = tx.send(Ok(d.dir.clone()));
-                            // Keep the daemon (and this thread) until the process exits.
-                            let _keep = d;
-                            loop {
-                                std::thread::park();
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e.to_string()));
+/// Daemons the backend starts at most, one after another as each one's devices are all
+/// handed out (the second numbers its devices from [`SHARED_DEVICES`]).
+const SHARED_DAEMONS: u32 = 2;
+
+/// Devices handed out so far, across the daemons.
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Daemon `k` of the `mockd` backend: started on first use, by a thread that lives as long
+/// as the test process (the daemon's `--exit-with-parent` signal fires when the thread that
+/// started it ends), with [`SHARED_DEVICES`] devices (numbered from `k` times that) so every
+/// open gets a fresh device.
+fn shared(k: u32) -> Result<&'static Shared, String> {
+    static SHARED: [OnceLock<Result<Shared, String>>; SHARED_DAEMONS as usize] =
+        [const { OnceLock::new() }; SHARED_DAEMONS as usize];
+    let Some(slot) = SHARED.get(k as usize) else {
+        return Err(format!(
+            "the mockd test backend has only {} devices per test process",
+            SHARED_DEVICES * SHARED_DAEMONS
+        ));
+    };
+    slot.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let n = SHARED_DEVICES.to_string();
+        let first = (k * SHARED_DEVICES).to_string();
+        let spawned = std::thread::Builder::new()
+            .name(format!("mockd-keeper-{k}"))
+            .spawn(move || {
+                match Mockd::start(&["--devices", &n, "--first-device", &first]) {
+                    Ok(d) => {
+                        let _ = tx.send(Ok(d.dir.clone()));
+                        // Keep the daemon (and this thread) until the process exits.
+                        let _keep = d;
+                        loop {
+                            std::thread::park();
                         }
                     }
-                });
-            if let Err(e) = spawned {
-                return Err(format!("cannot start the mockd keeper thread: {e}"));
-            }
-            match rx.recv() {
-                Ok(Ok(dir)) => Ok(Shared {
-                    dir,
-                    next: AtomicU32::new(0),
-                }),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err("the mockd keeper thread died".into()),
-            }
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            return Err(format!("cannot start the mockd keeper thread: {e}"));
+        }
+        match rx.recv() {
+            Ok(Ok(dir)) => Ok(Shared { dir }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("the mockd keeper thread died".into()),
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
-/// A fresh (never opened) device of the shared test daemon, as a device path.
+/// A fresh (never opened) device of the test daemons, as a device path.
 ///
 /// # Errors
-/// The daemon cannot be started, or every device has been handed out.
+/// A daemon cannot be started, or every device has been handed out.
 pub fn next_device() -> Result<String, String> {
-    let s = shared()?;
-    let n = s.next.fetch_add(1, Ordering::Relaxed);
-    if n >= SHARED_DEVICES {
-        return Err(format!(
-            "the mockd test backend has only {SHARED_DEVICES} devices per test process"
-        ));
-    }
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let s = shared(n / SHARED_DEVICES)?;
     Ok(format!("mock:{}/davinci{n}.sock", s.dir.display()))
 }
 
-/// The device path of davinci`id` of the shared test daemon.
+/// The device path of davinci`id` of the test daemons.
 ///
 /// # Errors
 /// The daemon cannot be started.
 pub fn shared_path(id: u32) -> Result<String, String> {
-    Ok(format!("mock:{}/davinci{id}.sock", shared()?.dir.display()))
+    Ok(format!(
+        "mock:{}/davinci{id}.sock",
+        shared(id / SHARED_DEVICES)?.dir.display()
+    ))
 }
 
 /// What a process holds, from `/proc/PID`: a resource leak shows as a count that does not

@@ -54,6 +54,10 @@ mod sharing;
 #[path = "conformance/shared_events.rs"]
 mod shared_events;
 
+/// Export leases, ranges and unexport (issue 44, ABI 1.5 DAVINCI_FEAT_EXPORT_LEASE).
+#[path = "conformance/leases.rs"]
+mod leases;
+
 /// Device identity and busy time (issue 24, ABI 1.4 GET_IDENTITY).
 #[path = "conformance/identity.rs"]
 mod identity;

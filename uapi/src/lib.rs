@@ -72,6 +72,8 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <ImportMemoryArgs as AbiStruct>::INFO,
     <ExportEventArgs as AbiStruct>::INFO,
     <ImportEventArgs as AbiStruct>::INFO,
+    <ExportRangeArgs as AbiStruct>::INFO,
+    <UnexportMemoryArgs as AbiStruct>::INFO,
     <DeviceIdentity as AbiStruct>::INFO,
     <Usage as AbiStruct>::INFO,
     <TenantShareArgs as AbiStruct>::INFO,

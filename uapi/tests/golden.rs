@@ -30,10 +30,12 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_LIST_KERNELS, 0xC018_6417);
     assert_eq!(DRIVER_CMD_EXPORT_EVENT, 0xC018_6419);
     assert_eq!(DRIVER_CMD_IMPORT_EVENT, 0xC018_641A);
+    assert_eq!(DRIVER_CMD_EXPORT_RANGE, 0xC028_641B);
+    assert_eq!(DRIVER_CMD_UNEXPORT_MEMORY, 0xC020_641C);
     assert_eq!(RESERVED_NRS, [0x18]);
     assert_eq!(
         COMMANDS.len(),
-        25,
+        27,
         "a new command needs a golden value here"
     );
 }
@@ -63,6 +65,8 @@ fn struct_sizes() {
         ("davinci_import_memory_args", 0x28),
         ("davinci_export_event_args", 0x18),
         ("davinci_import_event_args", 0x18),
+        ("davinci_export_range_args", 0x28),
+        ("davinci_unexport_memory_args", 0x20),
         ("davinci_device_identity", 0x78),
         ("davinci_usage", 0x60),
         ("davinci_tenant_share_args", 0x60),
@@ -392,6 +396,8 @@ fn kernels_1_5() {
     assert_eq!(Features::KERNELS.bits(), 1 << 18);
     assert_eq!(Features::DTYPES.bits(), 1 << 19);
     assert_eq!(Features::SHARED_EVENTS.bits(), 1 << 20);
+    assert_eq!(Features::EXPORT_LEASE.bits(), 1 << 21);
+    assert_eq!(EXPORT_FLAG_LEASE, 2);
     assert_eq!(
         (FaultOperand::Params as u8, FaultOperand::Shape as u8),
         (10, 16)

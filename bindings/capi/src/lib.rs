@@ -36,6 +36,8 @@ mod info;
 
 mod memory;
 
+mod lease;
+
 mod hostview;
 
 mod task;
@@ -56,6 +58,7 @@ pub use device::*;
 pub use event::*;
 pub use hostview::*;
 pub use info::*;
+pub use lease::*;
 pub use memory::*;
 pub use stream::*;
 pub use task::*;

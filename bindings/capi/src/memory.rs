@@ -235,10 +235,14 @@ pub unsafe extern "C" fn davinci_buffer_is_revoked(
 /// token written to `*token` lets them `davinci_device_import` it. `uid`
 /// `DAVINCI_EXPORT_OWN_UID` means the exporter's own user; `client_id` 0 any client of that
 /// user, else only that client (its `davinci_device_client_id`). The exporter keeps the
-/// buffer until the importers are done: its free revokes the imports.
+/// buffer until the importers are done: its free revokes the imports (or export it under a
+/// lease, `davinci_buffer_export_lease`). A pool block is exported alone, not its chunk (it
+/// must be whole pages: a pool whose `align` is the page size or more); its return to the
+/// pool revokes the imports. Exporting again to the same grantee gives the same token,
+/// another grant another export (ABI 1.5; a 1.4 driver: -EBUSY).
 ///
-/// Returns 0; -EINVAL (a pool block or an imported buffer: allocate with
-/// `davinci_buffer_alloc`), -EBUSY (exported already to someone else), -ENOSPC.
+/// Returns 0; -EINVAL (an imported buffer, a pool block that is not whole pages), -ENOSPC
+/// (the tenant's export quota, or the device's 256 exports).
 ///
 /// # Safety
 /// Threads: any. `buf` a live handle; `token` writable.
@@ -252,13 +256,11 @@ pub unsafe extern "C" fn davinci_buffer_export(
     guard("davinci_buffer_export", || {
         // SAFETY: the caller's contract.
         let b = unsafe { get(buf, "buf") }?;
-        let Mem::Alloc(m) = &b.mem else {
-            return Err(Fail::inval(
-                "a pool block cannot be exported (it shares its chunk with other blocks): \
-                 allocate the buffer with davinci_buffer_alloc",
-            ));
+        let to = export_to(uid, client_id);
+        let t = match &b.mem {
+            Mem::Alloc(m) => m.export(to)?,
+            Mem::Pool(p) => p.export(to, davinci_shim::Lifetime::Revoke)?,
         };
-        let t = m.export(export_to(uid, client_id))?;
         // SAFETY: the caller's contract.
         unsafe { put(token, "token", t.0) }
     })
@@ -284,8 +286,7 @@ pub(crate) fn export_to(uid: u32, client_id: u32) -> ExportTo {
 /// sent); closing it ends nothing: the buffer's free revokes the imports, as for a token.
 ///
 /// Returns 0; -EINVAL (a device without export fds: davinci-mockd and the embedded mock
-/// export by token; a pool block or an imported buffer), -EBUSY (exported already by token or
-/// to someone else), -EMFILE (no descriptor free: the same call later makes it), -ENOSPC.
+/// export by token; a pool block or an imported buffer), -EMFILE (no descriptor free: the same call later makes it), -ENOSPC.
 ///
 /// # Safety
 /// Threads: any. `buf` a live handle; `fd` writable.
@@ -373,7 +374,7 @@ pub unsafe extern "C" fn davinci_device_import(
 /// driver allocations, reused once freed. Made by `davinci_pool_create`, freed by
 /// `davinci_pool_destroy` (its blocks keep what they need).
 pub struct davinci_pool {
-    pool: MemPool,
+    pub(crate) pool: MemPool,
 }
 
 /// A pool's sizes and bounds (`davinci_pool_options_default` fills the defaults).

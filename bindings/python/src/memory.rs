@@ -1,5 +1,5 @@
 //! Device memory: `Buffer` (a `DeviceBuffer` or a pool block: copies in and out, typed
-//! values, the zero-copy view through the buffer protocol and DLPack, export), `Region` (a
+//! values, the zero-copy view through the buffer protocol and DLPack, export). `Region` (a
 //! byte range of one, as a task operand) and `HostHold` (what keeps a buffer mapped while a
 //! host view of it lives).
 //!
@@ -20,6 +20,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView};
 
 use crate::base::{invalid, opt_size, OrRaise, Slot};
 use crate::dtype::Dtype;
+use crate::region::{HostHold, Region};
 
 /// The memory behind a `Buffer`.
 pub(crate) enum Mem {
@@ -28,7 +29,7 @@ pub(crate) enum Mem {
 }
 
 impl Mem {
-    fn as_mem(&self) -> &dyn MemOps {
+    pub(crate) fn as_mem(&self) -> &dyn MemOps {
         match self {
             Mem::Dev(b) => b,
             Mem::Pool(b) => b,
@@ -48,7 +49,7 @@ impl Mem {
 
 /// What `Buffer` needs of either kind of memory (`DeviceMem` has generic methods, so it is
 /// not object safe).
-trait MemOps: Send + Sync {
+pub(crate) trait MemOps: Send + Sync {
     fn len(&self) -> usize;
     fn dev_addr(&self) -> u64;
     fn write(&self, offset: usize, data: &[u8]) -> shim::Result<()>;
@@ -428,19 +429,90 @@ impl Buffer {
 
     /// Shares it with other clients of the device (of this user by default; `uid`, or the one
     /// client `client_id`): the token (16 hex digits) for `Device.import_buffer`.
-    #[pyo3(signature = (*, uid = None, client_id = None))]
-    fn export(&self, py: Python<'_>, uid: Option<u32>, client_id: Option<u32>) -> PyResult<String> {
+    ///
+    /// `lease=True` (ABI 1.5): the memory outlives this buffer's close until every importer
+    /// closed its import (still charged to this client meanwhile); without it, closing this
+    /// buffer revokes every import. `offset` / `nbytes`: whole pages of it only (the
+    /// importer reaches those alone). A pool block is exported alone, not its chunk (its
+    /// pool made with `align` of a page or more); with a lease it is not reused until its
+    /// importers let go.
+    #[pyo3(signature = (*, uid = None, client_id = None, lease = false, offset = None, nbytes = None))]
+    fn export(
+        &self,
+        py: Python<'_>,
+        uid: Option<u32>,
+        client_id: Option<u32>,
+        lease: bool,
+        offset: Option<usize>,
+        nbytes: Option<usize>,
+    ) -> PyResult<String> {
         const OP: &str = "Buffer.export";
+        let m = self.get(OP)?;
+        let to = export_to(uid, client_id);
+        let lifetime = if lease {
+            shim::Lifetime::Lease
+        } else {
+            shim::Lifetime::Revoke
+        };
+        let t = match (&*m, offset, nbytes) {
+            (Mem::Dev(b), None, None) if lease => py.detach(|| b.export_lease(to)),
+            (Mem::Dev(b), None, None) => py.detach(|| b.export(to)),
+            (Mem::Dev(b), o, n) => {
+                let o = o.unwrap_or(0);
+                let n = match n {
+                    Some(n) => n,
+                    None => usize::try_from(b.capacity())
+                        .unwrap_or(usize::MAX)
+                        .checked_sub(o)
+                        .ok_or_else(|| {
+                            invalid(OP, format!("offset {o} is past the buffer's end"))
+                        })?,
+                };
+                py.detach(|| b.export_range(o, n, to, lifetime))
+            }
+            (Mem::Pool(b), None, None) => py.detach(|| b.export(to, lifetime)),
+            (Mem::Pool(_), _, _) => {
+                return Err(invalid(
+                    OP,
+                    "a pool block is exported whole: no offset or nbytes",
+                ))
+            }
+        }
+        .or_raise()?;
+        Ok(t.to_string())
+    }
+
+    /// Ends this buffer's exports (all of them, or those of the range `offset` / `nbytes`
+    /// named) and keeps the buffer (ABI 1.5): imports without a lease are revoked now; a
+    /// lease takes no new import and ends with its last import. Returns how many imports of
+    /// leases still stand (0: the memory is this client's alone again).
+    #[pyo3(signature = (*, offset = None, nbytes = None))]
+    fn unexport(
+        &self,
+        py: Python<'_>,
+        offset: Option<usize>,
+        nbytes: Option<usize>,
+    ) -> PyResult<u32> {
+        const OP: &str = "Buffer.unexport";
         let m = self.get(OP)?;
         let Mem::Dev(b) = &*m else {
             return Err(invalid(
                 OP,
-                "a pool block cannot be exported: export a Device.alloc buffer",
+                "a pool block's exports end when the block is closed (it goes back to its \
+                 pool then)",
             ));
         };
-        let to = export_to(uid, client_id);
-        let t = py.detach(|| b.export(to)).or_raise()?;
-        Ok(t.to_string())
+        match (offset, nbytes) {
+            (None, None) => py.detach(|| b.unexport()),
+            (o, Some(n)) => py.detach(|| b.unexport_range(o.unwrap_or(0), n)),
+            (Some(_), None) => {
+                return Err(invalid(
+                    OP,
+                    "offset without nbytes: name the exported range",
+                ))
+            }
+        }
+        .or_raise()
     }
 
     /// Shares it as a file descriptor (the kernel module's devices: `Device.features` has
@@ -494,69 +566,6 @@ impl Buffer {
             ),
             None => "<davinci.Buffer (closed)>".to_string(),
         }
-    }
-}
-
-/// A byte range of a buffer, as a task operand (`Buffer.region`).
-#[pyclass(frozen, module = "davinci._davinci")]
-pub struct Region {
-    pub(crate) mem: Arc<Mem>,
-    buffer: Py<Buffer>,
-    pub(crate) start: usize,
-    pub(crate) stop: usize,
-}
-
-#[pymethods]
-impl Region {
-    /// The `Buffer` it is a range of.
-    #[getter]
-    fn buffer(&self, py: Python<'_>) -> Py<Buffer> {
-        self.buffer.clone_ref(py)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<davinci.Region [{}, {}) of a {}-byte buffer>",
-            self.start,
-            self.stop,
-            self.mem.as_mem().len()
-        )
-    }
-
-    #[getter]
-    fn start(&self) -> usize {
-        self.start
-    }
-
-    #[getter]
-    fn stop(&self) -> usize {
-        self.stop
-    }
-
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.stop - self.start
-    }
-}
-
-/// What keeps a buffer's host view mapped: `view()`'s memoryview holds one, so the buffer
-/// outlives every view of it.
-#[pyclass(frozen, module = "davinci._davinci")]
-pub struct HostHold {
-    map: shim::HostMapping,
-}
-
-#[pymethods]
-impl HostHold {
-    /// The view's first byte in this process.
-    #[getter]
-    fn address(&self) -> usize {
-        self.map.addr()
-    }
-
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.map.len()
     }
 }
 

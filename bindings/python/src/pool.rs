@@ -63,6 +63,7 @@ impl MemPool {
             ("allocs", s.allocs),
             ("driver_allocs", s.driver_allocs),
             ("driver_frees", s.driver_frees),
+            ("leased_blocks", s.leased_blocks as u64),
         ]
         .into_iter()
         .collect()

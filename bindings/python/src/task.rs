@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::base::{type_error, type_name, OrRaise};
 use crate::dtype::Dtype;
-use crate::memory::{Buffer, Mem, Region};
+use crate::memory::{Buffer, Mem};
+use crate::region::Region;
 use davinci_shim::{self as shim, task};
 use pyo3::prelude::*;
 

@@ -287,6 +287,8 @@ impl<P: Platform> DeviceCore<P> {
             }
             DRIVER_CMD_ALLOC_MEMORY => in_out(arg, |a| self.alloc_memory(client, a)),
             DRIVER_CMD_EXPORT_MEMORY => in_out(arg, |a| self.export_memory(client, a)),
+            DRIVER_CMD_EXPORT_RANGE => in_out(arg, |a| self.export_range(client, a)),
+            DRIVER_CMD_UNEXPORT_MEMORY => in_out(arg, |a| self.unexport_memory(client, a)),
             DRIVER_CMD_IMPORT_MEMORY => in_out(arg, |a| self.import_memory(client, a)),
             DRIVER_CMD_EXPORT_EVENT => in_out(arg, |a| self.export_event(client, a)),
             DRIVER_CMD_IMPORT_EVENT => in_out(arg, |a| self.import_event(client, a)),

@@ -29,14 +29,14 @@ pub const MAX_EVENTS: usize = 1024;
 /// Most allocations on a device.
 pub const MAX_ALLOCATIONS: usize = 1024;
 /// Most exports (EXPORT_MEMORY) on a device at once.
-pub const MAX_EXPORTS: usize = 64;
+pub const MAX_EXPORTS: usize = 256;
 /// Most exports one client holds at once (a quarter of the device's), so one tenant cannot
 /// take every export.
 pub const MAX_CLIENT_EXPORTS: usize = MAX_EXPORTS / 4;
 /// Most imports of one export at once.
 pub const MAX_IMPORTERS: usize = 8;
 /// Most exported events (EXPORT_EVENT, ABI 1.5) on a device at once.
-pub const MAX_EVENT_EXPORTS: usize = 64;
+pub const MAX_EVENT_EXPORTS: usize = MAX_EXPORTS;
 /// Blocks of the device-memory allocator: every allocation and the free gaps between them.
 pub(crate) const MAX_BLOCKS: usize = 2 * MAX_ALLOCATIONS + 1;
 /// Deepest command ring.

@@ -25,6 +25,8 @@ Usage: davinci-mockd [OPTIONS]
 
 Options:
   -n, --devices <N>              Devices to host: davinci0 .. davinci<N-1> [default: 1]
+      --first-device <N>         Number the devices from N: davinci<N> .. (several daemons
+                                 on one host, each its own numbers), 0 to 960 [default: 0]
   -m, --memory <SIZE>            Memory of each device; bytes, or with a K/M/G/T suffix
                                  (powers of 1024) [default: 256M]
       --tenant-slots <N>         Tenants each device keeps a share for, 1 to 64 [default: 4]; a
@@ -42,7 +44,7 @@ Options:
                                  shared: contexts, streams, events, allocations, exports
                                  (e.g. streams=128,events=512) [default: each table over
                                  --tenant-slots; with 4: 64 contexts, 64 streams, 256 events,
-                                 256 allocations, 16 exports] (--client-quota: a deprecated
+                                 256 allocations, 64 exports] (--client-quota: a deprecated
                                  alias)
       --tenant-share <TENANT=N>  TENANT (user:UID or container:ID) counts for N of the tenant
                                  slots, 0 to --tenant-slots [default: 1]: N shares of every
@@ -235,6 +237,14 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
                     .ok()
                     .filter(|&n| (1..=64).contains(&n))
                     .ok_or_else(|| format!("--devices '{v}': expected 1..=64"))?;
+            }
+            "--first-device" => {
+                let v = value("a number")?;
+                cfg.first_device = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n <= 960)
+                    .ok_or_else(|| format!("--first-device '{v}': expected 0..=960"))?;
             }
             "-m" | "--memory" => {
                 cfg.memory = parse_size(&value("a size")?)?;
@@ -727,7 +737,7 @@ mod tests {
             ("streams=0", "expected 1..=256"),
             ("events=1025", "expected 1..=1024"),
             ("contexts=x", "expected 1..=256"),
-            ("exports=65", "expected 1..=64"),
+            ("exports=257", "expected 1..=256"),
         ] {
             let e = run(&["--tenant-quota", bad]).unwrap_err();
             assert!(
@@ -781,5 +791,15 @@ mod tests {
         assert_eq!(c.uuid_seed.as_deref(), Some("rack4-node2"));
         let e = run(&["--uuid-seed", ""]).unwrap_err();
         assert!(e.contains("--uuid-seed"), "{e}");
+    }
+
+    #[test]
+    fn first_device_numbers_the_devices_from_n() {
+        assert_eq!(run(&["--first-device", "64"]).unwrap().first_device, 64);
+        assert_eq!(run(&[]).unwrap().first_device, 0);
+        for bad in ["961", "-1", "x"] {
+            let e = run(&["--first-device", bad]).unwrap_err();
+            assert!(e.contains("expected 0..=960"), "{bad}: {e}");
+        }
     }
 }

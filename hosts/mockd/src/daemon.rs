@@ -51,8 +51,11 @@ pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// Daemon configuration.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
-    /// Devices to host (davinci0 .. davinci{N-1}).
+    /// Devices to host (davinci{first_device} .. davinci{first_device + N - 1}).
     pub devices: u32,
+    /// The first device's number (`--first-device`): several daemons on one host each
+    /// number their devices apart.
+    pub first_device: u32,
     /// Memory of each device in bytes.
     pub memory: u64,
     /// Most memory one tenant may hold, in bytes (`--tenant-memory-limit`; 0 = its share:
@@ -125,6 +128,7 @@ impl Default for DaemonConfig {
     fn default() -> Self {
         Self {
             devices: 1,
+            first_device: 0,
             memory: 256 << 20,
             tenant_memory_limit: 0,
             quota: Quota::FAIR,
@@ -190,7 +194,7 @@ impl Daemon {
         let created_dir = prepare_socket_dir(&cfg.socket_dir, nix::unistd::getuid().as_raw())?;
         let dir = &cfg.socket_dir.path;
         let mut served = Vec::new();
-        for n in 0..cfg.devices {
+        for n in cfg.first_device..cfg.first_device.saturating_add(cfg.devices) {
             let path = dir.join(socket_name(n));
             let listener = Arc::new(SeqListener::bind(&path, cfg.socket_mode).map_err(|e| {
                 io::Error::new(

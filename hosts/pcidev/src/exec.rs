@@ -191,10 +191,26 @@ fn map_target(
     };
     let reply = |kind, (offset, len)| MmapReply { kind, offset, len };
     Ok(match core.mmap_target(client, cookie, len)? {
-        MmapTarget::Memory { owner, offset, .. } => reply(
-            MapKind::Memory,
-            core.platform().allocation_range(owner, offset)?,
-        ),
+        MmapTarget::Memory {
+            owner,
+            offset,
+            len,
+            skip,
+        } => {
+            // An import of a range maps it alone: whole pages from `skip` into the run.
+            let (at, run) = core.platform().allocation_range(owner, offset)?;
+            if skip.checked_add(len).is_none_or(|end| end > run) {
+                return Err(Error::new(
+                    davinci_uapi::Errno::EFAULT,
+                    "the imported range lies outside its allocation",
+                ));
+            }
+            if skip == 0 {
+                reply(MapKind::Memory, (at, run))
+            } else {
+                reply(MapKind::Memory, (at + skip, len))
+            }
+        }
         MmapTarget::CmdRing { stream } => {
             let m = core.stream_mem(client, stream).ok_or_else(gone)?;
             reply(MapKind::CmdRing, m.cmd)

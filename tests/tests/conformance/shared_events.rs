@@ -3,7 +3,7 @@
 //! records (the hand-off of a cross-process pipeline, with no host round trip), its host
 //! waits too, only the clients a grant names import, an import is never recorded, and the
 //! exporter's destroy (and close) ends every wait on its imports with `ECANCELED`. One device
-//! for the whole test (the mockd backend gives a test process at most 64 fresh devices).
+//! for the whole test (the mockd backend gives a test process at most 128 fresh devices).
 #![forbid(unsafe_code)]
 
 use std::time::Duration;

@@ -169,6 +169,12 @@
  * host wait for the exporter's values (ABI 1.5).
  */
 #define DAVINCI_FEAT_SHARED_EVENTS  (1U << 20)
+/*
+ * EXPORT_MEMORY's lease flag (`DAVINCI_EXPORT_FLAG_LEASE`: the memory outlives the
+ * exporter's free while imported), EXPORT_RANGE (whole pages of an allocation),
+ * UNEXPORT_MEMORY, and several exports of one allocation (ABI 1.5).
+ */
+#define DAVINCI_FEAT_EXPORT_LEASE   (1U << 21)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -235,8 +241,9 @@
 /* Who may import an export (davinci_export_memory_args.uid) */
 #define DAVINCI_EXPORT_OWN_UID 4294967295U /* the clients of the exporter's own user */
 
-/* EXPORT_MEMORY flags (davinci_export_memory_args.flags; ABI 1.5) */
-#define DAVINCI_EXPORT_FLAG_FD 1U /* the export is an fd, returned in token; only an import of that fd reaches it */
+/* EXPORT_MEMORY and EXPORT_RANGE flags (davinci_export_memory_args.flags; ABI 1.5) */
+#define DAVINCI_EXPORT_FLAG_FD    1U /* the export is an fd, returned in token; only an import of that fd reaches it */
+#define DAVINCI_EXPORT_FLAG_LEASE 2U /* the memory outlives the exporter's FREE_MEMORY until its last import is freed */
 
 /* IMPORT_MEMORY flags (davinci_import_memory_args.flags; ABI 1.5) */
 #define DAVINCI_IMPORT_FLAG_FD 1U /* token holds an export fd (EXPORT_MEMORY with DAVINCI_EXPORT_FLAG_FD), not a token */
@@ -990,6 +997,71 @@ struct davinci_import_event_args {
 };
 
 /*
+ * EXPORT_RANGE (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`): as EXPORT_MEMORY, of whole pages
+ * of one of the caller's allocations: `[offset, offset + len)`, both multiples of
+ * GET_INFO's `page_size` (a pool's block, not the chunk it was carved from). An importer
+ * reaches that range only: its descriptors fault outside it and its view maps it alone.
+ * An allocation may have several exports (ranges, grants, kinds); the same range
+ * exported again the same way to the same grantee returns the same token.
+ *
+ * 40 bytes.
+ */
+struct davinci_export_range_args {
+	/* The allocation, one of the caller's own (not an imported one) (to driver). */
+	__u32 handle;
+	/* Export flags: `DAVINCI_EXPORT_FLAG_FD`, `DAVINCI_EXPORT_FLAG_LEASE` (to driver). */
+	__u32 flags;
+	/*
+	 * The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` (to
+	 * driver).
+	 */
+	__u32 uid;
+	/*
+	 * Only this client (its `client_id`) may import it; 0: any client of that user (to
+	 * driver).
+	 */
+	__u32 client;
+	/* Bytes from the allocation's start to the range's, whole pages (to driver). */
+	__u64 offset;
+	/* Bytes of the range, whole pages, not 0 (to driver). */
+	__u64 len;
+	/*
+	 * The token that names the export; with `DAVINCI_EXPORT_FLAG_FD`, the new fd in the
+	 * low 32 bits (from driver).
+	 */
+	__u64 token;
+};
+
+/*
+ * UNEXPORT_MEMORY (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`): ends the exports of one range
+ * of one of the caller's allocations (every grant and kind of it) without freeing the
+ * allocation: a pool takes a block back. An export without a lease goes now and
+ * revokes its imports (as the allocation's free would); a lease takes no new import and
+ * goes with the last of its imports, and `imports` says how many are left: the memory
+ * is theirs until then (0: the range is the caller's alone again). Ending exports that
+ * ended already is not an error (asking again is how a caller learns the imports left).
+ *
+ * 32 bytes.
+ */
+struct davinci_unexport_memory_args {
+	/* The allocation, one of the caller's own (to driver). */
+	__u32 handle;
+	/* Reserved, must be 0 (to driver). */
+	__u32 flags;
+	/*
+	 * The range, as EXPORT_RANGE named it; `offset` and `len` 0: the whole allocation,
+	 * as EXPORT_MEMORY names it (to driver).
+	 */
+	__u64 offset;
+	/* Bytes of the range (to driver). */
+	__u64 len;
+	/* Imports of leases of the range still standing (from driver). */
+	__u32 imports;
+	/* Reserved, must be 0 (to driver). */
+	__u32 pad;
+};
+
+/*
  * GET_IDENTITY (ABI 1.4): what the device is, for inventories and schedulers: a UUID
  * that stays the same across share-mode changes, daemon restarts, module reloads and
  * reboots of the same host, its model and driver, and where it sits. Any open may call
@@ -1393,31 +1465,33 @@ struct davinci_norm_params {
 /* ---- ioctl commands ---------------------------------------------------------- */
 
 /* Caller: who may issue the command (docs/abi.md lists its errors). */
-#define DAVINCI_IOCTL_CREATE_CONTEXT     _IOWR('d', 0x01, struct davinci_create_context_args) /* caller: client open */
-#define DAVINCI_IOCTL_DESTROY_CONTEXT    _IOW('d', 0x02, struct davinci_handle_args)          /* caller: client open */
-#define DAVINCI_IOCTL_SUBMIT_TASK        _IOWR('d', 0x03, struct davinci_submit_task_args)    /* caller: client open */
-#define DAVINCI_IOCTL_ALLOC_MEMORY       _IOWR('d', 0x04, struct davinci_alloc_memory_args)   /* caller: client open */
-#define DAVINCI_IOCTL_FREE_MEMORY        _IOW('d', 0x05, struct davinci_handle_args)          /* caller: client open */
-#define DAVINCI_IOCTL_WAIT_EVENT         _IOWR('d', 0x06, struct davinci_wait_event_args)     /* caller: client open */
-#define DAVINCI_IOCTL_CREATE_STREAM      _IOWR('d', 0x07, struct davinci_create_stream_args)  /* caller: client open */
-#define DAVINCI_IOCTL_DESTROY_STREAM     _IOW('d', 0x08, struct davinci_handle_args)          /* caller: client open */
-#define DAVINCI_IOCTL_GET_INFO           _IOR('d', 0x09, struct davinci_device_info)          /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_QUERY_DEVICE_SHARE _IOR('d', 0x0a, struct davinci_device_share_args)    /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_SET_DEVICE_SHARE   _IOW('d', 0x0b, struct davinci_device_share_args)    /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
-#define DAVINCI_IOCTL_LIST_CLIENTS       _IOWR('d', 0x0c, struct davinci_list_clients_args)   /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_CREATE_EVENT       _IOWR('d', 0x0d, struct davinci_create_event_args)   /* caller: client open */
-#define DAVINCI_IOCTL_DESTROY_EVENT      _IOW('d', 0x0e, struct davinci_handle_args)          /* caller: client open */
-#define DAVINCI_IOCTL_NOTIFY             _IOW('d', 0x0f, struct davinci_handle_args)          /* caller: client open */
-#define DAVINCI_IOCTL_GET_LAST_ERROR     _IOR('d', 0x10, struct davinci_last_error)           /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_GET_COUNTERS       _IOR('d', 0x11, struct davinci_device_counters)      /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_EXPORT_MEMORY      _IOWR('d', 0x12, struct davinci_export_memory_args)  /* caller: client open */
-#define DAVINCI_IOCTL_IMPORT_MEMORY      _IOWR('d', 0x13, struct davinci_import_memory_args)  /* caller: client open */
-#define DAVINCI_IOCTL_GET_IDENTITY       _IOR('d', 0x14, struct davinci_device_identity)      /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_GET_USAGE          _IOR('d', 0x15, struct davinci_usage)                /* caller: client open */
-#define DAVINCI_IOCTL_TENANT_SHARE       _IOWR('d', 0x16, struct davinci_tenant_share_args)   /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
-#define DAVINCI_IOCTL_LIST_KERNELS       _IOWR('d', 0x17, struct davinci_list_kernels_args)   /* caller: any open (client or control) */
-#define DAVINCI_IOCTL_EXPORT_EVENT       _IOWR('d', 0x19, struct davinci_export_event_args)   /* caller: client open */
-#define DAVINCI_IOCTL_IMPORT_EVENT       _IOWR('d', 0x1a, struct davinci_import_event_args)   /* caller: client open */
+#define DAVINCI_IOCTL_CREATE_CONTEXT     _IOWR('d', 0x01, struct davinci_create_context_args)  /* caller: client open */
+#define DAVINCI_IOCTL_DESTROY_CONTEXT    _IOW('d', 0x02, struct davinci_handle_args)           /* caller: client open */
+#define DAVINCI_IOCTL_SUBMIT_TASK        _IOWR('d', 0x03, struct davinci_submit_task_args)     /* caller: client open */
+#define DAVINCI_IOCTL_ALLOC_MEMORY       _IOWR('d', 0x04, struct davinci_alloc_memory_args)    /* caller: client open */
+#define DAVINCI_IOCTL_FREE_MEMORY        _IOW('d', 0x05, struct davinci_handle_args)           /* caller: client open */
+#define DAVINCI_IOCTL_WAIT_EVENT         _IOWR('d', 0x06, struct davinci_wait_event_args)      /* caller: client open */
+#define DAVINCI_IOCTL_CREATE_STREAM      _IOWR('d', 0x07, struct davinci_create_stream_args)   /* caller: client open */
+#define DAVINCI_IOCTL_DESTROY_STREAM     _IOW('d', 0x08, struct davinci_handle_args)           /* caller: client open */
+#define DAVINCI_IOCTL_GET_INFO           _IOR('d', 0x09, struct davinci_device_info)           /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_QUERY_DEVICE_SHARE _IOR('d', 0x0a, struct davinci_device_share_args)     /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_SET_DEVICE_SHARE   _IOW('d', 0x0b, struct davinci_device_share_args)     /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
+#define DAVINCI_IOCTL_LIST_CLIENTS       _IOWR('d', 0x0c, struct davinci_list_clients_args)    /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_CREATE_EVENT       _IOWR('d', 0x0d, struct davinci_create_event_args)    /* caller: client open */
+#define DAVINCI_IOCTL_DESTROY_EVENT      _IOW('d', 0x0e, struct davinci_handle_args)           /* caller: client open */
+#define DAVINCI_IOCTL_NOTIFY             _IOW('d', 0x0f, struct davinci_handle_args)           /* caller: client open */
+#define DAVINCI_IOCTL_GET_LAST_ERROR     _IOR('d', 0x10, struct davinci_last_error)            /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_GET_COUNTERS       _IOR('d', 0x11, struct davinci_device_counters)       /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_EXPORT_MEMORY      _IOWR('d', 0x12, struct davinci_export_memory_args)   /* caller: client open */
+#define DAVINCI_IOCTL_IMPORT_MEMORY      _IOWR('d', 0x13, struct davinci_import_memory_args)   /* caller: client open */
+#define DAVINCI_IOCTL_GET_IDENTITY       _IOR('d', 0x14, struct davinci_device_identity)       /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_GET_USAGE          _IOR('d', 0x15, struct davinci_usage)                 /* caller: client open */
+#define DAVINCI_IOCTL_TENANT_SHARE       _IOWR('d', 0x16, struct davinci_tenant_share_args)    /* caller: admin (kernel: CAP_SYS_ADMIN; davinci-mockd: its admins), any open */
+#define DAVINCI_IOCTL_LIST_KERNELS       _IOWR('d', 0x17, struct davinci_list_kernels_args)    /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_EXPORT_EVENT       _IOWR('d', 0x19, struct davinci_export_event_args)    /* caller: client open */
+#define DAVINCI_IOCTL_IMPORT_EVENT       _IOWR('d', 0x1a, struct davinci_import_event_args)    /* caller: client open */
+#define DAVINCI_IOCTL_EXPORT_RANGE       _IOWR('d', 0x1b, struct davinci_export_range_args)    /* caller: client open */
+#define DAVINCI_IOCTL_UNEXPORT_MEMORY    _IOWR('d', 0x1c, struct davinci_unexport_memory_args) /* caller: client open */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -1660,6 +1734,21 @@ _Static_assert(offsetof(struct davinci_import_event_args, ctx) == 8, "davinci ua
 _Static_assert(offsetof(struct davinci_import_event_args, flags) == 12, "davinci uapi: offsetof(struct davinci_import_event_args, flags)");
 _Static_assert(offsetof(struct davinci_import_event_args, handle) == 16, "davinci uapi: offsetof(struct davinci_import_event_args, handle)");
 _Static_assert(offsetof(struct davinci_import_event_args, pad) == 20, "davinci uapi: offsetof(struct davinci_import_event_args, pad)");
+_Static_assert(sizeof(struct davinci_export_range_args) == 40, "davinci uapi: sizeof(struct davinci_export_range_args)");
+_Static_assert(offsetof(struct davinci_export_range_args, handle) == 0, "davinci uapi: offsetof(struct davinci_export_range_args, handle)");
+_Static_assert(offsetof(struct davinci_export_range_args, flags) == 4, "davinci uapi: offsetof(struct davinci_export_range_args, flags)");
+_Static_assert(offsetof(struct davinci_export_range_args, uid) == 8, "davinci uapi: offsetof(struct davinci_export_range_args, uid)");
+_Static_assert(offsetof(struct davinci_export_range_args, client) == 12, "davinci uapi: offsetof(struct davinci_export_range_args, client)");
+_Static_assert(offsetof(struct davinci_export_range_args, offset) == 16, "davinci uapi: offsetof(struct davinci_export_range_args, offset)");
+_Static_assert(offsetof(struct davinci_export_range_args, len) == 24, "davinci uapi: offsetof(struct davinci_export_range_args, len)");
+_Static_assert(offsetof(struct davinci_export_range_args, token) == 32, "davinci uapi: offsetof(struct davinci_export_range_args, token)");
+_Static_assert(sizeof(struct davinci_unexport_memory_args) == 32, "davinci uapi: sizeof(struct davinci_unexport_memory_args)");
+_Static_assert(offsetof(struct davinci_unexport_memory_args, handle) == 0, "davinci uapi: offsetof(struct davinci_unexport_memory_args, handle)");
+_Static_assert(offsetof(struct davinci_unexport_memory_args, flags) == 4, "davinci uapi: offsetof(struct davinci_unexport_memory_args, flags)");
+_Static_assert(offsetof(struct davinci_unexport_memory_args, offset) == 8, "davinci uapi: offsetof(struct davinci_unexport_memory_args, offset)");
+_Static_assert(offsetof(struct davinci_unexport_memory_args, len) == 16, "davinci uapi: offsetof(struct davinci_unexport_memory_args, len)");
+_Static_assert(offsetof(struct davinci_unexport_memory_args, imports) == 24, "davinci uapi: offsetof(struct davinci_unexport_memory_args, imports)");
+_Static_assert(offsetof(struct davinci_unexport_memory_args, pad) == 28, "davinci uapi: offsetof(struct davinci_unexport_memory_args, pad)");
 _Static_assert(sizeof(struct davinci_device_identity) == 120, "davinci uapi: sizeof(struct davinci_device_identity)");
 _Static_assert(offsetof(struct davinci_device_identity, uuid) == 0, "davinci uapi: offsetof(struct davinci_device_identity, uuid)");
 _Static_assert(offsetof(struct davinci_device_identity, model) == 16, "davinci uapi: offsetof(struct davinci_device_identity, model)");

@@ -5,7 +5,8 @@
 use super::device_info::{DeviceInfo, DeviceShareArgs};
 use super::resources::{
     AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportEventArgs,
-    ExportMemoryArgs, HandleArgs, ImportEventArgs, ImportMemoryArgs, SubmitTaskArgs, WaitEventArgs,
+    ExportMemoryArgs, ExportRangeArgs, HandleArgs, ImportEventArgs, ImportMemoryArgs,
+    SubmitTaskArgs, UnexportMemoryArgs, WaitEventArgs,
 };
 use super::usage::{
     DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, TenantShareArgs, Usage,
@@ -76,6 +77,12 @@ pub const DRIVER_CMD_EXPORT_EVENT: u32 = iowr::<ExportEventArgs>(DRIVER_MAGIC, 0
 /// `_IOWR('d', 0x1a, struct davinci_import_event_args)`: the event a token names, to wait for
 /// (ABI 1.5).
 pub const DRIVER_CMD_IMPORT_EVENT: u32 = iowr::<ImportEventArgs>(DRIVER_MAGIC, 0x1a);
+/// `_IOWR('d', 0x1b, struct davinci_export_range_args)`: whole pages of an allocation as a
+/// token another client may import (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`).
+pub const DRIVER_CMD_EXPORT_RANGE: u32 = iowr::<ExportRangeArgs>(DRIVER_MAGIC, 0x1b);
+/// `_IOWR('d', 0x1c, struct davinci_unexport_memory_args)`: ends the exports of a range of an
+/// allocation, leaving the allocation (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`).
+pub const DRIVER_CMD_UNEXPORT_MEMORY: u32 = iowr::<UnexportMemoryArgs>(DRIVER_MAGIC, 0x1c);
 
 /// Command numbers kept for commands no host implements yet: `0x18`, LOAD_KERNEL (loadable
 /// kernels on hardware, docs/abi.md 6.1). The table skips them.
@@ -165,6 +172,8 @@ commands! {
     LIST_KERNELS = 0x17, ReadWrite, ListKernelsArgs, Any, DRIVER_CMD_LIST_KERNELS;
     EXPORT_EVENT = 0x19, ReadWrite, ExportEventArgs, Client, DRIVER_CMD_EXPORT_EVENT;
     IMPORT_EVENT = 0x1a, ReadWrite, ImportEventArgs, Client, DRIVER_CMD_IMPORT_EVENT;
+    EXPORT_RANGE = 0x1b, ReadWrite, ExportRangeArgs, Client, DRIVER_CMD_EXPORT_RANGE;
+    UNEXPORT_MEMORY = 0x1c, ReadWrite, UnexportMemoryArgs, Client, DRIVER_CMD_UNEXPORT_MEMORY;
 }
 
 /// The command with this request number, if any.

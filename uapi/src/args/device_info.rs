@@ -164,6 +164,10 @@ abi_flags! {
         /// EXPORT_EVENT and IMPORT_EVENT share events between clients: an importer's streams
         /// and host wait for the exporter's values (ABI 1.5).
         const SHARED_EVENTS = 1 << 20;
+        /// EXPORT_MEMORY's lease flag (`DAVINCI_EXPORT_FLAG_LEASE`: the memory outlives the
+        /// exporter's free while imported), EXPORT_RANGE (whole pages of an allocation),
+        /// UNEXPORT_MEMORY, and several exports of one allocation (ABI 1.5).
+        const EXPORT_LEASE = 1 << 21;
     }
 }
 

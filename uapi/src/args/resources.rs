@@ -167,6 +167,61 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// EXPORT_RANGE (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`): as EXPORT_MEMORY, of whole pages
+    /// of one of the caller's allocations: `[offset, offset + len)`, both multiples of
+    /// GET_INFO's `page_size` (a pool's block, not the chunk it was carved from). An importer
+    /// reaches that range only: its descriptors fault outside it and its view maps it alone.
+    /// An allocation may have several exports (ranges, grants, kinds); the same range
+    /// exported again the same way to the same grantee returns the same token.
+    #[c_name = "davinci_export_range_args"]
+    pub struct ExportRangeArgs {
+        /// The allocation, one of the caller's own (not an imported one) (to driver).
+        pub handle: u32,
+        /// Export flags: `DAVINCI_EXPORT_FLAG_FD`, `DAVINCI_EXPORT_FLAG_LEASE` (to driver).
+        pub flags: u32,
+        /// The user whose clients may import it: a uid, or `DAVINCI_EXPORT_OWN_UID` (to
+        /// driver).
+        pub uid: u32,
+        /// Only this client (its `client_id`) may import it; 0: any client of that user (to
+        /// driver).
+        pub client: u32,
+        /// Bytes from the allocation's start to the range's, whole pages (to driver).
+        pub offset: u64,
+        /// Bytes of the range, whole pages, not 0 (to driver).
+        pub len: u64,
+        /// The token that names the export; with `DAVINCI_EXPORT_FLAG_FD`, the new fd in the
+        /// low 32 bits (from driver).
+        pub token: u64,
+    }
+}
+
+abi_struct! {
+    /// UNEXPORT_MEMORY (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`): ends the exports of one range
+    /// of one of the caller's allocations (every grant and kind of it) without freeing the
+    /// allocation: a pool takes a block back. An export without a lease goes now and
+    /// revokes its imports (as the allocation's free would); a lease takes no new import and
+    /// goes with the last of its imports, and `imports` says how many are left: the memory
+    /// is theirs until then (0: the range is the caller's alone again). Ending exports that
+    /// ended already is not an error (asking again is how a caller learns the imports left).
+    #[c_name = "davinci_unexport_memory_args"]
+    pub struct UnexportMemoryArgs {
+        /// The allocation, one of the caller's own (to driver).
+        pub handle: u32,
+        /// Reserved, must be 0 (to driver).
+        pub flags: u32,
+        /// The range, as EXPORT_RANGE named it; `offset` and `len` 0: the whole allocation,
+        /// as EXPORT_MEMORY names it (to driver).
+        pub offset: u64,
+        /// Bytes of the range (to driver).
+        pub len: u64,
+        /// Imports of leases of the range still standing (from driver).
+        pub imports: u32,
+        /// Reserved, must be 0 (to driver).
+        pub pad: u32,
+    }
+}
+
+abi_struct! {
     /// IMPORT_MEMORY (ABI 1.4, `DAVINCI_FEAT_SHARED_MEMORY`): the allocation an export's token
     /// names, as a new handle of the caller's: descriptors of the caller may name its device
     /// address, and its host view is mapped at `mmap_offset`, like an allocation's. The
@@ -257,6 +312,14 @@ pub(crate) const EXPORT_UIDS: ConstGroup = ConstGroup {
 /// `ENOENT`). The grant (`uid`, `client`) still applies to whoever imports.
 pub const EXPORT_FLAG_FD: u32 = 1;
 
+/// `ExportMemoryArgs::flags`, `ExportRangeArgs::flags` (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`):
+/// the export is a lease. The exporter's FREE_MEMORY then leaves the memory to the imports
+/// of it until the last one is freed (still charged to the exporter, in its usage and
+/// LIST_CLIENTS' memory; its handle names nothing any more); without it, FREE_MEMORY
+/// revokes every import. The exporter's close revokes every import, leases too. A lease
+/// whose exporter freed its allocation takes no new import.
+pub const EXPORT_FLAG_LEASE: u32 = 2;
+
 /// `ImportMemoryArgs::flags` (ABI 1.5, `DAVINCI_FEAT_EXPORT_FD`): `token`'s low 32 bits are
 /// a file descriptor EXPORT_MEMORY returned with [`EXPORT_FLAG_FD`] (received over
 /// `SCM_RIGHTS`, inherited, or the exporter's own), not a token.
@@ -264,13 +327,20 @@ pub const IMPORT_FLAG_FD: u32 = 1;
 
 /// EXPORT_MEMORY's flags, for the C header.
 pub(crate) const EXPORT_FLAGS: ConstGroup = ConstGroup {
-    title: "EXPORT_MEMORY flags (davinci_export_memory_args.flags; ABI 1.5)",
+    title: "EXPORT_MEMORY and EXPORT_RANGE flags (davinci_export_memory_args.flags; ABI 1.5)",
     c_prefix: "DAVINCI_EXPORT_FLAG_",
-    items: &[(
-        "FD",
-        EXPORT_FLAG_FD as u64,
-        "the export is an fd, returned in token; only an import of that fd reaches it",
-    )],
+    items: &[
+        (
+            "FD",
+            EXPORT_FLAG_FD as u64,
+            "the export is an fd, returned in token; only an import of that fd reaches it",
+        ),
+        (
+            "LEASE",
+            EXPORT_FLAG_LEASE as u64,
+            "the memory outlives the exporter's FREE_MEMORY until its last import is freed",
+        ),
+    ],
 };
 
 /// IMPORT_MEMORY's flags, for the C header.

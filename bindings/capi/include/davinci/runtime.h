@@ -782,10 +782,14 @@ int davinci_buffer_is_revoked(const struct davinci_buffer *buf, int *out);
  * token written to `*token` lets them `davinci_device_import` it. `uid`
  * `DAVINCI_EXPORT_OWN_UID` means the exporter's own user; `client_id` 0 any client of that
  * user, else only that client (its `davinci_device_client_id`). The exporter keeps the
- * buffer until the importers are done: its free revokes the imports.
+ * buffer until the importers are done: its free revokes the imports (or export it under a
+ * lease, `davinci_buffer_export_lease`). A pool block is exported alone, not its chunk (it
+ * must be whole pages: a pool whose `align` is the page size or more); its return to the
+ * pool revokes the imports. Exporting again to the same grantee gives the same token,
+ * another grant another export (ABI 1.5; a 1.4 driver: -EBUSY).
  *
- * Returns 0; -EINVAL (a pool block or an imported buffer: allocate with
- * `davinci_buffer_alloc`), -EBUSY (exported already to someone else), -ENOSPC.
+ * Returns 0; -EINVAL (an imported buffer, a pool block that is not whole pages), -ENOSPC
+ * (the tenant's export quota, or the device's 256 exports).
  *
  * # Safety
  * Threads: any. `buf` a live handle; `token` writable.
@@ -804,8 +808,7 @@ int davinci_buffer_export(const struct davinci_buffer *buf,
  * sent); closing it ends nothing: the buffer's free revokes the imports, as for a token.
  *
  * Returns 0; -EINVAL (a device without export fds: davinci-mockd and the embedded mock
- * export by token; a pool block or an imported buffer), -EBUSY (exported already by token or
- * to someone else), -EMFILE (no descriptor free: the same call later makes it), -ENOSPC.
+ * export by token; a pool block or an imported buffer), -EMFILE (no descriptor free: the same call later makes it), -ENOSPC.
  *
  * # Safety
  * Threads: any. `buf` a live handle; `fd` writable.
@@ -903,6 +906,73 @@ int davinci_pool_get_stats(const struct davinci_pool *pool, struct davinci_pool_
  * Threads: any. `pool` a live handle; `released` NULL or writable.
  */
 int davinci_pool_trim(const struct davinci_pool *pool, size_t *released);
+
+/**
+ * Shares an allocation, or one pool block alone (not its chunk), under a lease: as
+ * `davinci_buffer_export`, but `davinci_buffer_free` leaves the memory to the importers
+ * until the last of them frees its import (still charged to the exporter meanwhile). The
+ * exporter's close (its process's end) still revokes every import. A pool block must be
+ * whole pages (a pool whose `align` is the device's page size or more); freed, it is held
+ * out of reuse until its imports go.
+ *
+ * Returns 0; -EINVAL (an imported buffer, a block that is not whole pages, a device without
+ * leases), -ENOSPC (the tenant's export quota, or the device's 256 exports).
+ *
+ * # Safety
+ * Threads: any. `buf` a live handle; `token` writable.
+ */
+int davinci_buffer_export_lease(const struct davinci_buffer *buf,
+                                uint32_t uid,
+                                uint32_t client_id,
+                                uint64_t *token);
+
+/**
+ * Shares whole pages of an allocation, `[offset, offset + len)` (multiples of the device's
+ * `page_size`): an importer reaches those pages alone. `lease` non-zero: under a lease (as
+ * `davinci_buffer_export_lease`). For a pool block, `offset` and `len` must be 0 (the block
+ * whole; its return to the pool ends the export).
+ *
+ * Returns 0; -EINVAL (not whole pages, empty, an imported buffer, a device without ranges),
+ * -ERANGE (past the allocation's end), -ENOSPC.
+ *
+ * # Safety
+ * Threads: any. `buf` a live handle; `token` writable.
+ */
+int davinci_buffer_export_range(const struct davinci_buffer *buf,
+                                uint64_t offset,
+                                uint64_t len,
+                                uint32_t uid,
+                                uint32_t client_id,
+                                int lease,
+                                uint64_t *token);
+
+/**
+ * Ends the exports of an allocation's range (`offset` and `len` as exported; both 0: the
+ * whole allocation's exports), keeping the allocation: imports without a lease are revoked
+ * now; a lease takes no new import and ends with its last import. `*imports` (if not
+ * NULL): imports of leases still standing (0: the memory is the caller's alone again; call
+ * again to learn when).
+ *
+ * Returns 0; -EINVAL (a pool block: its exports end when it is freed; not whole pages),
+ * -ENOENT (not an allocation of this client).
+ *
+ * # Safety
+ * Threads: any. `buf` a live handle; `imports` NULL or writable.
+ */
+int davinci_buffer_unexport(const struct davinci_buffer *buf,
+                            uint64_t offset,
+                            uint64_t len,
+                            uint32_t *imports);
+
+/**
+ * Blocks of `pool` freed while imported under a lease, held out of reuse until their
+ * imports go, into `*out` (looked at again when the pool needs room, and by
+ * `davinci_pool_trim`).
+ *
+ * # Safety
+ * Threads: any. `pool` a live handle; `out` writable.
+ */
+int davinci_pool_leased_blocks(const struct davinci_pool *pool, size_t *out);
 
 /**
  * A view of all of `buf`'s bytes where they are mapped in this process (every buffer is:

@@ -47,6 +47,7 @@ impl<P: Platform> DeviceCore<P> {
                 generation: 0,
                 origin: 0,
                 export: 0,
+                released: false,
             },
             "allocation table is full",
         )?;
@@ -78,26 +79,44 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 
-    /// FREE_MEMORY: of an allocation (its imports are revoked first), or of an import (the
-    /// memory stays its exporter's).
+    /// FREE_MEMORY: of an allocation (the imports of its exports are revoked first, but for
+    /// leases: `free_exported`), or of an import (the memory stays its exporter's).
     pub fn free_memory(&mut self, client: u32, handle: u32) -> Result<()> {
-        let (offset, size, origin, export) = match self.allocations.get(handle) {
-            Some(a) if a.owner == client => (a.offset, a.size, a.origin, a.export),
+        let origin = match self.allocations.get(handle) {
+            Some(a) if a.owner == client && !a.released => a.origin,
             _ => fail!(ENOENT, "no such allocation for this client"),
         };
         if origin != 0 {
             self.drop_import(handle);
             return Ok(());
         }
-        if export != 0 {
-            self.drop_export(export);
+        if self.exports.find(|e| e.alloc == handle).is_some() {
+            return self.free_exported(handle);
         }
+        self.free_allocation(handle)
+    }
+
+    /// Allocation `handle` (its own, nothing exporting it any more) goes: its owner's
+    /// mappings, its memory, its backing, its charge.
+    pub(crate) fn free_allocation(&mut self, handle: u32) -> Result<()> {
+        let Some(&Allocation {
+            owner,
+            offset,
+            size,
+            released,
+            ..
+        }) = self.allocations.get(handle)
+        else {
+            fail!(ENOENT, "no such allocation");
+        };
         self.memory.free(offset, handle)?;
         self.allocations.remove(handle);
-        self.platform
-            .revoke_mappings(client, mmap_offset(MmapKind::Memory, handle), size);
-        self.platform.free_backing(client, offset, size);
-        let c = self.client_mut(client)?;
+        if !released {
+            self.platform
+                .revoke_mappings(owner, mmap_offset(MmapKind::Memory, handle), size);
+        }
+        self.platform.free_backing(owner, offset, size);
+        let c = self.client_mut(owner)?;
         c.allocations -= 1;
         c.memory -= size;
         Ok(())

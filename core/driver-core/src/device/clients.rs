@@ -322,8 +322,16 @@ impl<P: Platform> DeviceCore<P> {
         while let Some(ctx) = self.contexts.find(|c| c.owner == client) {
             let _ = self.destroy_context(client, ctx);
         }
+        // Imports first, then its own allocations, leases too: a closed client's memory is
+        // reclaimed whole, whoever imported it.
+        while let Some(a) = self
+            .allocations
+            .find(|a| a.owner == client && a.origin != 0)
+        {
+            self.drop_import(a);
+        }
         while let Some(a) = self.allocations.find(|a| a.owner == client) {
-            let _ = self.free_memory(client, a);
+            self.drop_allocation(a);
         }
         if let Some(c) = self.clients.remove(client) {
             self.tenant_left(c.tenant, c.params.role, c.params.admin);

@@ -206,8 +206,14 @@ pub(crate) struct Allocation {
     /// For an import (IMPORT_MEMORY): the exported allocation it names; 0 for an allocation
     /// of the client's own. The memory, its backing and its accounting are the origin's.
     pub(crate) origin: u32,
-    /// For an exported allocation: its export; 0 if not exported.
+    /// For an import: the export it came through. For an allocation of the client's own:
+    /// how many exports name it (EXPORT_MEMORY, EXPORT_RANGE: one per range and grant).
     pub(crate) export: u32,
+    /// The owner freed it while a lease kept it (`DAVINCI_EXPORT_FLAG_LEASE`, ABI 1.5): its
+    /// handle names nothing to the owner any more (FREE_MEMORY, descriptors, mmap: `ENOENT`,
+    /// `EACCES`), its imports still reach it, and it stays charged to the owner until the
+    /// last import goes.
+    pub(crate) released: bool,
 }
 
 /// An export (EXPORT_MEMORY): an allocation other clients may import, and who.
@@ -220,6 +226,17 @@ pub(crate) struct ExportEntry {
     pub(crate) client_id: u32,
     /// The token's high half (the low half is the export's handle).
     pub(crate) serial: u32,
+    /// What an import reaches: `[start, start + len)` of device memory, inside the
+    /// allocation (the whole of it for EXPORT_MEMORY; a range for EXPORT_RANGE).
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+    /// A lease (`DAVINCI_EXPORT_FLAG_LEASE`): the owner's FREE_MEMORY leaves the memory to
+    /// the imports of this export until the last of them goes. Without it, that free
+    /// revokes them.
+    pub(crate) lease: bool,
+    /// UNEXPORT_MEMORY ended this lease while imports stood: it takes no new import and goes
+    /// with the last of them.
+    pub(crate) ending: bool,
     /// An export that is an fd (`DAVINCI_EXPORT_FLAG_FD`): only an import through the fd
     /// (`DAVINCI_IMPORT_FLAG_FD`, which the host resolves to the token) reaches it.
     pub(crate) fd_only: bool,
@@ -228,16 +245,9 @@ pub(crate) struct ExportEntry {
 }
 
 impl ExportEntry {
-    /// Whether `client` holds an import of it (the data path's check, under no lock but the
-    /// stream's: the tables only change on the control path).
-    pub(crate) fn imported_by(
-        &self,
-        client: u32,
-        allocations: &crate::table::Table<Allocation, { crate::limits::MAX_ALLOCATIONS }>,
-    ) -> bool {
-        self.imports
-            .iter()
-            .any(|&h| h != 0 && allocations.get(h).is_some_and(|a| a.owner == client))
+    /// Whether it holds any import.
+    pub(crate) fn imported(&self) -> bool {
+        self.imports.iter().any(|&h| h != 0)
     }
 }
 

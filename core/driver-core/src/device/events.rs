@@ -101,7 +101,7 @@ impl<P: Platform> DeviceCore<P> {
                 client_id: args.client,
                 imports: [0; MAX_IMPORTERS],
             },
-            "event export table is full (at most 64 exported events on a device: destroy \
+            "event export table is full (at most 256 exported events on a device: destroy \
              some)",
         )?;
         self.export_serial = self.export_serial.wrapping_add(1).max(1);

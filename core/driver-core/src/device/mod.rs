@@ -203,6 +203,7 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::TENANT_SHARE.bits()
                         | Features::DTYPES.bits()
                         | Features::SHARED_EVENTS.bits()
+                        | Features::EXPORT_LEASE.bits()
                         | kernels),
             ),
             device_id: c.device_id,

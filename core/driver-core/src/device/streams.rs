@@ -44,6 +44,10 @@ pub enum MmapTarget {
         offset: u64,
         /// Length of the allocation.
         len: u64,
+        /// Where the view starts in it: 0 but for an import of a range (EXPORT_RANGE), whose
+        /// view maps `len` bytes (the range's) from this far into the exporter's allocation
+        /// (`offset` still names the allocation, the platform's key). Whole pages.
+        skip: u64,
     },
 }
 
@@ -330,18 +334,26 @@ impl<P: Platform> DeviceCore<P> {
         ensure!(len > 0, EINVAL, "mmap length is 0");
         let (target, size) = match kind {
             MmapKind::Memory => match self.allocations.get(handle) {
-                Some(a) if a.owner == client => (
-                    MmapTarget::Memory {
-                        // An import maps its exporter's memory.
-                        owner: match a.origin {
-                            0 => client,
-                            o => self.allocations.get(o).map_or(client, |x| x.owner),
+                Some(a) if a.owner == client && !a.released => {
+                    // An import maps its exporter's memory: the range it imported.
+                    let (owner, offset) = match a.origin {
+                        0 => (client, a.offset),
+                        o => match self.allocations.get(o) {
+                            Some(x) => (x.owner, x.offset),
+                            None => fail!(ENOENT, "the imported allocation is gone"),
                         },
-                        offset: a.offset,
-                        len: a.size,
-                    },
-                    a.size,
-                ),
+                    };
+                    let skip = a.offset.saturating_sub(offset);
+                    (
+                        MmapTarget::Memory {
+                            owner,
+                            offset,
+                            len: a.size,
+                            skip,
+                        },
+                        a.size,
+                    )
+                }
                 _ => fail!(ENOENT, "no such allocation for this client"),
             },
             _ => {

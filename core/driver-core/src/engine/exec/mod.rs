@@ -165,32 +165,65 @@ impl<P: Platform> Exec<'_, P> {
         // A freed allocation's address names nothing, even once its memory is reused: the
         // generation must match too.
         let (generation, offset) = split_dva(addr).ok_or_else(not_owned)?;
+        let h = self.memory.owner_of(offset, 1).ok_or_else(not_owned)?;
         let a = self
-            .memory
-            .owner_of(offset, 1)
-            .and_then(|h| self.allocations.get(h))
+            .allocations
+            .get(h)
             .filter(|a| a.generation == generation)
-            .filter(|a| {
-                a.owner == self.owner
-                    || (a.export != 0
-                        && self
-                            .exports
-                            .get(a.export)
-                            .is_some_and(|e| e.imported_by(self.owner, self.allocations)))
-            })
             .ok_or_else(not_owned)?;
-        let alloc_end = dva(generation, a.offset).saturating_add(a.size);
-        if end > alloc_end {
-            let past = u32::try_from(end - alloc_end).unwrap_or(u32::MAX);
+        // What the client reaches there: the whole allocation if it is its own (and not
+        // released to its leases), else the range of one of its imports of it.
+        let (start, size) = if a.owner == self.owner && !a.released {
+            (a.offset, a.size)
+        } else {
+            let end_offset = offset.saturating_add(len);
+            self.imported_range(h, offset, end_offset)
+                .ok_or_else(not_owned)?
+        };
+        let range_end = dva(generation, start).saturating_add(size);
+        if end > range_end {
+            let past = u32::try_from(end - range_end).unwrap_or(u32::MAX);
             return Err(Error::at(
                 Errno::ERANGE,
-                "the range runs past the end of its allocation",
+                if start == a.offset && size == a.size {
+                    "the range runs past the end of its allocation"
+                } else {
+                    "the range runs past the end of the imported range"
+                },
                 op,
                 FaultKind::PastEnd,
             )
             .value(past));
         }
         Ok((a.owner, offset))
+    }
+
+    /// The range `(start, len)` of allocation `alloc` that one of this stream's client's
+    /// imports reaches and in which `offset` lies: one holding `[offset, end)` whole if there
+    /// is one (two exports of one allocation may overlap), else any (the caller reports by
+    /// how much the operand runs past it).
+    fn imported_range(&self, alloc: u32, offset: u64, end: u64) -> Option<(u64, u64)> {
+        let mut found = None;
+        for (_, e) in self.exports.iter() {
+            let in_range =
+                e.alloc == alloc && offset.checked_sub(e.start).is_some_and(|d| d < e.len);
+            let ours = || {
+                e.imports.iter().any(|&i| {
+                    i != 0
+                        && self
+                            .allocations
+                            .get(i)
+                            .is_some_and(|x| x.owner == self.owner)
+                })
+            };
+            if in_range && ours() {
+                if end.saturating_sub(e.start) <= e.len {
+                    return Some((e.start, e.len));
+                }
+                found = Some((e.start, e.len));
+            }
+        }
+        found
     }
 
     fn event(&self, handle: u32) -> Result<&'_ EventEntry<P>> {
