@@ -58,6 +58,15 @@ start=$SECONDS
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./bindings/python
 echo "==> python: built and installed in $((SECONDS - start)) s"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest pytest-timeout numpy
+# Ray, for davinci.ray's test (a real Ray pipeline): from the registry when it is reachable;
+# else that test is skipped, saying why.
+if "$VENV/bin/python" -m pip install -q --disable-pip-version-check 'ray>=2.60' 2>"$VENV/ray-install.log"; then
+    export DAVINCI_PYTEST_REQUIRE_RAY=1
+    echo "==> python: ray $("$VENV/bin/python" -c 'import ray; print(ray.__version__)') for davinci.ray's test"
+else
+    echo "==> python: ray could not be installed (the registry is not reachable?): davinci.ray's test is skipped"
+    sed 's/^/    /' "$VENV/ray-install.log" | tail -n 5
+fi
 
 # davinci-mockd for the tests: DAVINCI_MOCKD when the caller names one (scripts/test.sh
 # passes the test build's), else a build of it.

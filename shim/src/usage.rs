@@ -167,4 +167,18 @@ impl Device {
         self.call(OP, DRIVER_CMD_GET_USAGE, &mut raw)?;
         Ok(raw.into())
     }
+
+    /// GET_IDENTITY (ABI 1.4): the device's UUID (the same across share-mode changes, daemon
+    /// restarts, module reloads and reboots: how two processes tell they opened the same
+    /// device), model, driver and NUMA node. As [`Control::identity`](crate::Control::identity)
+    /// from a client open.
+    ///
+    /// # Errors
+    /// `ENOTTY` from a driver before ABI 1.4 (no `Features::IDENTITY`); `ENODEV` if the
+    /// device went away.
+    pub fn identity(&self) -> Result<davinci_uapi::DeviceIdentity> {
+        let mut id = davinci_uapi::DeviceIdentity::default();
+        self.call("GET_IDENTITY", davinci_uapi::DRIVER_CMD_GET_IDENTITY, &mut id)?;
+        Ok(id)
+    }
 }

@@ -39,6 +39,7 @@ class Device:
         """The built-in kernels the device runs (LIST_KERNELS): id, name, versions, params_size, dtypes."""
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Every task submitted on every stream of this device completed (cudaDeviceSynchronize)."""
+    def uuid(self) -> str: ...
     def memory_used(self) -> int:
         """Device memory allocated by every client now (device-wide), in bytes."""
     def alloc(self, nbytes: int) -> Buffer: ...

@@ -228,6 +228,15 @@ impl Device {
         py.detach(|| dev.memory_used()).or_raise()
     }
 
+    /// The device's UUID (GET_IDENTITY, 8-4-4-4-12 hex digits): the same for every open of
+    /// the device, across daemon restarts and reboots; how two processes tell they opened
+    /// the same device.
+    fn uuid(&self, py: Python<'_>) -> PyResult<String> {
+        let dev = self.get("Device.uuid")?;
+        let id = py.detach(|| dev.identity()).or_raise()?;
+        Ok(id.uuid_string().to_string())
+    }
+
     /// Allocates `nbytes` of device memory, zeroed, with a host view.
     fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let nbytes = size("Device.alloc", "nbytes", nbytes)?;

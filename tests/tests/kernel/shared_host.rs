@@ -64,7 +64,8 @@ fn the_quota_parameters_reach_get_info_and_bind_on_a_shared_device() {
     let u = dev.usage().expect("GET_USAGE");
     assert_eq!(
         (u.exports.limit, u.events.held, u.events.limit),
-        (16, events, events)
+        (64, events, events),
+        "the export quota: a quarter of the device's 256 exports"
     );
     drop(held);
     drop(ctx);
