@@ -178,7 +178,11 @@ impl Device {
     /// device went away.
     pub fn identity(&self) -> Result<davinci_uapi::DeviceIdentity> {
         let mut id = davinci_uapi::DeviceIdentity::default();
-        self.call("GET_IDENTITY", davinci_uapi::DRIVER_CMD_GET_IDENTITY, &mut id)?;
+        self.call(
+            "GET_IDENTITY",
+            davinci_uapi::DRIVER_CMD_GET_IDENTITY,
+            &mut id,
+        )?;
         Ok(id)
     }
 }

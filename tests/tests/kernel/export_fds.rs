@@ -211,7 +211,8 @@ fn what_is_not_an_export_fd_of_this_device_is_refused_and_a_free_revokes() {
         .expect("EXPORT_MEMORY as an fd");
     // Exported by token as well, that is another export (ABI 1.5: several exports of one
     // allocation); the fd's export stays reachable through descriptors alone.
-    buf.export(ExportTo::SameUser).expect("a token export beside the fd's");
+    buf.export(ExportTo::SameUser)
+        .expect("a token export beside the fd's");
     // Each call makes a new descriptor of the same export.
     let fd2 = buf.export_fd(ExportTo::SameUser).expect("again");
     assert_ne!(fd.as_raw_fd(), fd2.as_raw_fd());

@@ -38,6 +38,7 @@ pub const LAYERS: &[&[&str]] = &[
         "davinci-preload",
         "davinci-pcidev",
     ],
+    &["davinci-ccl"],
     &[
         "davinci-ops",
         "davinci-workload",
@@ -57,6 +58,7 @@ pub const FOLDERS: &[&[&str]] = &[
     &["mock-device"],
     &["hosts"],
     &["shim"],
+    &["ccl"],
     &["bindings", "operators", "apps"],
     &["tests", "fuzz", "scripts"],
 ];

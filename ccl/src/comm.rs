@@ -1,0 +1,413 @@
+//! A communicator and its collectives. Data moves through the host: each rank copies its
+//! part of a chunk from its device buffer's host view into its slot of the shared segment;
+//! after a barrier each rank reduces its 1/n of the chunk reading every slot, in rank order
+//! (so every rank gets the same bits), and writes it back into its own slot; after another
+//! barrier every rank copies the reduced chunk out into its device buffer. Messages up to
+//! [`ONE_SHOT_BYTES`] take the latency path instead: one write, one barrier, every rank
+//! reduces the whole message itself. docs/architecture.md ("Collectives") says why the host
+//! and not a device-side peer copy.
+
+use std::time::Duration;
+
+use davinci_shim::{DeviceMem, Errno, Error, Result, Stream};
+
+use crate::reduce::{reduce_into, DataType, RedOp};
+use crate::segment::Segment;
+use crate::UniqueId;
+
+/// Bytes of each rank's staging slot (one chunk of a message at a time).
+pub const SLOT_BYTES: usize = 4 << 20;
+/// Largest all-reduce that takes the one-shot path (every rank reduces the whole message).
+pub const ONE_SHOT_BYTES: usize = 64 << 10;
+/// How long a rank waits for the others at a barrier by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One rank's end of a communicator: `nranks` ranks, in one process or several, each with
+/// its own device (or the same one). Collectives are called by every rank with matching
+/// arguments, in the same order. `Send`: a rank may move to another thread, and one thread
+/// may drive several ranks only if the calls cannot block each other (use a thread per rank).
+pub struct Comm {
+    seg: Segment,
+    rank: usize,
+    nranks: usize,
+    /// Staging on this side: one chunk, and one slot's segment to reduce with.
+    buf: Vec<u8>,
+    tmp: Vec<u8>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .finish()
+    }
+}
+
+fn invalid(op: &'static str, msg: String) -> Error {
+    Error::new(Errno::EINVAL, op, msg)
+}
+
+/// `count` elements of `ty` in bytes, checked against a buffer of `len` bytes.
+fn need(op: &'static str, what: &str, count: usize, ty: DataType, len: usize) -> Result<usize> {
+    let bytes = count
+        .checked_mul(ty.size())
+        .ok_or_else(|| invalid(op, format!("{count} elements overflow")))?;
+    if bytes > len {
+        return Err(invalid(
+            op,
+            format!(
+                "{what}: {count} {} elements are {bytes} bytes, the buffer has {len}",
+                ty.name()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+impl Comm {
+    /// Joins communicator `id` as `rank` of `nranks` (`ncclCommInitRank`): every rank calls
+    /// it, in its own process or thread, with the same id (made once by
+    /// [`UniqueId::new`] and sent to the others) and `nranks`; it returns once all joined.
+    ///
+    /// # Errors
+    /// `EINVAL` a rank out of range, or an id used with another `nranks`; `EBUSY` the rank
+    /// joined already; `ETIMEDOUT` the others did not join within [`DEFAULT_TIMEOUT`].
+    pub fn init_rank(id: &UniqueId, nranks: usize, rank: usize) -> Result<Comm> {
+        Self::init_rank_timeout(id, nranks, rank, DEFAULT_TIMEOUT)
+    }
+
+    /// As [`init_rank`](Self::init_rank), waiting at most `timeout` at every barrier.
+    pub fn init_rank_timeout(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        timeout: Duration,
+    ) -> Result<Comm> {
+        let seg = Segment::join(&id.to_string(), nranks, rank, SLOT_BYTES, timeout)?;
+        Ok(Comm {
+            seg,
+            rank,
+            nranks,
+            buf: vec![0; SLOT_BYTES],
+            tmp: vec![0; SLOT_BYTES],
+        })
+    }
+
+    /// `n` communicators of one process, ranks 0..n (`ncclCommInitAll`): give each to its
+    /// own thread.
+    ///
+    /// # Errors
+    /// As [`init_rank`](Self::init_rank).
+    pub fn init_all(n: usize) -> Result<Vec<Comm>> {
+        let id = UniqueId::new()?;
+        std::thread::scope(|s| {
+            let joins: Vec<_> = (0..n)
+                .map(|r| {
+                    let id = &id;
+                    s.spawn(move || Comm::init_rank(id, n, r))
+                })
+                .collect();
+            joins
+                .into_iter()
+                .map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(Error::other("ccl init", "a rank panicked")))
+                })
+                .collect()
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the communicator.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// Waits for every rank (`ETIMEDOUT` if one does not come).
+    pub fn barrier(&mut self) -> Result<()> {
+        self.seg.barrier()
+    }
+
+    /// The bytes of the slot a chunk of `per` rank-parts may use: whole elements, the same
+    /// on every rank.
+    fn chunk(&self, ty: DataType, parts: usize) -> usize {
+        let per = self.seg.slot() / parts.max(1);
+        per - per % ty.size()
+    }
+
+    /// All-reduce (`ncclAllReduce`): `recv[i] = send[i] op ... ` over every rank, `count`
+    /// elements of `ty`, for every rank the same bits. `send` and `recv` may be the same
+    /// buffer. `stream`: the device work queued on these buffers before the call; it is
+    /// waited for first, and the result is in `recv` when the call returns.
+    ///
+    /// # Errors
+    /// `EINVAL` a buffer shorter than `count` elements; `ETIMEDOUT` a rank did not come;
+    /// the device's errors (a stream that failed, a lost device).
+    pub fn all_reduce(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        count: usize,
+        ty: DataType,
+        op: RedOp,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const OP: &str = "ccl all_reduce";
+        let bytes = need(OP, "send", count, ty, send.len())?;
+        need(OP, "recv", count, ty, recv.len())?;
+        stream.synchronize(DEFAULT_TIMEOUT)?;
+        if bytes <= ONE_SHOT_BYTES.min(self.seg.slot()) {
+            return self.reduce_one_shot(send, recv, bytes, ty, op, None);
+        }
+        let n = self.nranks;
+        let chunk = self.chunk(ty, 1);
+        let mut at = 0;
+        while at < bytes {
+            let len = chunk.min(bytes - at);
+            send.read(at, &mut self.buf[..len])?;
+            self.seg.write(self.rank, 0, &self.buf[..len]);
+            self.seg.barrier()?;
+            // My part of the chunk: whole elements, the last rank takes the rest.
+            let elems = len / ty.size();
+            let (lo, hi) = part(elems, n, self.rank);
+            let (lo, hi) = (lo * ty.size(), hi * ty.size());
+            if hi > lo {
+                self.seg.read(0, lo, &mut self.buf[..hi - lo]);
+                for r in 1..n {
+                    self.seg.read(r, lo, &mut self.tmp[..hi - lo]);
+                    reduce_into(ty, op, &mut self.buf[..hi - lo], &self.tmp[..hi - lo]);
+                }
+                self.seg.write(self.rank, lo, &self.buf[..hi - lo]);
+            }
+            self.seg.barrier()?;
+            for r in 0..n {
+                let (lo, hi) = part(elems, n, r);
+                let (lo, hi) = (lo * ty.size(), hi * ty.size());
+                self.seg.read(r, lo, &mut self.buf[lo..hi]);
+            }
+            recv.write(at, &self.buf[..len])?;
+            self.seg.barrier()?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Reduce (`ncclReduce`): as [`all_reduce`](Self::all_reduce), the result in `root`'s
+    /// `recv` only (other ranks' `recv` is not touched and may be any buffer).
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce); `EINVAL` a root out of range.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        count: usize,
+        ty: DataType,
+        op: RedOp,
+        root: usize,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const OP: &str = "ccl reduce";
+        self.check_root(OP, root)?;
+        let bytes = need(OP, "send", count, ty, send.len())?;
+        if self.rank == root {
+            need(OP, "recv", count, ty, recv.len())?;
+        }
+        stream.synchronize(DEFAULT_TIMEOUT)?;
+        let chunk = self.chunk(ty, 1);
+        let mut at = 0;
+        while at < bytes {
+            let len = chunk.min(bytes - at);
+            self.reduce_one_shot_at(send, recv, at, len, ty, op, Some(root))?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// The latency path: every rank writes the whole message, then reduces it itself (all
+    /// of it, in rank order), or only `root` does.
+    fn reduce_one_shot(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        bytes: usize,
+        ty: DataType,
+        op: RedOp,
+        root: Option<usize>,
+    ) -> Result<()> {
+        self.reduce_one_shot_at(send, recv, 0, bytes, ty, op, root)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_one_shot_at(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        at: usize,
+        len: usize,
+        ty: DataType,
+        op: RedOp,
+        root: Option<usize>,
+    ) -> Result<()> {
+        send.read(at, &mut self.buf[..len])?;
+        self.seg.write(self.rank, 0, &self.buf[..len]);
+        self.seg.barrier()?;
+        if root.is_none_or(|r| r == self.rank) {
+            self.seg.read(0, 0, &mut self.buf[..len]);
+            for r in 1..self.nranks {
+                self.seg.read(r, 0, &mut self.tmp[..len]);
+                reduce_into(ty, op, &mut self.buf[..len], &self.tmp[..len]);
+            }
+            recv.write(at, &self.buf[..len])?;
+        }
+        self.seg.barrier()
+    }
+
+    /// All-gather (`ncclAllGather`): rank r's `count` elements of `send` land at
+    /// `recv[r * count ..]` on every rank (`recv` holds `nranks * count`).
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce).
+    pub fn all_gather(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        count: usize,
+        ty: DataType,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const OP: &str = "ccl all_gather";
+        let bytes = need(OP, "send", count, ty, send.len())?;
+        let total = count
+            .checked_mul(self.nranks)
+            .ok_or_else(|| invalid(OP, format!("{count} x {} elements overflow", self.nranks)))?;
+        need(OP, "recv (nranks x count)", total, ty, recv.len())?;
+        stream.synchronize(DEFAULT_TIMEOUT)?;
+        let chunk = self.chunk(ty, 1);
+        let mut at = 0;
+        while at < bytes {
+            let len = chunk.min(bytes - at);
+            send.read(at, &mut self.buf[..len])?;
+            self.seg.write(self.rank, 0, &self.buf[..len]);
+            self.seg.barrier()?;
+            for r in 0..self.nranks {
+                self.seg.read(r, 0, &mut self.tmp[..len]);
+                recv.write(r * bytes + at, &self.tmp[..len])?;
+            }
+            self.seg.barrier()?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Reduce-scatter (`ncclReduceScatter`): `send` holds `nranks * count` elements; rank r
+    /// gets in `recv` the reduction over every rank of block r (`send[r * count ..]`).
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce).
+    pub fn reduce_scatter(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        count: usize,
+        ty: DataType,
+        op: RedOp,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const OP: &str = "ccl reduce_scatter";
+        let n = self.nranks;
+        let total = count
+            .checked_mul(n)
+            .ok_or_else(|| invalid(OP, format!("{count} x {n} elements overflow")))?;
+        need(OP, "send (nranks x count)", total, ty, send.len())?;
+        let bytes = need(OP, "recv", count, ty, recv.len())?;
+        stream.synchronize(DEFAULT_TIMEOUT)?;
+        // Each round, `len` bytes of every block: block b at b * len in the slot.
+        let chunk = self.chunk(ty, n);
+        let mut at = 0;
+        while at < bytes {
+            let len = chunk.min(bytes - at);
+            for b in 0..n {
+                send.read(b * bytes + at, &mut self.buf[..len])?;
+                self.seg.write(self.rank, b * len, &self.buf[..len]);
+            }
+            self.seg.barrier()?;
+            let mine = self.rank * len;
+            self.seg.read(0, mine, &mut self.buf[..len]);
+            for r in 1..n {
+                self.seg.read(r, mine, &mut self.tmp[..len]);
+                reduce_into(ty, op, &mut self.buf[..len], &self.tmp[..len]);
+            }
+            recv.write(at, &self.buf[..len])?;
+            self.seg.barrier()?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Broadcast (`ncclBroadcast`): `root`'s `count` elements of `send` land in every rank's
+    /// `recv` (only the root reads `send`; it may be `recv`).
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce); `EINVAL` a root out of range.
+    pub fn broadcast(
+        &mut self,
+        send: &impl DeviceMem,
+        recv: &impl DeviceMem,
+        count: usize,
+        ty: DataType,
+        root: usize,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const OP: &str = "ccl broadcast";
+        self.check_root(OP, root)?;
+        let bytes = need(OP, "recv", count, ty, recv.len())?;
+        if self.rank == root {
+            need(OP, "send", count, ty, send.len())?;
+        }
+        stream.synchronize(DEFAULT_TIMEOUT)?;
+        let chunk = self.chunk(ty, 1);
+        let mut at = 0;
+        while at < bytes {
+            let len = chunk.min(bytes - at);
+            if self.rank == root {
+                send.read(at, &mut self.buf[..len])?;
+                self.seg.write(root, 0, &self.buf[..len]);
+            }
+            self.seg.barrier()?;
+            if self.rank == root {
+                recv.write(at, &self.buf[..len])?;
+            } else {
+                self.seg.read(root, 0, &mut self.buf[..len]);
+                recv.write(at, &self.buf[..len])?;
+            }
+            self.seg.barrier()?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    fn check_root(&self, op: &'static str, root: usize) -> Result<()> {
+        if root >= self.nranks {
+            return Err(invalid(
+                op,
+                format!("root {root} of a {}-rank communicator", self.nranks),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Rank `r`'s elements `[lo, hi)` of `elems` split over `n` ranks (the last takes the rest).
+fn part(elems: usize, n: usize, r: usize) -> (usize, usize) {
+    let each = elems / n;
+    let lo = r * each;
+    let hi = if r + 1 == n { elems } else { lo + each };
+    (lo, hi)
+}
