@@ -15,6 +15,33 @@ use crate::reduce::{reduce_into, DataType, RedOp};
 use crate::segment::Segment;
 use crate::UniqueId;
 
+/// Device memory a collective reads or writes: any [`DeviceMem`] (allocations, pool blocks,
+/// imports), or another type that copies bytes in and out (a binding's buffer).
+pub trait Bytes {
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+    /// Whether it has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `out.len()` bytes at `offset` into `out`.
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Copies `data` to `offset`.
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
+}
+
+impl<T: DeviceMem> Bytes for T {
+    fn len(&self) -> usize {
+        DeviceMem::len(self)
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        DeviceMem::read(self, offset, out)
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        DeviceMem::write(self, offset, data)
+    }
+}
+
 /// Bytes of each rank's staging slot (one chunk of a message at a time).
 pub const SLOT_BYTES: usize = 4 << 20;
 /// Largest all-reduce that takes the one-shot path (every rank reduces the whole message).
@@ -150,8 +177,8 @@ impl Comm {
     /// the device's errors (a stream that failed, a lost device).
     pub fn all_reduce(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         count: usize,
         ty: DataType,
         op: RedOp,
@@ -205,8 +232,8 @@ impl Comm {
     #[allow(clippy::too_many_arguments)]
     pub fn reduce(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         count: usize,
         ty: DataType,
         op: RedOp,
@@ -234,8 +261,8 @@ impl Comm {
     /// of it, in rank order), or only `root` does.
     fn reduce_one_shot(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         bytes: usize,
         ty: DataType,
         op: RedOp,
@@ -247,8 +274,8 @@ impl Comm {
     #[allow(clippy::too_many_arguments)]
     fn reduce_one_shot_at(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         at: usize,
         len: usize,
         ty: DataType,
@@ -276,8 +303,8 @@ impl Comm {
     /// As [`all_reduce`](Self::all_reduce).
     pub fn all_gather(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         count: usize,
         ty: DataType,
         stream: &mut Stream,
@@ -313,8 +340,8 @@ impl Comm {
     /// As [`all_reduce`](Self::all_reduce).
     pub fn reduce_scatter(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         count: usize,
         ty: DataType,
         op: RedOp,
@@ -358,8 +385,8 @@ impl Comm {
     /// As [`all_reduce`](Self::all_reduce); `EINVAL` a root out of range.
     pub fn broadcast(
         &mut self,
-        send: &impl DeviceMem,
-        recv: &impl DeviceMem,
+        send: &dyn Bytes,
+        recv: &dyn Bytes,
         count: usize,
         ty: DataType,
         root: usize,

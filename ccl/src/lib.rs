@@ -41,7 +41,7 @@ mod segment;
 use std::fmt;
 use std::io::Read;
 
-pub use comm::{Comm, DEFAULT_TIMEOUT, ONE_SHOT_BYTES, SLOT_BYTES};
+pub use comm::{Bytes, Comm, DEFAULT_TIMEOUT, ONE_SHOT_BYTES, SLOT_BYTES};
 pub use reduce::{reduce_into, DataType, RedOp};
 pub use segment::MAX_RANKS;
 

@@ -43,8 +43,8 @@ def make_actors(transport: str | None):
         def produce(self, i: int, n: int) -> dray.DeviceTensor:
             t = dray.DeviceTensor.empty((n,), np.float32)
             self.s.submit(davinci.task.fill(t.buffer, int(np.float32(i).view(np.uint32))))
-            if not transport:
-                self.s.synchronize(timeout=30)
+            # Reaped here: a queued task holds its buffer until its stream reaps it.
+            self.s.synchronize(timeout=30)
             return t
 
     @ray.remote

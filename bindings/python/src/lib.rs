@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 
 mod base;
 mod callback;
+mod ccl;
 mod device;
 mod dtype;
 mod kernels;
@@ -42,6 +43,7 @@ fn _davinci(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::MemPool>()?;
     m.add_class::<region::HostHold>()?;
     m.add_class::<task::Task>()?;
+    m.add_class::<ccl::Comm>()?;
     m.add_function(wrap_pyfunction!(task::task_fill, m)?)?;
     m.add_function(wrap_pyfunction!(task::task_copy, m)?)?;
     m.add_function(wrap_pyfunction!(task::task_add, m)?)?;

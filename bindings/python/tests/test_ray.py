@@ -39,6 +39,9 @@ class Producer:
         t = dray.DeviceTensor.empty((ITEM,), np.float32)
         # On the device: every element of item i is i (a 32-bit FILL of the float's bits).
         self.s.submit(davinci.task.fill(t.buffer, int(np.float32(i).view(np.uint32))))
+        # Reaped before it leaves (the transport waits for the device, but a queued task
+        # holds its buffer until its stream reaps it).
+        self.s.synchronize(timeout=30)
         return t
 
     def memory(self) -> int:
