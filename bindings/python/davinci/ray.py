@@ -39,6 +39,9 @@ else the node's device): memory imported by one client is not another client's, 
 tensors and streams from it. The device must be shared (``davinci-mockd --share-mode
 shared``, or a kernel device in shared mode) for several actors to open it.
 
+Importing this module also registers a ``ray.util.collective`` backend named ``"DAVINCI"``
+over davinci-ccl (``davinci.ray_collective``).
+
 Requires ``ray`` (2.60 or later); importing this module without it raises ``ImportError``.
 """
 
@@ -434,7 +437,8 @@ _registered = False
 
 
 def register() -> None:
-    """Registers the ``"DAVINCI"`` transport with Ray (idempotent; importing this module
+    """Registers the ``"DAVINCI"`` transport, and the ``"DAVINCI"`` ``ray.util.collective``
+    backend (``davinci.ray_collective``), with Ray (idempotent; importing this module
     does it). It must happen in the driver before the actor classes that name the transport
     are defined (Ray checks the name then) and created (Ray hands the registration to
     them)."""
@@ -451,6 +455,10 @@ def register() -> None:
         except ValueError as e:
             if "already registered" not in str(e):
                 raise
+        # The collective backend (ray.util.collective, backend="DAVINCI") too.
+        from davinci import ray_collective
+
+        ray_collective.register()
         _registered = True
 
 

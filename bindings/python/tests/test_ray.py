@@ -157,3 +157,48 @@ def test_a_transformer_killed_mid_pipeline_is_a_clear_error_and_every_byte_comes
     for a in (p, c):
         ray.kill(a)
     assert _eventually(lambda: dev.memory_used() == base), (dev.memory_used(), base)
+
+
+@ray.remote
+class Worker:
+    def setup(self, world: int, rank: int) -> None:
+        import ray.util.collective as col
+
+        col.init_collective_group(world, rank, backend="DAVINCI", group_name="davinci-test")
+        self.rank, self.world = rank, world
+
+    def step(self) -> list:
+        import ray.util.collective as col
+
+        g = "davinci-test"
+        # On device memory (a DeviceTensor's view), in place.
+        t = dray.DeviceTensor.from_numpy(np.full(4096, self.rank + 1, np.float32))
+        col.allreduce(t.numpy(), group_name=g)
+        total = float(t.numpy()[0])
+        # A plain numpy array, staged through the device; max; int32.
+        a = np.arange(8, dtype=np.int32) * (self.rank + 1)
+        col.allreduce(a, group_name=g, op=col.types.ReduceOp.MAX)
+        outs = [np.zeros(3, np.float16) for _ in range(self.world)]
+        col.allgather(outs, np.full(3, self.rank, np.float16), group_name=g)
+        b = np.full(5, 7.0 if self.rank == 1 else 0.0, np.float32)
+        col.broadcast(b, src_rank=1, group_name=g)
+        rs = np.zeros(2, np.float32)
+        col.reducescatter(rs, [np.full(2, r + self.rank, np.float32) for r in range(self.world)], group_name=g)
+        col.barrier(group_name=g)
+        return [total, a.tolist(), [float(o[0]) for o in outs], float(b[0]), float(rs[0])]
+
+
+def test_ray_collective_groups_run_on_davinci_ccl(ray_on) -> None:
+    world = 3
+    ws = [Worker.remote() for _ in range(world)]
+    ray.get([w.setup.remote(world, r) for r, w in enumerate(ws)], timeout=120)
+    got = ray.get([w.step.remote() for w in ws], timeout=120)
+    for r, (total, a, outs, b, rs) in enumerate(got):
+        assert total == 1 + 2 + 3
+        assert a == [i * world for i in range(8)]
+        assert outs == [0.0, 1.0, 2.0]
+        assert b == 7.0
+        # Block r of every rank k is r + k: summed over k.
+        assert rs == sum(r + k for k in range(world))
+    for w in ws:
+        ray.kill(w)
