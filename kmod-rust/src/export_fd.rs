@@ -18,8 +18,7 @@ use kernel::ffi::{c_int, c_uint};
 use crate::davinci_driver_core::Error as CoreError;
 use crate::davinci_uapi::{
     Errno, ExportMemoryArgs, ExportRangeArgs, ImportMemoryArgs, Wire, DRIVER_CMD_EXPORT_MEMORY,
-    DRIVER_CMD_EXPORT_RANGE,
-    DRIVER_CMD_IMPORT_MEMORY, EXPORT_FLAG_FD, IMPORT_FLAG_FD,
+    DRIVER_CMD_EXPORT_RANGE, DRIVER_CMD_IMPORT_MEMORY, EXPORT_FLAG_FD, IMPORT_FLAG_FD,
 };
 
 extern "C" {
