@@ -33,13 +33,14 @@ impl DeviceBuffer {
     /// clear that to pass it across `exec`); unlike a token it cannot be guessed or read by
     /// another process of the same user. Closing it stops nobody: imports made stand, and the
     /// export lasts as long as this buffer, whose free revokes every import as
-    /// [`export`](Self::export) says. Each call makes a new fd for the one export (an
-    /// allocation exported by token cannot be exported as an fd: `EBUSY`).
+    /// [`export`](Self::export) says. Each call makes a new fd for the one export (the same
+    /// grant); exported by token too, or to another grant, that is another export (ABI 1.5; a
+    /// 1.4 driver answers `EBUSY`).
     ///
     /// # Errors
     /// `EINVAL` on a device without export fds (davinci-mockd and the embedded mock: export
-    /// by token there) and for an imported buffer; `EBUSY` exported already by token or with
-    /// another grant; `ENOSPC` as for [`export`](Self::export); `EMFILE` no descriptor free.
+    /// by token there) and for an imported buffer; `ENOSPC` as for [`export`](Self::export);
+    /// `EMFILE` no descriptor free.
     pub fn export_fd(&self, to: ExportTo) -> Result<OwnedFd> {
         no_fds(self.device(), "EXPORT_MEMORY")?;
         let fd = self.export_with(to, EXPORT_FLAG_FD)?;
