@@ -204,11 +204,7 @@ impl Comm {
             let (lo, hi) = part(elems, n, self.rank);
             let (lo, hi) = (lo * ty.size(), hi * ty.size());
             if hi > lo {
-                self.seg.read(0, lo, &mut self.buf[..hi - lo]);
-                for r in 1..n {
-                    self.seg.read(r, lo, &mut self.tmp[..hi - lo]);
-                    reduce_into(ty, op, &mut self.buf[..hi - lo], &self.tmp[..hi - lo]);
-                }
+                self.reduce_slots(lo, hi - lo, ty, op);
                 self.seg.write(self.rank, lo, &self.buf[..hi - lo]);
             }
             self.seg.barrier()?;
@@ -286,11 +282,7 @@ impl Comm {
         self.seg.write(self.rank, 0, &self.buf[..len]);
         self.seg.barrier()?;
         if root.is_none_or(|r| r == self.rank) {
-            self.seg.read(0, 0, &mut self.buf[..len]);
-            for r in 1..self.nranks {
-                self.seg.read(r, 0, &mut self.tmp[..len]);
-                reduce_into(ty, op, &mut self.buf[..len], &self.tmp[..len]);
-            }
+            self.reduce_slots(0, len, ty, op);
             recv.write(at, &self.buf[..len])?;
         }
         self.seg.barrier()
@@ -366,11 +358,7 @@ impl Comm {
             }
             self.seg.barrier()?;
             let mine = self.rank * len;
-            self.seg.read(0, mine, &mut self.buf[..len]);
-            for r in 1..n {
-                self.seg.read(r, mine, &mut self.tmp[..len]);
-                reduce_into(ty, op, &mut self.buf[..len], &self.tmp[..len]);
-            }
+            self.reduce_slots(mine, len, ty, op);
             recv.write(at, &self.buf[..len])?;
             self.seg.barrier()?;
             at += len;
@@ -418,6 +406,16 @@ impl Comm {
             at += len;
         }
         Ok(())
+    }
+
+    /// `buf[..len]` = every slot's `[at, at + len)` reduced in rank order (so every rank
+    /// that reduces the same bytes gets the same bits).
+    fn reduce_slots(&mut self, at: usize, len: usize, ty: DataType, op: RedOp) {
+        self.seg.read(0, at, &mut self.buf[..len]);
+        for r in 1..self.nranks {
+            self.seg.read(r, at, &mut self.tmp[..len]);
+            reduce_into(ty, op, &mut self.buf[..len], &self.tmp[..len]);
+        }
     }
 
     fn check_root(&self, op: &'static str, root: usize) -> Result<()> {

@@ -49,8 +49,8 @@ use davinci_shim::{Errno, Error, Result};
 
 /// What names a communicator to the ranks joining it (`ncclUniqueId`): made once, by one
 /// rank (or the launcher), sent to the others by any channel (32 hex digits as text:
-/// `Display` / `FromStr`). Not a secret from the node's other users: the segment it names is
-/// created with the process's umask.
+/// `Display` / `FromStr`). The segment it names is the ranks' user's alone (mode 0600; a
+/// file of another user under that name is refused with `EPERM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UniqueId([u8; 16]);
 

@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -78,13 +79,31 @@ impl Segment {
                 .unwrap_or(Errno::EIO);
             fail(errno, OP, format!("{what} {}: {e}", path.display()))
         };
+        // The ranks' own user only (the staging slots hold their data), never through a
+        // symlink, and a file someone else made under the name is refused.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(&path)
             .map_err(|e| io("cannot open the communicator's segment", e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| io("cannot stat the communicator's segment", e))?;
+        if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
+            return Err(fail(
+                Errno::EPERM,
+                OP,
+                format!(
+                    "{} belongs to another user or is open to others: not this \
+                     communicator's segment",
+                    path.display()
+                ),
+            ));
+        }
         let len = HEADER + nranks * slot;
         // Every rank sets the same length: whoever comes first makes it, the rest find it.
         file.set_len(len as u64)

@@ -294,3 +294,23 @@ fn mismatched_calls_are_refused_with_the_numbers() {
         .unwrap();
     assert_eq!(out.read_vec::<f32>(0, 4).unwrap(), [1.5, 2.5, 3.5, 4.5]);
 }
+
+#[test]
+fn a_segment_file_open_to_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let id = UniqueId::new().unwrap();
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("davinci-ccl-{id}"));
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = Comm::init_rank_timeout(&id, 1, 0, Duration::from_secs(5)).unwrap_err();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        e.is(Errno::EPERM) && e.message().contains("open to others"),
+        "{e}"
+    );
+}

@@ -10,7 +10,7 @@ use davinci_shim::DeviceMem;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::base::{closed, invalid, type_error, type_name, OrRaise};
+use crate::base::{invalid, type_error, type_name, OrRaise};
 use crate::dtype::numpy_name;
 use crate::memory::{Buffer, Mem};
 use crate::stream::Stream;
@@ -81,27 +81,6 @@ pub struct Comm {
     nranks: usize,
 }
 
-impl Comm {
-    fn run<R: Send>(
-        &self,
-        py: Python<'_>,
-        op: &'static str,
-        f: impl FnOnce(&mut ccl::Comm) -> davinci_shim::Result<R> + Send,
-    ) -> PyResult<R> {
-        let r = py.detach(|| {
-            let mut g = self
-                .inner
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            g.as_mut().map(f)
-        });
-        match r {
-            Some(r) => r.or_raise(),
-            None => Err(closed(op, "communicator")),
-        }
-    }
-}
-
 /// The element count of `buf` (its bytes over the type's), when not given.
 fn count_of(buf: &Mem, ty: ccl::DataType, parts: usize) -> usize {
     ccl::Bytes::len(buf) / ty.size() / parts.max(1)
@@ -158,7 +137,7 @@ impl Comm {
 
     /// Waits for every rank.
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        self.run(py, "Comm.barrier", |c| c.barrier())
+        py.detach(|| self.run_inner(|c| c.barrier())).or_raise()
     }
 
     /// `recv = send op ...` over every rank, `count` elements (default: all of `send`).
@@ -270,7 +249,7 @@ impl Comm {
         })
     }
 
-    /// Leaves the communicator (its collectives fail with `ClosedError` from then on).
+    /// Leaves the communicator (its calls fail with `InvalidArgumentError` from then on).
     fn close(&self) {
         self.inner
             .lock()
