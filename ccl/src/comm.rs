@@ -9,7 +9,11 @@
 
 use std::time::Duration;
 
-use davinci_shim::{DeviceMem, Errno, Error, Result, Stream};
+use std::sync::Arc;
+
+use davinci_shim::{DeviceMem, Errno, Error, HostMapping, Result, Stream};
+
+use crate::direct::Peers;
 
 use crate::reduce::{reduce_into, DataType, RedOp};
 use crate::segment::Segment;
@@ -28,6 +32,12 @@ pub trait Bytes {
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
     /// Copies `data` to `offset`.
     fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
+    /// Its host view in this process, if it has one: ranks of one process then move data
+    /// between their buffers directly, and other ranks copy memory to segment without a
+    /// bounce buffer.
+    fn host_view(&self) -> Option<HostMapping> {
+        None
+    }
 }
 
 impl<T: DeviceMem> Bytes for T {
@@ -39,6 +49,9 @@ impl<T: DeviceMem> Bytes for T {
     }
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         DeviceMem::write(self, offset, data)
+    }
+    fn host_view(&self) -> Option<HostMapping> {
+        Some(self.host_mapping())
     }
 }
 
@@ -54,12 +67,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// arguments, in the same order. `Send`: a rank may move to another thread, and one thread
 /// may drive several ranks only if the calls cannot block each other (use a thread per rank).
 pub struct Comm {
-    seg: Segment,
-    rank: usize,
-    nranks: usize,
+    pub(crate) seg: Segment,
+    pub(crate) rank: usize,
+    pub(crate) nranks: usize,
     /// Staging on this side: one chunk, and one slot's segment to reduce with.
-    buf: Vec<u8>,
-    tmp: Vec<u8>,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) tmp: Vec<u8>,
+    /// Every rank is in this process: the direct path (`direct.rs`).
+    pub(crate) peers: Option<Arc<Peers>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -111,6 +126,7 @@ impl Comm {
         rank: usize,
         timeout: Duration,
     ) -> Result<Comm> {
+        let peers = Peers::register(id, nranks);
         let seg = Segment::join(&id.to_string(), nranks, rank, SLOT_BYTES, timeout)?;
         Ok(Comm {
             seg,
@@ -118,6 +134,7 @@ impl Comm {
             nranks,
             buf: vec![0; SLOT_BYTES],
             tmp: vec![0; SLOT_BYTES],
+            peers: peers.all_here().then_some(peers),
         })
     }
 
@@ -155,6 +172,13 @@ impl Comm {
         self.nranks
     }
 
+    /// Whether every rank is in this process, so that collectives move data between the
+    /// ranks' buffers directly (one copy, no staging) when their host views allow: the
+    /// threads of [`init_all`](Self::init_all), or `init_rank` calls of one process.
+    pub fn is_direct(&self) -> bool {
+        self.peers.is_some()
+    }
+
     /// Waits for every rank (`ETIMEDOUT` if one does not come).
     pub fn barrier(&mut self) -> Result<()> {
         self.seg.barrier()
@@ -188,6 +212,9 @@ impl Comm {
         let bytes = need(OP, "send", count, ty, send.len())?;
         need(OP, "recv", count, ty, recv.len())?;
         stream.synchronize(DEFAULT_TIMEOUT)?;
+        if self.direct_all_reduce(send, recv, bytes, ty, op, None)? {
+            return Ok(());
+        }
         if bytes <= ONE_SHOT_BYTES.min(self.seg.slot()) {
             return self.reduce_one_shot(send, recv, bytes, ty, op, None);
         }
@@ -196,8 +223,7 @@ impl Comm {
         let mut at = 0;
         while at < bytes {
             let len = chunk.min(bytes - at);
-            send.read(at, &mut self.buf[..len])?;
-            self.seg.write(self.rank, 0, &self.buf[..len]);
+            self.stage_in(send, at, 0, len)?;
             self.seg.barrier()?;
             // My part of the chunk: whole elements, the last rank takes the rest.
             let elems = len / ty.size();
@@ -211,9 +237,8 @@ impl Comm {
             for r in 0..n {
                 let (lo, hi) = part(elems, n, r);
                 let (lo, hi) = (lo * ty.size(), hi * ty.size());
-                self.seg.read(r, lo, &mut self.buf[lo..hi]);
+                self.stage_out(r, lo, recv, at + lo, hi - lo)?;
             }
-            recv.write(at, &self.buf[..len])?;
             self.seg.barrier()?;
             at += len;
         }
@@ -243,6 +268,9 @@ impl Comm {
             need(OP, "recv", count, ty, recv.len())?;
         }
         stream.synchronize(DEFAULT_TIMEOUT)?;
+        if self.direct_all_reduce(send, recv, bytes, ty, op, Some(root))? {
+            return Ok(());
+        }
         let chunk = self.chunk(ty, 1);
         let mut at = 0;
         while at < bytes {
@@ -278,8 +306,7 @@ impl Comm {
         op: RedOp,
         root: Option<usize>,
     ) -> Result<()> {
-        send.read(at, &mut self.buf[..len])?;
-        self.seg.write(self.rank, 0, &self.buf[..len]);
+        self.stage_in(send, at, 0, len)?;
         self.seg.barrier()?;
         if root.is_none_or(|r| r == self.rank) {
             self.reduce_slots(0, len, ty, op);
@@ -308,16 +335,17 @@ impl Comm {
             .ok_or_else(|| invalid(OP, format!("{count} x {} elements overflow", self.nranks)))?;
         need(OP, "recv (nranks x count)", total, ty, recv.len())?;
         stream.synchronize(DEFAULT_TIMEOUT)?;
+        if self.direct_all_gather(send, recv, bytes)? {
+            return Ok(());
+        }
         let chunk = self.chunk(ty, 1);
         let mut at = 0;
         while at < bytes {
             let len = chunk.min(bytes - at);
-            send.read(at, &mut self.buf[..len])?;
-            self.seg.write(self.rank, 0, &self.buf[..len]);
+            self.stage_in(send, at, 0, len)?;
             self.seg.barrier()?;
             for r in 0..self.nranks {
-                self.seg.read(r, 0, &mut self.tmp[..len]);
-                recv.write(r * bytes + at, &self.tmp[..len])?;
+                self.stage_out(r, 0, recv, r * bytes + at, len)?;
             }
             self.seg.barrier()?;
             at += len;
@@ -347,14 +375,16 @@ impl Comm {
         need(OP, "send (nranks x count)", total, ty, send.len())?;
         let bytes = need(OP, "recv", count, ty, recv.len())?;
         stream.synchronize(DEFAULT_TIMEOUT)?;
+        if self.direct_reduce_scatter(send, recv, bytes, ty, op)? {
+            return Ok(());
+        }
         // Each round, `len` bytes of every block: block b at b * len in the slot.
         let chunk = self.chunk(ty, n);
         let mut at = 0;
         while at < bytes {
             let len = chunk.min(bytes - at);
             for b in 0..n {
-                send.read(b * bytes + at, &mut self.buf[..len])?;
-                self.seg.write(self.rank, b * len, &self.buf[..len]);
+                self.stage_in(send, b * bytes + at, b * len, len)?;
             }
             self.seg.barrier()?;
             let mine = self.rank * len;
@@ -387,25 +417,54 @@ impl Comm {
             need(OP, "send", count, ty, send.len())?;
         }
         stream.synchronize(DEFAULT_TIMEOUT)?;
+        if self.direct_broadcast(send, recv, bytes, root)? {
+            return Ok(());
+        }
         let chunk = self.chunk(ty, 1);
         let mut at = 0;
         while at < bytes {
             let len = chunk.min(bytes - at);
             if self.rank == root {
-                send.read(at, &mut self.buf[..len])?;
-                self.seg.write(root, 0, &self.buf[..len]);
+                self.stage_in(send, at, 0, len)?;
             }
             self.seg.barrier()?;
-            if self.rank == root {
-                recv.write(at, &self.buf[..len])?;
-            } else {
-                self.seg.read(root, 0, &mut self.buf[..len]);
-                recv.write(at, &self.buf[..len])?;
-            }
+            self.stage_out(root, 0, recv, at, len)?;
             self.seg.barrier()?;
             at += len;
         }
         Ok(())
+    }
+
+    /// Copies `len` bytes of `src` at `at` into this rank's slot at `off`: memory to memory
+    /// through its host view if it has one, else through `buf`.
+    fn stage_in(&mut self, src: &dyn Bytes, at: usize, off: usize, len: usize) -> Result<()> {
+        match src.host_view() {
+            Some(v) => v.copy_to_shared(at, self.seg.map(), self.seg.at(self.rank, off), len),
+            None => {
+                src.read(at, &mut self.buf[..len])?;
+                self.seg.write(self.rank, off, &self.buf[..len]);
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies `len` bytes of rank `from`'s slot at `off` into `dst` at `at` (as
+    /// [`stage_in`](Self::stage_in), the other way).
+    fn stage_out(
+        &mut self,
+        from: usize,
+        off: usize,
+        dst: &dyn Bytes,
+        at: usize,
+        len: usize,
+    ) -> Result<()> {
+        match dst.host_view() {
+            Some(v) => v.copy_from_shared(at, self.seg.map(), self.seg.at(from, off), len),
+            None => {
+                self.seg.read(from, off, &mut self.tmp[..len]);
+                dst.write(at, &self.tmp[..len])
+            }
+        }
     }
 
     /// `buf[..len]` = every slot's `[at, at + len)` reduced in rank order (so every rank
@@ -430,7 +489,7 @@ impl Comm {
 }
 
 /// Rank `r`'s elements `[lo, hi)` of `elems` split over `n` ranks (the last takes the rest).
-fn part(elems: usize, n: usize, r: usize) -> (usize, usize) {
+pub(crate) fn part(elems: usize, n: usize, r: usize) -> (usize, usize) {
     let each = elems / n;
     let lo = r * each;
     let hi = if r + 1 == n { elems } else { lo + each };

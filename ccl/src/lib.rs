@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 mod comm;
+mod direct;
 mod reduce;
 mod segment;
 

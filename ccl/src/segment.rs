@@ -178,10 +178,21 @@ impl Segment {
         self.slot
     }
 
+    /// The mapping, for copies straight between it and a buffer's host view.
+    pub(crate) fn map(&self) -> &SharedMapping {
+        &self.map
+    }
+
+    /// Where byte `offset` of `rank`'s slot is in the mapping.
+    pub(crate) fn at(&self, rank: usize, offset: usize) -> u64 {
+        debug_assert!(offset <= self.slot);
+        (HEADER + rank * self.slot + offset) as u64
+    }
+
     /// Writes `data` into `rank`'s slot at `offset`.
     pub(crate) fn write(&self, rank: usize, offset: usize, data: &[u8]) {
         debug_assert!(offset + data.len() <= self.slot);
-        let at = (HEADER + rank * self.slot + offset) as u64;
+        let at = self.at(rank, offset);
         // In bounds by construction (callers stay inside a slot).
         let _ = self.map.write(at, data);
     }
@@ -189,7 +200,7 @@ impl Segment {
     /// Reads `out.len()` bytes of `rank`'s slot at `offset`.
     pub(crate) fn read(&self, rank: usize, offset: usize, out: &mut [u8]) {
         debug_assert!(offset + out.len() <= self.slot);
-        let at = (HEADER + rank * self.slot + offset) as u64;
+        let at = self.at(rank, offset);
         let _ = self.map.read(at, out);
     }
 

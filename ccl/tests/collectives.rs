@@ -183,6 +183,7 @@ fn every_collective_matches_the_reference_for_2_4_and_8_ranks_in_threads() {
         let comms = Comm::init_all(n).unwrap();
         std::thread::scope(|s| {
             for mut comm in comms {
+                assert!(comm.is_direct(), "threads of one process: the direct path");
                 s.spawn(move || {
                     for ty in DataType::ALL {
                         for count in counts(ty) {
@@ -215,6 +216,10 @@ fn child_rank() {
     let n: usize = parts.next().unwrap().parse().unwrap();
     let r: usize = parts.next().unwrap().parse().unwrap();
     let mut comm = Comm::init_rank_timeout(&id, n, r, Duration::from_secs(60)).unwrap();
+    assert!(
+        !comm.is_direct(),
+        "ranks of other processes: the staged path"
+    );
     for ty in DataType::ALL {
         for count in [1, 777, ONE_SHOT_BYTES / ty.size() + 9] {
             run_rank(&mut comm, ty, count);
@@ -313,4 +318,67 @@ fn a_segment_file_open_to_others_is_refused() {
         e.is(Errno::EPERM) && e.message().contains("open to others"),
         "{e}"
     );
+}
+
+/// Device memory seen only through copies (as a binding's buffer type may be): no host view.
+struct NoView<'a>(&'a DeviceBuffer);
+
+impl davinci_ccl::Bytes for NoView<'_> {
+    fn len(&self) -> usize {
+        DeviceMem::len(self.0)
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> davinci_shim::Result<()> {
+        DeviceMem::read(self.0, offset, out)
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> davinci_shim::Result<()> {
+        DeviceMem::write(self.0, offset, data)
+    }
+}
+
+#[test]
+fn ranks_of_one_process_joined_one_by_one_go_direct_and_one_without_a_host_view_sends_all_through_the_segment(
+) {
+    let n = 4;
+    let id = UniqueId::new().unwrap();
+    // Past the one-shot size, two staging chunks: the staged path's chunked loops.
+    let count = SLOT_BYTES / 4 + 3;
+    std::thread::scope(|s| {
+        for r in 0..n {
+            let id = &id;
+            s.spawn(move || {
+                let mut comm = Comm::init_rank(id, n, r).unwrap();
+                assert!(comm.is_direct(), "rank {r}: every rank is in this process");
+                let dev = Device::embedded().unwrap();
+                let mut st = dev.create_context().unwrap().create_stream().unwrap();
+                let mine: Vec<f32> = (0..count).map(|i| (r * 3 + i % 5) as f32).collect();
+                let send = dev.alloc(count * 4).unwrap();
+                send.write_slice(0, &mine).unwrap();
+                let recv = dev.alloc(count * 4 * n).unwrap();
+                // Rank 2 lends its buffers without a host view: every rank must take the
+                // staged path alike (or they would wait at different barriers).
+                let (sv, rv) = (NoView(&send), NoView(&recv));
+                let (sb, rb): (&dyn davinci_ccl::Bytes, &dyn davinci_ccl::Bytes) =
+                    if r == 2 { (&sv, &rv) } else { (&send, &recv) };
+                comm.all_reduce(sb, rb, count, DataType::F32, RedOp::Sum, &mut st)
+                    .unwrap();
+                let got = recv.read_vec::<f32>(0, count).unwrap();
+                for (i, g) in got.iter().enumerate() {
+                    let want: f32 = (0..n).map(|k| (k * 3 + i % 5) as f32).sum();
+                    assert_eq!(*g, want, "all_reduce element {i} on rank {r}");
+                }
+                comm.all_gather(sb, rb, count, DataType::F32, &mut st)
+                    .unwrap();
+                for k in 0..n {
+                    let got = recv.read_vec::<f32>(k * count * 4, 7).unwrap();
+                    let want: Vec<f32> = (0..7).map(|i| (k * 3 + i % 5) as f32).collect();
+                    assert_eq!(got, want, "all_gather block {k} on rank {r}");
+                }
+                comm.broadcast(sb, rb, count, DataType::F32, 2, &mut st)
+                    .unwrap();
+                let got = recv.read_vec::<f32>((count - 5) * 4, 5).unwrap();
+                let want: Vec<f32> = (count - 5..count).map(|i| (6 + i % 5) as f32).collect();
+                assert_eq!(got, want, "broadcast from rank 2 on rank {r}");
+            });
+        }
+    });
 }

@@ -23,6 +23,11 @@ pub(crate) mod sealed {
     pub trait Held: Send + Sync {
         /// The open the memory belongs to.
         fn device(&self) -> &crate::Device;
+        /// The host view: the mapping, and where in it the memory starts (`None`: memory
+        /// with no view a [`HostMapping`](crate::HostMapping) copies through).
+        fn view(&self) -> Option<(&davinci_shm::SharedMapping, usize)> {
+            None
+        }
     }
 
     /// What keeps device memory alive while a queued task names it: a reference to the
@@ -42,6 +47,9 @@ pub(crate) use sealed::{Held, Lease};
 impl Held for BufferInner {
     fn device(&self) -> &Device {
         &self.dev
+    }
+    fn view(&self) -> Option<(&SharedMapping, usize)> {
+        Some((&self.map, 0))
     }
 }
 
@@ -514,6 +522,11 @@ impl BufferInner {
     /// The address of the host view's first byte in this process.
     pub(crate) fn host_addr(&self) -> usize {
         self.map.as_ptr() as usize
+    }
+
+    /// The host view's mapping.
+    pub(crate) fn shared(&self) -> &SharedMapping {
+        &self.map
     }
 
     /// Bytes the driver reserved.

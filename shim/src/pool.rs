@@ -503,6 +503,9 @@ impl Held for BlockInner {
     fn device(&self) -> &Device {
         self.chunk.device()
     }
+    fn view(&self) -> Option<(&davinci_shm::SharedMapping, usize)> {
+        Some((self.chunk.shared(), self.offset))
+    }
 }
 
 impl sealed::Leased for PoolBuffer {

@@ -34,6 +34,12 @@ impl ccl::Bytes for Mem {
             Mem::Pool(b) => DeviceMem::write(b, offset, data),
         }
     }
+    fn host_view(&self) -> Option<davinci_shim::HostMapping> {
+        Some(match self {
+            Mem::Dev(b) => b.host_mapping(),
+            Mem::Pool(b) => b.host_mapping(),
+        })
+    }
 }
 
 const TYPES: &str = "\"f32\", \"f16\", \"bf16\" or \"i32\" (numpy's float32, float16, int32 too)";

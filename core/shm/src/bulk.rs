@@ -109,9 +109,82 @@ pub(crate) unsafe fn write(dst: *mut u8, data: &[u8]) {
     unsafe { copy_forward(dst, data.as_ptr(), data.len()) }
 }
 
+/// Copies `data` into shared memory at `dst` with non-temporal stores where it can (whole
+/// 64-byte lines on x86-64: `movntdq`, then `sfence`), so the destination's lines are
+/// neither read first nor left in this core's cache: for results written once to memory
+/// the writer will not read again (about twice the speed of `write` for large copies).
+/// The stores are complete and ordered before any later store when it returns.
+///
+/// # Safety
+/// As [`write`].
+pub(crate) unsafe fn write_streaming(dst: *mut u8, data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let n = data.len();
+        let head = dst.align_offset(64).min(n);
+        let lines = (n - head) / 64;
+        // SAFETY: `[dst, dst + head)` is inside the range, `data[..head]` outside it.
+        unsafe { copy_forward(dst, data.as_ptr(), head) };
+        if lines > 0 {
+            // SAFETY: `[dst + head, dst + head + 64 * lines)` lies in the range and is
+            // 64-byte aligned (`movntdq` needs 16); the loads read `data` (unaligned loads,
+            // ordinary memory); `sfence` orders the weakly ordered stores before anything
+            // this thread stores afterwards (a barrier's release), as the contract says.
+            unsafe {
+                core::arch::asm!(
+                    "2:",
+                    "movdqu xmm0, [{src}]",
+                    "movdqu xmm1, [{src} + 16]",
+                    "movdqu xmm2, [{src} + 32]",
+                    "movdqu xmm3, [{src} + 48]",
+                    "movntdq [{dst}], xmm0",
+                    "movntdq [{dst} + 16], xmm1",
+                    "movntdq [{dst} + 32], xmm2",
+                    "movntdq [{dst} + 48], xmm3",
+                    "add {src}, 64",
+                    "add {dst}, 64",
+                    "dec {lines}",
+                    "jnz 2b",
+                    "sfence",
+                    src = inout(reg) data.as_ptr().add(head) => _,
+                    dst = inout(reg) dst.add(head) => _,
+                    lines = inout(reg) lines => _,
+                    out("xmm0") _,
+                    out("xmm1") _,
+                    out("xmm2") _,
+                    out("xmm3") _,
+                    options(nostack)
+                );
+            }
+        }
+        let done = head + 64 * lines;
+        // SAFETY: the rest of the range.
+        unsafe { copy_forward(dst.add(done), data.as_ptr().add(done), n - done) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: per the contract.
+        unsafe { write(dst, data) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_writes_copy_every_byte_at_any_alignment_and_length() {
+        for start in 0..70 {
+            for n in [0, 1, 63, 64, 65, 127, 128, 200, 4096 + 17] {
+                let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+                let mut v = vec![0xeeu8; start + n + 9];
+                // SAFETY: `[start, start + n)` lies in `v`, `data` is another allocation.
+                unsafe { write_streaming(v.as_mut_ptr().add(start), &data) };
+                assert_eq!(&v[start..start + n], &data[..], "start {start} n {n}");
+                assert!(v[..start].iter().chain(&v[start + n..]).all(|&b| b == 0xee));
+            }
+        }
+    }
 
     #[test]
     fn fills_repeat_the_pattern_from_the_first_byte_at_any_alignment_and_length() {

@@ -9,6 +9,9 @@
 //!   likes. Bytes move with relaxed atomic loads and stores ([`copy_from_shared`],
 //!   [`copy_to_shared`]), so a racing writer produces wrong values, never undefined
 //!   behaviour on this side; whatever orders the data is the ring protocol's business.
+//!   Reads and writes of 4 KiB or more, and copies between mappings
+//!   ([`SharedMapping::copy_to`]), use the string instructions instead (memory speed, as
+//!   opaque to the compiler): a racing writer again makes bytes wrong, nothing worse.
 //! * Every access is bounds-checked against the mapping here, whatever the caller checked.
 //! * A 4-byte word of the mapping can be had as an `&AtomicU32` ([`SharedMapping::word`]),
 //!   which is also what the futex calls ([`futex_wait`], [`futex_wake`]) take: a doorbell.

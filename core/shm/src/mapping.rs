@@ -14,6 +14,11 @@ use crate::copy::{copy_from_shared, copy_to_shared, fill_shared};
 /// Bytes moved per step of a bounce-buffered copy or fill.
 const CHUNK: usize = 4096;
 
+/// Reads and writes of at least this many bytes move with the string instructions
+/// (`bulk.rs`: memory speed, as opaque to the compiler as the atomics); shorter ones keep
+/// the relaxed atomics, 8 aligned bytes at a time, which small records rely on.
+const BULK_BYTES: usize = 4096;
+
 /// A range outside the mapping (or an offset that does not fit the address space, or a word
 /// that is not 4-byte aligned).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +119,12 @@ impl SharedMapping {
     /// `OutOfBounds` unless the range lies inside the mapping.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), OutOfBounds> {
         let src = self.range(offset, buf.len())?;
+        if buf.len() >= BULK_BYTES {
+            // SAFETY: as below; the string instructions are opaque to the compiler, so a
+            // racing writer makes bytes wrong, never the copy undefined.
+            unsafe { crate::bulk::read(src, buf) };
+            return Ok(());
+        }
         // SAFETY: `range` checked that `[src, src + buf.len())` lies in the live mapping,
         // which is readable and writable (atomic loads need writable memory); `buf` is
         // ordinary memory outside it.
@@ -127,9 +138,58 @@ impl SharedMapping {
     /// `OutOfBounds` unless the range lies inside the mapping.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), OutOfBounds> {
         let dst = self.range(offset, data.len())?;
+        if data.len() >= BULK_BYTES {
+            // SAFETY: as below, with the string instructions (see `read`).
+            unsafe { crate::bulk::write(dst, data) };
+            return Ok(());
+        }
         // SAFETY: `range` checked that `[dst, dst + data.len())` lies in the live, writable
         // mapping; `data` is ordinary memory, not inside the mapping.
         unsafe { copy_to_shared(dst, data) };
+        Ok(())
+    }
+
+    /// As [`write`](Self::write), with non-temporal stores for whole cache lines (x86-64):
+    /// for data written once and not read back by this core soon (a collective's results),
+    /// about twice as fast for large writes. Every store is done and ordered before later
+    /// stores when it returns.
+    ///
+    /// # Errors
+    /// `OutOfBounds` unless the range lies inside the mapping.
+    pub fn write_streaming(&self, offset: u64, data: &[u8]) -> Result<(), OutOfBounds> {
+        let dst = self.range(offset, data.len())?;
+        if data.len() < BULK_BYTES {
+            return self.write(offset, data);
+        }
+        // SAFETY: `range` checked `[dst, dst + data.len())` against the live, writable
+        // mapping; `data` is ordinary memory outside it.
+        unsafe { crate::bulk::write_streaming(dst, data) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes of this mapping at `offset` into `dst` (another mapping, or this
+    /// one) at `dst_offset`, with the string instructions: memory to memory, no bounce
+    /// buffer. Overlapping ranges of one mapping are moved as `memmove` would.
+    ///
+    /// # Errors
+    /// `OutOfBounds` unless both ranges lie inside their mappings.
+    pub fn copy_to(
+        &self,
+        offset: u64,
+        dst: &SharedMapping,
+        dst_offset: u64,
+        len: usize,
+    ) -> Result<(), OutOfBounds> {
+        let s = self.range(offset, len)?;
+        let d = dst.range(dst_offset, len)?;
+        if std::ptr::eq(self, dst) {
+            return self.copy_within(dst_offset, offset, len as u64);
+        }
+        // SAFETY: `range` checked both spans against their live, read/write mappings. Two
+        // mappings are two address ranges, so the spans do not overlap (the same file
+        // mapped twice aliases, which makes bytes wrong, never the copy undefined: the
+        // string instructions are opaque to the compiler).
+        unsafe { crate::bulk::copy_forward(d, s, len) };
         Ok(())
     }
 

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use davinci_ccl::{Comm, DataType, RedOp};
+use davinci_ccl::{Comm, DataType, RedOp, UniqueId};
 use davinci_shim::{Device, DeviceBuffer};
 
 const USAGE: &str = "\
@@ -27,6 +27,9 @@ Options:
   -e, --max-bytes <SIZE>   Largest message [default: 64M]
   -f, --factor <N>         Multiply the size by N each step [default: 4]
   -i, --iters <N>          Timed iterations per size (after 2 warm-up) [default: 5]
+  -p, --processes          A process per rank (davinci-ccl's staged path through a shared
+                           segment) instead of a thread per rank (its direct path: every
+                           rank in one process moves data between the buffers itself)
       --json               One JSON object per line instead of the table
   -h, --help               This text
 ";
@@ -41,6 +44,7 @@ struct Opts {
     max: usize,
     factor: usize,
     iters: usize,
+    processes: bool,
     json: bool,
 }
 
@@ -68,6 +72,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>, String> {
         max: 64 << 20,
         factor: 4,
         iters: 5,
+        processes: false,
         json: false,
     };
     let mut it = args.iter();
@@ -129,6 +134,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>, String> {
                     .filter(|&n| n >= 1)
                     .ok_or_else(|| format!("--iters '{v}': expected 1 or more"))?;
             }
+            "-p" | "--processes" => o.processes = true,
             "--json" => o.json = true,
             other => return Err(format!("unknown argument '{other}' (--help)")),
         }
@@ -217,6 +223,25 @@ fn memcpy_bw(bytes: usize) -> f64 {
     bytes as f64 / best
 }
 
+/// The host's memcpy bandwidth at `bytes` with `threads` copying at once (each its own
+/// buffers; bytes copied by all of them per second, the best of a few rounds).
+fn parallel_memcpy_bw(bytes: usize, threads: usize) -> f64 {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
+        .map(|_| (vec![1u8; bytes], vec![0u8; bytes]))
+        .collect();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for (src, dst) in pairs.iter_mut() {
+                s.spawn(move || dst.copy_from_slice(std::hint::black_box(src)));
+            }
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (threads * bytes) as f64 / best
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -236,13 +261,6 @@ fn main() -> ExitCode {
         }
     };
     let n = o.ranks;
-    let comms = match Comm::init_all(n) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("davinci-ccl-bench: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let mut sizes = Vec::new();
     let mut b = o.min;
     while b <= o.max {
@@ -252,6 +270,19 @@ fn main() -> ExitCode {
             None => break,
         };
     }
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return child(&spec, &o, &sizes);
+    }
+    if o.processes {
+        return parent(&args, &o);
+    }
+    let comms = match Comm::init_all(n) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("davinci-ccl-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Each rank: its device, then every collective and size; rank 0 reports.
     let results = std::thread::scope(|s| {
         let joins: Vec<_> = comms
@@ -259,34 +290,7 @@ fn main() -> ExitCode {
             .enumerate()
             .map(|(r, mut comm)| {
                 let (o, sizes) = (o.clone(), sizes.clone());
-                s.spawn(
-                    move || -> Result<Vec<(&'static str, usize, Duration)>, String> {
-                        let spec = o.device.replace("{rank}", &r.to_string());
-                        let dev = if spec == "embedded" {
-                            Device::embedded()
-                        } else {
-                            Device::open(&spec)
-                        }
-                        .map_err(|e| format!("rank {r}: {spec}: {e}"))?;
-                        let mut out = Vec::new();
-                        for &c in &o.collectives {
-                            for &bytes in &sizes {
-                                // Whole elements, divisible among the ranks where it matters.
-                                let unit = o.ty.size()
-                                    * if c == "all_gather" || c == "reduce_scatter" {
-                                        n
-                                    } else {
-                                        1
-                                    };
-                                let bytes = (bytes / unit).max(1) * unit;
-                                let t = run(&mut comm, &dev, c, bytes, &o)
-                                    .map_err(|e| format!("rank {r}: {c} of {bytes} bytes: {e}"))?;
-                                out.push((c, bytes, median(t)));
-                            }
-                        }
-                        Ok(out)
-                    },
-                )
+                s.spawn(move || rank(r, &mut comm, &o, &sizes))
             })
             .collect();
         joins
@@ -306,10 +310,129 @@ fn main() -> ExitCode {
             }
         }
     }
-    let rows = rows.unwrap_or_default();
+    report(&o, rows.unwrap_or_default());
+    ExitCode::SUCCESS
+}
+
+/// What tells a process started by `--processes` its communicator and rank.
+const CHILD_ENV: &str = "DAVINCI_CCL_BENCH_RANK";
+
+type Row = (&'static str, usize, Duration);
+
+/// One rank: its device, then every collective and size.
+fn rank(r: usize, comm: &mut Comm, o: &Opts, sizes: &[usize]) -> Result<Vec<Row>, String> {
+    let n = o.ranks;
+    let spec = o.device.replace("{rank}", &r.to_string());
+    let dev = if spec == "embedded" {
+        Device::embedded()
+    } else {
+        Device::open(&spec)
+    }
+    .map_err(|e| format!("rank {r}: {spec}: {e}"))?;
+    let mut out = Vec::new();
+    for &c in &o.collectives {
+        for &bytes in sizes {
+            // Whole elements, divisible among the ranks where it matters.
+            let unit = o.ty.size()
+                * if c == "all_gather" || c == "reduce_scatter" {
+                    n
+                } else {
+                    1
+                };
+            let bytes = (bytes / unit).max(1) * unit;
+            let t = run(comm, &dev, c, bytes, o)
+                .map_err(|e| format!("rank {r}: {c} of {bytes} bytes: {e}"))?;
+            out.push((c, bytes, median(t)));
+        }
+    }
+    Ok(out)
+}
+
+/// `--processes`: starts a process per rank (this program again, told its rank), rank 0's
+/// output is the report.
+fn parent(args: &[String], o: &Opts) -> ExitCode {
+    let id = match UniqueId::new() {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("davinci-ccl-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("davinci-ccl-bench: cannot find this program to start the ranks: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut kids = Vec::new();
+    for r in 0..o.ranks {
+        let out = if r == 0 {
+            std::process::Stdio::inherit()
+        } else {
+            std::process::Stdio::null()
+        };
+        match std::process::Command::new(&exe)
+            .args(args)
+            .env(CHILD_ENV, format!("{id},{r}"))
+            .stdout(out)
+            .spawn()
+        {
+            Ok(k) => kids.push(k),
+            Err(e) => {
+                eprintln!("davinci-ccl-bench: cannot start rank {r}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut ok = true;
+    for mut k in kids {
+        ok &= k.wait().is_ok_and(|s| s.success());
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A rank started by [`parent`]: `spec` is `<unique id>,<rank>`.
+fn child(spec: &str, o: &Opts, sizes: &[usize]) -> ExitCode {
+    let parsed = spec
+        .split_once(',')
+        .and_then(|(id, r)| Some((id.parse::<UniqueId>().ok()?, r.parse::<usize>().ok()?)));
+    let Some((id, r)) = parsed else {
+        eprintln!("davinci-ccl-bench: {CHILD_ENV}='{spec}': expected <unique id>,<rank>");
+        return ExitCode::from(2);
+    };
+    let rows = Comm::init_rank(&id, o.ranks, r)
+        .map_err(|e| format!("rank {r}: {e}"))
+        .and_then(|mut comm| rank(r, &mut comm, o, sizes));
+    match rows {
+        Ok(rows) => {
+            if r == 0 {
+                report(o, rows);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("davinci-ccl-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints rank 0's rows: the table, or a JSON object per row.
+fn report(o: &Opts, rows: Vec<Row>) {
+    let n = o.ranks;
     if !o.json {
         println!(
-            "# davinci-ccl-bench: {n} ranks, {} on {}, memcpy measured in the same run",
+            "# davinci-ccl-bench: {n} ranks ({}), {} on {}, memcpy measured in the same run",
+            if o.processes {
+                "a process each: the staged path"
+            } else {
+                "threads of one process: the direct path"
+            },
             o.ty.name(),
             o.device
         );
@@ -324,6 +447,31 @@ fn main() -> ExitCode {
             "bus/memcpy"
         );
     }
+    // What the host allows: an all-reduce reads every rank's send and writes every rank's
+    // recv, n copies of the message at best, at the bandwidth of the host's cores copying
+    // together; so busbw <= 2(n-1)/n * that bandwidth / n.
+    let biggest = rows
+        .iter()
+        .filter(|r| r.0 == "all_reduce")
+        .map(|r| r.1)
+        .max();
+    let bound = biggest.map(|bytes| {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let threads = n.min(cores);
+        let agg = parallel_memcpy_bw(bytes, threads) / 1e9;
+        (
+            bytes,
+            threads,
+            agg,
+            bus_factor("all_reduce", n) * agg / n as f64,
+        )
+    });
+    if let (Some((bytes, threads, agg, b)), false) = (bound, o.json) {
+        println!(
+            "# all_reduce's bound on this host: n copies of the message at the memcpy bandwidth \
+             of {threads} threads copying together ({agg:.3} GB/s at {bytes} B): busbw <= {b:.3} GB/s"
+        );
+    }
     for (c, bytes, t) in rows {
         let secs = t.as_secs_f64().max(1e-9);
         let alg = bytes as f64 / secs / 1e9;
@@ -331,10 +479,15 @@ fn main() -> ExitCode {
         let mc = memcpy_bw(bytes) / 1e9;
         if o.json {
             println!(
-                "{{\"collective\":\"{c}\",\"ranks\":{n},\"dtype\":\"{}\",\"bytes\":{bytes},\"time_us\":{:.1},\"algbw_gbps\":{alg:.3},\"busbw_gbps\":{bus:.3},\"memcpy_gbps\":{mc:.3},\"bus_over_memcpy\":{:.3}}}",
+                "{{\"collective\":\"{c}\",\"ranks\":{n},\"dtype\":\"{}\",\"bytes\":{bytes},\"time_us\":{:.1},\"algbw_gbps\":{alg:.3},\"busbw_gbps\":{bus:.3},\"memcpy_gbps\":{mc:.3},\"bus_over_memcpy\":{:.3}{}}}",
                 o.ty.name(),
                 secs * 1e6,
-                bus / mc
+                bus / mc,
+                match bound {
+                    Some((b, _, _, v)) if c == "all_reduce" && b == bytes =>
+                        format!(",\"busbw_bound_gbps\":{v:.3}"),
+                    _ => String::new(),
+                }
             );
         } else {
             println!(
@@ -344,5 +497,4 @@ fn main() -> ExitCode {
             );
         }
     }
-    ExitCode::SUCCESS
 }
