@@ -91,7 +91,13 @@ fn invalid(op: &'static str, msg: String) -> Error {
 }
 
 /// `count` elements of `ty` in bytes, checked against a buffer of `len` bytes.
-fn need(op: &'static str, what: &str, count: usize, ty: DataType, len: usize) -> Result<usize> {
+pub(crate) fn need(
+    op: &'static str,
+    what: &str,
+    count: usize,
+    ty: DataType,
+    len: usize,
+) -> Result<usize> {
     let bytes = count
         .checked_mul(ty.size())
         .ok_or_else(|| invalid(op, format!("{count} elements overflow")))?;
@@ -437,7 +443,13 @@ impl Comm {
 
     /// Copies `len` bytes of `src` at `at` into this rank's slot at `off`: memory to memory
     /// through its host view if it has one, else through `buf`.
-    fn stage_in(&mut self, src: &dyn Bytes, at: usize, off: usize, len: usize) -> Result<()> {
+    pub(crate) fn stage_in(
+        &mut self,
+        src: &dyn Bytes,
+        at: usize,
+        off: usize,
+        len: usize,
+    ) -> Result<()> {
         match src.host_view() {
             Some(v) => v.copy_to_shared(at, self.seg.map(), self.seg.at(self.rank, off), len),
             None => {
@@ -450,7 +462,7 @@ impl Comm {
 
     /// Copies `len` bytes of rank `from`'s slot at `off` into `dst` at `at` (as
     /// [`stage_in`](Self::stage_in), the other way).
-    fn stage_out(
+    pub(crate) fn stage_out(
         &mut self,
         from: usize,
         off: usize,

@@ -15,7 +15,7 @@ use davinci_shm::{futex_wait, futex_wake, SharedMapping};
 
 /// Bytes before the first slot.
 const HEADER: usize = 4096;
-const MAGIC: u32 = 0xdcc1_0001;
+const MAGIC: u32 = 0xdcc1_0002;
 // Header words.
 const W_MAGIC: u64 = 0;
 const W_NRANKS: u64 = 4;
@@ -26,6 +26,32 @@ const W_GENERATION: u64 = 20;
 const W_ABORTED: u64 = 24;
 /// One word per rank from here: 1 once that rank joined.
 const W_RANKS: u64 = 64;
+/// Each rank's outbox (point-to-point), `OUTBOX_STRIDE` bytes per rank from here: its slot
+/// holds a chunk for `dest` while `posted` is ahead of `taken`.
+const W_OUTBOX: u64 = 512;
+const OUTBOX_STRIDE: u64 = 32;
+
+const _: () = assert!(
+    W_RANKS + 4 * MAX_RANKS as u64 <= W_OUTBOX
+        && W_OUTBOX + OUTBOX_STRIDE * MAX_RANKS as u64 <= HEADER as u64
+);
+
+/// A word of a rank's outbox (`Segment::outbox`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outbox {
+    /// Chunks the rank posted (counts up).
+    Posted = 0,
+    /// Chunks its receivers took (counts up to `Posted`).
+    Taken = 4,
+    /// The rank the posted chunk is for.
+    Dest = 8,
+    /// The posted chunk's bytes.
+    Len = 12,
+    /// The whole message's bytes (what the receiver checks its count against).
+    Total = 16,
+    /// The rank's doorbell: bumped by whoever changes what it waits for.
+    Bell = 20,
+}
 
 /// Most ranks in one communicator.
 pub const MAX_RANKS: usize = 64;
@@ -171,6 +197,37 @@ impl Segment {
             Ok(w) => w,
             Err(_) => unreachable!("header word {offset} outside the segment"),
         }
+    }
+
+    /// Word `w` of `rank`'s outbox.
+    pub(crate) fn outbox(&self, rank: usize, w: Outbox) -> &AtomicU32 {
+        self.word(W_OUTBOX + OUTBOX_STRIDE * rank as u64 + w as u64)
+    }
+
+    /// Rings `rank`'s doorbell (it re-checks what it waits for).
+    pub(crate) fn ring(&self, rank: usize) {
+        let bell = self.outbox(rank, Outbox::Bell);
+        bell.fetch_add(1, Ordering::Release);
+        futex_wake(bell);
+    }
+
+    /// Whether a rank aborted the communicator.
+    pub(crate) fn aborted(&self) -> bool {
+        self.word(W_ABORTED).load(Ordering::Acquire) != 0
+    }
+
+    /// Aborts the communicator: every rank's waits end with `ECANCELED`.
+    pub(crate) fn abort(&self) {
+        self.word(W_ABORTED).store(1, Ordering::Release);
+        futex_wake(self.word(W_GENERATION));
+        for r in 0..self.nranks {
+            self.ring(r);
+        }
+    }
+
+    /// The timeout of every wait.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Bytes of a slot.

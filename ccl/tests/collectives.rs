@@ -163,6 +163,59 @@ fn run_rank(comm: &mut Comm, ty: DataType, count: usize) {
     close(ty, &decode(ty, &got[..bytes]), &want, &what("broadcast"));
 }
 
+/// Point-to-point on `count` i32 elements: a ring shift (send to the next rank, receive
+/// from the previous, in one group), then an all-to-all (a block to every rank, itself
+/// included, and one from each), every byte checked.
+fn run_p2p(comm: &mut Comm, count: usize) {
+    let (r, n) = (comm.rank(), comm.nranks());
+    let dev = Device::embedded().unwrap();
+    let mut s = dev.create_context().unwrap().create_stream().unwrap();
+    let val = |from: usize, to: usize, i: usize| (from * 1_000_000 + to * 10_000 + i) as i32;
+    let bytes = (count * 4).max(1);
+    let next = (r + 1) % n;
+    let prev = (r + n - 1) % n;
+    let mine = dev.alloc(bytes).unwrap();
+    mine.write_slice(0, &(0..count).map(|i| val(r, next, i)).collect::<Vec<_>>())
+        .unwrap();
+    let got = dev.alloc(bytes).unwrap();
+    comm.group(&mut s, |g| {
+        g.send(&mine, count, DataType::I32, next)?;
+        g.recv(&got, count, DataType::I32, prev)
+    })
+    .unwrap();
+    let want: Vec<i32> = (0..count).map(|i| val(prev, r, i)).collect();
+    assert_eq!(
+        got.read_vec::<i32>(0, count).unwrap(),
+        want,
+        "ring shift, {n} ranks, rank {r}, {count} elements"
+    );
+    let outs: Vec<DeviceBuffer> = (0..n)
+        .map(|to| {
+            let b = dev.alloc(bytes).unwrap();
+            b.write_slice(0, &(0..count).map(|i| val(r, to, i)).collect::<Vec<_>>())
+                .unwrap();
+            b
+        })
+        .collect();
+    let ins: Vec<DeviceBuffer> = (0..n).map(|_| dev.alloc(bytes).unwrap()).collect();
+    comm.group(&mut s, |g| {
+        for k in 0..n {
+            g.send(&outs[k], count, DataType::I32, k)?;
+            g.recv(&ins[k], count, DataType::I32, k)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    for (from, b) in ins.iter().enumerate() {
+        let want: Vec<i32> = (0..count).map(|i| val(from, r, i)).collect();
+        assert_eq!(
+            b.read_vec::<i32>(0, count).unwrap(),
+            want,
+            "all-to-all, {n} ranks, rank {r} from {from}, {count} elements"
+        );
+    }
+}
+
 /// Element counts that cross the paths' edges: one element, odd counts, the one-shot limit
 /// and past it, more than one staging chunk.
 fn counts(ty: DataType) -> Vec<usize> {
@@ -224,6 +277,9 @@ fn child_rank() {
         for count in [1, 777, ONE_SHOT_BYTES / ty.size() + 9] {
             run_rank(&mut comm, ty, count);
         }
+    }
+    for count in [1, 5000, SLOT_BYTES / 4 * 2 + 7] {
+        run_p2p(&mut comm, count);
     }
 }
 
@@ -378,6 +434,81 @@ fn ranks_of_one_process_joined_one_by_one_go_direct_and_one_without_a_host_view_
                 let got = recv.read_vec::<f32>((count - 5) * 4, 5).unwrap();
                 let want: Vec<f32> = (count - 5..count).map(|i| (6 + i % 5) as f32).collect();
                 assert_eq!(got, want, "broadcast from rank 2 on rank {r}");
+            });
+        }
+    });
+}
+
+#[test]
+fn sends_and_receives_in_groups_arrive_whole_for_2_4_and_8_ranks_in_threads() {
+    for n in [2, 4, 8] {
+        let comms = Comm::init_all(n).unwrap();
+        std::thread::scope(|s| {
+            for mut comm in comms {
+                s.spawn(move || {
+                    for count in [0, 1, 5000, SLOT_BYTES / 4 + 3] {
+                        run_p2p(&mut comm, count);
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn a_receive_of_the_wrong_size_or_from_a_silent_peer_is_an_error_not_a_hang() {
+    let id = UniqueId::new().unwrap();
+    let results: Vec<(Option<Errno>, String)> = std::thread::scope(|s| {
+        let joins: Vec<_> = (0..2)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || {
+                    let mut comm =
+                        Comm::init_rank_timeout(id, 2, r, Duration::from_secs(20)).unwrap();
+                    let dev = Device::embedded().unwrap();
+                    let mut st = dev.create_context().unwrap().create_stream().unwrap();
+                    let b = dev.alloc(4096).unwrap();
+                    let e = comm.send(&b, 1, DataType::F32, 2, &mut st).unwrap_err();
+                    assert!(e.is(Errno::EINVAL) && e.message().contains("peer 2"), "{e}");
+                    // Rank 0 sends 100 elements, rank 1 expects 10.
+                    let e = if r == 0 {
+                        comm.send(&b, 100, DataType::F32, 1, &mut st).unwrap_err()
+                    } else {
+                        comm.recv(&b, 10, DataType::F32, 0, &mut st).unwrap_err()
+                    };
+                    (e.errno(), e.message().to_string())
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    assert_eq!(results[1].0, Some(Errno::EINVAL), "{:?}", results[1]);
+    assert!(results[1].1.contains("sends 400 bytes") && results[1].1.contains("expects 40"));
+    assert_eq!(
+        results[0].0,
+        Some(Errno::ECANCELED),
+        "the sender learns: {:?}",
+        results[0]
+    );
+
+    // A peer that never sends: ETIMEDOUT after the communicator's timeout.
+    let id = UniqueId::new().unwrap();
+    std::thread::scope(|s| {
+        for r in 0..2 {
+            let id = &id;
+            s.spawn(move || {
+                let mut comm =
+                    Comm::init_rank_timeout(id, 2, r, Duration::from_millis(500)).unwrap();
+                if r == 0 {
+                    let dev = Device::embedded().unwrap();
+                    let mut st = dev.create_context().unwrap().create_stream().unwrap();
+                    let b = dev.alloc(64).unwrap();
+                    let e = comm.recv(&b, 4, DataType::I32, 1, &mut st).unwrap_err();
+                    assert!(
+                        e.is(Errno::ETIMEDOUT) && e.message().contains("recv from rank 1"),
+                        "{e}"
+                    );
+                }
             });
         }
     });
