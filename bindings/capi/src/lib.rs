@@ -50,10 +50,16 @@ mod event;
 
 mod usage;
 
+mod ccl;
+
+mod ccl_calls;
+
 mod ffi;
 
 mod words;
 
+pub use ccl::*;
+pub use ccl_calls::*;
 pub use device::*;
 pub use event::*;
 pub use hostview::*;

@@ -12,7 +12,14 @@ One rank per device (or several on one device), each in its own process::
     comm.all_reduce(x, x, s, dtype="f32", op="sum")   # in place, every rank the same bits
 
 ``all_reduce`` (op ``"sum"``, ``"prod"``, ``"max"``, ``"min"``), ``all_gather``,
-``reduce_scatter``, ``broadcast`` and ``reduce``, on ``"f32"``, ``"f16"``, ``"bf16"`` and
+``reduce_scatter``, ``broadcast`` and ``reduce``; ``send`` and ``recv`` to and from a peer,
+alone or together in a group (NCCL's ``ncclGroupStart``/``ncclGroupEnd``)::
+
+    with comm.group(s) as g:                   # a ring shift: no rank waits on another
+        g.send(x, (rank + 1) % nranks, dtype="f32")
+        g.recv(y, (rank - 1) % nranks, dtype="f32")
+
+on ``"f32"``, ``"f16"``, ``"bf16"`` and
 ``"i32"`` (numpy's float32, float16 and int32 too); ``count`` defaults to what the buffers
 hold. Blocking: each call waits for the work queued on the stream, runs, and returns with
 the result in place. Data moves through the host (a shared-memory segment per
@@ -21,7 +28,7 @@ communicator), so any devices of one node work together.
 
 from __future__ import annotations
 
-from ._davinci import Comm
+from ._davinci import Comm, Group
 
 
 def unique_id() -> str:
@@ -29,4 +36,4 @@ def unique_id() -> str:
     return Comm.unique_id()
 
 
-__all__ = ["Comm", "unique_id"]
+__all__ = ["Comm", "Group", "unique_id"]

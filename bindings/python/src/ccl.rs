@@ -255,6 +255,48 @@ impl Comm {
         })
     }
 
+    /// Sends `count` elements (default: all of `buf`) to rank `peer`, which receives them
+    /// with `recv`; returns once it has.
+    #[pyo3(signature = (buf, peer, stream, *, dtype, count = None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        buf: &Buffer,
+        peer: usize,
+        stream: &Stream,
+        dtype: &Bound<'_, PyAny>,
+        count: Option<usize>,
+    ) -> PyResult<()> {
+        let op = P2p::new("Comm.send", true, buf, peer, dtype, count)?;
+        self.run_group(py, "Comm.send", vec![op], stream)
+    }
+
+    /// Receives `count` elements (default: all `buf` holds) from rank `peer` into `buf`.
+    #[pyo3(signature = (buf, peer, stream, *, dtype, count = None))]
+    fn recv(
+        &self,
+        py: Python<'_>,
+        buf: &Buffer,
+        peer: usize,
+        stream: &Stream,
+        dtype: &Bound<'_, PyAny>,
+        count: Option<usize>,
+    ) -> PyResult<()> {
+        let op = P2p::new("Comm.recv", false, buf, peer, dtype, count)?;
+        self.run_group(py, "Comm.recv", vec![op], stream)
+    }
+
+    /// A group of sends and receives that run together (`ncclGroupStart`/`ncclGroupEnd`):
+    /// `with comm.group(stream) as g: g.send(...); g.recv(...)`; they all run when the
+    /// `with` block ends (not if it raised) and are complete after it.
+    fn group(slf: Py<Self>, stream: Py<Stream>) -> Group {
+        Group {
+            comm: slf,
+            stream,
+            ops: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Leaves the communicator (its calls fail with `InvalidArgumentError` from then on).
     fn close(&self) {
         self.inner
@@ -269,6 +311,29 @@ impl Comm {
 }
 
 impl Comm {
+    fn run_group(
+        &self,
+        py: Python<'_>,
+        op: &'static str,
+        ops: Vec<P2p>,
+        stream: &Stream,
+    ) -> PyResult<()> {
+        stream.with(py, op, |st| {
+            self.run_inner(|c| {
+                c.group(st, |g| {
+                    for o in &ops {
+                        if o.send {
+                            g.send(&*o.buf, o.count, o.ty, o.peer)?;
+                        } else {
+                            g.recv(&*o.buf, o.count, o.ty, o.peer)?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+        })
+    }
+
     /// `f` on the communicator (the GIL already released by the stream's `with`).
     fn run_inner<R>(
         &self,
@@ -286,5 +351,126 @@ impl Comm {
                 "the communicator is closed",
             )),
         }
+    }
+}
+
+/// One send or receive of a group.
+struct P2p {
+    send: bool,
+    buf: std::sync::Arc<Mem>,
+    peer: usize,
+    ty: ccl::DataType,
+    count: usize,
+}
+
+impl P2p {
+    fn new(
+        op: &'static str,
+        send: bool,
+        buf: &Buffer,
+        peer: usize,
+        dtype: &Bound<'_, PyAny>,
+        count: Option<usize>,
+    ) -> PyResult<P2p> {
+        let ty = data_type(op, dtype)?;
+        let buf = buf.get(op)?;
+        let count = count.unwrap_or_else(|| count_of(&buf, ty, 1));
+        Ok(P2p {
+            send,
+            buf,
+            peer,
+            ty,
+            count,
+        })
+    }
+}
+
+/// The sends and receives of `Comm.group(stream)`, run together when its `with` block ends.
+#[pyclass(module = "davinci._davinci")]
+pub struct Group {
+    comm: Py<Comm>,
+    stream: Py<Stream>,
+    ops: Mutex<Vec<P2p>>,
+}
+
+#[pymethods]
+impl Group {
+    /// Adds a send of `count` elements (default: all of `buf`) to rank `peer`.
+    #[pyo3(signature = (buf, peer, *, dtype, count = None))]
+    fn send(
+        &self,
+        buf: &Buffer,
+        peer: usize,
+        dtype: &Bound<'_, PyAny>,
+        count: Option<usize>,
+    ) -> PyResult<()> {
+        let op = P2p::new("Group.send", true, buf, peer, dtype, count)?;
+        self.push(op)
+    }
+
+    /// Adds a receive of `count` elements (default: all `buf` holds) from rank `peer`.
+    #[pyo3(signature = (buf, peer, *, dtype, count = None))]
+    fn recv(
+        &self,
+        buf: &Buffer,
+        peer: usize,
+        dtype: &Bound<'_, PyAny>,
+        count: Option<usize>,
+    ) -> PyResult<()> {
+        let op = P2p::new("Group.recv", false, buf, peer, dtype, count)?;
+        self.push(op)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Runs the group, unless the block raised (then nothing runs).
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let ops = std::mem::take(
+            &mut *self
+                .ops
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if exc_type.is_some() {
+            return Ok(false);
+        }
+        let comm = self.comm.borrow(py);
+        let stream = self.stream.borrow(py);
+        comm.run_group(py, "Comm.group", ops, &stream)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let n = self
+            .ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        format!("<davinci.ccl.Group of {n} operations>")
+    }
+}
+
+impl Group {
+    fn push(&self, op: P2p) -> PyResult<()> {
+        let mut ops = self
+            .ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ops.len() >= ccl::MAX_GROUP_OPS {
+            return Err(invalid(
+                "Group",
+                format!("a group holds at most {} operations", ccl::MAX_GROUP_OPS),
+            ));
+        }
+        ops.push(op);
+        Ok(())
     }
 }

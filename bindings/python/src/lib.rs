@@ -44,6 +44,7 @@ fn _davinci(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::HostHold>()?;
     m.add_class::<task::Task>()?;
     m.add_class::<ccl::Comm>()?;
+    m.add_class::<ccl::Group>()?;
     m.add_function(wrap_pyfunction!(task::task_fill, m)?)?;
     m.add_function(wrap_pyfunction!(task::task_copy, m)?)?;
     m.add_function(wrap_pyfunction!(task::task_add, m)?)?;

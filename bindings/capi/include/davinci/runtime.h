@@ -81,6 +81,46 @@
 
 
 /**
+ * `davinci_ccl_datatype`: 32-bit floats.
+ */
+#define DAVINCI_CCL_FLOAT32 0
+
+/**
+ * 16-bit IEEE floats.
+ */
+#define DAVINCI_CCL_FLOAT16 1
+
+/**
+ * bfloat16.
+ */
+#define DAVINCI_CCL_BFLOAT16 2
+
+/**
+ * 32-bit two's complement integers (sums and products wrap).
+ */
+#define DAVINCI_CCL_INT32 3
+
+/**
+ * `davinci_ccl_redop`: the sum.
+ */
+#define DAVINCI_CCL_SUM 0
+
+/**
+ * The product.
+ */
+#define DAVINCI_CCL_PROD 1
+
+/**
+ * The largest (NaN if either is).
+ */
+#define DAVINCI_CCL_MAX 2
+
+/**
+ * The smallest (NaN if either is).
+ */
+#define DAVINCI_CCL_MIN 3
+
+/**
  * Device memory with a host view: an allocation (`davinci_buffer_alloc`), a block of a pool
  * (`davinci_pool_alloc`) or an import (`davinci_device_import`). Freed by
  * `davinci_buffer_free`, in stream order: tasks queued on it keep it until they have run.
@@ -88,6 +128,11 @@
  * `davinci_buffer_read`) or in place through a host view (`davinci_buffer_map`).
  */
 typedef struct davinci_buffer davinci_buffer;
+
+/**
+ * One rank's end of a communicator. Used by one thread at a time.
+ */
+typedef struct davinci_ccl_comm davinci_ccl_comm;
 
 /**
  * A context: groups streams and events (events work between the streams of their own
@@ -507,6 +552,18 @@ typedef struct davinci_device_usage {
      */
     uint32_t client_id;
 } davinci_device_usage;
+
+/**
+ * What names a communicator to its ranks (`ncclUniqueId`): made once by
+ * `davinci_ccl_get_unique_id`, sent to every rank by any channel (as bytes, or as text with
+ * `davinci_ccl_unique_id_to_string` / `_parse`).
+ */
+typedef struct davinci_ccl_unique_id {
+    /**
+     * Its bytes.
+     */
+    uint8_t bytes[16];
+} davinci_ccl_unique_id;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1510,6 +1567,226 @@ int davinci_imported_event_value(const struct davinci_imported_event *imp, uint6
  * Threads: any. `dev` a live handle; `out` writable.
  */
 int davinci_device_get_usage(const struct davinci_device *dev, struct davinci_device_usage *out);
+
+/**
+ * A new unique id, from the system's random source (`ncclGetUniqueId`).
+ *
+ * Returns 0; -EIO (no random source); -EINVAL (`out` NULL).
+ *
+ * # Safety
+ * Threads: any. `out` writable.
+ */
+int davinci_ccl_get_unique_id(struct davinci_ccl_unique_id *out);
+
+/**
+ * Writes `id` as 32 hex digits and a NUL into `buf` (33 bytes at least).
+ *
+ * Returns 0; -EINVAL (NULL); -ERANGE (`len` below 33).
+ *
+ * # Safety
+ * Threads: any. `id` readable; `buf` writable for `len` bytes.
+ */
+int davinci_ccl_unique_id_to_string(const struct davinci_ccl_unique_id *id, char *buf, size_t len);
+
+/**
+ * Parses the text of `davinci_ccl_unique_id_to_string` into `out`.
+ *
+ * Returns 0; -EINVAL (NULL, or not 32 hex digits).
+ *
+ * # Safety
+ * Threads: any. `text` a NUL-terminated string; `out` writable.
+ */
+int davinci_ccl_unique_id_parse(const char *text, struct davinci_ccl_unique_id *out);
+
+/**
+ * Joins communicator `id` as `rank` of `nranks` (`ncclCommInitRank`): every rank calls it
+ * with the same id and `nranks`; it returns once all joined (60 s at most, then
+ * -ETIMEDOUT).
+ *
+ * Returns 0; -EINVAL (a rank out of range, an id used with another `nranks`); -EBUSY (the
+ * rank joined already); -ETIMEDOUT; -EPERM (the id's segment belongs to another user).
+ *
+ * # Safety
+ * Threads: any. `out` writable; `id` readable.
+ */
+int davinci_ccl_comm_init_rank(struct davinci_ccl_comm **out,
+                               int nranks,
+                               const struct davinci_ccl_unique_id *id,
+                               int rank);
+
+/**
+ * `n` communicators of this process, ranks 0..n, into `comms[0..n]` (`ncclCommInitAll`):
+ * drive each from its own thread, or all from one thread with groups.
+ *
+ * Returns 0; -EINVAL (`n` out of 1..=64, `comms` NULL).
+ *
+ * # Safety
+ * Threads: any. `comms` writable for `n` pointers.
+ */
+int davinci_ccl_comm_init_all(struct davinci_ccl_comm **comms, int n);
+
+/**
+ * Leaves the communicator and frees the handle; NULL does nothing.
+ *
+ * # Safety
+ * Threads: any. `comm` NULL or a live handle no one else uses.
+ */
+void davinci_ccl_comm_destroy(struct davinci_ccl_comm *comm);
+
+/**
+ * This rank (`ncclCommUserRank`) into `rank`, and the ranks of the communicator
+ * (`ncclCommCount`) into `nranks` (either may be NULL).
+ *
+ * Returns 0; -EINVAL (`comm` NULL).
+ *
+ * # Safety
+ * Threads: any. `comm` a live handle; `rank` and `nranks` NULL or writable.
+ */
+int davinci_ccl_comm_rank(const struct davinci_ccl_comm *comm, int *rank, int *nranks);
+
+/**
+ * Opens a group on this thread (`ncclGroupStart`): the collective, send and recv calls that
+ * follow are queued, not run, until the matching `davinci_ccl_group_end`. Groups nest (the
+ * outermost end runs them).
+ *
+ * Returns 0.
+ */
+int davinci_ccl_group_start(void);
+
+/**
+ * Closes this thread's group (`ncclGroupEnd`); the outermost one runs the queued calls:
+ * each communicator's in order (its sends and receives together), several communicators
+ * at once, each on a thread of its own. Returns when every call is complete.
+ *
+ * Returns 0; -EINVAL (no group open); the first failed call's error (the other
+ * communicators' calls still ran).
+ *
+ * # Safety
+ * Threads: the one that opened the group. Every handle the queued calls named is still
+ * live.
+ */
+int davinci_ccl_group_end(void);
+
+/**
+ * All-reduce (`ncclAllReduce`): `recvbuf = sendbuf op ...` over every rank, `count`
+ * elements of `datatype`, every rank the same bits. `sendbuf` may be `recvbuf`. After the
+ * work queued on `stream`; the result is in place when it returns (or at the group's end).
+ *
+ * Returns 0; -EINVAL (a bad datatype or op, a buffer shorter than `count` elements, NULL);
+ * -ETIMEDOUT (a rank did not come: the communicator is aborted); -ECANCELED (another rank
+ * aborted it); the device's errors.
+ *
+ * # Safety
+ * Threads: one per communicator at a time. The handles live until the call completes.
+ */
+int davinci_ccl_all_reduce(const struct davinci_buffer *sendbuf,
+                           const struct davinci_buffer *recvbuf,
+                           size_t count,
+                           uint32_t datatype,
+                           uint32_t op,
+                           const struct davinci_ccl_comm *comm,
+                           const struct davinci_stream *stream);
+
+/**
+ * All-gather (`ncclAllGather`): rank r's `sendcount` elements land at
+ * `recvbuf[r * sendcount]` on every rank.
+ *
+ * Returns as `davinci_ccl_all_reduce`.
+ *
+ * # Safety
+ * As `davinci_ccl_all_reduce`.
+ */
+int davinci_ccl_all_gather(const struct davinci_buffer *sendbuf,
+                           const struct davinci_buffer *recvbuf,
+                           size_t sendcount,
+                           uint32_t datatype,
+                           const struct davinci_ccl_comm *comm,
+                           const struct davinci_stream *stream);
+
+/**
+ * Reduce-scatter (`ncclReduceScatter`): `sendbuf` holds nranks blocks of `recvcount`;
+ * rank r gets block r reduced over every rank.
+ *
+ * Returns as `davinci_ccl_all_reduce`.
+ *
+ * # Safety
+ * As `davinci_ccl_all_reduce`.
+ */
+int davinci_ccl_reduce_scatter(const struct davinci_buffer *sendbuf,
+                               const struct davinci_buffer *recvbuf,
+                               size_t recvcount,
+                               uint32_t datatype,
+                               uint32_t op,
+                               const struct davinci_ccl_comm *comm,
+                               const struct davinci_stream *stream);
+
+/**
+ * Broadcast (`ncclBroadcast`): `root`'s `count` elements of `sendbuf` land in every
+ * rank's `recvbuf` (only the root reads `sendbuf`; other ranks may pass `recvbuf`).
+ *
+ * Returns as `davinci_ccl_all_reduce`; -EINVAL a root out of range.
+ *
+ * # Safety
+ * As `davinci_ccl_all_reduce`.
+ */
+int davinci_ccl_broadcast(const struct davinci_buffer *sendbuf,
+                          const struct davinci_buffer *recvbuf,
+                          size_t count,
+                          uint32_t datatype,
+                          int root,
+                          const struct davinci_ccl_comm *comm,
+                          const struct davinci_stream *stream);
+
+/**
+ * Reduce (`ncclReduce`): as `davinci_ccl_all_reduce`, the result in `root`'s `recvbuf`
+ * only (other ranks may pass `sendbuf` as `recvbuf`; it is not written).
+ *
+ * Returns as `davinci_ccl_broadcast`.
+ *
+ * # Safety
+ * As `davinci_ccl_all_reduce`.
+ */
+int davinci_ccl_reduce(const struct davinci_buffer *sendbuf,
+                       const struct davinci_buffer *recvbuf,
+                       size_t count,
+                       uint32_t datatype,
+                       uint32_t op,
+                       int root,
+                       const struct davinci_ccl_comm *comm,
+                       const struct davinci_stream *stream);
+
+/**
+ * Sends `count` elements of `buf` to rank `peer` (`ncclSend`), which receives them with
+ * `davinci_ccl_recv`; returns once it has (outside a group). Sends to one peer arrive in
+ * order; inside a group every send and receive makes progress together.
+ *
+ * Returns as `davinci_ccl_all_reduce`; -EINVAL a peer out of range, or (on the receiver)
+ * a count that is not what the peer sent (the communicator is then aborted).
+ *
+ * # Safety
+ * As `davinci_ccl_all_reduce`.
+ */
+int davinci_ccl_send(const struct davinci_buffer *buf,
+                     size_t count,
+                     uint32_t datatype,
+                     int peer,
+                     const struct davinci_ccl_comm *comm,
+                     const struct davinci_stream *stream);
+
+/**
+ * Receives `count` elements from rank `peer` into `buf` (`ncclRecv`).
+ *
+ * Returns as `davinci_ccl_send`.
+ *
+ * # Safety
+ * As `davinci_ccl_all_reduce`.
+ */
+int davinci_ccl_recv(const struct davinci_buffer *buf,
+                     size_t count,
+                     uint32_t datatype,
+                     int peer,
+                     const struct davinci_ccl_comm *comm,
+                     const struct davinci_stream *stream);
 
 #ifdef __cplusplus
 }  // extern "C"
