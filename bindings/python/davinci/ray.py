@@ -39,6 +39,11 @@ else the node's device): memory imported by one client is not another client's, 
 tensors and streams from it. The device must be shared (``davinci-mockd --share-mode
 shared``, or a kernel device in shared mode) for several actors to open it.
 
+Channels that pickle what they carry (a Ray **compiled graph**'s, queues) move a tensor by
+reference with ``share(t)``: a small picklable ``SharedTensor`` (export token under a lease,
+dtype, shape, node and device) whose ``open()`` on the receiver imports the memory
+(``examples/ray_compiled_graph.py``).
+
 Importing this module also registers a ``ray.util.collective`` backend named ``"DAVINCI"``
 over davinci-ccl (``davinci.ray_collective``).
 
@@ -47,6 +52,7 @@ Requires ``ray`` (2.60 or later); importing this module without it raises ``Impo
 
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from dataclasses import dataclass
@@ -77,6 +83,9 @@ __all__ = [
     "DavinciTransportError",
     "DavinciTensorTransport",
     "DavinciTransportMetadata",
+    "SharedTensor",
+    "SHARE_KEEP",
+    "share",
     "device",
     "set_device",
     "register",
@@ -251,8 +260,6 @@ class DavinciTensorTransport(TensorTransportManager):
         self._sent: Dict[str, List[davinci.Buffer]] = {}
         # Per exported buffer (id): how many live objects name it (one export each time).
         self._exports: Dict[int, int] = {}
-        # Per token: this receiver's import, while something holds it.
-        self._imports: Dict[str, "weakref.ReferenceType[davinci.Buffer]"] = {}
 
     @property
     def tensor_transport_backend(self) -> str:
@@ -318,26 +325,7 @@ class DavinciTensorTransport(TensorTransportManager):
         return DavinciCommunicatorMetadata()
 
     def _import(self, dev: davinci.Device, token: str, obj_id: str) -> davinci.Buffer:
-        with self._mu:
-            ref = self._imports.get(token)
-            held = ref() if ref is not None else None
-            if held is not None and not held.closed:
-                return held
-        try:
-            buf = dev.import_buffer(token)
-        except davinci.DavinciError as e:
-            if davinci.errno_name(e.errno) == "ENOENT":
-                raise DavinciTransportError(
-                    f"object {obj_id}: the sender's device memory is gone (its actor died, "
-                    f"or it was freed before this receiver imported it): {e}"
-                ) from e
-            raise
-        with self._mu:
-            self._imports[token] = weakref.ref(buf)
-            # Forget dead imports now and then (bounded by the live ones).
-            if len(self._imports) > 1024:
-                self._imports = {k: r for k, r in self._imports.items() if r() is not None}
-        return buf
+        return _import_token(dev, token, f"object {obj_id}")
 
     def recv_multiple_tensors(
         self,
@@ -413,6 +401,138 @@ class DavinciTensorTransport(TensorTransportManager):
     ) -> None:
         # A receive never waits on the sender: nothing in flight to stop.
         return None
+
+
+# Per token: this process's import, while something holds it (a token imported again while
+# held gives the same buffer: one import per client and export).
+_imports: Dict[str, "weakref.ReferenceType[davinci.Buffer]"] = {}
+
+
+def _import_token(dev: davinci.Device, token: str, what: str) -> davinci.Buffer:
+    global _imports
+    with _lock:
+        ref = _imports.get(token)
+        held = ref() if ref is not None else None
+        if held is not None and not held.closed:
+            return held
+    try:
+        buf = dev.import_buffer(token)
+    except davinci.DavinciError as e:
+        if davinci.errno_name(e.errno) == "ENOENT":
+            raise DavinciTransportError(
+                f"{what}: the sender's device memory is gone (its actor died, or its export "
+                f"ended before this receiver imported it): {e}"
+            ) from e
+        raise
+    with _lock:
+        _imports[token] = weakref.ref(buf)
+        # Forget dead imports now and then (bounded by the live ones).
+        if len(_imports) > 1024:
+            _imports = {k: r for k, r in _imports.items() if r() is not None}
+    return buf
+
+
+@dataclass(frozen=True)
+class SharedTensor:
+    """A ``DeviceTensor`` by reference, for channels that pickle what they carry (a Ray
+    compiled graph's, a queue, a pipe): an export token under a lease, the dtype and shape,
+    and where the memory is (node, device UUID and path). Made by ``share``; the receiver's
+    ``open()`` imports the memory, no copy. Same node and device only."""
+
+    token: str
+    dtype: str
+    shape: Tuple[int, ...]
+    node_id: str
+    device_uuid: str
+    device_path: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def open(self) -> DeviceTensor:
+        """The tensor, imported into this process's client (``device()``); opening one
+        token again while its import lives gives the same buffer. Raises
+        ``DavinciTransportError`` if the memory is elsewhere or gone (the sender died, or
+        shared more than its ``keep`` tensors since)."""
+        here = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        if here is not None and self.node_id and self.node_id != here:
+            raise DavinciTransportError(
+                f"a shared tensor of node {self.node_id} opened on node {here}: "
+                f"{TRANSPORT} tensors stay on their node"
+            )
+        dev = device()
+        mine = _device_uuid(dev)
+        if self.device_uuid != mine:
+            raise DavinciTransportError(
+                f"the shared tensor is on device {self.device_uuid} ({self.device_path}), "
+                f"this process's device is {mine} ({dev.path}): give both the same device "
+                "(DAVINCI_DEVICE, or DAVINCI_VISIBLE_DEVICES)"
+            )
+        buf = _import_token(dev, self.token, f"shared tensor {self.token}")
+        return DeviceTensor(buf, self.dtype, self.shape)
+
+
+#: How many of its latest shares a process keeps exported by default (``share``'s keep).
+SHARE_KEEP = 8
+# The buffers shared, oldest first, and how many of those shares name each buffer.
+_shared: "collections.deque[davinci.Buffer]" = collections.deque()
+_shared_counts: Dict[int, int] = {}
+_shared_tokens: Dict[int, str] = {}
+
+
+def share(t: DeviceTensor, *, keep: int = SHARE_KEEP, synchronize: bool = True) -> SharedTensor:
+    """Exports ``t`` under a lease and returns the picklable ``SharedTensor`` that names it
+    (first waiting for the work queued on this process's client, unless ``synchronize`` is
+    False: the caller synchronized the streams that wrote ``t``). The export stays open for
+    this process's next ``keep`` shares (a bounded window: a receiver opens it within that,
+    as a compiled graph's next stage does), then ends; a receiver's import keeps the memory
+    valid after that, and after this process drops ``t``, until the receiver lets go. A
+    tensor shared again while its export is open keeps its token (a ring of reused tensors
+    costs one export each)."""
+    if not isinstance(t, DeviceTensor):
+        raise TypeError(f"share takes a davinci.ray.DeviceTensor, not {type(t).__name__}")
+    if keep < 1:
+        raise ValueError(f"share: keep {keep}: at least 1")
+    if t.buffer.is_imported:
+        raise DavinciTransportError(
+            "a DeviceTensor received from another process cannot be shared on: its memory "
+            "is the first sender's (copy it into a tensor of this process's)"
+        )
+    dev = device()
+    if synchronize:
+        dev.synchronize()
+    with _lock:
+        open_token = _shared_tokens.get(id(t.buffer)) if _shared_counts.get(id(t.buffer)) else None
+    token = open_token or t.buffer.export(lease=True)
+    ending = []
+    with _lock:
+        _shared.append(t.buffer)
+        _shared_counts[id(t.buffer)] = _shared_counts.get(id(t.buffer), 0) + 1
+        _shared_tokens[id(t.buffer)] = token
+        while len(_shared) > keep:
+            old = _shared.popleft()
+            n = _shared_counts.get(id(old), 0) - 1
+            if n <= 0:
+                _shared_counts.pop(id(old), None)
+                _shared_tokens.pop(id(old), None)
+                ending.append(old)
+            else:
+                _shared_counts[id(old)] = n
+    for b in ending:
+        if not b.closed:
+            try:
+                b.unexport()
+            except davinci.DavinciError:
+                pass
+    return SharedTensor(
+        token=token,
+        dtype=t.dtype.str,
+        shape=t.shape,
+        node_id=ray.get_runtime_context().get_node_id() if ray.is_initialized() else "",
+        device_uuid=_device_uuid(dev),
+        device_path=dev.path,
+    )
 
 
 def _copy_into(dev: davinci.Device, target: Any, src: DeviceTensor) -> DeviceTensor:
