@@ -36,6 +36,7 @@
 
 mod comm;
 mod direct;
+mod ordered;
 mod p2p;
 mod reduce;
 mod segment;
@@ -44,6 +45,7 @@ use std::fmt;
 use std::io::Read;
 
 pub use comm::{Bytes, Comm, DEFAULT_TIMEOUT, ONE_SHOT_BYTES, SLOT_BYTES};
+pub use ordered::{StreamComm, MAX_QUEUED};
 pub use p2p::{Group, MAX_GROUP_OPS};
 pub use reduce::{reduce_into, DataType, RedOp};
 pub use segment::MAX_RANKS;

@@ -513,3 +513,76 @@ fn a_receive_of_the_wrong_size_or_from_a_silent_peer_is_an_error_not_a_hang() {
         }
     });
 }
+
+#[test]
+fn stream_ordered_calls_wait_for_the_streams_work_and_the_stream_waits_for_them() {
+    use davinci_shim::task;
+    let n = 4;
+    let count = ONE_SHOT_BYTES / 4 * 3 + 1; // past the one-shot path
+    let comms = Comm::init_all(n).unwrap();
+    std::thread::scope(|s| {
+        for comm in comms {
+            s.spawn(move || {
+                let r = comm.rank();
+                let dev = Device::embedded().unwrap();
+                let ctx = dev.create_context().unwrap();
+                let mut st = ctx.create_stream().unwrap();
+                let mut sc = comm.into_stream_ordered(&ctx).unwrap();
+                let (send, recv, out) = (
+                    dev.alloc(count * 4).unwrap(),
+                    dev.alloc(count * 4).unwrap(),
+                    dev.alloc(count * 4).unwrap(),
+                );
+                for round in 0..3u32 {
+                    // Queued, none of it run yet: the input is filled on the device, the
+                    // all-reduce waits for that, and the copy after it waits for the result.
+                    let v = (r as u32 + 1) * 10 + round;
+                    st.submit(&task::fill(&send, v).unwrap()).unwrap();
+                    sc.all_reduce(&send, &recv, count, DataType::I32, RedOp::Sum, &mut st)
+                        .unwrap();
+                    st.submit(&task::copy(&out, &recv).unwrap()).unwrap();
+                    st.synchronize(Duration::from_secs(60)).unwrap();
+                    let want: i32 = (0..n).map(|k| ((k as u32 + 1) * 10 + round) as i32).sum();
+                    let got = out.read_vec::<i32>(0, count).unwrap();
+                    assert!(
+                        got.iter().all(|&x| x == want),
+                        "rank {r} round {round}: {} of {count} wrong (first {:?}, want {want})",
+                        got.iter().filter(|&&x| x != want).count(),
+                        got.iter().find(|&&x| x != want)
+                    );
+                }
+                // Sends and receives too: a ring shift, the stream ordering the two.
+                let next = (r + 1) % n;
+                let prev = (r + n - 1) % n;
+                st.submit(&task::fill(&send, r as u32).unwrap()).unwrap();
+                if r % 2 == 0 {
+                    sc.send(&send, count, DataType::I32, next, &mut st).unwrap();
+                    sc.recv(&recv, count, DataType::I32, prev, &mut st).unwrap();
+                } else {
+                    sc.recv(&recv, count, DataType::I32, prev, &mut st).unwrap();
+                    sc.send(&send, count, DataType::I32, next, &mut st).unwrap();
+                }
+                st.submit(&task::copy(&out, &recv).unwrap()).unwrap();
+                st.synchronize(Duration::from_secs(60)).unwrap();
+                assert_eq!(out.read_vec::<i32>(0, 1).unwrap(), [prev as i32]);
+                sc.synchronize(Duration::from_secs(60)).unwrap();
+                // Bad calls fail at once, nothing queued.
+                let small = dev.alloc(16).unwrap();
+                let e = sc
+                    .all_reduce(&small, &small, 5, DataType::F32, RedOp::Sum, &mut st)
+                    .unwrap_err();
+                assert!(
+                    e.is(Errno::EINVAL) && e.message().contains("20 bytes"),
+                    "{e}"
+                );
+                let e = sc.send(&small, 1, DataType::F32, n, &mut st).unwrap_err();
+                assert!(e.is(Errno::EINVAL), "{e}");
+                let nv = NoView(&small);
+                let e = sc
+                    .all_reduce(&nv, &nv, 1, DataType::F32, RedOp::Sum, &mut st)
+                    .unwrap_err();
+                assert!(e.message().contains("host view"), "{e}");
+            });
+        }
+    });
+}

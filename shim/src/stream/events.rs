@@ -79,6 +79,22 @@ impl Stream {
 }
 
 impl Stream {
+    /// Makes this stream wait (on the device) until `event` reaches `value`, a value that
+    /// may not be recorded yet: a timeline semaphore's wait, for a producer that records
+    /// `value` later from another stream of the context (a proxy that finishes host work,
+    /// as davinci-ccl's stream-ordered calls do). The caller owns the promise that some
+    /// record reaches `value`: until then the stream's later tasks do not run (destroying
+    /// the stream ends the wait; the stream holds the event until then).
+    ///
+    /// # Errors
+    /// `EINVAL` the event belongs to another context; the submit's errors.
+    pub fn wait_value(&mut self, event: &Event, value: u64) -> Result<()> {
+        check_context(event.context(), event.handle(), self, "Stream::wait_value")?;
+        self.submit(&Task::bare(TaskDesc::event_wait(0, event.handle(), value)))?;
+        self.pending.hold_last(event.hold());
+        Ok(())
+    }
+
     /// Makes this stream wait (on the device) until the imported event reaches `value`
     /// (`cudaStreamWaitEvent` on an IPC event; [`crate::ImportedEvent`]): the consumer's side
     /// of a hand-off between processes. If the exporter destroys the event first, the wait
