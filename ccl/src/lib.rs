@@ -27,11 +27,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Data moves through the host (each device's memory has a host view; a shared-memory
-//! segment per communicator stages it), which is why any two devices of one node work
-//! together, whichever hosts them. Calls are blocking today: a collective waits for the work
-//! queued on `stream`, runs, and returns with the result in place (docs/runtimes.md,
-//! "Collectives", says what is planned: stream-ordered enqueue, send/recv, groups).
+//! Send and receive, alone or in groups ([`Comm::group`]), complete the set. Data moves
+//! through the host (each device's memory has a host view): directly between the ranks'
+//! buffers when every rank is in one process, through a shared-memory segment per
+//! communicator otherwise, which is why any two devices of one node work together,
+//! whichever hosts them. [`Comm`]'s calls are blocking: each waits for the work queued on
+//! `stream`, runs, and returns with the result in place; [`Comm::into_stream_ordered`]
+//! makes them stream-ordered instead ([`StreamComm`]: enqueue and return).
 #![forbid(unsafe_code)]
 
 mod comm;

@@ -191,11 +191,21 @@ class DavinciGroup(BaseGroup):
             x.done()
             big.close()
 
-    def send(self, tensors: Any, send_options: Any) -> None:
-        raise NotImplementedError(f"the {BACKEND} collective backend has no send/recv yet")
+    def send(self, tensors: List[np.ndarray], send_options: Any) -> None:
+        peer = getattr(send_options, "dst_rank", 0)
+        n = getattr(send_options, "n_elements", 0)
+        for a in tensors:
+            x = _Operand(self._dev, a)
+            self._comm.send(x.buffer, peer, self._stream, dtype=_dtype(a), count=n or a.size)
+            x.done()
 
-    def recv(self, tensors: Any, recv_options: Any) -> None:
-        raise NotImplementedError(f"the {BACKEND} collective backend has no send/recv yet")
+    def recv(self, tensors: List[np.ndarray], recv_options: Any) -> None:
+        peer = getattr(recv_options, "src_rank", 0)
+        n = getattr(recv_options, "n_elements", 0)
+        for a in tensors:
+            x = _Operand(self._dev, a, copy_in=False)
+            self._comm.recv(x.buffer, peer, self._stream, dtype=_dtype(a), count=n or a.size)
+            x.done()
 
 
 def _same(arrays: List[np.ndarray], like: np.ndarray, n: int) -> None:

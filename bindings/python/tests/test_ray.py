@@ -184,8 +184,15 @@ class Worker:
         col.broadcast(b, src_rank=1, group_name=g)
         rs = np.zeros(2, np.float32)
         col.reducescatter(rs, [np.full(2, r + self.rank, np.float32) for r in range(self.world)], group_name=g)
+        # Point-to-point: rank 0 sends each other rank its own rank's array.
+        got = np.zeros(6, np.int32)
+        if self.rank == 0:
+            for k in range(1, self.world):
+                col.send(np.full(6, 100 + k, np.int32), k, group_name=g)
+        else:
+            col.recv(got, 0, group_name=g)
         col.barrier(group_name=g)
-        return [total, a.tolist(), [float(o[0]) for o in outs], float(b[0]), float(rs[0])]
+        return [total, a.tolist(), [float(o[0]) for o in outs], float(b[0]), float(rs[0]), got.tolist()]
 
 
 def test_ray_collective_groups_run_on_davinci_ccl(ray_on) -> None:
@@ -193,13 +200,14 @@ def test_ray_collective_groups_run_on_davinci_ccl(ray_on) -> None:
     ws = [Worker.remote() for _ in range(world)]
     ray.get([w.setup.remote(world, r) for r, w in enumerate(ws)], timeout=120)
     got = ray.get([w.step.remote() for w in ws], timeout=120)
-    for r, (total, a, outs, b, rs) in enumerate(got):
+    for r, (total, a, outs, b, rs, p2p) in enumerate(got):
         assert total == 1 + 2 + 3
         assert a == [i * world for i in range(8)]
         assert outs == [0.0, 1.0, 2.0]
         assert b == 7.0
         # Block r of every rank k is r + k: summed over k.
         assert rs == sum(r + k for k in range(world))
+        assert p2p == ([0] * 6 if r == 0 else [100 + r] * 6)
     for w in ws:
         ray.kill(w)
 
