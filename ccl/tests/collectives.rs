@@ -551,7 +551,8 @@ fn stream_ordered_calls_wait_for_the_streams_work_and_the_stream_waits_for_them(
                         got.iter().find(|&&x| x != want)
                     );
                 }
-                // Sends and receives too: a ring shift, the stream ordering the two.
+                // Sends and receives too: a ring shift, alone (ordered by parity so that they
+                // match) and as one group (every rank sends first).
                 let next = (r + 1) % n;
                 let prev = (r + n - 1) % n;
                 st.submit(&task::fill(&send, r as u32).unwrap()).unwrap();
@@ -565,6 +566,22 @@ fn stream_ordered_calls_wait_for_the_streams_work_and_the_stream_waits_for_them(
                 st.submit(&task::copy(&out, &recv).unwrap()).unwrap();
                 st.synchronize(Duration::from_secs(60)).unwrap();
                 assert_eq!(out.read_vec::<i32>(0, 1).unwrap(), [prev as i32]);
+                st.submit(&task::fill(&send, 100 + r as u32).unwrap())
+                    .unwrap();
+                sc.group(
+                    &[
+                        (&send, count, DataType::I32, next, true),
+                        (&recv, count, DataType::I32, prev, false),
+                    ],
+                    &mut st,
+                )
+                .unwrap();
+                st.submit(&task::copy(&out, &recv).unwrap()).unwrap();
+                st.synchronize(Duration::from_secs(60)).unwrap();
+                assert_eq!(
+                    out.read_vec::<i32>((count - 1) * 4, 1).unwrap(),
+                    [100 + prev as i32]
+                );
                 sc.synchronize(Duration::from_secs(60)).unwrap();
                 // Bad calls fail at once, nothing queued.
                 let small = dev.alloc(16).unwrap();

@@ -22,7 +22,9 @@ alone or together in a group (NCCL's ``ncclGroupStart``/``ncclGroupEnd``)::
 on ``"f32"``, ``"f16"``, ``"bf16"`` and
 ``"i32"`` (numpy's float32, float16 and int32 too); ``count`` defaults to what the buffers
 hold. Blocking: each call waits for the work queued on the stream, runs, and returns with
-the result in place. Data moves through the host (a shared-memory segment per
+the result in place; after ``comm.stream_ordered(ctx)`` each call queues and returns at once
+instead (NCCL's model: work submitted to the stream before it is its input, work after it
+sees its result; ``comm.synchronize()`` raises a failed call's error). Data moves through the host (a shared-memory segment per
 communicator), so any devices of one node work together.
 """
 

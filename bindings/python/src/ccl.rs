@@ -42,6 +42,16 @@ impl ccl::Bytes for Mem {
     }
 }
 
+/// `$e` on the communicator `$c`, blocking or stream-ordered (the calls have one shape).
+macro_rules! both {
+    ($self:ident, $c:ident => $e:expr) => {
+        $self.run_inner(|inner| match inner {
+            Inner::Blocking($c) => $e,
+            Inner::Ordered($c) => $e,
+        })
+    };
+}
+
 const TYPES: &str = "\"f32\", \"f16\", \"bf16\" or \"i32\" (numpy's float32, float16, int32 too)";
 
 fn data_type(op: &'static str, v: &Bound<'_, PyAny>) -> PyResult<ccl::DataType> {
@@ -82,7 +92,7 @@ fn red_op(op: &'static str, v: &str) -> PyResult<ccl::RedOp> {
 /// queued on `stream`, runs, and returns with the result in place.
 #[pyclass(module = "davinci._davinci")]
 pub struct Comm {
-    inner: Mutex<Option<ccl::Comm>>,
+    inner: Mutex<Option<Inner>>,
     rank: usize,
     nranks: usize,
 }
@@ -119,7 +129,7 @@ impl Comm {
             .detach(|| ccl::Comm::init_rank_timeout(&id, nranks, rank, t))
             .or_raise()?;
         Ok(Comm {
-            inner: Mutex::new(Some(c)),
+            inner: Mutex::new(Some(Inner::Blocking(c))),
             rank,
             nranks,
         })
@@ -143,7 +153,8 @@ impl Comm {
 
     /// Waits for every rank.
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.run_inner(|c| c.barrier())).or_raise()
+        py.detach(|| self.run_blocking("Comm.barrier", |c| c.barrier()))
+            .or_raise()
     }
 
     /// `recv = send op ...` over every rank, `count` elements (default: all of `send`).
@@ -163,9 +174,11 @@ impl Comm {
         let (ty, rop) = (data_type(OP, dtype)?, red_op(OP, op)?);
         let (s, r) = (send.get(OP)?, recv.get(OP)?);
         let n = count.unwrap_or_else(|| count_of(&s, ty, 1));
-        stream.with(py, OP, |st| {
-            self.run_inner(|c| c.all_reduce(&*s, &*r, n, ty, rop, st))
-        })
+        stream.with(
+            py,
+            OP,
+            |st| both!(self, c => c.all_reduce(&*s, &*r, n, ty, rop, st)),
+        )
     }
 
     /// Rank r's `count` elements of `send` land at `recv[r * count:]` on every rank.
@@ -183,9 +196,11 @@ impl Comm {
         let ty = data_type(OP, dtype)?;
         let (s, r) = (send.get(OP)?, recv.get(OP)?);
         let n = count.unwrap_or_else(|| count_of(&s, ty, 1));
-        stream.with(py, OP, |st| {
-            self.run_inner(|c| c.all_gather(&*s, &*r, n, ty, st))
-        })
+        stream.with(
+            py,
+            OP,
+            |st| both!(self, c => c.all_gather(&*s, &*r, n, ty, st)),
+        )
     }
 
     /// `send` holds nranks blocks of `count`; rank r gets block r reduced over every rank.
@@ -205,9 +220,11 @@ impl Comm {
         let (ty, rop) = (data_type(OP, dtype)?, red_op(OP, op)?);
         let (s, r) = (send.get(OP)?, recv.get(OP)?);
         let n = count.unwrap_or_else(|| count_of(&r, ty, 1));
-        stream.with(py, OP, |st| {
-            self.run_inner(|c| c.reduce_scatter(&*s, &*r, n, ty, rop, st))
-        })
+        stream.with(
+            py,
+            OP,
+            |st| both!(self, c => c.reduce_scatter(&*s, &*r, n, ty, rop, st)),
+        )
     }
 
     /// `root`'s `count` elements of `send` land in every rank's `recv`.
@@ -227,9 +244,11 @@ impl Comm {
         let ty = data_type(OP, dtype)?;
         let (s, r) = (send.get(OP)?, recv.get(OP)?);
         let n = count.unwrap_or_else(|| count_of(&r, ty, 1));
-        stream.with(py, OP, |st| {
-            self.run_inner(|c| c.broadcast(&*s, &*r, n, ty, root, st))
-        })
+        stream.with(
+            py,
+            OP,
+            |st| both!(self, c => c.broadcast(&*s, &*r, n, ty, root, st)),
+        )
     }
 
     /// As `all_reduce`, the result in `root`'s `recv` only.
@@ -250,9 +269,11 @@ impl Comm {
         let (ty, rop) = (data_type(OP, dtype)?, red_op(OP, op)?);
         let (s, r) = (send.get(OP)?, recv.get(OP)?);
         let n = count.unwrap_or_else(|| count_of(&s, ty, 1));
-        stream.with(py, OP, |st| {
-            self.run_inner(|c| c.reduce(&*s, &*r, n, ty, rop, root, st))
-        })
+        stream.with(
+            py,
+            OP,
+            |st| both!(self, c => c.reduce(&*s, &*r, n, ty, rop, root, st)),
+        )
     }
 
     /// Sends `count` elements (default: all of `buf`) to rank `peer`, which receives them
@@ -297,6 +318,69 @@ impl Comm {
         }
     }
 
+    /// Makes the calls stream-ordered from now on (NCCL's model): each queues and returns at
+    /// once; work submitted to the stream before a call is its input, work submitted after
+    /// it sees its result. `context`: the context of the streams the calls are given (a
+    /// proxy thread of the communicator records an event there when each call is done). A
+    /// failed call lets its stream go on; its error is raised by the next call and by
+    /// `synchronize()`. Buffers are held until their call ran. Not reversible.
+    fn stream_ordered(&self, py: Python<'_>, context: &crate::device::Context) -> PyResult<()> {
+        const OP: &str = "Comm.stream_ordered";
+        let ctx = context.get(OP)?;
+        let mut g = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match g.take() {
+            Some(Inner::Blocking(c)) => match py.detach(|| c.into_stream_ordered(&ctx)) {
+                Ok(o) => {
+                    *g = Some(Inner::Ordered(o));
+                    Ok(())
+                }
+                // The communicator went with the failed call: closed.
+                Err(e) => Err(e).or_raise(),
+            },
+            Some(o @ Inner::Ordered(_)) => {
+                *g = Some(o);
+                Err(invalid(OP, "the communicator is stream-ordered already"))
+            }
+            None => Err(closed_comm()).or_raise(),
+        }
+    }
+
+    /// Whether the calls are stream-ordered (`stream_ordered()`).
+    #[getter]
+    fn is_stream_ordered(&self) -> bool {
+        matches!(
+            *self
+                .inner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            Some(Inner::Ordered(_))
+        )
+    }
+
+    /// Waits until every queued call ran (at most `timeout` seconds) and raises the first
+    /// failed one's error (`ncclCommGetAsyncError`); a blocking communicator returns at once.
+    #[pyo3(signature = (timeout = 60.0))]
+    fn synchronize(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        const OP: &str = "Comm.synchronize";
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(invalid(
+                OP,
+                format!("timeout {timeout}: seconds, 0 or more"),
+            ));
+        }
+        let t = Duration::from_secs_f64(timeout);
+        py.detach(|| {
+            self.run_inner(|inner| match inner {
+                Inner::Blocking(_) => Ok(()),
+                Inner::Ordered(o) => o.synchronize(t),
+            })
+        })
+        .or_raise()
+    }
+
     /// Leaves the communicator (its calls fail with `InvalidArgumentError` from then on).
     fn close(&self) {
         self.inner
@@ -319,8 +403,8 @@ impl Comm {
         stream: &Stream,
     ) -> PyResult<()> {
         stream.with(py, op, |st| {
-            self.run_inner(|c| {
-                c.group(st, |g| {
+            self.run_inner(|inner| match inner {
+                Inner::Blocking(c) => c.group(st, |g| {
                     for o in &ops {
                         if o.send {
                             g.send(&*o.buf, o.count, o.ty, o.peer)?;
@@ -329,29 +413,64 @@ impl Comm {
                         }
                     }
                     Ok(())
-                })
+                }),
+                // Stream-ordered: one queued group, run together by the proxy.
+                Inner::Ordered(sc) => {
+                    let list: Vec<(&dyn ccl::Bytes, usize, ccl::DataType, usize, bool)> = ops
+                        .iter()
+                        .map(|o| (&*o.buf as &dyn ccl::Bytes, o.count, o.ty, o.peer, o.send))
+                        .collect();
+                    sc.group(&list, st)
+                }
             })
         })
     }
 
-    /// `f` on the communicator (the GIL already released by the stream's `with`).
+    /// `f` on the communicator, whichever kind it is (the GIL already released by the
+    /// stream's `with`).
     fn run_inner<R>(
         &self,
-        f: impl FnOnce(&mut ccl::Comm) -> davinci_shim::Result<R>,
+        f: impl FnOnce(&mut Inner) -> davinci_shim::Result<R>,
     ) -> davinci_shim::Result<R> {
         let mut g = self
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match g.as_mut() {
-            Some(c) => f(c),
-            None => Err(davinci_shim::Error::new(
-                davinci_shim::Errno::EINVAL,
-                "Comm",
-                "the communicator is closed",
-            )),
+            Some(inner) => f(inner),
+            None => Err(closed_comm()),
         }
     }
+
+    /// `f` on a blocking communicator (`EINVAL` for a stream-ordered one).
+    fn run_blocking<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut ccl::Comm) -> davinci_shim::Result<R>,
+    ) -> davinci_shim::Result<R> {
+        self.run_inner(|inner| match inner {
+            Inner::Blocking(c) => f(c),
+            Inner::Ordered(_) => Err(davinci_shim::Error::new(
+                davinci_shim::Errno::EINVAL,
+                op,
+                "not on a stream-ordered communicator (order the streams with events instead)",
+            )),
+        })
+    }
+}
+
+fn closed_comm() -> davinci_shim::Error {
+    davinci_shim::Error::new(
+        davinci_shim::Errno::EINVAL,
+        "Comm",
+        "the communicator is closed",
+    )
+}
+
+/// A communicator's calls: blocking, or stream-ordered after `Comm.stream_ordered`.
+enum Inner {
+    Blocking(ccl::Comm),
+    Ordered(ccl::StreamComm),
 }
 
 /// One send or receive of a group.

@@ -367,6 +367,12 @@ pub struct Context {
     inner: Slot<shim::Context>,
 }
 
+impl Context {
+    pub(crate) fn get(&self, op: &'static str) -> PyResult<shim::Context> {
+        self.inner.get(op, "context")
+    }
+}
+
 #[pymethods]
 impl Context {
     /// The driver's handle.

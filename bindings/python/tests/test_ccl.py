@@ -143,6 +143,67 @@ def test_collectives_match_numpy_across_processes(eight: Mockd, n: int) -> None:
     run_ranks(eight, n, sizes)
 
 
+ORDERED = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import davinci, davinci.ccl as ccl
+
+    uid, n, r, sock_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    comm = ccl.Comm(uid, n, r, timeout=120)
+    dev = davinci.Device(f"mock:{sock_dir}/davinci{r}.sock")
+    ctx = dev.create_context()
+    s = ctx.create_stream()
+    comm.stream_ordered(ctx)
+    assert comm.is_stream_ordered
+    count = 300_000
+    send, recv, out = dev.alloc(4 * count), dev.alloc(4 * count), dev.alloc(4 * count)
+    for round in range(3):
+        # Queued, none of it run yet: the fill, the all-reduce after it, the copy after that.
+        s.submit(davinci.task.fill(send, (r + 1) * 10 + round))
+        comm.all_reduce(send, recv, s, dtype="i32", op="sum")
+        s.submit(davinci.task.copy(out, recv))
+        s.synchronize(timeout=60)
+        want = sum((k + 1) * 10 + round for k in range(n))
+        got = np.asarray(out).view(np.int32)
+        assert (got == want).all(), f"rank {r} round {round}: {int((got != want).sum())} wrong"
+    # A ring shift as one group: every rank sends first.
+    s.submit(davinci.task.fill(send, 1000 + r))
+    with comm.group(s) as g:
+        g.send(send, (r + 1) % n, dtype="i32")
+        g.recv(recv, (r - 1) % n, dtype="i32")
+    s.submit(davinci.task.copy(out, recv))
+    s.synchronize(timeout=60)
+    assert (np.asarray(out).view(np.int32) == 1000 + (r - 1) % n).all()
+    comm.synchronize()
+    try:
+        comm.barrier()
+        raise AssertionError("a barrier on a stream-ordered communicator")
+    except davinci.DavinciError as e:
+        assert "stream-ordered" in str(e), e
+    comm.close()
+    print("ok", flush=True)
+    """
+)
+
+
+def test_stream_ordered_calls_run_in_stream_order_across_processes(eight: Mockd) -> None:
+    uid = ccl.unique_id()
+    n = 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ORDERED, uid, str(n), str(r), eight.dir],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(n)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and out.strip().endswith("ok"), f"rank {r} of {n}:\n{out}"
+
+
 def test_bad_arguments_say_what_is_wrong() -> None:
     with pytest.raises(Exception) as e:
         ccl.Comm("not-an-id", 2, 0)

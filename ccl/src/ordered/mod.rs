@@ -8,14 +8,18 @@
 //! kept and returned by the next call and by [`StreamComm::synchronize`] (NCCL's
 //! asynchronous error).
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use davinci_shim::{Context, Errno, Error, Event, HostMapping, Recorded, Result, Stream};
+use davinci_shim::{Context, Errno, Error, Event, Recorded, Result, Stream};
 
-use crate::comm::{need, Bytes, Comm, DEFAULT_TIMEOUT};
+mod proxy;
+
+use proxy::{proxy, View};
+
+use crate::comm::{need, Bytes, Comm};
 use crate::reduce::{DataType, RedOp};
 
 /// Calls queued to the proxy at most; one more waits (up to the communicator's timeout) for
@@ -31,10 +35,22 @@ enum Kind {
     Reduce(DataType, RedOp, usize),
     Send(DataType, usize),
     Recv(DataType, usize),
+    /// The job's `group`.
+    Group,
+}
+
+/// One send or receive of a stream-ordered group.
+struct P2p {
+    send: bool,
+    buf: View,
+    count: usize,
+    ty: DataType,
+    peer: usize,
 }
 
 struct Job {
     kind: Kind,
+    group: Vec<P2p>,
     send: Option<View>,
     recv: Option<View>,
     count: usize,
@@ -42,24 +58,6 @@ struct Job {
     ready: Recorded,
     /// The value of the done event this call's end records.
     value: u64,
-}
-
-/// A host view lent to the proxy: its bytes, through the view's mapping.
-struct View(HostMapping);
-
-impl Bytes for View {
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.0.read(offset, out)
-    }
-    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.0.write(offset, data)
-    }
-    fn host_view(&self) -> Option<HostMapping> {
-        Some(self.0.clone())
-    }
 }
 
 #[derive(Default)]
@@ -144,94 +142,6 @@ impl Comm {
     }
 }
 
-/// The proxy: each call once its inputs are ready, then its done value, in order.
-fn proxy(mut comm: Comm, stream: &mut Stream, done: &Event, shared: &Shared, rx: Receiver<Job>) {
-    for job in rx {
-        let failed = shared
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .error
-            .is_some();
-        // After a failure the communicator's ranks no longer agree: later calls are skipped
-        // (their streams still go on), the first error stands.
-        let r = if failed {
-            Ok(())
-        } else {
-            job.ready
-                .synchronize(DEFAULT_TIMEOUT)
-                .and_then(|()| run(&mut comm, stream, &job))
-        };
-        let recorded = done.record(stream).map(|rec| rec.value());
-        if failed {
-            // A skipped call did not synchronize the proxy's stream: reap its records here.
-            let _ = stream.synchronize(DEFAULT_TIMEOUT);
-        }
-        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = r {
-            st.error.get_or_insert(e);
-        }
-        match recorded {
-            Ok(v) if v == job.value => {}
-            Ok(v) => {
-                st.error.get_or_insert(Error::new(
-                    Errno::EIO,
-                    "ccl stream-ordered",
-                    format!(
-                        "the done event recorded {v}, the call expected {}",
-                        job.value
-                    ),
-                ));
-            }
-            Err(e) => {
-                st.error.get_or_insert(e);
-            }
-        }
-        st.done = job.value;
-        shared.changed.notify_all();
-    }
-    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-    st.gone = true;
-    shared.changed.notify_all();
-}
-
-fn run(comm: &mut Comm, stream: &mut Stream, job: &Job) -> Result<()> {
-    let none = || Error::new(Errno::EINVAL, "ccl stream-ordered", "a buffer is missing");
-    let s = job.send.as_ref().map(|v| v as &dyn Bytes);
-    let r = job.recv.as_ref().map(|v| v as &dyn Bytes);
-    let c = job.count;
-    match job.kind {
-        Kind::AllReduce(ty, op) => {
-            comm.all_reduce(s.ok_or_else(none)?, r.ok_or_else(none)?, c, ty, op, stream)
-        }
-        Kind::AllGather(ty) => {
-            comm.all_gather(s.ok_or_else(none)?, r.ok_or_else(none)?, c, ty, stream)
-        }
-        Kind::ReduceScatter(ty, op) => {
-            comm.reduce_scatter(s.ok_or_else(none)?, r.ok_or_else(none)?, c, ty, op, stream)
-        }
-        Kind::Broadcast(ty, root) => comm.broadcast(
-            s.ok_or_else(none)?,
-            r.ok_or_else(none)?,
-            c,
-            ty,
-            root,
-            stream,
-        ),
-        Kind::Reduce(ty, op, root) => comm.reduce(
-            s.ok_or_else(none)?,
-            r.ok_or_else(none)?,
-            c,
-            ty,
-            op,
-            root,
-            stream,
-        ),
-        Kind::Send(ty, peer) => comm.send(s.ok_or_else(none)?, c, ty, peer, stream),
-        Kind::Recv(ty, peer) => comm.recv(r.ok_or_else(none)?, c, ty, peer, stream),
-    }
-}
-
 fn view(op: &'static str, what: &str, b: &dyn Bytes) -> Result<View> {
     b.host_view().map(View).ok_or_else(|| {
         Error::new(
@@ -276,9 +186,11 @@ impl StreamComm {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &mut self,
         kind: Kind,
+        group: Vec<P2p>,
         send: Option<View>,
         recv: Option<View>,
         count: usize,
@@ -290,6 +202,7 @@ impl StreamComm {
         stream.wait_value(&self.done, value)?;
         let job = Job {
             kind,
+            group,
             send,
             recv,
             count,
@@ -323,7 +236,14 @@ impl StreamComm {
         need(OP, "send", count, ty, send.len())?;
         need(OP, "recv", count, ty, recv.len())?;
         let (s, r) = (view(OP, "send", send)?, view(OP, "recv", recv)?);
-        self.enqueue(Kind::AllReduce(ty, op), Some(s), Some(r), count, stream)
+        self.enqueue(
+            Kind::AllReduce(ty, op),
+            Vec::new(),
+            Some(s),
+            Some(r),
+            count,
+            stream,
+        )
     }
 
     /// All-gather on `stream` (as [`Comm::all_gather`], stream-ordered).
@@ -342,7 +262,14 @@ impl StreamComm {
         need(OP, "send", count, ty, send.len())?;
         need(OP, "recv", checked(OP, count, self.nranks)?, ty, recv.len())?;
         let (s, r) = (view(OP, "send", send)?, view(OP, "recv", recv)?);
-        self.enqueue(Kind::AllGather(ty), Some(s), Some(r), count, stream)
+        self.enqueue(
+            Kind::AllGather(ty),
+            Vec::new(),
+            Some(s),
+            Some(r),
+            count,
+            stream,
+        )
     }
 
     /// Reduce-scatter on `stream` (as [`Comm::reduce_scatter`], stream-ordered).
@@ -362,7 +289,14 @@ impl StreamComm {
         need(OP, "send", checked(OP, count, self.nranks)?, ty, send.len())?;
         need(OP, "recv", count, ty, recv.len())?;
         let (s, r) = (view(OP, "send", send)?, view(OP, "recv", recv)?);
-        self.enqueue(Kind::ReduceScatter(ty, op), Some(s), Some(r), count, stream)
+        self.enqueue(
+            Kind::ReduceScatter(ty, op),
+            Vec::new(),
+            Some(s),
+            Some(r),
+            count,
+            stream,
+        )
     }
 
     /// Broadcast on `stream` (as [`Comm::broadcast`], stream-ordered).
@@ -382,7 +316,14 @@ impl StreamComm {
         self.check_rank(OP, "root", root)?;
         need(OP, "recv", count, ty, recv.len())?;
         let (s, r) = (view(OP, "send", send)?, view(OP, "recv", recv)?);
-        self.enqueue(Kind::Broadcast(ty, root), Some(s), Some(r), count, stream)
+        self.enqueue(
+            Kind::Broadcast(ty, root),
+            Vec::new(),
+            Some(s),
+            Some(r),
+            count,
+            stream,
+        )
     }
 
     /// Reduce on `stream` (as [`Comm::reduce`], stream-ordered).
@@ -404,7 +345,14 @@ impl StreamComm {
         self.check_rank(OP, "root", root)?;
         need(OP, "send", count, ty, send.len())?;
         let (s, r) = (view(OP, "send", send)?, view(OP, "recv", recv)?);
-        self.enqueue(Kind::Reduce(ty, op, root), Some(s), Some(r), count, stream)
+        self.enqueue(
+            Kind::Reduce(ty, op, root),
+            Vec::new(),
+            Some(s),
+            Some(r),
+            count,
+            stream,
+        )
     }
 
     /// Send on `stream` (as [`Comm::send`], stream-ordered: the stream goes on once the
@@ -424,7 +372,14 @@ impl StreamComm {
         self.check_rank(OP, "peer", peer)?;
         need(OP, "buffer", count, ty, buf.len())?;
         let b = view(OP, "buffer", buf)?;
-        self.enqueue(Kind::Send(ty, peer), Some(b), None, count, stream)
+        self.enqueue(
+            Kind::Send(ty, peer),
+            Vec::new(),
+            Some(b),
+            None,
+            count,
+            stream,
+        )
     }
 
     /// Receive on `stream` (as [`Comm::recv`], stream-ordered).
@@ -443,7 +398,50 @@ impl StreamComm {
         self.check_rank(OP, "peer", peer)?;
         need(OP, "buffer", count, ty, buf.len())?;
         let b = view(OP, "buffer", buf)?;
-        self.enqueue(Kind::Recv(ty, peer), None, Some(b), count, stream)
+        self.enqueue(
+            Kind::Recv(ty, peer),
+            Vec::new(),
+            None,
+            Some(b),
+            count,
+            stream,
+        )
+    }
+
+    /// A group of sends and receives on `stream` (as [`Comm::group`], stream-ordered: they
+    /// all make progress together once the stream reaches them, and the stream goes on
+    /// when every one is complete). `ops` adds them: `(buffer, count, type, peer, send)`,
+    /// `send` true for a send, false for a receive.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send), for each; `E2BIG` more than
+    /// [`MAX_GROUP_OPS`](crate::MAX_GROUP_OPS).
+    pub fn group(
+        &mut self,
+        ops: &[(&dyn Bytes, usize, DataType, usize, bool)],
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const OP: &str = "ccl group";
+        if ops.len() > crate::MAX_GROUP_OPS {
+            return Err(Error::new(
+                Errno::E2BIG,
+                OP,
+                format!("a group holds at most {} operations", crate::MAX_GROUP_OPS),
+            ));
+        }
+        let mut group = Vec::with_capacity(ops.len());
+        for &(buf, count, ty, peer, send) in ops {
+            self.check_rank(OP, "peer", peer)?;
+            need(OP, "buffer", count, ty, buf.len())?;
+            group.push(P2p {
+                send,
+                buf: view(OP, "buffer", buf)?,
+                count,
+                ty,
+                peer,
+            });
+        }
+        self.enqueue(Kind::Group, group, None, None, 0, stream)
     }
 
     fn check_rank(&self, op: &'static str, what: &str, r: usize) -> Result<()> {
