@@ -2,10 +2,11 @@
 //! (`davinci_ccl_comm_init_rank` in each rank's process, `davinci_ccl_comm_init_all` for
 //! the threads of one), and in `ccl_calls.rs` all-reduce, all-gather, reduce-scatter,
 //! broadcast, reduce, send and recv between buffers of each rank's device, and groups
-//! (`davinci_ccl_group_start` ... `_end`). Calls are blocking: each waits for the work queued on `stream`, runs, and
-//! returns with the result in place; inside a group they are queued and run at
-//! `davinci_ccl_group_end` (a communicator's in order, several communicators at once: how
-//! one thread drives the ranks of `davinci_ccl_comm_init_all`).
+//! (`davinci_ccl_group_start` ... `_end`). Calls are blocking: each waits for the work
+//! queued on `stream`, runs, and returns with the result in place; after
+//! `davinci_ccl_comm_stream_ordered` they queue and return instead. Inside a group they are
+//! queued and run at `davinci_ccl_group_end` (a communicator's in order, several
+//! communicators at once: how one thread drives the ranks of `davinci_ccl_comm_init_all`).
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
@@ -45,7 +46,36 @@ pub struct davinci_ccl_unique_id {
 
 /// One rank's end of a communicator. Used by one thread at a time.
 pub struct davinci_ccl_comm {
-    pub(crate) comm: Mutex<Comm>,
+    /// `None` only after a failed `davinci_ccl_comm_stream_ordered` (the communicator went
+    /// with it).
+    pub(crate) comm: Mutex<Option<Kind>>,
+}
+
+/// A communicator's calls: blocking, or stream-ordered after
+/// `davinci_ccl_comm_stream_ordered`.
+pub(crate) enum Kind {
+    Blocking(Comm),
+    Ordered(davinci_ccl::StreamComm),
+}
+
+impl Kind {
+    fn rank(&self) -> usize {
+        match self {
+            Kind::Blocking(c) => c.rank(),
+            Kind::Ordered(o) => o.rank(),
+        }
+    }
+
+    fn nranks(&self) -> usize {
+        match self {
+            Kind::Blocking(c) => c.nranks(),
+            Kind::Ordered(o) => o.nranks(),
+        }
+    }
+}
+
+pub(crate) fn closed() -> Fail {
+    Fail::inval("the communicator is closed (a failed davinci_ccl_comm_stream_ordered took it)")
 }
 
 pub(crate) fn data_type(v: u32) -> Res<DataType> {
@@ -195,7 +225,7 @@ pub unsafe extern "C" fn davinci_ccl_comm_init_rank(
         // SAFETY: checked by Out::new; the caller's contract.
         unsafe {
             out.set(davinci_ccl_comm {
-                comm: Mutex::new(comm),
+                comm: Mutex::new(Some(Kind::Blocking(comm))),
             })
         };
         Ok(())
@@ -222,7 +252,7 @@ pub unsafe extern "C" fn davinci_ccl_comm_init_all(
         let all = Comm::init_all(n)?;
         for (i, c) in all.into_iter().enumerate() {
             let p = Box::into_raw(Box::new(davinci_ccl_comm {
-                comm: Mutex::new(c),
+                comm: Mutex::new(Some(Kind::Blocking(c))),
             }));
             // SAFETY: comms is writable for n pointers (the caller's contract), i < n.
             unsafe { comms.add(i).write(p) };
@@ -260,11 +290,72 @@ pub unsafe extern "C" fn davinci_ccl_comm_rank(
         // SAFETY: the caller's contract.
         let c = unsafe { get(comm, "comm") }?;
         let g = c.comm.lock().unwrap_or_else(|e| e.into_inner());
+        let k = g.as_ref().ok_or_else(closed)?;
         // SAFETY: the caller's contract (NULL or writable).
         unsafe {
-            crate::ffi::put_opt(rank, g.rank() as c_int);
-            crate::ffi::put_opt(nranks, g.nranks() as c_int);
+            crate::ffi::put_opt(rank, k.rank() as c_int);
+            crate::ffi::put_opt(nranks, k.nranks() as c_int);
         }
         Ok(())
+    })
+}
+
+/// Makes the communicator's calls stream-ordered from now on (NCCL's model): each queues
+/// and returns at once; work submitted to the stream before a call is its input, work
+/// submitted after it sees its result (the stream waits on the device for an event a proxy
+/// thread of the communicator records when the call is done). `ctx`: the context of the
+/// streams the calls are given. A failed call lets its stream go on; its error is returned by
+/// the next call and by `davinci_ccl_comm_synchronize`. Buffers must stay live until their
+/// call ran (the stream's synchronize says so). Not reversible.
+///
+/// Returns 0; -EINVAL (stream-ordered already, NULL); the device's errors (the communicator
+/// is then closed).
+///
+/// # Safety
+/// Threads: one per communicator at a time. `comm` and `ctx` live handles.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_ccl_comm_stream_ordered(
+    comm: *const davinci_ccl_comm,
+    ctx: *const crate::device::davinci_context,
+) -> c_int {
+    guard("davinci_ccl_comm_stream_ordered", || {
+        // SAFETY: the caller's contract.
+        let (c, x) = unsafe { (get(comm, "comm")?, get(ctx, "ctx")?) };
+        let mut g = c.comm.lock().unwrap_or_else(|e| e.into_inner());
+        match g.take() {
+            Some(Kind::Blocking(b)) => {
+                *g = Some(Kind::Ordered(b.into_stream_ordered(&x.ctx)?));
+                Ok(())
+            }
+            Some(o @ Kind::Ordered(_)) => {
+                *g = Some(o);
+                Err(Fail::inval("the communicator is stream-ordered already"))
+            }
+            None => Err(closed()),
+        }
+    })
+}
+
+/// Waits until every call queued on a stream-ordered communicator ran (at most `timeout_ns`)
+/// and returns the first failed one's error (`ncclCommGetAsyncError`); 0 at once for a
+/// blocking communicator.
+///
+/// Returns 0; -ETIMEDOUT (calls still running); a failed call's error.
+///
+/// # Safety
+/// Threads: one per communicator at a time. `comm` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn davinci_ccl_comm_synchronize(
+    comm: *const davinci_ccl_comm,
+    timeout_ns: u64,
+) -> c_int {
+    guard("davinci_ccl_comm_synchronize", || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { get(comm, "comm") }?;
+        let g = c.comm.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref().ok_or_else(closed)? {
+            Kind::Blocking(_) => Ok(()),
+            Kind::Ordered(o) => Ok(o.synchronize(std::time::Duration::from_nanos(timeout_ns))?),
+        }
     })
 }

@@ -9,7 +9,7 @@ use std::ffi::c_int;
 
 use davinci_ccl::{DataType, RedOp};
 
-use crate::ccl::{count_arg, data_type, davinci_ccl_comm, red_op};
+use crate::ccl::{closed, count_arg, data_type, davinci_ccl_comm, red_op, Kind};
 use crate::ffi::{get, guard, Fail, Res};
 use crate::memory::{davinci_buffer, Mem};
 use crate::stream::davinci_stream;
@@ -72,7 +72,8 @@ unsafe fn run(calls: &[Queued]) -> Res {
         let c = unsafe { get(q.comm, "comm") }?;
         // SAFETY: as above.
         let st = unsafe { get(q.stream, "stream") }?;
-        let mut comm = c.comm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = c.comm.lock().unwrap_or_else(|e| e.into_inner());
+        let comm = guard.as_mut().ok_or_else(closed)?;
         let mut locked = st.lock()?;
         let stream = &mut locked.stream;
         let p2p = |q: &Queued| matches!(q.call, Call::Send(..) | Call::Recv(..));
@@ -91,29 +92,54 @@ unsafe fn run(calls: &[Queued]) -> Res {
                 // SAFETY: the contract of this function.
                 bufs.push(unsafe { get(p, "buf") }?);
             }
-            comm.group(stream, |g| {
-                for (c, b) in calls[i..end].iter().zip(&bufs) {
-                    match c.call {
-                        Call::Send(ty, peer) => g.send(b.mem.bytes(), c.count, ty, peer)?,
-                        Call::Recv(ty, peer) => g.recv(b.mem.bytes(), c.count, ty, peer)?,
-                        _ => {}
+            match comm {
+                Kind::Blocking(comm) => comm.group(stream, |g| {
+                    for (c, b) in calls[i..end].iter().zip(&bufs) {
+                        match c.call {
+                            Call::Send(ty, peer) => g.send(b.mem.bytes(), c.count, ty, peer)?,
+                            Call::Recv(ty, peer) => g.recv(b.mem.bytes(), c.count, ty, peer)?,
+                            _ => {}
+                        }
                     }
+                    Ok(())
+                })?,
+                Kind::Ordered(o) => {
+                    let list: Vec<_> = calls[i..end]
+                        .iter()
+                        .zip(&bufs)
+                        .filter_map(|(c, b)| match c.call {
+                            Call::Send(ty, peer) => Some((b.mem.bytes(), c.count, ty, peer, true)),
+                            Call::Recv(ty, peer) => Some((b.mem.bytes(), c.count, ty, peer, false)),
+                            _ => None,
+                        })
+                        .collect();
+                    o.group(&list, stream)?
                 }
-                Ok(())
-            })?;
+            }
             i = end;
             continue;
         }
         // SAFETY: the contract of this function.
         let (s, r) = unsafe { (get(q.send, "sendbuf")?, get(q.recv, "recvbuf")?) };
         let (s, r) = (s.mem.bytes(), r.mem.bytes());
-        match q.call {
-            Call::AllReduce(ty, op) => comm.all_reduce(s, r, q.count, ty, op, stream)?,
-            Call::AllGather(ty) => comm.all_gather(s, r, q.count, ty, stream)?,
-            Call::ReduceScatter(ty, op) => comm.reduce_scatter(s, r, q.count, ty, op, stream)?,
-            Call::Broadcast(ty, root) => comm.broadcast(s, r, q.count, ty, root, stream)?,
-            Call::Reduce(ty, op, root) => comm.reduce(s, r, q.count, ty, op, root, stream)?,
-            Call::Send(..) | Call::Recv(..) => {}
+        // The two kinds' calls have one shape.
+        macro_rules! call {
+            ($c:ident) => {
+                match q.call {
+                    Call::AllReduce(ty, op) => $c.all_reduce(s, r, q.count, ty, op, stream)?,
+                    Call::AllGather(ty) => $c.all_gather(s, r, q.count, ty, stream)?,
+                    Call::ReduceScatter(ty, op) => {
+                        $c.reduce_scatter(s, r, q.count, ty, op, stream)?
+                    }
+                    Call::Broadcast(ty, root) => $c.broadcast(s, r, q.count, ty, root, stream)?,
+                    Call::Reduce(ty, op, root) => $c.reduce(s, r, q.count, ty, op, root, stream)?,
+                    Call::Send(..) | Call::Recv(..) => {}
+                }
+            };
+        }
+        match comm {
+            Kind::Blocking(c) => call!(c),
+            Kind::Ordered(o) => call!(o),
         }
         i += 1;
     }

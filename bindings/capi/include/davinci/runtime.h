@@ -1645,6 +1645,36 @@ void davinci_ccl_comm_destroy(struct davinci_ccl_comm *comm);
 int davinci_ccl_comm_rank(const struct davinci_ccl_comm *comm, int *rank, int *nranks);
 
 /**
+ * Makes the communicator's calls stream-ordered from now on (NCCL's model): each queues
+ * and returns at once; work submitted to the stream before a call is its input, work
+ * submitted after it sees its result (the stream waits on the device for an event a proxy
+ * thread of the communicator records when the call is done). `ctx`: the context of the
+ * streams the calls are given. A failed call lets its stream go on; its error is returned by
+ * the next call and by `davinci_ccl_comm_synchronize`. Buffers must stay live until their
+ * call ran (the stream's synchronize says so). Not reversible.
+ *
+ * Returns 0; -EINVAL (stream-ordered already, NULL); the device's errors (the communicator
+ * is then closed).
+ *
+ * # Safety
+ * Threads: one per communicator at a time. `comm` and `ctx` live handles.
+ */
+int davinci_ccl_comm_stream_ordered(const struct davinci_ccl_comm *comm,
+                                    const struct davinci_context *ctx);
+
+/**
+ * Waits until every call queued on a stream-ordered communicator ran (at most `timeout_ns`)
+ * and returns the first failed one's error (`ncclCommGetAsyncError`); 0 at once for a
+ * blocking communicator.
+ *
+ * Returns 0; -ETIMEDOUT (calls still running); a failed call's error.
+ *
+ * # Safety
+ * Threads: one per communicator at a time. `comm` a live handle.
+ */
+int davinci_ccl_comm_synchronize(const struct davinci_ccl_comm *comm, uint64_t timeout_ns);
+
+/**
  * Opens a group on this thread (`ncclGroupStart`): the collective, send and recv calls that
  * follow are queued, not run, until the matching `davinci_ccl_group_end`. Groups nest (the
  * outermost end runs them).

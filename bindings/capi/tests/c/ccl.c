@@ -2,6 +2,7 @@
  * - one thread drives four ranks of davinci_ccl_comm_init_all with groups (all-reduce of
  *   every operator, all-gather, reduce-scatter, broadcast, reduce, a ring of sends and
  *   receives), every element checked;
+ * - the same four ranks stream-ordered: FILL, all-reduce and COPY queued on each stream;
  * - two processes (fork) join one communicator by a unique id sent as text, and exchange
  *   buffers with send and recv in a group, then all-reduce;
  * - bad calls: their errno and message. */
@@ -171,6 +172,84 @@ static void one_thread_four_ranks(const char *path)
 	davinci_device_destroy(dev);
 }
 
+static void submit(davinci_stream *s, davinci_task *t)
+{
+	CHECK(davinci_stream_submit(s, t, NULL));
+	davinci_task_destroy(t);
+}
+
+/* Stream-ordered: each rank's FILL, all-reduce and COPY queued on its stream, nothing run
+ * when they are submitted; the all-reduce waits for the FILL and the COPY for the result. */
+static void stream_ordered(const char *path)
+{
+	davinci_ccl_comm *comms[N];
+	davinci_device *dev = NULL;
+	davinci_context *ctx = NULL;
+	davinci_stream *s[N];
+	davinci_buffer *send[N], *recv[N], *out[N];
+	davinci_task *t = NULL;
+	CHECK(davinci_device_open(path, &dev));
+	CHECK(davinci_context_create(dev, &ctx));
+	CHECK(davinci_ccl_comm_init_all(comms, N));
+	for (int r = 0; r < N; r++) {
+		CHECK(davinci_ccl_comm_stream_ordered(comms[r], ctx));
+		CHECK(davinci_stream_create(ctx, NULL, &s[r]));
+		CHECK(davinci_buffer_alloc(dev, COUNT * 4, &send[r]));
+		CHECK(davinci_buffer_alloc(dev, COUNT * 4, &recv[r]));
+		CHECK(davinci_buffer_alloc(dev, COUNT * 4, &out[r]));
+	}
+	EXPECT_ERR(davinci_ccl_comm_stream_ordered(comms[0], ctx), -EINVAL, "already");
+	for (uint32_t round = 0; round < 3; round++) {
+		for (int r = 0; r < N; r++) {
+			CHECK(davinci_task_fill(davinci_whole(send[r]), (uint32_t)(r + 1) * 10 + round, &t));
+			submit(s[r], t);
+		}
+		/* Queued and returned: one thread may call every rank without a group too. */
+		for (int r = 0; r < N; r++)
+			CHECK(davinci_ccl_all_reduce(send[r], recv[r], COUNT, DAVINCI_CCL_INT32,
+						     DAVINCI_CCL_SUM, comms[r], s[r]));
+		for (int r = 0; r < N; r++) {
+			CHECK(davinci_task_copy(davinci_whole(out[r]), davinci_whole(recv[r]), &t));
+			submit(s[r], t);
+		}
+		for (int r = 0; r < N; r++) {
+			CHECK(davinci_stream_synchronize(s[r], TIMEOUT_NS));
+			int32_t *got = malloc(COUNT * 4);
+			CHECK(davinci_buffer_read(out[r], 0, got, COUNT * 4));
+			int32_t want = 0, bad = 0;
+			for (int k = 0; k < N; k++)
+				want += (k + 1) * 10 + (int32_t)round;
+			for (size_t i = 0; i < COUNT; i++)
+				bad += got[i] != want;
+			EXPECT(bad == 0);
+			free(got);
+		}
+	}
+	/* A ring of sends and receives, every rank sending first, one group per rank. */
+	for (int r = 0; r < N; r++) {
+		CHECK(davinci_ccl_group_start());
+		CHECK(davinci_ccl_send(send[r], COUNT, DAVINCI_CCL_INT32, (r + 1) % N, comms[r], s[r]));
+		CHECK(davinci_ccl_recv(recv[r], COUNT, DAVINCI_CCL_INT32, (r + N - 1) % N, comms[r], s[r]));
+		CHECK(davinci_ccl_group_end());
+	}
+	for (int r = 0; r < N; r++) {
+		int32_t first = 0;
+		CHECK(davinci_stream_synchronize(s[r], TIMEOUT_NS));
+		CHECK(davinci_buffer_read(recv[r], 0, &first, 4));
+		EXPECT(first == ((r + N - 1) % N + 1) * 10 + 2);
+		CHECK(davinci_ccl_comm_synchronize(comms[r], TIMEOUT_NS));
+	}
+	for (int r = 0; r < N; r++) {
+		davinci_buffer_free(send[r]);
+		davinci_buffer_free(recv[r]);
+		davinci_buffer_free(out[r]);
+		davinci_stream_destroy(s[r]);
+		davinci_ccl_comm_destroy(comms[r]);
+	}
+	davinci_context_destroy(ctx);
+	davinci_device_destroy(dev);
+}
+
 /* A rank in its own process: joins by the id's text, swaps with its peer, all-reduces. */
 static int child(const char *text, int rank)
 {
@@ -243,6 +322,7 @@ static void two_processes(void)
 int main(int argc, char **argv)
 {
 	one_thread_four_ranks(device_arg(argc, argv));
+	stream_ordered(device_arg(argc, argv));
 	two_processes();
 	return finish("ccl");
 }
