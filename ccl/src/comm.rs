@@ -1,4 +1,6 @@
-//! A communicator and its collectives. Data moves through the host: each rank copies its
+//! A communicator and its collectives. Data moves through the host. Ranks all in one
+//! process take the direct path (`direct.rs`: each rank reads the others' buffers and
+//! writes their results itself). Otherwise (the staged path, here): each rank copies its
 //! part of a chunk from its device buffer's host view into its slot of the shared segment;
 //! after a barrier each rank reduces its 1/n of the chunk reading every slot, in rank order
 //! (so every rank gets the same bits), and writes it back into its own slot; after another
@@ -7,9 +9,8 @@
 //! reduces the whole message itself. docs/architecture.md ("Collectives") says why the host
 //! and not a device-side peer copy.
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use davinci_shim::{DeviceMem, Errno, Error, HostMapping, Result, Stream};
 
