@@ -17,7 +17,8 @@ davinci-ccl-bench: collectives' bandwidth per size, as nccl-tests reports it
 Usage: davinci-ccl-bench [OPTIONS]
 
 Options:
-  -n, --ranks <N>          Ranks (threads of this process, a device each) [default: 4]
+  -n, --ranks <N>          Ranks, a device each: threads of this process, or processes
+                           with --processes [default: 4]
   -d, --device <SPEC>      Each rank's device; {rank} is replaced by the rank, e.g.
                            'mock:/run/davinci/davinci{rank}.sock' [default: embedded]
   -c, --collective <NAME>  all_reduce, all_gather, reduce_scatter, broadcast, reduce or
