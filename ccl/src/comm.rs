@@ -135,13 +135,14 @@ impl Comm {
     ) -> Result<Comm> {
         let peers = Peers::register(id, nranks);
         let seg = Segment::join(&id.to_string(), nranks, rank, SLOT_BYTES, timeout)?;
+        let direct = seg.one_process();
         Ok(Comm {
             seg,
             rank,
             nranks,
             buf: vec![0; SLOT_BYTES],
             tmp: vec![0; SLOT_BYTES],
-            peers: peers.all_here().then_some(peers),
+            peers: direct.then_some(peers),
         })
     }
 

@@ -29,40 +29,31 @@ pub(crate) struct Post {
 /// The ranks of one communicator that live in this process.
 pub(crate) struct Peers {
     posts: Vec<Mutex<Option<Post>>>,
-    joined: Mutex<usize>,
 }
 
 /// Communicators of this process by unique id: how ranks joining from separate threads find
-/// each other (a rank of another process is never here, so the count tells).
+/// each other (whether every rank is in this process, the segment tells).
 fn registry() -> &'static Mutex<HashMap<UniqueId, Weak<Peers>>> {
     static R: OnceLock<Mutex<HashMap<UniqueId, Weak<Peers>>>> = OnceLock::new();
     R.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl Peers {
-    /// Registers a rank of communicator `id` (of `nranks`) living in this process; called
-    /// before the rank's join barrier, so once the barrier is passed the count is final.
+    /// The posts of communicator `id` (of `nranks`) in this process, shared by its ranks
+    /// here.
     pub(crate) fn register(id: &UniqueId, nranks: usize) -> Arc<Peers> {
         let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
         reg.retain(|_, w| w.strong_count() > 0);
-        let peers = match reg.get(id).and_then(Weak::upgrade) {
+        match reg.get(id).and_then(Weak::upgrade) {
             Some(p) if p.posts.len() == nranks => p,
             _ => {
                 let p = Arc::new(Peers {
                     posts: (0..nranks).map(|_| Mutex::new(None)).collect(),
-                    joined: Mutex::new(0),
                 });
                 reg.insert(*id, Arc::downgrade(&p));
                 p
             }
-        };
-        *peers.joined.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        peers
-    }
-
-    /// Whether every rank is in this process (valid after the join barrier).
-    pub(crate) fn all_here(&self) -> bool {
-        *self.joined.lock().unwrap_or_else(|e| e.into_inner()) == self.posts.len()
+        }
     }
 
     /// Posts `rank`'s buffers for this call.
@@ -206,6 +197,23 @@ impl crate::Comm {
         self.finish(work).map(|()| true)
     }
 
+    /// The exchange, then every rank's `send` and this rank's `recv`; `None` (the exchange
+    /// finished, if it was made) when one is missing: the staged path, for every rank alike.
+    fn every_send_and_own_recv(
+        &mut self,
+        send: &dyn crate::Bytes,
+        recv: &dyn crate::Bytes,
+    ) -> Result<Option<(Vec<HostMapping>, HostMapping)>> {
+        let Some(posts) = self.exchange(send, recv)? else {
+            return Ok(None);
+        };
+        let sends = every(posts.iter().map(|p| p.send.clone()));
+        match (sends, own_recv(&posts, self.rank)) {
+            (Some(sends), Some(mine)) => Ok(Some((sends, mine))),
+            _ => self.finish(Ok(())).map(|()| None),
+        }
+    }
+
     /// Reduce-scatter on the direct path: this rank reduces its block of every `send` into
     /// its own `recv`.
     pub(crate) fn direct_reduce_scatter(
@@ -216,12 +224,7 @@ impl crate::Comm {
         ty: DataType,
         op: RedOp,
     ) -> Result<bool> {
-        let Some(posts) = self.exchange(send, recv)? else {
-            return Ok(false);
-        };
-        let sends = every(posts.iter().map(|p| p.send.clone()));
-        let (Some(sends), Some(mine)) = (sends, own_recv(&posts, self.rank)) else {
-            self.finish(Ok(()))?;
+        let Some((sends, mine)) = self.every_send_and_own_recv(send, recv)? else {
             return Ok(false);
         };
         let work = reduce_range(
@@ -246,12 +249,7 @@ impl crate::Comm {
         recv: &dyn crate::Bytes,
         bytes: usize,
     ) -> Result<bool> {
-        let Some(posts) = self.exchange(send, recv)? else {
-            return Ok(false);
-        };
-        let sends = every(posts.iter().map(|p| p.send.clone()));
-        let (Some(sends), Some(mine)) = (sends, own_recv(&posts, self.rank)) else {
-            self.finish(Ok(()))?;
+        let Some((sends, mine)) = self.every_send_and_own_recv(send, recv)? else {
             return Ok(false);
         };
         let work = sends

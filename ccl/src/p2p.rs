@@ -260,20 +260,15 @@ impl Comm {
                     progressed = true;
                 }
             }
-            // Receives: the first unfinished one from each peer whose outbox holds a chunk
-            // for me.
-            for i in 0..ops.len() {
-                let (kind, peer, done, bytes) =
-                    (ops[i].kind, ops[i].peer, ops[i].done, ops[i].bytes);
-                if kind != Kind::Recv || done == bytes {
+            // Receives: the first unfinished one from each peer (a peer's messages arrive in
+            // order) whose outbox holds a chunk for me. Peers are below MAX_RANKS (64).
+            let mut seen = 0u64;
+            for op in ops.iter_mut() {
+                let (kind, peer, done, bytes) = (op.kind, op.peer, op.done, op.bytes);
+                if kind != Kind::Recv || done == bytes || seen & (1 << peer) != 0 {
                     continue;
                 }
-                let earlier = ops[..i]
-                    .iter()
-                    .any(|o| o.kind == Kind::Recv && o.peer == peer && o.done < o.bytes);
-                if earlier {
-                    continue;
-                }
+                seen |= 1 << peer;
                 let word = |w| self.seg.outbox(peer, w).load(Ordering::Acquire);
                 let posted = word(Outbox::Posted);
                 if posted == word(Outbox::Taken) || word(Outbox::Dest) != me as u32 {
@@ -292,8 +287,8 @@ impl Comm {
                         ),
                     ));
                 }
-                self.stage_out(peer, 0, ops[i].buf, done, len)?;
-                ops[i].done += len;
+                self.stage_out(peer, 0, op.buf, done, len)?;
+                op.done += len;
                 self.seg
                     .outbox(peer, Outbox::Taken)
                     .store(posted, Ordering::Release);

@@ -24,7 +24,7 @@ const W_JOINED: u64 = 12;
 const W_ARRIVED: u64 = 16;
 const W_GENERATION: u64 = 20;
 const W_ABORTED: u64 = 24;
-/// One word per rank from here: 1 once that rank joined.
+/// One word per rank from here: the process id of the rank once it joined.
 const W_RANKS: u64 = 64;
 /// Each rank's outbox (point-to-point), `OUTBOX_STRIDE` bytes per rank from here: its slot
 /// holds a chunk for `dest` while `posted` is ahead of `taken`.
@@ -175,7 +175,7 @@ impl Segment {
         })?;
         if seg
             .word(W_RANKS + 4 * rank as u64)
-            .swap(1, Ordering::AcqRel)
+            .swap(std::process::id().max(1), Ordering::AcqRel)
             != 0
         {
             return Err(fail(
@@ -197,6 +197,15 @@ impl Segment {
             Ok(w) => w,
             Err(_) => unreachable!("header word {offset} outside the segment"),
         }
+    }
+
+    /// Whether every rank joined from this process (after the join barrier, every rank
+    /// reads the same words and so decides alike; a process of another pid namespace with
+    /// the same id only makes the direct path find buffers missing, and every rank then
+    /// falls back together).
+    pub(crate) fn one_process(&self) -> bool {
+        let me = std::process::id().max(1);
+        (0..self.nranks).all(|r| self.word(W_RANKS + 4 * r as u64).load(Ordering::Acquire) == me)
     }
 
     /// Word `w` of `rank`'s outbox.
