@@ -164,6 +164,21 @@ impl Control {
         )
     }
 
+    /// GET_SENSORS (ABI 1.5): the device's temperature, power, voltage and throttle reasons
+    /// now (a software device's are a model driven by its busy time: docs/abi.md,
+    /// "Sensors").
+    ///
+    /// # Errors
+    /// `ENOTTY` from a driver without `Features::SENSORS` (check [`info`](Self::info)
+    /// first); `ENODEV` if the device went away.
+    pub fn sensors(&self) -> Result<davinci_uapi::DeviceSensors> {
+        self.call(
+            "GET_SENSORS",
+            davinci_uapi::DRIVER_CMD_GET_SENSORS,
+            davinci_uapi::DeviceSensors::default(),
+        )
+    }
+
     /// QUERY_DEVICE_SHARE.
     ///
     /// # Errors

@@ -185,4 +185,16 @@ impl Device {
         )?;
         Ok(id)
     }
+
+    /// GET_SENSORS (ABI 1.5): the device's temperature, power, voltage and throttle reasons
+    /// now. As [`Control::sensors`](crate::Control::sensors) from a client open.
+    ///
+    /// # Errors
+    /// `ENOTTY` from a driver without `Features::SENSORS`; `ENODEV` if the device went
+    /// away.
+    pub fn sensors(&self) -> Result<davinci_uapi::DeviceSensors> {
+        let mut s = davinci_uapi::DeviceSensors::default();
+        self.call("GET_SENSORS", davinci_uapi::DRIVER_CMD_GET_SENSORS, &mut s)?;
+        Ok(s)
+    }
 }

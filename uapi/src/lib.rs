@@ -76,6 +76,7 @@ pub const STRUCTS: &[layout::StructInfo] = &[
     <UnexportMemoryArgs as AbiStruct>::INFO,
     <DeviceIdentity as AbiStruct>::INFO,
     <Usage as AbiStruct>::INFO,
+    <DeviceSensors as AbiStruct>::INFO,
     <TenantShareArgs as AbiStruct>::INFO,
     <ListKernelsArgs as AbiStruct>::INFO,
     <KernelInfo as AbiStruct>::INFO,

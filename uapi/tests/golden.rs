@@ -32,10 +32,11 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_IMPORT_EVENT, 0xC018_641A);
     assert_eq!(DRIVER_CMD_EXPORT_RANGE, 0xC028_641B);
     assert_eq!(DRIVER_CMD_UNEXPORT_MEMORY, 0xC020_641C);
+    assert_eq!(DRIVER_CMD_GET_SENSORS, 0x8040_641D);
     assert_eq!(RESERVED_NRS, [0x18]);
     assert_eq!(
         COMMANDS.len(),
-        27,
+        28,
         "a new command needs a golden value here"
     );
 }
@@ -69,6 +70,7 @@ fn struct_sizes() {
         ("davinci_unexport_memory_args", 0x20),
         ("davinci_device_identity", 0x78),
         ("davinci_usage", 0x60),
+        ("davinci_device_sensors", 0x40),
         ("davinci_tenant_share_args", 0x60),
         ("davinci_list_kernels_args", 0x18),
         ("davinci_kernel_info", 0x48),
@@ -113,7 +115,7 @@ fn field_offsets_of_1_4_fields() {
             ("bus_id", 0x58, 16),
             ("pci_vendor", 0x68, 2),
             ("pci_device", 0x6a, 2),
-            ("reserved", 0x6c, 12)
+            ("chip_name", 0x6c, 12)
         ]
     );
     assert_eq!(
@@ -122,6 +124,38 @@ fn field_offsets_of_1_4_fields() {
         "the Rust struct agrees"
     );
     assert_eq!(core::mem::offset_of!(DeviceIdentity, pci_device), 0x6a);
+}
+
+/// GET_SENSORS' struct (ABI 1.5), pinned field by field.
+#[test]
+fn sensors_layout_1_5() {
+    let s = STRUCTS
+        .iter()
+        .find(|s| s.c_name == "davinci_device_sensors")
+        .expect("davinci_device_sensors");
+    let fields: Vec<(&str, usize)> = s.fields.iter().map(|f| (f.name, f.offset)).collect();
+    assert_eq!(
+        fields,
+        [
+            ("temperature_mc", 0x00),
+            ("memory_temperature_mc", 0x04),
+            ("power_mw", 0x08),
+            ("power_limit_mw", 0x0c),
+            ("voltage_mv", 0x10),
+            ("throttle", 0x14),
+            ("slowdown_temperature_mc", 0x18),
+            ("shutdown_temperature_mc", 0x1c),
+            ("energy_mj", 0x20),
+            ("now_ns", 0x28),
+            ("reserved", 0x30),
+        ]
+    );
+    let s = DeviceSensors {
+        temperature_mc: 38_500,
+        memory_temperature_mc: -1_500,
+        ..DeviceSensors::default()
+    };
+    assert_eq!((s.temperature_c(), s.memory_temperature_c()), (39, -2));
 }
 
 /// GET_USAGE's struct (ABI 1.5), pinned field by field.
@@ -397,6 +431,8 @@ fn kernels_1_5() {
     assert_eq!(Features::DTYPES.bits(), 1 << 19);
     assert_eq!(Features::SHARED_EVENTS.bits(), 1 << 20);
     assert_eq!(Features::EXPORT_LEASE.bits(), 1 << 21);
+    assert_eq!(Features::SENSORS.bits(), 1 << 22);
+    assert_eq!((THROTTLE_THERMAL, THROTTLE_POWER), (1, 2));
     assert_eq!(EXPORT_FLAG_LEASE, 2);
     assert_eq!(
         (FaultOperand::Params as u8, FaultOperand::Shape as u8),

@@ -369,6 +369,10 @@ impl<P: Platform> DeviceCore<P> {
                 self.device_identity().identity.encode(arg);
                 Ok(Reply::Done)
             }
+            DRIVER_CMD_GET_SENSORS => {
+                self.sensors().encode(arg);
+                Ok(Reply::Done)
+            }
             DRIVER_CMD_QUERY_DEVICE_SHARE => {
                 DeviceShareArgs {
                     mode: self.share as u32,

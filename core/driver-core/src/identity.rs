@@ -28,7 +28,7 @@ impl Identity {
             bus_id: [0; 16],
             pci_vendor: 0,
             pci_device: 0,
-            reserved: [0; 3],
+            chip_name: [0; 12],
         },
         engines: 1,
     };
@@ -46,9 +46,23 @@ impl Identity {
                 bus_id: [0; 16],
                 pci_vendor: 0,
                 pci_device: 0,
-                reserved: [0; 3],
+                chip_name: [0; 12],
             },
             engines: engines.max(1),
+        }
+    }
+
+    /// This identity presenting as model `model` and chip `chip` (npu-smi's `Chip Name`; cut
+    /// to 11 bytes), printable ASCII: what an operator configures so tooling that keys on a
+    /// model sees the one it expects (`davinci-mockd --model --chip-name`).
+    pub fn with_names(self, model: &str, chip: &str) -> Self {
+        Identity {
+            identity: DeviceIdentity {
+                model: DeviceIdentity::text_field(model),
+                chip_name: DeviceIdentity::text_field(chip),
+                ..self.identity
+            },
+            ..self
         }
     }
 

@@ -39,6 +39,7 @@ pub mod limits;
 pub mod memory;
 pub mod message;
 pub mod platform;
+pub mod sensors;
 pub mod softfloat;
 #[cfg(feature = "std")]
 pub mod std_lock;
@@ -68,6 +69,7 @@ pub use limits::{
 pub use memory::{dva_offset, DVA_BASE, GENERATIONS, GEN_SHIFT};
 pub use message::{Message, MESSAGE_MAX};
 pub use platform::{Lock, Platform, Serialized, StreamRegions};
+pub use sensors::{SensorConfig, SensorModel};
 #[cfg(feature = "std")]
 pub use std_lock::StdLock;
 pub use tenant::Tenant;

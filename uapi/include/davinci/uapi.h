@@ -175,6 +175,11 @@
  * UNEXPORT_MEMORY, and several exports of one allocation (ABI 1.5).
  */
 #define DAVINCI_FEAT_EXPORT_LEASE   (1U << 21)
+/*
+ * GET_SENSORS reports the device's temperature, power, voltage and throttle reasons, and
+ * GET_IDENTITY's `chip_name` its chip name (ABI 1.5).
+ */
+#define DAVINCI_FEAT_SENSORS        (1U << 22)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -258,6 +263,10 @@
 #define DAVINCI_TENANT_USER      1U /* the tenant is the client's user */
 #define DAVINCI_TENANT_CONTAINER 2U /* the tenant is the client's container */
 #define DAVINCI_TENANT_SLOTTED   4U /* the tenant holds a tenant slot: its share is kept for it */
+
+/* Throttle reasons (davinci_device_sensors.throttle) */
+#define DAVINCI_THROTTLE_THERMAL 1U /* the die is at or above slowdown_temperature_mc */
+#define DAVINCI_THROTTLE_POWER   2U /* the power drawn reached power_limit_mw */
 
 /* Built-in kernels (KERNEL_LAUNCH handle, davinci_kernel_info.id; ABI 1.5) */
 #define DAVINCI_KERNEL_GEMM        1U /* davinci_gemm_params */
@@ -1097,8 +1106,12 @@ struct davinci_device_identity {
 	__u16 pci_vendor;
 	/* PCI device id; 0 when the device is not PCI (from driver). */
 	__u16 pci_device;
-	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u32 reserved[3];
+	/*
+	 * The chip's name (npu-smi's `Chip Name`, e.g. `910B3`), ASCII, NUL-padded; all
+	 * zero from a driver without `DAVINCI_FEAT_SENSORS` (ABI 1.5; reserved before)
+	 * (from driver).
+	 */
+	__u8 chip_name[12];
 };
 
 /*
@@ -1165,6 +1178,59 @@ struct davinci_usage {
 	 * device's tenant slots (its share kept for it) (from driver).
 	 */
 	__u32 tenant_flags;
+};
+
+/*
+ * GET_SENSORS (ABI 1.5, `DAVINCI_FEAT_SENSORS`): the device's sensors, for monitoring
+ * (npu-smi's Temp and Power, nvidia-smi's `temperature.gpu` and `power.draw`, the
+ * exporter). A software device reports a model of them driven by its busy time
+ * (docs/abi.md, "Sensors"), the same on every host; a value is never invented for a
+ * device without the feature bit (the command fails with `ENOTTY` there). Any open may
+ * call it.
+ *
+ * 64 bytes.
+ */
+struct davinci_device_sensors {
+	/* Die temperature, in thousandths of a degree Celsius (from driver). */
+	__s32 temperature_mc;
+	/* Device-memory (HBM) temperature, in thousandths of a degree Celsius (from driver). */
+	__s32 memory_temperature_mc;
+	/*
+	 * Power drawn, in milliwatts: the average since the previous GET_SENSORS of any
+	 * open (or over the last second, whichever is longer ago) (from driver).
+	 */
+	__u32 power_mw;
+	/* The power cap the device enforces, in milliwatts (from driver). */
+	__u32 power_limit_mw;
+	/* Core voltage, in millivolts (from driver). */
+	__u32 voltage_mv;
+	/*
+	 * `DAVINCI_THROTTLE_*` bits: why the device slows down now; 0 when it does not
+	 * (from driver).
+	 */
+	__u32 throttle;
+	/*
+	 * The die temperature at which the device slows down (`DAVINCI_THROTTLE_THERMAL`),
+	 * in thousandths of a degree Celsius (from driver).
+	 */
+	__s32 slowdown_temperature_mc;
+	/*
+	 * The die temperature at which the device shuts down, in thousandths of a degree
+	 * Celsius (from driver).
+	 */
+	__s32 shutdown_temperature_mc;
+	/*
+	 * Energy the device used since it started, in millijoules; only grows
+	 * (from driver).
+	 */
+	__u64 energy_mj;
+	/*
+	 * The device clock when the sensors were read: the clock of GET_COUNTERS' `now_ns`
+	 * (from driver).
+	 */
+	__u64 now_ns;
+	/* Reserved: ignore it, a later minor may use it (from driver). */
+	__u32 reserved[4];
 };
 
 /*
@@ -1492,6 +1558,7 @@ struct davinci_norm_params {
 #define DAVINCI_IOCTL_IMPORT_EVENT       _IOWR('d', 0x1a, struct davinci_import_event_args)    /* caller: client open */
 #define DAVINCI_IOCTL_EXPORT_RANGE       _IOWR('d', 0x1b, struct davinci_export_range_args)    /* caller: client open */
 #define DAVINCI_IOCTL_UNEXPORT_MEMORY    _IOWR('d', 0x1c, struct davinci_unexport_memory_args) /* caller: client open */
+#define DAVINCI_IOCTL_GET_SENSORS        _IOR('d', 0x1d, struct davinci_device_sensors)        /* caller: any open (client or control) */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -1758,7 +1825,7 @@ _Static_assert(offsetof(struct davinci_device_identity, pad) == 84, "davinci uap
 _Static_assert(offsetof(struct davinci_device_identity, bus_id) == 88, "davinci uapi: offsetof(struct davinci_device_identity, bus_id)");
 _Static_assert(offsetof(struct davinci_device_identity, pci_vendor) == 104, "davinci uapi: offsetof(struct davinci_device_identity, pci_vendor)");
 _Static_assert(offsetof(struct davinci_device_identity, pci_device) == 106, "davinci uapi: offsetof(struct davinci_device_identity, pci_device)");
-_Static_assert(offsetof(struct davinci_device_identity, reserved) == 108, "davinci uapi: offsetof(struct davinci_device_identity, reserved)");
+_Static_assert(offsetof(struct davinci_device_identity, chip_name) == 108, "davinci uapi: offsetof(struct davinci_device_identity, chip_name)");
 _Static_assert(sizeof(struct davinci_usage) == 96, "davinci uapi: sizeof(struct davinci_usage)");
 _Static_assert(offsetof(struct davinci_usage, memory_bytes) == 0, "davinci uapi: offsetof(struct davinci_usage, memory_bytes)");
 _Static_assert(offsetof(struct davinci_usage, memory_limit) == 8, "davinci uapi: offsetof(struct davinci_usage, memory_limit)");
@@ -1781,6 +1848,18 @@ _Static_assert(offsetof(struct davinci_usage, tenant_events) == 80, "davinci uap
 _Static_assert(offsetof(struct davinci_usage, tenant_allocations) == 84, "davinci uapi: offsetof(struct davinci_usage, tenant_allocations)");
 _Static_assert(offsetof(struct davinci_usage, tenant_exports) == 88, "davinci uapi: offsetof(struct davinci_usage, tenant_exports)");
 _Static_assert(offsetof(struct davinci_usage, tenant_flags) == 92, "davinci uapi: offsetof(struct davinci_usage, tenant_flags)");
+_Static_assert(sizeof(struct davinci_device_sensors) == 64, "davinci uapi: sizeof(struct davinci_device_sensors)");
+_Static_assert(offsetof(struct davinci_device_sensors, temperature_mc) == 0, "davinci uapi: offsetof(struct davinci_device_sensors, temperature_mc)");
+_Static_assert(offsetof(struct davinci_device_sensors, memory_temperature_mc) == 4, "davinci uapi: offsetof(struct davinci_device_sensors, memory_temperature_mc)");
+_Static_assert(offsetof(struct davinci_device_sensors, power_mw) == 8, "davinci uapi: offsetof(struct davinci_device_sensors, power_mw)");
+_Static_assert(offsetof(struct davinci_device_sensors, power_limit_mw) == 12, "davinci uapi: offsetof(struct davinci_device_sensors, power_limit_mw)");
+_Static_assert(offsetof(struct davinci_device_sensors, voltage_mv) == 16, "davinci uapi: offsetof(struct davinci_device_sensors, voltage_mv)");
+_Static_assert(offsetof(struct davinci_device_sensors, throttle) == 20, "davinci uapi: offsetof(struct davinci_device_sensors, throttle)");
+_Static_assert(offsetof(struct davinci_device_sensors, slowdown_temperature_mc) == 24, "davinci uapi: offsetof(struct davinci_device_sensors, slowdown_temperature_mc)");
+_Static_assert(offsetof(struct davinci_device_sensors, shutdown_temperature_mc) == 28, "davinci uapi: offsetof(struct davinci_device_sensors, shutdown_temperature_mc)");
+_Static_assert(offsetof(struct davinci_device_sensors, energy_mj) == 32, "davinci uapi: offsetof(struct davinci_device_sensors, energy_mj)");
+_Static_assert(offsetof(struct davinci_device_sensors, now_ns) == 40, "davinci uapi: offsetof(struct davinci_device_sensors, now_ns)");
+_Static_assert(offsetof(struct davinci_device_sensors, reserved) == 48, "davinci uapi: offsetof(struct davinci_device_sensors, reserved)");
 _Static_assert(sizeof(struct davinci_tenant_share_args) == 96, "davinci uapi: sizeof(struct davinci_tenant_share_args)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, tenant_kind) == 0, "davinci uapi: offsetof(struct davinci_tenant_share_args, tenant_kind)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, uid) == 4, "davinci uapi: offsetof(struct davinci_tenant_share_args, uid)");

@@ -8,6 +8,7 @@ use super::resources::{
     ExportMemoryArgs, ExportRangeArgs, HandleArgs, ImportEventArgs, ImportMemoryArgs,
     SubmitTaskArgs, UnexportMemoryArgs, WaitEventArgs,
 };
+use super::sensors::DeviceSensors;
 use super::usage::{
     DeviceCounters, DeviceIdentity, LastError, ListClientsArgs, TenantShareArgs, Usage,
 };
@@ -83,6 +84,9 @@ pub const DRIVER_CMD_EXPORT_RANGE: u32 = iowr::<ExportRangeArgs>(DRIVER_MAGIC, 0
 /// `_IOWR('d', 0x1c, struct davinci_unexport_memory_args)`: ends the exports of a range of an
 /// allocation, leaving the allocation (ABI 1.5, `DAVINCI_FEAT_EXPORT_LEASE`).
 pub const DRIVER_CMD_UNEXPORT_MEMORY: u32 = iowr::<UnexportMemoryArgs>(DRIVER_MAGIC, 0x1c);
+/// `_IOR('d', 0x1d, struct davinci_device_sensors)`: the device's temperature, power and
+/// voltage now (ABI 1.5, `DAVINCI_FEAT_SENSORS`).
+pub const DRIVER_CMD_GET_SENSORS: u32 = ior::<DeviceSensors>(DRIVER_MAGIC, 0x1d);
 
 /// Command numbers kept for commands no host implements yet: `0x18`, LOAD_KERNEL (loadable
 /// kernels on hardware, docs/abi.md 6.1). The table skips them.
@@ -174,6 +178,7 @@ commands! {
     IMPORT_EVENT = 0x1a, ReadWrite, ImportEventArgs, Client, DRIVER_CMD_IMPORT_EVENT;
     EXPORT_RANGE = 0x1b, ReadWrite, ExportRangeArgs, Client, DRIVER_CMD_EXPORT_RANGE;
     UNEXPORT_MEMORY = 0x1c, ReadWrite, UnexportMemoryArgs, Client, DRIVER_CMD_UNEXPORT_MEMORY;
+    GET_SENSORS = 0x1d, Read, DeviceSensors, Any, DRIVER_CMD_GET_SENSORS;
 }
 
 /// The command with this request number, if any.

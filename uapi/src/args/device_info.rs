@@ -168,6 +168,9 @@ abi_flags! {
         /// exporter's free while imported), EXPORT_RANGE (whole pages of an allocation),
         /// UNEXPORT_MEMORY, and several exports of one allocation (ABI 1.5).
         const EXPORT_LEASE = 1 << 21;
+        /// GET_SENSORS reports the device's temperature, power, voltage and throttle
+        /// reasons, and GET_IDENTITY's `chip_name` its chip name (ABI 1.5).
+        const SENSORS = 1 << 22;
     }
 }
 

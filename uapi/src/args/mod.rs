@@ -8,7 +8,7 @@
 //!
 //! By role: [`commands`] (the request numbers and the command table), [`resources`] (what only
 //! a client calls: contexts, memory, streams, events, submit, wait), [`device_info`] (GET_INFO
-//! and sharing) and [`usage`] (LIST_CLIENTS, GET_LAST_ERROR, GET_COUNTERS). Everything is
+//! and sharing) [`usage`] (LIST_CLIENTS, GET_LAST_ERROR, GET_COUNTERS) and [`sensors`] (GET_SENSORS). Everything is
 //! re-exported here and at the crate root.
 
 use crate::layout::ConstGroup;
@@ -16,11 +16,13 @@ use crate::layout::ConstGroup;
 pub mod commands;
 pub mod device_info;
 pub mod resources;
+pub mod sensors;
 pub mod usage;
 
 pub use commands::*;
 pub use device_info::*;
 pub use resources::*;
+pub use sensors::*;
 pub use usage::*;
 
 /// Wire constants of this module, for the C header.
@@ -32,4 +34,5 @@ pub const CONSTS: &[ConstGroup] = &[
     resources::IMPORT_FLAGS,
     usage::HEALTHS,
     usage::TENANTS,
+    sensors::THROTTLES,
 ];

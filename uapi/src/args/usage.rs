@@ -480,8 +480,10 @@ abi_struct! {
         pub pci_vendor: u16,
         /// PCI device id; 0 when the device is not PCI (from driver).
         pub pci_device: u16,
-        /// Reserved: ignore it, a later minor may use it (from driver).
-        pub reserved: [u32; 3],
+        /// The chip's name (npu-smi's `Chip Name`, e.g. `910B3`), ASCII, NUL-padded; all
+        /// zero from a driver without `DAVINCI_FEAT_SENSORS` (ABI 1.5; reserved before)
+        /// (from driver).
+        pub chip_name: [u8; 12],
     }
 }
 
@@ -499,6 +501,12 @@ impl DeviceIdentity {
     /// `driver_version` up to its first NUL (ASCII; a byte that is not ends it).
     pub fn driver_version(&self) -> &str {
         ascii_field(&self.driver_version)
+    }
+
+    /// `chip_name` up to its first NUL (ASCII; a byte that is not ends it): `""` when the
+    /// driver does not say.
+    pub fn chip_name(&self) -> &str {
+        ascii_field(&self.chip_name)
     }
 
     /// `bus_id` up to its first NUL (ASCII; a byte that is not ends it): `""` for a device

@@ -6,7 +6,7 @@
 //! tables hold is `entries`. Handles are per client: every lookup checks the owner, and a
 //! foreign handle is reported exactly like a stale one (`ENOENT`).
 
-use davinci_uapi::{DeviceCounters, DeviceInfo, Features, ShareMode};
+use davinci_uapi::{DeviceCounters, DeviceInfo, DeviceSensors, Features, ShareMode};
 
 use crate::doorbell::DoorbellRegister;
 use crate::error::{ensure, fail, Result};
@@ -20,6 +20,7 @@ use crate::limits::{
 };
 use crate::memory::Allocator;
 use crate::platform::{Lock, Platform};
+use crate::sensors::{SensorConfig, SensorModel};
 use crate::table::{Scramble, Table};
 
 mod allocations;
@@ -93,6 +94,8 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) identity: Identity,
     /// The hardware doorbell register GET_INFO reports with `DOORBELL_MMIO`.
     pub(crate) doorbell: Option<DoorbellRegister>,
+    /// What GET_SENSORS reports: the model driven by the busy time.
+    pub(crate) sensors: SensorModel,
 }
 
 impl<P: Platform> DeviceCore<P> {
@@ -141,6 +144,7 @@ impl<P: Platform> DeviceCore<P> {
             identity: Identity::DEFAULT,
             clients_opened: 0,
             doorbell: None,
+            sensors: SensorModel::DEFAULT,
         }
     }
 
@@ -204,6 +208,7 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::DTYPES.bits()
                         | Features::SHARED_EVENTS.bits()
                         | Features::EXPORT_LEASE.bits()
+                        | Features::SENSORS.bits()
                         | kernels),
             ),
             device_id: c.device_id,
@@ -463,5 +468,18 @@ impl<P: Platform> DeviceCore<P> {
     /// GET_IDENTITY.
     pub fn device_identity(&self) -> &Identity {
         &self.identity
+    }
+
+    /// Sets the sensor model's parameters (a host, at start; `davinci-mockd --sensors`) and
+    /// starts it at the idle steady state now.
+    pub fn set_sensor_config(&mut self, config: SensorConfig) {
+        let c = self.counters();
+        self.sensors.configure(config, c.now_ns, c.busy_ns);
+    }
+
+    /// GET_SENSORS: the model stepped to now ([`crate::sensors`]).
+    pub fn sensors(&mut self) -> DeviceSensors {
+        let c = self.counters();
+        self.sensors.read(c.now_ns, c.busy_ns, c.engines)
     }
 }

@@ -1,0 +1,356 @@
+//! GET_SENSORS (ABI 1.5): a software device's temperature, power and voltage, a deterministic
+//! model driven by its busy time, the same on every host (docs/abi.md, "Sensors").
+//!
+//! The model, stepped at each reading at least [`STEP_NS`] after the previous step:
+//!
+//! * load `u` over the step: `Δbusy_ns / (Δnow_ns × engines)`, at most 1;
+//! * power `P = idle + (full − idle) × u`, the step's average;
+//! * die temperature, a first-order thermal model: it approaches the steady state
+//!   `T∞ = ambient + R × P` with time constant `τ`: `T ← T∞ + (T − T∞) × e^(−Δt/τ)`;
+//! * memory temperature `ambient + (T − ambient) × 4/5`;
+//! * voltage `v_idle + (v_full − v_idle) × u`;
+//! * energy `+= P × Δt`;
+//! * throttle bits when `T ≥ slowdown` (`THROTTLE_THERMAL`) or `P ≥ limit`
+//!   (`THROTTLE_POWER`). The bits report; the software engines do not slow down.
+//!
+//! The first reading (or [`SensorModel::configure`]) starts the model at the idle steady
+//! state. Integer arithmetic only (the kernel has no floating point): `e^(−x)` is a
+//! fixed-point series squared back up ([`decay_q60`]).
+
+use davinci_uapi::{DeviceSensors, THROTTLE_POWER, THROTTLE_THERMAL};
+
+/// The shortest step: readings closer together than this return the previous step's values,
+/// so a power reading is an average over at least this long.
+pub const STEP_NS: u64 = 100_000_000;
+
+/// The model's parameters (docs/abi.md, "Sensors"; `davinci-mockd --sensors`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SensorConfig {
+    /// Ambient temperature, thousandths of a degree Celsius.
+    pub ambient_mc: i32,
+    /// Thermal resistance die to ambient: thousandths of a degree per watt.
+    pub thermal_mc_per_w: u32,
+    /// Thermal time constant, milliseconds (at least 1).
+    pub tau_ms: u32,
+    /// Power drawn idle, milliwatts.
+    pub idle_mw: u32,
+    /// Power drawn with every engine busy, milliwatts (at least `idle_mw`).
+    pub full_mw: u32,
+    /// The power cap, milliwatts.
+    pub power_limit_mw: u32,
+    /// Core voltage idle, millivolts.
+    pub idle_mv: u32,
+    /// Core voltage with every engine busy, millivolts (at least `idle_mv`).
+    pub full_mv: u32,
+    /// Slowdown temperature, thousandths of a degree.
+    pub slowdown_mc: i32,
+    /// Shutdown temperature, thousandths of a degree.
+    pub shutdown_mc: i32,
+}
+
+impl SensorConfig {
+    /// The defaults: 30 °C ambient, 0.15 °C/W, τ 20 s, 60 W idle, 300 W busy, 310 W cap,
+    /// 0.80 V idle, 0.90 V busy, slowdown at 95 °C, shutdown at 105 °C: idle at 39 °C,
+    /// busy toward 75 °C.
+    pub const DEFAULT: SensorConfig = SensorConfig {
+        ambient_mc: 30_000,
+        thermal_mc_per_w: 150,
+        tau_ms: 20_000,
+        idle_mw: 60_000,
+        full_mw: 300_000,
+        power_limit_mw: 310_000,
+        idle_mv: 800,
+        full_mv: 900,
+        slowdown_mc: 95_000,
+        shutdown_mc: 105_000,
+    };
+
+    /// `self` made consistent: `tau_ms` at least 1, `full_mw` at least `idle_mw`, `full_mv`
+    /// at least `idle_mv`, `shutdown_mc` at least `slowdown_mc`.
+    pub const fn sane(self) -> SensorConfig {
+        SensorConfig {
+            tau_ms: if self.tau_ms == 0 { 1 } else { self.tau_ms },
+            full_mw: if self.full_mw < self.idle_mw {
+                self.idle_mw
+            } else {
+                self.full_mw
+            },
+            full_mv: if self.full_mv < self.idle_mv {
+                self.idle_mv
+            } else {
+                self.full_mv
+            },
+            shutdown_mc: if self.shutdown_mc < self.slowdown_mc {
+                self.slowdown_mc
+            } else {
+                self.shutdown_mc
+            },
+            ..self
+        }
+    }
+
+    /// The steady-state die temperature at `power_mw`, in millionths of a degree.
+    fn steady_uc(&self, power_mw: u32) -> i64 {
+        // mW × m°C/W = µ°C.
+        i64::from(self.ambient_mc) * 1000 + i64::from(power_mw) * i64::from(self.thermal_mc_per_w)
+    }
+
+    /// `idle + (full − idle) × load_ppm / 10⁶`.
+    fn between(idle: u32, full: u32, load_ppm: u32) -> u32 {
+        let span = u64::from(full.saturating_sub(idle));
+        idle + (span * u64::from(load_ppm) / 1_000_000) as u32
+    }
+}
+
+/// Where the model is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    /// The device clock and busy time at the last step.
+    now_ns: u64,
+    busy_ns: u64,
+    /// Die temperature, millionths of a degree.
+    temp_uc: i64,
+    /// The last step's average power and load.
+    power_mw: u32,
+    load_ppm: u32,
+    /// Energy so far, microjoules.
+    energy_uj: u64,
+}
+
+/// A device's sensor model: its parameters and where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SensorModel {
+    config: SensorConfig,
+    state: Option<State>,
+}
+
+impl SensorModel {
+    /// The default model, not started.
+    pub const DEFAULT: SensorModel = SensorModel {
+        config: SensorConfig::DEFAULT,
+        state: None,
+    };
+
+    /// The parameters.
+    pub const fn config(&self) -> &SensorConfig {
+        &self.config
+    }
+
+    /// New parameters ([`SensorConfig::sane`]); the model restarts at the idle steady state
+    /// at `now_ns`, with busy time `busy_ns` so far and no energy.
+    pub fn configure(&mut self, config: SensorConfig, now_ns: u64, busy_ns: u64) {
+        self.config = config.sane();
+        self.state = Some(self.start(now_ns, busy_ns));
+    }
+
+    fn start(&self, now_ns: u64, busy_ns: u64) -> State {
+        State {
+            now_ns,
+            busy_ns,
+            temp_uc: self.config.steady_uc(self.config.idle_mw),
+            power_mw: self.config.idle_mw,
+            load_ppm: 0,
+            energy_uj: 0,
+        }
+    }
+
+    /// Steps the model to `now_ns` with busy time `busy_ns` over `engines` engines (the
+    /// device's GET_COUNTERS values) and reads it. A clock or busy time that went backwards
+    /// (a host's bug) counts as no time or no work.
+    pub fn read(&mut self, now_ns: u64, busy_ns: u64, engines: u32) -> DeviceSensors {
+        let c = self.config;
+        let mut s = match self.state {
+            Some(s) => s,
+            None => self.start(now_ns, busy_ns),
+        };
+        let dt = now_ns.saturating_sub(s.now_ns);
+        if dt >= STEP_NS {
+            let work = busy_ns.saturating_sub(s.busy_ns);
+            let capacity = u128::from(dt) * u128::from(engines.max(1));
+            let load_ppm = (u128::from(work) * 1_000_000 / capacity).min(1_000_000) as u32;
+            let power_mw = SensorConfig::between(c.idle_mw, c.full_mw, load_ppm);
+            let steady = c.steady_uc(power_mw);
+            let decay = decay_q60(dt, u64::from(c.tau_ms) * 1_000_000);
+            let gap = i128::from(s.temp_uc - steady);
+            s.temp_uc = steady + ((gap * decay as i128) >> 60) as i64;
+            // mW × ns = 10⁻¹² J = 10⁻⁶ µJ.
+            let energy = u128::from(power_mw) * u128::from(dt) / 1_000_000;
+            s.energy_uj = s
+                .energy_uj
+                .saturating_add(u64::try_from(energy).unwrap_or(u64::MAX));
+            s.power_mw = power_mw;
+            s.load_ppm = load_ppm;
+            s.now_ns = now_ns;
+            s.busy_ns = busy_ns.max(s.busy_ns);
+        }
+        self.state = Some(s);
+        let temperature_mc = clamp_i32(s.temp_uc / 1000);
+        let rise = i64::from(temperature_mc) - i64::from(c.ambient_mc);
+        let mut throttle = 0;
+        if temperature_mc >= c.slowdown_mc {
+            throttle |= THROTTLE_THERMAL;
+        }
+        if s.power_mw >= c.power_limit_mw {
+            throttle |= THROTTLE_POWER;
+        }
+        DeviceSensors {
+            temperature_mc,
+            memory_temperature_mc: clamp_i32(i64::from(c.ambient_mc) + rise * 4 / 5),
+            power_mw: s.power_mw,
+            power_limit_mw: c.power_limit_mw,
+            voltage_mv: SensorConfig::between(c.idle_mv, c.full_mv, s.load_ppm),
+            throttle,
+            slowdown_temperature_mc: c.slowdown_mc,
+            shutdown_temperature_mc: c.shutdown_mc,
+            energy_mj: s.energy_uj / 1000,
+            now_ns,
+            reserved: [0; 4],
+        }
+    }
+}
+
+fn clamp_i32(v: i64) -> i32 {
+    v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}
+
+/// One in Q60 fixed point.
+const ONE_Q60: u128 = 1 << 60;
+
+/// `e^(−dt/tau)` in Q60 fixed point (`1 << 60` is 1): the series `1 − s + s²/2 − s³/6 +
+/// s⁴/24` at `s = x / 2¹²`, squared twelve times. Exact to about 10⁻¹²; 0 from `x > 40` on
+/// (below 2⁻⁵⁷).
+pub fn decay_q60(dt: u64, tau: u64) -> u64 {
+    let tau = u128::from(tau.max(1));
+    let dt = u128::from(dt);
+    if dt > 40 * tau {
+        return 0;
+    }
+    let x = (dt << 60) / tau; // x in Q60, at most 40 × 2⁶⁰ < 2⁶⁶
+    let s = x >> 12;
+    let s2 = s * s >> 60;
+    let s3 = s2 * s >> 60;
+    let s4 = s3 * s >> 60;
+    // 1 − s + s²/2 − s³/6 + s⁴/24, with s < 0.01: every partial sum stays in (0, 1].
+    let mut e = ONE_Q60 - s + s2 / 2 - s3 / 6 + s4 / 24;
+    for _ in 0..12 {
+        e = e * e >> 60;
+    }
+    e.min(ONE_Q60) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn q60(v: u64) -> f64 {
+        v as f64 / (1u64 << 60) as f64
+    }
+
+    #[test]
+    fn decay_matches_exp() {
+        for (dt, tau) in [
+            (0, 1),
+            (1, 1),
+            (SEC, 20 * SEC),
+            (3 * SEC, SEC),
+            (39 * SEC, SEC),
+        ] {
+            let want = (-(dt as f64) / tau as f64).exp();
+            let got = q60(decay_q60(dt, tau));
+            assert!(
+                (got - want).abs() < 1e-9,
+                "e^-({dt}/{tau}): {got} vs {want}"
+            );
+        }
+        assert_eq!(decay_q60(41, 1), 0);
+        assert_eq!(decay_q60(5, 0), decay_q60(5, 1), "tau 0 counts as 1 ns");
+    }
+
+    #[test]
+    fn idle_device_reads_the_idle_steady_state() {
+        let mut m = SensorModel::DEFAULT;
+        let first = m.read(SEC, 0, 1);
+        assert_eq!(first.temperature_mc, 39_000, "30 °C + 0.15 °C/W × 60 W");
+        assert_eq!(first.memory_temperature_mc, 37_200);
+        assert_eq!(
+            (first.power_mw, first.voltage_mv, first.throttle),
+            (60_000, 800, 0)
+        );
+        let later = m.read(11 * SEC, 0, 1);
+        assert_eq!(later.temperature_mc, 39_000);
+        assert_eq!(later.energy_mj, 600_000, "60 W for 10 s");
+        assert_eq!(
+            (later.power_limit_mw, later.slowdown_temperature_mc),
+            (310_000, 95_000)
+        );
+    }
+
+    #[test]
+    fn full_load_heats_with_the_time_constant() {
+        let mut m = SensorModel::DEFAULT;
+        m.read(0, 0, 2);
+        // Both engines busy for one τ (20 s): 63.2 % of the way from 39 °C to 75 °C.
+        let s = m.read(20 * SEC, 40 * SEC, 2);
+        assert_eq!((s.power_mw, s.voltage_mv), (300_000, 900));
+        let want = 75.0 - 36.0 * (-1f64).exp();
+        assert!(
+            (f64::from(s.temperature_mc) / 1000.0 - want).abs() < 0.002,
+            "{s:?}"
+        );
+        assert_eq!(s.energy_mj, 6_000_000, "300 W for 20 s");
+        // Half load from there: 180 W, toward 57 °C, so it cools.
+        let t = m.read(40 * SEC, 60 * SEC, 2);
+        assert_eq!(t.power_mw, 180_000);
+        assert!(
+            t.temperature_mc < s.temperature_mc && t.temperature_mc > 57_000,
+            "{t:?}"
+        );
+        assert_eq!(t.voltage_mv, 850);
+    }
+
+    #[test]
+    fn close_readings_repeat_the_last_step_and_bad_clocks_do_no_harm() {
+        let mut m = SensorModel::DEFAULT;
+        m.read(0, 0, 1);
+        let a = m.read(SEC, SEC, 1);
+        let b = m.read(SEC + STEP_NS - 1, SEC + STEP_NS - 1, 1);
+        assert_eq!(
+            (a.temperature_mc, a.power_mw),
+            (b.temperature_mc, b.power_mw)
+        );
+        // Time and busy time going backwards: no step, no panic.
+        let c = m.read(0, 0, 1);
+        assert_eq!(c.power_mw, a.power_mw);
+        // Busy time beyond wall time (a host's bug) is full load, not more.
+        let d = m.read(3 * SEC, 100 * SEC, 1);
+        assert_eq!(d.power_mw, 300_000);
+        let e = m.read(u64::MAX, u64::MAX, 0);
+        assert!(e.energy_mj > d.energy_mj);
+    }
+
+    #[test]
+    fn throttle_bits_follow_the_configured_limits() {
+        let mut m = SensorModel::DEFAULT;
+        let hot = SensorConfig {
+            ambient_mc: 90_000,
+            power_limit_mw: 60_000,
+            ..SensorConfig::DEFAULT
+        };
+        m.configure(hot, 0, 0);
+        let s = m.read(SEC, 0, 1);
+        assert_eq!(s.temperature_mc, 99_000);
+        assert_eq!(s.throttle, THROTTLE_THERMAL | THROTTLE_POWER);
+        let odd = SensorConfig {
+            tau_ms: 0,
+            full_mw: 1,
+            full_mv: 0,
+            shutdown_mc: 0,
+            ..SensorConfig::DEFAULT
+        }
+        .sane();
+        assert_eq!((odd.tau_ms, odd.full_mw, odd.full_mv), (1, 60_000, 800));
+        assert_eq!(odd.shutdown_mc, 95_000);
+    }
+}
