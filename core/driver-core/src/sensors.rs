@@ -227,13 +227,13 @@ pub fn decay_q60(dt: u64, tau: u64) -> u64 {
     }
     let x = (dt << 60) / tau; // x in Q60, at most 40 × 2⁶⁰ < 2⁶⁶
     let s = x >> 12;
-    let s2 = s * s >> 60;
-    let s3 = s2 * s >> 60;
-    let s4 = s3 * s >> 60;
+    let s2 = (s * s) >> 60;
+    let s3 = (s2 * s) >> 60;
+    let s4 = (s3 * s) >> 60;
     // 1 − s + s²/2 − s³/6 + s⁴/24, with s < 0.01: every partial sum stays in (0, 1].
     let mut e = ONE_Q60 - s + s2 / 2 - s3 / 6 + s4 / 24;
     for _ in 0..12 {
-        e = e * e >> 60;
+        e = (e * e) >> 60;
     }
     e.min(ONE_Q60) as u64
 }
