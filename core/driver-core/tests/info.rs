@@ -381,5 +381,51 @@ fn get_identity_reports_the_bus_location() {
         ("0000:00:04.0", 0x1af4, 0x1110)
     );
     assert_eq!((id.uuid, id.model()), (uuid, "davinci pci"));
-    assert_eq!(id.reserved, [0; 3]);
+    assert_eq!(
+        id.chip_name, [0; 12],
+        "no chip name until the host sets one"
+    );
+    let named = *dev.device_identity();
+    dev.set_device_identity(named.with_names("Ascend910B3", "910B3-and-more"));
+    call(&mut dev, ctl, DRIVER_CMD_GET_IDENTITY, &mut id).unwrap();
+    assert_eq!((id.model(), id.chip_name()), ("Ascend910B3", "910B3-and-m"));
+    assert_eq!(id.bus_id(), "0000:00:04.0", "names leave the bus location");
+}
+
+/// ABI 1.5: GET_SENSORS, any open, with the feature bit: the model starts at the idle steady
+/// state, integrates idle power over the device clock, and its configured limits set the
+/// throttle bits.
+#[test]
+fn get_sensors_reports_the_model() {
+    let mut dev = device();
+    let ctl = dev.open(params(1, 0, Role::Control)).unwrap();
+    let mut info = DeviceInfo::default();
+    call(&mut dev, ctl, DRIVER_CMD_GET_INFO, &mut info).unwrap();
+    assert!(info.features.contains(Features::SENSORS));
+    let mut s = DeviceSensors::default();
+    call(&mut dev, ctl, DRIVER_CMD_GET_SENSORS, &mut s).unwrap();
+    assert_eq!(
+        (s.temperature_mc, s.power_mw, s.voltage_mv),
+        (39_000, 60_000, 800)
+    );
+    assert_eq!((s.throttle, s.power_limit_mw), (0, 310_000));
+    let t0 = s.now_ns;
+    dev.platform()
+        .now
+        .store(t0 + 10_000_000_000, core::sync::atomic::Ordering::Relaxed);
+    call(&mut dev, ctl, DRIVER_CMD_GET_SENSORS, &mut s).unwrap();
+    // 60 W over the 10 s (and a few fake-clock ticks) since the first reading.
+    assert_eq!(s.energy_mj, 600_000);
+    assert_eq!(
+        s.temperature_mc, 39_000,
+        "idle stays at the idle steady state"
+    );
+    dev.set_sensor_config(davinci_driver_core::SensorConfig {
+        ambient_mc: 100_000,
+        ..davinci_driver_core::SensorConfig::DEFAULT
+    });
+    call(&mut dev, ctl, DRIVER_CMD_GET_SENSORS, &mut s).unwrap();
+    assert_eq!(s.temperature_mc, 109_000);
+    assert_eq!(s.throttle, THROTTLE_THERMAL);
+    assert_eq!(s.energy_mj, 0, "a new model starts without energy");
 }
