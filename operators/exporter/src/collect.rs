@@ -1,5 +1,5 @@
 //! One scrape's reading of the devices: each device is opened for control afresh, read
-//! (GET_INFO, LIST_CLIENTS, GET_COUNTERS) and closed, on a thread of its own with a
+//! (GET_INFO, LIST_CLIENTS, GET_COUNTERS, GET_IDENTITY, GET_SENSORS) and closed, on a thread of its own with a
 //! deadline, so a device that does not answer costs a scrape at most the deadline and
 //! shows as down instead of holding the scrape.
 //!
@@ -71,11 +71,23 @@ impl Reader for ShimReader {
         } else {
             None
         };
+        let sensors = if info.features.contains(Features::SENSORS) {
+            match ctl.sensors() {
+                Ok(x) => Some(x),
+                Err(e) => {
+                    problems.push(e.to_string());
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(Reading {
             info,
             clients,
             counters,
             identity,
+            sensors,
             problems,
             derived: Default::default(),
         })
@@ -252,6 +264,7 @@ impl Collector {
                     device,
                     path: e.path.clone(),
                     pods: Vec::new(),
+                    identity: None,
                     outcome,
                 }
             })

@@ -12,11 +12,16 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry, Unit};
 
-use davinci_uapi::{Features, ShareMode};
+use davinci_uapi::{DeviceSensors, Features, ShareMode, THROTTLE_POWER, THROTTLE_THERMAL};
 
 use davinci_ops::text::{printable, printable_field};
 
 use crate::collect::Sample;
+use crate::sample::Identity;
+
+mod families;
+use families::*;
+pub use families::{FamilyDoc, Kind, FAMILIES};
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -82,131 +87,6 @@ pub struct SelfStats {
     pub rejected: u64,
     /// Connections closed to make room for new ones.
     pub evicted: u64,
-}
-
-/// Metric type, as the exposition says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A value that goes up and down.
-    Gauge,
-    /// A value that only grows (until its device or client goes away).
-    Counter,
-}
-
-/// One metric family, as exposed.
-#[derive(Debug, Clone, Copy)]
-pub struct FamilyDoc {
-    /// The exposed name (with unit and `_total` suffixes).
-    pub name: &'static str,
-    /// Counter or gauge.
-    pub kind: Kind,
-    /// Its labels.
-    pub labels: &'static str,
-    /// The `# HELP` text (the encoder adds a full stop).
-    pub help: &'static str,
-}
-
-const DEV: &str = "device";
-const CLIENT: &str = "device, container_id, process";
-
-macro_rules! families {
-    ($($id:ident = ($name:literal, $kind:ident, $labels:expr, $help:literal);)*) => {
-        $(const $id: FamilyDoc = FamilyDoc {
-            name: $name,
-            kind: Kind::$kind,
-            labels: $labels,
-            help: $help,
-        };)*
-        /// Every family the exporter exposes, in exposition order.
-        pub const FAMILIES: &[FamilyDoc] = &[$($id),*];
-    };
-}
-
-families! {
-    UP = ("davinci_device_up", Gauge, DEV,
-        "1 if the device answered GET_INFO in this scrape, 0 if it could not be opened or read");
-    ERROR = ("davinci_device_error_info", Gauge, "device, errno",
-        "Why a device is down: the errno of the failed open or call (ETIMEDOUT: no answer in time); 1 for each down device");
-    INFO = ("davinci_device_info", Gauge, "device, path, uuid, model, driver_version, numa_node, abi_version, features",
-        "What the device is: its path, UUID, model, driver and NUMA node (GET_IDENTITY, ABI 1.4; absent before), the driver's ABI version and feature bits (DAVINCI_FEAT_*, hex); always 1");
-    POD_INFO = ("davinci_device_pod_info", Gauge, "device, pod, namespace, container",
-        "A container the kubelet gave the device (or a replica of it) to, from its pod-resources API; always 1");
-    SHARE = ("davinci_device_share_mode", Gauge, "device, mode",
-        "1 for the sharing mode in force (exclusive or shared), 0 for the other");
-    HEALTH = ("davinci_device_health", Gauge, DEV,
-        "The device's health code: 0 OK, 1 Warning (an engine holds a task that does not finish), 2 Alarm, 3 Critical (DAVINCI_HEALTH_*; needs ABI 1.4)");
-    HUNG = ("davinci_device_hung_streams", Gauge, DEV,
-        "Streams stopped now by a task that does not finish (needs ABI 1.4)");
-    BUSY = ("davinci_device_busy_seconds_total", Counter, DEV,
-        "Time the device's engines spent executing tasks since the device started, summed over engines working at once (needs ABI 1.4)");
-    UTIL = ("davinci_device_utilization_ratio", Gauge, DEV,
-        "Share of the device's engine time spent executing tasks between the exporter's previous scrape and this one, 0 to 1 (absent on the first scrape and after a device restart; needs ABI 1.4)");
-    ENGINES = ("davinci_device_engines", Gauge, DEV,
-        "Engines that execute tasks at once (needs ABI 1.4)");
-    CLIENTS = ("davinci_device_clients", Gauge, DEV,
-        "Clients attached now (control opens excluded)");
-    CLIENTS_MAX = ("davinci_device_clients_max", Gauge, DEV,
-        "Most clients the device takes at once");
-    MEM_USED = ("davinci_device_memory_used_bytes", Gauge, DEV,
-        "Device memory allocated by all clients");
-    MEM_TOTAL = ("davinci_device_memory_total_bytes", Gauge, DEV,
-        "Total device memory");
-    MEM_LIMIT = ("davinci_device_client_memory_limit_bytes", Gauge, DEV,
-        "Device memory one client may hold at most");
-    DEV_QUEUED = ("davinci_device_tasks_queued", Gauge, DEV,
-        "Descriptors published by the attached clients and not yet taken by the device (needs LIST_CLIENTS)");
-    DEV_SUBMITTED = ("davinci_device_tasks_submitted_total", Counter, DEV,
-        "Descriptors the device has taken from all command rings since it started (needs GET_COUNTERS, ABI 1.3)");
-    DEV_COMPLETED = ("davinci_device_tasks_completed_total", Counter, DEV,
-        "Completion records the device has written since it started, failed ones included (needs GET_COUNTERS)");
-    DOORBELLS = ("davinci_device_doorbells_total", Counter, DEV,
-        "Doorbells that woke the device (a sleeping stream worker found its doorbell rung) since the device started; near zero per task under load (needs GET_COUNTERS)");
-    STREAM_ERRORS = ("davinci_device_stream_errors_total", Counter, DEV,
-        "Times a stream entered the error state (failed descriptor, corrupt ring indices, reset) since the device started (needs GET_COUNTERS)");
-    OPENED = ("davinci_device_clients_opened_total", Counter, DEV,
-        "Client opens attached since the device started (needs GET_COUNTERS)");
-    DEV_CONTEXTS = ("davinci_device_contexts", Gauge, DEV,
-        "Contexts that exist now on the device (needs GET_COUNTERS)");
-    DEV_STREAMS = ("davinci_device_streams", Gauge, DEV,
-        "Streams that exist now on the device (needs GET_COUNTERS)");
-    DEV_EVENTS = ("davinci_device_events", Gauge, DEV,
-        "Events that exist now on the device (needs GET_COUNTERS)");
-    DEV_ALLOCS = ("davinci_device_allocations", Gauge, DEV,
-        "Allocations that exist now on the device (needs GET_COUNTERS)");
-    C_INFO = ("davinci_client_info", Gauge, "device, container_id, process, client_id, pid, uid",
-        "One attached client: its driver client id, pid and uid, and the group (container_id, process) whose davinci_client_* series count it; always 1");
-    C_PROCESSES = ("davinci_client_processes", Gauge, CLIENT,
-        "Clients of the group (same container and process name) attached now");
-    C_MEM = ("davinci_client_memory_bytes", Gauge, CLIENT,
-        "Device memory held by the group's clients");
-    C_BUSY = ("davinci_client_busy_seconds_total", Counter, CLIENT,
-        "Engine time spent executing the group's tasks, clients gone since included (needs ABI 1.4)");
-    C_SUBMITTED = ("davinci_client_tasks_submitted_total", Counter, CLIENT,
-        "Descriptors the device has taken from the group's command rings, clients gone since included");
-    C_COMPLETED = ("davinci_client_tasks_completed_total", Counter, CLIENT,
-        "Completions the device has written for the group, clients gone since included");
-    C_QUEUED = ("davinci_client_tasks_queued", Gauge, CLIENT,
-        "Descriptors the group's clients have published and the device has not taken yet, over all their streams");
-    C_CONTEXTS = ("davinci_client_contexts", Gauge, CLIENT,
-        "Contexts the group's clients hold");
-    C_STREAMS = ("davinci_client_streams", Gauge, CLIENT,
-        "Streams the group's clients hold");
-    C_EVENTS = ("davinci_client_events", Gauge, CLIENT,
-        "Events the group's clients hold");
-    C_ALLOCS = ("davinci_client_allocations", Gauge, CLIENT,
-        "Allocations the group's clients hold");
-    DEVICES = ("davinci_exporter_devices", Gauge, "",
-        "Devices discovered in this scrape, up or not");
-    DURATION = ("davinci_exporter_scrape_duration_seconds", Gauge, "",
-        "Time this scrape took to discover and read the devices");
-    SCRAPES = ("davinci_exporter_scrapes_total", Counter, "",
-        "Scrapes of /metrics served since the exporter started, this one included");
-    REJECTED = ("davinci_exporter_connections_rejected_total", Counter, "",
-        "Connections answered 503 because --max-connections connections were open and all were being answered");
-    EVICTED = ("davinci_exporter_connections_evicted_total", Counter, "",
-        "Connections closed to make room for a new one at --max-connections: the oldest that had not sent a whole request head (idle or trickling) or had been answered");
-    BUILD = ("davinci_exporter_build_info", Gauge, "version",
-        "The exporter's version; always 1");
 }
 
 /// A series' labels, in order.
@@ -291,6 +171,14 @@ fn register(reg: &mut Registry, doc: &FamilyDoc, metric: impl Metric) {
         reg.register_with_unit(n, doc.help, Unit::Bytes, metric);
     } else if let Some(n) = name.strip_suffix("_seconds") {
         reg.register_with_unit(n, doc.help, Unit::Seconds, metric);
+    } else if let Some(n) = name.strip_suffix("_celsius") {
+        reg.register_with_unit(n, doc.help, Unit::Celsius, metric);
+    } else if let Some(n) = name.strip_suffix("_joules") {
+        reg.register_with_unit(n, doc.help, Unit::Joules, metric);
+    } else if let Some(n) = name.strip_suffix("_volts") {
+        reg.register_with_unit(n, doc.help, Unit::Volts, metric);
+    } else if let Some(n) = name.strip_suffix("_watts") {
+        reg.register_with_unit(n, doc.help, Unit::Other("watts".into()), metric);
     } else {
         reg.register(name, doc.help, metric);
     }
@@ -318,11 +206,23 @@ fn with(base: &Labels, more: &[(&'static str, String)]) -> Labels {
     l
 }
 
-/// The labels every series of the device `s` has: `device`, and `pod`, `namespace` and
-/// `container` when the kubelet gave the device to exactly one container (a device shared
-/// by several has them on `davinci_device_pod_info` only).
-fn device_labels(s: &Sample) -> Labels {
+/// The labels that say which device a series is of: `device`, and `uuid` and `model` when
+/// a GET_IDENTITY of it answered (this scrape's, else the last one: a device that goes down
+/// keeps them).
+fn identity_labels(s: &Sample) -> Labels {
     let mut l = vec![("device", s.device.clone())];
+    if let Some(id) = Identity::of_sample(s) {
+        l.push(("uuid", id.uuid));
+        l.push(("model", id.model));
+    }
+    l
+}
+
+/// The labels every series of the device `s` has: [`identity_labels`], and `pod`,
+/// `namespace` and `container` when the kubelet gave the device to exactly one container (a
+/// device shared by several has them on `davinci_device_pod_info` only).
+fn device_labels(s: &Sample) -> Labels {
+    let mut l = identity_labels(s);
     if let [one] = s.pods.as_slice() {
         l.push(("pod", one.pod.clone()));
         l.push(("namespace", one.namespace.clone()));
@@ -343,15 +243,18 @@ fn registry(samples: &[Sample], stats: &SelfStats, client_series: bool) -> Regis
     let mut f = Families::new();
     for s in samples {
         let dl = device_labels(s);
+        let ident = identity_labels(s);
         for p in &s.pods {
             f.add(
                 &POD_INFO,
-                vec![
-                    ("device", s.device.clone()),
-                    ("pod", p.pod.clone()),
-                    ("namespace", p.namespace.clone()),
-                    ("container", p.container.clone()),
-                ],
+                with(
+                    &ident,
+                    &[
+                        ("pod", p.pod.clone()),
+                        ("namespace", p.namespace.clone()),
+                        ("container", p.container.clone()),
+                    ],
+                ),
                 1u64,
             );
         }
@@ -371,10 +274,10 @@ fn registry(samples: &[Sample], stats: &SelfStats, client_series: bool) -> Regis
         let i = &r.info;
         let mut il = with(&dl, &[("path", printable(&s.path))]);
         if let Some(id) = &r.identity {
-            il.push(("uuid", id.uuid_string().to_string()));
-            il.push(("model", printable(id.model())));
             il.push(("driver_version", printable(id.driver_version())));
             il.push(("numa_node", id.numa_node.to_string()));
+            il.push(("chip_name", printable(id.chip_name())));
+            il.push(("bus_id", printable(id.bus_id())));
         }
         il.push(("abi_version", format!("{}.{}", i.abi_major, i.abi_minor)));
         il.push(("features", format!("{:#x}", i.features.bits())));
@@ -419,6 +322,9 @@ fn registry(samples: &[Sample], stats: &SelfStats, client_series: bool) -> Regis
             f.add(&DEV_STREAMS, dl.clone(), k.streams);
             f.add(&DEV_EVENTS, dl.clone(), k.events);
             f.add(&DEV_ALLOCS, dl.clone(), k.allocations);
+        }
+        if let Some(x) = &r.sensors {
+            add_sensors(&mut f, &dl, x);
         }
         if let Some(list) = &r.clients {
             for (n, c) in list.iter().enumerate() {
@@ -479,6 +385,34 @@ fn registry(samples: &[Sample], stats: &SelfStats, client_series: bool) -> Regis
         }
     }
     reg
+}
+
+/// GET_SENSORS' series, in base units (degrees Celsius, watts, volts, joules).
+fn add_sensors(f: &mut Families, dl: &Labels, x: &DeviceSensors) {
+    let milli = |v: f64| v / 1e3;
+    f.add(&TEMP, dl.clone(), milli(x.temperature_mc.into()));
+    f.add(&MEM_TEMP, dl.clone(), milli(x.memory_temperature_mc.into()));
+    f.add(
+        &SLOWDOWN_TEMP,
+        dl.clone(),
+        milli(x.slowdown_temperature_mc.into()),
+    );
+    f.add(
+        &SHUTDOWN_TEMP,
+        dl.clone(),
+        milli(x.shutdown_temperature_mc.into()),
+    );
+    f.add(&POWER, dl.clone(), milli(x.power_mw.into()));
+    f.add(&POWER_LIMIT, dl.clone(), milli(x.power_limit_mw.into()));
+    f.add(&VOLTAGE, dl.clone(), milli(x.voltage_mv.into()));
+    f.add(&ENERGY, dl.clone(), milli(x.energy_mj as f64));
+    for (reason, bit) in [("thermal", THROTTLE_THERMAL), ("power", THROTTLE_POWER)] {
+        f.add(
+            &THROTTLED,
+            with(dl, &[("reason", reason.to_string())]),
+            u64::from(x.throttle & bit != 0),
+        );
+    }
 }
 
 /// Nanoseconds as seconds.

@@ -5,7 +5,7 @@
 //! depend on it and not on one another.
 #![forbid(unsafe_code)]
 
-use davinci_uapi::{ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno};
+use davinci_uapi::{ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, DeviceSensors, Errno};
 
 /// What was read from a device that answered.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +19,9 @@ pub struct Reading {
     pub counters: Option<DeviceCounters>,
     /// GET_IDENTITY (ABI 1.4); `None` when the driver lacks `IDENTITY` or the call failed.
     pub identity: Option<DeviceIdentity>,
+    /// GET_SENSORS (ABI 1.5); `None` when the driver lacks `SENSORS` or the call failed: the
+    /// device then has no sensor series (absent, not 0).
+    pub sensors: Option<DeviceSensors>,
     /// Calls after GET_INFO that failed; the device is still up.
     pub problems: Vec<String>,
     /// What the scrape derived from this reading and the earlier ones
@@ -58,8 +61,42 @@ pub struct Sample {
     pub path: String,
     /// The pods whose containers the kubelet gave this device (pod-resources API).
     pub pods: Vec<PodRef>,
+    /// The device's `uuid` and `model` labels: from this reading's GET_IDENTITY, else the
+    /// last the exporter read at this path (`crate::state::History::update`), so a device
+    /// that goes down keeps its series' labels; `None` before any GET_IDENTITY answered.
+    pub identity: Option<Identity>,
     /// The reading, or why there is none.
     pub outcome: Result<Reading, Failure>,
+}
+
+/// The identity labels every series of a device carries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// GET_IDENTITY's UUID, lowercase `8-4-4-4-12`.
+    pub uuid: String,
+    /// GET_IDENTITY's model, escaped as every label value.
+    pub model: String,
+}
+
+impl Identity {
+    /// The labels of `id`.
+    pub fn of(id: &DeviceIdentity) -> Identity {
+        Identity {
+            uuid: id.uuid_string().as_str().to_string(),
+            model: davinci_ops::text::printable(id.model()),
+        }
+    }
+
+    /// This sample's identity labels: its own field, else its reading's GET_IDENTITY.
+    pub fn of_sample(s: &Sample) -> Option<Identity> {
+        s.identity.clone().or_else(|| {
+            s.outcome
+                .as_ref()
+                .ok()
+                .and_then(|r| r.identity.as_ref())
+                .map(Identity::of)
+        })
+    }
 }
 
 /// A client group: the clients of one device with the same container id and process name.

@@ -4,6 +4,9 @@
 //!   scrape: utilization over the interval since is `Δbusy_ns / (Δnow_ns × engines)`, at
 //!   most 1. The first scrape of a device, and the first after its counters went backwards
 //!   (the device restarted), have none.
+//! * **Stable device labels.** The `uuid` and `model` of a device's last GET_IDENTITY: a
+//!   device that goes down keeps them on its series, so its `davinci_device_up 0` is the
+//!   same series as the `1` before it.
 //! * **Stable client series.** Clients are grouped by (container id, process name): the
 //!   driver's client id and the pid change whenever a process restarts, so series keyed by
 //!   them churn (a new series per restart, the old one stale). A group's counters
@@ -27,8 +30,8 @@ use std::io::Read;
 use davinci_ops::text::{printable_bytes, printable_field};
 use davinci_uapi::{DeviceCounters, Features};
 
-use crate::sample::Sample;
 pub use crate::sample::{Derived, Group, Totals};
+use crate::sample::{Identity, Sample};
 
 /// Most bytes of a process name taken from `/proc/PID/cmdline`.
 pub const MAX_NAME: usize = 128;
@@ -51,6 +54,8 @@ struct DeviceMemory {
     /// Per group: the counters of its clients that went away, and the scrape it last had a
     /// client attached in.
     gone: HashMap<Key, (Totals, u64)>,
+    /// The identity labels of the last GET_IDENTITY that answered.
+    identity: Option<Identity>,
 }
 
 /// The memory of the scrapes, per device path.
@@ -129,7 +134,9 @@ impl History {
         self.devices.retain(|p, _| paths.contains(p.as_str()));
         for s in samples.iter_mut() {
             let Ok(r) = &mut s.outcome else {
-                // Down this scrape: keep the memory (it may come back with the same clients).
+                // Down this scrape: keep the memory (it may come back with the same clients),
+                // and the labels its series had.
+                s.identity = self.devices.get(&s.path).and_then(|m| m.identity.clone());
                 continue;
             };
             let m = self.devices.entry(s.path.clone()).or_default();
@@ -144,6 +151,10 @@ impl History {
                     m.last = Some((k.busy_ns, k.now_ns));
                 }
             }
+            if let Some(id) = &r.identity {
+                m.identity = Some(Identity::of(id));
+            }
+            s.identity = m.identity.clone();
             let Some(list) = &r.clients else {
                 continue;
             };

@@ -45,7 +45,8 @@ fn samples(counters: bool) -> Vec<Sample> {
     let mut r = Reading::default();
     r.info.abi_major = 1;
     r.info.abi_minor = 4;
-    r.info.features = Features::LIST_CLIENTS | Features::COUNTERS | Features::IDENTITY;
+    r.info.features =
+        Features::LIST_CLIENTS | Features::COUNTERS | Features::IDENTITY | Features::SENSORS;
     r.info.memory_size = 1 << 30;
     r.info.memory_used = 3 << 20;
     r.info.client_memory_limit = 1 << 29;
@@ -81,7 +82,21 @@ fn samples(counters: bool) -> Vec<Sample> {
         };
         id.model = davinci_uapi::DeviceIdentity::text_field("Mock NPU");
         id.driver_version = davinci_uapi::DeviceIdentity::text_field("davinci-mockd 0.1.0");
+        id.chip_name = davinci_uapi::DeviceIdentity::text_field("mock0");
+        id.bus_id = davinci_uapi::DeviceIdentity::text_field("0000:3b:00.0");
         r.identity = Some(id);
+        r.sensors = Some(davinci_uapi::DeviceSensors {
+            temperature_mc: 47_250,
+            memory_temperature_mc: -1_500,
+            power_mw: 71_125,
+            power_limit_mw: 310_000,
+            voltage_mv: 850,
+            throttle: davinci_uapi::THROTTLE_POWER,
+            slowdown_temperature_mc: 95_000,
+            shutdown_temperature_mc: 105_000,
+            energy_mj: 1_234_567,
+            ..Default::default()
+        });
     } else {
         // A 1.2 driver: no GET_COUNTERS, no GET_IDENTITY.
         r.info.abi_minor = 2;
@@ -92,12 +107,14 @@ fn samples(counters: bool) -> Vec<Sample> {
             device: "0".into(),
             path: "mock:/run/davinci/davinci0.sock".into(),
             pods: Vec::new(),
+            identity: None,
             outcome: Ok(r),
         },
         Sample {
             device: "1".into(),
             path: "mock:/run/davinci/davinci1.sock".into(),
             pods: Vec::new(),
+            identity: None,
             outcome: Err(Failure {
                 errno: Some(Errno::ENODEV),
                 message: "gone".into(),
@@ -105,6 +122,9 @@ fn samples(counters: bool) -> Vec<Sample> {
         },
     ]
 }
+
+/// Device 0's labels in [`samples`]`(true)`: its index, UUID and model.
+const D0: &str = r#"device="0",uuid="5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a",model="Mock NPU""#;
 
 fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
@@ -136,9 +156,8 @@ fn every_family_has_help_and_type_and_the_values_read() {
             f.name
         );
     }
-    let d0 = r#"device="0""#;
+    let d0 = D0;
     let d1 = r#"device="1""#;
-    let uuid = "5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a";
     for want in [
         format!("davinci_device_up{{{d0}}} 1"),
         format!("davinci_device_up{{{d1}}} 0"),
@@ -157,10 +176,11 @@ fn every_family_has_help_and_type_and_the_values_read() {
         format!("davinci_device_busy_seconds_total{{{d0}}} 2.5"),
         format!("davinci_device_engines{{{d0}}} 4"),
         format!(
-            "davinci_device_info{{{d0},path=\"mock:/run/davinci/davinci0.sock\",uuid=\"{uuid}\",\
-             model=\"Mock NPU\",driver_version=\"davinci-mockd 0.1.0\",numa_node=\"-1\",\
-             abi_version=\"1.4\",features=\"{:#x}\"}} 1",
-            (Features::LIST_CLIENTS | Features::COUNTERS | Features::IDENTITY).bits()
+            "davinci_device_info{{{d0},path=\"mock:/run/davinci/davinci0.sock\",\
+             driver_version=\"davinci-mockd 0.1.0\",numa_node=\"-1\",chip_name=\"mock0\",\
+             bus_id=\"0000:3b:00.0\",abi_version=\"1.4\",features=\"{:#x}\"}} 1",
+            (Features::LIST_CLIENTS | Features::COUNTERS | Features::IDENTITY | Features::SENSORS)
+                .bits()
         ),
         format!(
             "davinci_client_memory_bytes{{{d0},container_id=\"abc123\",\
@@ -310,9 +330,12 @@ fn per_client_series_are_served_only_when_asked_for() {
     let without = encode(&s, &SelfStats::default(), Format::Prometheus, false);
     let with = encode(&s, &SelfStats::default(), Format::Prometheus, true);
     for text in [&without, &with] {
-        assert!(text.contains("davinci_device_up{device=\"0\"} 1"), "{text}");
         assert!(
-            text.contains("davinci_device_clients{device=\"0\"} 2"),
+            text.contains(&format!("davinci_device_up{{{D0}}} 1")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("davinci_device_clients{{{D0}}} 2")),
             "{text}"
         );
     }
@@ -398,10 +421,11 @@ fn pods_label_a_device_held_by_one_container_and_are_listed_for_a_shared_one() {
     s[0].pods = vec![held("train-0", "trainer")];
     s[1].pods = vec![held("a", "x"), held("b", "y")];
     let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus, true);
-    let one = r#"device="0",pod="train-0",namespace="ml",container="trainer""#;
+    let one = format!(r#"{D0},pod="train-0",namespace="ml",container="trainer""#);
     for want in [
         format!("davinci_device_up{{{one}}} 1"),
         format!("davinci_device_memory_used_bytes{{{one}}} 3145728"),
+        format!("davinci_device_temperature_celsius{{{one}}} 47.25"),
         format!("davinci_device_pod_info{{{one}}} 1"),
         format!("davinci_client_processes{{{one},container_id=\"\",process=\"python3\"}} 1"),
         // Shared by two containers: no pod labels on its series, both on the info.
@@ -410,5 +434,72 @@ fn pods_label_a_device_held_by_one_container_and_are_listed_for_a_shared_one() {
         r#"davinci_device_pod_info{device="1",pod="b",namespace="ml",container="y"} 1"#.into(),
     ] {
         assert!(text.lines().any(|l| l == want), "{want}\n{text}");
+    }
+}
+
+#[test]
+fn sensors_are_in_base_units_and_absent_without_the_feature() {
+    let text = encode(
+        &derive(samples(true)),
+        &SelfStats::default(),
+        Format::Prometheus,
+        false,
+    );
+    let l = lines(&text);
+    for want in [
+        format!("davinci_device_temperature_celsius{{{D0}}} 47.25"),
+        format!("davinci_device_memory_temperature_celsius{{{D0}}} -1.5"),
+        format!("davinci_device_slowdown_temperature_celsius{{{D0}}} 95.0"),
+        format!("davinci_device_shutdown_temperature_celsius{{{D0}}} 105.0"),
+        format!("davinci_device_power_watts{{{D0}}} 71.125"),
+        format!("davinci_device_power_limit_watts{{{D0}}} 310.0"),
+        format!("davinci_device_voltage_volts{{{D0}}} 0.85"),
+        format!("davinci_device_energy_joules_total{{{D0}}} 1234.567"),
+        format!("davinci_device_throttled{{{D0},reason=\"thermal\"}} 0"),
+        format!("davinci_device_throttled{{{D0},reason=\"power\"}} 1"),
+    ] {
+        assert!(l.contains(&want.as_str()), "{want}\n{text}");
+    }
+    // Every series of device 0 says which device it is of by UUID and model too.
+    for line in l.iter().filter(|x| x.contains("device=\"0\"")) {
+        assert!(line.contains(D0), "{line}");
+    }
+    // A device whose driver has no SENSORS: no sensor series at all (not zeros).
+    let mut s = samples(true);
+    if let Ok(r) = &mut s[0].outcome {
+        r.info.features.remove(Features::SENSORS);
+        r.sensors = None;
+    }
+    let text = encode(&derive(s), &SelfStats::default(), Format::Prometheus, false);
+    for f in FAMILIES.iter().filter(|f| {
+        ["celsius", "watts", "volts", "joules", "throttled"]
+            .iter()
+            .any(|u| f.name.contains(u))
+    }) {
+        assert!(
+            !text.contains(&format!("{}{{", f.name)),
+            "{}\n{text}",
+            f.name
+        );
+    }
+    assert!(
+        text.contains(&format!("davinci_device_up{{{D0}}} 1")),
+        "{text}"
+    );
+    // OpenMetrics names the units.
+    let om = encode(
+        &derive(samples(true)),
+        &SelfStats::default(),
+        Format::Openmetrics,
+        false,
+    );
+    for unit in [
+        "# UNIT davinci_device_temperature_celsius celsius",
+        "# UNIT davinci_device_power_watts watts",
+        "# UNIT davinci_device_voltage_volts volts",
+        "# UNIT davinci_device_energy_joules joules",
+        "# TYPE davinci_device_energy_joules counter",
+    ] {
+        assert!(om.contains(unit), "{unit}\n{om}");
     }
 }

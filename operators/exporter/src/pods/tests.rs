@@ -121,6 +121,7 @@ fn sample(device: &str, uuid: Option<[u8; 16]>) -> Sample {
         device: device.into(),
         path: format!("mock:/x/davinci{device}.sock"),
         pods: Vec::new(),
+        identity: None,
         outcome: Ok(r),
     }
 }

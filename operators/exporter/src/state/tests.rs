@@ -42,6 +42,7 @@ fn sample(clients: Vec<ClientUsage>, busy_ns: u64, now_ns: u64) -> Sample {
         device: "0".into(),
         path: "mock:/x/davinci0.sock".into(),
         pods: Vec::new(),
+        identity: None,
         outcome: Ok(r),
     }
 }
@@ -219,4 +220,44 @@ fn a_driver_before_1_4_has_groups_without_busy_time_and_no_utilization() {
         assert_eq!(derived(&s[0]).utilization, None);
         assert!(!derived(&s[0]).groups[0].has_busy);
     }
+}
+
+#[test]
+fn a_device_that_goes_down_keeps_its_identity_labels_until_it_is_gone() {
+    let mut h = History::default();
+    let mut up = vec![sample(vec![], 0, 1)];
+    if let Ok(r) = &mut up[0].outcome {
+        let mut id = davinci_uapi::DeviceIdentity {
+            uuid: [0x11; 16],
+            ..Default::default()
+        };
+        id.model = davinci_uapi::DeviceIdentity::text_field("M\x1b1");
+        r.identity = Some(id);
+    }
+    h.update(&mut up, &Comm);
+    let id = up[0].identity.clone().expect("identity labels");
+    assert_eq!(id.uuid, "11111111-1111-1111-1111-111111111111");
+    assert_eq!(
+        id.model, "M?1",
+        "the model as the ABI's text field keeps it"
+    );
+    let down = || Sample {
+        outcome: Err(Failure {
+            errno: Some(Errno::ETIMEDOUT),
+            message: "no answer".into(),
+        }),
+        ..sample(vec![], 0, 0)
+    };
+    let mut d = vec![down()];
+    h.update(&mut d, &Comm);
+    assert_eq!(d[0].identity.as_ref(), Some(&id), "down: the same labels");
+    // Up again with GET_IDENTITY failing: still the labels it had.
+    let mut again = vec![sample(vec![], 0, 2)];
+    h.update(&mut again, &Comm);
+    assert_eq!(again[0].identity.as_ref(), Some(&id));
+    // Not discovered any more: forgotten; down at once when it comes back: no labels.
+    h.update(&mut [], &Comm);
+    let mut d = vec![down()];
+    h.update(&mut d, &Comm);
+    assert_eq!(d[0].identity, None);
 }
