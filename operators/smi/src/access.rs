@@ -10,7 +10,8 @@ use std::path::Path;
 
 use davinci_ops::discover::Entry;
 use davinci_uapi::{
-    ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, Errno, ShareMode, TenantShareArgs,
+    ClientUsage, DeviceCounters, DeviceIdentity, DeviceInfo, DeviceSensors, Errno, ShareMode,
+    TenantShareArgs,
 };
 
 use crate::error::SmiError;
@@ -31,6 +32,10 @@ pub trait DeviceAccess {
     }
     /// GET_COUNTERS; `None` where the device does not report them.
     fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
+        Ok(None)
+    }
+    /// GET_SENSORS (ABI 1.5); `None` where the device does not report them.
+    fn sensors(&self) -> Result<Option<DeviceSensors>, SmiError> {
         Ok(None)
     }
     /// TENANT_SHARE (ABI 1.5, an admin's): `tenant` (`user:UID` or `container:ID`, the
@@ -70,6 +75,9 @@ impl DeviceAccess for davinci_shim::Control {
     }
     fn counters(&self) -> Result<Option<DeviceCounters>, SmiError> {
         Ok(Some(davinci_shim::Control::counters(self)?))
+    }
+    fn sensors(&self) -> Result<Option<DeviceSensors>, SmiError> {
+        Ok(Some(davinci_shim::Control::sensors(self)?))
     }
     fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs, SmiError> {
         Ok(davinci_shim::Control::tenant_share(self, tenant, set)?)

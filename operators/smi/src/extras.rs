@@ -5,7 +5,7 @@
 //! npu-smi mode and `[N/A]` in `--query` CSV, never an invented number.
 #![forbid(unsafe_code)]
 
-use davinci_uapi::{DeviceCounters, DeviceInfo, Features};
+use davinci_uapi::{DeviceCounters, DeviceInfo, DeviceSensors, Features};
 
 use crate::access::DeviceAccess;
 
@@ -39,6 +39,13 @@ pub struct Extras {
     /// Streams an engine stopped on a task that does not finish (why the health is
     /// `Warning`).
     pub hung_streams: Option<u32>,
+    /// The chip's name (npu-smi's `Chip Name`, e.g. `910B3`), from GET_IDENTITY with
+    /// `DAVINCI_FEAT_SENSORS` (ABI 1.5).
+    pub chip_name: Option<String>,
+    /// Temperature, power, voltage and throttle reasons (npu-smi's Temp and Power,
+    /// nvidia-smi's `temperature.gpu`, `power.draw`), from GET_SENSORS (ABI 1.5); `None`:
+    /// the device reports none, printed `NA`/`[N/A]`.
+    pub sensors: Option<DeviceSensors>,
     /// The GET_COUNTERS read [`device_extras`] made, the first of [`fill_busy`]'s two.
     first: Option<DeviceCounters>,
 }
@@ -49,7 +56,8 @@ pub const BUSY_SAMPLE: std::time::Duration = std::time::Duration::from_millis(20
 
 /// The [`Extras`] of a device, asked of `dev` whose GET_INFO is `info`: with
 /// `DAVINCI_FEAT_IDENTITY` (ABI 1.4), the UUID, model and driver from GET_IDENTITY and the
-/// health from GET_COUNTERS (kept as the first sample for [`fill_busy`]). A device without
+/// health from GET_COUNTERS (kept as the first sample for [`fill_busy`]); with
+/// `DAVINCI_FEAT_SENSORS` (ABI 1.5), the chip name and GET_SENSORS. A device without
 /// the feature, or a call that fails, leaves the values `None`.
 pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras {
     let mut out = Extras::default();
@@ -62,6 +70,12 @@ pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras
         out.driver_version = Some(id.driver_version().to_string()).filter(|s| !s.is_empty());
         out.bus_id = Some(id.bus_id().to_string()).filter(|s| !s.is_empty());
         out.pci_ids = Some((id.pci_vendor, id.pci_device)).filter(|&(v, _)| v != 0);
+        if info.features.contains(Features::SENSORS) {
+            out.chip_name = Some(id.chip_name().to_string()).filter(|s| !s.is_empty());
+        }
+    }
+    if info.features.contains(Features::SENSORS) {
+        out.sensors = dev.sensors().ok().flatten();
     }
     if let Ok(Some(k)) = dev.counters() {
         out.health = davinci_uapi::health_name(k.health).map(str::to_string);
@@ -101,7 +115,7 @@ pub fn busy_percent(a: &DeviceCounters, b: &DeviceCounters) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::error::SmiError;
-    use davinci_uapi::{ClientUsage, DeviceIdentity, ShareMode};
+    use davinci_uapi::{ClientUsage, DeviceIdentity, DeviceSensors, ShareMode};
     use std::cell::Cell;
 
     /// A 1.4 device whose busy time grows by 50 ms of every 100 ms between reads, counting
@@ -157,6 +171,54 @@ mod tests {
         let mut e = device_extras(&old, &DeviceInfo::default());
         fill_busy(vec![(&old, &mut e)]);
         assert_eq!((old.0.get(), e.busy_percent), (0, None));
+    }
+
+    /// A 1.5 device with sensors and a chip name.
+    struct Sensing;
+
+    impl DeviceAccess for Sensing {
+        fn info(&self) -> Result<DeviceInfo, SmiError> {
+            Ok(DeviceInfo::default())
+        }
+        fn share(&self) -> Result<(ShareMode, u32), SmiError> {
+            Ok((ShareMode::Exclusive, 0))
+        }
+        fn set_share(&self, _: ShareMode) -> Result<(), SmiError> {
+            Ok(())
+        }
+        fn clients(&self) -> Result<Vec<ClientUsage>, SmiError> {
+            Ok(Vec::new())
+        }
+        fn identity(&self) -> Result<Option<DeviceIdentity>, SmiError> {
+            Ok(Some(DeviceIdentity {
+                chip_name: DeviceIdentity::text_field("910B3"),
+                ..DeviceIdentity::default()
+            }))
+        }
+        fn sensors(&self) -> Result<Option<DeviceSensors>, SmiError> {
+            Ok(Some(DeviceSensors {
+                temperature_mc: 41_400,
+                ..DeviceSensors::default()
+            }))
+        }
+    }
+
+    /// Sensors and the chip name are read only from a device with `DAVINCI_FEAT_SENSORS`.
+    #[test]
+    fn sensors_and_chip_name_only_with_the_feature() {
+        let with = DeviceInfo {
+            features: Features::IDENTITY | Features::SENSORS,
+            ..DeviceInfo::default()
+        };
+        let e = device_extras(&Sensing, &with);
+        assert_eq!(e.chip_name.as_deref(), Some("910B3"));
+        assert_eq!(e.sensors.map(|s| s.temperature_c()), Some(41));
+        let without = DeviceInfo {
+            features: Features::IDENTITY,
+            ..DeviceInfo::default()
+        };
+        let e = device_extras(&Sensing, &without);
+        assert_eq!((e.chip_name, e.sensors), (None, None));
     }
 
     #[test]
