@@ -5,10 +5,12 @@
 //! `operators/smi/tests/npu-smi-reference/`.
 //!
 //! Values come from GET_INFO, LIST_CLIENTS and QUERY_DEVICE_SHARE, and from
-//! [`device_extras`] for what the ABI does not report yet; a value no davinci device has a
-//! sensor for (temperature, power, frequencies, PCI ids) is `NA`, never an invented number.
-//! The device has no DDR and no hugepages beside its memory, so those are 0, as npu-smi prints
-//! them on a chip without DDR; its memory is reported as HBM.
+//! [`device_extras`] (GET_IDENTITY's names and bus address, GET_COUNTERS' health and
+//! utilization, GET_SENSORS' temperature, power and voltage); a value the device does not
+//! report (sensors of a driver without them, frequencies, PCI ids of a device on no bus) is
+//! `NA`, never an invented number. The device has no DDR and no hugepages beside its memory,
+//! so those are 0, as npu-smi prints them on a chip without DDR; its memory is reported as
+//! HBM. How names, bus addresses and sensor readings are worded: [`values`].
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
@@ -57,14 +59,17 @@ const AFTER_HELP: &str = "\
 npu-smi mode of davinci-smi: Huawei npu-smi's commands and output shapes, for scripts written
 against npu-smi. On when the program is called npu-smi (ln -s davinci-smi npu-smi) or with
 davinci-smi --npu-smi as the first argument. Each davinci device is one NPU with one chip
-(chip 0). Values no davinci device reports (temperature, power, frequencies, PCI ids, serial
-numbers) are NA; the device's memory is its HBM; DDR and hugepages are 0. `-v` reports npu-smi
-version 25.5.1, the release whose shapes are reproduced (davinci-smi --version is the tool's
-own). Devices are found as davinci-smi finds them (davinci-smi --help), or --device PATH.
+(chip 0). Temperature, power and voltage are the device's sensors (NA from a driver without
+them); values no davinci device reports (frequencies, serial numbers, firmware) are NA; the
+device's memory is its HBM; DDR and hugepages are 0. `-v` reports npu-smi version 25.5.1, the
+release whose shapes are reproduced (davinci-smi --version is the tool's own). Devices are
+found as davinci-smi finds them (davinci-smi --help), or --device PATH.
 
   npu-smi info                 the NPU table and the process table
   npu-smi info -l | -m         the NPUs; the NPU/chip map
-  npu-smi info -t usages|common|memory|board|health|temp|power|device-share -i N [-c 0]
+  npu-smi info -t topo         the NPU topology matrix and CPU affinity
+  npu-smi info -t usages|common|memory|board|health|temp|power|volt|product|device-share
+               -i N [-c 0]     (-c 0: the chip's values alone; board -c: the chip's identity)
   npu-smi set -t device-share -i N [-c 0] -d 0|1   (asks Y/N on a terminal; -y does not)";
 
 /// npu-smi's command line.
@@ -94,14 +99,8 @@ struct NpuCli {
 enum NpuCmd {
     /// Show the NPUs (table), list them (-l), map them (-m), or one NPU's details (-t)
     Info {
-        /// What to show of NPU -i
-        #[arg(
-            short = 't',
-            long = "type",
-            value_enum,
-            value_name = "TYPE",
-            requires = "id"
-        )]
+        /// What to show of NPU -i (topo: of all NPUs, no -i needed)
+        #[arg(short = 't', long = "type", value_enum, value_name = "TYPE")]
         ty: Option<NpuType>,
         /// NPU id (N of davinciN)
         #[arg(short = 'i', long = "id", value_name = "ID")]
@@ -156,6 +155,12 @@ enum NpuType {
     Temp,
     /// Power (NA: no sensor)
     Power,
+    /// Voltage (NA: no sensor)
+    Volt,
+    /// Product type
+    Product,
+    /// Topology of all NPUs and their CPU affinity
+    Topo,
     /// Device sharing status
     DeviceShare,
 }
@@ -173,12 +178,8 @@ fn na<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| NA.to_string(), |v| printable(&v.to_string()))
 }
 
-/// `"        %-30s : %s\n"`: npu-smi's key/value line indented with 8 spaces.
-fn sp(k: &str, v: impl std::fmt::Display) -> String {
-    format!("        {k:<30} : {v}\n")
-}
-
-/// `"\t%-30s : %s\n"`: npu-smi's key/value line indented with a TAB.
+/// `"\t%-30s : %s\n"`: npu-smi's key/value line (every `-t` type's; a copy from a terminal
+/// shows the TAB as 8 spaces).
 fn tab(k: &str, v: impl std::fmt::Display) -> String {
     format!("\t{k:<30} : {v}\n")
 }
@@ -270,9 +271,24 @@ pub(crate) fn run(
         return exit::USAGE;
     };
     let id = match cmd {
+        // The matrix is of every NPU (npu-smi takes no -i for it).
         NpuCmd::Info {
-            id, ty: Some(_), ..
-        } => id.map(IdSel::One),
+            ty: Some(NpuType::Topo),
+            ..
+        } => None,
+        NpuCmd::Info {
+            id: None,
+            ty: Some(_),
+            ..
+        } => {
+            use clap::CommandFactory;
+            let e = NpuCli::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "info -t TYPE needs the NPU: --id <ID> (-i N); only -t topo is of all NPUs",
+            );
+            let _ = write!(err, "{}", e.render());
+            return exit::USAGE;
+        }
         NpuCmd::Info { id, .. } => id.map(IdSel::One),
         NpuCmd::Set { id, .. } => Some(IdSel::One(*id)),
     };
@@ -291,6 +307,10 @@ pub(crate) fn run(
     let r = match cmd {
         NpuCmd::Info { list: true, .. } => list(&targets),
         NpuCmd::Info { map: true, .. } => map(&targets),
+        NpuCmd::Info {
+            ty: Some(NpuType::Topo),
+            ..
+        } => topo::topo(&targets, &topo::node_cpus),
         NpuCmd::Info {
             ty: Some(ty), chip, ..
         } => detail(&targets, *ty, chip.is_some()),
@@ -399,7 +419,7 @@ fn map(targets: &[Target]) -> Out {
         match r {
             Ok(n) => {
                 let id = n.id.to_string();
-                out += &row(&id, "0", &id, &na(n.extras.name.as_deref()));
+                out += &row(&id, "0", &id, &values::map_name(&n.extras));
             }
             Err((id, _)) => {
                 let id = crate::commands::id_text(*id);
@@ -447,7 +467,11 @@ fn set(targets: &[Target], mode: ShareMode) -> Out {
 }
 
 mod render;
+mod topo;
+mod values;
 use render::{detail, table};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sensors;

@@ -116,7 +116,8 @@ fn usage_errors_and_help() {
     assert_eq!(code, 0);
     for s in [
         "npu-smi mode",
-        "usages|common|memory|board|health|temp|power|device-share",
+        "usages|common|memory|board|health|temp|power|volt|product|device-share",
+        "-t topo",
         "NA",
         "25.5.1",
     ] {

@@ -1,7 +1,10 @@
 //! npu-smi's tables and detail blocks: `info` (both tables), `info -t TYPE` in npu-smi's
-//! shapes (the key/value blocks with their TAB or 8-space indents).
+//! shapes (the `"\t%-30s : %s\n"` key/value blocks; per NPU, as npu-smi's card view prints
+//! them, `NPU ID` and `Chip Count`, a blank line, then per chip its values, `Chip ID` and a
+//! blank line).
 #![forbid(unsafe_code)]
 
+use super::values::{self, bus_id, chip_name};
 use super::*;
 
 pub(super) const RULE: &str =
@@ -67,13 +70,13 @@ pub(super) fn table(targets: &[Target]) -> Out {
         out += &match r {
             Ok(n) => npu_rows(
                 &n.id.to_string(),
-                &na(n.extras.name.as_deref()),
+                &na(chip_name(&n.extras)),
                 n.extras.health.as_deref().unwrap_or("OK"),
-                NA,
-                NA,
+                &values::power(&n.extras),
+                &values::temperature(&n.extras),
                 ("0", "0"),
                 "0",
-                &na(n.extras.bus_id.as_deref()),
+                &bus_id(&n.extras),
                 &na(n.extras.busy_percent),
                 ("0", "0"),
                 (&n.hbm_used_mb(), &n.hbm_total_mb()),
@@ -151,16 +154,18 @@ pub(super) fn detail(targets: &[Target], ty: NpuType, chip: bool) -> Out {
     Out { out, err, code }
 }
 
-/// The lines of `-t TYPE` for NPU `n`: without `-c` the NPU's id and chip count, a blank line,
-/// the chip's values and its id; with `-c` the chip's values alone.
+/// The lines of `-t TYPE` for NPU `n`: without `-c` the NPU's id and chip count, a blank
+/// line, the chip's values, its id and a blank line (npu-smi's card view); with `-c` the
+/// chip's values alone (`board -c`: the chip's identity block).
 pub(super) fn detail_of(n: &Npu, ty: NpuType, chip: bool) -> String {
-    let head = || sp("NPU ID", n.id) + &sp("Chip Count", 1) + "\n";
+    let e = &n.extras;
+    let head = || tab("NPU ID", n.id) + &tab("Chip Count", 1) + "\n";
     let block = |pairs: &[(&str, String)]| {
-        let body: String = pairs.iter().map(|(k, v)| sp(k, v)).collect();
+        let body: String = pairs.iter().map(|(k, v)| tab(k, v)).collect();
         if chip {
             body
         } else {
-            head() + &body + &sp("Chip ID", 0)
+            head() + &body + &tab("Chip ID", 0) + "\n"
         }
     };
     match ty {
@@ -169,19 +174,19 @@ pub(super) fn detail_of(n: &Npu, ty: NpuType, chip: bool) -> String {
             let pairs = [
                 ("Memory Usage Rate(%)", "0".to_string()),
                 ("HBM Usage Rate(%)", n.hbm_rate()),
-                ("Aicore Usage Rate(%)", na(n.extras.busy_percent)),
+                ("Aicore Usage Rate(%)", na(e.busy_percent)),
                 ("Aicore Freq(MHZ)", NA.into()),
                 ("Aicore curFreq(MHZ)", NA.into()),
                 ("Aicore Count", NA.into()),
-                ("Temperature(C)", NA.into()),
-                ("NPU Real-time Power(W)", NA.into()),
+                ("Temperature(C)", values::temperature(e)),
+                ("NPU Real-time Power(W)", values::power(e)),
             ];
+            let body: String = pairs.iter().map(|(k, v)| tab(k, v)).collect();
             if chip {
-                block(&pairs)
+                body
             } else {
                 // npu-smi's common block starts with the chip's id.
-                let body: String = pairs.iter().map(|(k, v)| sp(k, v)).collect();
-                head() + &sp("Chip ID", 0) + &body
+                head() + &tab("Chip ID", 0) + &body
             }
         }
         NpuType::Memory => block(&[
@@ -191,17 +196,17 @@ pub(super) fn detail_of(n: &Npu, ty: NpuType, chip: bool) -> String {
             ("HBM Capacity(MB)", n.hbm_total_mb()),
             ("HBM Clock Speed(MHz)", NA.into()),
             ("HBM Usage Rate(%)", n.hbm_rate()),
-            ("HBM Temperature(C)", NA.into()),
+            ("HBM Temperature(C)", values::memory_temperature(e)),
         ]),
         NpuType::Health => block(&[
             (
                 "Health Status",
-                n.extras.health.clone().unwrap_or_else(|| "OK".into()),
+                e.health.clone().unwrap_or_else(|| "OK".into()),
             ),
             ("Error Code", NA.into()),
             (
                 "Error Information",
-                match n.extras.hung_streams {
+                match e.hung_streams {
                     Some(h) if h > 0 => {
                         format!("{h} stream(s) stopped on a task that does not finish")
                     }
@@ -209,48 +214,73 @@ pub(super) fn detail_of(n: &Npu, ty: NpuType, chip: bool) -> String {
                 },
             ),
         ]),
+        NpuType::Board if chip => chip_board(n),
         NpuType::Board => {
             let pairs: [(&str, String); 19] = [
                 ("NPU ID", n.id.to_string()),
-                ("Product Name", na(n.extras.name.as_deref())),
+                ("Product Name", na(e.name.as_deref())),
                 ("Model", NA.into()),
                 ("Manufacturer", NA.into()),
                 ("Serial Number", NA.into()),
-                ("Software Version", na(n.extras.driver_version.as_deref())),
+                ("Software Version", na(e.driver_version.as_deref())),
                 ("Firmware Version", NA.into()),
                 // The client library accepted the driver's ABI.
                 ("Compatibility", "OK".into()),
                 ("Board ID", NA.into()),
                 ("PCB ID", NA.into()),
                 ("BOM ID", NA.into()),
-                ("PCIe Bus Info", na(n.extras.bus_id.as_deref())),
+                ("PCIe Bus Info", bus_id(e)),
                 ("Slot ID", NA.into()),
                 ("Class ID", NA.into()),
-                (
-                    "PCI Vendor ID",
-                    na(n.extras.pci_ids.map(|(v, _)| hex_id(v))),
-                ),
-                (
-                    "PCI Device ID",
-                    na(n.extras.pci_ids.map(|(_, d)| hex_id(d))),
-                ),
+                ("PCI Vendor ID", na(e.pci_ids.map(|(v, _)| hex_id(v)))),
+                ("PCI Device ID", na(e.pci_ids.map(|(_, d)| hex_id(d)))),
                 ("Subsystem Vendor ID", NA.into()),
                 ("Subsystem Device ID", NA.into()),
                 ("Chip Count", "1".into()),
             ];
-            pairs.iter().map(|(k, v)| sp(k, v)).collect()
+            pairs.iter().map(|(k, v)| tab(k, v)).collect()
         }
-        NpuType::Temp if chip => tab("NPU Temperature (C)", NA),
-        NpuType::Temp => block(&[("NPU Temperature (C)", NA.into())]),
-        NpuType::Power if chip => tab("NPU Real-time Power(W)", NA),
-        NpuType::Power => block(&[("NPU Real-time Power(W)", NA.into())]),
-        NpuType::DeviceShare => tab(
+        NpuType::Temp => block(&[("NPU Temperature (C)", values::temperature(e))]),
+        NpuType::Power => block(&[("NPU Real-time Power(W)", values::power(e))]),
+        NpuType::Volt => block(&[("Voltage(V)", values::voltage(e))]),
+        NpuType::Product => block(&[("Product Type", NA.into())]),
+        NpuType::DeviceShare => block(&[(
             "Device-share Status",
             match n.mode {
                 Some(ShareMode::Shared) => "True",
                 Some(ShareMode::Exclusive) => "False",
                 None => NA,
-            },
-        ),
+            }
+            .into(),
+        )]),
+        // Answered by topo::topo, never per NPU.
+        NpuType::Topo => String::new(),
     }
+}
+
+/// `info -t board -i N -c 0`: the chip's identity, the lines and order of npu-smi's chip
+/// view (`Chip Type`, `Chip Name` and `Chip Version` from GET_IDENTITY, `VDie ID` from its
+/// UUID, `PCIe Bus Info` its bus address; what no davinci device has, `NA`).
+fn chip_board(n: &Npu) -> String {
+    let e = &n.extras;
+    [
+        ("NPU ID", n.id.to_string()),
+        ("Chip ID", "0".into()),
+        ("Chip Type", na(values::chip_type(e))),
+        ("Chip Name", na(chip_name(e))),
+        // The first version of the chip (each davinci model has one).
+        ("Chip Version", "V1".into()),
+        ("Board ID", NA.into()),
+        ("PCB ID", NA.into()),
+        ("BOM ID", NA.into()),
+        ("VDie ID", values::vdie_id(e)),
+        ("NDie ID", NA.into()),
+        // The device's one chip is the first on its board.
+        ("Chip Position ID", "0".into()),
+        ("PCIe Bus Info", bus_id(e)),
+        ("Firmware Version", NA.into()),
+    ]
+    .iter()
+    .map(|(k, v)| tab(k, v))
+    .collect()
 }

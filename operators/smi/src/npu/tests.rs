@@ -2,7 +2,8 @@
 //! fakes mirror the sampled machines (two NPUs, 64 GiB HBM each), so every line is compared
 //! byte for byte; where a value differs it is one a davinci device does not report, and the
 //! line is then the sample's line with that value replaced by `NA` (same key, indentation,
-//! alignment and separator).
+//! alignment and separator). The telegraf samples were copied from a terminal, which shows
+//! npu-smi's leading TAB as 8 spaces: they are compared with [`spaces`] of the output.
 
 use std::io::BufRead;
 
@@ -24,10 +25,10 @@ macro_rules! sample {
     };
 }
 
-const MIB: u64 = 1 << 20;
+pub(super) const MIB: u64 = 1 << 20;
 
 /// Runs `args` as npu-smi (argv[0] `npu-smi`), answering `input` to a prompt when given.
-fn npu_in(w: &World, args: &[&str], input: Option<&str>) -> (i32, String, String) {
+pub(super) fn npu_in(w: &World, args: &[&str], input: Option<&str>) -> (i32, String, String) {
     let mut argv = vec!["npu-smi".to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -48,7 +49,7 @@ fn npu_in(w: &World, args: &[&str], input: Option<&str>) -> (i32, String, String
     )
 }
 
-fn npu(w: &World, args: &[&str]) -> (i32, String, String) {
+pub(super) fn npu(w: &World, args: &[&str]) -> (i32, String, String) {
     let mut a = BOTH.to_vec();
     a.extend_from_slice(args);
     let (code, out, err) = npu_in(w, &a, None);
@@ -65,7 +66,7 @@ fn client(pid: u32, comm: &str, mem: u64) -> ClientUsage {
 
 /// Two NPUs as in the samples: 65536 MB of HBM each, 65099 and 65098 MB used, one `python`
 /// process each; davinci0 exclusive, davinci1 shared.
-fn sampled() -> World {
+pub(super) fn sampled() -> World {
     let w = world(vec![
         (
             A,
@@ -84,8 +85,18 @@ fn sampled() -> World {
     w
 }
 
+/// `out` as a terminal shows it: each line's leading TAB as 8 spaces.
+pub(super) fn spaces(out: &str) -> String {
+    out.split_inclusive('\n')
+        .map(|l| match l.strip_prefix('\t') {
+            Some(rest) => format!("        {rest}"),
+            None => l.to_string(),
+        })
+        .collect()
+}
+
 /// `line` with the value after `" : "` replaced by `v`.
-fn with_value(line: &str, v: &str) -> String {
+pub(super) fn with_value(line: &str, v: &str) -> String {
     let (k, _) = line
         .split_once(" : ")
         .unwrap_or_else(|| panic!("no ` : ` in {line:?}"));
@@ -93,7 +104,7 @@ fn with_value(line: &str, v: &str) -> String {
 }
 
 /// The sample with the values of the keys in `na` replaced by `NA`; every other line as is.
-fn sample_with_na(sample: &str, na: &[&str]) -> String {
+pub(super) fn sample_with_na(sample: &str, na: &[&str]) -> String {
     let mut s = String::new();
     for line in sample.lines() {
         let key = line.split(" : ").next().unwrap_or("").trim();
@@ -151,11 +162,12 @@ fn info_table_is_the_sample_with_what_a_davinci_device_does_not_report_na() {
             let l = if i == 1 {
                 title(COMPAT_VERSION, "NA").trim_end().to_string()
             } else {
+                // No identity: no name, on no bus; no sensors, no counters.
                 l.replace("910B1", "NA   ")
                     .replace("271.1       41", "NA          NA")
                     .replace("275.0       42", "NA          NA")
-                    .replace("0000:C1:00.0  | 55", "NA            | NA")
-                    .replace("0000:01:00.0  | 66", "NA            | NA")
+                    .replace("0000:C1:00.0  | 55", "0000:00:00.0  | NA")
+                    .replace("0000:01:00.0  | 66", "0000:00:00.0  | NA")
             };
             l + "\n"
         })
@@ -182,7 +194,7 @@ fn info_table_without_processes_and_with_an_unreachable_npu() {
     );
     assert_eq!(code, exit::PARTIAL, "{out}{err}");
     assert!(out.contains("| 0     NA                  | OK            | NA          NA                0    / 0             |\n"), "{out}");
-    assert!(out.contains("| 0                         | NA            | NA          0    / 0          0    / 256           |\n"), "{out}");
+    assert!(out.contains("| 0                         | 0000:00:00.0  | NA          0    / 0          0    / 256           |\n"), "{out}");
     assert!(
         out.contains("| 7     NA                  | Unreachable   |"),
         "{out}"
@@ -222,18 +234,26 @@ fn usages_are_the_samples_with_unreported_rates_na() {
         .borrow_mut()
         .info
         .memory_used = 3300 * MIB;
+    // npu-smi's card view ends each chip with a blank line (the sample's trailing one was
+    // lost in the copy).
     let out = npu(&w, &["info", "-t", "usages", "-i", "0"]).1;
-    assert_eq!(out, sample_with_na(sample!("usages.txt"), USAGES_NA));
+    assert_eq!(
+        spaces(&out),
+        sample_with_na(sample!("usages.txt"), USAGES_NA) + "\n"
+    );
     let out = npu(&w, &["info", "-t", "usages", "-i", "0", "-c", "0"]).1;
-    assert_eq!(out, sample_with_na(sample!("usages_c.txt"), USAGES_NA));
+    assert_eq!(
+        spaces(&out),
+        sample_with_na(sample!("usages_c.txt"), USAGES_NA)
+    );
     // The rate follows the memory: 65099 of 65536 MB is 99 %.
     let out = npu(&w, &["info", "-t", "usages", "-i", "1", "-c", "0"]).1;
     assert!(
-        out.contains(&format!("        {:<30} : 99\n", "HBM Usage Rate(%)")),
+        out.contains(&format!("\t{:<30} : 99\n", "HBM Usage Rate(%)")),
         "{out}"
     );
     assert!(
-        out.contains(&format!("        {:<30} : 65536\n", "HBM Capacity(MB)")),
+        out.contains(&format!("\t{:<30} : 65536\n", "HBM Capacity(MB)")),
         "{out}"
     );
 }
@@ -242,22 +262,28 @@ fn usages_are_the_samples_with_unreported_rates_na() {
 fn board_temp_power_are_the_samples_with_sensors_and_identity_na() {
     let w = sampled();
     let out = npu(&w, &["info", "-t", "board", "-i", "0"]).1;
-    let keep = ["NPU ID", "Compatibility", "Chip Count"];
+    let keep = ["NPU ID", "Compatibility", "Chip Count", "PCIe Bus Info"];
     let na: Vec<&str> = sample!("board.txt")
         .lines()
         .filter_map(|l| l.split(" : ").next().map(str::trim))
         .filter(|k| !keep.contains(k))
         .collect();
-    assert_eq!(na.len(), 16);
-    assert_eq!(out, sample_with_na(sample!("board.txt"), &na));
-    // Temperature: the NPU's sensor line as sampled; no MCU block (there is no MCU).
+    assert_eq!(na.len(), 15);
+    // On no bus: the bus address of a chip without one.
+    let want = sample_with_na(sample!("board.txt"), &na).replace("0000:C1:00.0", "0000:00:00.0");
+    assert_eq!(spaces(&out), want);
+    // Temperature: the NPU's sensor line as sampled, then the chip's blank line; no MCU block
+    // (there is no MCU).
     let out = npu(&w, &["info", "-t", "temp", "-i", "0"]).1;
     let temp: String = sample!("temp.txt")
         .lines()
-        .take(5)
+        .take(6)
         .map(|l| format!("{l}\n"))
         .collect();
-    assert_eq!(out, sample_with_na(&temp, &["NPU Temperature (C)"]));
+    assert_eq!(
+        spaces(&out),
+        sample_with_na(&temp, &["NPU Temperature (C)"])
+    );
     let out = npu(&w, &["info", "-t", "temp", "-i", "0", "-c", "0"]).1;
     assert_eq!(
         out,
@@ -269,8 +295,8 @@ fn board_temp_power_are_the_samples_with_sensors_and_identity_na() {
     );
     let out = npu(&w, &["info", "-t", "power", "-i", "0"]).1;
     assert_eq!(
-        out,
-        sample_with_na(sample!("power.txt"), &["NPU Real-time Power(W)"])
+        spaces(&out),
+        sample_with_na(sample!("power.txt"), &["NPU Real-time Power(W)"]) + "\n"
     );
     let out = npu(&w, &["info", "-t", "power", "-i", "0", "-c", "0"]).1;
     assert_eq!(out, format!("\t{:<30} : NA\n", "NPU Real-time Power(W)"));
@@ -278,7 +304,7 @@ fn board_temp_power_are_the_samples_with_sensors_and_identity_na() {
 
 /// A PCI device's GET_IDENTITY (ABI 1.4) fills npu-smi's Bus-Id column and the board's
 /// `PCIe Bus Info`, `PCI Vendor ID` and `PCI Device ID`, in the sample's very lines; a
-/// device on no bus (the other NPU here, and every mock) keeps `NA`.
+/// device on no bus (the other NPU here, and every mock) shows the zero address and `NA` ids.
 #[test]
 fn a_pci_devices_bus_id_and_ids_are_shown() {
     let w = sampled();
@@ -300,7 +326,7 @@ fn a_pci_devices_bus_id_and_ids_are_shown() {
         bus_rows,
         [
             "| 0                         | 0000:C1:00.0  | NA          0    / 0          65099/ 65536         |",
-            "| 0                         | NA            | NA          0    / 0          65098/ 65536         |",
+            "| 0                         | 0000:00:00.0  | NA          0    / 0          65098/ 65536         |",
         ],
         "{out}"
     );
@@ -309,13 +335,20 @@ fn a_pci_devices_bus_id_and_ids_are_shown() {
     for line in sample!("board.txt").lines() {
         let key = line.split(" : ").next().unwrap_or("").trim();
         if shown.contains(&key) {
-            assert!(out.contains(&format!("{line}\n")), "{line:?} in {out}");
+            assert!(
+                spaces(&out).contains(&format!("{line}\n")),
+                "{line:?} in {out}"
+            );
         }
     }
     // The other NPU is on no bus.
     let out = npu(&w, &["info", "-t", "board", "-i", "1"]).1;
-    for key in shown {
-        assert!(out.contains(&format!("{key:<30} : NA\n")), "{key}: {out}");
+    assert!(
+        out.contains(&format!("\t{:<30} : 0000:00:00.0\n", "PCIe Bus Info")),
+        "{out}"
+    );
+    for key in &shown[1..] {
+        assert!(out.contains(&format!("\t{key:<30} : NA\n")), "{key}: {out}");
     }
 }
 
@@ -329,24 +362,30 @@ fn device_share_is_the_one_tab_line() {
         out,
         with_value(sample!("device_share.txt").trim_end(), "True") + "\n"
     );
+    // Without -c, npu-smi's card view around the chip's line.
+    let card = npu(&w, &["info", "-t", "device-share", "-i", "1"]).1;
+    assert_eq!(
+        card,
+        format!(
+            "\t{:<30} : 1\n\t{:<30} : 1\n\n{out}\t{:<30} : 0\n\n",
+            "NPU ID", "Chip Count", "Chip ID"
+        )
+    );
     // What the parsers in the wild do: strip tabs, split at ':'.
     let v = out.replace('\t', "");
     let (_, v) = v.split_once(':').unwrap();
     assert_eq!(v.trim(), "True");
 }
 
-/// Every line of a `-t` type without a sample: empty, or an 8-space `%-30s : %s` line.
-fn assert_kv_shape(out: &str) {
+/// Every line of a `-t` type without a sample: empty, or a `"\t%-30s : %s"` line.
+pub(super) fn assert_kv_shape(out: &str) {
     for l in out.lines() {
         if l.is_empty() {
             continue;
         }
         let (k, v) = l.split_once(" : ").unwrap_or_else(|| panic!("{l:?}"));
-        assert!(
-            k.starts_with("        ") && !k[8..].starts_with(' '),
-            "{l:?}"
-        );
-        assert!(k.len() >= 38 && !v.is_empty(), "{l:?}");
+        assert!(k.starts_with('\t') && !k[1..].starts_with(' '), "{l:?}");
+        assert!(k.len() >= 31 && !v.is_empty(), "{l:?}");
     }
 }
 
@@ -367,7 +406,7 @@ fn common_memory_and_health_in_npu_smis_shape() {
         assert_kv_shape(&out);
         assert!(
             out.starts_with(&format!(
-                "        {:<30} : 1\n        {:<30} : 1\n\n",
+                "\t{:<30} : 1\n\t{:<30} : 1\n\n",
                 "NPU ID", "Chip Count"
             )),
             "{ty}: {out}"
@@ -391,6 +430,9 @@ fn common_memory_and_health_in_npu_smis_shape() {
     assert_eq!(value(&out, "DDR Capacity(MB)"), "0");
     let out = npu(&w, &["info", "-t", "health", "-i", "0"]).1;
     assert_eq!(value(&out, "Health Status"), "OK");
+    // The chip's health lines are mind-cluster's sample, byte for byte.
+    let out = npu(&w, &["info", "-t", "health", "-i", "0", "-c", "0"]).1;
+    assert_eq!(out, sample!("health_c.txt"));
 }
 
 #[test]
@@ -401,7 +443,8 @@ fn set_device_share_prints_the_sample_and_sets() {
     let (code, out, err) = npu_in(&w, &args(&BOTH, &a), None);
     assert_eq!((code, err.as_str()), (0, ""));
     assert_eq!(out, sample!("set_share.txt"));
-    let out = npu(&w, &["info", "-t", "device-share", "-i", "0", "-c", "0"]).1;
+    let share = ["info", "-t", "device-share", "-i", "0", "-c", "0"];
+    let out = npu(&w, &share).1;
     assert!(out.ends_with(": True\n"), "{out}");
     // On a terminal: Y sets, anything else sets nothing; -y does not ask.
     let off = ["set", "-t", "device-share", "-i", "0", "-c", "0", "-d", "0"];
@@ -410,17 +453,13 @@ fn set_device_share_prints_the_sample_and_sets() {
     assert!(out.contains("(Y/N): "), "{out}");
     assert!(!out.contains("Status"), "{out}");
     assert!(err.contains("nothing was set"), "{err}");
-    assert!(npu(&w, &["info", "-t", "device-share", "-i", "0"])
-        .1
-        .ends_with(": True\n"));
+    assert!(npu(&w, &share).1.ends_with(": True\n"));
     let (code, _, _) = npu_in(&w, &args(&BOTH, &off), Some(""));
     assert_eq!(code, exit::OTHER, "end of input is no");
     let (code, out, _) = npu_in(&w, &args(&BOTH, &off), Some("Y\n"));
     assert_eq!(code, 0);
     assert!(out.ends_with(sample!("set_share.txt")), "{out}");
-    assert!(npu(&w, &["info", "-t", "device-share", "-i", "0"])
-        .1
-        .ends_with(": False\n"));
+    assert!(npu(&w, &share).1.ends_with(": False\n"));
     let (code, out, _) = npu_in(&w, &args(&BOTH, &args(&a, &["-y"])), Some("n\n"));
     assert_eq!((code, out.as_str()), (0, sample!("set_share.txt")));
 }
@@ -463,6 +502,9 @@ fn usage_errors_exit_2_and_print_nothing() {
         &["info", "-t", "bogus", "-i", "0"],
         &["info", "-t", "usages", "-i", "0", "-c", "1"],
         &["info", "-t", "usages", "-i", "x"],
+        // npu-smi's -i is a number (npu-smi's str2int): no `all`.
+        &["info", "-t", "usages", "-i", "all"],
+        &["info", "-t", "board"],
         &["info", "-l", "-t", "usages", "-i", "0"],
         &["set", "-t", "device-share", "-i", "0", "-d", "2"],
         &["set", "-t", "device-share", "-d", "1"],
@@ -508,7 +550,7 @@ fn npu_smi_mode_by_name_or_flag_and_davinci_smi_unchanged() {
         &w,
         &args(
             &["--npu-smi"],
-            &args(&BOTH, &["info", "-t", "device-share", "-i", "0"]),
+            &args(&BOTH, &["info", "-t", "device-share", "-i", "0", "-c", "0"]),
         ),
     );
     assert_eq!(out, sample!("device_share.txt"));
