@@ -412,7 +412,7 @@ if check insmod insmod /davinci.ko quota_events=200; then
     check exporter-memory smi_json exporter-memory 'davinci_device_memory_used_bytes{device="0"} 1048576' \
         davinci-exporter --once
     # ABI 1.4: the module's identity (GET_IDENTITY) on the device's info series.
-    check exporter-identity smi_json exporter-identity 'model="davinci-kmod"' davinci-exporter --once
+    check exporter-identity smi_json exporter-identity 'model="davinci_kmod"' davinci-exporter --once
     check plugin-list smi_json plugin-list '"health": "Healthy"' davinci-device-plugin --list --json
     check plugin-allocate plugin_allocates
     exec 3>&-

@@ -75,13 +75,16 @@ impl DevState {
             // GET_IDENTITY: no device of its own to read a serial from, so a UUID derived
             // from the device's index, the same across reloads and reboots; one worker runs
             // every stream (one engine).
-            dev.set_device_identity(Identity::new(
-                derive_uuid(&[b"davinci-kmod", &(index as u32).to_le_bytes()]),
-                "davinci-kmod",
-                DRIVER_VERSION,
-                -1,
-                1,
-            ));
+            dev.set_device_identity(
+                Identity::new(
+                    derive_uuid(&[b"davinci-kmod", &(index as u32).to_le_bytes()]),
+                    "davinci_kmod",
+                    DRIVER_VERSION,
+                    -1,
+                    1,
+                )
+                .with_names("davinci_kmod", "kmod0"),
+            );
         }
         // The worker. It only ever reaches the state through `raw`.
         p.step(step, "a device's worker")?;

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use davinci_driver_core::{InjectRule, OpenParams, Quota, Role, CONTAINER_LEN};
+use davinci_driver_core::{InjectRule, OpenParams, Quota, Role, SensorConfig, CONTAINER_LEN};
+use davinci_uapi::DeviceIdentity;
 
 /// Configuration of a mock device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +50,44 @@ pub struct MockConfig {
     /// The UUID GET_IDENTITY reports; `None` (the default): [`derived_uuid`] of the host's
     /// machine id and `device_id`, the same across restarts and reboots of the host.
     pub uuid: Option<[u8; 16]>,
+    /// The model, chip name and bus id GET_IDENTITY presents ([`Presented::DEFAULT`]:
+    /// `davinci_mock`, `mock0`, on no bus; `davinci-mockd --model --chip-name --bus-id`).
+    pub presented: Presented,
+    /// The sensor model's parameters (GET_SENSORS; `davinci-mockd --sensors`).
+    pub sensors: SensorConfig,
+}
+
+/// What GET_IDENTITY presents a mock device as, so an operator's CI can exercise tooling
+/// that keys on a model, a chip or a bus id: the fields as GET_IDENTITY carries them
+/// (printable ASCII, NUL-padded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Presented {
+    /// GET_IDENTITY's `model`.
+    pub model: [u8; 32],
+    /// GET_IDENTITY's `chip_name`.
+    pub chip_name: [u8; 12],
+    /// GET_IDENTITY's `bus_id` (all zero: on no bus).
+    pub bus_id: [u8; 16],
+}
+
+impl Presented {
+    /// The default: model `davinci_mock`, chip `mock0` (names of `[A-Za-z0-9_]` only, which
+    /// every parser's `\w+` takes), on no bus.
+    pub const DEFAULT: Presented = Presented {
+        model: *b"davinci_mock\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        chip_name: *b"mock0\0\0\0\0\0\0\0",
+        bus_id: [0; 16],
+    };
+
+    /// Presenting as `model` and `chip` (cut to 31 and 11 bytes), at `bus_id` (`""`: on no
+    /// bus; cut to 15 bytes).
+    pub fn new(model: &str, chip: &str, bus_id: &str) -> Presented {
+        Presented {
+            model: DeviceIdentity::text_field(model),
+            chip_name: DeviceIdentity::text_field(chip),
+            bus_id: DeviceIdentity::text_field(bus_id),
+        }
+    }
 }
 
 /// The UUID a mock device `device_id` reports on this host unless told another: derived
@@ -105,6 +144,8 @@ impl Default for MockConfig {
             quota: Quota::FAIR,
             tenant_slots: davinci_driver_core::DEFAULT_TENANT_SLOTS,
             uuid: None,
+            presented: Presented::DEFAULT,
+            sensors: SensorConfig::DEFAULT,
         }
     }
 }
@@ -137,5 +178,20 @@ mod tests {
         assert_ne!(derived_uuid(0), derived_uuid(1));
         assert_ne!(uuid_from_seed("a", 0), uuid_from_seed("b", 0));
         assert_eq!(uuid_from_seed("a", 3), uuid_from_seed("a", 3));
+    }
+
+    #[test]
+    fn the_default_presentation_is_parser_friendly() {
+        assert_eq!(Presented::DEFAULT, Presented::new("davinci_mock", "mock0", ""));
+        let id = DeviceIdentity {
+            model: Presented::DEFAULT.model,
+            chip_name: Presented::DEFAULT.chip_name,
+            ..DeviceIdentity::default()
+        };
+        for name in [id.model(), id.chip_name()] {
+            assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{name}");
+        }
+        let p = Presented::new("Ascend910B3", "910B3", "0000:c1:00.0");
+        assert_eq!(p.bus_id[..12], *b"0000:c1:00.0");
     }
 }

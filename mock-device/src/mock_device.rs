@@ -15,7 +15,7 @@ use davinci_driver_core::{
     Reply, UserMem,
 };
 use davinci_uapi::{
-    ClientUsage, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_ALLOC_MEMORY,
+    ClientUsage, DeviceIdentity, DeviceInfo, Errno, Features, ShareMode, DRIVER_CMD_ALLOC_MEMORY,
     DRIVER_CMD_CREATE_STREAM, DRIVER_CMD_DESTROY_CONTEXT, DRIVER_CMD_DESTROY_STREAM,
     DRIVER_CMD_FREE_MEMORY,
 };
@@ -103,15 +103,26 @@ impl MockDevice {
             },
             platform,
         ));
-        dev.set_device_identity(Identity::new(
+        let base = Identity::new(
             config
                 .uuid
                 .unwrap_or_else(|| derived_uuid(config.device_id)),
-            "davinci-mock",
+            "",
             concat!("davinci-mock-device ", env!("CARGO_PKG_VERSION")),
             -1,
             u32::try_from(config.pollers.max(1)).unwrap_or(u32::MAX),
-        ));
+        );
+        let p = config.presented;
+        dev.set_device_identity(Identity {
+            identity: DeviceIdentity {
+                model: p.model,
+                chip_name: p.chip_name,
+                bus_id: p.bus_id,
+                ..base.identity
+            },
+            ..base
+        });
+        dev.set_sensor_config(config.sensors);
         // Cannot fail for the whole device (no stream to look up).
         dev.inject_rule(config.inject);
         // Nothing is open yet, so these fail only for slots out of range (kept at the default).

@@ -210,7 +210,7 @@ fn identity_utilization_and_health_reach_the_operator() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out.trim(),
-        format!("{}, davinci-mock, 0 %", id.uuid_string()),
+        format!("{}, davinci_mock, 0 %", id.uuid_string()),
         "{err}"
     );
     // npu-smi, by its name: healthy, then a client's first stream hangs on its first task.

@@ -13,6 +13,8 @@ use tracing::{info, warn};
 use davinci_mockd_proto::{default_socket_dir_choice, SocketDir};
 use davinci_units::{parse_duration, parse_size};
 
+use crate::present;
+
 use crate::daemon::{Daemon, DaemonConfig};
 use crate::peer::AdminPolicy;
 use crate::signals::Signals;
@@ -60,6 +62,19 @@ Options:
                                  host's machine id, /etc/machine-id]: the same UUIDs across
                                  restarts and reboots; give another for a second daemon on
                                  one host
+      --model <NAME>             The model GET_IDENTITY presents (npu-smi's Chip Type and Name,
+                                 nvidia-smi's name), e.g. Ascend910B3 [default: davinci_mock]
+      --chip-name <NAME>         The chip name GET_IDENTITY presents (npu-smi's Chip Name), e.g.
+                                 910B3 [default: mock0]
+      --bus-id <DDDD:BB:DD.F,...>
+                                 The PCI address each device presents, in order (devices
+                                 beyond the list: the last one's bus plus one each) [default:
+                                 on no bus]. docs/operators.md says which tools need which
+      --sensors <KEY=VALUE,...>  The sensor model GET_SENSORS reports (docs/abi.md, Sensors):
+                                 ambient (°C) [30], thermal-resistance (°C/W) [0.15], tau
+                                 (thermal time constant) [20s], idle-power [60], full-power
+                                 [300], power-limit [310] (W), idle-voltage [0.8],
+                                 full-voltage [0.9] (V), slowdown [95], shutdown [105] (°C)
       --socket-mode <OCTAL>      Permissions of each socket [default: 0660]
       --socket-group <GROUP>     Group (name or gid) of each socket, so its members may connect
                                  [default: the daemon's group]
@@ -274,6 +289,19 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(
                     return Err("--uuid-seed: expected a non-empty text".into());
                 }
                 cfg.uuid_seed = Some(v);
+            }
+            "--model" => {
+                cfg.presentation.model = Some(present::parse_name(&name, &value("a name")?, 31)?)
+            }
+            "--chip-name" => {
+                cfg.presentation.chip_name =
+                    Some(present::parse_name(&name, &value("a name")?, 11)?)
+            }
+            "--bus-id" => {
+                cfg.presentation.bus_ids = present::parse_bus_ids(&value("DDDD:BB:DD.F")?)?
+            }
+            "--sensors" => {
+                cfg.sensors = present::parse_sensors(&value("KEY=VALUE,...")?, cfg.sensors)?
             }
             "-d" | "--socket-dir" => dir = Some(PathBuf::from(value("a directory")?)),
             "--socket-mode" => {
@@ -800,6 +828,36 @@ mod tests {
         for bad in ["961", "-1", "x"] {
             let e = run(&["--first-device", bad]).unwrap_err();
             assert!(e.contains("expected 0..=960"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn presentation_and_sensor_options() {
+        let c = run(&[
+            "--model=Ascend910B3",
+            "--chip-name",
+            "910B3",
+            "--bus-id",
+            "0000:c1:00.0,0000:01:00.0",
+            "--sensors",
+            "ambient=40,tau=2s",
+        ])
+        .unwrap();
+        assert_eq!(c.presentation.model.as_deref(), Some("Ascend910B3"));
+        assert_eq!(c.presentation.chip_name.as_deref(), Some("910B3"));
+        assert_eq!(c.presentation.bus_ids.len(), 2);
+        assert_eq!((c.sensors.ambient_mc, c.sensors.tau_ms), (40_000, 2_000));
+        assert_eq!(
+            run(&[]).unwrap().presentation,
+            present::Presentation::default()
+        );
+        for (bad, says) in [
+            (["--model", "Ascend 910"], "--model"),
+            (["--bus-id", "c1:00"], "--bus-id"),
+            (["--sensors", "fan=3"], "unknown key"),
+        ] {
+            let e = run(&bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
         }
     }
 }

@@ -94,6 +94,10 @@ pub struct DaemonConfig {
     /// What each device's UUID (GET_IDENTITY) is derived from with its index (`--uuid-seed`);
     /// `None`: the host's machine id.
     pub uuid_seed: Option<String>,
+    /// What the devices present in GET_IDENTITY (`--model`, `--chip-name`, `--bus-id`).
+    pub presentation: crate::present::Presentation,
+    /// The sensor model's parameters (`--sensors`).
+    pub sensors: davinci_driver_core::SensorConfig,
 }
 
 impl DaemonConfig {
@@ -142,6 +146,8 @@ impl Default for DaemonConfig {
             hello_timeout: HELLO_TIMEOUT,
             inject: None,
             uuid_seed: None,
+            presentation: crate::present::Presentation::default(),
+            sensors: davinci_driver_core::SensorConfig::DEFAULT,
         }
     }
 }
@@ -223,6 +229,8 @@ impl Daemon {
                     .uuid_seed
                     .as_deref()
                     .map(|seed| davinci_mock_device::uuid_from_seed(seed, n)),
+                presented: cfg.presentation.for_device(n - cfg.first_device),
+                sensors: cfg.sensors,
                 ..MockConfig::default()
             });
             // Each connection's thread tidies after its replies (`conn::serve`): memfds made

@@ -27,6 +27,7 @@ pub mod daemon;
 mod gate;
 pub mod peer;
 mod premap;
+pub mod present;
 mod refuse;
 mod reply;
 mod shared;

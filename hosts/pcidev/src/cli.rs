@@ -11,13 +11,24 @@ use davinci_driver_core::InjectRule;
 
 use crate::device::DeviceConfig;
 
+/// A name GET_IDENTITY presents (`--model`, `--chip-name`): 1 to `max` bytes of printable
+/// ASCII without spaces.
+fn name_arg(option: &str, v: &str, max: usize) -> Result<String, String> {
+    if v.is_empty() || v.len() > max || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "{option} {v:?}: expected 1 to {max} printable ASCII characters without spaces"
+        ));
+    }
+    Ok(v.to_string())
+}
+
 /// The help text.
 pub const HELP: &str = "\
 davinci-pcidev: the davinci PCI device outside the guest (QEMU's ivshmem-doorbell)
 
 Usage: davinci-pcidev --socket PATH [--socket-mode OCTAL] [--socket-group GROUP]
                       [--size BYTES] [--vectors N] [--device-id N] [--inject FAULT[@SEL]]
-                      [--chaos SEED[,RATE[,CLASS+CLASS...]]]
+                      [--chaos SEED[,RATE[,CLASS+CLASS...]]] [--model NAME] [--chip-name NAME]
 
 Serves the ivshmem server protocol on the Unix socket PATH and is the device behind it:
 BAR2 (the shared memory) holds the admin queue, the stream rings and device memory;
@@ -52,6 +63,11 @@ Options:
                    CLASSES limits the draw to those classes (their log names, like
                    map-len-short+wrong-tag). An INJECT `reset` from the guest then also
                    closes every client (the guest re-probed a device it lost)
+  --model NAME     the model GET_IDENTITY presents, e.g. Ascend910B3 (default
+                   davinci_pcidev); printable ASCII without spaces, at most 31 bytes
+  --chip-name NAME the chip name GET_IDENTITY presents, e.g. 910B3 (default pcidev0); at
+                   most 11 bytes. The bus id is the guest's: its module reports where the
+                   guest put the device
   -h, --help       this text
 
 One guest at a time: while a peer is connected, another is refused (closed before it is
@@ -83,7 +99,7 @@ pub enum Command {
         /// The socket's path.
         socket: PathBuf,
         /// The device's configuration.
-        config: DeviceConfig,
+        config: Box<DeviceConfig>,
     },
 }
 
@@ -162,11 +178,18 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String>
                     .parse()
                     .map_err(|_| format!("--device-id {v}: not a number"))?;
             }
+            "--model" => config.model = Some(name_arg("--model", &value("a name")?, 31)?),
+            "--chip-name" => {
+                config.chip_name = Some(name_arg("--chip-name", &value("a name")?, 11)?)
+            }
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
     let socket = socket.ok_or("--socket PATH is required (see --help)")?;
-    Ok(Command::Run { socket, config })
+    Ok(Command::Run {
+        socket,
+        config: Box::new(config),
+    })
 }
 
 #[cfg(test)]
@@ -192,6 +215,23 @@ mod tests {
         assert!(err(&["--socket"]).contains("needs a value"));
         assert!(err(&["--socket", "s", "--size", "3M"]).contains("power of two"));
         assert!(err(&["--socket", "s", "--size", "64K"]).contains("128K..1G"));
+        assert!(err(&["--socket", "s", "--model", "Ascend 910"]).contains("without spaces"));
+        assert!(err(&["--socket", "s", "--chip-name", "123456789012"]).contains("1 to 11"));
+        match p(&[
+            "--socket",
+            "s",
+            "--model",
+            "Ascend910B3",
+            "--chip-name=910B3",
+        ])
+        .unwrap()
+        {
+            Command::Run { config, .. } => assert_eq!(
+                (config.model.as_deref(), config.chip_name.as_deref()),
+                (Some("Ascend910B3"), Some("910B3"))
+            ),
+            Command::Help => panic!("not help"),
+        }
         assert!(err(&["--socket", "s", "--size", "lots"]).contains("invalid size"));
         assert!(err(&["--socket", "s", "--vectors", "1"]).contains("needs 2"));
         assert!(err(&["--socket", "s", "--vectors", "65"]).contains("at most 64"));

@@ -56,7 +56,7 @@ fn main() -> ExitCode {
             print!("{HELP}");
             return ExitCode::SUCCESS;
         }
-        Ok(Command::Run { socket, config }) => (socket, config),
+        Ok(Command::Run { socket, config }) => (socket, *config),
         Err(e) => {
             eprintln!("davinci-pcidev: {e}");
             return ExitCode::from(2);
