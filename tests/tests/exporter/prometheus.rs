@@ -1,5 +1,5 @@
 //! A real Prometheus scrapes the exporter and answers a query with the values a scrape
-//! shows.
+//! shows; with the shipped recording rules and dashboard (`dashboard.rs`).
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 use davinci_tests::mockd::Mockd;
 
 use super::{get, own_client, own_name, own_pid, Exporter, NOPS, T};
+
+/// The shipped recording rules and Grafana dashboard in a real Prometheus.
+#[path = "dashboard.rs"]
+mod dashboard;
+
+/// One Prometheus at a time: two on two cores would slow each other past their deadlines.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds [`ONE_AT_A_TIME`] (whatever an earlier holder's panic left).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A running Prometheus, killed and its files removed on drop.
 struct Prometheus {
@@ -95,17 +109,45 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The Prometheus binary, or `None` when it is missing and `DAVINCI_SKIP_PROMETHEUS=1`
+/// (the test then says it skipped).
+fn prometheus_or_skip() -> Option<PathBuf> {
+    match prometheus_binary() {
+        Ok(b) => Some(b),
+        Err(why) if std::env::var("DAVINCI_SKIP_PROMETHEUS").as_deref() == Ok("1") => {
+            eprintln!("SKIPPED (DAVINCI_SKIP_PROMETHEUS=1): {why}");
+            None
+        }
+        Err(why) => panic!(
+            "the Prometheus test needs prometheus: {why}. \
+             Set DAVINCI_SKIP_PROMETHEUS=1 to skip it."
+        ),
+    }
+}
+
 impl Prometheus {
     /// Prometheus scraping `target` every second, on a free loopback port.
     fn start(binary: &Path, target: SocketAddr) -> Prometheus {
+        Prometheus::start_with_rules(binary, target, None)
+    }
+
+    /// Prometheus scraping `target` every second, on a free loopback port, evaluating the
+    /// recording rules of `rules` every second.
+    fn start_with_rules(binary: &Path, target: SocketAddr, rules: Option<&Path>) -> Prometheus {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "davinci-exporter-prometheus-{}",
-            std::process::id()
+            "davinci-exporter-prometheus-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
+        let rule_files = rules.map_or(String::new(), |r| {
+            format!("rule_files:\n  - '{}'\n", r.display())
+        });
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             {rule_files}\
              scrape_configs:\n  - job_name: davinci\n    static_configs:\n      \
              - targets: ['{target}']\n"
         );
@@ -203,17 +245,10 @@ fn sample_value(r: &serde_json::Value) -> f64 {
 
 #[test]
 fn prometheus_scrapes_it_and_answers_with_the_values() {
-    let binary = match prometheus_binary() {
-        Ok(b) => b,
-        Err(why) if std::env::var("DAVINCI_SKIP_PROMETHEUS").as_deref() == Ok("1") => {
-            eprintln!("SKIPPED (DAVINCI_SKIP_PROMETHEUS=1): {why}");
-            return;
-        }
-        Err(why) => panic!(
-            "the Prometheus test needs prometheus: {why}. \
-             Set DAVINCI_SKIP_PROMETHEUS=1 to skip it."
-        ),
+    let Some(binary) = prometheus_or_skip() else {
+        return;
     };
+    let _one = one_at_a_time();
     let d = Mockd::start(&["--devices", "1", "--memory", "64M"]).unwrap();
     let me = own_client(&d.path(0));
     let dir = d.dir().display().to_string();

@@ -120,6 +120,44 @@ fn a_scrape_shows_what_the_clients_did_with_types_and_help() {
         ("abi_version", abi.as_str()),
     ];
     assert_eq!(e.value("davinci_device_info", &info), 1.0);
+    // Every series of the device says which it is by UUID and model too.
+    for s in e
+        .series
+        .iter()
+        .filter(|s| s.labels.get("device").map(String::as_str) == Some("0"))
+    {
+        assert_eq!(s.labels.get("uuid"), Some(&uuid), "{s:?}");
+        assert_eq!(
+            s.labels.get("model").map(String::as_str),
+            Some(id.model()),
+            "{s:?}"
+        );
+    }
+    // Its sensors (GET_SENSORS), in base units: the fixed ones as the driver says them.
+    let x = Control::open(&p0).unwrap().sensors().unwrap();
+    assert_eq!(
+        v("davinci_device_power_limit_watts"),
+        f64::from(x.power_limit_mw) / 1e3
+    );
+    assert_eq!(
+        v("davinci_device_slowdown_temperature_celsius"),
+        f64::from(x.slowdown_temperature_mc) / 1e3
+    );
+    assert_eq!(
+        v("davinci_device_shutdown_temperature_celsius"),
+        f64::from(x.shutdown_temperature_mc) / 1e3
+    );
+    let temp = v("davinci_device_temperature_celsius");
+    assert!(
+        temp > 0.0 && temp < f64::from(x.shutdown_temperature_mc) / 1e3,
+        "{temp}"
+    );
+    assert!(v("davinci_device_voltage_volts") > 0.0);
+    assert!(v("davinci_device_energy_joules_total") <= x.energy_mj as f64 / 1e3);
+    for reason in ["thermal", "power"] {
+        let t = e.value("davinci_device_throttled", &[d0[0], ("reason", reason)]);
+        assert!(t == 0.0 || t == 1.0, "{reason}: {t}");
+    }
     assert_eq!(
         e.series
             .iter()
@@ -347,6 +385,12 @@ fn a_device_that_cannot_be_read_is_down_and_the_scrape_still_succeeds() {
     assert!(out.ends_with("# EOF\n"), "{out}");
 
     // A live exporter.
+    let uuid0 = Control::open(&p0)
+        .unwrap()
+        .identity()
+        .unwrap()
+        .uuid_string()
+        .to_string();
     let ex = Exporter::start(&["--device", &p0, "--device-timeout", "500ms", "--cache", "0"]);
     assert_eq!(
         ex.scrape().value("davinci_device_up", &[("device", "0")]),
@@ -361,11 +405,15 @@ fn a_device_that_cannot_be_read_is_down_and_the_scrape_still_succeeds() {
     let took = t0.elapsed();
     kill(daemon, Signal::SIGCONT).unwrap();
     assert!(took < Duration::from_secs(3), "{took:?}");
-    assert_eq!(e.value("davinci_device_up", &[("device", "0")]), 0.0);
+    // Down, it keeps the UUID and model its series had.
+    assert_eq!(
+        e.value("davinci_device_up", &[("device", "0"), ("uuid", &uuid0)]),
+        0.0
+    );
     assert_eq!(
         e.value(
             "davinci_device_error_info",
-            &[("device", "0"), ("errno", "ETIMEDOUT")]
+            &[("device", "0"), ("errno", "ETIMEDOUT"), ("uuid", &uuid0)]
         ),
         1.0
     );
