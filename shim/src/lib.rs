@@ -159,8 +159,8 @@ pub use davinci_mockd_proto::default_socket_dir;
 /// The kernels' parameter values (ABI 1.5): elementwise ops, reductions, norms.
 pub use davinci_uapi::kernels::{EwOp, NormKind, ReduceOp};
 pub use davinci_uapi::{
-    ClientUsage, DevAddr, DeviceInfo, Dtype, Errno, Fault, FaultKind, FaultOperand, Features,
-    KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs,
+    ClientUsage, DevAddr, DeviceInfo, DeviceSensors, Dtype, Errno, Fault, FaultKind, FaultOperand,
+    Features, KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs,
 };
 pub use device::Device;
 pub use error::{Error, Result};

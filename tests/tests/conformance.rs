@@ -62,6 +62,10 @@ mod leases;
 #[path = "conformance/identity.rs"]
 mod identity;
 
+/// The device's sensors (issue 45, ABI 1.5 GET_SENSORS).
+#[path = "conformance/sensors.rs"]
+mod sensors;
+
 /// CUDA/ACL usage patterns: no stream stops on completions nobody reaped (issue 39).
 #[path = "conformance/patterns.rs"]
 mod patterns;
