@@ -556,6 +556,30 @@ async fn health_follows_the_device_and_new_devices_are_added() {
     drop(plugin);
 }
 
+/// A device at or above its shutdown temperature (GET_SENSORS) is Unhealthy, with the reason
+/// in the log; a merely throttled one (above slowdown) stays Healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_at_its_shutdown_temperature_is_unhealthy() {
+    // Idle at 30 + 0.15 × 60 = 39 °C: above a shutdown of 38 °C, below the other's 45.
+    let hot = Mockd::start(&["--sensors", "slowdown=35,shutdown=38"]).unwrap();
+    let warm = Mockd::start(&["--sensors", "slowdown=35,shutdown=45"]).unwrap();
+    for (d, health) in [(&hot, "Unhealthy"), (&warm, "Healthy")] {
+        let k8s = TempDir::new("thermal");
+        let mut kubelet = Kubelet::start(&k8s.0, None).await;
+        let plugin = Plugin::start(&k8s.0, &["--device", &d.path(0)]);
+        let r = kubelet.registration().await;
+        let mut c = client(&k8s.0.join(&r.endpoint)).await;
+        let mut stream = c.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let l = wait_list(&mut stream, health, |l| l.iter().all(|(_, h)| h == health)).await;
+        assert_eq!(l, [("davinci0".to_string(), health.to_string())]);
+        if health == "Unhealthy" {
+            plugin
+                .wait_log("at or above its shutdown temperature 38 °C", 1)
+                .await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_again_after_a_kubelet_restart_and_stops_on_sigterm() {
     let d = Mockd::start(&[]).unwrap();

@@ -26,6 +26,15 @@ fn check(path: &str) -> Result<Probe, String> {
     } else {
         None
     };
+    if info.features.contains(davinci_uapi::Features::COUNTERS) {
+        let counters = ctl.counters().map_err(|e| e.to_string())?;
+        let sensors = if info.features.contains(davinci_uapi::Features::SENSORS) {
+            Some(ctl.sensors().map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        verdict(Some(&counters), sensors.as_ref())?;
+    }
     let numa_node = identity
         .and_then(|i| (i.numa_node >= 0).then_some(i64::from(i.numa_node)))
         .or_else(|| crate::topology::numa_node(path));
@@ -35,6 +44,30 @@ fn check(path: &str) -> Result<Probe, String> {
         uuid: identity.map(|i| i.uuid).filter(|u| *u != [0; 16]),
         numa_node,
     })
+}
+
+/// Whether a device that answers is fit for new work: not while it reports an error that
+/// stops work (GET_COUNTERS health `Alarm` or `Critical`), nor at or above its shutdown
+/// temperature (GET_SENSORS, ABI 1.5). A thermal or power throttle leaves it healthy: it
+/// works, slower.
+pub(crate) fn verdict(
+    counters: Option<&davinci_uapi::DeviceCounters>,
+    sensors: Option<&davinci_uapi::DeviceSensors>,
+) -> Result<(), String> {
+    if let Some(k) = counters.filter(|k| k.health >= davinci_uapi::HEALTH_ALARM) {
+        return Err(format!(
+            "the device reports health {} (GET_COUNTERS)",
+            davinci_uapi::health_name(k.health).unwrap_or("unknown")
+        ));
+    }
+    if let Some(s) = sensors.filter(|s| s.temperature_mc >= s.shutdown_temperature_mc) {
+        return Err(format!(
+            "the die is at {} °C, at or above its shutdown temperature {} °C (GET_SENSORS)",
+            s.temperature_c(),
+            (s.shutdown_temperature_mc + 500).div_euclid(1000)
+        ));
+    }
+    Ok(())
 }
 
 /// Resets a device's in-flight flag when its check ends, however it ends.
@@ -146,5 +179,48 @@ pub(super) async fn health_round(
     shared.publish();
     if !changes.is_empty() {
         shared.write_status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+    use davinci_uapi::{DeviceCounters, DeviceSensors, HEALTH_ALARM, HEALTH_WARNING};
+
+    #[test]
+    fn health_words_and_the_shutdown_temperature_decide() {
+        let warm = DeviceSensors {
+            temperature_mc: 96_000,
+            slowdown_temperature_mc: 95_000,
+            shutdown_temperature_mc: 105_000,
+            throttle: davinci_uapi::THROTTLE_THERMAL,
+            ..DeviceSensors::default()
+        };
+        let warning = DeviceCounters {
+            health: HEALTH_WARNING,
+            ..DeviceCounters::default()
+        };
+        assert_eq!(
+            verdict(Some(&warning), Some(&warm)),
+            Ok(()),
+            "throttled still works"
+        );
+        assert_eq!(verdict(None, None), Ok(()));
+        let hot = DeviceSensors {
+            temperature_mc: 105_000,
+            ..warm
+        };
+        let e = verdict(None, Some(&hot)).unwrap_err();
+        assert!(
+            e.contains("105 °C, at or above its shutdown temperature 105 °C"),
+            "{e}"
+        );
+        let alarm = DeviceCounters {
+            health: HEALTH_ALARM,
+            ..DeviceCounters::default()
+        };
+        assert!(verdict(Some(&alarm), None)
+            .unwrap_err()
+            .contains("health Alarm"));
     }
 }
