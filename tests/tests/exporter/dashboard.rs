@@ -14,11 +14,10 @@ use davinci_tests::mockd::{Mockd, TestClient};
 use super::super::Exporter;
 use super::{one_at_a_time, prometheus_or_skip, sample_value, Prometheus};
 
-/// A file of the repository's `deploy/`.
-fn deploy(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
-        .join(rel)
+/// A file of the repository, by its path from the root.
+fn repo(rel: &str) -> PathBuf {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests.parent().unwrap_or(tests).join(rel)
 }
 
 /// Every target of the dashboard's panels (rows' nested panels included): (panel title,
@@ -102,7 +101,7 @@ fn dashboard_queries_and_mapped_names_have_data() {
     let Some(binary) = prometheus_or_skip() else {
         return;
     };
-    let rules = deploy("prometheus/davinci-rules.yml");
+    let rules = repo("deploy/prometheus/davinci-rules.yml");
     let rules_text = std::fs::read_to_string(&rules).unwrap();
     let names = recorded_names(&rules_text);
     for want in [
@@ -125,7 +124,7 @@ fn dashboard_queries_and_mapped_names_have_data() {
     // The rules are valid, and their unit tests (exact values and labels on synthetic
     // series) pass.
     let rules_arg = rules.display().to_string();
-    let tests_arg = deploy("prometheus/davinci-rules.test.yml")
+    let tests_arg = repo("deploy/prometheus/davinci-rules.test.yml")
         .display()
         .to_string();
     promtool(&binary, &["check", "rules", &rules_arg]);
@@ -133,7 +132,7 @@ fn dashboard_queries_and_mapped_names_have_data() {
         assert!(said.contains("SUCCESS"), "{said}");
     }
     let dash: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(deploy("grafana/davinci-dashboard.json")).unwrap(),
+        &std::fs::read_to_string(repo("deploy/grafana/davinci-dashboard.json")).unwrap(),
     )
     .expect("the dashboard is JSON");
     let vars: Vec<&str> = dash["templating"]["list"]
