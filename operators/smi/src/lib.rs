@@ -27,6 +27,7 @@ mod commands;
 mod error;
 mod extras;
 mod npu;
+mod nvsmi;
 pub mod output;
 mod plan;
 mod query;
@@ -77,7 +78,8 @@ pub fn run_with(
 /// stdin is not a terminal, and nothing is asked, as npu-smi does not ask a pipe).
 ///
 /// npu-smi mode (Huawei npu-smi's commands and output shapes) is on when `args[0]`'s file
-/// name is `npu-smi` or `args[1]` is `--npu-smi`.
+/// name is `npu-smi` or `args[1]` is `--npu-smi`; nvidia-smi mode likewise with `nvidia-smi`
+/// and `--nvidia-smi`.
 pub fn run_with_input(
     args: &[String],
     disc: &Discovery,
@@ -89,6 +91,9 @@ pub fn run_with_input(
 ) -> i32 {
     if let Some(npu_args) = npu::npu_args(args) {
         return npu::run(&npu_args, disc, opener, out, err, input);
+    }
+    if let Some(nv_args) = nvsmi::nvidia_args(args) {
+        return nvsmi::run(&nv_args, disc, opener, out, err, sleep);
     }
     // Known before parsing, so that a command line clap rejects still gets a JSON answer.
     let json = args.iter().skip(1).any(|a| a == "--json");
