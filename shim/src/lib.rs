@@ -160,7 +160,8 @@ pub use davinci_mockd_proto::default_socket_dir;
 pub use davinci_uapi::kernels::{EwOp, NormKind, ReduceOp};
 pub use davinci_uapi::{
     ClientUsage, DevAddr, DeviceInfo, DeviceSensors, Dtype, Errno, Fault, FaultKind, FaultOperand,
-    Features, KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs,
+    Features, KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs, THROTTLE_POWER,
+    THROTTLE_THERMAL,
 };
 pub use device::Device;
 pub use error::{Error, Result};

@@ -40,6 +40,9 @@ class Device:
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Every task submitted on every stream of this device completed (cudaDeviceSynchronize)."""
     def uuid(self) -> str: ...
+    def sensors(self) -> Dict[str, Any]:
+        """GET_SENSORS: temperature_c, memory_temperature_c, power_w, power_limit_w,
+        voltage_v, energy_j, slowdown_c, shutdown_c (floats), throttle (list of str)."""
     def memory_used(self) -> int:
         """Device memory allocated by every client now (device-wide), in bytes."""
     def alloc(self, nbytes: int) -> Buffer: ...

@@ -237,6 +237,35 @@ impl Device {
         Ok(id.uuid_string().to_string())
     }
 
+    /// The device's sensors now (GET_SENSORS, ABI 1.5; a software device's are a model
+    /// driven by its busy time, docs/abi.md "Sensors"): a dict of `temperature_c`,
+    /// `memory_temperature_c`, `power_w`, `power_limit_w`, `voltage_v`, `energy_j`,
+    /// `slowdown_c`, `shutdown_c` (floats) and `throttle` (a list of `"thermal"`,
+    /// `"power"`). A driver without sensors raises `DavinciError` with errno `ENOTTY`.
+    fn sensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dev = self.get("Device.sensors")?;
+        let s = py.detach(|| dev.sensors()).or_raise()?;
+        let d = PyDict::new(py);
+        let milli = |v: i64| v as f64 / 1000.0;
+        d.set_item("temperature_c", milli(s.temperature_mc.into()))?;
+        d.set_item("memory_temperature_c", milli(s.memory_temperature_mc.into()))?;
+        d.set_item("power_w", milli(s.power_mw.into()))?;
+        d.set_item("power_limit_w", milli(s.power_limit_mw.into()))?;
+        d.set_item("voltage_v", milli(s.voltage_mv.into()))?;
+        d.set_item("energy_j", s.energy_mj as f64 / 1000.0)?;
+        d.set_item("slowdown_c", milli(s.slowdown_temperature_mc.into()))?;
+        d.set_item("shutdown_c", milli(s.shutdown_temperature_mc.into()))?;
+        let mut throttle = Vec::new();
+        if s.throttle & davinci_shim::THROTTLE_THERMAL != 0 {
+            throttle.push("thermal");
+        }
+        if s.throttle & davinci_shim::THROTTLE_POWER != 0 {
+            throttle.push("power");
+        }
+        d.set_item("throttle", throttle)?;
+        Ok(d)
+    }
+
     /// Allocates `nbytes` of device memory, zeroed, with a host view.
     fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let nbytes = size("Device.alloc", "nbytes", nbytes)?;
