@@ -57,10 +57,10 @@ pub const EXIT_USAGE: i32 = 2;
 #[command(
     name = "davinci-exporter",
     version,
-    about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, clients, \
-             tasks, pods) over HTTP for Prometheus.",
-    long_about = "Serves the davinci devices' metrics (health, utilization, memory, sharing, \
-                  clients, tasks, pods) over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
+    about = "Serves the davinci devices' metrics (health, utilization, memory, temperature, \
+             power, sharing, clients, tasks, pods) over HTTP for Prometheus.",
+    long_about = "Serves the davinci devices' metrics (health, utilization, memory, temperature, \
+                  power, sharing, clients, tasks, pods) over HTTP for Prometheus: GET /metrics in the Prometheus text format, or \
                   OpenMetrics when the Accept header asks for application/openmetrics-text; \
                   GET / is a page pointing there. Concurrent scrapes share one read of the \
                   devices (and, within --cache, later ones too); a device that cannot be \
