@@ -556,8 +556,7 @@ async fn health_follows_the_device_and_new_devices_are_added() {
     drop(plugin);
 }
 
-/// A device at or above its shutdown temperature (GET_SENSORS) is Unhealthy, with the reason
-/// in the log; a merely throttled one (above slowdown) stays Healthy.
+/// At or above its shutdown temperature a device is Unhealthy; above slowdown, Healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_at_its_shutdown_temperature_is_unhealthy() {
     // Idle at 30 + 0.15 × 60 = 39 °C: above a shutdown of 38 °C, below the other's 45.
@@ -574,7 +573,7 @@ async fn a_device_at_its_shutdown_temperature_is_unhealthy() {
         assert_eq!(l, [("davinci0".to_string(), health.to_string())]);
         if health == "Unhealthy" {
             plugin
-                .wait_log("at or above its shutdown temperature 38 °C", 1)
+                .wait_log("at or above its shutdown temperature 38", 1)
                 .await;
         }
     }

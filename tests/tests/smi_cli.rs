@@ -227,7 +227,7 @@ fn identity_utilization_and_health_reach_the_operator() {
         out
     };
     assert!(
-        health().contains("        Health Status                  : OK\n"),
+        health().contains("\tHealth Status                  : OK\n"),
         "{}",
         health()
     );
@@ -241,7 +241,7 @@ fn identity_utilization_and_health_reach_the_operator() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(
-        now.contains("        Health Status                  : Warning\n")
+        now.contains("\tHealth Status                  : Warning\n")
             && now.contains("1 stream(s) stopped on a task that does not finish"),
         "{now}"
     );

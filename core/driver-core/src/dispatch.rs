@@ -361,16 +361,8 @@ impl<P: Platform> DeviceCore<P> {
                 self.own_usage(client)?.encode(arg);
                 Ok(Reply::Done)
             }
-            DRIVER_CMD_GET_COUNTERS => {
-                self.counters().encode(arg);
-                Ok(Reply::Done)
-            }
-            DRIVER_CMD_GET_IDENTITY => {
-                self.device_identity().identity.encode(arg);
-                Ok(Reply::Done)
-            }
-            DRIVER_CMD_GET_SENSORS => {
-                self.sensors().encode(arg);
+            DRIVER_CMD_GET_COUNTERS | DRIVER_CMD_GET_IDENTITY | DRIVER_CMD_GET_SENSORS => {
+                self.report(request, arg);
                 Ok(Reply::Done)
             }
             DRIVER_CMD_QUERY_DEVICE_SHARE => {

@@ -178,10 +178,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String>
                     .parse()
                     .map_err(|_| format!("--device-id {v}: not a number"))?;
             }
-            "--model" => config.model = Some(name_arg("--model", &value("a name")?, 31)?),
-            "--chip-name" => {
-                config.chip_name = Some(name_arg("--chip-name", &value("a name")?, 11)?)
-            }
+            "--model" => config.model = name_arg("--model", &value("a name")?, 31)?,
+            "--chip-name" => config.chip_name = name_arg("--chip-name", &value("a name")?, 11)?,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -227,8 +225,8 @@ mod tests {
         .unwrap()
         {
             Command::Run { config, .. } => assert_eq!(
-                (config.model.as_deref(), config.chip_name.as_deref()),
-                (Some("Ascend910B3"), Some("910B3"))
+                (config.model.as_str(), config.chip_name.as_str()),
+                ("Ascend910B3", "910B3")
             ),
             Command::Help => panic!("not help"),
         }

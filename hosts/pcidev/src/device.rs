@@ -80,10 +80,10 @@ pub struct DeviceConfig {
     /// The chaos device (`--chaos SEED[,RATE]`, [`crate::chaos`]): a fraction of replies
     /// wrong on purpose. `None`: an honest device.
     pub chaos: Option<ChaosConfig>,
-    /// The model GET_IDENTITY presents (`--model`); `None`: `davinci_pcidev`.
-    pub model: Option<String>,
-    /// The chip name GET_IDENTITY presents (`--chip-name`); `None`: `pcidev0`.
-    pub chip_name: Option<String>,
+    /// The model GET_IDENTITY presents (`--model`; default `davinci_pcidev`).
+    pub model: String,
+    /// The chip name GET_IDENTITY presents (`--chip-name`; default `pcidev0`).
+    pub chip_name: String,
 }
 
 impl Default for DeviceConfig {
@@ -97,8 +97,8 @@ impl Default for DeviceConfig {
             socket_mode: 0o600,
             socket_group: None,
             chaos: None,
-            model: None,
-            chip_name: None,
+            model: "davinci_pcidev".into(),
+            chip_name: "pcidev0".into(),
         }
     }
 }
@@ -295,18 +295,10 @@ impl PciDevice {
         // and its device id), the same across restarts; the guest's module adds where the guest
         // put it (the bus id). One engine: the device loop.
         let path = socket.as_os_str().as_encoded_bytes();
+        let uuid = derive_uuid(&[b"davinci-pcidev", path, &config.device_id.to_le_bytes()]);
+        let driver = concat!("davinci-pcidev ", env!("CARGO_PKG_VERSION"), " (ABI 1.5)");
         core.set_device_identity(
-            Identity::new(
-                derive_uuid(&[b"davinci-pcidev", path, &config.device_id.to_le_bytes()]),
-                "davinci_pcidev",
-                concat!("davinci-pcidev ", env!("CARGO_PKG_VERSION"), " (ABI 1.5)"),
-                -1,
-                1,
-            )
-            .with_names(
-                config.model.as_deref().unwrap_or("davinci_pcidev"),
-                config.chip_name.as_deref().unwrap_or("pcidev0"),
-            ),
+            Identity::new(uuid, "", driver, -1, 1).with_names(&config.model, &config.chip_name),
         );
         let chaos = config.chaos.map(|c| Chaos::new(c, layout));
         let dev = PciDevice {

@@ -477,6 +477,18 @@ impl<P: Platform> DeviceCore<P> {
         self.sensors.configure(config, c.now_ns, c.busy_ns);
     }
 
+    /// What the device reports of itself into `arg`: GET_COUNTERS, GET_IDENTITY or
+    /// GET_SENSORS (`request`; any other writes nothing).
+    pub(crate) fn report(&mut self, request: u32, arg: &mut [u8]) {
+        use davinci_uapi::Wire;
+        match request {
+            davinci_uapi::DRIVER_CMD_GET_COUNTERS => self.counters().encode(arg),
+            davinci_uapi::DRIVER_CMD_GET_IDENTITY => self.identity.identity.encode(arg),
+            davinci_uapi::DRIVER_CMD_GET_SENSORS => self.sensors().encode(arg),
+            _ => {}
+        }
+    }
+
     /// GET_SENSORS: the model stepped to now ([`crate::sensors`]).
     pub fn sensors(&mut self) -> DeviceSensors {
         let c = self.counters();
