@@ -160,8 +160,12 @@ fn round_of(opts: &Opts, first: bool, disc: &Discovery, opener: &dyn Opener) -> 
         json: false,
     };
     let found = davinci_ops::discover::discover(&g.device, g.socket_dir.as_deref(), disc);
+    // Not with -x: XML readers such as telegraf's take stderr with stdout, and a warning
+    // about a file discovery skipped is no reason to break their document.
+    let xml = matches!(opts.command, Command::Query { xml: true, .. });
     let mut err: String = davinci_ops::discover::ignored_warnings(&found)
         .iter()
+        .filter(|_| !xml)
         .map(|w| format!("davinci-smi: {}\n", printable(w)))
         .collect();
     let targets = match find(found).and_then(|e| open_targets(e, None, &g, disc, opener)) {
