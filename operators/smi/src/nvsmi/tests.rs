@@ -774,3 +774,32 @@ fn no_devices_is_nvidia_smis_answer() {
         .unwrap()
         .contains("no davinci devices found"));
 }
+
+/// nvidia_gpu_exporter's field discovery (`internal/nvidiasmi/fields.go` ExtractQFields:
+/// the first quoted name after a blank line of `--help-query-gpu`), then its query of all of
+/// them with `--format=csv`: every discovered field comes back as one column.
+#[test]
+fn nvidia_gpu_exporters_field_discovery_reads_our_help() {
+    let r = rigs();
+    let (_, help, _) = nv(&r, &["--help-query-gpu"]);
+    let mut fields = Vec::new();
+    let lines: Vec<&str> = help.lines().collect();
+    for w in lines.windows(2) {
+        if w[0].trim().is_empty() && w[1].starts_with('"') {
+            fields.push(w[1][1..].split('"').next().unwrap().to_string());
+        }
+    }
+    let recorded: Vec<String> = help_names(sample!("help-query-gpu.txt"))
+        .into_iter()
+        .map(|n| n[0].clone())
+        .collect();
+    assert_eq!(fields, recorded);
+    let (code, out, _) = nv(
+        &r,
+        &[&format!("--query-gpu={}", fields.join(",")), "--format=csv"],
+    );
+    assert_eq!(code, 0);
+    for line in out.lines() {
+        assert_eq!(line.split(", ").count(), fields.len(), "{line}");
+    }
+}
