@@ -411,4 +411,6 @@ fn apps_csv(cols: &[&'static F], opts: &Opts, first: bool, gpus: &[Gpu], ctx: &C
 }
 
 #[cfg(test)]
+mod shape_tests;
+#[cfg(test)]
 mod tests;
