@@ -182,14 +182,20 @@ mod tests {
 
     #[test]
     fn the_default_presentation_is_parser_friendly() {
-        assert_eq!(Presented::DEFAULT, Presented::new("davinci_mock", "mock0", ""));
+        assert_eq!(
+            Presented::DEFAULT,
+            Presented::new("davinci_mock", "mock0", "")
+        );
         let id = DeviceIdentity {
             model: Presented::DEFAULT.model,
             chip_name: Presented::DEFAULT.chip_name,
             ..DeviceIdentity::default()
         };
         for name in [id.model(), id.chip_name()] {
-            assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{name}");
+            assert!(
+                name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                "{name}"
+            );
         }
         let p = Presented::new("Ascend910B3", "910B3", "0000:c1:00.0");
         assert_eq!(p.bus_id[..12], *b"0000:c1:00.0");

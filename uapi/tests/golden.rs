@@ -147,7 +147,11 @@ fn sensors_layout_1_5() {
             ("shutdown_temperature_mc", 0x1c),
             ("energy_mj", 0x20),
             ("now_ns", 0x28),
-            ("reserved", 0x30),
+            ("pcie_link_gen", 0x30),
+            ("pcie_link_width", 0x32),
+            ("pcie_link_gen_max", 0x34),
+            ("pcie_link_width_max", 0x36),
+            ("reserved", 0x38),
         ]
     );
     let s = DeviceSensors {

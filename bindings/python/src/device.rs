@@ -248,7 +248,10 @@ impl Device {
         let d = PyDict::new(py);
         let milli = |v: i64| v as f64 / 1000.0;
         d.set_item("temperature_c", milli(s.temperature_mc.into()))?;
-        d.set_item("memory_temperature_c", milli(s.memory_temperature_mc.into()))?;
+        d.set_item(
+            "memory_temperature_c",
+            milli(s.memory_temperature_mc.into()),
+        )?;
         d.set_item("power_w", milli(s.power_mw.into()))?;
         d.set_item("power_limit_w", milli(s.power_limit_mw.into()))?;
         d.set_item("voltage_v", milli(s.voltage_mv.into()))?;

@@ -10,6 +10,7 @@
 //! * memory temperature `ambient + (T − ambient) × 4/5`;
 //! * voltage `v_idle + (v_full − v_idle) × u`;
 //! * energy `+= P × Δt`;
+//! * a PCIe link trained at its best: the configured generation and width, current and max;
 //! * throttle bits when `T ≥ slowdown` (`THROTTLE_THERMAL`) or `P ≥ limit`
 //!   (`THROTTLE_POWER`). The bits report; the software engines do not slow down.
 //!
@@ -46,12 +47,16 @@ pub struct SensorConfig {
     pub slowdown_mc: i32,
     /// Shutdown temperature, thousandths of a degree.
     pub shutdown_mc: i32,
+    /// The modelled PCIe link: generation and lanes, trained at its best (0: no link).
+    pub pcie_gen: u16,
+    /// The link's lanes.
+    pub pcie_width: u16,
 }
 
 impl SensorConfig {
     /// The defaults: 30 °C ambient, 0.15 °C/W, τ 20 s, 60 W idle, 300 W busy, 310 W cap,
-    /// 0.80 V idle, 0.90 V busy, slowdown at 95 °C, shutdown at 105 °C: idle at 39 °C,
-    /// busy toward 75 °C.
+    /// 0.80 V idle, 0.90 V busy, slowdown at 95 °C, shutdown at 105 °C (idle at 39 °C,
+    /// busy toward 75 °C), a PCIe Gen4 x16 link.
     pub const DEFAULT: SensorConfig = SensorConfig {
         ambient_mc: 30_000,
         thermal_mc_per_w: 150,
@@ -63,6 +68,8 @@ impl SensorConfig {
         full_mv: 900,
         slowdown_mc: 95_000,
         shutdown_mc: 105_000,
+        pcie_gen: 4,
+        pcie_width: 16,
     };
 
     /// `self` made consistent: `tau_ms` at least 1, `full_mw` at least `idle_mw`, `full_mv`
@@ -204,7 +211,11 @@ impl SensorModel {
             shutdown_temperature_mc: c.shutdown_mc,
             energy_mj: s.energy_uj / 1000,
             now_ns,
-            reserved: [0; 4],
+            pcie_link_gen: c.pcie_gen,
+            pcie_link_width: c.pcie_width,
+            pcie_link_gen_max: c.pcie_gen,
+            pcie_link_width_max: c.pcie_width,
+            reserved: [0; 2],
         }
     }
 }

@@ -74,7 +74,8 @@ Options:
                                  ambient (°C) [30], thermal-resistance (°C/W) [0.15], tau
                                  (thermal time constant) [20s], idle-power [60], full-power
                                  [300], power-limit [310] (W), idle-voltage [0.8],
-                                 full-voltage [0.9] (V), slowdown [95], shutdown [105] (°C)
+                                 full-voltage [0.9] (V), slowdown [95], shutdown [105] (°C),
+                                 pcie-gen [4], pcie-width [16] (the modelled link; 0: none)
       --socket-mode <OCTAL>      Permissions of each socket [default: 0660]
       --socket-group <GROUP>     Group (name or gid) of each socket, so its members may connect
                                  [default: the daemon's group]

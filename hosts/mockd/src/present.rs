@@ -123,7 +123,8 @@ impl Presentation {
 
 /// `--sensors KEY=VALUE,...` over `base`: ambient (°C), thermal-resistance (°C/W), tau (a
 /// duration: 20s, 500ms), idle-power, full-power, power-limit (W), idle-voltage,
-/// full-voltage (V), slowdown, shutdown (°C). Decimals allowed (`ambient=27.5`).
+/// full-voltage (V), slowdown, shutdown (°C), pcie-gen, pcie-width (the modelled link; 0: none).
+/// Decimals allowed (`ambient=27.5`).
 pub fn parse_sensors(v: &str, base: SensorConfig) -> Result<SensorConfig, String> {
     let mut c = base;
     for item in v.split(',') {
@@ -153,12 +154,24 @@ pub fn parse_sensors(v: &str, base: SensorConfig) -> Result<SensorConfig, String
             "idle-voltage" => c.idle_mv = milli(10)? as u32,
             "full-voltage" => c.full_mv = milli(10)? as u32,
             "slowdown" => c.slowdown_mc = milli(300)? as i32,
+            "pcie-gen" | "pcie-width" => {
+                let n: u16 = val
+                    .parse()
+                    .ok()
+                    .filter(|&n| (0..=64).contains(&n))
+                    .ok_or_else(|| format!("--sensors {k}='{val}': expected 0 (no link) to 64"))?;
+                if k == "pcie-gen" {
+                    c.pcie_gen = n;
+                } else {
+                    c.pcie_width = n;
+                }
+            }
             "shutdown" => c.shutdown_mc = milli(300)? as i32,
             _ => {
                 return Err(format!(
                     "--sensors: unknown key '{k}' (ambient, thermal-resistance, tau, \
                      idle-power, full-power, power-limit, idle-voltage, full-voltage, \
-                     slowdown, shutdown)"
+                     slowdown, shutdown, pcie-gen, pcie-width)"
                 ))
             }
         }

@@ -240,9 +240,12 @@ fn consumers_read_the_devices_of_a_running_daemon() {
     assert_eq!(v.len(), 6, "{out}");
     assert_eq!(v[1].parse::<i64>().unwrap() * 1024 * 1024, 256 << 20);
     assert_eq!(v[2], "00000000:0C:00.0");
-    // No davinci device reports its PCIe link: device-smi's int() of these raises. Known
-    // gap, left [N/A] rather than an invented generation.
-    assert_eq!((v[3], v[4]), ("[N/A]", "[N/A]"));
+    // device-smi's int() of the link generations: the mock's modelled Gen4 link (GET_SENSORS).
+    assert_eq!(
+        (v[3].parse::<i64>(), v[4].parse::<i64>()),
+        (Ok(4), Ok(4)),
+        "{out}"
+    );
     let (code, out, _) = nv(&sock, &["-q", "-i", "0"]);
     assert_eq!(code, 0);
     assert_eq!(

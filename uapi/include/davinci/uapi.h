@@ -1229,8 +1229,28 @@ struct davinci_device_sensors {
 	 * (from driver).
 	 */
 	__u64 now_ns;
+	/*
+	 * The PCIe link's generation now (1 to 6; nvidia-smi's `pcie.link.gen.current`); 0:
+	 * no link to report (from driver).
+	 */
+	__u16 pcie_link_gen;
+	/*
+	 * The PCIe link's width now, in lanes (`pcie.link.width.current`); 0: no link
+	 * (from driver).
+	 */
+	__u16 pcie_link_width;
+	/*
+	 * The highest PCIe generation the device's link supports (`pcie.link.gen.max`); 0:
+	 * no link (from driver).
+	 */
+	__u16 pcie_link_gen_max;
+	/*
+	 * The widest the device's link can train, in lanes (`pcie.link.width.max`); 0: no
+	 * link (from driver).
+	 */
+	__u16 pcie_link_width_max;
 	/* Reserved: ignore it, a later minor may use it (from driver). */
-	__u32 reserved[4];
+	__u32 reserved[2];
 };
 
 /*
@@ -1859,7 +1879,11 @@ _Static_assert(offsetof(struct davinci_device_sensors, slowdown_temperature_mc) 
 _Static_assert(offsetof(struct davinci_device_sensors, shutdown_temperature_mc) == 28, "davinci uapi: offsetof(struct davinci_device_sensors, shutdown_temperature_mc)");
 _Static_assert(offsetof(struct davinci_device_sensors, energy_mj) == 32, "davinci uapi: offsetof(struct davinci_device_sensors, energy_mj)");
 _Static_assert(offsetof(struct davinci_device_sensors, now_ns) == 40, "davinci uapi: offsetof(struct davinci_device_sensors, now_ns)");
-_Static_assert(offsetof(struct davinci_device_sensors, reserved) == 48, "davinci uapi: offsetof(struct davinci_device_sensors, reserved)");
+_Static_assert(offsetof(struct davinci_device_sensors, pcie_link_gen) == 48, "davinci uapi: offsetof(struct davinci_device_sensors, pcie_link_gen)");
+_Static_assert(offsetof(struct davinci_device_sensors, pcie_link_width) == 50, "davinci uapi: offsetof(struct davinci_device_sensors, pcie_link_width)");
+_Static_assert(offsetof(struct davinci_device_sensors, pcie_link_gen_max) == 52, "davinci uapi: offsetof(struct davinci_device_sensors, pcie_link_gen_max)");
+_Static_assert(offsetof(struct davinci_device_sensors, pcie_link_width_max) == 54, "davinci uapi: offsetof(struct davinci_device_sensors, pcie_link_width_max)");
+_Static_assert(offsetof(struct davinci_device_sensors, reserved) == 56, "davinci uapi: offsetof(struct davinci_device_sensors, reserved)");
 _Static_assert(sizeof(struct davinci_tenant_share_args) == 96, "davinci uapi: sizeof(struct davinci_tenant_share_args)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, tenant_kind) == 0, "davinci uapi: offsetof(struct davinci_tenant_share_args, tenant_kind)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, uid) == 4, "davinci uapi: offsetof(struct davinci_tenant_share_args, uid)");

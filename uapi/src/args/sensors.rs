@@ -37,8 +37,20 @@ abi_struct! {
         /// The device clock when the sensors were read: the clock of GET_COUNTERS' `now_ns`
         /// (from driver).
         pub now_ns: u64,
+        /// The PCIe link's generation now (1 to 6; nvidia-smi's `pcie.link.gen.current`); 0:
+        /// no link to report (from driver).
+        pub pcie_link_gen: u16,
+        /// The PCIe link's width now, in lanes (`pcie.link.width.current`); 0: no link
+        /// (from driver).
+        pub pcie_link_width: u16,
+        /// The highest PCIe generation the device's link supports (`pcie.link.gen.max`); 0:
+        /// no link (from driver).
+        pub pcie_link_gen_max: u16,
+        /// The widest the device's link can train, in lanes (`pcie.link.width.max`); 0: no
+        /// link (from driver).
+        pub pcie_link_width_max: u16,
         /// Reserved: ignore it, a later minor may use it (from driver).
-        pub reserved: [u32; 4],
+        pub reserved: [u32; 2],
     }
 }
 

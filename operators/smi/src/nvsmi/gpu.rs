@@ -194,9 +194,20 @@ impl Gpu {
             }
             "power.draw" | "power.draw.average" => watts(s?.power_mw),
             "power.limit" | "enforced.power.limit" => watts(s?.power_limit_mw),
+            "pcie.link.gen.current" | "pcie.link.gen.gpucurrent" => link(s?.pcie_link_gen)?,
+            "pcie.link.gen.max" | "pcie.link.gen.gpumax" | "pcie.link.gen.hostmax" => {
+                link(s?.pcie_link_gen_max)?
+            }
+            "pcie.link.width.current" => link(s?.pcie_link_width)?,
+            "pcie.link.width.max" => link(s?.pcie_link_width_max)?,
             _ => return None,
         })
     }
+}
+
+/// A PCIe link value (GET_SENSORS); 0: no link, `None`.
+fn link(v: u16) -> Option<String> {
+    (v != 0).then(|| v.to_string())
 }
 
 #[cfg(test)]

@@ -56,6 +56,10 @@ pub(crate) fn of(switch: &str, name: &str) -> &'static str {
         "power.management" => "Enabled where the device reports its power (GET_SENSORS).",
         "power.draw" | "power.draw.average" => "Power drawn, averaged since the previous read, in W (GET_SENSORS).",
         "power.limit" | "enforced.power.limit" => "The power cap the device enforces, in W (GET_SENSORS).",
+        "pcie.link.gen.current" | "pcie.link.gen.gpucurrent" => "The PCIe link's generation now (GET_SENSORS; a software device's modelled link).",
+        "pcie.link.gen.max" | "pcie.link.gen.gpumax" | "pcie.link.gen.hostmax" => "The highest PCIe generation of the device's link (GET_SENSORS).",
+        "pcie.link.width.current" => "The PCIe link's lanes now (GET_SENSORS).",
+        "pcie.link.width.max" => "The most lanes of the device's link (GET_SENSORS).",
         _ => "[N/A]: no davinci device reports it.",
     }
 }
