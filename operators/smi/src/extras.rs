@@ -20,8 +20,11 @@ pub struct Extras {
     pub uuid: Option<String>,
     /// The device's model name (npu-smi's `Name` and `Chip Name`, nvidia-smi's `name`).
     pub name: Option<String>,
-    /// The driver's version (npu-smi's `Software Version` and the `Version:` of `info`).
+    /// The driver's name and version as GET_IDENTITY says it (`davinci-mockd 0.1.0`).
     pub driver_version: Option<String>,
+    /// The version alone ([`release_of`]: `0.1.0`), what npu-smi's `Software Version` and
+    /// `Version:` and nvidia-smi's `driver_version` print, which parsers read as a version.
+    pub driver_release: Option<String>,
     /// Where the device sits on its bus, its PCI address `DDDD:BB:DD.F` (npu-smi's `Bus-Id`
     /// and `PCIe Bus Info`, nvidia-smi's `pci.bus_id`); `None` for a device on no bus (the
     /// mock device, the kernel module's software devices).
@@ -68,6 +71,10 @@ pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras
         out.uuid = Some(id.uuid_string().as_str().to_string());
         out.name = Some(id.model().to_string()).filter(|s| !s.is_empty());
         out.driver_version = Some(id.driver_version().to_string()).filter(|s| !s.is_empty());
+        out.driver_release = out
+            .driver_version
+            .as_deref()
+            .map(|d| release_of(d).to_string());
         out.bus_id = Some(id.bus_id().to_string()).filter(|s| !s.is_empty());
         out.pci_ids = Some((id.pci_vendor, id.pci_device)).filter(|&(v, _)| v != 0);
         if info.features.contains(Features::SENSORS) {
@@ -83,6 +90,15 @@ pub(crate) fn device_extras(dev: &dyn DeviceAccess, info: &DeviceInfo) -> Extras
         out.first = Some(k);
     }
     out
+}
+
+/// The version in a driver's name and version: its first word that starts with a digit
+/// (`davinci-pcidev 0.1.0 (ABI 1.5)` → `0.1.0`), else the whole text.
+pub fn release_of(driver: &str) -> &str {
+    driver
+        .split_whitespace()
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+        .unwrap_or(driver)
 }
 
 /// `busy_percent` of every device of `asked` that has a first sample ([`device_extras`]):
@@ -219,6 +235,14 @@ mod tests {
         };
         let e = device_extras(&Sensing, &without);
         assert_eq!((e.chip_name, e.sensors), (None, None));
+    }
+
+    #[test]
+    fn the_release_is_the_first_word_that_is_a_number() {
+        assert_eq!(release_of("davinci-pcidev 0.1.0 (ABI 1.5)"), "0.1.0");
+        assert_eq!(release_of("davinci-mock-device 0.1.0"), "0.1.0");
+        assert_eq!(release_of("23.0.rc3.3"), "23.0.rc3.3");
+        assert_eq!(release_of("nodigits here"), "nodigits here");
     }
 
     #[test]

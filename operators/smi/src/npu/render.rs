@@ -58,7 +58,7 @@ pub(super) fn table(targets: &[Target]) -> Out {
     let driver = asked.iter().find_map(|r| {
         r.as_ref()
             .ok()
-            .and_then(|n| n.extras.driver_version.clone())
+            .and_then(|n| n.extras.driver_release.clone())
     });
     let mut out = String::from(RULE);
     out += &title(COMPAT_VERSION, &na(driver));
@@ -222,7 +222,7 @@ pub(super) fn detail_of(n: &Npu, ty: NpuType, chip: bool) -> String {
                 ("Model", NA.into()),
                 ("Manufacturer", NA.into()),
                 ("Serial Number", NA.into()),
-                ("Software Version", na(e.driver_version.as_deref())),
+                ("Software Version", na(e.driver_release.as_deref())),
                 ("Firmware Version", NA.into()),
                 // The client library accepted the driver's ABI.
                 ("Compatibility", "OK".into()),

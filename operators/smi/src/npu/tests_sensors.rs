@@ -153,7 +153,7 @@ fn info_table_with_sensors_and_identity_is_the_sample_but_for_utilization() {
         .enumerate()
         .map(|(i, l)| {
             let l = if i == 1 {
-                super::render::title(super::COMPAT_VERSION, "davinci-mockd 0.1.0")
+                super::render::title(super::COMPAT_VERSION, "0.1.0")
                     .trim_end()
                     .to_string()
             } else {

@@ -152,7 +152,7 @@ impl Gpu {
         let bus = self.bus_parts();
         Some(match name {
             "timestamp" => ctx.timestamp.clone(),
-            "driver_version" | "kmd_version" => e.driver_version.clone()?,
+            "driver_version" | "kmd_version" => e.driver_release.clone()?,
             "count" => ctx.count.to_string(),
             "name" => e.name.clone()?,
             "uuid" => self.uuid()?,

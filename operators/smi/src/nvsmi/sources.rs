@@ -24,7 +24,7 @@ pub(crate) fn of(switch: &str, name: &str) -> &'static str {
     }
     match name {
         "timestamp" => "When the query was made, \"YYYY/MM/DD HH:MM:SS.msec\" (UTC).",
-        "driver_version" | "kmd_version" => "The driver's name and version (GET_IDENTITY).",
+        "driver_version" | "kmd_version" => "The driver's version (GET_IDENTITY's driver_version, its version number alone).",
         "count" => "The number of davinci devices found.",
         "name" => "The device's model (GET_IDENTITY).",
         "uuid" => "The device's UUID with nvidia-smi's GPU- prefix (GET_IDENTITY).",

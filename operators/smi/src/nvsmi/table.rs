@@ -76,7 +76,7 @@ pub(crate) fn gpu_rows(g: &Gpu, ctx: &Ctx) -> String {
 pub(crate) fn table(gpus: &[Gpu], ctx: &Ctx) -> String {
     let driver = gpus
         .first()
-        .and_then(|g| g.extras.driver_version.clone())
+        .and_then(|g| g.extras.driver_release.clone())
         .unwrap_or_else(|| "N/A".into());
     let mut s = format!("{:<31}\n", text::ctime(SystemTime::now()));
     s += RULE;

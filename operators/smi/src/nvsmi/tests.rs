@@ -294,7 +294,7 @@ fn values_of_a_device_with_identity_sensors_and_a_client() {
     assert_eq!(
         lines[0],
         format!(
-            "0, 2, Ascend910B3, GPU-{UUID_A}, davinci-mockd 0.1.0, 00000000:0C:00.0, 0x0000, 0x0C, \
+            "0, 2, Ascend910B3, GPU-{UUID_A}, 0.1.0, 00000000:0C:00.0, 0x0000, 0x0C, \
              0x00, 0xD80219E5, 256 MiB, 4 MiB, 252 MiB, 50 %, 41, 48, 69.85 W, 700.00 W, \
              700.00 W, Exclusive_Process, P0, Disabled, Disabled, Enabled, [N/A], [N/A], \
              0x000000000000004D, 0x0000000000000000, Not Active, Not Active"

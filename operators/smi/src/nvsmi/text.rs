@@ -78,7 +78,7 @@ pub(crate) fn list(gpus: &[Gpu]) -> String {
 /// `--version`, in nvidia-smi's layout: davinci-smi's version, the driver's.
 pub(crate) fn version(gpu: Option<&Gpu>) -> String {
     let driver = gpu
-        .and_then(|g| g.extras.driver_version.clone())
+        .and_then(|g| g.extras.driver_release.clone())
         .unwrap_or_else(|| "N/A".into());
     format!(
         "NVIDIA-SMI version  : {}\nNVML version        : N/A\nDRIVER version      : {}\nCUDA Version        : N/A\n",
@@ -428,7 +428,7 @@ pub(crate) fn query(gpus: &[Gpu], ctx: &Ctx, display: Option<&[String]>) -> Stri
 
 fn driver(gpus: &[Gpu]) -> String {
     gpus.first()
-        .and_then(|g| g.extras.driver_version.clone())
+        .and_then(|g| g.extras.driver_release.clone())
         .unwrap_or_else(|| "N/A".into())
 }
 
