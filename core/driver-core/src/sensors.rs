@@ -16,7 +16,7 @@
 //!
 //! The first reading (or [`SensorModel::configure`]) starts the model at the idle steady
 //! state. Integer arithmetic only (the kernel has no floating point): `e^(−x)` is a
-//! fixed-point series squared back up ([`decay_q60`]).
+//! fixed-point series squared back up ([`decay_q30`]), in 64 bits.
 
 use davinci_uapi::{DeviceSensors, THROTTLE_POWER, THROTTLE_THERMAL};
 
@@ -173,18 +173,26 @@ impl SensorModel {
         let dt = now_ns.saturating_sub(s.now_ns);
         if dt >= STEP_NS {
             let work = busy_ns.saturating_sub(s.busy_ns);
-            let capacity = u128::from(dt) * u128::from(engines.max(1));
-            let load_ppm = (u128::from(work) * 1_000_000 / capacity).min(1_000_000) as u32;
+            let capacity = dt.saturating_mul(u64::from(engines.max(1)));
+            let load_ppm = if work >= capacity {
+                1_000_000
+            } else if work <= u64::MAX / 1_000_000 {
+                (work * 1_000_000 / capacity) as u32
+            } else {
+                (work / (capacity / 1_000_000)).min(1_000_000) as u32
+            };
             let power_mw = SensorConfig::between(c.idle_mw, c.full_mw, load_ppm);
             let steady = c.steady_uc(power_mw);
-            let decay = decay_q60(dt, u64::from(c.tau_ms) * 1_000_000);
-            let gap = i128::from(s.temp_uc - steady);
-            s.temp_uc = steady + ((gap * decay as i128) >> 60) as i64;
-            // mW × ns = 10⁻¹² J = 10⁻⁶ µJ.
-            let energy = u128::from(power_mw) * u128::from(dt) / 1_000_000;
-            s.energy_uj = s
-                .energy_uj
-                .saturating_add(u64::try_from(energy).unwrap_or(u64::MAX));
+            let decay = decay_q30(dt, u64::from(c.tau_ms) * 1_000_000);
+            // |gap| < 2^31 µ°C and decay ≤ 2^30: the product fits.
+            let gap = s.temp_uc - steady;
+            s.temp_uc = steady + ((gap * decay as i64) >> 30);
+            // mW × ns = 10⁻¹² J = 10⁻⁶ µJ; whole milliseconds first, so nothing overflows.
+            let p = u64::from(power_mw);
+            let energy = p
+                .saturating_mul(dt / 1_000_000)
+                .saturating_add(p * (dt % 1_000_000) / 1_000_000);
+            s.energy_uj = s.energy_uj.saturating_add(energy);
             s.power_mw = power_mw;
             s.load_ppm = load_ppm;
             s.now_ns = now_ns;
@@ -224,29 +232,34 @@ fn clamp_i32(v: i64) -> i32 {
     v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
 }
 
-/// One in Q60 fixed point.
-const ONE_Q60: u128 = 1 << 60;
+/// One in Q30 fixed point.
+const ONE_Q30: u64 = 1 << 30;
 
-/// `e^(−dt/tau)` in Q60 fixed point (`1 << 60` is 1): the series `1 − s + s²/2 − s³/6 +
-/// s⁴/24` at `s = x / 2¹²`, squared twelve times. Exact to about 10⁻¹²; 0 from `x > 40` on
-/// (below 2⁻⁵⁷).
-pub fn decay_q60(dt: u64, tau: u64) -> u64 {
-    let tau = u128::from(tau.max(1));
-    let dt = u128::from(dt);
-    if dt > 40 * tau {
+/// `e^(−dt/tau)` in Q30 fixed point (`1 << 30` is 1): the series `1 − s + s²/2 − s³/6 +
+/// s⁴/24` at `s = x / 2¹²`, squared twelve times. Exact to about 10⁻⁵; 0 from `x > 40` on
+/// (below 2⁻⁵⁷). 64-bit arithmetic only: a kernel has no 128-bit division.
+pub fn decay_q30(dt: u64, tau: u64) -> u64 {
+    // At most an hour (2^42 ns), so the remainder's shift below cannot overflow.
+    let tau = tau.clamp(1, 1 << 42);
+    if dt / tau > 40 {
         return 0;
     }
-    let x = (dt << 60) / tau; // x in Q60, at most 40 × 2⁶⁰ < 2⁶⁶
-    let s = x >> 12;
-    let s2 = (s * s) >> 60;
-    let s3 = (s2 * s) >> 60;
-    let s4 = (s3 * s) >> 60;
-    // 1 − s + s²/2 − s³/6 + s⁴/24, with s < 0.01: every partial sum stays in (0, 1].
-    let mut e = ONE_Q60 - s + s2 / 2 - s3 / 6 + s4 / 24;
-    for _ in 0..12 {
-        e = (e * e) >> 60;
+    // x = dt / tau in Q30: the whole part, and the remainder to 20 bits, then 10 more.
+    let (whole, rest) = (dt / tau, dt % tau);
+    let x = (whole << 30) + (((rest << 20) / tau) << 10);
+    if x > 40 << 30 {
+        return 0;
     }
-    e.min(ONE_Q60) as u64
+    let s = x >> 12; // < 0.01 in Q30: s < 2^24
+    let s2 = (s * s) >> 30;
+    let s3 = (s2 * s) >> 30;
+    let s4 = (s3 * s) >> 30;
+    // 1 − s + s²/2 − s³/6 + s⁴/24, with s < 0.01: every partial sum stays in (0, 1].
+    let mut e = ONE_Q30 - s + s2 / 2 - s3 / 6 + s4 / 24;
+    for _ in 0..12 {
+        e = (e * e) >> 30;
+    }
+    e.min(ONE_Q30)
 }
 
 #[cfg(test)]
@@ -255,8 +268,8 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
-    fn q60(v: u64) -> f64 {
-        v as f64 / (1u64 << 60) as f64
+    fn q30(v: u64) -> f64 {
+        v as f64 / (1u64 << 30) as f64
     }
 
     #[test]
@@ -269,14 +282,17 @@ mod tests {
             (39 * SEC, SEC),
         ] {
             let want = (-(dt as f64) / tau as f64).exp();
-            let got = q60(decay_q60(dt, tau));
+            let got = q30(decay_q30(dt, tau));
             assert!(
-                (got - want).abs() < 1e-9,
+                (got - want).abs() < 1e-5,
                 "e^-({dt}/{tau}): {got} vs {want}"
             );
         }
-        assert_eq!(decay_q60(41, 1), 0);
-        assert_eq!(decay_q60(5, 0), decay_q60(5, 1), "tau 0 counts as 1 ns");
+        assert_eq!(decay_q30(41, 1), 0);
+        assert_eq!(decay_q30(5, 0), decay_q30(5, 1), "tau 0 counts as 1 ns");
+        assert_eq!(decay_q30(u64::MAX, u64::MAX), 0, "tau clamped to 2^42 ns");
+        let hour = 3_600_000_000_000u64;
+        assert!((q30(decay_q30(hour, hour)) - (-1f64).exp()).abs() < 1e-5);
     }
 
     #[test]
