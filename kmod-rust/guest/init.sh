@@ -33,6 +33,21 @@ check() {
 }
 
 # smi_json NAME EXPECT CMD...: CMD's JSON output must contain EXPECT.
+# metrics NAME ERE COMMAND...: COMMAND succeeds and a line of its output matches the extended
+# regular expression ERE (the exporter's series carry uuid and model labels after device).
+metrics() {
+    mt_name=$1
+    mt_expect=$2
+    shift 2
+    mt_out=$("$@")
+    mt_rc=$?
+    echo "$mt_out"
+    [ "$mt_rc" -eq 0 ] || return "$mt_rc"
+    printf '%s\n' "$mt_out" | grep -Eq -- "$mt_expect" && return 0
+    echo "ktest: $mt_name: no line matches $mt_expect"
+    return 1
+}
+
 smi_json() {
     # (Its own variable names: check's `name` is the caller's.)
     sj_name=$1
@@ -263,7 +278,8 @@ pci_device() {
         --skip an_open_of_another_misc_device_waits_for_no_large_allocation
     check million-tasks /bin/million --test-threads=1
     check "C quickstart (libdavinci)" /bin/capi-quickstart /dev/davinci0
-    check exporter-device smi_json exporter-device 'davinci_device_up{device="0"} 1' \
+    check exporter-device metrics exporter-device \
+        '^davinci_device_up\{device="0",uuid="[0-9a-f-]{36}",model="davinci_pcidev"\} 1$' \
         davinci-exporter --once --device /dev/davinci0
     check plugin-list smi_json plugin-list '"health": "Healthy"' davinci-device-plugin --list --json
     check smi-list davinci-smi list
@@ -406,10 +422,12 @@ if check insmod insmod /davinci.ko quota_events=200; then
     check smi-usage-text davinci-smi info -t usage
     # The fleet view (issue 14) on the kernel's nodes: the exporter's metrics show the holder
     # and its megabyte, the device plugin would advertise both devices as healthy.
-    check exporter-device smi_json exporter-device 'davinci_device_up{device="0"} 1' \
+    check exporter-device metrics exporter-device \
+        '^davinci_device_up\{device="0",uuid="[0-9a-f-]{36}",model="davinci_kmod"\} 1$' \
         davinci-exporter --once --device /dev/davinci0 --device /dev/davinci1
     check exporter-client smi_json exporter-client "pid=\"$holder\"" davinci-exporter --once
-    check exporter-memory smi_json exporter-memory 'davinci_device_memory_used_bytes{device="0"} 1048576' \
+    check exporter-memory metrics exporter-memory \
+        '^davinci_device_memory_used_bytes\{device="0",uuid="[0-9a-f-]{36}",model="davinci_kmod"\} 1048576$' \
         davinci-exporter --once
     # ABI 1.4: the module's identity (GET_IDENTITY) on the device's info series.
     check exporter-identity smi_json exporter-identity 'model="davinci_kmod"' davinci-exporter --once
