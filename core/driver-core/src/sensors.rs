@@ -99,7 +99,10 @@ impl SensorConfig {
     /// The steady-state die temperature at `power_mw`, in millionths of a degree.
     fn steady_uc(&self, power_mw: u32) -> i64 {
         // mW × m°C/W = µ°C.
-        i64::from(self.ambient_mc) * 1000 + i64::from(power_mw) * i64::from(self.thermal_mc_per_w)
+        // Saturating: a configuration of absurd powers and resistances reads as hot, not as
+        // an overflow (a panic in a debug build).
+        (i64::from(self.ambient_mc) * 1000)
+            .saturating_add(i64::from(power_mw).saturating_mul(i64::from(self.thermal_mc_per_w)))
     }
 
     /// `idle + (full − idle) × load_ppm / 10⁶`.
@@ -184,9 +187,16 @@ impl SensorModel {
             let power_mw = SensorConfig::between(c.idle_mw, c.full_mw, load_ppm);
             let steady = c.steady_uc(power_mw);
             let decay = decay_q30(dt, u64::from(c.tau_ms) * 1_000_000);
-            // |gap| < 2^31 µ°C and decay ≤ 2^30: the product fits.
-            let gap = s.temp_uc - steady;
-            s.temp_uc = steady + ((gap * decay as i64) >> 30);
+            // 64 bits only: exact while |gap| < 2^32 µ°C (any sane configuration), else from
+            // the gap's top bits, saturating (an absurd configuration must not overflow).
+            let gap = s.temp_uc.saturating_sub(steady);
+            let decay = decay as i64;
+            let moved = if gap.unsigned_abs() < 1 << 32 {
+                (gap * decay) >> 30
+            } else {
+                (gap >> 30).saturating_mul(decay)
+            };
+            s.temp_uc = steady.saturating_add(moved);
             // mW × ns = 10⁻¹² J = 10⁻⁶ µJ; whole milliseconds first, so nothing overflows.
             let p = u64::from(power_mw);
             let energy = p
@@ -355,6 +365,31 @@ mod tests {
         assert_eq!(d.power_mw, 300_000);
         let e = m.read(u64::MAX, u64::MAX, 0);
         assert!(e.energy_mj > d.energy_mj);
+    }
+
+    /// The largest values a host may configure step without overflowing (a panic in a debug
+    /// build) and read as hot and throttled.
+    #[test]
+    fn extreme_configurations_saturate() {
+        let mut m = SensorModel::DEFAULT;
+        let absurd = SensorConfig {
+            ambient_mc: i32::MAX,
+            thermal_mc_per_w: u32::MAX,
+            idle_mw: u32::MAX,
+            full_mw: u32::MAX,
+            ..SensorConfig::DEFAULT
+        };
+        m.configure(absurd, 0, 0);
+        let s = m.read(SEC, SEC, 1);
+        let t = m.read(100 * SEC, 100 * SEC, 1);
+        assert_eq!((s.temperature_mc, t.temperature_mc), (i32::MAX, i32::MAX));
+        assert_eq!(t.throttle, THROTTLE_THERMAL | THROTTLE_POWER);
+        let cold = SensorConfig {
+            ambient_mc: i32::MIN,
+            ..SensorConfig::DEFAULT
+        };
+        m.configure(cold, 0, 0);
+        assert!(m.read(50 * SEC, 50 * SEC, 1).temperature_mc < 0);
     }
 
     #[test]
