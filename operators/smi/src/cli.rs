@@ -370,6 +370,22 @@ pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(x).map_err(|_| bad())
 }
 
+/// `Some(argv)` for a compatibility mode: the program is called `program` (its file name),
+/// or its first argument is `flag` (then dropped, and `program` becomes `argv[0]`).
+pub(crate) fn mode_args(args: &[String], program: &str, flag: &str) -> Option<Vec<String>> {
+    let name = args.first()?;
+    let base = name.rsplit('/').next().unwrap_or(name);
+    if base == program {
+        return Some(args.to_vec());
+    }
+    if args.get(1).is_some_and(|a| a == flag) {
+        let mut v = vec![program.to_string()];
+        v.extend(args.iter().skip(2).cloned());
+        return Some(v);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     //! npu-smi's `-c`: chip 0 is accepted, any other is a usage error.

@@ -42,17 +42,7 @@ pub(crate) const FLAG: &str = "--npu-smi";
 /// `Some(argv)` for npu-smi mode: the program is called `npu-smi`, or its first argument is
 /// [`FLAG`] (then dropped).
 pub(crate) fn npu_args(args: &[String]) -> Option<Vec<String>> {
-    let name = args.first()?;
-    let base = name.rsplit('/').next().unwrap_or(name);
-    if base == "npu-smi" {
-        return Some(args.to_vec());
-    }
-    if args.get(1).is_some_and(|a| a == FLAG) {
-        let mut v = vec!["npu-smi".to_string()];
-        v.extend(args.iter().skip(2).cloned());
-        return Some(v);
-    }
-    None
+    crate::cli::mode_args(args, "npu-smi", FLAG)
 }
 
 const AFTER_HELP: &str = "\

@@ -59,17 +59,7 @@ pub(crate) const NO_DEVICES: &str = "No devices were found\n";
 /// `Some(argv)` for nvidia-smi mode: the program is called `nvidia-smi`, or its first
 /// argument is [`FLAG`] (then dropped).
 pub(crate) fn nvidia_args(args: &[String]) -> Option<Vec<String>> {
-    let name = args.first()?;
-    let base = name.rsplit('/').next().unwrap_or(name);
-    if base == "nvidia-smi" {
-        return Some(args.to_vec());
-    }
-    if args.get(1).is_some_and(|a| a == FLAG) {
-        let mut v = vec!["nvidia-smi".to_string()];
-        v.extend(args.iter().skip(2).cloned());
-        return Some(v);
-    }
-    None
+    crate::cli::mode_args(args, "nvidia-smi", FLAG)
 }
 
 /// What one round printed, and its status.
