@@ -165,6 +165,9 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         cmd: CdiCmd,
     },
+    /// The devices and the processes using them, live (q quits); --once prints one frame
+    #[command(after_help = crate::top::AFTER_HELP)]
+    Top(crate::top::TopArgs),
 }
 
 pub(crate) const CDI_AFTER_HELP: &str = "\

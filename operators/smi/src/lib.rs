@@ -34,6 +34,7 @@ mod query;
 mod tenants;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
+mod top;
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -119,6 +120,9 @@ pub fn run_with_input(
             return exit::USAGE;
         }
     };
+    if let Some(cli::Cmd::Top(t)) = &cli.cmd {
+        return top::run(&cli, t, disc, opener, out, err, sleep);
+    }
     let plan = match Plan::of(&cli) {
         Ok(p) => p,
         Err(msg) => return usage_error(&msg, json, out, err),

@@ -172,6 +172,7 @@ impl Plan {
                     (pick_q(&none.0), pick_l(&none.1)),
                 )
             }
+            Some(Cmd::Top(_)) => return Err("`top` is not run through a plan".into()),
             Some(Cmd::Cdi {
                 cmd: CdiCmd::Generate(g),
             }) => (
