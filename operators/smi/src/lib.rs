@@ -1,9 +1,10 @@
 //! `davinci-smi`: the operators' CLI. Lists devices, shows their health, memory, clients and
 //! sharing mode, who uses a device (per process and container), turns device sharing on or
 //! off and sets how many tenant slots a tenant counts for, non-interactively, idempotently,
-//! with a result per device; and writes a CDI spec of the devices for container runtimes
-//! (`cdi generate`). Discovery and the CDI model are `davinci-ops`', which the exporter and
-//! the device plugin share.
+//! with a result per device; writes a CDI spec of the devices for container runtimes
+//! (`cdi generate`); and shows the devices and the processes using them live (`top`, a
+//! terminal UI, or one frame with `top --once`). Discovery and the CDI model are
+//! `davinci-ops`', which the exporter and the device plugin share.
 //!
 //! Output: text for people (may change between releases) or `--json` (schema
 //! `davinci-smi/v1`, documented in docs/operators.md; only additions within v1). Exit status
@@ -14,9 +15,9 @@
 //!
 //! The files, each importing only those below it: `cli` (clap's view of the arguments),
 //! `plan` (the command line checked, and one round of it), `commands` (the device commands),
-//! `tenants` (`-t tenant-share`) and `cdi_generate`, `query` (`--query` CSV), `access` (a
-//! device reached through a trait), `error` (failures and exit statuses), [`output`] (the
-//! JSON schema and the text rendering).
+//! `tenants` (`-t tenant-share`), `cdi_generate` and `top` (the live view, run without a
+//! plan), `query` (`--query` CSV), `access` (a device reached through a trait), `error`
+//! (failures and exit statuses), [`output`] (the JSON schema and the text rendering).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
