@@ -20,6 +20,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use kernel::alloc::KVVec;
 use kernel::prelude::*;
 
+use crate::davinci_driver_core::observe::{TraceLog, TRACE_BUFFERS};
 use crate::davinci_driver_core::{
     Error, Platform, Result, Serialized, StreamRegions, MAX_ALLOCATIONS, MAX_CLIENTS,
 };
@@ -129,6 +130,8 @@ pub(crate) struct KernelPlatform {
     /// Large buffers freed under the device lock, dropped once it is released
     /// ([`take_dying`](Self::take_dying), from the lock guard's drop).
     dying: KVVec<VBuf>,
+    /// TRACE's buffers (224 KiB, in the device's static storage like the rest of it).
+    traces: [TraceLog; TRACE_BUFFERS],
 }
 
 fn fault() -> Error {
@@ -145,6 +148,7 @@ impl KernelPlatform {
             wake: None,
             premade: None,
             dying: KVVec::new(),
+            traces: [const { TraceLog::new() }; TRACE_BUFFERS],
         }
     }
 
@@ -397,6 +401,10 @@ impl Platform for KernelPlatform {
 
     fn now_ns(&self) -> u64 {
         sys::now_ns()
+    }
+
+    fn trace_logs(&self) -> &[TraceLog] {
+        &self.traces
     }
 
     fn kick_stream(&mut self, _stream: u32) {

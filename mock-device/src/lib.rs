@@ -46,7 +46,7 @@ mod waits;
 
 pub use config::{derived_uuid, local_open_params, uuid_from_seed, MockConfig, Presented};
 pub use davinci_driver_core::{
-    Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota,
+    Error as CoreError, Inject, InjectRule, InjectTarget, NoUserMem, OpenError, OpenParams, Quota,
     Result as CoreResult, Role, Tenant, UserMem, MAX_CLIENT_OPENS,
 };
 pub use memfd::MemFd;

@@ -14,6 +14,7 @@
 //! unmaps and closes freed ones after the reply).
 #![forbid(unsafe_code)]
 
+use davinci_driver_core::observe::{TraceLog, TRACE_BUFFERS};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -82,6 +83,8 @@ pub struct MockPlatform {
     /// Set when a wake of the pollers waits for the reply (`Core::kick_after_reply`).
     kick_pending: Arc<AtomicBool>,
     epoch: Instant,
+    /// TRACE's buffers (`davinci_driver_core::observe`).
+    traces: Box<[TraceLog]>,
 }
 
 impl std::fmt::Debug for MockPlatform {
@@ -125,6 +128,7 @@ impl MockPlatform {
             defer_kicks: false,
             kick_pending,
             epoch: Instant::now(),
+            traces: (0..TRACE_BUFFERS).map(|_| TraceLog::new()).collect(),
         }
     }
 
@@ -341,6 +345,10 @@ impl Platform for MockPlatform {
 
     fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn trace_logs(&self) -> &[TraceLog] {
+        &self.traces
     }
 
     fn kick_stream(&mut self, stream: u32) {

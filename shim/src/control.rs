@@ -45,7 +45,7 @@ pub struct ShareState {
 ///
 /// `Send + Sync`.
 pub struct Control {
-    backend: Box<dyn Backend>,
+    pub(crate) backend: Box<dyn Backend>,
     path: DevicePath,
 }
 

@@ -21,7 +21,7 @@ use crate::stats::{DeviceStats, StatsRegistry};
 
 /// The open itself, shared by every clone of its [`Device`] and by everything made from it.
 pub(crate) struct DeviceInner {
-    backend: Box<dyn Backend>,
+    pub(crate) backend: Box<dyn Backend>,
     info: DeviceInfo,
     /// Its streams' data-path counters ([`Device::stats`]).
     pub(crate) stats: StatsRegistry,

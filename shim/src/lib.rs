@@ -111,6 +111,7 @@ mod export_lease;
 mod hostmap;
 mod kernels;
 mod memory;
+mod observe;
 mod path;
 mod pool;
 mod rings;
@@ -159,9 +160,9 @@ pub use davinci_mockd_proto::default_socket_dir;
 /// The kernels' parameter values (ABI 1.5): elementwise ops, reductions, norms.
 pub use davinci_uapi::kernels::{EwOp, NormKind, ReduceOp};
 pub use davinci_uapi::{
-    ClientUsage, DevAddr, DeviceInfo, DeviceSensors, Dtype, Errno, Fault, FaultKind, FaultOperand,
-    Features, KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs, THROTTLE_POWER,
-    THROTTLE_THERMAL,
+    ClientUsage, DevAddr, DeviceEvent, DeviceInfo, DeviceSensors, Dtype, Errno, Fault, FaultKind,
+    FaultOperand, Features, KernelId, KernelInfo, Opcode, ShareMode, TaskDesc, TenantShareArgs,
+    TraceRecord, THROTTLE_POWER, THROTTLE_THERMAL,
 };
 pub use device::Device;
 pub use error::{Error, Result};
@@ -169,6 +170,7 @@ pub use event::{Event, Recorded};
 pub use export_lease::Lifetime;
 pub use hostmap::HostMapping;
 pub use memory::{DeviceBuffer, DeviceMem, ExportTo, ExportToken};
+pub use observe::{EventBatch, TraceBatch, TraceScope};
 pub use path::{
     device_path_from_env, node_device, DevicePath, DeviceSource, DEFAULT_DEVICE, DEVICE_ENV,
 };

@@ -33,10 +33,12 @@ fn ioctl_request_numbers() {
     assert_eq!(DRIVER_CMD_EXPORT_RANGE, 0xC028_641B);
     assert_eq!(DRIVER_CMD_UNEXPORT_MEMORY, 0xC020_641C);
     assert_eq!(DRIVER_CMD_GET_SENSORS, 0x8040_641D);
+    assert_eq!(DRIVER_CMD_TRACE, 0xC038_641E);
+    assert_eq!(DRIVER_CMD_READ_EVENTS, 0xC030_641F);
     assert_eq!(RESERVED_NRS, [0x18]);
     assert_eq!(
         COMMANDS.len(),
-        28,
+        30,
         "a new command needs a golden value here"
     );
 }
@@ -71,6 +73,10 @@ fn struct_sizes() {
         ("davinci_device_identity", 0x78),
         ("davinci_usage", 0x60),
         ("davinci_device_sensors", 0x40),
+        ("davinci_trace_args", 0x38),
+        ("davinci_trace_record", 0x38),
+        ("davinci_read_events_args", 0x30),
+        ("davinci_device_event", 0x30),
         ("davinci_tenant_share_args", 0x60),
         ("davinci_list_kernels_args", 0x18),
         ("davinci_kernel_info", 0x48),
@@ -160,6 +166,77 @@ fn sensors_layout_1_5() {
         ..DeviceSensors::default()
     };
     assert_eq!((s.temperature_c(), s.memory_temperature_c()), (39, -2));
+}
+
+/// TRACE's and READ_EVENTS' structs (ABI 1.5), pinned field by field.
+#[test]
+fn observe_layouts_1_5() {
+    let offsets = |name: &str| -> Vec<(&'static str, usize)> {
+        let s = STRUCTS
+            .iter()
+            .find(|s| s.c_name == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        s.fields.iter().map(|f| (f.name, f.offset)).collect()
+    };
+    assert_eq!(
+        offsets("davinci_trace_args"),
+        [
+            ("buf", 0x00),
+            ("capacity", 0x08),
+            ("count", 0x0c),
+            ("entry_size", 0x10),
+            ("op", 0x14),
+            ("scope", 0x18),
+            ("pad", 0x1c),
+            ("cursor", 0x20),
+            ("lost", 0x28),
+            ("now_ns", 0x30),
+        ]
+    );
+    assert_eq!(
+        offsets("davinci_trace_record"),
+        [
+            ("seq", 0x00),
+            ("user_data", 0x08),
+            ("start_ns", 0x10),
+            ("end_ns", 0x18),
+            ("client_id", 0x20),
+            ("stream", 0x24),
+            ("index", 0x28),
+            ("status", 0x2c),
+            ("opcode", 0x30),
+            ("kind", 0x31),
+            ("chunk", 0x32),
+            ("reserved", 0x34),
+        ]
+    );
+    assert_eq!(
+        offsets("davinci_read_events_args"),
+        [
+            ("buf", 0x00),
+            ("capacity", 0x08),
+            ("count", 0x0c),
+            ("entry_size", 0x10),
+            ("pad", 0x14),
+            ("cursor", 0x18),
+            ("lost", 0x20),
+            ("now_ns", 0x28),
+        ]
+    );
+    assert_eq!(
+        offsets("davinci_device_event"),
+        [
+            ("seq", 0x00),
+            ("time_ns", 0x08),
+            ("code", 0x10),
+            ("client_id", 0x14),
+            ("pid", 0x18),
+            ("uid", 0x1c),
+            ("stream", 0x20),
+            ("detail", 0x24),
+            ("value", 0x28),
+        ]
+    );
 }
 
 /// GET_USAGE's struct (ABI 1.5), pinned field by field.
@@ -436,6 +513,36 @@ fn kernels_1_5() {
     assert_eq!(Features::SHARED_EVENTS.bits(), 1 << 20);
     assert_eq!(Features::EXPORT_LEASE.bits(), 1 << 21);
     assert_eq!(Features::SENSORS.bits(), 1 << 22);
+    assert_eq!(Features::TRACE.bits(), 1 << 23);
+    assert_eq!(Features::DEVICE_EVENTS.bits(), 1 << 24);
+    assert_eq!((TRACE_OP_START, TRACE_OP_STOP, TRACE_OP_READ), (1, 2, 3));
+    assert_eq!((TRACE_SCOPE_CLIENT, TRACE_SCOPE_DEVICE), (1, 2));
+    assert_eq!((TRACE_KIND_TASK, TRACE_KIND_CHUNK), (1, 2));
+    assert_eq!(
+        (
+            TRACE_RECORDS_MAX,
+            TRACE_BUFFERS_MAX,
+            DEVICE_EVENTS_MAX,
+            QUOTA_STORM_REFUSALS
+        ),
+        (1024, 4, 256, 16)
+    );
+    let codes: Vec<(u32, &str)> = DEVICE_EVENT_CODES
+        .iter()
+        .map(|(c, n, _)| (*c, *n))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (1, "stream_stopped"),
+            (2, "hung_task"),
+            (3, "device_reset"),
+            (4, "device_started"),
+            (5, "quota_storm"),
+            (6, "import_revoked"),
+            (7, "injected_fault"),
+        ]
+    );
     assert_eq!((THROTTLE_THERMAL, THROTTLE_POWER), (1, 2));
     assert_eq!(EXPORT_FLAG_LEASE, 2);
     assert_eq!(

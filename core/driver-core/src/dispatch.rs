@@ -70,14 +70,14 @@ pub enum WaitState {
 }
 
 /// A LIST_* command's user buffer: `capacity` entries `stride` bytes apart from `buf`.
-struct List {
+pub(crate) struct List {
     buf: u64,
     capacity: u32,
     stride: u64,
 }
 
 impl List {
-    fn new(buf: u64, capacity: u32, entry_size: u32) -> Result<List> {
+    pub(crate) fn new(buf: u64, capacity: u32, entry_size: u32) -> Result<List> {
         let stride = entry_size as u64;
         ensure!(
             (8..=LIST_ENTRY_MAX).contains(&stride) && stride.is_multiple_of(8),
@@ -99,7 +99,7 @@ impl List {
     /// Writes the first `capacity` of `items`, each as the first `min(stride, its size)`
     /// bytes of its entry and zeros for the rest (an older caller gets the prefix it knows, a
     /// newer one zeros in the fields this driver does not have); returns how many there are.
-    fn write<T: Wire>(
+    pub(crate) fn write<T: Wire>(
         &self,
         user: &mut dyn UserMem,
         items: impl Iterator<Item = T>,
@@ -226,6 +226,9 @@ impl<P: Platform> DeviceCore<P> {
         if let Some(c) = self.clients.get_mut(client) {
             c.last_error = Some((request, *e));
             c.failures = c.failures.wrapping_add(1);
+        }
+        if let Some(q) = e.quota {
+            self.note_refusal(client, q.kind);
         }
     }
 
@@ -361,6 +364,7 @@ impl<P: Platform> DeviceCore<P> {
                 self.own_usage(client)?.encode(arg);
                 Ok(Reply::Done)
             }
+            DRIVER_CMD_TRACE | DRIVER_CMD_READ_EVENTS => self.observe(client, request, arg, user),
             DRIVER_CMD_GET_COUNTERS | DRIVER_CMD_GET_IDENTITY | DRIVER_CMD_GET_SENSORS => {
                 self.report(request, arg);
                 Ok(Reply::Done)
@@ -564,10 +568,12 @@ impl<P: Platform> DeviceCore<P> {
     /// §5.5) at once, exactly as the engine does when it finds them: the failure does not
     /// depend on whether the device's worker looked at the ring first.
     fn submit_slow(&mut self, client: u32, stream: u32, desc: &TaskDesc) -> Result<u32> {
+        let who = self.who(client);
         let DeviceCore {
             streams,
             events,
             platform,
+            event_log,
             ..
         } = self;
         let (owner, ctx, s) = match streams.get_mut(stream) {
@@ -583,6 +589,13 @@ impl<P: Platform> DeviceCore<P> {
             Err(davinci_ring::SubmitError::Corrupt) => {
                 let head = s.cmd.head();
                 s.enter_error(Errno::EPROTO, head);
+                let e = crate::observe::Event {
+                    code: DEVICE_EVENT_STREAM_STOPPED,
+                    stream,
+                    detail: Errno::EPROTO.code() as u32,
+                    value: u64::from(head),
+                };
+                event_log.push(crate::observe::encode_event(platform.now_ns(), who, e));
                 poison_queued_records(events, (owner, ctx), s, None, Errno::EPROTO);
                 // WAIT_EVENT callers on this stream now fail with EIO.
                 platform.notify_waiters(owner);

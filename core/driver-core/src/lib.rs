@@ -38,6 +38,7 @@ pub mod inject;
 pub mod limits;
 pub mod memory;
 pub mod message;
+pub mod observe;
 pub mod platform;
 pub mod sensors;
 pub mod softfloat;

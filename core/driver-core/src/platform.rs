@@ -115,6 +115,14 @@ pub trait Platform {
     /// Fills `len` bytes (a multiple of 4) at `dst` with `pattern` (validated).
     fn mem_fill(&self, client: u32, dst: u64, len: u64, pattern: u32) -> Result<()>;
 
+    /// TRACE's buffers: [`TRACE_BUFFERS`](crate::observe::TRACE_BUFFERS) logs the host keeps
+    /// for the device (zeroed storage, [`TraceLog::new`](crate::observe::TraceLog)), or none
+    /// (the default): a host without them does not report `DAVINCI_FEAT_TRACE`, and TRACE
+    /// answers `ENOTTY`.
+    fn trace_logs(&self) -> &[crate::observe::TraceLog] {
+        &[]
+    }
+
     /// Device monotonic time in nanoseconds.
     fn now_ns(&self) -> u64;
 

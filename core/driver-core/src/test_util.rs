@@ -96,6 +96,28 @@ pub struct HeapPlatform {
     pub notified: Mutex<Vec<u32>>,
     /// Every `revoke_mappings` call, in order: `(client, cookie, len)`.
     pub revoked: Vec<(u32, u64, u64)>,
+    /// TRACE's buffers.
+    pub traces: Traces,
+}
+
+/// A host's trace buffers ([`Platform::trace_logs`]), on the heap.
+pub struct Traces(std::boxed::Box<[crate::observe::TraceLog]>);
+
+impl Default for Traces {
+    fn default() -> Self {
+        Traces(
+            (0..crate::observe::TRACE_BUFFERS)
+                .map(|_| crate::observe::TraceLog::new())
+                .collect(),
+        )
+    }
+}
+
+impl std::ops::Deref for Traces {
+    type Target = [crate::observe::TraceLog];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 // SAFETY: the raw pointers in `StreamMem` point into the `AlignedBuf`s it owns, which move
@@ -290,6 +312,10 @@ impl Platform for HeapPlatform {
 
     fn now_ns(&self) -> u64 {
         self.now.fetch_add(1, core::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    fn trace_logs(&self) -> &[crate::observe::TraceLog] {
+        &self.traces
     }
 
     fn kick_stream(&mut self, _stream: u32) {

@@ -13,9 +13,10 @@ use davinci_mockd_proto::{
     MAX_PAYLOAD, MAX_REQUEST,
 };
 use davinci_uapi::{
-    ClientUsage, Errno, ListClientsArgs, ListKernelsArgs, WaitEventArgs, Wire, ABI_VERSION_MAJOR,
-    ABI_VERSION_MINOR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
-    DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_TENANT_SHARE, DRIVER_CMD_WAIT_EVENT,
+    ClientUsage, Errno, ListClientsArgs, ListKernelsArgs, ReadEventsArgs, TraceArgs, WaitEventArgs,
+    Wire, ABI_VERSION_MAJOR, ABI_VERSION_MINOR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
+    DRIVER_CMD_READ_EVENTS, DRIVER_CMD_SET_DEVICE_SHARE, DRIVER_CMD_TENANT_SHARE, DRIVER_CMD_TRACE,
+    DRIVER_CMD_WAIT_EVENT,
 };
 use tracing::{debug, info, warn};
 
@@ -499,6 +500,10 @@ fn ioctl(shared: &Shared, conn: &SeqPacket, peer: &Peer, client: u32, req: Reque
         }
         DRIVER_CMD_LIST_KERNELS => {
             ListKernelsArgs::from_bytes(&arg).map(|a| (a.buf, a.capacity, a.entry_size))
+        }
+        DRIVER_CMD_TRACE => TraceArgs::from_bytes(&arg).map(|a| (a.buf, a.capacity, a.entry_size)),
+        DRIVER_CMD_READ_EVENTS => {
+            ReadEventsArgs::from_bytes(&arg).map(|a| (a.buf, a.capacity, a.entry_size))
         }
         _ => None,
     };

@@ -90,6 +90,8 @@ pub struct Bar2Platform {
     revokes: Vec<Revoke>,
     revokes_dropped: u32,
     epoch: Instant,
+    /// TRACE's buffers (`davinci_driver_core::observe`).
+    traces: Box<[davinci_driver_core::observe::TraceLog]>,
 }
 
 impl Bar2Platform {
@@ -107,6 +109,9 @@ impl Bar2Platform {
             revokes: Vec::new(),
             revokes_dropped: 0,
             epoch: Instant::now(),
+            traces: (0..davinci_driver_core::observe::TRACE_BUFFERS)
+                .map(|_| davinci_driver_core::observe::TraceLog::new())
+                .collect(),
         }
     }
 
@@ -381,6 +386,10 @@ impl Platform for Bar2Platform {
 
     fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn trace_logs(&self) -> &[davinci_driver_core::observe::TraceLog] {
+        &self.traces
     }
 
     fn kick_stream(&mut self, _stream: u32) {

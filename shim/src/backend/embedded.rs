@@ -90,6 +90,40 @@ impl Backend for Embedded {
         true
     }
 
+    fn ioctl_into(
+        &self,
+        op: &'static str,
+        request: u32,
+        arg: &mut [u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        /// The caller's buffer, at device "user addresses" from `BASE`.
+        struct Into<'a>(&'a mut [u8]);
+        const BASE: u64 = 1 << 20;
+        impl davinci_mock_device::UserMem for Into<'_> {
+            fn write(&mut self, addr: u64, data: &[u8]) -> davinci_mock_device::CoreResult<()> {
+                let fault = || {
+                    davinci_mock_device::CoreError::new(
+                        davinci_uapi::Errno::EFAULT,
+                        "write outside the caller's buffer",
+                    )
+                };
+                let at = addr.checked_sub(BASE).ok_or_else(fault)? as usize;
+                let end = at.checked_add(data.len()).ok_or_else(fault)?;
+                self.0
+                    .get_mut(at..end)
+                    .ok_or_else(fault)?
+                    .copy_from_slice(data);
+                Ok(())
+            }
+        }
+        super::entries_fit(op, arg, out)?;
+        arg[..8].copy_from_slice(&BASE.to_ne_bytes());
+        self.dev
+            .ioctl(self.client, request, arg, &mut Into(out))
+            .map_err(|e| Error::new(e.errno, op, e.message().as_str()))
+    }
+
     fn list_clients(&self) -> Result<Vec<ClientUsage>> {
         Ok(self.dev.clients())
     }

@@ -17,6 +17,7 @@ use davinci_uapi::ioctl::ioc_size;
 use davinci_uapi::{
     ClientUsage, Errno, KernelInfo, LastError, ListClientsArgs, ListKernelsArgs, Wire,
     DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
+    DRIVER_CMD_READ_EVENTS, DRIVER_CMD_TRACE,
 };
 
 use super::{list_clients_arg, Backend, MapFd, MapFile, Role};
@@ -229,7 +230,30 @@ impl Backend for KernelBackend {
         Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
     }
 
+    fn ioctl_into(
+        &self,
+        op: &'static str,
+        request: u32,
+        arg: &mut [u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        super::entries_fit(op, arg, out)?;
+        arg[..8].copy_from_slice(&(out.as_mut_ptr() as u64).to_ne_bytes());
+        // `raw_ioctl`'s pointer rule holds: `buf` is `out`, live and exclusively borrowed
+        // for the call, and `capacity * entry_size` fits in it (checked above).
+        self.raw_ioctl(op, request, arg)
+    }
+
     fn ioctl(&self, op: &'static str, request: u32, arg: &mut [u8]) -> Result<()> {
+        if (request == DRIVER_CMD_TRACE || request == DRIVER_CMD_READ_EVENTS)
+            && arg.get(..8).is_some_and(|b| b.iter().any(|&x| x != 0))
+        {
+            return Err(Error::new(
+                Errno::EINVAL,
+                op,
+                "a buffer for TRACE or READ_EVENTS goes through the trace and events API",
+            ));
+        }
         if request == DRIVER_CMD_LIST_CLIENTS {
             // The driver would write through the buffer pointer in `arg`; only
             // `list_clients` (which owns that buffer) may issue it with one.

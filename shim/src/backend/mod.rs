@@ -89,6 +89,26 @@ pub(crate) trait Backend: Send + Sync + fmt::Display {
     /// serves as LIST_CLIENTS'.
     fn list_kernels(&self) -> Result<Vec<KernelInfo>>;
 
+    /// An ioctl whose argument begins as LIST_CLIENTS' does (`buf` u64 at byte 0, `capacity`
+    /// u32 at 8, `entry_size` u32 at 16: TRACE's READ and READ_EVENTS): the backend points
+    /// `buf` at `out`, which must hold `capacity * entry_size` bytes, and the driver's entries
+    /// land there. The one path that hands the driver a user pointer besides the LIST
+    /// commands'.
+    fn ioctl_into(
+        &self,
+        op: &'static str,
+        request: u32,
+        arg: &mut [u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let _ = (request, arg, out);
+        Err(Error::new(
+            davinci_uapi::Errno::ENOTTY,
+            op,
+            "this backend reads no entries",
+        ))
+    }
+
     /// Takes ownership of the descriptor `fd` that this backend's EXPORT_MEMORY with
     /// `DAVINCI_EXPORT_FLAG_FD` just installed in this process (the kernel driver's; no
     /// other backend makes one: `EINVAL`).
@@ -184,6 +204,30 @@ pub(crate) fn check_abi(backend: &dyn Backend) -> Result<DeviceInfo> {
 }
 
 /// LIST_KERNELS' argument bytes: room for `capacity` entries at `buf`.
+/// Checks `arg` against `out` for [`Backend::ioctl_into`]: the capacity and stride it names
+/// fit in `out`. Returns them.
+pub(crate) fn entries_fit(op: &'static str, arg: &[u8], out: &[u8]) -> Result<(u32, u32)> {
+    let word = |at: usize| {
+        arg.get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let (Some(capacity), Some(stride)) = (word(8), word(16)) else {
+        return Err(Error::new(
+            davinci_uapi::Errno::EINVAL,
+            op,
+            "argument too short for a buffer",
+        ));
+    };
+    if (capacity as u64) * (stride as u64) > out.len() as u64 {
+        return Err(Error::new(
+            davinci_uapi::Errno::EINVAL,
+            op,
+            "capacity * entry_size exceeds the buffer",
+        ));
+    }
+    Ok((capacity, stride))
+}
+
 pub(crate) fn list_kernels_arg(buf: u64, capacity: u32) -> Vec<u8> {
     let a = ListKernelsArgs {
         buf,

@@ -288,6 +288,36 @@ impl Backend for SocketBackend {
         self.list_clients_from_payload()
     }
 
+    fn ioctl_into(
+        &self,
+        op: &'static str,
+        request: u32,
+        arg: &mut [u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        super::entries_fit(op, arg, out)?;
+        // The daemon sends what the driver wrote at `buf + k` as payload byte `k`.
+        arg[..8].copy_from_slice(&(1u64 << 20).to_ne_bytes());
+        let got = self.call(op, Kind::Ioctl, request, arg.to_vec())?;
+        if got.reply.errno != 0 {
+            return Err(Error::new(errno_of(got.reply.errno), op, got.reply.msg));
+        }
+        if got.reply.arg.len() != arg.len() {
+            return Err(Error::new(Errno::EPROTO, op, "malformed reply argument"));
+        }
+        arg.copy_from_slice(&got.reply.arg);
+        let n = got.reply.payload.len();
+        let Some(dst) = out.get_mut(..n) else {
+            return Err(Error::new(
+                Errno::EPROTO,
+                op,
+                "the daemon sent more entries than the buffer holds",
+            ));
+        };
+        dst.copy_from_slice(&got.reply.payload);
+        Ok(())
+    }
+
     fn list_kernels(&self) -> Result<Vec<KernelInfo>> {
         const OP: &str = "LIST_KERNELS";
         let capacity = 64u32;

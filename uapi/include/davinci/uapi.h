@@ -180,6 +180,10 @@
  * GET_IDENTITY's `chip_name` its chip name (ABI 1.5).
  */
 #define DAVINCI_FEAT_SENSORS        (1U << 22)
+/* TRACE: per-task timelines of the open's streams (an admin's: the device's) (ABI 1.5). */
+#define DAVINCI_FEAT_TRACE          (1U << 23)
+/* READ_EVENTS: the device's coded event log (ABI 1.5). */
+#define DAVINCI_FEAT_DEVICE_EVENTS  (1U << 24)
 
 /* ---- Wire constants ---------------------------------------------------------- */
 
@@ -267,6 +271,43 @@
 /* Throttle reasons (davinci_device_sensors.throttle) */
 #define DAVINCI_THROTTLE_THERMAL 1U /* the die is at or above slowdown_temperature_mc */
 #define DAVINCI_THROTTLE_POWER   2U /* the power drawn reached power_limit_mw */
+
+/* TRACE operations (davinci_trace_args.op) */
+#define DAVINCI_TRACE_OP_START 1U /* start recording */
+#define DAVINCI_TRACE_OP_STOP  2U /* stop recording (the buffer stays readable) */
+#define DAVINCI_TRACE_OP_READ  3U /* read records from cursor */
+
+/* TRACE scopes (davinci_trace_args.scope) */
+#define DAVINCI_TRACE_SCOPE_CLIENT 1U /* the calling client's streams */
+#define DAVINCI_TRACE_SCOPE_DEVICE 2U /* every client's streams (admin) */
+
+/* Trace record kinds (davinci_trace_record.kind) */
+#define DAVINCI_TRACE_KIND_TASK  1U /* a whole task, taken to completed */
+#define DAVINCI_TRACE_KIND_CHUNK 2U /* one chunk of a long task */
+
+/* Bounds of the trace buffers and the event log */
+#define DAVINCI_TRACE_RECORDS_MAX    1024U /* records one trace buffer holds */
+#define DAVINCI_TRACE_BUFFERS_MAX    4U    /* trace buffers of one device */
+#define DAVINCI_DEVICE_EVENTS_MAX    256U  /* events the device's log holds */
+#define DAVINCI_QUOTA_STORM_REFUSALS 16U   /* quota refusals in a second that make a QUOTA_STORM event */
+
+/* Device event codes (davinci_device_event.code) */
+#define DAVINCI_DEVICE_EVENT_STREAM_STOPPED 1U /* a stream stopped in the error state */
+#define DAVINCI_DEVICE_EVENT_HUNG_TASK      2U /* a stream holds a task it does not complete */
+#define DAVINCI_DEVICE_EVENT_DEVICE_RESET   3U /* the device was reset */
+#define DAVINCI_DEVICE_EVENT_DEVICE_STARTED 4U /* the device started or restarted */
+#define DAVINCI_DEVICE_EVENT_QUOTA_STORM    5U /* quota refusals storm from one client */
+#define DAVINCI_DEVICE_EVENT_IMPORT_REVOKED 6U /* an import was revoked */
+#define DAVINCI_DEVICE_EVENT_INJECTED_FAULT 7U /* an injected fault fired */
+
+/* Quota kinds (QUOTA_STORM's detail) */
+#define DAVINCI_QUOTA_KIND_MEMORY      1U /* device memory */
+#define DAVINCI_QUOTA_KIND_CONTEXTS    2U /* contexts */
+#define DAVINCI_QUOTA_KIND_STREAMS     3U /* streams */
+#define DAVINCI_QUOTA_KIND_EVENTS      4U /* events */
+#define DAVINCI_QUOTA_KIND_ALLOCATIONS 5U /* allocations */
+#define DAVINCI_QUOTA_KIND_EXPORTS     6U /* exports */
+#define DAVINCI_QUOTA_KIND_OPENS       7U /* client opens of one tenant */
 
 /* Built-in kernels (KERNEL_LAUNCH handle, davinci_kernel_info.id; ABI 1.5) */
 #define DAVINCI_KERNEL_GEMM        1U /* davinci_gemm_params */
@@ -1254,6 +1295,157 @@ struct davinci_device_sensors {
 };
 
 /*
+ * TRACE (ABI 1.5, `DAVINCI_FEAT_TRACE`): starts or stops recording per-task timelines,
+ * or reads what was recorded. A client traces its own streams (scope CLIENT); an admin
+ * (any open) traces every client's (scope DEVICE). While nobody traces, the device
+ * records nothing and pays one branch per pass. Every buffer is bounded
+ * (`DAVINCI_TRACE_RECORDS_MAX` records): when it is full the oldest records go, counted
+ * in `lost`.
+ *
+ * 56 bytes.
+ */
+struct davinci_trace_args {
+	/* READ: user pointer to an array of `capacity` `davinci_trace_record` (to driver). */
+	__u64 buf;
+	/* READ: records the buffer holds; 0 with START/STOP (to driver). */
+	__u32 capacity;
+	/* READ: records written (from driver). */
+	__u32 count;
+	/*
+	 * READ: the stride of the caller's entries, normally `sizeof(struct
+	 * davinci_trace_record)`, a multiple of 8 from 8 to 4096 (as LIST_CLIENTS'); 0 with
+	 * START/STOP (to driver).
+	 */
+	__u32 entry_size;
+	/* `DAVINCI_TRACE_OP_*` (to driver). */
+	__u32 op;
+	/*
+	 * `DAVINCI_TRACE_SCOPE_*`: the open's own streams, or the device's (admin)
+	 * (to driver).
+	 */
+	__u32 scope;
+	/* Reserved, must be 0 (to driver). */
+	__u32 pad;
+	/*
+	 * READ: in, the first `seq` wanted (0: from the oldest held); out, the `seq` after the
+	 * last record written (pass it back next time). START: out, the `seq` the first
+	 * record of this trace will have (to/from driver).
+	 */
+	__u64 cursor;
+	/*
+	 * READ: records from `cursor` on that the buffer no longer holds (overwritten before
+	 * this read) (from driver).
+	 */
+	__u64 lost;
+	/*
+	 * The device clock at the call, the clock of every record's times and of
+	 * GET_COUNTERS' `now_ns` (from driver).
+	 */
+	__u64 now_ns;
+};
+
+/*
+ * One record of a trace: a task (or a chunk of a long one) a stream ran. Times are the
+ * device clock (GET_COUNTERS `now_ns`); on every software device that clock is the
+ * host's `CLOCK_MONOTONIC` (all from driver).
+ *
+ * 56 bytes.
+ */
+struct davinci_trace_record {
+	/* Its sequence number in the buffer it was read from (from driver). */
+	__u64 seq;
+	/* The descriptor's `user_data` (from driver). */
+	__u64 user_data;
+	/* When the device took the task (a chunk: when the chunk began) (from driver). */
+	__u64 start_ns;
+	/* When it completed (a chunk: when the chunk ended) (from driver). */
+	__u64 end_ns;
+	/* The submitting client's id, as LIST_CLIENTS reports it (from driver). */
+	__u32 client_id;
+	/* The stream's handle, as its owner knows it (from driver). */
+	__u32 stream;
+	/*
+	 * The descriptor's command-ring index: its position in the stream's order, from 0,
+	 * wrapping at 2^32 (from driver).
+	 */
+	__u32 index;
+	/* Its completion status: 0 or `-errno`, as the event record's (from driver). */
+	__s32 status;
+	/* The descriptor's opcode (from driver). */
+	__u8 opcode;
+	/* `DAVINCI_TRACE_KIND_*` (from driver). */
+	__u8 kind;
+	/* KIND_CHUNK: which chunk of the task, from 0 (saturates at 65535) (from driver). */
+	__u16 chunk;
+	/* Reserved (from driver). */
+	__u32 reserved;
+};
+
+/*
+ * READ_EVENTS (ABI 1.5, `DAVINCI_FEAT_DEVICE_EVENTS`): reads the device's event log
+ * from `cursor`. A non-admin open sees the device's own events (no client) and its user's
+ * clients' events; an admin sees all. `seq` counts every event of the device, so a gap in
+ * what a non-admin reads may be other users' events. The log holds the last
+ * `DAVINCI_DEVICE_EVENTS_MAX` events.
+ *
+ * 48 bytes.
+ */
+struct davinci_read_events_args {
+	/* User pointer to an array of `capacity` `davinci_device_event` (to driver). */
+	__u64 buf;
+	/* Entries the buffer holds; 0 learns `cursor` (the next event's `seq`) (to driver). */
+	__u32 capacity;
+	/* Entries written (from driver). */
+	__u32 count;
+	/* Stride of the caller's entries, as LIST_CLIENTS' (to driver). */
+	__u32 entry_size;
+	/* Reserved, must be 0 (to driver). */
+	__u32 pad;
+	/*
+	 * In, the first `seq` wanted; out, the `seq` after the last event examined (pass it
+	 * back next time) (to/from driver).
+	 */
+	__u64 cursor;
+	/* Events from `cursor` on that the log no longer holds (from driver). */
+	__u64 lost;
+	/* The device clock at the call (from driver). */
+	__u64 now_ns;
+};
+
+/*
+ * One device event (READ_EVENTS). `detail` and `value` depend on `code`
+ * (`DAVINCI_DEVICE_EVENT_*`; docs/abi.md "Device events") (all from driver).
+ *
+ * 48 bytes.
+ */
+struct davinci_device_event {
+	/* Its sequence number in the device's log (from driver). */
+	__u64 seq;
+	/* The device clock when it happened (from driver). */
+	__u64 time_ns;
+	/*
+	 * `DAVINCI_DEVICE_EVENT_*`: what happened; numbers never change meaning
+	 * (from driver).
+	 */
+	__u32 code;
+	/*
+	 * The client it concerns, as LIST_CLIENTS reports it; 0: the device itself
+	 * (from driver).
+	 */
+	__u32 client_id;
+	/* That client's process id and user id (0 for the device's own) (from driver). */
+	__u32 pid;
+	/* (from driver) */
+	__u32 uid;
+	/* The stream it concerns, as its owner knows it; 0: none (from driver). */
+	__u32 stream;
+	/* Per code (from driver). */
+	__u32 detail;
+	/* Per code (from driver). */
+	__u64 value;
+};
+
+/*
  * TENANT_SHARE (ABI 1.5; an admin's): reads, and with `set` changes, how many of the
  * device's tenant slots one tenant counts for (docs/security.md, "Tenants"). A tenant
  * of `shares` slots is held to `shares` times a slot's share of every table, of memory
@@ -1579,6 +1771,8 @@ struct davinci_norm_params {
 #define DAVINCI_IOCTL_EXPORT_RANGE       _IOWR('d', 0x1b, struct davinci_export_range_args)    /* caller: client open */
 #define DAVINCI_IOCTL_UNEXPORT_MEMORY    _IOWR('d', 0x1c, struct davinci_unexport_memory_args) /* caller: client open */
 #define DAVINCI_IOCTL_GET_SENSORS        _IOR('d', 0x1d, struct davinci_device_sensors)        /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_TRACE              _IOWR('d', 0x1e, struct davinci_trace_args)           /* caller: any open (client or control) */
+#define DAVINCI_IOCTL_READ_EVENTS        _IOWR('d', 0x1f, struct davinci_read_events_args)     /* caller: any open (client or control) */
 
 /* ---- Helpers ----------------------------------------------------------------- */
 
@@ -1884,6 +2078,49 @@ _Static_assert(offsetof(struct davinci_device_sensors, pcie_link_width) == 50, "
 _Static_assert(offsetof(struct davinci_device_sensors, pcie_link_gen_max) == 52, "davinci uapi: offsetof(struct davinci_device_sensors, pcie_link_gen_max)");
 _Static_assert(offsetof(struct davinci_device_sensors, pcie_link_width_max) == 54, "davinci uapi: offsetof(struct davinci_device_sensors, pcie_link_width_max)");
 _Static_assert(offsetof(struct davinci_device_sensors, reserved) == 56, "davinci uapi: offsetof(struct davinci_device_sensors, reserved)");
+_Static_assert(sizeof(struct davinci_trace_args) == 56, "davinci uapi: sizeof(struct davinci_trace_args)");
+_Static_assert(offsetof(struct davinci_trace_args, buf) == 0, "davinci uapi: offsetof(struct davinci_trace_args, buf)");
+_Static_assert(offsetof(struct davinci_trace_args, capacity) == 8, "davinci uapi: offsetof(struct davinci_trace_args, capacity)");
+_Static_assert(offsetof(struct davinci_trace_args, count) == 12, "davinci uapi: offsetof(struct davinci_trace_args, count)");
+_Static_assert(offsetof(struct davinci_trace_args, entry_size) == 16, "davinci uapi: offsetof(struct davinci_trace_args, entry_size)");
+_Static_assert(offsetof(struct davinci_trace_args, op) == 20, "davinci uapi: offsetof(struct davinci_trace_args, op)");
+_Static_assert(offsetof(struct davinci_trace_args, scope) == 24, "davinci uapi: offsetof(struct davinci_trace_args, scope)");
+_Static_assert(offsetof(struct davinci_trace_args, pad) == 28, "davinci uapi: offsetof(struct davinci_trace_args, pad)");
+_Static_assert(offsetof(struct davinci_trace_args, cursor) == 32, "davinci uapi: offsetof(struct davinci_trace_args, cursor)");
+_Static_assert(offsetof(struct davinci_trace_args, lost) == 40, "davinci uapi: offsetof(struct davinci_trace_args, lost)");
+_Static_assert(offsetof(struct davinci_trace_args, now_ns) == 48, "davinci uapi: offsetof(struct davinci_trace_args, now_ns)");
+_Static_assert(sizeof(struct davinci_trace_record) == 56, "davinci uapi: sizeof(struct davinci_trace_record)");
+_Static_assert(offsetof(struct davinci_trace_record, seq) == 0, "davinci uapi: offsetof(struct davinci_trace_record, seq)");
+_Static_assert(offsetof(struct davinci_trace_record, user_data) == 8, "davinci uapi: offsetof(struct davinci_trace_record, user_data)");
+_Static_assert(offsetof(struct davinci_trace_record, start_ns) == 16, "davinci uapi: offsetof(struct davinci_trace_record, start_ns)");
+_Static_assert(offsetof(struct davinci_trace_record, end_ns) == 24, "davinci uapi: offsetof(struct davinci_trace_record, end_ns)");
+_Static_assert(offsetof(struct davinci_trace_record, client_id) == 32, "davinci uapi: offsetof(struct davinci_trace_record, client_id)");
+_Static_assert(offsetof(struct davinci_trace_record, stream) == 36, "davinci uapi: offsetof(struct davinci_trace_record, stream)");
+_Static_assert(offsetof(struct davinci_trace_record, index) == 40, "davinci uapi: offsetof(struct davinci_trace_record, index)");
+_Static_assert(offsetof(struct davinci_trace_record, status) == 44, "davinci uapi: offsetof(struct davinci_trace_record, status)");
+_Static_assert(offsetof(struct davinci_trace_record, opcode) == 48, "davinci uapi: offsetof(struct davinci_trace_record, opcode)");
+_Static_assert(offsetof(struct davinci_trace_record, kind) == 49, "davinci uapi: offsetof(struct davinci_trace_record, kind)");
+_Static_assert(offsetof(struct davinci_trace_record, chunk) == 50, "davinci uapi: offsetof(struct davinci_trace_record, chunk)");
+_Static_assert(offsetof(struct davinci_trace_record, reserved) == 52, "davinci uapi: offsetof(struct davinci_trace_record, reserved)");
+_Static_assert(sizeof(struct davinci_read_events_args) == 48, "davinci uapi: sizeof(struct davinci_read_events_args)");
+_Static_assert(offsetof(struct davinci_read_events_args, buf) == 0, "davinci uapi: offsetof(struct davinci_read_events_args, buf)");
+_Static_assert(offsetof(struct davinci_read_events_args, capacity) == 8, "davinci uapi: offsetof(struct davinci_read_events_args, capacity)");
+_Static_assert(offsetof(struct davinci_read_events_args, count) == 12, "davinci uapi: offsetof(struct davinci_read_events_args, count)");
+_Static_assert(offsetof(struct davinci_read_events_args, entry_size) == 16, "davinci uapi: offsetof(struct davinci_read_events_args, entry_size)");
+_Static_assert(offsetof(struct davinci_read_events_args, pad) == 20, "davinci uapi: offsetof(struct davinci_read_events_args, pad)");
+_Static_assert(offsetof(struct davinci_read_events_args, cursor) == 24, "davinci uapi: offsetof(struct davinci_read_events_args, cursor)");
+_Static_assert(offsetof(struct davinci_read_events_args, lost) == 32, "davinci uapi: offsetof(struct davinci_read_events_args, lost)");
+_Static_assert(offsetof(struct davinci_read_events_args, now_ns) == 40, "davinci uapi: offsetof(struct davinci_read_events_args, now_ns)");
+_Static_assert(sizeof(struct davinci_device_event) == 48, "davinci uapi: sizeof(struct davinci_device_event)");
+_Static_assert(offsetof(struct davinci_device_event, seq) == 0, "davinci uapi: offsetof(struct davinci_device_event, seq)");
+_Static_assert(offsetof(struct davinci_device_event, time_ns) == 8, "davinci uapi: offsetof(struct davinci_device_event, time_ns)");
+_Static_assert(offsetof(struct davinci_device_event, code) == 16, "davinci uapi: offsetof(struct davinci_device_event, code)");
+_Static_assert(offsetof(struct davinci_device_event, client_id) == 20, "davinci uapi: offsetof(struct davinci_device_event, client_id)");
+_Static_assert(offsetof(struct davinci_device_event, pid) == 24, "davinci uapi: offsetof(struct davinci_device_event, pid)");
+_Static_assert(offsetof(struct davinci_device_event, uid) == 28, "davinci uapi: offsetof(struct davinci_device_event, uid)");
+_Static_assert(offsetof(struct davinci_device_event, stream) == 32, "davinci uapi: offsetof(struct davinci_device_event, stream)");
+_Static_assert(offsetof(struct davinci_device_event, detail) == 36, "davinci uapi: offsetof(struct davinci_device_event, detail)");
+_Static_assert(offsetof(struct davinci_device_event, value) == 40, "davinci uapi: offsetof(struct davinci_device_event, value)");
 _Static_assert(sizeof(struct davinci_tenant_share_args) == 96, "davinci uapi: sizeof(struct davinci_tenant_share_args)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, tenant_kind) == 0, "davinci uapi: offsetof(struct davinci_tenant_share_args, tenant_kind)");
 _Static_assert(offsetof(struct davinci_tenant_share_args, uid) == 4, "davinci uapi: offsetof(struct davinci_tenant_share_args, uid)");

@@ -3,6 +3,7 @@
 //! direction, argument, who may call it) for dispatch and the C header generator.
 
 use super::device_info::{DeviceInfo, DeviceShareArgs};
+use super::observe::{ReadEventsArgs, TraceArgs};
 use super::resources::{
     AllocMemoryArgs, CreateContextArgs, CreateEventArgs, CreateStreamArgs, ExportEventArgs,
     ExportMemoryArgs, ExportRangeArgs, HandleArgs, ImportEventArgs, ImportMemoryArgs,
@@ -87,6 +88,12 @@ pub const DRIVER_CMD_UNEXPORT_MEMORY: u32 = iowr::<UnexportMemoryArgs>(DRIVER_MA
 /// `_IOR('d', 0x1d, struct davinci_device_sensors)`: the device's temperature, power and
 /// voltage now (ABI 1.5, `DAVINCI_FEAT_SENSORS`).
 pub const DRIVER_CMD_GET_SENSORS: u32 = ior::<DeviceSensors>(DRIVER_MAGIC, 0x1d);
+/// `_IOWR('d', 0x1e, struct davinci_trace_args)`: start, stop or read a per-task trace
+/// (ABI 1.5, `DAVINCI_FEAT_TRACE`).
+pub const DRIVER_CMD_TRACE: u32 = iowr::<TraceArgs>(DRIVER_MAGIC, 0x1e);
+/// `_IOWR('d', 0x1f, struct davinci_read_events_args)`: read the device's event log
+/// (ABI 1.5, `DAVINCI_FEAT_DEVICE_EVENTS`).
+pub const DRIVER_CMD_READ_EVENTS: u32 = iowr::<ReadEventsArgs>(DRIVER_MAGIC, 0x1f);
 
 /// Command numbers kept for commands no host implements yet: `0x18`, LOAD_KERNEL (loadable
 /// kernels on hardware, docs/abi.md 6.1). The table skips them.
@@ -179,6 +186,8 @@ commands! {
     EXPORT_RANGE = 0x1b, ReadWrite, ExportRangeArgs, Client, DRIVER_CMD_EXPORT_RANGE;
     UNEXPORT_MEMORY = 0x1c, ReadWrite, UnexportMemoryArgs, Client, DRIVER_CMD_UNEXPORT_MEMORY;
     GET_SENSORS = 0x1d, Read, DeviceSensors, Any, DRIVER_CMD_GET_SENSORS;
+    TRACE = 0x1e, ReadWrite, TraceArgs, Any, DRIVER_CMD_TRACE;
+    READ_EVENTS = 0x1f, ReadWrite, ReadEventsArgs, Any, DRIVER_CMD_READ_EVENTS;
 }
 
 /// The command with this request number, if any.

@@ -171,6 +171,11 @@ abi_flags! {
         /// GET_SENSORS reports the device's temperature, power, voltage and throttle
         /// reasons, and GET_IDENTITY's `chip_name` its chip name (ABI 1.5).
         const SENSORS = 1 << 22;
+        /// TRACE: per-task timelines of the open's streams (an admin's: the device's)
+        /// (ABI 1.5).
+        const TRACE = 1 << 23;
+        /// READ_EVENTS: the device's coded event log (ABI 1.5).
+        const DEVICE_EVENTS = 1 << 24;
     }
 }
 

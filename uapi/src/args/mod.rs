@@ -8,19 +8,21 @@
 //!
 //! By role: [`commands`] (the request numbers and the command table), [`resources`] (what only
 //! a client calls: contexts, memory, streams, events, submit, wait), [`device_info`] (GET_INFO
-//! and sharing) [`usage`] (LIST_CLIENTS, GET_LAST_ERROR, GET_COUNTERS) and [`sensors`] (GET_SENSORS). Everything is
+//! and sharing) [`usage`] (LIST_CLIENTS, GET_LAST_ERROR, GET_COUNTERS) [`sensors`] (GET_SENSORS) and [`observe`] (TRACE, READ_EVENTS). Everything is
 //! re-exported here and at the crate root.
 
 use crate::layout::ConstGroup;
 
 pub mod commands;
 pub mod device_info;
+pub mod observe;
 pub mod resources;
 pub mod sensors;
 pub mod usage;
 
 pub use commands::*;
 pub use device_info::*;
+pub use observe::*;
 pub use resources::*;
 pub use sensors::*;
 pub use usage::*;
@@ -35,4 +37,10 @@ pub const CONSTS: &[ConstGroup] = &[
     usage::HEALTHS,
     usage::TENANTS,
     sensors::THROTTLES,
+    observe::TRACE_OPS,
+    observe::TRACE_SCOPES,
+    observe::TRACE_KINDS,
+    observe::OBSERVE_LIMITS,
+    observe::DEVICE_EVENTS,
+    observe::QUOTA_KINDS,
 ];

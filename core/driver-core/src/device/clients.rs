@@ -160,6 +160,7 @@ impl<P: Platform> DeviceCore<P> {
             busy_ns: 0,
             last_error: None,
             failures: 0,
+            observe: crate::observe::control::ClientObserve::default(),
         };
         let client = match self
             .clients
@@ -333,6 +334,7 @@ impl<P: Platform> DeviceCore<P> {
         while let Some(a) = self.allocations.find(|a| a.owner == client) {
             self.drop_allocation(a);
         }
+        self.observe_close(client);
         if let Some(c) = self.clients.remove(client) {
             self.tenant_left(c.tenant, c.params.role, c.params.admin);
         }

@@ -68,6 +68,8 @@ pub(crate) struct Client {
     pub(crate) last_error: Option<(u32, Error)>,
     /// Failed commands so far.
     pub(crate) failures: u64,
+    /// Its trace buffer and quota-refusal window ([`crate::observe`]).
+    pub(crate) observe: crate::observe::control::ClientObserve,
 }
 
 /// A context: its owner (its streams and events name it).
@@ -266,6 +268,8 @@ pub(crate) struct Pending {
     pub(crate) event: u32,
     pub(crate) value: u64,
     pub(crate) user_data: u64,
+    /// When the device took it (its trace record's start).
+    pub(crate) taken_ns: u64,
 }
 
 /// A long task (FILL, COPY, ADD) taken from the command ring and part-way done: the copy
@@ -279,6 +283,9 @@ pub(crate) struct Partial {
     pub(crate) index: u32,
     /// A KERNEL_LAUNCH: its parameter block as copied when it was taken, and its units.
     pub(crate) launch: Option<crate::engine::Launch>,
+    /// When the device took it, and the chunks run so far (its trace records).
+    pub(crate) taken_ns: u64,
+    pub(crate) chunks: u16,
 }
 
 impl Partial {
@@ -289,6 +296,8 @@ impl Partial {
             done: 0,
             index: 0,
             launch: None,
+            taken_ns: 0,
+            chunks: 0,
         }
     }
 }
@@ -326,6 +335,9 @@ pub(crate) struct StreamEngine {
     pub(crate) inject_base: u64,
     /// A fault halted it (a hung task, or it stopped consuming): nothing more is taken.
     pub(crate) halted: bool,
+    /// The fault kind (`DAVINCI_FAULT_*`) of the descriptor that stopped it, for its
+    /// STREAM_STOPPED event.
+    pub(crate) fault_kind: u32,
 }
 
 impl StreamEngine {

@@ -53,6 +53,15 @@ impl<P: Platform> DeviceCore<P> {
             for h in x.imports.into_iter().filter(|&h| h != 0) {
                 if let Some(owner) = self.events.get(h).map(|i| i.owner) {
                     self.platform.notify_waiters(owner);
+                    self.log_event(
+                        owner,
+                        crate::observe::Event {
+                            code: davinci_uapi::DEVICE_EVENT_IMPORT_REVOKED,
+                            detail: 2,
+                            value: u64::from(h),
+                            ..Default::default()
+                        },
+                    );
                 }
             }
         }

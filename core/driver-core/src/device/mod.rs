@@ -19,6 +19,8 @@ use crate::limits::{
     MAX_EVENT_ENTRIES, MAX_EVENT_EXPORTS, MAX_EXPORTS, MAX_STREAMS, SUPPORTED_OPCODES,
 };
 use crate::memory::Allocator;
+use crate::observe::control::TraceSlot;
+use crate::observe::{EventLog, TRACE_BUFFERS};
 use crate::platform::{Lock, Platform};
 use crate::sensors::{SensorConfig, SensorModel};
 use crate::table::{Scramble, Table};
@@ -96,6 +98,12 @@ pub struct DeviceCore<P: Platform> {
     pub(crate) doorbell: Option<DoorbellRegister>,
     /// What GET_SENSORS reports: the model driven by the busy time.
     pub(crate) sensors: SensorModel,
+    /// Who holds each of TRACE's buffers (the platform's), and the admin opens tracing the
+    /// device ([`crate::observe`]).
+    pub(crate) trace_slots: [TraceSlot; TRACE_BUFFERS],
+    pub(crate) device_tracers: u32,
+    /// READ_EVENTS' log.
+    pub(crate) event_log: EventLog,
 }
 
 impl<P: Platform> DeviceCore<P> {
@@ -145,6 +153,13 @@ impl<P: Platform> DeviceCore<P> {
             clients_opened: 0,
             doorbell: None,
             sensors: SensorModel::DEFAULT,
+            trace_slots: [TraceSlot {
+                owner: 0,
+                tenant: 0,
+                recording: false,
+            }; TRACE_BUFFERS],
+            device_tracers: 0,
+            event_log: EventLog::new(),
         }
     }
 
@@ -184,6 +199,10 @@ impl<P: Platform> DeviceCore<P> {
             Features::KERNELS.bits()
         } else {
             0
+        } | if self.platform.trace_logs().len() >= TRACE_BUFFERS {
+            Features::TRACE.bits()
+        } else {
+            0
         };
         DeviceInfo {
             abi_major: davinci_uapi::ABI_VERSION_MAJOR,
@@ -209,6 +228,7 @@ impl<P: Platform> DeviceCore<P> {
                         | Features::SHARED_EVENTS.bits()
                         | Features::EXPORT_LEASE.bits()
                         | Features::SENSORS.bits()
+                        | Features::DEVICE_EVENTS.bits()
                         | kernels),
             ),
             device_id: c.device_id,
@@ -458,11 +478,22 @@ impl<P: Platform> DeviceCore<P> {
 /// What the device is (GET_IDENTITY, [`Identity`]).
 impl<P: Platform> DeviceCore<P> {
     /// Sets what GET_IDENTITY reports and GET_COUNTERS' `engines` (a host, at start).
+    /// Every host calls it once, when the device comes up: the event log's first event is
+    /// DEVICE_STARTED.
     pub fn set_device_identity(&mut self, identity: Identity) {
         self.identity = Identity {
             engines: identity.engines.max(1),
             ..identity
         };
+        if self.event_log.next() == 0 {
+            self.log_event(
+                0,
+                crate::observe::Event {
+                    code: davinci_uapi::DEVICE_EVENT_DEVICE_STARTED,
+                    ..Default::default()
+                },
+            );
+        }
     }
 
     /// GET_IDENTITY.

@@ -321,6 +321,17 @@ impl<P: Platform> DeviceCore<P> {
             return;
         };
         for h in e.imports.into_iter().filter(|&h| h != 0) {
+            if let Some(owner) = self.allocations.get(h).map(|a| a.owner) {
+                self.log_event(
+                    owner,
+                    crate::observe::Event {
+                        code: davinci_uapi::DEVICE_EVENT_IMPORT_REVOKED,
+                        detail: 1,
+                        value: u64::from(h),
+                        ..Default::default()
+                    },
+                );
+            }
             self.drop_import(h);
         }
     }

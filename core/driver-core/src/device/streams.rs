@@ -118,6 +118,7 @@ impl<P: Platform> DeviceCore<P> {
                 inject: self.take_inject(client),
                 inject_base: 0,
                 halted: false,
+                fault_kind: 0,
             }),
             cmd_bytes: cmd_bytes as u64,
             event_bytes: event_bytes as u64,
@@ -301,6 +302,14 @@ impl<P: Platform> DeviceCore<P> {
         for (client, _) in clients.iter() {
             platform.notify_waiters(client);
         }
+        self.log_event(
+            0,
+            crate::observe::Event {
+                code: davinci_uapi::DEVICE_EVENT_DEVICE_RESET,
+                detail: stopped,
+                ..Default::default()
+            },
+        );
         stopped
     }
 

@@ -12,12 +12,17 @@ use crate::device::entries::wait_state;
 use davinci_ring::RingError;
 use davinci_uapi::{Errno, EventRecord, FaultKind, FaultOperand, Opcode, TaskDesc};
 
-use crate::device::entries::{poison_queued_records, StreamEngine, StreamState};
+use crate::device::entries::{poison_queued_records, Pending, StreamEngine, StreamState};
 use crate::device::DeviceCore;
 use crate::error::Error;
 use crate::inject::Inject;
 use crate::limits::{MIN_PASS_WORK, PASS_WORK};
+use crate::observe::{trace_chunk, trace_done, TaskTrace, Tracer};
 use crate::platform::{Lock, Platform};
+use davinci_uapi::{
+    DEVICE_EVENT_HUNG_TASK, DEVICE_EVENT_INJECTED_FAULT, DEVICE_EVENT_STREAM_STOPPED,
+    TRACE_KIND_TASK,
+};
 
 #[cfg(feature = "kernels")]
 mod compute;
@@ -150,7 +155,8 @@ impl<P: Platform> DeviceCore<P> {
                 // clock.
                 let mut started = None;
                 let before = (e.submitted, e.completed);
-                let r = self.run_locked(e, (s.owner, s.ctx), share, &mut started);
+                let tr = self.tracer(s.owner, stream);
+                let r = self.run_locked(e, (s.owner, s.ctx), share, &mut started, tr);
                 if let Some(start) = started {
                     if (e.submitted, e.completed) != before || r == Run::Continuing {
                         let spent = self.platform.now_ns().saturating_sub(start);
@@ -170,6 +176,7 @@ impl<P: Platform> DeviceCore<P> {
         (owner, ctx): (u32, u32),
         share: Share,
         started: &mut Option<u64>,
+        tr: Tracer<'_>,
     ) -> Run {
         let Share {
             descriptors: budget,
@@ -195,6 +202,13 @@ impl<P: Platform> DeviceCore<P> {
         let fail_stream =
             |s: &mut StreamEngine, errno: Errno, index: u32, failed: Option<&TaskDesc>| {
                 s.enter_error(errno, index);
+                let kind = failed.map_or(0, |_| u64::from(s.fault_kind));
+                tr.event(
+                    platform.now_ns(),
+                    DEVICE_EVENT_STREAM_STOPPED,
+                    errno.code() as u32,
+                    (kind << 32) | u64::from(index),
+                );
                 if poison_queued_records(events, (owner, ctx), s, failed, errno) {
                     platform.notify_waiters(owner);
                 }
@@ -260,6 +274,18 @@ impl<P: Platform> DeviceCore<P> {
             let rec = record(p.user_data, Opcode::EventWait as u8, status, now);
             let _ = s.evt.push(&rec);
             s.pending = None;
+            if tr.on() {
+                tr.task(TaskTrace {
+                    user_data: p.user_data,
+                    start_ns: p.taken_ns,
+                    end_ns: now,
+                    index: s.cmd.head().wrapping_sub(1),
+                    status: rec.status,
+                    opcode: Opcode::EventWait as u8,
+                    kind: TRACE_KIND_TASK,
+                    chunk: 0,
+                });
+            }
             if unreachable.is_some() {
                 s.evt.publish();
                 let index = s.cmd.head().wrapping_sub(1);
@@ -278,18 +304,27 @@ impl<P: Platform> DeviceCore<P> {
                 s.partial = Some(p);
                 return Run::Stalled;
             }
-            started.get_or_insert_with(|| platform.now_ns());
+            let chunk_start = *started.get_or_insert_with(|| platform.now_ns());
             let status = match exec.advance(&mut p, &mut work) {
                 Ok(None) => {
+                    if tr.on() {
+                        trace_chunk(&tr, &mut p, chunk_start, platform.now_ns());
+                    }
                     s.partial = Some(p);
                     return Run::Continuing;
                 }
                 Ok(Some(r)) => Ok(r),
                 Err(e) => Err(e),
             };
-            let rec = record(p.d.user_data, p.d.opcode, status, platform.now_ns());
+            let end = platform.now_ns();
+            let rec = record(p.d.user_data, p.d.opcode, status, end);
             let _ = s.evt.push(&rec);
+            if tr.on() {
+                trace_chunk(&tr, &mut p, chunk_start, end);
+                trace_done(&tr, &p.d, p.index, p.taken_ns, end, rec.status);
+            }
             if let Err(e) = status {
+                s.fault_kind = e.fault.map_or(0, |f| f.kind as u32);
                 s.completed += 1;
                 s.evt.publish();
                 platform.notify_waiters(owner);
@@ -336,6 +371,7 @@ impl<P: Platform> DeviceCore<P> {
                     s.inject = None;
                     if let Inject::StopAt { .. } = f {
                         s.halted = true;
+                        tr.event(exec.platform.now_ns(), DEVICE_EVENT_INJECTED_FAULT, 3, 0);
                         break;
                     }
                 }
@@ -350,7 +386,7 @@ impl<P: Platform> DeviceCore<P> {
             // not one or where an injected fault fires. Their records are what the general
             // path below would write. The pass's work spent (by a long task before), it takes
             // one, as the general path does.
-            if plain_nop(&d) && fault.is_none_or(|(at, _)| at != taken) {
+            if !tr.on() && plain_nop(&d) && fault.is_none_or(|(at, _)| at != taken) {
                 // An armed fault here lies ahead (it fires when reached, and the pass ends).
                 let stop = match fault {
                     _ if work == 0 => taken + 1,
@@ -378,9 +414,15 @@ impl<P: Platform> DeviceCore<P> {
             match fault {
                 Some((at, Inject::HangAt { .. })) if at + 1 == taken => {
                     s.halted = true;
+                    let now = exec.platform.now_ns();
+                    tr.event(now, DEVICE_EVENT_INJECTED_FAULT, 2, 0);
+                    tr.event(now, DEVICE_EVENT_HUNG_TASK, 0, u64::from(index));
                     break;
                 }
                 Some((at, Inject::ErrorAt { errno, .. })) if at + 1 == taken => {
+                    let now = exec.platform.now_ns();
+                    tr.event(now, DEVICE_EVENT_INJECTED_FAULT, 1, errno.code() as u64);
+                    s.fault_kind = 0;
                     let e = Error::new(errno, "injected device fault");
                     let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
                     let _ = s.evt.push(&rec);
@@ -392,10 +434,14 @@ impl<P: Platform> DeviceCore<P> {
             }
             // What the descriptor came to: a result, or an error (a long task runs its first
             // chunk now; one that is not done stays with the stream for the next pass).
+            let taken_at = stamp;
             let outcome = match exec.execute(&d) {
                 Ok(Done::Complete(r)) => Ok(r),
                 Ok(Done::Wait(p)) => {
-                    s.pending = Some(p);
+                    s.pending = Some(Pending {
+                        taken_ns: taken_at,
+                        ..p
+                    });
                     blocked = Some(Run::Blocked {
                         event: p.event,
                         value: p.value,
@@ -404,9 +450,13 @@ impl<P: Platform> DeviceCore<P> {
                 }
                 Ok(Done::Long(mut p)) => {
                     p.index = index;
+                    p.taken_ns = taken_at;
                     match exec.advance(&mut p, &mut work) {
                         Ok(Some(r)) => Ok(r),
                         Ok(None) => {
+                            if tr.on() {
+                                trace_chunk(&tr, &mut p, taken_at, exec.platform.now_ns());
+                            }
                             s.partial = Some(p);
                             continuing = true;
                             break;
@@ -425,6 +475,9 @@ impl<P: Platform> DeviceCore<P> {
                     }
                     let rec = record(d.user_data, d.opcode, Ok(r), stamp);
                     let _ = s.evt.push(&rec);
+                    if tr.on() {
+                        trace_done(&tr, &d, index, taken_at, stamp, 0);
+                    }
                     completed += 1;
                     // The pass's work is spent (by long tasks): the rest waits for the next.
                     if work == 0 {
@@ -432,8 +485,13 @@ impl<P: Platform> DeviceCore<P> {
                     }
                 }
                 Err(e) => {
-                    let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
+                    let end = exec.platform.now_ns();
+                    let rec = record(d.user_data, d.opcode, Err(e), end);
                     let _ = s.evt.push(&rec);
+                    if tr.on() {
+                        trace_done(&tr, &d, index, taken_at, end, rec.status);
+                    }
+                    s.fault_kind = e.fault.map_or(0, |f| f.kind as u32);
                     completed += 1;
                     failed = Some((e.errno, index, d));
                     break;

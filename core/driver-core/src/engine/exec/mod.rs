@@ -406,6 +406,7 @@ impl<P: Platform> Exec<'_, P> {
                         event: d.handle,
                         value: d.imm,
                         user_data: d.user_data,
+                        taken_ns: 0,
                     }))
                 }
             }
