@@ -10,7 +10,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::sample::{frame, sort_procs, DevSample, Frame, Sample, Sort, SortKey, Users};
 use super::tui::{action, moved, Action};
-use super::view::{bar, height_for, size_text, text};
+use super::view::{bar, height_for, proc_widths, size_text, text};
 use crate::access::Target;
 use crate::error::SmiError;
 use crate::exit;
@@ -291,10 +291,38 @@ fn the_frame_as_text() {
             "-"
         ]
     );
-    // A fixed height cuts the processes off; a narrow frame still fits its width.
-    let short = text(&f, 80, Some(12));
-    assert!(short.lines().count() <= 12);
-    assert!(short.lines().all(|l| l.chars().count() <= 80), "{short}");
+    // A fixed height cuts the processes off.
+    let short = text(&f, 120, Some(11));
+    assert_eq!(short.lines().count(), 11, "{short}");
+    assert!(
+        short.contains(" 200 ") && !short.contains(" 300 "),
+        "{short}"
+    );
+    // 80 columns: no bars, the names cut, every heading whole.
+    let narrow = text(&f, 80, None);
+    assert!(narrow.lines().all(|l| l.chars().count() <= 80), "{narrow}");
+    assert!(
+        narrow.contains("│0   davinci_mock 75%  13.0 MiB/256.0 MiB  41°C  120.5/310 W  OK"),
+        "{narrow}"
+    );
+    for h in [
+        "DEV",
+        "PID",
+        "USER",
+        "PROCESS",
+        "MEMORY▼",
+        "UTIL",
+        "TASKS/S",
+        "STREAMS",
+        "ERRORS",
+    ] {
+        assert!(
+            narrow.contains(&format!(" {h}")) || narrow.contains(&format!("│{h}")),
+            "{h}: {narrow}"
+        );
+    }
+    assert_eq!(proc_widths(118), [3, 8, 10, 12, 15, 11, 5, 10, 8, 6]);
+    assert_eq!(proc_widths(78).iter().sum::<u16>() + 9, 78);
     assert_eq!(
         (bar(0.5, 4), bar(2.0, 2), bar(-1.0, 2)),
         ("[||  ]".into(), "[||]".into(), "[  ]".into())

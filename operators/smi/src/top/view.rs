@@ -8,7 +8,7 @@ use ratatui::buffer::{Buffer, CellWidth};
 use ratatui::layout::{Alignment, Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Terminal;
 
 use super::sample::{DevFigures, DevRow, Frame, ProcRow, SortKey};
@@ -41,14 +41,19 @@ pub(crate) fn draw(frame: &mut ratatui::Frame, f: &Frame, state: &mut TableState
     ])
     .areas(frame.area());
     frame.render_widget(Paragraph::new(title_line(f)), title);
-    frame.render_widget(devices_table(f), devs);
+    let bars = devs.width.saturating_sub(2) >= DEV_WIDTH;
+    frame.render_widget(devices_table(f, bars), devs);
     let block = Block::default().borders(Borders::ALL).title(" Processes ");
     if f.procs.is_empty() {
         let none = "No processes with the device open (an admin sees every process; \
                     anyone else only their own)";
-        frame.render_widget(Paragraph::new(none).block(block), procs);
+        frame.render_widget(
+            Paragraph::new(none).wrap(Wrap { trim: true }).block(block),
+            procs,
+        );
     } else {
-        frame.render_stateful_widget(procs_table(f).block(block), procs, state);
+        let inner = procs.width.saturating_sub(2);
+        frame.render_stateful_widget(procs_table(f, inner).block(block), procs, state);
     }
     if keys {
         frame.render_widget(
@@ -147,24 +152,35 @@ fn fit(s: &str, w: usize) -> String {
     format!("{:<w$}", s.chars().take(w).collect::<String>())
 }
 
-/// The devices' columns and their widths.
-const DEV_COLUMNS: [(&str, usize); 10] = [
-    ("DEV", 3),
-    ("NAME", 16),
-    ("UTIL", 15),
-    ("MEMORY", 30),
-    ("TEMP", 5),
-    ("POWER", 12),
-    ("HEALTH", 8),
-    ("MODE", 9),
-    ("PROCS", 5),
-    ("ERRORS", 6),
+/// The devices' columns and their widths with bars (the narrow widths: without).
+const DEV_COLUMNS: [(&str, usize, usize); 10] = [
+    ("DEV", 3, 3),
+    ("NAME", 16, 12),
+    ("UTIL", 15, 4),
+    ("MEMORY", 30, 19),
+    ("TEMP", 5, 5),
+    ("POWER", 12, 12),
+    ("HEALTH", 8, 8),
+    ("MODE", 9, 9),
+    ("PROCS", 5, 5),
+    ("ERRORS", 6, 6),
 ];
 
+/// The columns a device row needs with bars: narrower, they are left out.
+const DEV_WIDTH: u16 = {
+    let (mut i, mut total) = (0, DEV_COLUMNS.len() - 1);
+    while i < DEV_COLUMNS.len() {
+        total += DEV_COLUMNS[i].1;
+        i += 1;
+    }
+    total as u16
+};
+
 /// `cells` in the devices' columns (the figures at the end right-aligned).
-fn dev_line(cells: [String; 10]) -> String {
+fn dev_line(cells: [String; 10], bars: bool) -> String {
     let mut out = String::new();
-    for (i, (c, (_, w))) in cells.iter().zip(DEV_COLUMNS).enumerate() {
+    for (i, (c, (_, wide, narrow))) in cells.iter().zip(DEV_COLUMNS).enumerate() {
+        let w = if bars { wide } else { narrow };
         if i > 0 {
             out.push(' ');
         }
@@ -177,17 +193,17 @@ fn dev_line(cells: [String; 10]) -> String {
     out
 }
 
-/// The devices: utilization and memory as bars, sensors where reported; a device that
-/// failed, with why, the whole width.
-fn devices_table(f: &Frame) -> Paragraph<'static> {
-    let head = dev_line(DEV_COLUMNS.map(|(h, _)| h.to_string()));
+/// The devices: utilization and memory (as bars where `bars`), sensors where reported; a
+/// device that failed, with why, the whole width.
+fn devices_table(f: &Frame, bars: bool) -> Paragraph<'static> {
+    let head = dev_line(DEV_COLUMNS.map(|(h, _, _)| h.to_string()), bars);
     let mut lines = vec![Line::from(head)
         .style(Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))];
-    lines.extend(f.devices.iter().map(|d| Line::from(device_row(d))));
+    lines.extend(f.devices.iter().map(|d| Line::from(device_row(d, bars))));
     Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" Devices "))
 }
 
-fn device_row(d: &DevRow) -> String {
+fn device_row(d: &DevRow, bars: bool) -> String {
     let g: &DevFigures = match &d.state {
         Ok(g) => g,
         Err(e) => {
@@ -205,9 +221,10 @@ fn device_row(d: &DevRow) -> String {
         .clone()
         .map(|n| printable(&n))
         .unwrap_or_else(|| format!("davinci{}", id(d.id)));
-    let util = match g.util {
-        Some(p) => format!("{} {p:>3}%", bar(f64::from(p) / 100.0, 8)),
-        None => format!("{}    -", bar(0.0, 8)),
+    let util = match (g.util, bars) {
+        (Some(p), true) => format!("{} {p:>3}%", bar(f64::from(p) / 100.0, 8)),
+        (None, true) => format!("{}    -", bar(0.0, 8)),
+        (p, false) => p.map_or_else(|| "-".into(), |p| format!("{p}%")),
     };
     let (used, total) = (g.info.memory_used, g.info.memory_size);
     let frac = if total == 0 {
@@ -215,7 +232,10 @@ fn device_row(d: &DevRow) -> String {
     } else {
         used as f64 / total as f64
     };
-    let memory = format!("{} {}/{}", bar(frac, 8), size_text(used), size_text(total));
+    let mut memory = format!("{}/{}", size_text(used), size_text(total));
+    if bars {
+        memory = format!("{} {memory}", bar(frac, 8));
+    }
     let s = g.extras.sensors;
     let temp = s.map_or_else(|| "-".into(), |s| format!("{}°C", s.temperature_c()));
     let power = s.map_or_else(
@@ -229,18 +249,21 @@ fn device_row(d: &DevRow) -> String {
             }
         },
     );
-    dev_line([
-        id(d.id),
-        name,
-        util,
-        memory,
-        temp,
-        power,
-        g.extras.health.clone().unwrap_or_else(|| "-".into()),
-        g.share_mode.unwrap_or("-").to_string(),
-        g.info.clients.to_string(),
-        dash(g.stream_errors),
-    ])
+    dev_line(
+        [
+            id(d.id),
+            name,
+            util,
+            memory,
+            temp,
+            power,
+            g.extras.health.clone().unwrap_or_else(|| "-".into()),
+            g.share_mode.unwrap_or("-").to_string(),
+            g.info.clients.to_string(),
+            dash(g.stream_errors),
+        ],
+        bars,
+    )
 }
 
 /// The process table's columns: heading, width, the sort key it shows (if sortable), and
@@ -258,6 +281,36 @@ const PROC_COLUMNS: [(&str, u16, Option<SortKey>, bool); 10] = [
     ("ERRORS", 6, None, true),
 ];
 
+/// The process columns' widths in `width` columns: as [`PROC_COLUMNS`] says where they fit,
+/// else the figures' spare room goes first, then the names are cut (process, container,
+/// user).
+pub(crate) fn proc_widths(width: u16) -> [u16; 10] {
+    let mut w = PROC_COLUMNS.map(|(_, w, _, _)| w);
+    let gaps = (w.len() - 1) as u16;
+    // (column, narrowest) in the order they give way.
+    const SHRINK: [(usize, u16); 10] = [
+        (1, 7),
+        (5, 9),
+        (7, 8),
+        (8, 7),
+        (4, 8),
+        (3, 8),
+        (2, 8),
+        (2, 6),
+        (4, 4),
+        (3, 4),
+    ];
+    for (col, min) in SHRINK {
+        let total: u16 = w.iter().sum::<u16>() + gaps;
+        let over = total.saturating_sub(width);
+        if over == 0 {
+            break;
+        }
+        w[col] = w[col].saturating_sub(over).max(min.min(w[col]));
+    }
+    w
+}
+
 /// Tasks per second as the table shows it: one decimal below 1000.
 pub(crate) fn rate_text(r: Option<f64>) -> String {
     match r {
@@ -268,7 +321,7 @@ pub(crate) fn rate_text(r: Option<f64>) -> String {
 }
 
 /// The processes, the sorted column's heading marked with its direction.
-fn procs_table(f: &Frame) -> Table<'static> {
+fn procs_table(f: &Frame, width: u16) -> Table<'static> {
     let dir = if f.sort.descending() { "▼" } else { "▲" };
     let head = Row::new(PROC_COLUMNS.iter().map(|(h, _, key, num)| {
         let h = if *key == Some(f.sort.key) {
@@ -283,7 +336,7 @@ fn procs_table(f: &Frame) -> Table<'static> {
         }
     }))
     .style(Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
-    let widths = PROC_COLUMNS.map(|(_, w, _, _)| Constraint::Length(w));
+    let widths = proc_widths(width).map(Constraint::Length);
     Table::new(f.procs.iter().map(proc_row), widths)
         .header(head)
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
