@@ -163,20 +163,22 @@ pub fn ioctl(conn: &Conn, request: u32, arg: usize) -> Result<(), Failure> {
             ),
         ));
     }
-    if request == DRIVER_CMD_LIST_CLIENTS && !r.payload.is_empty() {
-        // The entries the daemon would have written at `buf + k` are payload byte `k`.
-        let a = ListClientsArgs::from_bytes(&r.arg)
-            .ok_or_else(|| Failure::new(libc::EPROTO, "malformed LIST_CLIENTS reply".into()))?;
+    if BUFFERED.contains(&request) && !r.payload.is_empty() {
+        // The entries the daemon would have written at `buf + k` are payload byte `k`. Every
+        // command with a buffer begins as LIST_CLIENTS' argument does (`buf`, `capacity`,
+        // `count`, `entry_size`).
+        let a = ListClientsArgs::from_bytes(r.arg.get(..ListClientsArgs::SIZE).unwrap_or(&[]))
+            .ok_or_else(|| Failure::new(libc::EPROTO, "malformed reply with entries".into()))?;
         let room = u64::from(a.capacity).saturating_mul(u64::from(a.entry_size));
         if r.payload.len() as u64 > room {
             return Err(Failure::new(
                 libc::EPROTO,
-                "LIST_CLIENTS reply larger than the caller's buffer".into(),
+                "reply with more entries than the caller's buffer holds".into(),
             ));
         }
         let to = usize::try_from(a.buf).map_err(|_| Failure::new(libc::EFAULT, String::new()))?;
         if sys::write_user(to, &r.payload).is_err() {
-            return Err(Failure::new(libc::EFAULT, "bad LIST_CLIENTS buffer".into()));
+            return Err(Failure::new(libc::EFAULT, "bad entries buffer".into()));
         }
     }
     if dir & IOC_READ != 0 && sys::write_user(arg, &r.arg).is_err() {
@@ -190,6 +192,14 @@ pub fn ioctl(conn: &Conn, request: u32, arg: usize) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// The commands whose entries the daemon sends as payload, for the caller's `buf`.
+const BUFFERED: [u32; 4] = [
+    DRIVER_CMD_LIST_CLIENTS,
+    davinci_uapi::DRIVER_CMD_LIST_KERNELS,
+    davinci_uapi::DRIVER_CMD_TRACE,
+    davinci_uapi::DRIVER_CMD_READ_EVENTS,
+];
 
 /// Destroys what `request` created, given its reply: the caller could not be told the
 /// handle. Returns what to add to the `EFAULT` message (empty when nothing was created).

@@ -210,6 +210,24 @@ static int semantics(const char *dev)
 	lc.buf = 8; /* unmapped */
 	errno = 0;
 	CHECK(ioctl(ctl, DAVINCI_IOCTL_LIST_CLIENTS, &lc) == -1 && errno == EFAULT);
+	/* The device's event log through the caller's buffer: a fresh device's first event is
+	 * DEVICE_STARTED (ABI 1.5). */
+	{
+		struct davinci_read_events_args re;
+		struct davinci_device_event evs[4];
+
+		memset(&re, 0, sizeof(re));
+		memset(evs, 0xff, sizeof(evs));
+		re.buf = (__u64)(unsigned long)evs;
+		re.capacity = 4;
+		re.entry_size = sizeof(evs[0]);
+		CHECK(ioctl(ctl, DAVINCI_IOCTL_READ_EVENTS, &re) == 0);
+		CHECK(re.count >= 1 && re.count <= 4 && re.cursor >= re.count);
+		CHECK(re.lost > 0 || (evs[0].seq == 0 && evs[0].code == DAVINCI_DEVICE_EVENT_DEVICE_STARTED));
+		re.pad = 1;
+		errno = 0;
+		CHECK(ioctl(ctl, DAVINCI_IOCTL_READ_EVENTS, &re) == -1 && errno == EINVAL);
+	}
 	CHECK(close(ctl) == 0);
 	/* A child after fork must not use the parent's open: a clear error, not a stolen reply. */
 	child = fork();
