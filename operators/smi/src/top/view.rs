@@ -109,8 +109,9 @@ fn title_line(f: &Frame) -> Line<'static> {
     };
     let dir = if f.sort.descending() { "▼" } else { "▲" };
     Line::from(format!(
-        "davinci-smi top  {}  {} device(s), {} process(es), {rates}, sorted by {} {dir}",
-        f.timestamp,
+        "davinci-smi top  {} UTC  {} device(s), {} process(es), {rates}, sorted by {} {dir}",
+        // The time of day of `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+        f.timestamp.get(11..19).unwrap_or(&f.timestamp),
         f.devices.len(),
         f.procs.len(),
         f.sort.key.name()
