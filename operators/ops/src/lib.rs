@@ -10,6 +10,8 @@
 //!   generate` writes it; the device plugin names its devices in it), checked as upstream's
 //!   library checks a spec it loads, rendered as JSON or YAML and written atomically; with
 //!   the feature `cdi-schema`, upstream's JSON schema as a validator for tests;
+//! * [`events`]: the device's event log (READ_EVENTS) as the tools show it: names, a
+//!   sentence per event, codes named on a command line, a reader's place across restarts;
 //! * [`text`]: a tenant's strings (process names, container ids) and paths made safe to
 //!   show: control, bidi and format characters escaped, bytes that are not UTF-8 as `\xNN`;
 //! * the words the tools share: [`device_name`] here; durations and sizes are
@@ -20,6 +22,7 @@
 
 pub mod cdi;
 pub mod discover;
+pub mod events;
 pub mod files;
 pub mod text;
 
