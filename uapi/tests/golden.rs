@@ -207,7 +207,7 @@ fn observe_layouts_1_5() {
             ("opcode", 0x30),
             ("kind", 0x31),
             ("chunk", 0x32),
-            ("reserved", 0x34),
+            ("tasks", 0x34),
         ]
     );
     assert_eq!(

@@ -25,6 +25,7 @@ pub mod spsc_rows;
 pub mod stats;
 pub mod suite;
 pub mod sys;
+pub mod trace_rows;
 pub mod wide;
 
 /// One embedded device for all the unit tests of this crate (each test on its own context

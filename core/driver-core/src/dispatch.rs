@@ -12,9 +12,8 @@ use crate::error::{ensure, fail, Error, Result};
 use crate::message::Message;
 use crate::platform::{locked, Lock, Platform};
 
-/// Largest `davinci_list_clients_args.entry_size` accepted.
-const LIST_ENTRY_MAX: u64 = 4096;
-static ZEROS: [u8; 256] = [0; 256];
+mod list;
+pub(crate) use list::List;
 
 /// Writes into the caller's memory at a user pointer (`copy_to_user` in the kernel; the reply
 /// payload in the mock daemon).
@@ -67,69 +66,6 @@ pub enum WaitState {
     Ready(u64),
     /// Not yet; the current value.
     NotYet(u64),
-}
-
-/// A LIST_* command's user buffer: `capacity` entries `stride` bytes apart from `buf`.
-pub(crate) struct List {
-    buf: u64,
-    capacity: u32,
-    stride: u64,
-}
-
-impl List {
-    pub(crate) fn new(buf: u64, capacity: u32, entry_size: u32) -> Result<List> {
-        let stride = entry_size as u64;
-        ensure!(
-            (8..=LIST_ENTRY_MAX).contains(&stride) && stride.is_multiple_of(8),
-            EINVAL,
-            "entry_size must be a multiple of 8 between 8 and 4096"
-        );
-        ensure!(
-            capacity == 0 || buf != 0,
-            EFAULT,
-            "buf is NULL with a non-zero capacity"
-        );
-        Ok(List {
-            buf,
-            capacity,
-            stride,
-        })
-    }
-
-    /// Writes the first `capacity` of `items`, each as the first `min(stride, its size)`
-    /// bytes of its entry and zeros for the rest (an older caller gets the prefix it knows, a
-    /// newer one zeros in the fields this driver does not have); returns how many there are.
-    pub(crate) fn write<T: Wire>(
-        &self,
-        user: &mut dyn UserMem,
-        items: impl Iterator<Item = T>,
-    ) -> Result<u32> {
-        const { assert!(T::SIZE <= 256, "a LIST entry larger than its buffer") };
-        let mut count = 0u32;
-        let mut bytes = [0u8; 256];
-        let known = (self.stride as usize).min(T::SIZE).min(bytes.len());
-        for item in items {
-            if count < self.capacity {
-                item.encode(&mut bytes[..T::SIZE]);
-                let Some(addr) = (count as u64)
-                    .checked_mul(self.stride)
-                    .and_then(|o| self.buf.checked_add(o))
-                    .filter(|at| at.checked_add(self.stride).is_some())
-                else {
-                    fail!(EFAULT, "buf + capacity * entry_size overflows");
-                };
-                user.write(addr, &bytes[..known])?;
-                let mut at = known as u64;
-                while at < self.stride {
-                    let n = (self.stride - at).min(ZEROS.len() as u64);
-                    user.write(addr + at, &ZEROS[..n as usize])?;
-                    at += n;
-                }
-            }
-            count += 1;
-        }
-        Ok(count)
-    }
 }
 
 /// The tenant TENANT_SHARE's argument names: a user (`uid`, no container) or a container

@@ -138,7 +138,7 @@ impl<const W: usize, const N: usize> SeqLog<W, N> {
 }
 
 /// A trace record in storage: user_data, start, end, client_id << 32 | stream,
-/// index << 32 | status, opcode << 24 | kind << 16 | chunk.
+/// index << 32 | status, tasks << 32 | opcode << 24 | kind << 16 | chunk.
 /// One trace buffer (56 KiB), kept by the host: [`Platform::trace_logs`](crate::Platform::trace_logs).
 pub type TraceLog = SeqLog<6, TRACE_RECORDS>;
 /// A device event in storage: time, code << 32 | client_id, pid << 32 | uid,
@@ -156,6 +156,7 @@ pub(crate) struct TaskTrace {
     pub(crate) opcode: u8,
     pub(crate) kind: u8,
     pub(crate) chunk: u16,
+    pub(crate) tasks: u32,
 }
 
 pub(crate) fn decode_trace(seq: u64, w: [u64; 6]) -> TraceRecord {
@@ -171,7 +172,7 @@ pub(crate) fn decode_trace(seq: u64, w: [u64; 6]) -> TraceRecord {
         opcode: (w[5] >> 24) as u8,
         kind: (w[5] >> 16) as u8,
         chunk: w[5] as u16,
-        reserved: 0,
+        tasks: (w[5] >> 32) as u32,
     }
 }
 
@@ -242,7 +243,10 @@ impl Tracer<'_> {
             t.end_ns,
             (u64::from(self.who.client_id) << 32) | u64::from(self.stream),
             (u64::from(t.index) << 32) | u64::from(t.status as u32),
-            (u64::from(t.opcode) << 24) | (u64::from(t.kind) << 16) | u64::from(t.chunk),
+            (u64::from(t.tasks) << 32)
+                | (u64::from(t.opcode) << 24)
+                | (u64::from(t.kind) << 16)
+                | u64::from(t.chunk),
         ];
         for log in [self.own, self.device].into_iter().flatten() {
             log.push(words);
@@ -275,8 +279,25 @@ pub(crate) fn trace_chunk(tr: &Tracer<'_>, p: &mut Partial, start: u64, end: u64
         opcode: p.d.opcode,
         kind: TRACE_KIND_CHUNK,
         chunk: p.chunks,
+        tasks: 1,
     });
     p.chunks = p.chunks.saturating_add(1);
+}
+
+/// Records a run of `tasks` plain NOPs from command-ring `index` (the first's `user_data`),
+/// taken and completed together at `stamp`.
+pub(crate) fn trace_nops(tr: &Tracer<'_>, user_data: u64, index: u32, tasks: u32, stamp: u64) {
+    tr.task(TaskTrace {
+        user_data,
+        start_ns: stamp,
+        end_ns: stamp,
+        index,
+        status: 0,
+        opcode: davinci_uapi::Opcode::Nop as u8,
+        kind: TRACE_KIND_TASK,
+        chunk: 0,
+        tasks,
+    });
 }
 
 /// Records task `d` (command-ring `index`), taken at `start`, completed at `end` with
@@ -298,6 +319,7 @@ pub(crate) fn trace_done(
         opcode: d.opcode,
         kind: TRACE_KIND_TASK,
         chunk: 0,
+        tasks: 1,
     });
 }
 

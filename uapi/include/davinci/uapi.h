@@ -1377,8 +1377,13 @@ struct davinci_trace_record {
 	__u8 kind;
 	/* KIND_CHUNK: which chunk of the task, from 0 (saturates at 65535) (from driver). */
 	__u16 chunk;
-	/* Reserved (from driver). */
-	__u32 reserved;
+	/*
+	 * KIND_TASK: the tasks the record stands for: 1, or a run of NOPs the device took
+	 * and completed together in one pass at one clock reading (command-ring indices
+	 * `index` to `index + tasks - 1`; `user_data` is the first's); KIND_CHUNK: 1
+	 * (from driver).
+	 */
+	__u32 tasks;
 };
 
 /*
@@ -2101,7 +2106,7 @@ _Static_assert(offsetof(struct davinci_trace_record, status) == 44, "davinci uap
 _Static_assert(offsetof(struct davinci_trace_record, opcode) == 48, "davinci uapi: offsetof(struct davinci_trace_record, opcode)");
 _Static_assert(offsetof(struct davinci_trace_record, kind) == 49, "davinci uapi: offsetof(struct davinci_trace_record, kind)");
 _Static_assert(offsetof(struct davinci_trace_record, chunk) == 50, "davinci uapi: offsetof(struct davinci_trace_record, chunk)");
-_Static_assert(offsetof(struct davinci_trace_record, reserved) == 52, "davinci uapi: offsetof(struct davinci_trace_record, reserved)");
+_Static_assert(offsetof(struct davinci_trace_record, tasks) == 52, "davinci uapi: offsetof(struct davinci_trace_record, tasks)");
 _Static_assert(sizeof(struct davinci_read_events_args) == 48, "davinci uapi: sizeof(struct davinci_read_events_args)");
 _Static_assert(offsetof(struct davinci_read_events_args, buf) == 0, "davinci uapi: offsetof(struct davinci_read_events_args, buf)");
 _Static_assert(offsetof(struct davinci_read_events_args, capacity) == 8, "davinci uapi: offsetof(struct davinci_read_events_args, capacity)");

@@ -77,8 +77,11 @@ abi_struct! {
         pub kind: u8,
         /// KIND_CHUNK: which chunk of the task, from 0 (saturates at 65535) (from driver).
         pub chunk: u16,
-        /// Reserved (from driver).
-        pub reserved: u32,
+        /// KIND_TASK: the tasks the record stands for: 1, or a run of NOPs the device took
+        /// and completed together in one pass at one clock reading (command-ring indices
+        /// `index` to `index + tasks - 1`; `user_data` is the first's); KIND_CHUNK: 1
+        /// (from driver).
+        pub tasks: u32,
     }
 }
 

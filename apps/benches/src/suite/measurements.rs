@@ -53,6 +53,14 @@ pub enum Key {
         /// Tasks per submit.
         batch: usize,
     },
+    /// Ours: one stream of NOPs at this batch, on a device tracing it (`on`) or not
+    /// ([`crate::trace_rows`]).
+    Traced {
+        /// Tasks per submit.
+        batch: usize,
+        /// Whether the device traces the stream.
+        on: bool,
+    },
     /// Ours: one stream, batch 1, paced at [`LIGHT_LOAD`] of the full-load batch-1 rate.
     Light,
     /// Ours: round trips with one task in flight.
@@ -178,6 +186,11 @@ impl Measurements {
             Key::Stream { streams, batch } => {
                 let dev = self.embedded()?;
                 let r = shim_rows::streaming(&dev, streams, batch, Pace::Full, w.throughput)?;
+                Ok(Measured::Streams(r))
+            }
+            Key::Traced { batch, on } => {
+                let dev = self.embedded()?;
+                let r = crate::trace_rows::streaming(&dev, batch, on, w.throughput)?;
                 Ok(Measured::Streams(r))
             }
             Key::Light => {

@@ -158,6 +158,30 @@ pub fn plan(contended: bool) -> Vec<Plan> {
             Some("baseline/io_uring/batch64"),
             Some(Target::ratio_at_least(3.5)),
         ),
+    ]);
+    // What tracing costs (issue 46): untraced (the same code as the rows above, measured
+    // again: the two differ by the run's noise), then traced with a reader thread.
+    for (batch, off, on, base) in [
+        (
+            1,
+            "ours/tracing/off/batch1",
+            "ours/tracing/on/batch1",
+            "ours/stream/batch1",
+        ),
+        (
+            64,
+            "ours/tracing/off/batch64",
+            "ours/tracing/on/batch64",
+            "ours/stream/batch64",
+        ),
+    ] {
+        let (untraced, traced) = (Traced { batch, on: false }, Traced { batch, on: true });
+        let off_target = Some(Target::ratio_at_least(0.98));
+        let on_target = Some(Target::ratio_at_least(0.85));
+        rows.push(row(off, ts, untraced, rate, Some(base), off_target));
+        rows.push(row(on, ts, traced, rate, Some(off), on_target));
+    }
+    rows.extend([
         row(
             "ours/streams/1",
             ts,

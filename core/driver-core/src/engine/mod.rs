@@ -17,7 +17,7 @@ use crate::device::DeviceCore;
 use crate::error::Error;
 use crate::inject::Inject;
 use crate::limits::{MIN_PASS_WORK, PASS_WORK};
-use crate::observe::{trace_chunk, trace_done, TaskTrace, Tracer};
+use crate::observe::{trace_chunk, trace_done, trace_nops, TaskTrace, Tracer};
 use crate::platform::{Lock, Platform};
 use davinci_uapi::{
     DEVICE_EVENT_HUNG_TASK, DEVICE_EVENT_INJECTED_FAULT, DEVICE_EVENT_STREAM_STOPPED,
@@ -284,6 +284,7 @@ impl<P: Platform> DeviceCore<P> {
                     opcode: Opcode::EventWait as u8,
                     kind: TRACE_KIND_TASK,
                     chunk: 0,
+                    tasks: 1,
                 });
             }
             if unreachable.is_some() {
@@ -386,23 +387,29 @@ impl<P: Platform> DeviceCore<P> {
             // not one or where an injected fault fires. Their records are what the general
             // path below would write. The pass's work spent (by a long task before), it takes
             // one, as the general path does.
-            if !tr.on() && plain_nop(&d) && fault.is_none_or(|(at, _)| at != taken) {
+            if plain_nop(&d) && fault.is_none_or(|(at, _)| at != taken) {
                 // An armed fault here lies ahead (it fires when reached, and the pass ends).
                 let stop = match fault {
                     _ if work == 0 => taken + 1,
                     Some((at, _)) => at,
                     None => n,
                 };
+                let first = s.cmd.head().wrapping_add(taken);
                 taken += 1;
                 let _ = s.evt.push(&nop_record(d.user_data, stamp));
                 completed += 1;
+                let mut run = 1;
                 if taken < stop {
                     let (k, refused) = s.cmd.take_run(taken, stop, &mut s.evt, |c| {
                         plain_nop(c).then(|| nop_record(c.user_data, stamp))
                     });
                     taken += k;
                     completed += k;
+                    run += k;
                     next = refused;
+                }
+                if tr.on() {
+                    trace_nops(&tr, d.user_data, first, run, stamp);
                 }
                 if work == 0 {
                     break;
