@@ -38,6 +38,14 @@ pub trait DeviceAccess {
     fn sensors(&self) -> Result<Option<DeviceSensors>, SmiError> {
         Ok(None)
     }
+    /// READ_EVENTS (ABI 1.5): the device's whole event log (`read_events(0)`; what the
+    /// caller may see of it). `ENOTTY` where the device does not have it.
+    fn events(&self) -> Result<davinci_shim::EventBatch, SmiError> {
+        Err(SmiError::new(
+            Errno::ENOTTY,
+            "READ_EVENTS failed: ENOTTY: unknown ioctl command",
+        ))
+    }
     /// TENANT_SHARE (ABI 1.5, an admin's): `tenant` (`user:UID` or `container:ID`, the
     /// whole id) read, or with `set` made to count for that many slots. `ENOTTY` where the
     /// device does not have it.
@@ -81,6 +89,9 @@ impl DeviceAccess for davinci_shim::Control {
     }
     fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs, SmiError> {
         Ok(davinci_shim::Control::tenant_share(self, tenant, set)?)
+    }
+    fn events(&self) -> Result<davinci_shim::EventBatch, SmiError> {
+        Ok(self.read_events(0)?)
     }
 }
 

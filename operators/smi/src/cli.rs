@@ -168,6 +168,10 @@ pub(crate) enum Cmd {
     /// The devices and the processes using them, live (q quits); --once prints one frame
     #[command(after_help = crate::top::AFTER_HELP)]
     Top(crate::top::TopArgs),
+    /// The devices' event logs: coded events (hung task, stream stopped, reset, ...) with
+    /// time, client and stream; --follow prints new ones as they come
+    #[command(after_help = crate::events::after_help())]
+    Events(crate::events::EventsArgs),
 }
 
 pub(crate) const CDI_AFTER_HELP: &str = "\

@@ -2,9 +2,10 @@
 //! sharing mode, who uses a device (per process and container), turns device sharing on or
 //! off and sets how many tenant slots a tenant counts for, non-interactively, idempotently,
 //! with a result per device; writes a CDI spec of the devices for container runtimes
-//! (`cdi generate`); and shows the devices and the processes using them live (`top`, a
-//! terminal UI, or one frame with `top --once`). Discovery and the CDI model are
-//! `davinci-ops`', which the exporter and the device plugin share.
+//! (`cdi generate`); shows the devices and the processes using them live (`top`, a terminal
+//! UI, or one frame with `top --once`); and prints the devices' event logs (`events`, once or
+//! `--follow`). Discovery and the CDI model are `davinci-ops`', which the exporter and the
+//! device plugin share.
 //!
 //! Output: text for people (may change between releases) or `--json` (schema
 //! `davinci-smi/v1`, documented in docs/operators.md; only additions within v1). Exit status
@@ -15,9 +16,10 @@
 //!
 //! The files, each importing only those below it: `cli` (clap's view of the arguments),
 //! `plan` (the command line checked, and one round of it), `commands` (the device commands),
-//! `tenants` (`-t tenant-share`), `cdi_generate` and `top` (the live view, run without a
-//! plan), `query` (`--query` CSV), `access` (a device reached through a trait), `error`
-//! (failures and exit statuses), [`output`] (the JSON schema and the text rendering).
+//! `tenants` (`-t tenant-share`), `cdi_generate`, `top` (the live view) and `events` (the
+//! event logs), both run without a plan, `query` (`--query` CSV), `access` (a device reached
+//! through a trait), `error` (failures and exit statuses), [`output`] (the JSON schema and
+//! the text rendering).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -26,6 +28,7 @@ mod cdi_generate;
 mod cli;
 mod commands;
 mod error;
+mod events;
 mod extras;
 mod npu;
 mod nvsmi;
@@ -123,6 +126,9 @@ pub fn run_with_input(
     };
     if let Some(cli::Cmd::Top(t)) = &cli.cmd {
         return top::run(&cli, t, disc, opener, out, err, sleep);
+    }
+    if let Some(cli::Cmd::Events(e)) = &cli.cmd {
+        return events::run(&cli, e, disc, opener, out, err, sleep);
     }
     let plan = match Plan::of(&cli) {
         Ok(p) => p,

@@ -70,6 +70,18 @@ impl DeviceAccess for FakeDev {
         }
         Ok(s.identity)
     }
+    fn events(&self) -> Result<davinci_shim::EventBatch, SmiError> {
+        let s = self.state.borrow();
+        if s.down {
+            return Err(gone());
+        }
+        s.events.clone().ok_or_else(|| {
+            SmiError::new(
+                Errno::ENOTTY,
+                "READ_EVENTS failed: ENOTTY: unknown ioctl command",
+            )
+        })
+    }
     /// TENANT_SHARE as driver-core rules it, simplified: a tenant with a client open and
     /// shares above 0 holds them while they fit the free slots.
     fn tenant_share(&self, tenant: &str, set: Option<u32>) -> Result<TenantShareArgs, SmiError> {
@@ -169,6 +181,8 @@ pub(crate) struct FakeState {
     pub(crate) max_settings: usize,
     /// Every TENANT_SHARE asked: the tenant as it reached the device, and `set`.
     pub(crate) tenant_calls: Vec<(String, Option<u32>)>,
+    /// READ_EVENTS' answer (the whole log); `None`: a driver before 1.5 (ENOTTY).
+    pub(crate) events: Option<davinci_shim::EventBatch>,
 }
 
 pub(crate) fn gone() -> SmiError {
@@ -241,6 +255,7 @@ pub(crate) fn fake(id: u32, clients: Vec<ClientUsage>, shared: bool, admin: bool
             tenant_settings: Vec::new(),
             max_settings: 64,
             tenant_calls: Vec::new(),
+            events: None,
         })),
     }
 }
