@@ -1,5 +1,5 @@
 //! One scrape's reading of the devices: each device is opened for control afresh, read
-//! (GET_INFO, LIST_CLIENTS, GET_COUNTERS, GET_IDENTITY, GET_SENSORS) and closed, on a thread of its own with a
+//! (GET_INFO, LIST_CLIENTS, GET_COUNTERS, GET_IDENTITY, GET_SENSORS, READ_EVENTS) and closed, on a thread of its own with a
 //! deadline, so a device that does not answer costs a scrape at most the deadline and
 //! shows as down instead of holding the scrape.
 //!
@@ -82,12 +82,24 @@ impl Reader for ShimReader {
         } else {
             None
         };
+        let events = if info.features.contains(Features::DEVICE_EVENTS) {
+            match ctl.read_events(0) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    problems.push(e.to_string());
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(Reading {
             info,
             clients,
             counters,
             identity,
             sensors,
+            events,
             problems,
             derived: Default::default(),
         })

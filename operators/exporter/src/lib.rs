@@ -5,8 +5,9 @@
 //! afresh through a control open: GET_INFO (memory, sharing), LIST_CLIENTS (per client
 //! memory, tasks, objects, busy time, process and container), from ABI 1.3 GET_COUNTERS
 //! (device-wide task totals, doorbell wake-ups, stream errors; from 1.4 busy time, engines,
-//! health, hung streams) and from 1.4 GET_IDENTITY (UUID, model, driver). A device that
-//! cannot be read is `davinci_device_up 0`, not a failed scrape.
+//! health, hung streams), from 1.4 GET_IDENTITY (UUID, model, driver) and from 1.5
+//! GET_SENSORS and READ_EVENTS (the device's event log, counted per code: [`events`]). A
+//! device that cannot be read is `davinci_device_up 0`, not a failed scrape.
 //!
 //! Between scrapes it remembers ([`state`]) each device's busy time, for the utilization
 //! over the interval, and its clients, whose series are per (container, process name)
@@ -24,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod collect;
+pub mod events;
 pub mod http;
 pub mod metrics;
 pub mod pods;

@@ -326,6 +326,17 @@ fn registry(samples: &[Sample], stats: &SelfStats, client_series: bool) -> Regis
         if let Some(x) = &r.sensors {
             add_sensors(&mut f, &dl, x);
         }
+        if let Some(ev) = &r.derived.events {
+            for (code, n) in &ev.by_code {
+                let name = davinci_ops::events::name(*code).unwrap_or("unknown");
+                let l = with(
+                    &dl,
+                    &[("code", code.to_string()), ("name", name.to_string())],
+                );
+                f.add(&LOG_EVENTS, l, *n);
+            }
+            f.add(&LOG_LOST, dl.clone(), ev.lost);
+        }
         if let Some(list) = &r.clients {
             for (n, c) in list.iter().enumerate() {
                 let name = r

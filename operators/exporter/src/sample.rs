@@ -22,6 +22,9 @@ pub struct Reading {
     /// GET_SENSORS (ABI 1.5); `None` when the driver lacks `SENSORS` or the call failed: the
     /// device then has no sensor series (absent, not 0).
     pub sensors: Option<DeviceSensors>,
+    /// READ_EVENTS (ABI 1.5), the whole log; `None` when the driver lacks `DEVICE_EVENTS` or
+    /// the call failed: the device then has no event-log series.
+    pub events: Option<davinci_shim::EventBatch>,
     /// Calls after GET_INFO that failed; the device is still up.
     pub problems: Vec<String>,
     /// What the scrape derived from this reading and the earlier ones
@@ -162,6 +165,9 @@ pub struct Derived {
     pub groups: Vec<Group>,
     /// The process name of each client of the reading (same order as `clients`).
     pub names: Vec<String>,
+    /// What the exporter has counted of the device's event log, this reading included
+    /// (`crate::events`); `None` without a READ_EVENTS answer.
+    pub events: Option<crate::events::EventCounts>,
 }
 
 /// A container that holds (an ID of) a device.

@@ -22,6 +22,8 @@
 //!   `comm`, the name is the basename of `argv[0]` (`/proc/PID/cmdline`) when it starts
 //!   with `comm` (the part the kernel cut); else `comm`. A client's name is resolved once,
 //!   when it is first seen, so its group does not change while it lives.
+//! * **Event logs.** Per device, the place in its event log and the events counted per code
+//!   (`crate::events`), kept across the device's restarts.
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -62,6 +64,9 @@ struct DeviceMemory {
 #[derive(Debug, Default)]
 pub struct History {
     devices: HashMap<String, DeviceMemory>,
+    /// The event logs' counts, per device path (apart from [`DeviceMemory`], which a device
+    /// restart clears: these go on growing).
+    logs: HashMap<String, crate::events::LogMemory>,
     scrape: u64,
 }
 
@@ -132,7 +137,14 @@ impl History {
         let scrape = self.scrape;
         let paths: HashSet<&str> = samples.iter().map(|s| s.path.as_str()).collect();
         self.devices.retain(|p, _| paths.contains(p.as_str()));
+        self.logs.retain(|p, _| paths.contains(p.as_str()));
         for s in samples.iter_mut() {
+            if let Ok(r) = &mut s.outcome {
+                if let Some(batch) = &r.events {
+                    let log = self.logs.entry(s.path.clone()).or_default();
+                    r.derived.events = Some(log.take(batch));
+                }
+            }
             let Ok(r) = &mut s.outcome else {
                 // Down this scrape: keep the memory (it may come back with the same clients),
                 // and the labels its series had.

@@ -113,6 +113,10 @@ families! {
         "Energy the device used since it started (GET_SENSORS)");
     THROTTLED = ("davinci_device_throttled", Gauge, "device, uuid, model, reason",
         "1 if the device is slowed down now for this reason (thermal: the die reached the slowdown temperature; power: the power drawn reached the cap), 0 if not (GET_SENSORS)");
+    LOG_EVENTS = ("davinci_device_log_events_total", Counter, "device, uuid, model, code, name",
+        "Events of the device's event log (READ_EVENTS, ABI 1.5) by code (name: stream_stopped, hung_task, device_reset, device_started, quota_storm, import_revoked, injected_fault; unknown for a newer driver's), counted by this exporter: the events the log held at its first read, then each new one once, across device restarts; every known code always, 0 when never seen. An exporter that is not an admin of the device counts only the device's own events and its user's");
+    LOG_LOST = ("davinci_device_log_events_lost_total", Counter, DEV,
+        "Events the device's event log dropped (it keeps the last 256) before this exporter read them");
     C_INFO = ("davinci_client_info", Gauge, "device, uuid, model, container_id, process, client_id, pid, uid",
         "One attached client: its driver client id, pid and uid, and the group (container_id, process) whose davinci_client_* series count it; always 1");
     C_PROCESSES = ("davinci_client_processes", Gauge, CLIENT,

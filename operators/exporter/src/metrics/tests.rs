@@ -97,6 +97,19 @@ fn samples(counters: bool) -> Vec<Sample> {
             energy_mj: 1_234_567,
             ..Default::default()
         });
+        // The log: 0..3 dropped, then a reset and two hung tasks.
+        let ev = |seq, code| davinci_uapi::DeviceEvent {
+            seq,
+            code,
+            time_ns: seq,
+            ..Default::default()
+        };
+        r.events = Some(davinci_shim::EventBatch {
+            events: vec![ev(3, 3), ev(4, 2), ev(5, 2)],
+            cursor: 6,
+            lost: 3,
+            now_ns: 10,
+        });
     } else {
         // A 1.2 driver: no GET_COUNTERS, no GET_IDENTITY.
         r.info.abi_minor = 2;
@@ -197,6 +210,10 @@ fn every_family_has_help_and_type_and_the_values_read() {
             "davinci_client_info{{{d0},container_id=\"abc123\",process=\"trainer \\\"x\\\"\",\
              client_id=\"2\",pid=\"102\",uid=\"1000\"}} 1"
         ),
+        format!("davinci_device_log_events_total{{{d0},code=\"2\",name=\"hung_task\"}} 2"),
+        format!("davinci_device_log_events_total{{{d0},code=\"3\",name=\"device_reset\"}} 1"),
+        format!("davinci_device_log_events_total{{{d0},code=\"6\",name=\"import_revoked\"}} 0"),
+        format!("davinci_device_log_events_lost_total{{{d0}}} 3"),
         "davinci_exporter_scrape_duration_seconds 1.5".to_string(),
         "davinci_exporter_scrapes_total 3".to_string(),
         "davinci_exporter_devices 2".to_string(),
