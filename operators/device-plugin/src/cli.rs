@@ -23,6 +23,16 @@ that has devices (as davinci-smi finds them). Without --device the search is rep
 health check, so devices that appear later are added. A device that stops answering is
 advertised as Unhealthy, and Healthy again when it answers.
 
+Health by device events (ABI 1.5): each health check reads the device's event log
+(`davinci-smi events` shows it); an event of a code --unhealthy-codes names (hung_task by
+default) makes the device Unhealthy, the event in words as the reason, until the device is
+reset or restarted (a device_reset or device_started event, or a new log) or --unhealthy-hold
+has passed since the event. The first check takes every event the log holds, so a restarted
+plugin still sees a hung task within its hold. Codes: stream_stopped (1), hung_task (2),
+device_reset (3), device_started (4), quota_storm (5), import_revoked (6), injected_fault
+(7), or a number; `none` turns it off. Run the plugin as an admin of the devices: anyone
+else sees only the device's own events and its user's.
+
 IDs: a device in exclusive mode is advertised once, a device in shared mode as --replicas
 IDs, so that many containers can be given it. They are named after the device's UUID
 (GET_IDENTITY, ABI 1.4): UUID::0 when exclusive, UUID::0 .. UUID::<R-1> when shared, so an ID
@@ -90,6 +100,15 @@ pub struct Cli {
     /// A device that does not answer a health check within this time is unhealthy
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
     pub probe_timeout: Duration,
+
+    /// Device event codes that make a device Unhealthy: names or numbers, comma-separated,
+    /// or `none`
+    #[arg(long, value_name = "CODES", default_value = "hung_task", value_parser = parse_codes)]
+    pub unhealthy_codes: EventCodes,
+
+    /// How long a device stays Unhealthy after such an event, unless reset first
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_hold)]
+    pub unhealthy_hold: Duration,
 
     /// How often the kubelet socket is checked for a kubelet restart
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_timeout)]
@@ -172,6 +191,18 @@ fn parse_socket_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// `--unhealthy-codes`: the device event codes named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventCodes(pub Vec<u32>);
+
+fn parse_codes(s: &str) -> Result<EventCodes, String> {
+    davinci_ops::events::parse_code_list(s).map(EventCodes)
+}
+
+fn parse_hold(s: &str) -> Result<Duration, String> {
+    parse_duration_between(s, Duration::from_secs(1), Duration::from_secs(7 * 86_400))
+}
+
 fn parse_interval(s: &str) -> Result<Duration, String> {
     parse_duration_between(s, Duration::from_millis(10), Duration::from_secs(3600))
 }
@@ -219,6 +250,16 @@ mod tests {
         assert_eq!(c.kubelet_dir, PathBuf::from(DEFAULT_KUBELET_DIR));
         assert_eq!(c.replicas, 4);
         assert_eq!(c.health_interval, Duration::from_secs(5));
+        assert_eq!(c.unhealthy_codes, EventCodes(vec![2]));
+        assert_eq!(c.unhealthy_hold, Duration::from_secs(300));
+        let c = Cli::try_parse_from(["p", "--unhealthy-codes", "HUNG_TASK,1,9"]).unwrap();
+        assert_eq!(c.unhealthy_codes, EventCodes(vec![2, 1, 9]));
+        let c = Cli::try_parse_from(["p", "--unhealthy-codes", "none"]).unwrap();
+        assert_eq!(c.unhealthy_codes, EventCodes(vec![]));
+        let e = Cli::try_parse_from(["p", "--unhealthy-codes", "hang"]).unwrap_err();
+        assert!(e.to_string().contains("not an event code"), "{e}");
+        assert!(Cli::try_parse_from(["p", "--unhealthy-hold", "0s"]).is_err());
+        assert!(Cli::try_parse_from(["p", "--unhealthy-hold", "8d"]).is_err());
         assert!(Cli::try_parse_from(["p", "--replicas", "0"]).is_err());
         assert!(Cli::try_parse_from(["p", "--replicas", "257"]).is_err());
         assert!(Cli::try_parse_from(["p", "--json"]).is_err());

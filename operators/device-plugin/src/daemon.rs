@@ -1,9 +1,10 @@
 //! The daemon: the first health checks, then the health loop ([`health`]) beside the
 //! DevicePlugin server ([`service`]) and its registration with the kubelet, again after each
 //! kubelet restart ([`registration`]), until SIGTERM or SIGINT. What the tasks share is in
-//! [`state`].
+//! [`state`]; health by the devices' event logs in [`events`].
 #![forbid(unsafe_code)]
 
+mod events;
 mod health;
 mod registration;
 mod service;
@@ -21,6 +22,7 @@ use crate::exit::Failure;
 use crate::inventory::Inventory;
 use crate::status::Registration;
 
+pub use events::EventPolicy;
 pub(crate) use health::check_all;
 use health::health_round;
 use registration::kubelet_loop;
@@ -54,8 +56,8 @@ pub async fn run(cfg: Config, inv: Inventory) -> Result<(), Failure> {
     });
 
     // The first checks before anything is advertised.
-    let mut inflight = HashMap::new();
-    health_round(&shared, &mut inflight).await;
+    let mut checks = HashMap::new();
+    health_round(&shared, &mut checks).await;
     shared.write_status();
     {
         let inv = lock(&shared.inv);
@@ -76,7 +78,7 @@ pub async fn run(cfg: Config, inv: Inventory) -> Result<(), Failure> {
             tick.tick().await;
             loop {
                 tick.tick().await;
-                health_round(&shared, &mut inflight).await;
+                health_round(&shared, &mut checks).await;
             }
         })
     };

@@ -68,6 +68,32 @@ pub struct Probe {
     pub numa_node: Option<i64>,
 }
 
+/// Why a health check found a device unhealthy, and what it read of it if it answered (a
+/// device that answers but is unfit: a health word, its temperature, a device event), so
+/// that its IDs are named and counted as when healthy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfit {
+    /// What the check read, if the device answered.
+    pub probe: Option<Probe>,
+    /// Why it is unhealthy.
+    pub reason: String,
+}
+
+impl From<String> for Unfit {
+    fn from(reason: String) -> Unfit {
+        Unfit {
+            probe: None,
+            reason,
+        }
+    }
+}
+
+impl From<&str> for Unfit {
+    fn from(reason: &str) -> Unfit {
+        Unfit::from(reason.to_string())
+    }
+}
+
 /// One known device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceState {
@@ -299,47 +325,56 @@ impl Inventory {
     }
 
     /// Takes in the result of a health check of device `index`.
-    pub fn checked(&mut self, index: u32, result: Result<Probe, String>) -> Vec<Change> {
-        let replicas = self.replicas;
+    pub fn checked(&mut self, index: u32, result: Result<Probe, Unfit>) -> Vec<Change> {
+        let (replicas, scheme) = (self.replicas, self.scheme);
         let Some(d) = self.devices.get_mut(&index) else {
             return Vec::new();
         };
         let mut changes = Vec::new();
+        // What the device said of itself, healthy or not.
+        let probe = match &result {
+            Ok(p) => Some(*p),
+            Err(u) => u.probe,
+        };
+        d.clients = probe.map(|p| p.clients);
+        if let Some(p) = probe {
+            d.numa_node = p.numa_node;
+            if p.uuid.is_some() && scheme == IdScheme::Uuid {
+                d.uuid = p.uuid;
+            }
+            if d.mode != Some(p.mode) {
+                let before = d.ids(replicas);
+                d.mode = Some(p.mode);
+                let after = d.ids(replicas);
+                if before != after {
+                    changes.push(Change::Mode {
+                        name: d.name(),
+                        mode: p.mode,
+                        ids: after.len() as u32,
+                    });
+                }
+            }
+        }
         match result {
-            Ok(p) => {
+            Ok(_) => {
                 if !d.healthy {
-                    changes.push(Change::Healthy { name: d.name() });
+                    changes.insert(0, Change::Healthy { name: d.name() });
                 }
                 d.healthy = true;
                 d.reason = None;
-                d.clients = Some(p.clients);
-                d.numa_node = p.numa_node;
-                if p.uuid.is_some() && self.scheme == IdScheme::Uuid {
-                    d.uuid = p.uuid;
-                }
-                if d.mode != Some(p.mode) {
-                    let before = d.ids(replicas);
-                    d.mode = Some(p.mode);
-                    let after = d.ids(replicas);
-                    if before != after {
-                        changes.push(Change::Mode {
-                            name: d.name(),
-                            mode: p.mode,
-                            ids: after.len() as u32,
-                        });
-                    }
-                }
             }
-            Err(reason) => {
+            Err(Unfit { reason, .. }) => {
                 if d.healthy || d.reason.as_deref() != Some(reason.as_str()) {
-                    changes.push(Change::Unhealthy {
-                        name: d.name(),
-                        reason: reason.clone(),
-                    });
+                    changes.insert(
+                        0,
+                        Change::Unhealthy {
+                            name: d.name(),
+                            reason: reason.clone(),
+                        },
+                    );
                 }
                 d.healthy = false;
                 d.reason = Some(reason);
-                d.clients = None;
             }
         }
         changes

@@ -172,10 +172,12 @@ async fn run(cli: Cli) -> i32 {
         } else {
             daemon::Source::Fixed
         },
+        events: policy(&cli),
     };
     tracing::info!(
         "davinci-device-plugin {}: resource {}, kubelet directory {}, {} device{} ({}), \
-         {} replicas per shared device, health checks every {}ms",
+         {} replicas per shared device, health checks every {}ms, unhealthy on device events \
+         {} for {}",
         env!("CARGO_PKG_VERSION"),
         cfg.resource,
         cfg.kubelet_dir.display(),
@@ -186,7 +188,9 @@ async fn run(cli: Cli) -> i32 {
             .collect::<Vec<_>>()
             .join(", "),
         inv.replicas(),
-        cfg.health_interval.as_millis()
+        cfg.health_interval.as_millis(),
+        cfg.events.names(),
+        davinci_units::format_duration(cfg.events.hold)
     );
     match daemon::run(cfg, inv).await {
         Ok(()) => {
@@ -217,11 +221,20 @@ fn check_kubelet_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Which device events make a device unhealthy.
+fn policy(cli: &Cli) -> daemon::EventPolicy {
+    daemon::EventPolicy {
+        codes: cli.unhealthy_codes.0.clone(),
+        hold: cli.unhealthy_hold,
+    }
+}
+
 /// `--list`: one round of checks, then the devices and their IDs on stdout.
 async fn list(cli: &Cli, mut inv: inventory::Inventory) -> i32 {
     let paths: Vec<(u32, String)> = inv.devices().map(|d| (d.index, d.path.clone())).collect();
-    let mut inflight = std::collections::HashMap::new();
-    for (index, r) in daemon::check_all(paths, cli.probe_timeout, &mut inflight).await {
+    let mut devices = std::collections::HashMap::new();
+    let policy = policy(cli);
+    for (index, r) in daemon::check_all(paths, cli.probe_timeout, &policy, &mut devices).await {
         inv.checked(index, r);
     }
     let report = status::report(&cli.resource, &inv, None, None);

@@ -6,19 +6,29 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing::{info, warn};
 
+use super::events::{EventPolicy, EventWatch};
 use super::state::{lock, Shared, Source};
-use crate::inventory::{Change, Probe};
+use crate::inventory::{Change, Probe, Unfit};
+
+/// What the checks of one device keep between rounds: whether one is in flight, and its
+/// place in the device's event log.
+#[derive(Default)]
+pub(crate) struct DeviceChecks {
+    inflight: Arc<AtomicBool>,
+    events: Arc<Mutex<EventWatch>>,
+}
 
 /// Checks one device: a control open, GET_INFO and (ABI 1.4) GET_IDENTITY: its UUID names
-/// its IDs, its NUMA node (else sysfs's) is its topology.
-fn check(path: &str) -> Result<Probe, String> {
-    let ctl = davinci_shim::Control::open(path).map_err(|e| e.to_string())?;
-    let info = ctl.info().map_err(|e| e.to_string())?;
+/// its IDs, its NUMA node (else sysfs's) is its topology; then whether it is fit for work
+/// ([`fitness`]). A device that answers but is unfit is unhealthy with what it said.
+fn check(path: &str, policy: &EventPolicy, watch: &Mutex<EventWatch>) -> Result<Probe, Unfit> {
+    let ctl = davinci_shim::Control::open(path).map_err(|e| Unfit::from(e.to_string()))?;
+    let info = ctl.info().map_err(|e| Unfit::from(e.to_string()))?;
     let mode = davinci_uapi::ShareMode::from_u32(info.share_mode)
         .ok_or_else(|| format!("GET_INFO: unknown share mode {}", info.share_mode))?;
     let identity = if info.features.contains(davinci_uapi::Features::IDENTITY) {
@@ -26,6 +36,30 @@ fn check(path: &str) -> Result<Probe, String> {
     } else {
         None
     };
+    let numa_node = identity
+        .and_then(|i| (i.numa_node >= 0).then_some(i64::from(i.numa_node)))
+        .or_else(|| crate::topology::numa_node(path));
+    let probe = Probe {
+        mode,
+        clients: info.clients,
+        uuid: identity.map(|i| i.uuid).filter(|u| *u != [0; 16]),
+        numa_node,
+    };
+    fitness(&ctl, &info, policy, watch).map_err(|reason| Unfit {
+        probe: Some(probe),
+        reason,
+    })?;
+    Ok(probe)
+}
+
+/// Whether a device that answered is fit for work: its health word and sensors
+/// ([`verdict`]; ABI 1.3 and 1.5), and the events of its log (ABI 1.5) `policy` names.
+fn fitness(
+    ctl: &davinci_shim::Control,
+    info: &davinci_uapi::DeviceInfo,
+    policy: &EventPolicy,
+    watch: &Mutex<EventWatch>,
+) -> Result<(), String> {
     if info.features.contains(davinci_uapi::Features::COUNTERS) {
         let counters = ctl.counters().map_err(|e| e.to_string())?;
         let sensors = if info.features.contains(davinci_uapi::Features::SENSORS) {
@@ -35,15 +69,15 @@ fn check(path: &str) -> Result<Probe, String> {
         };
         verdict(Some(&counters), sensors.as_ref())?;
     }
-    let numa_node = identity
-        .and_then(|i| (i.numa_node >= 0).then_some(i64::from(i.numa_node)))
-        .or_else(|| crate::topology::numa_node(path));
-    Ok(Probe {
-        mode,
-        clients: info.clients,
-        uuid: identity.map(|i| i.uuid).filter(|u| *u != [0; 16]),
-        numa_node,
-    })
+    if !policy.codes.is_empty()
+        && info
+            .features
+            .contains(davinci_uapi::Features::DEVICE_EVENTS)
+    {
+        let batch = ctl.read_events(0).map_err(|e| e.to_string())?;
+        lock(watch).verdict(policy, &batch)?;
+    }
+    Ok(())
 }
 
 /// Whether a device that answers is fit for new work: not while it reports an error that
@@ -84,26 +118,28 @@ impl Drop for InFlight {
 pub(crate) async fn check_all(
     paths: Vec<(u32, String)>,
     timeout: Duration,
-    inflight: &mut HashMap<u32, Arc<AtomicBool>>,
-) -> Vec<(u32, Result<Probe, String>)> {
+    policy: &EventPolicy,
+    devices: &mut HashMap<u32, DeviceChecks>,
+) -> Vec<(u32, Result<Probe, Unfit>)> {
     let mut out = Vec::new();
     let mut pending = Vec::new();
     for (index, path) in paths {
-        let flag = Arc::clone(inflight.entry(index).or_default());
+        let d = devices.entry(index).or_default();
+        let (flag, watch) = (Arc::clone(&d.inflight), Arc::clone(&d.events));
         if flag.swap(true, Ordering::SeqCst) {
             out.push((
                 index,
-                Err(
-                    "the previous health check has not returned (the device does not answer)"
-                        .to_string(),
-                ),
+                Err(Unfit::from(
+                    "the previous health check has not returned (the device does not answer)",
+                )),
             ));
             continue;
         }
         let guard = InFlight(flag);
+        let policy = policy.clone();
         let handle = tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            check(&path)
+            check(&path, &policy, &watch)
         });
         pending.push((index, handle));
     }
@@ -111,11 +147,11 @@ pub(crate) async fn check_all(
     for (index, handle) in pending {
         let r = match tokio::time::timeout_at(deadline, handle).await {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => Err(format!("the health check failed: {e}")),
-            Err(_) => Err(format!(
+            Ok(Err(e)) => Err(Unfit::from(format!("the health check failed: {e}"))),
+            Err(_) => Err(Unfit::from(format!(
                 "no answer to the health check within {}ms",
                 timeout.as_millis()
-            )),
+            ))),
         };
         out.push((index, r));
     }
@@ -155,10 +191,7 @@ fn log_changes(changes: &[Change]) {
 }
 
 /// One round: the search (unless fixed), the checks, the list.
-pub(super) async fn health_round(
-    shared: &Arc<Shared>,
-    inflight: &mut HashMap<u32, Arc<AtomicBool>>,
-) {
+pub(super) async fn health_round(shared: &Arc<Shared>, devices: &mut HashMap<u32, DeviceChecks>) {
     let mut changes = Vec::new();
     if let Source::Search(dir) = &shared.cfg.source {
         let found = search(dir.as_deref());
@@ -168,7 +201,7 @@ pub(super) async fn health_round(
         .devices()
         .map(|d| (d.index, d.path.clone()))
         .collect();
-    let results = check_all(paths, shared.cfg.probe_timeout, inflight).await;
+    let results = check_all(paths, shared.cfg.probe_timeout, &shared.cfg.events, devices).await;
     {
         let mut inv = lock(&shared.inv);
         for (index, r) in results {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::warn;
 
+use super::events::EventPolicy;
 use crate::alloc::{AllocOptions, Allocations};
 use crate::api;
 use crate::inventory::Inventory;
@@ -49,6 +50,8 @@ pub struct Config {
     pub status_file: Option<PathBuf>,
     /// Where devices come from after the start.
     pub source: Source,
+    /// Which device events make a device unhealthy (`--unhealthy-codes`, `--unhealthy-hold`).
+    pub events: EventPolicy,
 }
 
 impl Config {

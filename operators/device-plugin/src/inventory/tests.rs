@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn shared(clients: u32) -> Result<Probe, String> {
+fn shared(clients: u32) -> Result<Probe, Unfit> {
     Ok(Probe {
         mode: ShareMode::Shared,
         clients,
@@ -12,7 +12,7 @@ fn shared(clients: u32) -> Result<Probe, String> {
     })
 }
 
-fn exclusive() -> Result<Probe, String> {
+fn exclusive() -> Result<Probe, Unfit> {
     Ok(Probe {
         mode: ShareMode::Exclusive,
         clients: 0,
@@ -252,4 +252,67 @@ fn ids_are_named_after_the_devices_uuid_and_survive_mode_and_index_changes() {
     moved.checked(5, probe(ShareMode::Shared));
     assert_eq!(ids(&moved), ids(&inv));
     assert_eq!(moved.resolve(&format!("{text}::1")).unwrap().1.index, 5);
+}
+
+/// A device that answers but is unfit (a health word, its temperature, a device event) is
+/// Unhealthy with the reason, and still named and counted by what it said: its UUID's IDs,
+/// as many as its mode gives, so nothing is renamed when it becomes healthy again.
+#[test]
+fn an_unfit_device_that_answered_keeps_its_ids() {
+    let uuid = [0x22u8; 16];
+    let text = davinci_uapi::uuid_text(&uuid).as_str().to_string();
+    let probe = Probe {
+        mode: ShareMode::Shared,
+        clients: 1,
+        numa_node: Some(0),
+        uuid: Some(uuid),
+    };
+    let mut inv = Inventory::new(2);
+    inv.discovered(&[(0, "mock:/s/davinci0.sock".into())]);
+    let reason = "device event hung_task (seq 2): stream 0x1 holds a task";
+    let c = inv.checked(
+        0,
+        Err(Unfit {
+            probe: Some(probe),
+            reason: reason.into(),
+        }),
+    );
+    assert_eq!(
+        c[0],
+        Change::Unhealthy {
+            name: "davinci0".into(),
+            reason: reason.into()
+        }
+    );
+    let unhealthy = ids(&inv);
+    assert_eq!(
+        unhealthy,
+        [
+            (format!("{text}::0"), UNHEALTHY.to_string()),
+            (format!("{text}::1"), UNHEALTHY.to_string())
+        ]
+    );
+    let d = inv.devices().next().unwrap();
+    assert_eq!(
+        (d.reason.as_deref(), d.clients, d.numa_node),
+        (Some(reason), Some(1), Some(0))
+    );
+    // The same reason again: no change to log.
+    let again = Unfit {
+        probe: Some(probe),
+        reason: reason.into(),
+    };
+    assert!(inv.checked(0, Err(again)).is_empty());
+    // Healthy again: the same IDs.
+    assert_eq!(
+        inv.checked(0, Ok(probe)),
+        [Change::Healthy {
+            name: "davinci0".into()
+        }]
+    );
+    let healthy: Vec<String> = ids(&inv).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(
+        healthy,
+        unhealthy.into_iter().map(|(id, _)| id).collect::<Vec<_>>()
+    );
 }
