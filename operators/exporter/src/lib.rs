@@ -1,13 +1,10 @@
 //! `davinci-exporter`: the davinci devices' metrics for Prometheus. It serves `GET /metrics`
 //! over plain HTTP in the Prometheus text format (0.0.4), or OpenMetrics 1.0.0 when the
-//! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each read
-//! discovers the devices as `davinci-smi` does ([`davinci_ops::discover`]) and reads them
-//! afresh through a control open: GET_INFO (memory, sharing), LIST_CLIENTS (per client
-//! memory, tasks, objects, busy time, process and container), from ABI 1.3 GET_COUNTERS
-//! (device-wide task totals, doorbell wake-ups, stream errors; from 1.4 busy time, engines,
-//! health, hung streams), from 1.4 GET_IDENTITY (UUID, model, driver) and from 1.5
-//! GET_SENSORS and READ_EVENTS (the device's event log, counted per code: [`events`]). A
-//! device that cannot be read is `davinci_device_up 0`, not a failed scrape.
+//! scraper's `Accept` header prefers it, encoded by `prometheus-client`. Each read discovers
+//! the devices as `davinci-smi` does ([`davinci_ops::discover`]) and reads them afresh
+//! through a control open: GET_INFO, LIST_CLIENTS, GET_COUNTERS (ABI 1.3; 1.4 more),
+//! GET_IDENTITY (1.4), GET_SENSORS and READ_EVENTS (1.5; the event log counted per code:
+//! [`events`]). A device that cannot be read is `davinci_device_up 0`, not a failed scrape.
 //!
 //! Between scrapes it remembers ([`state`]) each device's busy time, for the utilization
 //! over the interval, and its clients, whose series are per (container, process name)
