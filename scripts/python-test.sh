@@ -9,8 +9,8 @@
 #
 # Needs python3 (3.9 or later) with venv and the Rust toolchain; on Debian, as root, installs
 # python3-venv when it is missing. pip fetches maturin, pytest, pytest-timeout and numpy from
-# PyPI. The native module is built for the venv's interpreter (not abi3: Buffer's buffer
-# protocol).
+# PyPI (and, best effort, perfetto for the timeline test). The native module is built for the
+# venv's interpreter (not abi3: Buffer's buffer protocol).
 #
 # Environment:
 #   CARGO_TARGET_DIR      where cargo builds (and the venv goes: $CARGO_TARGET_DIR/python-venv;
@@ -58,6 +58,24 @@ start=$SECONDS
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./bindings/python
 echo "==> python: built and installed in $((SECONDS - start)) s"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest pytest-timeout numpy
+# Perfetto's trace processor (the `perfetto` package), for the timeline test
+# (tests/tests/trace_workload.rs opens a `davinci-workload --trace` file in it, with this
+# venv's Python): best effort, and when scripts/test.sh passed its test build's list, that
+# test runs again here with it. The package fetches its trace_processor_shell binary on
+# first use; where that cannot be had, the check says why and is skipped.
+if "$VENV/bin/python" -m pip install -q --disable-pip-version-check perfetto 2>"$VENV/perfetto-install.log"; then
+    trace_test=
+    if [ -n "${DAVINCI_TEST_ARTIFACTS:-}" ] && [ -s "$DAVINCI_TEST_ARTIFACTS" ]; then
+        trace_test=$(awk '$1 == "test" && $2 == "trace_workload" { print $3 }' "$DAVINCI_TEST_ARTIFACTS" | tail -n1)
+    fi
+    if [ -n "$trace_test" ] && [ -x "$trace_test" ]; then
+        echo "==> python: the timeline test again, with perfetto's trace processor"
+        (cd tests && "$trace_test" --nocapture)
+    fi
+else
+    echo "==> python: perfetto could not be installed: the timeline test's Perfetto check is skipped"
+    sed 's/^/    /' "$VENV/perfetto-install.log" | tail -n 5
+fi
 # Ray, for davinci.ray's test (a real Ray pipeline): from the registry when it is reachable;
 # else that test is skipped, saying why.
 if "$VENV/bin/python" -m pip install -q --disable-pip-version-check 'ray>=2.60' 2>"$VENV/ray-install.log"; then

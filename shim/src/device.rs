@@ -27,6 +27,8 @@ pub(crate) struct DeviceInner {
     pub(crate) stats: StatsRegistry,
     /// Slots for kernel launches' parameter blocks (`task/params.rs`).
     params: crate::task::params::ParamArena,
+    /// The trace session of this open, if one runs ([`Device::trace`]).
+    pub(crate) trace: crate::trace::Hook,
 }
 
 /// One open of a davinci device, as a client: the handle everything else hangs from.
@@ -232,6 +234,7 @@ impl Device {
                 info,
                 stats: StatsRegistry::default(),
                 params: Default::default(),
+                trace: Default::default(),
             }),
         }
     }
@@ -407,6 +410,7 @@ impl Device {
     /// stopped is `EIO` naming it (its `synchronize` says which task failed and why).
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
         const OP: &str = "Device::synchronize";
+        let _span = crate::trace::span(self, "device synchronize").read_after();
         let until = crate::stream::wait::deadline(timeout);
         for (handle, value) in self.inner.stats.published() {
             let mut a = WaitEventArgs {

@@ -227,6 +227,7 @@ pub(crate) fn sync_value(
     timeout: Duration,
 ) -> Result<()> {
     let t = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+    let _span = crate::trace::wait_event(&ctx.dev, handle, value);
     match wait_value(ctx, handle, op, value, t) {
         Ok(_) => Ok(()),
         Err(e) if e.is(Errno::EAGAIN) => {

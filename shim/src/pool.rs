@@ -339,6 +339,7 @@ impl MemPool {
     /// used before: reused blocks keep old contents, as with any caching allocator).
     pub fn alloc(&self, len: usize) -> Result<PoolBuffer> {
         const OP: &str = "MemPool::alloc";
+        let _span = crate::trace::pool(&self.inner.dev, "pool alloc", len);
         let opts = self.inner.opts;
         if len == 0 {
             return Err(Error::new(Errno::EINVAL, OP, "allocation of 0 bytes"));
@@ -547,6 +548,7 @@ impl DeviceMem for PoolBuffer {
 
 impl Drop for BlockInner {
     fn drop(&mut self) {
+        let _span = crate::trace::pool(&self.pool.dev, "pool free", self.size);
         let leased = self.end_exports();
         let mut s = self.pool.lock();
         if leased {

@@ -73,6 +73,7 @@ fn help_documents_options_exit_statuses_and_environment() {
         "--memory-mib",
         "--timeout-secs",
         "--json",
+        "--trace",
         "DAVINCI_DEVICE",
         "DAVINCI_WORKLOAD_PROGRESS_SECS",
         "Exit status:",
@@ -307,6 +308,41 @@ fn json_failures_print_an_error_object() {
             "{v} / {err}"
         );
     }
+}
+
+#[test]
+fn trace_writes_the_timeline_and_says_where() {
+    let file = std::env::temp_dir().join(format!(
+        "davinci-workload-cli-trace-{}.json",
+        std::process::id()
+    ));
+    let path = file.to_str().unwrap();
+    let (code, out, err) = run(&mut small(&["--json", "--trace", path]));
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let t = &v["trace"];
+    assert_eq!(
+        (&t["file"], &v["options"]["trace"]),
+        (&path.into(), &path.into())
+    );
+    // The 30 tasks and the latency phase's 64 + 10 NOP round trips.
+    assert_eq!(t["device_tasks"], 30 + 64 + 10, "{v}");
+    assert_eq!(
+        (t["lost"].as_u64(), t["dropped"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert!(err.contains(&format!("trace written to {path}")), "{err}");
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(trace["otherData"]["device_tasks"], t["device_tasks"]);
+    assert_eq!(trace["otherData"]["clock_bound_ns"], t["clock_bound_ns"]);
+    std::fs::remove_file(&file).unwrap();
+    // A file that cannot be created fails before the run, as a usage error.
+    let (code, _, err) = run(&mut small(&["--trace", "/nonexistent-dir/trace.json"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--trace /nonexistent-dir/trace.json: cannot create the file"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use super::Stream;
 use crate::completion::Completion;
 use crate::error::Result;
+use crate::trace;
 
 impl Stream {
     /// Takes every published completion off the event ring: into the backlog, or dropped
@@ -41,6 +42,7 @@ impl Stream {
                 }
             }
         });
+        trace::reaped(&self.ctx.dev, n);
         if wake {
             self.wake_device(op)?;
         }
@@ -78,6 +80,7 @@ impl Stream {
             }
             f(c)
         });
+        trace::reaped(&self.ctx.dev, taken);
         if wake {
             // A failed NOTIFY (only for devices without a doorbell) loses nothing: the
             // device's sleep has a timeout, and the next submit or synchronize wakes it too.

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::rings::Wake;
 use crate::stats::Stats;
 use crate::task::Task;
+use crate::trace;
 
 impl Stream {
     /// Submits one task. Returns its [`TaskId`] once it is in the command ring (not when it
@@ -54,6 +55,7 @@ impl Stream {
     /// Submits as many of `tasks` as fit without waiting (in order); returns how many.
     pub fn try_submit_batch(&mut self, tasks: &[Task]) -> Result<usize> {
         const OP: &str = "Stream::try_submit";
+        let mut span = trace::submit(&self.ctx.dev, self.handle, self.rings.tail());
         self.check_error(OP)?;
         self.reap_for(OP, tasks.len())?;
         let leased = tasks.iter().any(Task::has_leases);
@@ -69,6 +71,7 @@ impl Stream {
             self.pending.count(done);
         }
         self.publish(OP, done)?;
+        span.pushed(self.rings.tail(), tasks.iter().map(Task::desc));
         Ok(done)
     }
 
@@ -114,11 +117,13 @@ impl Stream {
     #[allow(unsafe_code)]
     pub unsafe fn try_submit_raw_batch(&mut self, descs: &[TaskDesc]) -> Result<usize> {
         const OP: &str = "Stream::try_submit";
+        let mut span = trace::submit(&self.ctx.dev, self.handle, self.rings.tail());
         self.check_error(OP)?;
         self.reap_for(OP, descs.len())?;
         let n = self.rings.push_slice(descs);
         self.pending.count(n);
         self.publish(OP, n)?;
+        span.pushed(self.rings.tail(), descs.iter());
         Ok(n)
     }
 
@@ -127,6 +132,7 @@ impl Stream {
     /// Returns its id.
     pub fn submit_slow(&mut self, task: &Task) -> Result<TaskId> {
         const OP: &str = "SUBMIT_TASK";
+        let mut span = trace::submit(&self.ctx.dev, self.handle, self.rings.tail());
         self.check_devices(OP, std::slice::from_ref(task))?;
         self.credit_for_one(OP)?;
         let mut a = SubmitTaskArgs {
@@ -136,6 +142,7 @@ impl Stream {
         };
         self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
         self.rings.resync_tail();
+        span.pushed(self.rings.tail(), [task.desc()].into_iter());
         self.note_published();
         Stats::bump(&self.stats.slow_submits, 1);
         Stats::bump(&self.stats.tasks, 1);
@@ -150,6 +157,7 @@ impl Stream {
     #[allow(unsafe_code)]
     pub unsafe fn submit_slow_raw(&mut self, desc: &TaskDesc) -> Result<TaskId> {
         const OP: &str = "SUBMIT_TASK";
+        let mut span = trace::submit(&self.ctx.dev, self.handle, self.rings.tail());
         self.credit_for_one(OP)?;
         let mut a = SubmitTaskArgs {
             stream: self.handle,
@@ -158,6 +166,7 @@ impl Stream {
         };
         self.ctx.dev.call(OP, DRIVER_CMD_SUBMIT_TASK, &mut a)?;
         self.rings.resync_tail();
+        span.pushed(self.rings.tail(), [desc].into_iter());
         self.note_published();
         Stats::bump(&self.stats.slow_submits, 1);
         Stats::bump(&self.stats.tasks, 1);
@@ -190,8 +199,21 @@ impl Stream {
 
     /// Pushes the descriptors of `items` (`desc` finds each one's) straight into the ring,
     /// noting each run pushed with `keep`, publishing per ring-full and waiting for room in
-    /// between.
+    /// between. A host span of the trace, if one runs.
     fn submit_with<S>(
+        &mut self,
+        op: &'static str,
+        items: &[S],
+        desc: impl Fn(&S) -> &TaskDesc,
+        keep: impl FnMut(&mut Pending, &[S]),
+    ) -> Result<TaskId> {
+        let mut span = trace::submit(&self.ctx.dev, self.handle, self.rings.tail());
+        let r = self.push_all(op, items, &desc, keep);
+        span.pushed(self.rings.tail(), items.iter().map(desc));
+        r
+    }
+
+    fn push_all<S>(
         &mut self,
         op: &'static str,
         items: &[S],

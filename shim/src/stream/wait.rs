@@ -11,6 +11,7 @@ use davinci_uapi::*;
 
 use super::Stream;
 use crate::error::{Error, Result};
+use crate::trace;
 
 /// A device drains a full ring of short tasks well within it.
 pub const SPIN_LIMIT: Duration = Duration::from_micros(200);
@@ -107,6 +108,7 @@ impl Stream {
         const OP: &str = "Stream::synchronize";
         let until = deadline(timeout);
         let target = self.rings.tail();
+        let _span = trace::synchronize(&self.ctx.dev, self.handle, target);
         loop {
             let head = self.rings.head();
             let entries = self.rings.event_entries();

@@ -88,6 +88,11 @@ pub(crate) struct Args {
     /// Print the results (or the error) as one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Write the run's timeline to FILE as Chrome trace-event JSON (open it in
+    /// ui.perfetto.dev or chrome://tracing): the device's tasks per stream beside the
+    /// library's host spans, on one clock, with arrows from event records to their waits.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) trace: Option<std::path::PathBuf>,
 }
 
 /// Where the device path came from.
@@ -116,6 +121,8 @@ pub(crate) struct UsedOptions {
     /// `None` for a device other than the embedded one (the option does not apply).
     pub(crate) memory_mib: Option<u64>,
     pub(crate) timeout_secs: u64,
+    /// `--trace`.
+    pub(crate) trace: Option<std::path::PathBuf>,
 }
 
 /// `--device`, else `DAVINCI_DEVICE` (set and not empty), else "embedded".
@@ -142,6 +149,7 @@ pub(crate) fn used_options(args: &Args, env_device: Option<String>) -> UsedOptio
         latency_samples: args.latency_samples,
         memory_mib: embedded.then(|| args.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB)),
         timeout_secs: args.timeout_secs,
+        trace: args.trace.clone(),
     }
 }
 

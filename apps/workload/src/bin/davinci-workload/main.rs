@@ -8,8 +8,9 @@
 //!
 //! The workload itself is the library's ([`davinci_workload::run`]); this binary is its
 //! command line: the options (`cli.rs`), the device check before a run (`device_check.rs`),
-//! progress on stderr (`progress.rs`), the failures and their exit statuses (`failure.rs`)
-//! and what it prints (`output.rs`). This file runs them in order.
+//! progress on stderr (`progress.rs`), the failures and their exit statuses (`failure.rs`),
+//! what it prints (`output.rs`) and `--trace FILE`, the run's timeline as Chrome trace-event
+//! JSON for the Perfetto UI (`trace.rs`). This file runs them in order.
 #![deny(unsafe_code)]
 
 mod cli;
@@ -17,6 +18,7 @@ mod device_check;
 mod failure;
 mod output;
 mod progress;
+mod trace;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -98,13 +100,13 @@ fn node_device() -> Option<String> {
     davinci_shim::node_device().map(|p| p.to_string())
 }
 
-/// Everything up to the report.
+/// Everything up to the report (and the trace's summary, with `--trace`).
 fn run(
     args: &Args,
     options: &UsedOptions,
     stop: &AtomicBool,
     warnings: &mut Vec<String>,
-) -> Result<Report, Failure> {
+) -> Result<(Report, Option<trace::TraceSummary>), Failure> {
     let device = &options.device;
     if options.device_from == DeviceFrom::Default {
         if let Some(found) = node_device() {
@@ -174,10 +176,17 @@ fn run(
     }
     .map_err(|e| Failure::open(&e))?;
     check_device(&cfg, &dev, options.memory_mib)?;
+    let session = match &args.trace {
+        Some(path) => Some((trace::start(&dev, path)?, path)),
+        None => None,
+    };
     let mut view = ProgressView::new(std::io::stderr().is_terminal(), interval);
     let result = workload::run_until(&dev, &cfg, stop, |p| view.update(p));
     view.finish();
-    result.map_err(|e| Failure::run(&e))
+    // The trace is written also when the run failed: it shows where.
+    let traced = session.map(|(s, path)| trace::finish(s, path, &mut warn));
+    let report = result.map_err(|e| Failure::run(&e))?;
+    Ok((report, traced.transpose()?))
 }
 
 fn main() -> ExitCode {
@@ -216,14 +225,14 @@ fn main() -> ExitCode {
         warnings.push(w);
     }
     let options = used_options(&args, device_path_from_env());
-    let report = match run(&args, &options, &stop, &mut warnings) {
+    let (report, traced) = match run(&args, &options, &stop, &mut warnings) {
         Ok(r) => r,
         Err(f) => return fail(&f, args.json, Some(&options)),
     };
     if args.json {
-        print_json_report(&report, &options, &warnings);
+        print_json_report(&report, &options, &warnings, traced.as_ref());
     } else {
-        print_human(&report);
+        print_human(&report, traced.as_ref());
     }
     if report.mismatches > 0 {
         eprintln!(

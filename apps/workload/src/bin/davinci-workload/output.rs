@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::cli::UsedOptions;
 use crate::failure::{Failure, Kind};
+use crate::trace::TraceSummary;
 
 /// The `schema` of every JSON object this program prints (reports and errors).
 const SCHEMA: &str = "davinci-workload/v1";
@@ -36,6 +37,8 @@ struct JsonReport<'a> {
     report: &'a Report,
     options: &'a UsedOptions,
     warnings: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace: Option<&'a TraceSummary>,
 }
 
 fn print_json(value: &impl Serialize) {
@@ -70,17 +73,24 @@ pub(crate) fn fail(f: &Failure, json: bool, options: Option<&UsedOptions>) -> Ex
     ExitCode::from(f.kind.exit_code())
 }
 
-/// Prints the report as JSON on stdout, with the options and warnings of the run.
-pub(crate) fn print_json_report(report: &Report, options: &UsedOptions, warnings: &[String]) {
+/// Prints the report as JSON on stdout, with the options and warnings of the run (and
+/// what its `--trace` file holds).
+pub(crate) fn print_json_report(
+    report: &Report,
+    options: &UsedOptions,
+    warnings: &[String],
+    trace: Option<&TraceSummary>,
+) {
     print_json(&JsonReport {
         schema: SCHEMA,
         report,
         options,
         warnings,
+        trace,
     });
 }
 
-pub(crate) fn print_human(r: &Report) {
+pub(crate) fn print_human(r: &Report, trace: Option<&TraceSummary>) {
     println!("device:        {}", r.device);
     println!(
         "workload:      {} tasks in {} rounds over {} streams (batch {}, {} elements/vector)",
@@ -120,6 +130,16 @@ pub(crate) fn print_human(r: &Report) {
     );
     for m in &r.first_mismatches {
         println!("  MISMATCH {m}");
+    }
+    if let Some(t) = trace {
+        println!(
+            "trace:         {} ({} device tasks, {} host spans, {} lost; clock bound {} ns)",
+            t.file.display(),
+            t.device_tasks,
+            t.host_spans,
+            t.lost,
+            t.clock_bound_ns
+        );
     }
     if r.interrupted {
         println!(
