@@ -46,6 +46,19 @@ pub trait DeviceAccess {
             "READ_EVENTS failed: ENOTTY: unknown ioctl command",
         ))
     }
+    /// TRACE, scope DEVICE (ABI 1.5, an admin's): every client's tasks for `duration`
+    /// ([`davinci_shim::Control::trace_device`]); `progress` after each read.
+    fn trace(
+        &self,
+        duration: std::time::Duration,
+        progress: &mut dyn FnMut(std::time::Duration, usize),
+    ) -> Result<davinci_shim::Trace, SmiError> {
+        let _ = (duration, progress);
+        Err(SmiError::new(
+            Errno::ENOTTY,
+            "TRACE failed: ENOTTY: unknown ioctl command",
+        ))
+    }
     /// TENANT_SHARE (ABI 1.5, an admin's): `tenant` (`user:UID` or `container:ID`, the
     /// whole id) read, or with `set` made to count for that many slots. `ENOTTY` where the
     /// device does not have it.
@@ -92,6 +105,13 @@ impl DeviceAccess for davinci_shim::Control {
     }
     fn events(&self) -> Result<davinci_shim::EventBatch, SmiError> {
         Ok(self.read_events(0)?)
+    }
+    fn trace(
+        &self,
+        duration: std::time::Duration,
+        progress: &mut dyn FnMut(std::time::Duration, usize),
+    ) -> Result<davinci_shim::Trace, SmiError> {
+        Ok(self.trace_device(duration, progress)?)
     }
 }
 

@@ -172,6 +172,10 @@ pub(crate) enum Cmd {
     /// time, client and stream; --follow prints new ones as they come
     #[command(after_help = crate::events::after_help())]
     Events(crate::events::EventsArgs),
+    /// Record a timeline of everything one device runs (admin): Chrome trace-event JSON for
+    /// ui.perfetto.dev
+    #[command(after_help = crate::trace::AFTER_HELP)]
+    Trace(crate::trace::TraceArgs),
 }
 
 pub(crate) const CDI_AFTER_HELP: &str = "\

@@ -39,6 +39,7 @@ mod tenants;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 mod top;
+mod trace;
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -129,6 +130,9 @@ pub fn run_with_input(
     }
     if let Some(cli::Cmd::Events(e)) = &cli.cmd {
         return events::run(&cli, e, disc, opener, out, err, sleep);
+    }
+    if let Some(cli::Cmd::Trace(t)) = &cli.cmd {
+        return trace::run(&cli, t, disc, opener, out, err);
     }
     let plan = match Plan::of(&cli) {
         Ok(p) => p,

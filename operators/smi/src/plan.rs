@@ -174,6 +174,7 @@ impl Plan {
             }
             Some(Cmd::Top(_)) => return Err("`top` is not run through a plan".into()),
             Some(Cmd::Events(_)) => return Err("`events` is not run through a plan".into()),
+            Some(Cmd::Trace(_)) => return Err("`trace` is not run through a plan".into()),
             Some(Cmd::Cdi {
                 cmd: CdiCmd::Generate(g),
             }) => (

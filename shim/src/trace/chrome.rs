@@ -248,7 +248,10 @@ pub(super) fn write(t: &Trace, w: impl Write) -> io::Result<()> {
             "thread_name",
             dev_pid,
             tid,
-            json!({"name": format!("stream {stream:#x}")}),
+            json!({"name": match records.first().and_then(|r| t.clients.get(&r.client_id)) {
+                Some(who) => format!("stream {stream:#x} \u{b7} {who}"),
+                None => format!("stream {stream:#x}"),
+            }}),
         )?;
         out.meta("thread_sort_index", dev_pid, tid, json!({"sort_index": n}))?;
         // Stream order: by time taken, a task before its chunks (its first chunk starts

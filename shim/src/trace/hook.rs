@@ -191,9 +191,19 @@ impl Shared {
 
     /// TRACE READ of everything new; one clock sample. Returns the records read.
     pub(crate) fn read(&self, dev: &Device) -> Result<u64> {
+        self.read_from(&*dev.inner.backend, TraceScope::Own)
+    }
+
+    /// [`read`](Self::read) of the buffer of `scope` through `backend` (an admin's control
+    /// open reads the device's).
+    pub(crate) fn read_from(
+        &self,
+        backend: &dyn crate::backend::Backend,
+        scope: TraceScope,
+    ) -> Result<u64> {
         let mut cursor = lock(&self.cursor);
         let before = now_ns();
-        let batch = trace_read(&*dev.inner.backend, TraceScope::Own, *cursor);
+        let batch = trace_read(backend, scope, *cursor);
         let after = now_ns();
         let batch = batch?;
         *cursor = batch.cursor;

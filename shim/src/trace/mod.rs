@@ -45,6 +45,7 @@
 #![forbid(unsafe_code)]
 
 mod chrome;
+mod device_scope;
 pub(crate) mod hook;
 
 use std::collections::BTreeMap;
@@ -256,6 +257,9 @@ pub struct Trace {
     last_read_error: Option<String>,
     started_ns: u64,
     finished_ns: u64,
+    /// Device-scope traces: who each client id is (`client 7 (python3, pid 1234, uid
+    /// 1000)`), for the stream tracks' names.
+    clients: BTreeMap<u32, String>,
 }
 
 impl std::fmt::Debug for Trace {
@@ -275,12 +279,28 @@ impl std::fmt::Debug for Trace {
 
 impl Trace {
     fn new(dev: &Device, st: hook::State, started_ns: u64, finished_ns: u64) -> Trace {
+        Trace::of(
+            dev.to_string(),
+            dev.info().device_id,
+            st,
+            started_ns,
+            finished_ns,
+        )
+    }
+
+    fn of(
+        device: String,
+        device_id: u32,
+        st: hook::State,
+        started_ns: u64,
+        finished_ns: u64,
+    ) -> Trace {
         let program = std::fs::read_to_string("/proc/self/comm")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "host".to_string());
         Trace {
-            device: dev.to_string(),
-            device_id: dev.info().device_id,
+            device,
+            device_id,
             pid: std::process::id(),
             program,
             clock: ClockFit::new(&st),
@@ -296,6 +316,7 @@ impl Trace {
             last_read_error: st.last_read_error,
             started_ns,
             finished_ns,
+            clients: BTreeMap::new(),
         }
     }
 
