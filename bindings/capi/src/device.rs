@@ -34,6 +34,8 @@ pub extern "C" fn davinci_runtime_version() -> u32 {
 /// by `davinci_device_destroy`. Everything made from it keeps the open alive.
 pub struct davinci_device {
     pub(crate) dev: Device,
+    /// The timeline `davinci_trace_start` began, until `davinci_trace_stop`.
+    pub(crate) trace: std::sync::Mutex<Option<davinci_shim::TraceSession>>,
 }
 
 /// A context: groups streams and events (events work between the streams of their own
@@ -75,7 +77,12 @@ pub unsafe extern "C" fn davinci_device_open(
                 .map_err(|e| Fail::from(e).context(format_args!("device {path:?}")))?
         };
         // SAFETY: `out` was checked by Out::new; the caller's contract makes it writable.
-        unsafe { out.set(davinci_device { dev }) };
+        unsafe {
+            out.set(davinci_device {
+                dev,
+                trace: Default::default(),
+            })
+        };
         Ok(())
     })
 }
@@ -100,7 +107,12 @@ pub unsafe extern "C" fn davinci_device_open_index(
         let out = Out::new(out, "out")?;
         let dev = Device::open_index(index as usize)?;
         // SAFETY: `out` was checked by Out::new; the caller's contract makes it writable.
-        unsafe { out.set(davinci_device { dev }) };
+        unsafe {
+            out.set(davinci_device {
+                dev,
+                trace: Default::default(),
+            })
+        };
         Ok(())
     })
 }
@@ -334,7 +346,12 @@ pub unsafe extern "C" fn davinci_device_attach(
         })?;
         let dev = Device::attach(mock)?;
         // SAFETY: checked by Out::new; writable by the caller's contract.
-        unsafe { out.set(davinci_device { dev }) };
+        unsafe {
+            out.set(davinci_device {
+                dev,
+                trace: Default::default(),
+            })
+        };
         Ok(())
     })
 }

@@ -50,6 +50,8 @@ mod event;
 
 mod usage;
 
+mod trace;
+
 mod ccl;
 
 mod ccl_calls;
@@ -68,6 +70,7 @@ pub use lease::*;
 pub use memory::*;
 pub use stream::*;
 pub use task::*;
+pub use trace::*;
 pub use usage::*;
 
 /// Major version of this library (`davinci_runtime_version() >> 16`): changes when a program

@@ -554,6 +554,38 @@ typedef struct davinci_device_usage {
 } davinci_device_usage;
 
 /**
+ * What `davinci_trace_stop` wrote.
+ */
+typedef struct davinci_trace_summary {
+    /**
+     * Tasks the device recorded (a run of NOPs it took together counts each).
+     */
+    uint64_t tasks;
+    /**
+     * Device records (tasks, runs and chunks of long tasks).
+     */
+    uint64_t records;
+    /**
+     * Host spans (submit, synchronize, waits, pool).
+     */
+    uint64_t host_spans;
+    /**
+     * Records the device overwrote before libdavinci read them (its buffer holds 1,024:
+     * libdavinci reads it at every synchronize and wait and every 256 completions; a
+     * program that lets more complete without either calls `davinci_trace_drain`).
+     */
+    uint64_t lost;
+    /**
+     * Records and spans past the session's own bounds, not kept.
+     */
+    uint64_t dropped;
+    /**
+     * How far a device time in the file may be from the host clock, in ns.
+     */
+    uint64_t clock_bound_ns;
+} davinci_trace_summary;
+
+/**
  * What names a communicator to its ranks (`ncclUniqueId`): made once by
  * `davinci_ccl_get_unique_id`, sent to every rank by any channel (as bytes, or as text with
  * `davinci_ccl_unique_id_to_string` / `_parse`).
@@ -1567,6 +1599,45 @@ int davinci_imported_event_value(const struct davinci_imported_event *imp, uint6
  * Threads: any. `dev` a live handle; `out` writable.
  */
 int davinci_device_get_usage(const struct davinci_device *dev, struct davinci_device_usage *out);
+
+/**
+ * Starts a timeline of this open: from now on the device records each task of its streams
+ * and libdavinci each host call, until `davinci_trace_stop`.
+ *
+ * Returns 0; -EBUSY if this open (or another open of its tenant: one trace buffer per
+ * tenant) traces already; -ENOSPC if every trace buffer of the device is taken; -ENOTTY from
+ * a driver before ABI 1.5.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle.
+ */
+int davinci_trace_start(const struct davinci_device *dev);
+
+/**
+ * Reads the device's trace buffer now (libdavinci does at every synchronize and wait and
+ * every 256 completions it reaps).
+ *
+ * Returns 0; -ENOENT if no trace is running.
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle.
+ */
+int davinci_trace_drain(const struct davinci_device *dev);
+
+/**
+ * Stops the timeline and writes it to `path` as Chrome trace-event JSON (replacing a file
+ * there; NULL: nothing is written), and what it holds into `*out` (may be NULL).
+ *
+ * Returns 0; -ENOENT if no trace is running; the file's errno if it cannot be written (the
+ * trace is stopped either way).
+ *
+ * # Safety
+ * Threads: any. `dev` a live handle; `path` NULL or a NUL-terminated string; `out` NULL or
+ * writable.
+ */
+int davinci_trace_stop(const struct davinci_device *dev,
+                       const char *path,
+                       struct davinci_trace_summary *out);
 
 /**
  * A new unique id, from the system's random source (`ncclGetUniqueId`).
