@@ -181,6 +181,6 @@ pub use stats::DeviceStats;
 pub use stream::wait::{SpinWait, SPIN_LIMIT};
 pub use stream::{Stream, StreamOptions, TaskId};
 pub use task::{Element, Region, Task};
-pub use trace::{Trace, TraceSession};
+pub use trace::{Trace, TraceSession, WeakDevice};
 pub use usage::{Held, Own, TenantKind, Usage};
 pub use visible::{visible_devices, ASCEND_VISIBLE_ENV, VISIBLE_ENV};

@@ -42,6 +42,7 @@ from ._errors import (
     TaskError,
 )
 from . import task
+from ._trace import trace
 
 __all__ = [
     "SLICE_SECONDS",
@@ -70,5 +71,6 @@ __all__ = [
     "device_count",
     "errno_name",
     "task",
+    "trace",
     "visible_devices",
 ]

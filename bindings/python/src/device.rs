@@ -74,6 +74,7 @@ impl Device {
                 (dev, path, Some(from))
             }
         };
+        crate::trace::opened(&dev);
         Ok(Device {
             inner: Slot::new(dev),
             spec: path.to_string(),

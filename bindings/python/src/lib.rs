@@ -25,6 +25,7 @@ mod region;
 mod shared_event;
 mod stream;
 mod task;
+mod trace;
 
 /// The native module.
 #[pymodule]
@@ -56,6 +57,8 @@ fn _davinci(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernels::task_norm, m)?)?;
     m.add_function(wrap_pyfunction!(kernels::task_fill_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(device::errno_name, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::_trace_begin, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::_trace_end, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(device::visible_devices, m)?)?;
     Ok(())

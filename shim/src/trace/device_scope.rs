@@ -87,3 +87,22 @@ fn describe(c: &davinci_uapi::ClientUsage) -> String {
     s.push(')');
     s
 }
+
+/// A handle of an open that does not keep it open ([`Device::downgrade`](crate::Device::downgrade)):
+/// what a profiler keeps of the devices a program opened, to trace those still open.
+#[derive(Debug, Clone)]
+pub struct WeakDevice(std::sync::Weak<crate::device::DeviceInner>);
+
+impl WeakDevice {
+    /// The open, if anything still holds it.
+    pub fn upgrade(&self) -> Option<crate::Device> {
+        self.0.upgrade().map(|inner| crate::Device { inner })
+    }
+}
+
+impl crate::Device {
+    /// A [`WeakDevice`] of this open.
+    pub fn downgrade(&self) -> WeakDevice {
+        WeakDevice(std::sync::Arc::downgrade(&self.inner))
+    }
+}

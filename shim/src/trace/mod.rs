@@ -46,6 +46,7 @@
 
 mod chrome;
 mod device_scope;
+pub use device_scope::WeakDevice;
 pub(crate) mod hook;
 
 use std::collections::BTreeMap;
@@ -318,6 +319,11 @@ impl Trace {
             finished_ns,
             clients: BTreeMap::new(),
         }
+    }
+
+    /// The device traced, as its open names itself (`mock:/run/davinci/davinci0.sock`).
+    pub fn device(&self) -> &str {
+        &self.device
     }
 
     /// The device's records (tasks and chunks), in the order it wrote them, on the device
