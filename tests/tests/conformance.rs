@@ -66,6 +66,14 @@ mod identity;
 #[path = "conformance/sensors.rs"]
 mod sensors;
 
+/// The device's event log (issue 46, ABI 1.5 READ_EVENTS): every code a client can cause.
+#[path = "conformance/device_events.rs"]
+mod device_events;
+
+/// Per-task traces (issue 46, ABI 1.5 TRACE): timelines, tenants, overflow.
+#[path = "conformance/traces.rs"]
+mod traces;
+
 /// CUDA/ACL usage patterns: no stream stops on completions nobody reaped (issue 39).
 #[path = "conformance/patterns.rs"]
 mod patterns;
