@@ -51,6 +51,11 @@ mod shared_host;
 #[path = "kernel/engine.rs"]
 mod engine;
 
+/// The device event log and traces through the node (issue 46): injected faults, a reset,
+/// the device's start, entries written to the caller's buffer.
+#[path = "kernel/events.rs"]
+mod events;
+
 /// Exports as file descriptors (issue 42): SCM_RIGHTS, refusals, EMFILE.
 #[path = "kernel/export_fds.rs"]
 mod export_fds;
