@@ -2,8 +2,9 @@
 
 //! The ioctl path: the argument copied in (its size and direction from the request number),
 //! `DeviceCore::ioctl` under the device lock, WAIT_EVENT's sleep with the lock released, and
-//! the results copied out after the lock is dropped (LIST_CLIENTS' entries gathered first,
-//! [`UserOut`]). User memory is only touched through `UserSlice`, never under the device lock.
+//! the results copied out after the lock is dropped (the entries of LIST_CLIENTS,
+//! LIST_KERNELS, TRACE's READ and READ_EVENTS gathered first, [`UserOut`]). User memory is only
+//! touched through `UserSlice`, never under the device lock.
 
 use kernel::ffi::{c_long, c_uint, c_ulong};
 
@@ -14,9 +15,10 @@ use kernel::uaccess::UserSlice;
 use crate::davinci_driver_core::{Error as CoreError, Platform, Reply, UserMem, MAX_CLIENTS};
 use crate::davinci_uapi::ioctl::{ioc_dir, ioc_size, IOC_READ, IOC_WRITE};
 use crate::davinci_uapi::{
-    command_by_request, AllocMemoryArgs, Caller, ClientUsage, Errno, ListClientsArgs,
-    WaitEventArgs, Wire, DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
-    DRIVER_CMD_WAIT_EVENT,
+    command_by_request, AllocMemoryArgs, Caller, ClientUsage, DeviceEvent, Errno, ListClientsArgs,
+    ReadEventsArgs, TraceArgs, TraceRecord, WaitEventArgs, Wire, DEVICE_EVENTS_MAX,
+    DRIVER_CMD_ALLOC_MEMORY, DRIVER_CMD_LIST_CLIENTS, DRIVER_CMD_LIST_KERNELS,
+    DRIVER_CMD_READ_EVENTS, DRIVER_CMD_TRACE, DRIVER_CMD_WAIT_EVENT, TRACE_RECORDS_MAX,
 };
 use crate::device::{errno, Open, Woke};
 use crate::export_fd;
@@ -28,19 +30,12 @@ use crate::worker::serve_kick;
 const WAIT_SLICE_MS: u64 = 1000;
 /// Largest ioctl argument this driver has (the biggest ABI struct is far smaller).
 pub(crate) const MAX_ARG: usize = 256;
-/// Most bytes of LIST_CLIENTS entries kept in kernel memory: one entry of this driver's size
-/// per client. The zeroes that pad a caller's larger entries (up to 4096 bytes each) are
-/// written from a static page, not kept.
-const LIST_DATA_MAX: usize = MAX_CLIENTS * core::mem::size_of::<ClientUsage>();
-/// Most separate pieces LIST_CLIENTS writes: an entry and its padding, per client.
-const LIST_SEGS_MAX: usize = 2 * MAX_CLIENTS;
-/// Highest offset LIST_CLIENTS writes at from the caller's buffer: every client, at the
-/// largest entry size driver-core accepts.
-const LIST_SPAN_MAX: u64 = MAX_CLIENTS as u64 * 4096;
+/// The largest entry size driver-core accepts (`entry_size`: a multiple of 8 up to this).
+const ENTRY_SIZE_MAX: u64 = 4096;
 
 static ZEROS: [u8; 256] = [0; 256];
 
-/// One piece of LIST_CLIENTS' output: `len` bytes at `off` from the caller's buffer, either
+/// One piece of a command's output: `len` bytes at `off` from the caller's buffer, either
 /// kept bytes (from `at` in `UserOut::data`) or zeroes.
 struct Seg {
     off: u64,
@@ -48,14 +43,83 @@ struct Seg {
     at: Option<usize>,
 }
 
-/// LIST_CLIENTS' entries, gathered under the device lock and copied to the caller's buffer
+/// The bounds of what one command writes to its caller's buffer: at most `entries` entries of
+/// this driver's `size` bytes kept, and (padded to the caller's larger entries) at most
+/// `entries * ENTRY_SIZE_MAX` bytes from the buffer's start.
+#[derive(Clone, Copy)]
+struct Bounds {
+    /// The caller's buffer (`buf` of the command's argument); 0: the command writes none.
+    base: u64,
+    entries: usize,
+    size: usize,
+}
+
+impl Bounds {
+    /// For command `cmd` with argument `arg` (already copied in): LIST_CLIENTS and
+    /// LIST_KERNELS (one entry per client at most), TRACE's READ (a trace buffer's records)
+    /// and READ_EVENTS (the event log's). Every other command writes nothing through a
+    /// pointer: any write it attempted would fault.
+    fn of(cmd: u32, arg: &[u8]) -> Bounds {
+        let none = Bounds {
+            base: 0,
+            entries: 0,
+            size: 0,
+        };
+        let (buf, entries, size) = match cmd {
+            // LIST_KERNELS' argument has LIST_CLIENTS' layout (the PCI transport asserts it).
+            DRIVER_CMD_LIST_CLIENTS | DRIVER_CMD_LIST_KERNELS => (
+                ListClientsArgs::from_bytes(arg).map(|a| a.buf),
+                MAX_CLIENTS,
+                core::mem::size_of::<ClientUsage>(),
+            ),
+            DRIVER_CMD_TRACE => (
+                TraceArgs::from_bytes(arg).map(|a| a.buf),
+                TRACE_RECORDS_MAX as usize,
+                TraceRecord::SIZE,
+            ),
+            DRIVER_CMD_READ_EVENTS => (
+                ReadEventsArgs::from_bytes(arg).map(|a| a.buf),
+                DEVICE_EVENTS_MAX as usize,
+                DeviceEvent::SIZE,
+            ),
+            _ => return none,
+        };
+        match buf {
+            Some(base) => Bounds {
+                base,
+                entries,
+                size,
+            },
+            None => none,
+        }
+    }
+
+    /// Most bytes of entries kept in kernel memory: one entry of this driver's size per entry
+    /// (LIST_CLIENTS: about 45 KiB; a trace buffer: 56 KiB). The zeroes that pad a caller's
+    /// larger entries are written from a static page, not kept.
+    fn data_max(&self) -> usize {
+        self.entries * self.size
+    }
+
+    /// Most separate pieces: an entry and its padding, per entry.
+    fn segs_max(&self) -> usize {
+        2 * self.entries
+    }
+
+    /// Highest offset written at from the caller's buffer: every entry, at the largest entry
+    /// size driver-core accepts.
+    fn span_max(&self) -> u64 {
+        self.entries as u64 * ENTRY_SIZE_MAX
+    }
+}
+
+/// A command's entries, gathered under the device lock and copied to the caller's buffer
 /// after it is dropped ([`UserOut::copy_out`]): a copy to user space under the device lock
 /// could fault and take `mmap_lock`, which `mmap` and the fault handler hold while they take
-/// the device lock (lockdep reported that cycle). Kernel memory is bounded by the clients'
-/// entries (`LIST_DATA_MAX`, about 45 KiB), whatever entry size the caller asks for.
+/// the device lock (lockdep reported that cycle). Kernel memory is bounded by the command's
+/// entries ([`Bounds`]), whatever entry size and capacity the caller asks for.
 struct UserOut {
-    /// The caller's buffer (`davinci_list_clients_args.buf`).
-    base: u64,
+    bounds: Bounds,
     segs: KVVec<Seg>,
     data: KVVec<u8>,
 }
@@ -63,14 +127,8 @@ struct UserOut {
 impl UserOut {
     /// For command `cmd` with argument `arg` (already copied in).
     fn new(cmd: u32, arg: &[u8]) -> UserOut {
-        // LIST_KERNELS' argument has LIST_CLIENTS' layout (the PCI transport asserts it).
-        let base = if cmd == DRIVER_CMD_LIST_CLIENTS || cmd == DRIVER_CMD_LIST_KERNELS {
-            ListClientsArgs::from_bytes(arg).map_or(0, |a| a.buf)
-        } else {
-            0
-        };
         UserOut {
-            base,
+            bounds: Bounds::of(cmd, arg),
             segs: KVVec::new(),
             data: KVVec::new(),
         }
@@ -79,7 +137,7 @@ impl UserOut {
     /// Copies what was gathered to the caller: `Ok`, or `EFAULT`.
     fn copy_out(&self) -> Result {
         for s in self.segs.iter() {
-            let addr = self.base.checked_add(s.off).ok_or(EFAULT)?;
+            let addr = self.bounds.base.checked_add(s.off).ok_or(EFAULT)?;
             let mut w = UserSlice::new(addr as usize, s.len).writer();
             match s.at {
                 Some(at) => w.write_slice(self.data.get(at..at + s.len).ok_or(EFAULT)?)?,
@@ -99,26 +157,48 @@ impl UserOut {
 
 impl UserMem for UserOut {
     fn write(&mut self, addr: u64, data: &[u8]) -> crate::davinci_driver_core::Result<()> {
-        let fault = || CoreError::new(Errno::EFAULT, "LIST_CLIENTS buffer range overflows");
-        let nomem = || CoreError::new(Errno::ENOMEM, "out of kernel memory (LIST_CLIENTS)");
-        let off = addr.checked_sub(self.base).ok_or_else(fault)?;
+        let fault = || CoreError::new(Errno::EFAULT, "entries beyond the caller's buffer range");
+        let nomem = || CoreError::new(Errno::ENOMEM, "out of kernel memory (entries)");
+        let b = self.bounds;
+        if b.base == 0 {
+            return Err(fault());
+        }
+        let off = addr.checked_sub(b.base).ok_or_else(fault)?;
         if off
             .checked_add(data.len() as u64)
-            .is_none_or(|end| end > LIST_SPAN_MAX)
+            .is_none_or(|end| end > b.span_max())
         {
             return Err(fault());
         }
-        if data.iter().all(|&b| b == 0) {
-            // Padding: remembered as a run of zeroes, merged with the run it continues.
-            if let Some(last) = self.segs.last_mut() {
-                if last.at.is_none() && last.off + last.len as u64 == off {
-                    last.len += data.len();
-                    return Ok(());
+        let zeros = data.iter().all(|&b| b == 0);
+        // A piece that continues the last one (padding after padding, an entry right after
+        // an entry) joins it: one copy to the caller for a run of entries.
+        if let Some(last) = self.segs.last_mut() {
+            if last.off + last.len as u64 == off {
+                match last.at {
+                    None if zeros => {
+                        last.len += data.len();
+                        return Ok(());
+                    }
+                    Some(at) if !zeros && at + last.len == self.data.len() => {
+                        if self.data.len() + data.len() > b.data_max() {
+                            return Err(nomem());
+                        }
+                        self.data
+                            .extend_from_slice(data, GFP_KERNEL)
+                            .map_err(|_| nomem())?;
+                        last.len += data.len();
+                        return Ok(());
+                    }
+                    _ => {}
                 }
             }
-            if self.segs.len() >= LIST_SEGS_MAX {
-                return Err(nomem());
-            }
+        }
+        if self.segs.len() >= b.segs_max() {
+            return Err(nomem());
+        }
+        if zeros {
+            // Padding: remembered as a run of zeroes.
             return self
                 .segs
                 .push(
@@ -131,7 +211,7 @@ impl UserMem for UserOut {
                 )
                 .map_err(|_| nomem());
         }
-        if self.data.len() + data.len() > LIST_DATA_MAX || self.segs.len() >= LIST_SEGS_MAX {
+        if self.data.len() + data.len() > b.data_max() {
             return Err(nomem());
         }
         let at = self.data.len();

@@ -4,10 +4,10 @@
 //! each forwards its caller's call to the device through the admin queue
 //! ([`PciShared`]): open is OPEN (who the opener is, found as for a software device),
 //! release is CLOSE, an ioctl is IOCTL (WAIT_EVENT sleeps on vector 1 between WAIT_AGAINs;
-//! LIST_CLIENTS' entries come through BAR2's list area), mmap and each fault are
-//! MMAP_TARGET, and the pages inserted are BAR2's (rings, memory: write-back) or, for a
-//! stream's doorbell page, BAR0's first page (uncached): the client's doorbell is a store to
-//! the device's Doorbell register, with no system call.
+//! LIST_CLIENTS' entries, and TRACE's and READ_EVENTS' records, come through BAR2's list
+//! area), mmap and each fault are MMAP_TARGET, and the pages inserted are BAR2's (rings,
+//! memory: write-back) or, for a stream's doorbell page, BAR0's first page (uncached): the
+//! client's doorbell is a store to the device's Doorbell register, with no system call.
 //!
 //! User memory is touched only with the device's mutex released (a fault on it would take
 //! `mmap_lock`, which the fault handler holds while it takes the mutex).
@@ -29,7 +29,7 @@ use crate::davinci_uapi::ioctl::{ioc_dir, IOC_READ};
 use crate::davinci_uapi::{
     DeviceIdentity, Errno, KernelInfo, ListClientsArgs, ListKernelsArgs, WaitEventArgs, Wire,
     DRIVER_CMD_GET_IDENTITY, DRIVER_CMD_GET_LAST_ERROR, DRIVER_CMD_LIST_CLIENTS,
-    DRIVER_CMD_LIST_KERNELS, DRIVER_CMD_WAIT_EVENT,
+    DRIVER_CMD_LIST_KERNELS, DRIVER_CMD_READ_EVENTS, DRIVER_CMD_TRACE, DRIVER_CMD_WAIT_EVENT,
 };
 use crate::device::{errno, READY};
 use crate::export_fd;
@@ -219,6 +219,12 @@ fn ioctl(file: File, o: &PciOpen, cmd: u32, arg: c_ulong) -> c_long {
         DRIVER_CMD_LIST_CLIENTS | DRIVER_CMD_LIST_KERNELS => {
             return list_entries(o, cmd, a, &copy_back)
         }
+        // TRACE's READ and READ_EVENTS: their records through the list area too.
+        DRIVER_CMD_TRACE | DRIVER_CMD_READ_EVENTS => {
+            if let Some(r) = super::entries::read_entries(o, cmd, a, &copy_back) {
+                return r;
+            }
+        }
         _ => {}
     }
     let c = match call(
@@ -371,7 +377,7 @@ fn wait_event(
 }
 
 /// Whether LIST_CLIENTS' `entry_size` is one the ABI accepts (else the device says EINVAL).
-fn entry_size_ok(n: u32) -> bool {
+pub(super) fn entry_size_ok(n: u32) -> bool {
     n % 8 == 0 && (8..=4096).contains(&n)
 }
 

@@ -34,6 +34,7 @@ use kernel::sync::{Arc, ArcBorrow};
 
 mod admin;
 mod dev;
+mod entries;
 mod fops;
 mod inode;
 mod irq;
