@@ -359,3 +359,27 @@ fn faults_resets_and_the_start_are_logged_once_each() {
     );
     assert!(evs.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
 }
+
+/// A task an injected `error-at` fails is in the trace, with its status: the NOPs before it
+/// as one run, then the failed one.
+#[test]
+fn an_injected_error_is_traced_with_its_status() {
+    let mut dev = device();
+    let c = dev.open(params(1, 1000, Role::Client)).unwrap();
+    let k = ctx(&mut dev, c);
+    let mut s = stream(&mut dev, c, k, 16, 16);
+    dev.inject(
+        Some(s.handle),
+        Some(Inject::ErrorAt {
+            nth: 3,
+            errno: Errno::EIO,
+        }),
+    )
+    .unwrap();
+    let cursor = trace(&mut dev, c, TRACE_OP_START);
+    nops(&mut s, 1, 4);
+    assert_eq!(run(&dev, s.handle).1, Run::Failed(Errno::EIO));
+    let recs = read_trace(&mut dev, c, cursor);
+    let seen: Vec<_> = recs.iter().map(|r| (r.index, r.tasks, r.status)).collect();
+    assert_eq!(seen, [(0, 2, 0), (2, 1, -Errno::EIO.code())]);
+}

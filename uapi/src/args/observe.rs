@@ -50,8 +50,8 @@ abi_struct! {
 
 abi_struct! {
     /// One record of a trace: a task (or a chunk of a long one) a stream ran. Times are the
-    /// device clock (GET_COUNTERS `now_ns`); on every software device that clock is the
-    /// host's `CLOCK_MONOTONIC` (all from driver).
+    /// device clock (GET_COUNTERS `now_ns`; TRACE's `now_ns` maps it onto the caller's)
+    /// (all from driver).
     #[c_name = "davinci_trace_record"]
     pub struct TraceRecord {
         /// Its sequence number in the buffer it was read from (from driver).

@@ -431,8 +431,11 @@ impl<P: Platform> DeviceCore<P> {
                     tr.event(now, DEVICE_EVENT_INJECTED_FAULT, 1, errno.code() as u64);
                     s.fault_kind = 0;
                     let e = Error::new(errno, "injected device fault");
-                    let rec = record(d.user_data, d.opcode, Err(e), exec.platform.now_ns());
+                    let rec = record(d.user_data, d.opcode, Err(e), now);
                     let _ = s.evt.push(&rec);
+                    if tr.on() {
+                        trace_done(&tr, &d, index, stamp, now, rec.status);
+                    }
                     completed += 1;
                     failed = Some((errno, index, d));
                     break;
