@@ -435,6 +435,27 @@ if check insmod insmod /davinci.ko quota_events=200; then
     check plugin-allocate plugin_allocates
     exec 3>&-
     wait "$holder"
+    # Seeing what the device did (issue 46) on the kernel's node: top lists the holder's
+    # process, a client's and an admin's trace files, and the event log's codes (an injected
+    # error fires on the next client's first task, then a reset) in davinci-smi and in the
+    # exporter's counters.
+    check smi-top smi_json smi-top '"command": "top"' davinci-smi --json top --once --interval 200ms
+    check workload-trace sh -c 'davinci-workload --device /dev/davinci0 --tasks 2000 \
+        --latency-samples 10 --trace /tmp/workload-trace.json 2>/tmp/wt.err; rc=$?;
+        tail -n 3 /tmp/wt.err; [ "$rc" -eq 0 ] && grep -q "\"traceEvents\"" /tmp/workload-trace.json'
+    check smi-trace smi_json smi-trace '"command": "trace"' \
+        davinci-smi --json trace -i 0 --duration 200ms -o /tmp/device-trace.json
+    echo 'error-at=1:EIO' > /sys/module/davinci/parameters/inject
+    davinci-testclient work --device /dev/davinci0 --rounds 1 >/tmp/faulted.out 2>&1
+    echo none > /sys/module/davinci/parameters/inject
+    echo reset > /sys/module/davinci/parameters/inject
+    for code in injected_fault stream_stopped device_reset; do
+        check "events-$code" smi_json "events-$code" "\"name\": \"$code\"" \
+            davinci-smi --json events -i 0
+        check "exporter-events-$code" metrics "exporter-events-$code" \
+            "^davinci_device_log_events_total\\{device=\"0\",.*name=\"$code\"\\} [1-9]" \
+            davinci-exporter --once --device /dev/davinci0
+    done
     # The main job, with its figures.
     # (stderr to a file: on the serial console it would draw a progress bar)
     check workload sh -c 'davinci-workload --device /dev/davinci0 2>/tmp/workload.err; rc=$?;
