@@ -145,7 +145,7 @@ pub struct PoolStats {
     /// Chunks given back to the driver so far (`trim`).
     pub driver_frees: u64,
     /// Blocks dropped while another client still imports them under a lease
-    /// ([`PoolBuffer::export`] with [`Lifetime::Lease`]): held out of reuse until the last
+    /// ([`PoolBuffer::export`] with [`Lifetime::Lease`](crate::Lifetime::Lease)): held out of reuse until the last
     /// import goes (looked at again when the pool needs room, and by `trim`).
     pub leased_blocks: usize,
 }

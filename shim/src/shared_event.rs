@@ -50,7 +50,7 @@ impl Event {
 }
 
 /// Another client's event, imported into a context of this one ([`Context::import_event`]):
-/// its streams ([`Stream::wait_imported`]) and this host ([`synchronize_value`](Self::synchronize_value))
+/// its streams ([`Stream::wait_imported`](crate::Stream::wait_imported)) and this host ([`synchronize_value`](Self::synchronize_value))
 /// wait for the exporter's values; only the exporter records it. When the exporter destroys
 /// the event (or its process ends), every wait on the import ends with `ECANCELED`. The
 /// import is destroyed (DESTROY_EVENT) once this handle and every queued wait naming it are

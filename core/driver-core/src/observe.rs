@@ -10,7 +10,7 @@
 //! the device would otherwise be too big to build on a thread's stack in a debug build.
 //!
 //! Tracing costs nothing while off: the data path looks at one flag per pass
-//! ([`Tracer::on`]). Events are rare by nature (a stream stops, a reset, a storm of refusals
+//! (`Tracer::on`). Events are rare by nature (a stream stops, a reset, a storm of refusals
 //! coalesced to one a second).
 
 use core::sync::atomic::{fence, AtomicU64, Ordering};

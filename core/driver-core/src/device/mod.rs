@@ -325,7 +325,7 @@ impl<P: Platform> DeviceCore<P> {
         Ok(())
     }
 
-    /// Sets how many tenants the device keeps a share for ([`tenants`]; a host's run-time
+    /// Sets how many tenants the device keeps a share for (`tenants`; a host's run-time
     /// setting: `davinci-mockd --tenant-slots`, the kernel module's `tenant_slots`), before
     /// anything is open: `EBUSY` after; `EINVAL` outside 1..=[`MAX_TENANT_SLOTS`]. The
     /// shares are what [`set_quota`](Self::set_quota) set: a host that has no explicit
