@@ -61,7 +61,7 @@ fn struct_sizes() {
         ("davinci_device_info", 0x70),
         ("davinci_device_share_args", 0x10),
         ("davinci_list_clients_args", 0x18),
-        ("davinci_client_usage", 0x98),
+        ("davinci_client_usage", 0xA0),
         ("davinci_last_error", 0x80),
         ("davinci_device_counters", 0x58),
         ("davinci_export_memory_args", 0x18),

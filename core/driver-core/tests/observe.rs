@@ -290,6 +290,10 @@ fn a_stopped_stream_logs_where_and_why() {
         (1, Errno::EPROTO.code() as u32, 3),
         "{e:?}"
     );
+    // LIST_CLIENTS counts both stops (ABI 1.5 stream_errors), a destroyed stream's too.
+    assert_eq!(dev.client_usage(c).unwrap().stream_errors, 2);
+    dev.destroy_stream(c, s.handle).unwrap();
+    assert_eq!(dev.client_usage(c).unwrap().stream_errors, 2);
 }
 
 /// The engine's injected faults and a reset: a hang logs INJECTED_FAULT (2) and HUNG_TASK at

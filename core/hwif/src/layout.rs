@@ -15,7 +15,7 @@
 //! failure errno `u32` @20, region size `u64` @24, entry size `u32` @32, admin depth `u32`
 //! @36, submission ring `u64` @40, completion ring `u64` @48, ring bytes `u64` @56, heap
 //! `u64` @64, heap pages `u32` @72, zero `u32` @76, list area `u64` @80, list bytes `u64`
-//! @88, zero up to [`NOTIFY_OFFSET`]; then the notification words (layout 3):
+//! @88, zero up to [`NOTIFY_OFFSET`]; then the notification words (layout 3; 4 since the list entries grew to 160 bytes):
 //! [`NOTIFY_WORDS`] atomic `u32`s to the page's end. The device bumps word
 //! `client % NOTIFY_WORDS` ([`notify_offset`]) whenever something a WAIT_EVENT of that client
 //! may wait for changed, before it raises vector 1; a guest's sleeper waits for its client's
@@ -35,7 +35,7 @@ pub const PAGE_SIZE: u64 = 4096;
 /// `"DVCIBAR2"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DVCIBAR2");
 /// This layout's version.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// The smallest region served: the header, both admin rings, the list area and
 /// [`MIN_HEAP_PAGES`].
 pub const MIN_REGION: u64 = 128 << 10;

@@ -398,7 +398,7 @@ impl Platform for Bar2Platform {
 
     fn notify_waiters(&self, client: u32) {
         // The client's notification word first (its sleepers in the guest wait for it to
-        // change), then vector 1, which wakes them to look (hwif::layout, layout 3).
+        // change), then vector 1, which wakes them to look (hwif::layout, since layout 3).
         if let Ok(w) = self.bar2.mapping().word(notify_offset(client)) {
             w.fetch_add(1, Ordering::Release);
         }

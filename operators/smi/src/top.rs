@@ -37,8 +37,9 @@ pub(crate) const AFTER_HELP: &str = "\
 Shows every device (utilization, memory used of total, temperature and power where the
 device reports sensors, health, clients) and every process with a client open on one: its
 device, pid, user, container, process name, device memory held, utilization of the device,
-tasks completed per second over the last interval, streams, and errors (the driver keeps no
-per-client error count: shown as -; a device's stream errors are in its row). An admin of
+tasks completed per second over the last interval, streams, and errors (the times its
+streams stopped in the error state, LIST_CLIENTS' stream_errors; 0 from a driver before ABI
+1.5; the device's row sums every client's, destroyed streams included). An admin of
 the device sees every process; anyone else only their own (what LIST_CLIENTS returns).
 
 Keys: q or Esc quit (also Ctrl-C); s or > next sort column, < previous one; m sort by

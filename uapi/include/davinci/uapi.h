@@ -781,7 +781,7 @@ struct davinci_list_clients_args {
 /*
  * One attached client, as LIST_CLIENTS reports it (all fields from driver).
  *
- * 152 bytes.
+ * 160 bytes.
  */
 struct davinci_client_usage {
 	/* Driver-assigned client id (unique while the device lives) (from driver). */
@@ -828,6 +828,12 @@ struct davinci_client_usage {
 	 * working at once, like GET_COUNTERS `busy_ns`.
 	 */
 	__u64 busy_ns;
+	/*
+	 * Times this client's streams entered the error state, destroyed streams included
+	 * (ABI 1.5; only grows; 0 from an older driver, whose entries are shorter) (from
+	 * driver). GET_COUNTERS' `stream_errors` is the device's sum.
+	 */
+	__u64 stream_errors;
 };
 
 /*
@@ -1958,7 +1964,7 @@ _Static_assert(offsetof(struct davinci_list_clients_args, capacity) == 8, "davin
 _Static_assert(offsetof(struct davinci_list_clients_args, count) == 12, "davinci uapi: offsetof(struct davinci_list_clients_args, count)");
 _Static_assert(offsetof(struct davinci_list_clients_args, entry_size) == 16, "davinci uapi: offsetof(struct davinci_list_clients_args, entry_size)");
 _Static_assert(offsetof(struct davinci_list_clients_args, pad) == 20, "davinci uapi: offsetof(struct davinci_list_clients_args, pad)");
-_Static_assert(sizeof(struct davinci_client_usage) == 152, "davinci uapi: sizeof(struct davinci_client_usage)");
+_Static_assert(sizeof(struct davinci_client_usage) == 160, "davinci uapi: sizeof(struct davinci_client_usage)");
 _Static_assert(offsetof(struct davinci_client_usage, client_id) == 0, "davinci uapi: offsetof(struct davinci_client_usage, client_id)");
 _Static_assert(offsetof(struct davinci_client_usage, pid) == 4, "davinci uapi: offsetof(struct davinci_client_usage, pid)");
 _Static_assert(offsetof(struct davinci_client_usage, uid) == 8, "davinci uapi: offsetof(struct davinci_client_usage, uid)");
@@ -1974,6 +1980,7 @@ _Static_assert(offsetof(struct davinci_client_usage, container) == 56, "davinci 
 _Static_assert(offsetof(struct davinci_client_usage, tasks_queued) == 120, "davinci uapi: offsetof(struct davinci_client_usage, tasks_queued)");
 _Static_assert(offsetof(struct davinci_client_usage, comm) == 128, "davinci uapi: offsetof(struct davinci_client_usage, comm)");
 _Static_assert(offsetof(struct davinci_client_usage, busy_ns) == 144, "davinci uapi: offsetof(struct davinci_client_usage, busy_ns)");
+_Static_assert(offsetof(struct davinci_client_usage, stream_errors) == 152, "davinci uapi: offsetof(struct davinci_client_usage, stream_errors)");
 _Static_assert(sizeof(struct davinci_last_error) == 128, "davinci uapi: sizeof(struct davinci_last_error)");
 _Static_assert(offsetof(struct davinci_last_error, request) == 0, "davinci uapi: offsetof(struct davinci_last_error, request)");
 _Static_assert(offsetof(struct davinci_last_error, error) == 4, "davinci uapi: offsetof(struct davinci_last_error, error)");

@@ -63,6 +63,10 @@ abi_struct! {
         /// long destroyed included (ABI 1.4; only grows) (from driver). Sums over engines
         /// working at once, like GET_COUNTERS `busy_ns`.
         pub busy_ns: u64,
+        /// Times this client's streams entered the error state, destroyed streams included
+        /// (ABI 1.5; only grows; 0 from an older driver, whose entries are shorter) (from
+        /// driver). GET_COUNTERS' `stream_errors` is the device's sum.
+        pub stream_errors: u64,
     }
 }
 

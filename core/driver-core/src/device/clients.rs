@@ -50,12 +50,13 @@ impl<P: Platform> DeviceCore<P> {
     pub(crate) fn usage(&self, client: u32, c: &Client) -> ClientUsage {
         // Live streams' counters (each read under its lock) on top of the destroyed ones'.
         let (mut submitted, mut completed, mut queued) = (c.submitted, c.completed, 0u64);
-        let mut busy_ns = c.busy_ns;
+        let (mut busy_ns, mut stream_errors) = (c.busy_ns, c.stream_errors);
         for (_, s) in self.streams.iter().filter(|(_, s)| s.owner == client) {
             let _ = s.run.with(|e| {
                 submitted += e.submitted;
                 completed += e.completed;
                 busy_ns += e.busy_ns;
+                stream_errors += e.errors;
                 if e.state == StreamState::Running {
                     queued += u64::from(e.cmd.queued());
                 }
@@ -77,6 +78,7 @@ impl<P: Platform> DeviceCore<P> {
             tasks_queued: queued,
             comm: c.params.comm,
             busy_ns,
+            stream_errors,
         }
     }
 
@@ -161,6 +163,7 @@ impl<P: Platform> DeviceCore<P> {
             last_error: None,
             failures: 0,
             observe: crate::observe::control::ClientObserve::default(),
+            stream_errors: 0,
         };
         let client = match self
             .clients

@@ -64,6 +64,8 @@ pub(crate) struct Client {
     pub(crate) completed: u64,
     /// Nanoseconds the engines spent on its streams already destroyed.
     pub(crate) busy_ns: u64,
+    /// Times its streams already destroyed entered the error state.
+    pub(crate) stream_errors: u64,
     /// The last failed command (request number) and why, for GET_LAST_ERROR.
     pub(crate) last_error: Option<(u32, Error)>,
     /// Failed commands so far.

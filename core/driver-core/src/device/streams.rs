@@ -153,7 +153,7 @@ impl<P: Platform> DeviceCore<P> {
             Some(s) if s.owner == client => {}
             _ => fail!(ENOENT, "no such stream for this client"),
         }
-        let mut counts = (0, 0, 0);
+        let mut counts = (0, 0, 0, 0);
         if let Some(s) = self.streams.remove(stream) {
             let StreamEntry {
                 owner,
@@ -165,7 +165,7 @@ impl<P: Platform> DeviceCore<P> {
                 ..
             } = s;
             let e = run.get_mut();
-            counts = (e.submitted, e.completed, e.busy_ns);
+            counts = (e.submitted, e.completed, e.busy_ns, e.errors);
             self.retired.busy_ns += e.busy_ns;
             self.retired.submitted += e.submitted;
             self.retired.completed += e.completed;
@@ -194,6 +194,7 @@ impl<P: Platform> DeviceCore<P> {
         c.submitted += counts.0;
         c.completed += counts.1;
         c.busy_ns += counts.2;
+        c.stream_errors += counts.3;
         self.platform.notify_waiters(client);
         Ok(())
     }

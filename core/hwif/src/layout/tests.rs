@@ -13,9 +13,10 @@ fn ready(size: u64) -> Bar2Header {
 #[test]
 fn golden_layout_of_the_smallest_and_largest_regions() {
     let l = Bar2Layout::for_region(MIN_REGION).unwrap();
-    // 192 + 16 * 1024 = 16576 bytes per ring, five pages; 320 entries of 152 bytes, twelve.
+    // 192 + 16 * 1024 = 16576 bytes per ring, five pages; 320 entries of 160 bytes (ABI
+    // 1.5's LIST_CLIENTS entry, with stream_errors), thirteen.
     assert_eq!(Bar2Layout::RING_NEED, 16576);
-    assert_eq!(LIST_ENTRY_SIZE, 152);
+    assert_eq!(LIST_ENTRY_SIZE, 160);
     assert_eq!(
         (
             l.sq_offset,
@@ -26,13 +27,13 @@ fn golden_layout_of_the_smallest_and_largest_regions() {
             l.heap_offset,
             l.heap_pages
         ),
-        (4096, 24576, 20480, 45056, 49152, 94208, 9)
+        (4096, 24576, 20480, 45056, 53248, 98304, 8)
     );
-    assert_eq!(l.page_offset(0), Some(94208));
-    assert_eq!(l.page_offset(8), Some(126976));
-    assert_eq!(l.page_offset(9), None);
+    assert_eq!(l.page_offset(0), Some(98304));
+    assert_eq!(l.page_offset(7), Some(126976));
+    assert_eq!(l.page_offset(8), None);
     let big = Bar2Layout::for_region(MAX_REGION).unwrap();
-    assert_eq!(big.heap_pages, (MAX_REGION - 94208) / 4096);
+    assert_eq!(big.heap_pages, (MAX_REGION - 98304) / 4096);
     for bad in [
         0,
         4096,
@@ -53,16 +54,16 @@ fn golden_header_bytes() {
     let mut page = vec![0xaau8; 4096];
     ready(1 << 20).encode(&mut page);
     assert_eq!(&page[0..8], b"DVCIBAR2");
-    assert_eq!(&page[8..12], &3u32.to_le_bytes());
+    assert_eq!(&page[8..12], &4u32.to_le_bytes());
     assert_eq!(&page[12..16], &1u32.to_le_bytes());
     assert_eq!(&page[16..20], &7u32.to_le_bytes());
     assert_eq!(&page[24..32], &(1u64 << 20).to_le_bytes());
     assert_eq!(&page[32..36], &1024u32.to_le_bytes());
     assert_eq!(&page[36..40], &16u32.to_le_bytes());
     assert_eq!(&page[40..48], &4096u64.to_le_bytes());
-    assert_eq!(&page[64..72], &94208u64.to_le_bytes());
+    assert_eq!(&page[64..72], &98304u64.to_le_bytes());
     assert_eq!(&page[80..88], &45056u64.to_le_bytes());
-    assert_eq!(&page[88..96], &49152u64.to_le_bytes());
+    assert_eq!(&page[88..96], &53248u64.to_le_bytes());
     assert!(page[76..80].iter().all(|&b| b == 0));
     assert!(page[96..2048].iter().all(|&b| b == 0));
     // The notification words are the device's counters, not the header's.

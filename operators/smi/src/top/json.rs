@@ -81,7 +81,8 @@ struct ProcessJson {
     utilization_percent: Option<u32>,
     /// Tasks completed per second over the interval (null: it opened since the first sample).
     tasks_per_second: Option<f64>,
-    /// Always null: the driver keeps no per-client error count.
+    /// Times the process's streams stopped in the error state (LIST_CLIENTS'
+    /// `stream_errors`, ABI 1.5; 0 from an older driver).
     errors: Option<u64>,
 }
 
@@ -134,7 +135,7 @@ fn process_json(p: &ProcRow) -> ProcessJson {
         user: p.user.clone(),
         utilization_percent: p.util,
         tasks_per_second: p.tasks_per_s.map(|r| (r * 1000.0).round() / 1000.0),
-        errors: None,
+        errors: Some(p.client.stream_errors),
     }
 }
 

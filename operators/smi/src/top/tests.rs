@@ -102,7 +102,10 @@ fn two_tenants() -> (Vec<Target>, Frame) {
             s * 3 / 4,
             vec![
                 client(100, 1000, "", 4 << 20, 150, s / 4),
-                client(200, 2000, CTR, 8 << 20, 1600, s / 2),
+                ClientUsage {
+                    stream_errors: 3,
+                    ..client(200, 2000, CTR, 8 << 20, 1600, s / 2)
+                },
                 client(300, 1000, "", 1 << 20, 7, 0),
             ],
         )),
@@ -258,7 +261,7 @@ fn the_frame_as_text() {
             "50%",
             "300.0",
             "2",
-            "-",
+            "3",
             "│"
         ]
     );
@@ -275,7 +278,7 @@ fn the_frame_as_text() {
             "25%",
             "50.0",
             "2",
-            "-",
+            "0",
             "│"
         ]
     );
@@ -446,7 +449,7 @@ fn once_prints_one_frame_of_text_or_json() {
     assert_eq!(p[1]["tenant"], format!("container:{CTR}"));
     assert_eq!(p[1]["memory_bytes"], 8 << 20);
     assert_eq!(p[1]["tasks_completed"], 110);
-    assert_eq!(p[1]["errors"], serde_json::Value::Null);
+    assert_eq!(p[1]["errors"], 0);
     for p in p {
         // 100 tasks over at least the 20 ms the fake waited.
         let r = p["tasks_per_second"].as_f64().unwrap();

@@ -356,6 +356,6 @@ fn proc_row(p: &ProcRow) -> Row<'static> {
         right(p.util.map_or_else(|| "-".into(), |u| format!("{u}%"))),
         right(rate_text(p.tasks_per_s)),
         right(c.streams.to_string()),
-        right("-".to_string()),
+        right(c.stream_errors.to_string()),
     ])
 }
