@@ -2,7 +2,7 @@
 
 ``with davinci.trace("run.json"):`` records, until the block ends, what the device did with
 every task of this process's devices (the ones open when the block starts and the ones
-opened inside it; or only ``davinci.trace("run.json", dev)``'s) beside what the runtime did
+opened inside it; or only the ones named: ``davinci.trace("run.json", dev)``) beside what the runtime did
 on the host (submits, synchronizes, event waits, pool allocations), on one clock, and writes
 it as one Chrome trace-event JSON file for ui.perfetto.dev or chrome://tracing (each device
 a process of its own). The file is written also when the block raises. ``summary`` says what

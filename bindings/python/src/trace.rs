@@ -18,6 +18,9 @@ use crate::device::Device;
 static OPENS: Mutex<Vec<WeakDevice>> = Mutex::new(Vec::new());
 /// The running trace's sessions: `Some` from `_trace_begin` to `_trace_end`.
 static ACTIVE: Mutex<Option<Vec<TraceSession>>> = Mutex::new(None);
+/// The running trace follows every open (none were named): devices opened during it are
+/// traced too.
+static ALL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Opens made during a trace that could not be traced (another tenant's open traces), for
 /// the summary.
 static MISSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -34,6 +37,9 @@ pub(crate) fn opened(dev: &shim::Device) {
             opens.retain(|w| w.upgrade().is_some());
         }
         opens.push(dev.downgrade());
+    }
+    if !ALL.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
     }
     if let Some(sessions) = lock(&ACTIVE).as_mut() {
         match dev.trace() {
@@ -56,22 +62,35 @@ pub(crate) fn _trace_begin(py: Python<'_>, devices: Option<Vec<Py<Device>>>) -> 
             "a trace is running in this process already: one davinci.trace at a time",
         )));
     }
-    let devs: Vec<shim::Device> = match devices {
-        Some(list) => list
-            .iter()
-            .map(|d| d.get().get("davinci.trace"))
-            .collect::<PyResult<_>>()?,
-        None => lock(&OPENS)
-            .iter()
-            .filter_map(WeakDevice::upgrade)
-            .collect(),
-    };
-    let mut sessions = Vec::with_capacity(devs.len());
-    for d in &devs {
-        // Dropping the sessions started so far stops them.
-        sessions.push(py.detach(|| d.trace()).or_raise()?);
+    let mut missed = Vec::new();
+    let mut sessions = Vec::new();
+    ALL.store(devices.is_none(), std::sync::atomic::Ordering::Relaxed);
+    match devices {
+        // Named devices: each must be traced (dropping the sessions started so far stops them).
+        Some(list) => {
+            for d in &list {
+                let d = d.get().get("davinci.trace")?;
+                sessions.push(py.detach(|| d.trace()).or_raise()?);
+            }
+        }
+        // Every open device, newest first: another open of the same tenant on the same
+        // device traces already (one buffer per tenant), or the device keeps no traces, is
+        // said in the summary rather than raised.
+        None => {
+            let devs: Vec<shim::Device> = lock(&OPENS)
+                .iter()
+                .rev()
+                .filter_map(WeakDevice::upgrade)
+                .collect();
+            for d in devs {
+                match py.detach(|| d.trace()) {
+                    Ok(s) => sessions.push(s),
+                    Err(e) => missed.push(format!("{d}: {e}")),
+                }
+            }
+        }
     }
-    lock(&MISSED).clear();
+    *lock(&MISSED) = missed;
     let n = sessions.len();
     *active = Some(sessions);
     Ok(n)

@@ -32,7 +32,7 @@ def _work(dev: davinci.Device) -> None:
 def test_a_block_is_traced_into_one_file(spec: str, tmp_path) -> None:
     dev = davinci.Device(spec)
     path = tmp_path / "run.json"
-    with davinci.trace(path) as t:
+    with davinci.trace(path, dev) as t:
         _work(dev)
     s = t.summary
     # FILL, EVENT_RECORD, EVENT_WAIT, five NOPs.
@@ -69,8 +69,11 @@ def test_devices_opened_inside_the_block_are_traced(tmp_path) -> None:
             second = davinci.Device(d.path(1))
             _work(first)
             _work(second)
-        assert t.summary["tasks"] == 16, t.summary
-        assert len(t.summary["devices"]) == 2
+        # Every open device of the process is traced: others the suite left open add theirs.
+        assert t.summary["tasks"] >= 16, t.summary
+        for n in (0, 1):
+            sock = f"{d.dir}/davinci{n}.sock"
+            assert any(sock in name for name in t.summary["devices"]), t.summary
         doc = json.loads(path.read_text())
         processes = {e["args"]["name"] for e in doc["traceEvents"]
                      if e.get("ph") == "M" and e.get("name") == "process_name"}

@@ -361,9 +361,15 @@ impl<P: Platform> DeviceCore<P> {
     pub(crate) fn tenant_memory_share(&self) -> u64 {
         let size = self.memory.size();
         match self.config.client_memory_limit {
-            0 => size
-                .checked_div(u64::from(self.tenant_slots))
-                .unwrap_or(size),
+            // Whole pages: allocations are, and a device whose pages do not divide by the
+            // slots (a PCI device's heap) would otherwise promise a share no allocation fits.
+            0 => {
+                let page = u64::from(self.config.page_size).max(1);
+                let share = size
+                    .checked_div(u64::from(self.tenant_slots))
+                    .unwrap_or(size);
+                (share - share % page).max(page.min(size))
+            }
             l => l.min(size),
         }
     }

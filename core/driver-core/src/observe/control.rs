@@ -219,13 +219,23 @@ impl<P: Platform> DeviceCore<P> {
                 let b = match own {
                     Some(b) => b,
                     None => {
-                        ensure!(
-                            !self.trace_slots[1..]
-                                .iter()
-                                .any(|s| s.owner != 0 && s.tenant == tenant),
-                            EBUSY,
-                            "another open of this tenant is tracing (one trace buffer per tenant); stop it or trace from that open"
-                        );
+                        // The tenant's buffer: taken over if its open stopped tracing (its
+                        // records go), refused while that open records.
+                        if let Some(b) = (1..TRACE_BUFFERS).find(|&b| {
+                            let s = self.trace_slots[b];
+                            s.owner != 0 && s.tenant == tenant
+                        }) {
+                            ensure!(
+                                !self.trace_slots[b].recording,
+                                EBUSY,
+                                "another open of this tenant is tracing (one trace buffer per tenant): stop that trace or trace from that open"
+                            );
+                            let prev = self.trace_slots[b].owner;
+                            if let Some(p) = self.clients.get_mut(prev) {
+                                p.observe.buffer = 0;
+                            }
+                            self.trace_slots[b].owner = 0;
+                        }
                         let Some(b) = (1..TRACE_BUFFERS).find(|&b| self.trace_slots[b].owner == 0)
                         else {
                             fail!(

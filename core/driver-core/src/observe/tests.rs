@@ -310,9 +310,10 @@ fn trace_refuses_bad_arguments_with_why() {
 }
 
 /// One buffer per tracing tenant, three tenants at most (the fourth buffer is the device's):
-/// a second open of a tenant is EBUSY, a fourth tenant ENOSPC while the admin's device trace
-/// still starts; a buffer freed by its owner's close goes to the next tenant showing none of
-/// the previous owner's records.
+/// a second open of a tenant is EBUSY while the first records and takes the buffer over once
+/// it stopped, a fourth tenant ENOSPC while the admin's device trace still starts; a buffer
+/// freed by its owner's close goes to the next tenant showing none of the previous owner's
+/// records.
 #[test]
 fn trace_buffers_are_one_per_tenant_and_handed_on_clean() {
     assert_eq!(TRACE_BUFFERS, 4);
@@ -341,10 +342,21 @@ fn trace_buffers_are_one_per_tenant_and_handed_on_clean() {
         Errno::ENOSPC
     );
     trace_op(&mut dev, root, TRACE_OP_START, TRACE_SCOPE_DEVICE).unwrap();
-    // STOP keeps the buffer: the tenant's other open is still refused.
+    // STOP keeps the buffer readable, until the tenant's other open starts a trace: it takes
+    // the buffer over, and the first open's trace is gone (ENOENT).
     trace_op(&mut dev, a1, TRACE_OP_STOP, TRACE_SCOPE_CLIENT).unwrap();
+    let a_buf = buffer_of(&dev, a1);
+    trace_read(&mut dev, a1, TRACE_SCOPE_CLIENT, 0, 16).unwrap();
+    trace_op(&mut dev, a2, TRACE_OP_START, TRACE_SCOPE_CLIENT).unwrap();
+    assert_eq!(buffer_of(&dev, a2), a_buf);
+    assert_eq!(buffer_of(&dev, a1), None);
     assert_eq!(
-        trace_op(&mut dev, a2, TRACE_OP_START, TRACE_SCOPE_CLIENT).unwrap_err(),
+        trace_read(&mut dev, a1, TRACE_SCOPE_CLIENT, 0, 16).unwrap_err(),
+        Errno::ENOENT
+    );
+    // Now A2 records: A1 is refused.
+    assert_eq!(
+        trace_op(&mut dev, a1, TRACE_OP_START, TRACE_SCOPE_CLIENT).unwrap_err(),
         Errno::EBUSY
     );
 
@@ -364,9 +376,9 @@ fn trace_buffers_are_one_per_tenant_and_handed_on_clean() {
     let (got, recs) = trace_read(&mut dev, d, TRACE_SCOPE_CLIENT, 0, 16).unwrap();
     assert_eq!(got.count, 0, "{recs:?}");
     assert_eq!(got.cursor, start.cursor);
-    // A2 may trace once A1, the tenant's tracer, is gone.
-    dev.close(a1);
-    trace_op(&mut dev, a2, TRACE_OP_START, TRACE_SCOPE_CLIENT).unwrap();
+    // A1 may trace once A2, the tenant's tracer, is gone.
+    dev.close(a2);
+    trace_op(&mut dev, a1, TRACE_OP_START, TRACE_SCOPE_CLIENT).unwrap();
 }
 
 /// What the data path records a stream into follows START and STOP: the owner's buffer for a
