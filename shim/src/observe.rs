@@ -70,48 +70,85 @@ fn bytes<T: Wire>(v: &T) -> Vec<u8> {
     b
 }
 
-/// READ_EVENTS from `cursor`: every event held from there, in batches.
-pub(crate) fn read_events(b: &dyn Backend, mut cursor: u64) -> Result<EventBatch> {
-    const OP: &str = "READ_EVENTS";
-    let mut out = EventBatch {
-        cursor,
-        ..EventBatch::default()
-    };
-    let mut buf = vec![0u8; EVENT_BATCH as usize * DeviceEvent::SIZE];
-    // Bounded: the log holds DEVICE_EVENTS_MAX events; a few more rounds for ones logged
-    // while reading.
+/// What one read of a log answered: entries written, the next cursor, lost, the clock.
+struct Answer {
+    count: u32,
+    cursor: u64,
+    lost: u64,
+    now_ns: u64,
+}
+
+/// Reads a log (READ_EVENTS, TRACE READ) from `cursor` in batches of `capacity` entries of
+/// `E` until it is drained: `arg(cursor)` makes the argument, `answer` reads the reply.
+/// Bounded: 16 rounds (a log holds at most 1,024 entries; a few more rounds for ones written
+/// while reading). Returns the entries, the next cursor, lost and the device clock.
+fn read_log<E: Wire>(
+    b: &dyn Backend,
+    op: &'static str,
+    request: u32,
+    capacity: u32,
+    mut cursor: u64,
+    arg: impl Fn(u64) -> Vec<u8>,
+    answer: impl Fn(&[u8]) -> Answer,
+) -> Result<(Vec<E>, u64, u64, u64)> {
+    let (mut entries, mut lost, mut now_ns) = (Vec::new(), 0, 0);
+    let mut buf = vec![0u8; capacity as usize * E::SIZE];
     for _ in 0..16 {
-        let mut arg = bytes(&ReadEventsArgs {
-            capacity: EVENT_BATCH,
-            entry_size: DeviceEvent::SIZE as u32,
-            cursor,
-            ..ReadEventsArgs::default()
-        });
-        b.ioctl_into(OP, DRIVER_CMD_READ_EVENTS, &mut arg, &mut buf)?;
-        let a = ReadEventsArgs::decode(&arg);
-        let n = a.count.min(EVENT_BATCH) as usize;
-        out.events.extend(
-            buf.chunks_exact(DeviceEvent::SIZE)
-                .take(n)
-                .map(DeviceEvent::decode),
-        );
-        out.lost += a.lost;
-        out.now_ns = a.now_ns;
-        if a.cursor < cursor {
+        let mut a = arg(cursor);
+        b.ioctl_into(op, request, &mut a, &mut buf)?;
+        let r = answer(&a);
+        let n = r.count.min(capacity) as usize;
+        entries.extend(buf.chunks_exact(E::SIZE).take(n).map(E::decode));
+        lost += r.lost;
+        now_ns = r.now_ns;
+        if r.cursor < cursor {
             return Err(Error::new(
                 Errno::EPROTO,
-                OP,
+                op,
                 "the driver moved the cursor back",
             ));
         }
-        let more = a.count == EVENT_BATCH && a.cursor > cursor;
-        cursor = a.cursor;
-        out.cursor = cursor;
+        let more = r.count == capacity && r.cursor > cursor;
+        cursor = r.cursor;
         if !more {
             break;
         }
     }
-    Ok(out)
+    Ok((entries, cursor, lost, now_ns))
+}
+
+/// READ_EVENTS from `cursor`: every event held from there, in batches.
+pub(crate) fn read_events(b: &dyn Backend, cursor: u64) -> Result<EventBatch> {
+    let (events, cursor, lost, now_ns) = read_log(
+        b,
+        "READ_EVENTS",
+        DRIVER_CMD_READ_EVENTS,
+        EVENT_BATCH,
+        cursor,
+        |cursor| {
+            bytes(&ReadEventsArgs {
+                capacity: EVENT_BATCH,
+                entry_size: DeviceEvent::SIZE as u32,
+                cursor,
+                ..ReadEventsArgs::default()
+            })
+        },
+        |a| {
+            let a = ReadEventsArgs::decode(a);
+            Answer {
+                count: a.count,
+                cursor: a.cursor,
+                lost: a.lost,
+                now_ns: a.now_ns,
+            }
+        },
+    )?;
+    Ok(EventBatch {
+        events,
+        cursor,
+        lost,
+        now_ns,
+    })
 }
 
 /// TRACE START or STOP; returns the cursor (START: the first record's).
@@ -130,51 +167,39 @@ pub(crate) fn trace_op(b: &dyn Backend, scope: TraceScope, start: bool) -> Resul
 }
 
 /// TRACE READ from `cursor`: every record held from there.
-pub(crate) fn trace_read(
-    b: &dyn Backend,
-    scope: TraceScope,
-    mut cursor: u64,
-) -> Result<TraceBatch> {
-    const OP: &str = "TRACE READ";
-    let mut out = TraceBatch {
+pub(crate) fn trace_read(b: &dyn Backend, scope: TraceScope, cursor: u64) -> Result<TraceBatch> {
+    let (records, cursor, lost, now_ns) = read_log(
+        b,
+        "TRACE READ",
+        DRIVER_CMD_TRACE,
+        TRACE_BATCH,
         cursor,
-        ..TraceBatch::default()
-    };
-    let mut buf = vec![0u8; TRACE_BATCH as usize * TraceRecord::SIZE];
-    for _ in 0..16 {
-        let mut arg = bytes(&TraceArgs {
-            op: TRACE_OP_READ,
-            scope: scope.wire(),
-            capacity: TRACE_BATCH,
-            entry_size: TraceRecord::SIZE as u32,
-            cursor,
-            ..TraceArgs::default()
-        });
-        b.ioctl_into(OP, DRIVER_CMD_TRACE, &mut arg, &mut buf)?;
-        let a = TraceArgs::decode(&arg);
-        let n = a.count.min(TRACE_BATCH) as usize;
-        out.records.extend(
-            buf.chunks_exact(TraceRecord::SIZE)
-                .take(n)
-                .map(TraceRecord::decode),
-        );
-        out.lost += a.lost;
-        out.now_ns = a.now_ns;
-        if a.cursor < cursor {
-            return Err(Error::new(
-                Errno::EPROTO,
-                OP,
-                "the driver moved the cursor back",
-            ));
-        }
-        let more = a.count == TRACE_BATCH && a.cursor > cursor;
-        cursor = a.cursor;
-        out.cursor = cursor;
-        if !more {
-            break;
-        }
-    }
-    Ok(out)
+        |cursor| {
+            bytes(&TraceArgs {
+                op: TRACE_OP_READ,
+                scope: scope.wire(),
+                capacity: TRACE_BATCH,
+                entry_size: TraceRecord::SIZE as u32,
+                cursor,
+                ..TraceArgs::default()
+            })
+        },
+        |a| {
+            let a = TraceArgs::decode(a);
+            Answer {
+                count: a.count,
+                cursor: a.cursor,
+                lost: a.lost,
+                now_ns: a.now_ns,
+            }
+        },
+    )?;
+    Ok(TraceBatch {
+        records,
+        cursor,
+        lost,
+        now_ns,
+    })
 }
 
 impl crate::Control {
